@@ -1,0 +1,43 @@
+# Shared compile settings and helpers for the project's own targets.
+add_library(tessera_options INTERFACE)
+target_compile_options(tessera_options INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter
+  $<$<CONFIG:Release>:-O3>
+  $<$<CONFIG:RelWithDebInfo>:-O2>)
+if(TESSERA_NATIVE)
+  target_compile_options(tessera_options INTERFACE -march=native)
+endif()
+if(TESSERA_SANITIZE)
+  target_compile_options(tessera_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                         -fno-sanitize-recover=undefined)
+  target_link_options(tessera_options INTERFACE -fsanitize=address,undefined)
+endif()
+target_include_directories(tessera_options INTERFACE ${PROJECT_SOURCE_DIR}/src)
+
+# tessera_library(NAME DIR <dir> DEPS <targets...>): a static library from every .cpp under DIR.
+function(tessera_library name)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${ARG_DIR}/*.cpp)
+  if(sources)
+    add_library(${name} STATIC ${sources})
+    target_link_libraries(${name} PUBLIC tessera_options ${ARG_DEPS})
+  else()
+    # A part not written yet: an empty interface keeps the dependency graph in place.
+    add_library(${name} INTERFACE)
+    target_link_libraries(${name} INTERFACE tessera_options ${ARG_DEPS})
+  endif()
+endfunction()
+
+# tessera_test(NAME SOURCES <files...> DEPS <targets...> [LABELS <labels...>]): a GoogleTest
+# executable whose cases become ctest tests.
+function(tessera_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE tessera_options ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+    ENVIRONMENT "OMP_NUM_THREADS=2;TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR};TESSERA_BINARY_DIR=${PROJECT_BINARY_DIR}")
+endfunction()

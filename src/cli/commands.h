@@ -1,0 +1,12 @@
+#pragma once
+// Each `tessera <command>` lives in its own file and registers itself on the top-level app.
+// A command's callback returns normally on success and throws tessera::Error on failure;
+// main() turns that into a message and a non-zero exit code.
+#include <CLI/CLI.hpp>
+
+namespace tessera::cli {
+
+void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline schedules
+void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner
+
+}  // namespace tessera::cli

@@ -1,0 +1,85 @@
+#include "config/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace tessera::config {
+
+std::string architecture_name(Architecture a) { return a == Architecture::Gpt2 ? "gpt2" : "llama"; }
+
+int ModelConfig::ffn() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  if (arch == Architecture::Gpt2) return 4 * n_embd;
+  // Llama keeps the SwiGLU MLP's parameter count near a 4C GELU MLP: 2/3 of 4C, rounded up to 64.
+  int f = (8 * n_embd) / 3;
+  return (f + 63) / 64 * 64;
+}
+
+int64_t ModelConfig::parameter_count() const {
+  const int64_t C = n_embd, V = vocab_size, T = seq_len, F = ffn(), L = n_layer;
+  const int64_t b = bias ? 1 : 0;
+  int64_t embed = V * C + (arch == Architecture::Gpt2 ? T * C : 0);  // token (+ learned position) table
+  int64_t norm = (arch == Architecture::Gpt2 ? (1 + b) : 1) * C;     // LayerNorm has a bias, RMSNorm none
+  int64_t attn = C * 3 * C + b * 3 * C + C * C + b * C;               // qkv and output projection
+  int64_t mlp = arch == Architecture::Gpt2 ? C * F + b * F + F * C + b * C
+                                           : 2 * C * F + 2 * b * F + F * C + b * C;  // gate, up, down
+  int64_t block = 2 * norm + attn + mlp;
+  int64_t head = tied_embeddings ? 0 : V * C;
+  return embed + L * block + norm + head;
+}
+
+void ModelConfig::validate() const {
+  check_range("model.n_layer", n_layer, 1, 100000);
+  check_range("model.n_head", n_head, 1, 100000);
+  check_range("model.n_embd", n_embd, 1, 1 << 20);
+  check_range("model.vocab_size", vocab_size, 2, 1 << 24);
+  check_range("model.seq_len", seq_len, 1, 1 << 22);
+  check_range("model.ffn_hidden", ffn_hidden, 0, 1 << 22);
+  TS_CHECK(n_embd % n_head == 0, "config: model.n_embd ({}) must be divisible by model.n_head ({}); pick n_head among the divisors of n_embd", n_embd, n_head);
+  TS_CHECK(arch != Architecture::Llama || head_dim() % 2 == 0,
+           "config: rotary positions need an even head size, but model.n_embd / model.n_head = {}", head_dim());
+  TS_CHECK(dropout >= 0.0f && dropout < 1.0f, "config: model.dropout = {} must be in [0, 1)", dropout);
+  TS_CHECK(norm_eps > 0.0f, "config: model.norm_eps must be positive, got {}", norm_eps);
+}
+
+ModelConfig read_model_config(TableReader r) {
+  ModelConfig m;
+  std::string arch = r.get<std::string>("arch", "gpt2");
+  if (arch == "gpt2") {
+    m.arch = Architecture::Gpt2;
+  } else if (arch == "llama") {
+    m.arch = Architecture::Llama;
+    m.bias = false;
+  } else {
+    TS_FAIL("config: model.arch = '{}' is not known; use \"gpt2\" or \"llama\"", arch);
+  }
+  m.n_layer = r.get("n_layer", m.n_layer);
+  m.n_head = r.get("n_head", m.n_head);
+  m.n_embd = r.get("n_embd", m.n_embd);
+  m.vocab_size = r.get("vocab_size", m.vocab_size);
+  m.seq_len = r.get("seq_len", m.seq_len);
+  m.ffn_hidden = r.get("ffn_hidden", m.ffn_hidden);
+  m.bias = r.get("bias", m.bias);
+  m.tied_embeddings = r.get("tied_embeddings", m.tied_embeddings);
+  m.dropout = r.get("dropout", m.dropout);
+  m.norm_eps = r.get("norm_eps", m.norm_eps);
+  m.rope_theta = r.get("rope_theta", m.rope_theta);
+  r.finish();
+  m.validate();
+  return m;
+}
+
+toml::table parse_toml_file(const std::string& path) {
+  std::ifstream in(path);
+  TS_CHECK(in.good(), "cannot open config file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return toml::parse(ss.str(), path);
+  } catch (const toml::parse_error& e) {
+    TS_FAIL("config file '{}' line {} column {}: {}", path, e.source().begin.line, e.source().begin.column,
+            e.description());
+  }
+}
+
+}  // namespace tessera::config

@@ -1,0 +1,46 @@
+#pragma once
+// The [model] section: the one description of a transformer shared by the trainer (nn/), the
+// planner and the simulator (plan/). Letters used for shapes throughout tessera:
+//   B batch, T sequence length, C = n_embd, H = n_head, D = C/H head size, F = ffn_hidden,
+//   V vocab_size, L = n_layer.
+#include <cstdint>
+#include <string>
+
+#include "config/toml_reader.h"
+
+namespace tessera::config {
+
+enum class Architecture {
+  Gpt2,   // LayerNorm, GELU MLP, learned positions
+  Llama,  // RMSNorm, SwiGLU MLP, rotary positions, no biases
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::Gpt2;
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 256;
+  int vocab_size = 256;
+  int seq_len = 128;         // maximum context T
+  int ffn_hidden = 0;        // F; 0 means the architecture's default (4C for GPT-2, ~8C/3 for Llama)
+  bool bias = true;          // biases in linears and norms
+  bool tied_embeddings = true;
+  float dropout = 0.0f;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+
+  int head_dim() const { return n_embd / n_head; }
+  int ffn() const;
+  // Exact count of trainable parameters (formula in model_config.cpp, checked against nn::GPT).
+  int64_t parameter_count() const;
+  // Throws tessera::Error naming the key and the fix.
+  void validate() const;
+};
+
+ModelConfig read_model_config(TableReader reader);
+std::string architecture_name(Architecture a);
+
+// Parses a TOML file with a message that names the file, line and column on syntax errors.
+toml::table parse_toml_file(const std::string& path);
+
+}  // namespace tessera::config

@@ -1,0 +1,122 @@
+#include "config/toml_reader.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tessera::config {
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const char* type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date or time";
+  }
+}
+}  // namespace
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  // A suggestion more than a third of the word away is noise, not help.
+  return best_distance <= std::max<size_t>(2, word.size() / 3) ? best : std::string();
+}
+
+const toml::table& TableReader::empty_table() {
+  static const toml::table empty;
+  return empty;
+}
+
+TableReader::TableReader(const toml::table& table, std::string path) : table_(&table), path_(std::move(path)) {}
+
+TableReader TableReader::table(const std::string& key) {
+  known_.push_back(key);
+  const toml::node* node = table_->get(key);
+  if (node == nullptr) return TableReader(empty_table(), dotted(key));
+  TS_CHECK(node->is_table(), "config: '{}' must be a table, got {}", dotted(key), type_name(node->type()));
+  return TableReader(*node->as_table(), dotted(key));
+}
+
+template <class T>
+std::optional<T> TableReader::read(const std::string& key) {
+  known_.push_back(key);
+  const toml::node* node = table_->get(key);
+  if (node == nullptr) return std::nullopt;
+  if constexpr (std::is_same_v<T, bool>) {
+    TS_CHECK(node->is_boolean(), "config: '{}' must be true or false, got {}", dotted(key), type_name(node->type()));
+    return node->as_boolean()->get();
+  } else if constexpr (std::is_integral_v<T>) {
+    TS_CHECK(node->is_integer(), "config: '{}' must be an integer, got {}", dotted(key), type_name(node->type()));
+    int64_t v = node->as_integer()->get();
+    TS_CHECK(v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                 v <= static_cast<int64_t>(std::numeric_limits<T>::max()),
+             "config: '{}' = {} does not fit its type", dotted(key), v);
+    return static_cast<T>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    TS_CHECK(node->is_number(), "config: '{}' must be a number, got {}", dotted(key), type_name(node->type()));
+    return static_cast<T>(node->is_integer() ? static_cast<double>(node->as_integer()->get())
+                                             : node->as_floating_point()->get());
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    TS_CHECK(node->is_string(), "config: '{}' must be a string, got {}", dotted(key), type_name(node->type()));
+    return node->as_string()->get();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    TS_CHECK(node->is_array(), "config: '{}' must be an array of integers, got {}", dotted(key), type_name(node->type()));
+    std::vector<int64_t> out;
+    for (const auto& item : *node->as_array()) {
+      TS_CHECK(item.is_integer(), "config: '{}' must hold only integers", dotted(key));
+      out.push_back(item.as_integer()->get());
+    }
+    return out;
+  } else {
+    static_assert(sizeof(T) == 0, "unsupported config value type");
+  }
+}
+
+template std::optional<bool> TableReader::read<bool>(const std::string&);
+template std::optional<int> TableReader::read<int>(const std::string&);
+template std::optional<int64_t> TableReader::read<int64_t>(const std::string&);
+template std::optional<double> TableReader::read<double>(const std::string&);
+template std::optional<float> TableReader::read<float>(const std::string&);
+template std::optional<std::string> TableReader::read<std::string>(const std::string&);
+template std::optional<std::vector<int64_t>> TableReader::read<std::vector<int64_t>>(const std::string&);
+
+void TableReader::finish() const {
+  for (const auto& [key, node] : *table_) {
+    std::string k(key.str());
+    if (std::find(known_.begin(), known_.end(), k) != known_.end()) continue;
+    std::string hint = closest_match(k, known_);
+    if (!hint.empty()) {
+      TS_FAIL("config: unknown key '{}'; did you mean '{}'?", dotted(k), dotted(hint));
+    }
+    std::string all;
+    for (const auto& c : known_) all += (all.empty() ? "" : ", ") + c;
+    TS_FAIL("config: unknown key '{}'; known keys of [{}] are: {}", dotted(k), path_, all);
+  }
+}
+
+}  // namespace tessera::config
