@@ -37,7 +37,10 @@ function(tessera_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+  set(properties TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "OMP_NUM_THREADS=2;TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR};TESSERA_BINARY_DIR=${PROJECT_BINARY_DIR}")
+  if(ARG_LABELS)
+    list(APPEND properties LABELS "${ARG_LABELS}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
 endfunction()

@@ -1,0 +1,97 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+
+#include "core/check.h"
+
+namespace tessera {
+
+std::string_view memory_tag_name(MemoryTag tag) {
+  switch (tag) {
+    case MemoryTag::Params: return "params";
+    case MemoryTag::Grads: return "grads";
+    case MemoryTag::Optimizer: return "optimizer";
+    case MemoryTag::Activations: return "activations";
+    case MemoryTag::Comm: return "comm";
+    case MemoryTag::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+namespace {
+size_t round_up(size_t bytes) {
+  size_t a = MemoryAccountant::kAlignment;
+  return bytes == 0 ? a : (bytes + a - 1) / a * a;
+}
+}  // namespace
+
+MemoryAccountant::~MemoryAccountant() { release_cache(); }
+
+void* MemoryAccountant::allocate(size_t bytes, MemoryTag tag) {
+  size_t rounded = round_up(bytes);
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (budget_ != 0 && stats_.live_total + bytes > budget_) {
+      TS_FAIL(
+          "out of memory: allocating {} bytes for '{}' would bring live memory to {} bytes, over the budget of {} "
+          "bytes (live: params {}, grads {}, optimizer {}, activations {}, comm {}, workspace {}). Reduce the "
+          "batch or sequence length, enable recomputation or ZeRO, or raise the memory budget",
+          bytes, memory_tag_name(tag), stats_.live_total + bytes, budget_, stats_.live[0], stats_.live[1],
+          stats_.live[2], stats_.live[3], stats_.live[4], stats_.live[5]);
+    }
+    auto it = cache_.find(rounded);
+    if (it != cache_.end()) {
+      ptr = it->second;
+      cache_.erase(it);
+    }
+    size_t t = static_cast<size_t>(tag);
+    stats_.live[t] += bytes;
+    stats_.live_total += bytes;
+    if (stats_.live[t] > stats_.peak[t]) stats_.peak[t] = stats_.live[t];
+    if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
+  }
+  if (ptr == nullptr) {
+    ptr = std::aligned_alloc(kAlignment, rounded);
+    if (ptr == nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.live[static_cast<size_t>(tag)] -= bytes;
+      stats_.live_total -= bytes;
+      TS_FAIL("the system refused {} bytes for '{}'", rounded, memory_tag_name(tag));
+    }
+  }
+  return ptr;
+}
+
+void MemoryAccountant::deallocate(void* ptr, size_t bytes, MemoryTag tag) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t t = static_cast<size_t>(tag);
+  stats_.live[t] -= bytes;
+  stats_.live_total -= bytes;
+  cache_.emplace(round_up(bytes), ptr);
+}
+
+MemoryStats MemoryAccountant::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void MemoryAccountant::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak = stats_.live;
+  stats_.peak_total = stats_.live_total;
+}
+
+void MemoryAccountant::set_budget(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  budget_ = bytes;
+}
+
+void MemoryAccountant::release_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, ptr] : cache_) std::free(ptr);
+  cache_.clear();
+}
+
+}  // namespace tessera

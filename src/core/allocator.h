@@ -1,0 +1,60 @@
+#pragma once
+// The accounting allocator: every byte tessera allocates carries a tag, so memory is counted, not
+// guessed. It knows live and peak bytes per tag and in total, and can enforce a budget (an
+// emulated device-memory size on CPU) that fails with an error naming the tag, the request and
+// the budget. Freed blocks are cached by size and reused, because a training step allocates the
+// same sizes every step and fresh pages cost a page fault each; the accounting counts only live
+// tensors, never the cache.
+//
+// There is no global allocator: a MemoryAccountant is a value owned by whoever runs the model and
+// passed to what allocates.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string_view>
+
+namespace tessera {
+
+enum class MemoryTag : uint8_t { Params, Grads, Optimizer, Activations, Comm, Workspace };
+inline constexpr size_t kMemoryTagCount = 6;
+std::string_view memory_tag_name(MemoryTag tag);
+
+struct MemoryStats {
+  std::array<size_t, kMemoryTagCount> live{};
+  std::array<size_t, kMemoryTagCount> peak{};
+  size_t live_total = 0;
+  size_t peak_total = 0;
+  size_t live_of(MemoryTag t) const { return live[static_cast<size_t>(t)]; }
+  size_t peak_of(MemoryTag t) const { return peak[static_cast<size_t>(t)]; }
+};
+
+class MemoryAccountant {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  // budget_bytes == 0 means unlimited.
+  explicit MemoryAccountant(size_t budget_bytes = 0) : budget_(budget_bytes) {}
+  ~MemoryAccountant();
+  MemoryAccountant(const MemoryAccountant&) = delete;
+  MemoryAccountant& operator=(const MemoryAccountant&) = delete;
+
+  // 64-byte aligned, uninitialized. Throws tessera::Error when the budget would be exceeded.
+  void* allocate(size_t bytes, MemoryTag tag);
+  void deallocate(void* ptr, size_t bytes, MemoryTag tag);
+
+  MemoryStats stats() const;
+  void reset_peaks();  // peaks restart from the live counts (e.g. to measure one step)
+  void set_budget(size_t bytes);
+  size_t budget() const { return budget_; }
+  void release_cache();  // returns cached blocks to the system
+
+ private:
+  mutable std::mutex mutex_;
+  size_t budget_;
+  MemoryStats stats_;
+  std::multimap<size_t, void*> cache_;  // rounded size -> free block
+};
+
+}  // namespace tessera
