@@ -1,0 +1,28 @@
+#pragma once
+// Causal multi-head self-attention on a packed qkv (per token: q[C] k[C] v[C], each C split into H
+// heads of D values, as the c_attn output of GPT-2), scores scaled by 1/sqrt(D).
+// Shapes: B batch, T time (Tn in code), C channels, H heads, D = C/H.
+namespace tessera::kernels {
+
+// Tiled (flash-style): never materializes the T×T scores. Saves lse[B,H,T], the log-sum-exp of
+// the scaled scores of each query row, for the backward, which recomputes the probabilities tile
+// by tile. The tiles are multiplied with BLAS. Needs D <= 256 and uses up to 200 KB (float) or
+// 400 KB (double) of stack per thread for its tiles.
+template <class T>
+void attention_forward(T* out /*[B,T,C]*/, T* lse /*[B,H,T]*/, const T* qkv /*[B,T,3C]*/, int B, int Tn, int C, int H);
+
+// dqkv[B,T,3C] written, from dout[B,T,C] and the forward's qkv, out and lse.
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int H);
+
+// Naive reference: materializes att[B,H,T,T], the post-softmax probabilities (zeros above the
+// diagonal). For tests and small shapes.
+template <class T>
+void attention_forward_naive(T* out /*[B,T,C]*/, T* att /*[B,H,T,T]*/, const T* qkv /*[B,T,3C]*/, int B, int Tn, int C,
+                             int H);
+
+// dqkv[B,T,3C] written, from dout[B,T,C], qkv and the forward's att.
+template <class T>
+void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,65 @@
+#include "kernels/cpu/embedding.h"
+
+#include <cstddef>
+
+#include "core/check.h"
+#include "kernels/cpu/parallel.h"
+
+namespace tessera::kernels {
+
+template <class T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int Tn, int C, int V) {
+  TS_CHECK(B >= 0 && Tn >= 0 && C > 0 && V > 0, "embedding_forward: bad shape B={} T={} C={} V={}", B, Tn, C, V);
+  // Validate every id before the parallel loop: an exception must not leave an OpenMP region.
+  const size_t rows = static_cast<size_t>(B) * Tn;
+  for (size_t r = 0; r < rows; ++r) {
+    const int32_t id = tokens[r];
+    TS_CHECK(id >= 0 && id < V,
+             "embedding: token id {} at position (b={}, t={}) is outside the vocabulary [0, {}); the data was "
+             "tokenized with a different vocabulary than the model's vocab_size",
+             id, r / Tn, r % Tn, V);
+  }
+  const size_t c_size = static_cast<size_t>(C);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * c_size))
+  for (size_t r = 0; r < rows; ++r) {
+    const T* e = wte + static_cast<size_t>(tokens[r]) * c_size;
+    T* o = out + r * c_size;
+    if (wpe != nullptr) {
+      const T* p = wpe + (r % Tn) * c_size;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = e[c];
+    }
+  }
+}
+
+template <class T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C) {
+  TS_CHECK(B >= 0 && Tn >= 0 && C > 0, "embedding_backward: bad shape B={} T={} C={}", B, Tn, C);
+  const size_t rows = static_cast<size_t>(B) * Tn;
+  const size_t c_size = static_cast<size_t>(C);
+  // Repeated tokens hit the same dwte row, so rows cannot be split among threads; columns can.
+  // Rows are visited in order within each column range, so the sums are deterministic.
+  detail::for_column_ranges(C, rows * c_size, [&](int c0, int c1) {
+    for (size_t r = 0; r < rows; ++r) {
+      const T* d = dout + r * c_size;
+      T* g = dwte + static_cast<size_t>(tokens[r]) * c_size;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) g[c] += d[c];
+      if (dwpe != nullptr) {
+        T* gp = dwpe + (r % Tn) * c_size;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) gp[c] += d[c];
+      }
+    }
+  });
+}
+
+template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int, int);
+template void embedding_forward<double>(double*, const int32_t*, const double*, const double*, int, int, int, int);
+template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int);
+template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int, int, int);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,20 @@
+#pragma once
+// Global gradient-norm clipping over many buffers (PyTorch clip_grad_norm_ with the 2-norm).
+#include <cstddef>
+#include <span>
+#include <utility>
+
+namespace tessera::kernels {
+
+// Σ x[i]^2 over n elements, accumulated in double. The summation order is fixed (independent of
+// the thread count), so the result is reproducible bit for bit.
+double sum_of_squares(const float* x, size_t n);
+double sum_of_squares(const double* x, size_t n);
+
+// Returns the total 2-norm over all buffers (pointer, element count). When max_norm > 0 and
+// max_norm / (norm + 1e-6) < 1, scales every buffer by that factor, as PyTorch does. A non-finite
+// norm is returned without touching the buffers, so the caller can skip the step.
+double clip_grad_norm(std::span<const std::pair<float*, size_t>> buffers, double max_norm);
+double clip_grad_norm(std::span<const std::pair<double*, size_t>> buffers, double max_norm);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,16 @@
+#pragma once
+// Fully connected layer, weights stored like PyTorch nn.Linear: weight[OC,IC].
+// Shapes: N rows (usually B*T), IC input features, OC output features.
+namespace tessera::kernels {
+
+// out[N,OC] = inp[N,IC] · weight[OC,IC]^T + bias[OC] (bias may be null).
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC);
+
+// dinp[N,IC] = dout[N,OC] · weight[OC,IC] (written; skipped when dinp is null);
+// dweight[OC,IC] += dout^T · inp[N,IC]; dbias[OC] += Σ_rows dout (skipped when dbias is null).
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int IC,
+                     int OC);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,40 @@
+#include "kernels/cpu/residual.h"
+
+#include "kernels/cpu/parallel.h"
+
+namespace tessera::kernels {
+
+// Element i reads only index i of the inputs before writing index i of the output, so the loops
+// stay correct when out aliases an input, and the simd pragma is still valid.
+template <class T>
+void add(T* out, const T* a, const T* b, size_t n) {
+  detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+template <class T>
+void add_inplace(T* y, const T* x, size_t n) {
+  detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; ++i) y[i] += x[i];
+  });
+}
+
+template <class T>
+void scale_inplace(T* y, T s, size_t n) {
+  detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
+#pragma omp simd
+    for (size_t i = lo; i < hi; ++i) y[i] *= s;
+  });
+}
+
+template void add<float>(float*, const float*, const float*, size_t);
+template void add<double>(double*, const double*, const double*, size_t);
+template void add_inplace<float>(float*, const float*, size_t);
+template void add_inplace<double>(double*, const double*, size_t);
+template void scale_inplace<float>(float*, float, size_t);
+template void scale_inplace<double>(double*, double, size_t);
+
+}  // namespace tessera::kernels

@@ -1,0 +1,16 @@
+#pragma once
+// Elementwise helpers for residual streams and gradient scaling. Shapes: n elements.
+#include <cstddef>
+
+namespace tessera::kernels {
+
+template <class T>
+void add(T* out, const T* a, const T* b, size_t n);  // out = a + b (out may alias a or b)
+
+template <class T>
+void add_inplace(T* y, const T* x, size_t n);  // y += x
+
+template <class T>
+void scale_inplace(T* y, T s, size_t n);  // y *= s
+
+}  // namespace tessera::kernels

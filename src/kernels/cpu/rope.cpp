@@ -1,0 +1,78 @@
+#include "kernels/cpu/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "core/check.h"
+#include "kernels/cpu/parallel.h"
+
+namespace tessera::kernels {
+
+namespace {
+// Rotates by +angle (forward) or -angle (backward). Angles are computed in double for both
+// instantiations, so the float kernel's only error is the final rounding of cos and sin.
+template <class T>
+void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, bool inverse, const char* name) {
+  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0, "{}: C={} must be a positive multiple of H={}", name, C,
+           H);
+  const int D = C / H;
+  TS_CHECK(D % 2 == 0, "{}: head dimension D = C/H = {} must be even to rotate pairs (i, i + D/2)", name, D);
+  TS_CHECK(theta > 0.0f, "{}: theta = {} must be positive", name, theta);
+  const int half = D / 2;
+  const size_t row = 3 * static_cast<size_t>(C);
+  const size_t t_stride = static_cast<size_t>(Tn) * row;
+  // Positions outer, batch inner: the angles of position t are computed once for all B rows.
+  constexpr int kChunk = 32;
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(static_cast<size_t>(B) * Tn * row))
+  for (int t = 0; t < Tn; ++t) {
+    for (int i0 = 0; i0 < half; i0 += kChunk) {
+      const int len = std::min(kChunk, half - i0);
+      T cos_t[kChunk], sin_t[kChunk];
+      for (int i = 0; i < len; ++i) {
+        const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * (i0 + i) / D);
+        const double angle = static_cast<double>(t) * inv_freq;
+        cos_t[i] = static_cast<T>(std::cos(angle));
+        sin_t[i] = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
+      }
+      for (int b = 0; b < B; ++b) {
+        const size_t base = b * t_stride + t * row;
+        // q and k heads are 2H consecutive groups of D values.
+        for (int g = 0; g < 2 * H; ++g) {
+          const T* x = inp + base + static_cast<size_t>(g) * D + i0;
+          T* y = out + base + static_cast<size_t>(g) * D + i0;
+#pragma omp simd
+          for (int i = 0; i < len; ++i) {
+            const T x1 = x[i], x2 = x[i + half];
+            y[i] = x1 * cos_t[i] - x2 * sin_t[i];
+            y[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+          }
+        }
+      }
+    }
+    if (out != inp) {
+      for (int b = 0; b < B; ++b) {
+        const size_t v = b * t_stride + t * row + 2 * static_cast<size_t>(C);
+        std::copy(inp + v, inp + v + C, out + v);
+      }
+    }
+  }
+}
+}  // namespace
+
+template <class T>
+void rope_forward(T* out, const T* inp, int B, int Tn, int C, int H, float theta) {
+  rotate(out, inp, B, Tn, C, H, theta, false, "rope_forward");
+}
+
+template <class T>
+void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int H, float theta) {
+  rotate(dinp, dout, B, Tn, C, H, theta, true, "rope_backward");
+}
+
+template void rope_forward<float>(float*, const float*, int, int, int, int, float);
+template void rope_forward<double>(double*, const double*, int, int, int, int, float);
+template void rope_backward<float>(float*, const float*, int, int, int, int, float);
+template void rope_backward<double>(double*, const double*, int, int, int, int, float);
+
+}  // namespace tessera::kernels

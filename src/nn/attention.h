@@ -1,0 +1,35 @@
+#pragma once
+// Causal multi-head self-attention: qkv projection, (rotary positions), attention, output
+// projection. The attention kernel is the tiled one: it saves only the output and the
+// log-sum-exp of each query row, never the T×T probabilities.
+#include <string>
+
+#include "config/model_config.h"
+#include "nn/linear.h"
+
+namespace tessera::nn {
+
+class Attention {
+ public:
+  Attention() = default;
+  Attention(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
+
+  struct Ctx {
+    Linear::Ctx qkv_proj;
+    Tensor qkv;  // [B, T, 3C] after rotary positions (Llama) — what attention read
+    Tensor out;  // [B, T, C] attention output before the projection
+    Tensor lse;  // [B, H, T] log-sum-exp of the scaled scores
+    Linear::Ctx out_proj;
+  };
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // [B, T, C] -> [B, T, C]
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // -> dx [B, T, C]
+
+ private:
+  Linear qkv_;   // C -> 3C
+  Linear proj_;  // C -> C
+  int n_head_ = 0, channels_ = 0;
+  bool rotary_ = false;
+  float rope_theta_ = 10000.0f;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,37 @@
+#pragma once
+// The block's normalization: LayerNorm (GPT-2) or RMSNorm (Llama), chosen by the architecture.
+#include <string>
+
+#include "config/model_config.h"
+#include "nn/parameters.h"
+#include "nn/step_context.h"
+
+namespace tessera::nn {
+
+class Norm {
+ public:
+  enum class Kind { LayerNorm, RMSNorm };
+  Norm() = default;
+  Norm(ParameterStore& store, const std::string& name, int channels, Kind kind, bool bias, float eps);
+
+  struct Ctx {
+    Tensor inp;   // [N, C]
+    Tensor mean;  // [N] (LayerNorm only)
+    Tensor rstd;  // [N]
+  };
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // [..., C] -> [..., C]
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // -> dx; dweight, dbias +=
+
+  static Kind kind_for(config::Architecture arch) {
+    return arch == config::Architecture::Gpt2 ? Kind::LayerNorm : Kind::RMSNorm;
+  }
+
+ private:
+  Kind kind_ = Kind::LayerNorm;
+  Parameter* weight_ = nullptr;  // [C]
+  Parameter* bias_ = nullptr;    // [C] or null
+  int channels_ = 0;
+  float eps_ = 1e-5f;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,210 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "optim/adamw.h"
+
+using namespace tessera;
+using config::Architecture;
+using config::ModelConfig;
+
+namespace {
+
+ModelConfig small_config(Architecture arch) {
+  ModelConfig c;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.vocab_size = 61;
+  c.seq_len = 24;
+  c.bias = arch == Architecture::Gpt2;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint64_t stream) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>(uniform(5, stream, static_cast<uint64_t>(i)) * static_cast<float>(vocab));
+  return t;
+}
+
+// One optimizer step on a fixed batch; returns the mean loss.
+double train_step(nn::GPT& model, optim::AdamW& opt, MemoryAccountant& mem, const std::vector<int32_t>& tokens,
+                  const std::vector<int32_t>& targets, int B, int T) {
+  nn::StepContext step{mem};
+  nn::GPT::Ctx ctx;
+  model.parameters().zero_grads();
+  double sum = model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f / static_cast<float>(B * T));
+  model.backward(step, ctx);
+  opt.step(1e-3f);
+  return sum / (B * T);
+}
+
+}  // namespace
+
+TEST(GPT, ParametersAreNamedAndCounted) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    for (bool tied : {true, false}) {
+      ModelConfig c = small_config(arch);
+      c.tied_embeddings = tied;
+      MemoryAccountant mem;
+      nn::GPT model(c, mem, 1);
+      EXPECT_EQ(model.parameters().numel(), c.parameter_count());
+      EXPECT_EQ(model.parameters().get("blocks.1.attn.qkv.weight").shape, (Shape{96, 32}));
+      EXPECT_EQ(model.parameters().get("embed.tokens.weight").shape, (Shape{61, 32}));
+      if (!tied) {
+        EXPECT_EQ(model.parameters().get("head.weight").shape, (Shape{61, 32}));
+      }
+      EXPECT_THROW(model.parameters().get("blocks.2.attn.qkv.weight"), Error);
+    }
+  }
+}
+
+// Counted memory equals the shapes' arithmetic: params/grads/optimizer 4/4/8 bytes per parameter
+// in fp32, and the activation peak of a training step equals GPT::saved_activation_bytes.
+TEST(GPT, MeasuredMemoryEqualsTheFormulas) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    ModelConfig c = small_config(arch);
+    MemoryAccountant mem;
+    nn::GPT model(c, mem, 1);
+    optim::AdamW opt(model.parameters(), mem, {});
+    const auto n = static_cast<size_t>(c.parameter_count());
+    MemoryStats s = mem.stats();
+    EXPECT_EQ(s.live_of(MemoryTag::Params), 4 * n);
+    EXPECT_EQ(s.live_of(MemoryTag::Grads), 4 * n);
+    EXPECT_EQ(s.live_of(MemoryTag::Optimizer), 8 * n);
+
+    const int B = 3, T = 17;
+    auto tokens = random_tokens(B * T, c.vocab_size, 1);
+    auto targets = random_tokens(B * T, c.vocab_size, 2);
+    mem.reset_peaks();
+    nn::StepContext step{mem};
+    nn::GPT::Ctx ctx;
+    model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
+    EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)));
+    model.backward(step, ctx);
+    s = mem.stats();
+    EXPECT_EQ(s.peak_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)))
+        << config::architecture_name(arch);
+    EXPECT_EQ(s.live_of(MemoryTag::Activations), 0u) << "backward must release everything forward saved";
+    EXPECT_EQ(s.live_of(MemoryTag::Workspace), 0u);
+  }
+}
+
+TEST(GPT, SameSeedGivesBitwiseEqualRuns) {
+  ModelConfig c = small_config(Architecture::Gpt2);
+  c.dropout = 0.1f;  // dropout masks come from the counter RNG, so they repeat too
+  const int B = 2, T = 24;
+  auto tokens = random_tokens(B * T, c.vocab_size, 3);
+  auto targets = random_tokens(B * T, c.vocab_size, 4);
+  std::vector<double> losses[2];
+  std::vector<float> params[2];
+  for (int run = 0; run < 2; ++run) {
+    MemoryAccountant mem;
+    nn::GPT model(c, mem, 1234);
+    optim::AdamW opt(model.parameters(), mem, {});
+    for (int s = 0; s < 3; ++s) losses[run].push_back(train_step(model, opt, mem, tokens, targets, B, T));
+    const float* p = model.parameters().flat_values().data<float>();
+    params[run].assign(p, p + model.parameters().numel());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)), 0);
+  EXPECT_LT(losses[0][2], losses[0][0]) << "three steps on one batch must lower its loss";
+  // A different seed gives a different model.
+  MemoryAccountant mem;
+  nn::GPT other(c, mem, 1235);
+  EXPECT_NE(other.parameters().flat_values().data<float>()[0], params[0][0]);
+}
+
+TEST(GPT, BadInputGivesClearErrors) {
+  ModelConfig c = small_config(Architecture::Gpt2);
+  MemoryAccountant mem;
+  nn::GPT model(c, mem, 1);
+  nn::StepContext step{mem};
+  const int B = 1, T = 4;
+  std::vector<int32_t> tokens = {1, 2, 61, 3};  // 61 is outside the vocabulary [0, 61)
+  std::vector<int32_t> targets = {1, 2, 3, 4};
+  {
+    nn::GPT::Ctx ctx;
+    try {
+      model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
+      FAIL() << "an out-of-range token must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("61"), std::string::npos) << e.what();
+    }
+  }
+  {
+    nn::GPT::Ctx ctx;
+    std::vector<int32_t> long_tokens(30, 1);
+    EXPECT_THROW(model.forward(step, ctx, long_tokens.data(), long_tokens.data(), 1, 30, 1.0f), Error);
+  }
+  {
+    tokens[2] = 5;
+    targets[1] = 70;  // target outside the vocabulary
+    nn::GPT::Ctx ctx;
+    EXPECT_THROW(model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f), Error);
+  }
+  {
+    // A budget too small for the activations of a step names the tag and the budget.
+    MemoryAccountant small;
+    nn::GPT m2(c, small, 1);
+    small.set_budget(small.stats().live_total + 4096);
+    nn::StepContext s2{small};
+    nn::GPT::Ctx ctx;
+    targets[1] = 3;
+    try {
+      m2.forward(s2, ctx, tokens.data(), targets.data(), B, T, 1.0f);
+      FAIL() << "the budget must be enforced";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find("out of memory"), std::string::npos) << m;
+      EXPECT_NE(m.find("'activations'"), std::string::npos) << m;
+    }
+  }
+  {
+    ModelConfig bad = c;
+    bad.n_head = 5;
+    EXPECT_THROW(nn::GPT(bad, mem, 1), Error);
+  }
+}
+
+namespace {
+// Records the order of hook calls.
+struct Recorder : nn::ExecutionHooks {
+  std::vector<std::string> calls;
+  void before_forward(int u) override { calls.push_back("F" + std::to_string(u)); }
+  void after_forward(int u) override { calls.push_back("f" + std::to_string(u)); }
+  void before_backward(int u) override { calls.push_back("B" + std::to_string(u)); }
+  void after_backward(int u) override { calls.push_back("b" + std::to_string(u)); }
+};
+}  // namespace
+
+// Transforms see the model as a chain of units whose owned parameters tile the flat buffer, and
+// are called around each unit in forward order, then in reverse for backward.
+TEST(GPT, UnitsTileTheParametersAndHooksRunInChainOrder) {
+  ModelConfig c = small_config(Architecture::Gpt2);
+  MemoryAccountant mem;
+  nn::GPT model(c, mem, 1);
+  const auto& units = model.units();
+  ASSERT_EQ(units.size(), static_cast<size_t>(c.n_layer + 2));
+  int64_t next = 0;
+  for (const auto& u : units) {
+    EXPECT_EQ(u.owned.begin, next) << u.name;
+    next = u.owned.end;
+  }
+  EXPECT_EQ(next, model.parameters().numel());
+  EXPECT_EQ(units.back().params.size(), 2u) << "a tied head also reads the token embedding";
+
+  Recorder rec;
+  nn::StepContext step{mem};
+  step.hooks = &rec;
+  nn::GPT::Ctx ctx;
+  std::vector<int32_t> tokens = {1, 2, 3, 4}, targets = {2, 3, 4, 5};
+  model.forward(step, ctx, tokens.data(), targets.data(), 1, 4, 1.0f);
+  model.backward(step, ctx);
+  EXPECT_EQ(rec.calls, (std::vector<std::string>{"F0", "f0", "F1", "f1", "F2", "f2", "F3", "f3", "B3", "b3", "B2",
+                                                 "b2", "B1", "b1", "B0", "b0"}));
+}
