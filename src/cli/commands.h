@@ -8,5 +8,6 @@ namespace tessera::cli {
 
 void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline schedules
 void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner
+void add_data_command(CLI::App& app);      // data_command.cpp: corpus, tokenizer, token files
 
 }  // namespace tessera::cli

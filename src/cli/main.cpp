@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera: training large neural networks with every kind of parallelism, and planning them"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
+  tessera::cli::add_data_command(app);
   tessera::cli::add_simulate_command(app);
   tessera::cli::add_plan_command(app);
   try {
