@@ -1,5 +1,102 @@
-// Placeholder until the simulate command lands.
+// `tessera simulate`: generate a pipeline schedule, validate it, simulate it with uniform costs,
+// print the bubble next to its closed form, and optionally draw the timeline.
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+
 #include "cli/commands.h"
+#include "core/check.h"
+#include "parallel/pipeline/generators.h"
+#include "parallel/pipeline/validator.h"
+#include "plan/pipeline/closed_form.h"
+#include "plan/pipeline/schedule_timeline.h"
+#include "plan/pipeline/simulation_report.h"
+#include "plan/pipeline/simulator.h"
+#include "plan/pipeline/timeline.h"
+
 namespace tessera::cli {
-void add_simulate_command(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct SimulateOptions {
+  std::string schedule = "1f1b";
+  int stages = 4;
+  int microbatches = 8;
+  int chunks = 1;
+  int steps = 1;
+  double forward = 1.0;
+  double backward = 2.0;
+  double weight = 1.0;
+  double p2p = 0.0;
+  bool recompute = false;
+  bool blocking = false;
+  std::string svg;
+  bool grid = false;
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  TS_CHECK(out.good(), "cannot write '{}': {}", path, std::strerror(errno));
+  out << text;
+  out.close();
+  TS_CHECK(!out.fail(), "writing '{}' failed: {}", path, std::strerror(errno));
+}
+
+void run(const SimulateOptions& o) {
+  namespace pp = tessera::pipeline;
+  const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
+  const pp::Schedule schedule = pp::make_schedule(kind, {o.stages, o.microbatches, o.chunks, o.steps, o.recompute});
+  const pp::ValidationReport validation = pp::check_valid(schedule);
+  plan::PipelineCosts costs = plan::uniform_costs(schedule, o.forward, o.backward, o.weight, o.p2p);
+  costs.mode = o.blocking ? plan::TransferMode::Blocking : plan::TransferMode::Async;
+  const plan::SimulationResult result = plan::simulate_schedule(schedule, costs);
+  const auto closed_form = plan::closed_form_bubble(schedule, o.forward, o.backward, o.weight);
+  fmt::print("{}", plan::simulation_report(schedule, validation, result, closed_form));
+  if (o.p2p > 0 || o.recompute)
+    fmt::print("note: the closed forms assume no point-to-point time and no recompute\n");
+  if (!o.svg.empty() || o.grid) {
+    plan::Timeline timeline = plan::schedule_timeline(schedule, result);
+    timeline.notes.push_back(plan::simulation_caption(result, closed_form));
+    if (o.grid) fmt::print("\n{}", plan::render_grid(timeline));
+    if (!o.svg.empty()) {
+      write_file(o.svg, plan::render_svg(timeline));
+      fmt::print("\nwrote {}\n", o.svg);
+    }
+  }
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app) {
+  auto options = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Generate a pipeline schedule, check it for deadlocks, and simulate its timeline and bubble");
+  cmd->add_option("--schedule", options->schedule, "gpipe, 1f1b, interleaved, 2bw or zb-h1")
+      ->capture_default_str();
+  cmd->add_option("--stages,-p", options->stages, "pipeline stages p (one rank each)")->capture_default_str();
+  cmd->add_option("--microbatches,-m", options->microbatches, "microbatches per optimizer step m")
+      ->capture_default_str();
+  cmd->add_option("--chunks", options->chunks, "model chunks per rank v (interleaved)")->capture_default_str();
+  cmd->add_option("--steps", options->steps, "optimizer steps in one list (2bw)")->capture_default_str();
+  cmd->add_option("--forward-time", options->forward, "forward time of one microbatch on one rank")
+      ->capture_default_str();
+  cmd->add_option("--backward-time", options->backward,
+                  "whole backward time (input gradient + weight gradient) of one microbatch on one rank")
+      ->capture_default_str();
+  cmd->add_option("--weight-time", options->weight,
+                  "weight-gradient share of --backward-time (run separately by zb-h1)")
+      ->capture_default_str();
+  cmd->add_option("--p2p-time", options->p2p, "time of one point-to-point transfer")->capture_default_str();
+  cmd->add_flag("--recompute", options->recompute, "recompute each forward just before its backward");
+  cmd->add_flag("--blocking", options->blocking,
+                "simulate blocking send/recv (default: isend/irecv, the consumer waits for the data)");
+  cmd->add_option("--svg", options->svg, "write the timeline picture to this SVG file");
+  cmd->add_flag("--grid", options->grid, "print the timeline as a text grid");
+  cmd->callback([options] { run(*options); });
+}
+
 }  // namespace tessera::cli

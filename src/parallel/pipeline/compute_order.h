@@ -1,0 +1,37 @@
+#pragma once
+// Shared by the generators: they decide only the order of compute on each rank; this part turns
+// that order into executable lists by placing every Send and Recv.
+//
+// Placement rule. The compute order is played once with nominal integer costs (F = 1, B = 2, or
+// B = W = 1 when split) as pure dataflow. Every cross-rank tensor becomes one transfer event, timed
+// at the first moment after its producer finishes when sender and receiver both stand between
+// compute instructions (or, if that comes after the consumer starts, the receiver's first free
+// moment). All compute and transfer events are sorted into one global sequence (by time; at equal
+// times transfers first), and each rank's list is that sequence restricted to the rank. Because
+// every list is a projection of one sequential execution in which each Send meets its Recv at
+// once, the lists cannot deadlock even when every Send blocks until its Recv is posted, whatever
+// the real costs. The validator checks this independently. Choosing moments when both ranks are
+// free keeps blocking executors at the dataflow optimum wherever such moments exist.
+#include <vector>
+
+#include "parallel/pipeline/instruction.h"
+
+namespace tessera::pipeline {
+
+// A schedule with its fields set from `shape` (after check_shape) and one empty list per rank.
+struct ScheduleShape;
+Schedule start_schedule(ScheduleKind kind, const ScheduleShape& shape);
+
+// Appends a compute instruction for `stage` (chunk derived) to `order`.
+void push_compute(std::vector<Instruction>& order, const Schedule& schedule, Op op, int stage, int microbatch,
+                  int weight_version = 0);
+
+// Appends one OptimizerStep per chunk of `rank`, each producing weight version `version`.
+void push_optimizer_steps(std::vector<Instruction>& order, const Schedule& schedule, int rank, int version);
+
+// Adds Recompute before each backward when schedule.recompute, then replaces schedule.programs
+// (compute only on entry) by the full lists with transfers. Throws if the compute order cannot run
+// (a generator bug: some compute waits on data that is never produced).
+void place_transfers(Schedule& schedule);
+
+}  // namespace tessera::pipeline
