@@ -1,5 +1,105 @@
-// Placeholder until the plan command lands.
+// `tessera plan`: memory and time of a layout, or the best layouts, of a model on a cluster.
+#include <fmt/format.h>
+
+#include <memory>
+
 #include "cli/commands.h"
+#include "core/check.h"
+#include "plan/config_files.h"
+#include "plan/planner.h"
+#include "plan/published.h"
+#include "plan/report.h"
+#include "plan/simulated_pipeline.h"
+
 namespace tessera::cli {
-void add_plan_command(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  std::string cluster;
+  int64_t devices = 0;
+  int64_t global_batch = 0;
+  std::string layout;
+  int top = 5;
+  std::string precision = "bf16";
+  bool flash = false;
+  bool overlap = false;
+  bool simulate = false;
+  bool published = false;
+  bool calibrate = false;
+};
+
+void run_plan(const PlanArgs& a) {
+  using namespace tessera::plan;
+  const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
+  if (a.published || a.calibrate) {
+    ClusterSpec cluster = load_cluster(a.cluster.empty() ? "a100-80gb" : a.cluster);
+    if (a.published) {
+      fmt::print("Megatron PTD-P Table 1 (Narayanan et al. 2021): predicted vs published TFLOP/s per GPU\n\n{}",
+                 format_accuracy_table(table1_accuracy(cluster, pipeline), cluster, pipeline.name));
+    }
+    if (a.calibrate) {
+      fmt::print("efficiency.gemm minimizing the squared log error over Table 1: {:.3f} (cluster file has {})\n",
+                 calibrate_gemm_efficiency(cluster, pipeline), cluster.efficiency.gemm);
+    }
+    return;
+  }
+  TS_CHECK(!a.model.empty(), "plan: --model is required (a TOML file with a [model] table, or a shipped name such as gpt3-175b)");
+  TS_CHECK(!a.cluster.empty(), "plan: --cluster is required (a TOML file with a [cluster] table, or a shipped name such as a100-80gb)");
+  TS_CHECK(a.precision == "bf16" || a.precision == "fp32", "plan: --precision {} must be bf16 or fp32", a.precision);
+  const config::ModelConfig model = load_model(a.model);
+  const ClusterSpec cluster = load_cluster(a.cluster);
+  const Precision precision = a.precision == "fp32" ? Precision::Fp32 : Precision::Bf16;
+
+  if (!a.layout.empty()) {
+    Layout base;
+    base.precision = precision;
+    base.flash_attention = a.flash;
+    base.overlap = a.overlap;
+    if (a.global_batch > 0) base.global_batch = a.global_batch;
+    Layout l = parse_layout(a.layout, base);
+    TS_CHECK(a.global_batch > 0 || a.layout.find("gb=") != std::string::npos,
+             "plan: give the global batch with --global-batch or gb= in --layout");
+    TS_CHECK(a.global_batch == 0 || l.global_batch == a.global_batch,
+             "plan: --global-batch {} and gb={} in --layout disagree; give one", a.global_batch, l.global_batch);
+    check_layout(model, l, a.devices > 0 ? a.devices : l.devices());
+    fmt::print("{}", format_estimate(model, cluster, estimate(model, l, cluster, pipeline)));
+    return;
+  }
+  TS_CHECK(!a.simulate, "plan: --simulate applies to --layout and --published; the layout search uses the closed forms");
+  TS_CHECK(a.devices > 0, "plan: --devices N is required to search layouts (or give one with --layout)");
+  TS_CHECK(a.global_batch > 0, "plan: --global-batch B is required (sequences per optimizer step)");
+  PlanRequest request;
+  request.devices = a.devices;
+  request.global_batch = a.global_batch;
+  request.precision = precision;
+  request.flash_attention = a.flash;
+  request.overlap = a.overlap;
+  request.top = a.top;
+  fmt::print("{}", format_plan(model, cluster, request, plan_layouts(model, cluster, request)));
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "predict memory and step time of parallel layouts; find the fastest that fits");
+  cmd->add_option("--model", args->model, "model TOML with a [model] table, or a shipped name (configs/models/)");
+  cmd->add_option("--cluster", args->cluster, "cluster TOML with a [cluster] table, or a shipped name (configs/clusters/)");
+  cmd->add_option("--devices", args->devices, "number of devices");
+  cmd->add_option("--global-batch", args->global_batch, "sequences per optimizer step");
+  cmd->add_option("--layout", args->layout,
+                  "evaluate one layout, e.g. \"tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16\"");
+  cmd->add_option("--top", args->top, "how many of the best layouts to print")->capture_default_str();
+  cmd->add_option("--precision", args->precision, "bf16 (with fp32 master weights) or fp32")->capture_default_str();
+  cmd->add_flag("--flash", args->flash, "fused attention that never stores the s x s scores");
+  cmd->add_flag("--overlap", args->overlap, "data-parallel and ZeRO communication overlaps compute (not by default)");
+  cmd->add_flag("--simulate", args->simulate, "time the pipeline with the schedule simulator instead of the closed forms");
+  cmd->add_flag("--published", args->published,
+                "print predicted vs published TFLOP/s per GPU for Megatron PTD-P Table 1 (cluster a100-80gb unless --cluster)");
+  cmd->add_flag("--calibrate", args->calibrate, "print the efficiency.gemm value that best fits Table 1 on the cluster");
+  cmd->callback([args] { run_plan(*args); });
+}
+
 }  // namespace tessera::cli

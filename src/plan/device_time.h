@@ -1,0 +1,41 @@
+#pragma once
+// The efficiency model of one device: how long a matrix multiply or a bandwidth-bound kernel
+// takes. Three named constants of the cluster (efficiency.gemm, efficiency.memory,
+// efficiency.kernel_overhead_us) carry all of it:
+//   matmul:  max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + overhead   (a roofline)
+//   stream:  bytes / (bandwidth x memory) + overhead
+// Small or thin matmuls (attention's per-head products, thin tensor-parallel shards) fall on the
+// bandwidth side of the roofline or are dominated by the per-kernel overhead; large ones run at
+// the achievable fraction of peak.
+#include "plan/cluster.h"
+#include "plan/collectives.h"
+#include "plan/model_costs.h"
+
+namespace tessera::plan {
+
+double gemm_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
+// The input-gradient and weight-gradient products of g: dA = dC B^T and dB = A^T dC.
+double gemm_backward_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
+double stream_seconds(const ClusterSpec& c, double bytes);
+// A fused kernel bound by its FLOPs (flash attention).
+double fused_seconds(const ClusterSpec& c, Precision p, double flops);
+
+// The backward of an elementwise or normalization kernel reads the incoming gradient and the
+// saved input(s) and writes the outgoing gradient: about twice the bytes of its forward.
+inline constexpr double kBackwardStreamTraffic = 2.0;
+// A fused attention backward does 2.5 x the forward's FLOPs (dQ, dK, dV, dP and the recomputed QK^T).
+inline constexpr double kFlashBackwardFlops = 2.5;
+
+// Seconds of one layer on one rank for one microbatch, split into compute (matmuls and streams)
+// and the tensor-parallel collectives that sit between them (not overlapped, as in Megatron).
+struct LayerTime {
+  double forward = 0;
+  double backward = 0;
+  double recompute = 0;   // extra forward work during backward (full or selective)
+  double forward_tp = 0;
+  double backward_tp = 0;
+  double recompute_tp = 0;
+};
+LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const ClusterSpec& c, const Placement& place);
+
+}  // namespace tessera::plan

@@ -1,0 +1,180 @@
+#include "plan/estimate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "plan/collectives.h"
+#include "plan/device_time.h"
+
+namespace tessera::plan {
+
+using config::ModelConfig;
+
+namespace {
+
+// Adam touches, per parameter of its shard: read gradient, master weight, m and v; write master
+// weight, m and v (4 bytes each) and the bf16 weight copy, or in fp32 the weight itself: 28 bytes.
+constexpr double kOptimizerBytesPerParam = 28;
+
+struct StageTime {
+  double forward = 0, backward = 0;        // compute, recompute included in backward
+  double forward_tp = 0, backward_tp = 0;  // collectives, recompute's included in backward
+};
+
+// Embedding lookup (first stage) and the output layer with the loss (last stage), per microbatch.
+StageTime edge_time(const ModelConfig& m, const Layout& l, const ClusterSpec& c, const Placement& groups, bool first, bool last) {
+  StageTime t;
+  const Precision p = l.precision;
+  const double e = element_bytes(p);
+  const double b = l.micro_batch, s = m.seq_len, h = m.n_embd, tp = l.tp;
+  const double bsh = b * s * h, R = bsh / (l.sp ? tp : 1);
+  const double mask = m.dropout > 0 ? 1.0 : 0.0;
+  if (first) {
+    // Gather rows of the vocab-parallel table, add positions, dropout; the partial rows are summed
+    // over the tp group (reduce-scattered with sp).
+    const double bytes = 2 * e * bsh + (3 * e + mask) * R;
+    t.forward += stream_seconds(c, bytes);
+    t.backward += stream_seconds(c, kBackwardStreamTraffic * bytes);
+    t.forward_tp += l.sp ? reduce_scatter_seconds(groups.tp, e * bsh) : all_reduce_seconds(groups.tp, e * bsh);
+  }
+  if (last) {
+    const double vocab = std::ceil(m.vocab_size / tp);
+    const Gemm logits{"logits", static_cast<int64_t>(b * s), static_cast<int64_t>(vocab), m.n_embd};
+    t.forward += stream_seconds(c, 2 * e * R) + gemm_seconds(c, p, logits);
+    t.backward += stream_seconds(c, kBackwardStreamTraffic * 2 * e * R) + gemm_backward_seconds(c, p, logits);
+    // Cross-entropy in fp32 over the vocab shard: read logits, write probabilities, one reduction
+    // pass; backward reads probabilities and writes the logit gradient.
+    t.forward += stream_seconds(c, (e + 8) * b * s * vocab);
+    t.backward += stream_seconds(c, (4 + e) * b * s * vocab);
+    // The head's input is gathered (sp) or its gradient all-reduced; the loss needs three small
+    // all-reduces of per-token values (max, sum, target logit).
+    const double per_token = 4 * b * s;
+    t.forward_tp += 3 * all_reduce_seconds(groups.tp, per_token) + (l.sp ? all_gather_seconds(groups.tp, e * bsh) : 0);
+    t.backward_tp += l.sp ? reduce_scatter_seconds(groups.tp, e * bsh) : all_reduce_seconds(groups.tp, e * bsh);
+  }
+  return t;
+}
+
+}  // namespace
+
+RankMemory estimate_memory(const ModelConfig& m, const Layout& l, const PipelineModel& pipeline) {
+  return peak_rank_memory(m, l, pipeline);
+}
+
+Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, const PipelineModel& pipeline) {
+  check_layout(m, l, l.devices());
+  TS_CHECK(c.max_devices() == 0 || l.devices() <= c.max_devices(),
+           "plan: the layout needs {} devices but cluster '{}' has {} ({} nodes of {})", l.devices(), c.name, c.max_devices(),
+           c.max_nodes, c.devices_per_node);
+  Estimate est;
+  est.layout = l;
+  est.memory = peak_rank_memory(m, l, pipeline);
+  est.memory_capacity = c.usable_memory();
+  est.fits = est.memory.memory.total() <= est.memory_capacity;
+
+  const Placement groups = place(l, c);
+  const LayerTime layer = layer_time(m, l, c, groups);
+  const double layers_per_stage = static_cast<double>(m.n_layer / l.pp);
+  StageTime body;
+  body.forward = layers_per_stage * layer.forward;
+  body.backward = layers_per_stage * (layer.backward + layer.recompute);
+  body.forward_tp = layers_per_stage * layer.forward_tp;
+  body.backward_tp = layers_per_stage * (layer.backward_tp + layer.recompute_tp);
+
+  // The slowest stage sets the pace: the first (embedding) or the last (output layer and loss).
+  StageTime slowest;
+  double slowest_total = -1;
+  for (int stage : {0, l.pp - 1}) {
+    StageTime edge = edge_time(m, l, c, groups, stage == 0, stage == l.pp - 1);
+    StageTime st{body.forward + edge.forward, body.backward + edge.backward, body.forward_tp + edge.forward_tp,
+                 body.backward_tp + edge.backward_tp};
+    double total = st.forward + st.backward + st.forward_tp + st.backward_tp;
+    if (total > slowest_total) {
+      slowest = st;
+      slowest_total = total;
+    }
+  }
+
+  const PipelineShape shape = pipeline_shape(l);
+  const double mb = static_cast<double>(shape.microbatches);
+  const double e = element_bytes(l.precision);
+  StageTimes st;
+  st.forward = slowest.forward + slowest.forward_tp;
+  st.backward = slowest.backward + slowest.backward_tp;
+  if (l.pp > 1) {
+    // Boundary activations: with sp they are already sharded over tp; without, each tp rank sends
+    // its 1/t share and the receiving group all-gathers it (Megatron's scatter/gather).
+    const double boundary = e * l.micro_batch * static_cast<double>(m.seq_len) * m.n_embd;
+    st.p2p = p2p_seconds(groups.pp, boundary / l.tp);
+    if (!l.sp && l.tp > 1) st.p2p += all_gather_seconds(groups.tp, boundary);
+  }
+
+  // Data parallelism and ZeRO. By default their collectives do not overlap compute (Megatron's
+  // 2021 all-reduce after the last backward, DeepSpeed's default for ZeRO-1/2); with overlap the
+  // gradient reduction hides behind the last microbatch's backward and ZeRO-3's gathers behind
+  // the compute of the microbatch that needs them.
+  const double rank_params = std::max(stage_params(m, l, 0).total(), stage_params(m, l, l.pp - 1).total());
+  const double grad_bytes = e * rank_params;
+  auto hidden = [&](double comm, double compute) { return l.overlap ? std::max(0.0, comm - compute) : comm; };
+  // ZeRO-2 and -3 move weights and gradients layer by layer as compute reaches them: one
+  // collective per layer, each paying the ring latency.
+  auto per_layer = [&](double (*collective)(const Group&, double)) {
+    return layers_per_stage * collective(groups.dp, grad_bytes / layers_per_stage);
+  };
+  double per_microbatch_exposed = 0;  // ZeRO-2/3 traffic of every microbatch left on the critical path
+  double dp_exposed = 0;
+  if (l.dp > 1) {
+    switch (l.zero) {
+      case 0: dp_exposed = hidden(all_reduce_seconds(groups.dp, grad_bytes), st.backward); break;
+      case 1:
+        dp_exposed = hidden(reduce_scatter_seconds(groups.dp, grad_bytes), st.backward) + all_gather_seconds(groups.dp, grad_bytes);
+        break;
+      case 2:
+        // Without the whole gradient kept, every microbatch's gradients are reduce-scattered.
+        per_microbatch_exposed = hidden(per_layer(reduce_scatter_seconds), st.backward);
+        dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
+        break;
+      default:
+        // Stage 3 gathers the weights for forward and again for backward, and reduce-scatters the
+        // gradients, every microbatch (1.5x the traffic of plain data parallelism).
+        per_microbatch_exposed = hidden(per_layer(all_gather_seconds), st.forward) +
+                                 hidden(per_layer(all_gather_seconds) + per_layer(reduce_scatter_seconds), st.backward);
+    }
+  }
+  if (l.pp > 1 && m.tied_embeddings) {
+    // The first and last stages hold the tied table; their gradients are summed once per step.
+    const double table = e * std::ceil(m.vocab_size / static_cast<double>(l.tp)) * m.n_embd;
+    dp_exposed += all_reduce_seconds(Group{2, groups.pp}, table);
+  }
+
+  const double makespan = pipeline.makespan(shape, st) + mb * per_microbatch_exposed;
+  TimeBreakdown& t = est.time;
+  t.compute = mb * (slowest.forward + slowest.backward);
+  t.tp_comm = mb * (slowest.forward_tp + slowest.backward_tp);
+  t.pp_comm = l.pp > 1 ? mb * 2 * l.v * st.p2p : 0;
+  t.dp_comm = dp_exposed + mb * per_microbatch_exposed;
+  t.bubble = makespan - mb * per_microbatch_exposed - t.compute - t.tp_comm - t.pp_comm;
+  if (t.bubble < 0) {
+    // A pipeline model that overlaps transfers with compute (the simulator) hides part of them.
+    t.pp_comm = std::max(0.0, t.pp_comm + t.bubble);
+    t.bubble = 0;
+  }
+  if (t.bubble < 1e-12 * makespan) t.bubble = 0;  // rounding
+  const double shard = rank_params / (l.zero >= 1 ? l.dp : 1);
+  t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero >= 2 ? l.dp : 1));
+  t.step = makespan + dp_exposed + t.optimizer;
+
+  est.flops = step_flops(m, l.global_batch, l.recompute, l.flash_attention);
+  const double busy = t.compute + t.tp_comm + t.pp_comm;
+  est.bubble_fraction = busy > 0 ? t.bubble / busy : 0;
+  const double devices = static_cast<double>(l.devices());
+  const double peak = c.peak_flops(l.precision);
+  est.tflops_per_device = est.flops.hardware() / t.step / devices / 1e12;
+  est.mfu = est.flops.model() / (t.step * devices * peak);
+  est.hfu = est.flops.hardware() / (t.step * devices * peak);
+  est.tokens_per_second = static_cast<double>(l.global_batch) * m.seq_len / t.step;
+  return est;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,154 @@
+#include "plan/layout.h"
+
+#include <charconv>
+#include <vector>
+
+#include "core/check.h"
+
+namespace tessera::plan {
+
+namespace {
+
+constexpr const char* kLayoutKeys = "tp, pp, dp, v, mb, gb, zero, recompute, sp, precision, schedule, flash, overlap";
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+int64_t parse_int(std::string_view key, std::string_view value) {
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  TS_CHECK(ec == std::errc() && ptr == value.data() + value.size(), "layout: '{}={}' needs a whole number", key, value);
+  return out;
+}
+
+int parse_small(std::string_view key, std::string_view value) {
+  int64_t v = parse_int(key, value);
+  TS_CHECK(v >= 0 && v <= (int64_t{1} << 30), "layout: '{}={}' is out of range", key, value);
+  return static_cast<int>(v);
+}
+
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "true" || value == "1" || value == "on" || value == "yes") return true;
+  if (value == "false" || value == "0" || value == "off" || value == "no") return false;
+  TS_FAIL("layout: '{}={}' must be true or false", key, value);
+}
+
+std::string divisors_up_to(int64_t n, int64_t limit) {
+  std::string out;
+  for (int64_t d = 1; d <= n && d <= limit; ++d) {
+    if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+std::string schedule_name(PipelineSchedule s) { return s == PipelineSchedule::GPipe ? "gpipe" : "1f1b"; }
+
+Layout parse_layout(std::string_view text, Layout l) {
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = trim(text.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    TS_CHECK(eq != std::string_view::npos, "layout: '{}' is not key=value; known keys: {}", item, kLayoutKeys);
+    std::string_view key = trim(item.substr(0, eq));
+    std::string_view value = trim(item.substr(eq + 1));
+    if (key == "tp") {
+      l.tp = parse_small(key, value);
+    } else if (key == "pp") {
+      l.pp = parse_small(key, value);
+    } else if (key == "dp") {
+      l.dp = parse_small(key, value);
+    } else if (key == "v") {
+      l.v = parse_small(key, value);
+    } else if (key == "mb") {
+      l.micro_batch = parse_small(key, value);
+    } else if (key == "gb") {
+      l.global_batch = parse_int(key, value);
+    } else if (key == "zero") {
+      l.zero = parse_small(key, value);
+    } else if (key == "sp") {
+      l.sp = parse_bool(key, value);
+    } else if (key == "flash") {
+      l.flash_attention = parse_bool(key, value);
+    } else if (key == "overlap") {
+      l.overlap = parse_bool(key, value);
+    } else if (key == "recompute") {
+      if (value == "none") l.recompute = Recompute::None;
+      else if (value == "selective") l.recompute = Recompute::Selective;
+      else if (value == "full") l.recompute = Recompute::Full;
+      else TS_FAIL("layout: 'recompute={}' must be none, selective or full", value);
+    } else if (key == "precision") {
+      if (value == "bf16") l.precision = Precision::Bf16;
+      else if (value == "fp32") l.precision = Precision::Fp32;
+      else TS_FAIL("layout: 'precision={}' must be bf16 (with fp32 master weights) or fp32", value);
+    } else if (key == "schedule") {
+      if (value == "1f1b" || value == "interleaved") l.schedule = PipelineSchedule::OneFOneB;
+      else if (value == "gpipe") l.schedule = PipelineSchedule::GPipe;
+      else TS_FAIL("layout: 'schedule={}' must be 1f1b (interleaved when v > 1) or gpipe", value);
+    } else {
+      std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "sp", "precision", "schedule", "flash", "overlap"};
+      std::string hint = config::closest_match(std::string(key), keys);
+      TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
+    }
+  }
+  return l;
+}
+
+std::string to_string(const Layout& l) {
+  return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}",
+                     l.tp, l.pp, l.dp, l.v, l.micro_batch, l.global_batch, l.zero, recompute_name(l.recompute),
+                     l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
+                     l.flash_attention ? "true" : "false", l.overlap ? "true" : "false");
+}
+
+void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices) {
+  TS_CHECK(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.v >= 1 && l.micro_batch >= 1,
+           "layout: tp, pp, dp, v and mb must all be at least 1 (got tp={} pp={} dp={} v={} mb={})", l.tp, l.pp, l.dp, l.v,
+           l.micro_batch);
+  TS_CHECK(l.global_batch >= 1, "layout: the global batch must be at least 1 sequence (got {})", l.global_batch);
+  TS_CHECK(l.devices() == devices,
+           "layout: tp={} x pp={} x dp={} = {} devices, but {} devices were asked for; make the product equal the device "
+           "count (for example dp={})",
+           l.tp, l.pp, l.dp, l.devices(), devices,
+           devices % (int64_t{l.tp} * l.pp) == 0 ? std::to_string(devices / (int64_t{l.tp} * l.pp)) : std::string("?"));
+  TS_CHECK(m.n_head % l.tp == 0, "layout: tp={} does not divide model.n_head={}; attention heads are split whole across "
+           "tensor-parallel ranks, so pick tp among {}", l.tp, m.n_head, divisors_up_to(m.n_head, 1 << 20));
+  TS_CHECK(m.ffn() % l.tp == 0, "layout: tp={} does not divide the FFN size {}; pick tp among {}", l.tp, m.ffn(),
+           divisors_up_to(m.ffn(), 64));
+  TS_CHECK(!l.sp || l.tp > 1, "layout: sp=true splits the sequence over the tensor-parallel group, which needs tp > 1");
+  TS_CHECK(!l.sp || m.seq_len % l.tp == 0, "layout: sequence parallelism needs tp={} to divide model.seq_len={}", l.tp, m.seq_len);
+  TS_CHECK(m.n_layer % (int64_t{l.pp} * l.v) == 0,
+           "layout: pp={} x v={} = {} model chunks must divide model.n_layer={} (stages hold equal layer counts); pick pp x v "
+           "among {}", l.pp, l.v, l.pp * l.v, m.n_layer, divisors_up_to(m.n_layer, 1 << 20));
+  TS_CHECK(l.v == 1 || l.pp > 1, "layout: v={} interleaves pipeline stages, which needs pp > 1", l.v);
+  TS_CHECK(l.v == 1 || l.schedule == PipelineSchedule::OneFOneB, "layout: interleaving (v={}) is a 1F1B schedule; use schedule=1f1b", l.v);
+  TS_CHECK(l.global_batch % (int64_t{l.dp} * l.micro_batch) == 0,
+           "layout: global batch {} is not a multiple of dp={} x mb={} = {}; pick a batch that is, or another mb",
+           l.global_batch, l.dp, l.micro_batch, int64_t{l.dp} * l.micro_batch);
+  TS_CHECK(l.v == 1 || l.microbatches() % l.pp == 0,
+           "layout: the interleaved schedule needs the microbatch count ({} = B / (dp x mb)) to be a multiple of pp={}",
+           l.microbatches(), l.pp);
+  TS_CHECK(l.zero >= 0 && l.zero <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero);
+  TS_CHECK(l.zero <= 1 || l.pp == 1,
+           "layout: ZeRO stage {} shards gradients (and parameters) every microbatch, which pipeline parallelism (pp={}) "
+           "cannot interleave; use zero=0 or zero=1 with pp > 1", l.zero, l.pp);
+}
+
+}  // namespace tessera::plan

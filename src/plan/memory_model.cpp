@@ -1,0 +1,138 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "plan/model_costs.h"
+
+namespace tessera::plan {
+
+using config::Architecture;
+using config::ModelConfig;
+
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+// Gradient buckets of the data-parallel reduction: two of 25 MiB so one fills while the other
+// is on the wire (PyTorch DDP's default bucket size).
+constexpr double kGradBucketBytes = 2 * 25 * kMiB;
+// Matmul library workspace (cuBLAS asks for up to 32 MiB on recent GPUs).
+constexpr double kGemmWorkspaceBytes = 32 * kMiB;
+
+double d(int64_t v) { return static_cast<double>(v); }
+}  // namespace
+
+double MemoryBreakdown::by_tag(std::string_view tag) const {
+  if (tag == "params") return params;
+  if (tag == "grads") return grads;
+  if (tag == "optimizer") return optimizer;
+  if (tag == "activations") return activations;
+  if (tag == "comm") return comm;
+  if (tag == "workspace") return workspace;
+  TS_FAIL("plan: '{}' is not a memory tag; tags are params, grads, optimizer, activations, comm, workspace", tag);
+}
+
+MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp) {
+  TS_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "plan: ZeRO stage {} over dp={} is not valid", zero, dp);
+  const double e = element_bytes(precision);
+  const double K = precision == Precision::Bf16 ? 12 : 8;  // fp32 master + m + v, or just m + v
+  MemoryBreakdown mem;
+  mem.params = e * params / (zero >= 3 ? dp : 1);
+  mem.grads = e * params / (zero >= 2 ? dp : 1);
+  mem.optimizer = K * params / (zero >= 1 ? dp : 1);
+  return mem;
+}
+
+double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, Recompute recompute, bool flash,
+                              Precision precision) {
+  const double s = m.seq_len, h = m.n_embd, a = m.n_head, F = m.ffn(), t = tp;
+  const double e = element_bytes(precision);
+  const double bsh = d(b) * s * h;
+  const double R = bsh / (sp ? t : 1);  // a tensor of the replicated region, sharded over t by sp
+  if (recompute == Recompute::Full) return e * R;  // only the layer input survives the forward
+  const double mask = m.dropout > 0 ? 1.0 : 0.0;
+  const bool gpt2 = m.arch == Architecture::Gpt2;
+
+  double bytes = 0;
+  // Attention block.
+  bytes += e * R;                      // norm_1 input
+  bytes += e * R;                      // qkv input (the norm output; all-gathered again in backward with sp)
+  bytes += 2 * e * bsh / t;            // q and k, inputs of QK^T (after rotary for llama)
+  bytes += e * bsh / t;                // v, input of AV
+  bytes += e * bsh / t;                // attention output, input of the output projection
+  bytes += mask * R;                   // dropout mask after the projection
+  if (flash) {
+    bytes += 4 * d(b) * (a / t) * s;   // fp32 log-sum-exp per row, all a fused kernel keeps
+  } else if (recompute != Recompute::Selective) {
+    const double scores = d(b) * (a / t) * s * s;
+    bytes += e * scores;               // softmax output, input of the score dropout
+    if (mask > 0) bytes += (mask + e) * scores;  // dropout mask and dropout output (input of AV)
+  }
+  // MLP block.
+  bytes += e * R;                      // norm_2 input
+  bytes += e * R;                      // fc1 (gate, up) input
+  if (gpt2) {
+    bytes += 2 * e * d(b) * s * F / t;  // GeLU input and fc2 input
+  } else {
+    bytes += 3 * e * d(b) * s * F / t;  // gate output, up output, down input
+  }
+  bytes += mask * R;                   // dropout mask after fc2
+  return bytes;
+}
+
+MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
+  const PipelineShape shape = pipeline_shape(l);
+  const int64_t b = l.micro_batch;
+  const double e = element_bytes(l.precision);
+  const double s = m.seq_len, h = m.n_embd, t = l.tp;
+  const double bsh = d(b) * s * h;
+  const bool first = stage == 0, last = stage == l.pp - 1;
+
+  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero, l.dp);
+
+  // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
+  const int64_t chunks = pipeline.inflight_chunks(shape, stage);
+  const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.v);
+  const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
+  const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
+  mem.activations = d(chunks) * layers_per_chunk * kept;
+  // The layer being recomputed and back-propagated holds its full set once more.
+  mem.activations += everything - kept;
+  const double R = bsh / (l.sp ? t : 1);
+  if (first && m.dropout > 0) {
+    const double microbatches = std::ceil(d(chunks) / l.v);  // chunk 0 of each microbatch holds the embedding
+    mem.activations += microbatches * R;                     // embedding dropout mask
+  }
+  if (last) {
+    // Final norm input and the head input, plus the fp32 probabilities the loss backward reads,
+    // for the one microbatch whose backward starts right after its forward.
+    mem.activations += 2 * e * R + 4 * d(b) * s * std::ceil(m.vocab_size / t);
+  }
+
+  if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging
+  if (l.pp > 1) mem.comm += 2 * e * bsh / (l.sp ? t : 1);  // boundary tensor being sent and received
+  if (l.dp > 1) {
+    if (l.zero == 3) {
+      mem.comm += 2 * e * layer_params_per_rank(m, l.tp);  // gathered weights: current layer and the prefetched next
+    } else {
+      mem.comm += std::min(kGradBucketBytes, mem.grads);
+    }
+  }
+
+  double transient = 0;
+  if (!l.flash_attention) transient = e * d(b) * (m.n_head / t) * s * s;     // raw scores before the softmax
+  if (last) transient = std::max(transient, e * d(b) * s * std::ceil(m.vocab_size / t));  // bf16 logits
+  mem.workspace = kGemmWorkspaceBytes + transient;
+  return mem;
+}
+
+RankMemory peak_rank_memory(const ModelConfig& m, const Layout& l, const PipelineModel& pipeline) {
+  RankMemory worst{stage_memory(m, l, 0, pipeline), 0};
+  if (l.pp > 1) {
+    MemoryBreakdown last = stage_memory(m, l, l.pp - 1, pipeline);
+    if (last.total() > worst.memory.total()) worst = {last, l.pp - 1};
+  }
+  return worst;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,50 @@
+#pragma once
+// How the pipeline schedule enters the cost model: the step's makespan given per-stage times, and
+// how many model chunks' activations a stage holds at its peak. Closed forms live here; a
+// schedule simulator can be plugged in through PipelineModel without touching the rest.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "plan/layout.h"
+
+namespace tessera::plan {
+
+struct PipelineShape {
+  int stages = 1;             // p
+  int64_t microbatches = 1;   // m per step
+  int chunks = 1;             // v model chunks per stage
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+};
+PipelineShape pipeline_shape(const Layout& l);
+
+// Times of one microbatch on the slowest stage: forward and backward over all of its chunks
+// (tensor-parallel communication and recompute included), and one point-to-point transfer of a
+// boundary activation (or its gradient) between neighbouring chunks.
+struct StageTimes {
+  double forward = 0;
+  double backward = 0;
+  double p2p = 0;
+};
+
+struct PipelineModel {
+  std::string name;
+  // Seconds from the first forward to the last backward of a step.
+  std::function<double(const PipelineShape&, const StageTimes&)> makespan;
+  // Chunk-microbatches whose activations stage `stage` holds at once, at its peak.
+  std::function<int64_t(const PipelineShape&, int stage)> inflight_chunks;
+};
+
+// Closed forms (Narayanan et al. 2021; Huang et al. 2019):
+//   p = 1:        m (t_f + t_b)
+//   1F1B / interleaved: (m + (p - 1)/v) (t_f + t_b + 2 v t_p2p): bubble (p - 1)/(v m) of the ideal time
+//   GPipe:        (m + p - 1) (t_f + t_b + 2 t_p2p)
+// In flight at stage r (Megatron's warm-up counts, plus the one in steady state):
+//   1F1B: min(p - r, m); interleaved: min(2 (p - r - 1) + (v - 1) p + 1, v m) chunks; GPipe: m.
+PipelineModel closed_form_pipeline();
+double closed_form_makespan(const PipelineShape& shape, const StageTimes& times);
+int64_t closed_form_inflight_chunks(const PipelineShape& shape, int stage);
+// The idle fraction of the ideal time: (p - 1)/(v m) for 1F1B, (p - 1)/m for GPipe.
+double closed_form_bubble_fraction(const PipelineShape& shape);
+
+}  // namespace tessera::plan

@@ -1,0 +1,99 @@
+#include "plan/report.h"
+
+#include <fmt/format.h>
+
+namespace tessera::plan {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string human_count(double n) {
+  if (n >= 1e12) return fmt::format("{:.2f}T", n / 1e12);
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
+  return fmt::format("{:.0f}", n);
+}
+
+std::string short_layout(const Layout& l) {
+  return fmt::format("{:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9}", l.tp, l.pp, l.dp, l.v, l.micro_batch, l.sp ? "yes" : "no",
+                     l.zero, recompute_name(l.recompute));
+}
+std::string flop_rate(double flops) {
+  return flops >= 1e12 ? fmt::format("{:.0f} TFLOP/s", flops / 1e12) : fmt::format("{:.0f} GFLOP/s", flops / 1e9);
+}
+}  // namespace
+
+std::string describe_model(const config::ModelConfig& m) {
+  return fmt::format("{} parameters ({}, L={} h={} a={} s={} V={} F={}{})", human_count(static_cast<double>(m.parameter_count())),
+                     config::architecture_name(m.arch), m.n_layer, m.n_embd, m.n_head, m.seq_len, m.vocab_size, m.ffn(),
+                     m.tied_embeddings ? ", tied embeddings" : "");
+}
+
+std::string describe_cluster(const ClusterSpec& c) {
+  return fmt::format("{}: {} x {} per node, {} bf16, {} fp32, {:.0f} GiB ({:.1f} usable), {:.0f} GB/s memory, "
+                     "{:.0f} GB/s in node, {:.2g} GB/s across nodes",
+                     c.name, c.device.name, c.devices_per_node, flop_rate(c.device.peak_flops_bf16),
+                     flop_rate(c.device.peak_flops_fp32), c.device.memory_bytes / kGiB,
+                     c.usable_memory() / kGiB, c.device.memory_bandwidth / 1e9, c.intra_node.bandwidth / 1e9,
+                     c.inter_node.bandwidth / 1e9);
+}
+
+std::string format_plan(const config::ModelConfig& m, const ClusterSpec& c, const PlanRequest& r, const PlanResult& result) {
+  std::string out;
+  out += fmt::format("model:   {}\n", describe_model(m));
+  out += fmt::format("cluster: {}\n", describe_cluster(c));
+  out += fmt::format("request: {} devices, global batch {}, {}{}\n", r.devices, r.global_batch, precision_name(r.precision),
+                     r.flash_attention ? ", fused attention" : "");
+  out += fmt::format("searched {} layouts, {} fit in {:.1f} GiB; best {}:\n\n", result.considered, result.fitting,
+                     c.usable_memory() / kGiB, result.best.size());
+  out += fmt::format("{:>2} | {:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9} | {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {:>8} {:>6} {:>7} {:>6}\n",
+                     "#", "tp", "pp", "dp", "v", "mb", "sp", "zero", "recompute", "params", "grads", "optim", "activ", "comm",
+                     "work", "total", "step s", "bubble", "TF/s/dv", "MFU");
+  out += std::string(2, '-') + "-+-" + std::string(42, '-') + "-+-" + std::string(48, '-') + "-+-" + std::string(31, '-') + "\n";
+  int rank = 1;
+  for (const auto& e : result.best) {
+    const MemoryBreakdown& mem = e.memory.memory;
+    out += fmt::format("{:>2} | {} | {:6.1f} {:6.1f} {:6.1f} {:6.1f} {:6.2f} {:6.2f} {:6.1f} | {:8.3f} {:5.1f}% {:7.1f} {:5.1f}%\n", rank++,
+                       short_layout(e.layout), mem.params / kGiB, mem.grads / kGiB, mem.optimizer / kGiB,
+                       mem.activations / kGiB, mem.comm / kGiB, mem.workspace / kGiB, mem.total() / kGiB, e.time.step,
+                       100 * e.time.bubble / e.time.step, e.tflops_per_device, 100 * e.mfu);
+  }
+  out += "\nmemory in GiB per device (worst pipeline stage); TF/s/dv counts recompute FLOPs, MFU does not.\n";
+  if (!result.best.empty()) out += fmt::format("best: --layout \"{}\"\n", to_string(result.best.front().layout));
+  return out;
+}
+
+std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e) {
+  const Layout& l = e.layout;
+  const MemoryBreakdown& mem = e.memory.memory;
+  const TimeBreakdown& t = e.time;
+  std::string out;
+  out += fmt::format("model:   {}\n", describe_model(m));
+  out += fmt::format("cluster: {}\n", describe_cluster(c));
+  out += fmt::format("layout:  {}\n", to_string(l));
+  out += fmt::format("         {} devices, {} microbatches of {} per pipeline per step, schedule {}{}\n\n", l.devices(),
+                     l.microbatches(), l.micro_batch, l.v > 1 ? "interleaved 1f1b" : schedule_name(l.schedule),
+                     l.v > 1 ? fmt::format(" (v={})", l.v) : std::string());
+  out += fmt::format("memory per device (stage {} of {}), GiB:\n", e.memory.stage, l.pp);
+  for (auto tag : kMemoryTags) out += fmt::format("  {:<12} {:9.2f}\n", tag, mem.by_tag(tag) / kGiB);
+  out += fmt::format("  {:<12} {:9.2f}   of {:.2f} usable: {}\n\n", "total", mem.total() / kGiB, e.memory_capacity / kGiB,
+                     e.fits ? "fits" : "DOES NOT FIT");
+  out += "time per step, seconds:\n";
+  auto line = [&](const char* name, double s) {
+    out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
+  };
+  line("compute", t.compute);
+  line("tp comm", t.tp_comm);
+  line("pp comm", t.pp_comm);
+  line("bubble", t.bubble);
+  line("dp comm", t.dp_comm);
+  line("optimizer", t.optimizer);
+  out += fmt::format("  {:<12} {:9.4f}\n\n", "step", t.step);
+  out += fmt::format("FLOPs per step: forward {:.3e}, backward {:.3e}, recompute {:.3e}\n", e.flops.forward, e.flops.backward,
+                     e.flops.recompute);
+  out += fmt::format("throughput: {:.1f} TFLOP/s per device (hardware), MFU {:.1f}%, HFU {:.1f}%, {:.0f} tokens/s\n",
+                     e.tflops_per_device, 100 * e.mfu, 100 * e.hfu, e.tokens_per_second);
+  return out;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,23 @@
+#pragma once
+// Text reports of the cost model: the planner's table of best layouts and the detail of one layout.
+#include <string>
+#include <vector>
+
+#include "plan/estimate.h"
+#include "plan/planner.h"
+
+namespace tessera::plan {
+
+// One line describing the model: parameters, shapes.
+std::string describe_model(const config::ModelConfig& m);
+// One line describing the cluster.
+std::string describe_cluster(const ClusterSpec& c);
+
+// The planner's best layouts as a table: layout, memory per tag (GiB), step time, TF/s per device,
+// MFU.
+std::string format_plan(const config::ModelConfig& m, const ClusterSpec& c, const PlanRequest& request, const PlanResult& result);
+
+// Everything known about one layout: memory by tag, time by cause, FLOPs, throughput.
+std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e);
+
+}  // namespace tessera::plan

@@ -1,0 +1,160 @@
+// Throughput against Megatron PTD-P Table 1, and the planner's sanity on the same rows.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "plan/estimate.h"
+#include "plan/planner.h"
+#include "plan/published.h"
+#include "plan/report.h"
+#include "plan_test_util.h"
+
+using namespace tessera;
+using namespace tessera::plan;
+
+TEST(PlanThroughput, Table1RowsWithinFifteenPercent) {
+  ClusterSpec c = test_util::a100();
+  std::vector<AccuracyRow> rows = table1_accuracy(c);
+  ASSERT_EQ(rows.size(), 10u);
+  std::cout << format_accuracy_table(rows, c);
+  for (const auto& a : rows) {
+    EXPECT_LE(std::abs(a.error), 0.15) << a.row.config << ": predicted " << a.predicted.tflops_per_device << " TF/s, published "
+                                       << a.row.tflops_per_gpu;
+    // The reported TF/s is the paper's F over the predicted step time.
+    const double F = narayanan_flops_per_iteration(published_model(a.row), a.row.batch);
+    EXPECT_NEAR(a.predicted.tflops_per_device, F / a.predicted.time.step / a.row.gpus / 1e12, 1e-9);
+  }
+}
+
+TEST(PlanThroughput, AccuracyDocumentKeepsTheCurrentTable) {
+  ClusterSpec c = test_util::a100();
+  const std::string table = format_accuracy_table(table1_accuracy(c), c);
+  std::ifstream in(test_util::source_file("docs/planner-accuracy.md"));
+  ASSERT_TRUE(in.good()) << "docs/planner-accuracy.md is missing";
+  std::stringstream doc;
+  doc << in.rdbuf();
+  EXPECT_NE(doc.str().find(table), std::string::npos)
+      << "docs/planner-accuracy.md is stale; paste the output of `tessera plan --published`:\n"
+      << table;
+}
+
+TEST(PlanThroughput, ShippedGemmEfficiencyIsTheCalibratedOne) {
+  // The one calibrated constant: the A100 file's efficiency.gemm is the least-squares value, rounded.
+  ClusterSpec c = test_util::a100();
+  EXPECT_NEAR(calibrate_gemm_efficiency(c), c.efficiency.gemm, 0.01);
+}
+
+TEST(PlanThroughput, PublishedLayoutsFitInMemory) {
+  ClusterSpec c = test_util::a100();
+  for (const auto& a : table1_accuracy(c)) {
+    EXPECT_TRUE(a.predicted.fits) << a.row.config << " needs " << a.predicted.memory.memory.total() / (1 << 30) << " GiB";
+  }
+}
+
+TEST(PlanThroughput, TimeBreakdownAddsUpAndMetricsAgree) {
+  ClusterSpec c = test_util::a100();
+  for (const auto& a : table1_accuracy(c)) {
+    const Estimate& e = a.predicted;
+    const TimeBreakdown& t = e.time;
+    EXPECT_NEAR(t.compute + t.tp_comm + t.pp_comm + t.bubble + t.dp_comm + t.optimizer, t.step, 1e-9 * t.step);
+    EXPECT_GT(t.compute, 0.5 * t.step) << a.row.config;  // these layouts are compute-bound
+    EXPECT_NEAR(e.hfu * c.peak_flops(Precision::Bf16) / 1e12, e.tflops_per_device, 1e-9);
+    EXPECT_NEAR(e.mfu / e.hfu, e.flops.model() / e.flops.hardware(), 1e-12);
+    if (a.row.pp == 1) {
+      EXPECT_EQ(t.bubble, 0.0);
+    } else {
+      EXPECT_GT(t.bubble, 0.0);
+    }
+  }
+}
+
+TEST(PlanSearch, BestLayoutIsAtLeastAsFastAsPublishedAndFits) {
+  ClusterSpec c = test_util::a100();
+  for (const auto& row : megatron_table1()) {
+    config::ModelConfig m = published_model(row);
+    PlanRequest r;
+    r.devices = row.gpus;
+    r.global_batch = row.batch;
+    r.top = 3;
+    PlanResult result = plan_layouts(m, c, r);
+    ASSERT_FALSE(result.best.empty()) << row.config;
+    const Estimate& best = result.best.front();
+    const Estimate published = estimate(m, published_layout(row), c);
+    EXPECT_LE(best.time.step, published.time.step) << row.config << ": best " << to_string(best.layout);
+    EXPECT_TRUE(best.fits) << row.config;
+    EXPECT_LE(best.memory.memory.total(), c.usable_memory()) << row.config;
+    EXPECT_EQ(best.layout.devices(), row.gpus);
+    for (size_t i = 1; i < result.best.size(); ++i) EXPECT_LE(result.best[i - 1].time.step, result.best[i].time.step);
+    EXPECT_GT(result.considered, result.fitting);
+  }
+}
+
+TEST(PlanSearch, PrintsTheTableWithMemoryAndThroughput) {
+  ClusterSpec c = test_util::a100();
+  config::ModelConfig m = published_model(megatron_table1()[4]);
+  PlanRequest r;
+  r.devices = 512;
+  r.global_batch = 1536;
+  PlanResult result = plan_layouts(m, c, r);
+  const std::string text = format_plan(m, c, r, result);
+  std::cout << text;
+  for (const char* column : {"params", "grads", "optim", "activ", "comm", "work", "total", "step s", "TF/s/dv", "MFU"}) {
+    EXPECT_TRUE(test_util::contains(text, column)) << column;
+  }
+  EXPECT_TRUE(test_util::contains(text, to_string(result.best.front().layout)));
+  const std::string detail = format_estimate(m, c, result.best.front());
+  for (auto tag : kMemoryTags) EXPECT_TRUE(test_util::contains(detail, std::string(tag))) << tag;
+}
+
+TEST(PlanEstimate, APipelineModelCanReplaceTheClosedForm) {
+  ClusterSpec c = test_util::a100();
+  const auto& row = megatron_table1()[6];
+  config::ModelConfig m = published_model(row);
+  Layout l = published_layout(row);
+  PipelineModel slow = closed_form_pipeline();
+  slow.makespan = [](const PipelineShape& s, const StageTimes& t) { return 2 * closed_form_makespan(s, t); };
+  const Estimate base = estimate(m, l, c);
+  const Estimate doubled = estimate(m, l, c, slow);
+  const double pipeline_part = base.time.step - base.time.dp_comm - base.time.optimizer;
+  EXPECT_NEAR(doubled.time.step - base.time.step, pipeline_part, 1e-9 * base.time.step);
+  EXPECT_GT(doubled.time.bubble, base.time.bubble);
+}
+
+TEST(PlanEstimate, FasterHardwareAndFewerRecomputesHelp) {
+  ClusterSpec c = test_util::a100();
+  const auto& row = megatron_table1()[5];
+  config::ModelConfig m = published_model(row);
+  Layout l = published_layout(row);
+  const double base = estimate(m, l, c).time.step;
+  ClusterSpec better = c;
+  better.efficiency.gemm = 0.9;
+  EXPECT_LT(estimate(m, l, better).time.step, base);
+  ClusterSpec slow_network = c;
+  slow_network.inter_node.bandwidth /= 10;
+  EXPECT_GT(estimate(m, l, slow_network).time.step, base);
+  Layout selective = l;
+  selective.recompute = Recompute::Selective;
+  selective.sp = true;
+  EXPECT_LT(estimate(m, selective, c).time.step, base);
+  // H100 is faster than A100 on the same layout.
+  EXPECT_LT(estimate(m, l, load_cluster("h100-sxm", test_util::config_dirs())).time.step, base);
+}
+
+TEST(PlanEstimate, CpuMachinePredictsAGpt2SmallStep) {
+  ClusterSpec cpu = load_cluster("cpu-2core", test_util::config_dirs());
+  config::ModelConfig m;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.vocab_size = 50257;
+  m.seq_len = 1024;
+  Layout l = parse_layout("mb=4,gb=8,precision=fp32");
+  Estimate e = estimate(m, l, cpu);
+  EXPECT_TRUE(e.fits);
+  // 6 N tokens FLOPs at no more than the measured sgemm ceiling: tens of seconds per step.
+  const double lower = 6.0 * static_cast<double>(m.parameter_count()) * 8 * 1024 / 185e9;
+  EXPECT_GT(e.time.step, lower);
+  EXPECT_LT(e.time.step, 3 * lower);
+  EXPECT_LE(e.mfu, 1.0);
+}

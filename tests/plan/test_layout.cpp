@@ -1,0 +1,169 @@
+// Layout syntax, configs on disk, and the errors bad input gets.
+#include <gtest/gtest.h>
+
+#include "plan/estimate.h"
+#include "plan/planner.h"
+#include "plan/published.h"
+#include "plan_test_util.h"
+
+using namespace tessera;
+using namespace tessera::plan;
+using test_util::contains;
+using test_util::error_of;
+
+TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
+  Layout l = parse_layout("tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16");
+  EXPECT_EQ(l.tp, 8);
+  EXPECT_EQ(l.pp, 2);
+  EXPECT_EQ(l.dp, 32);
+  EXPECT_EQ(l.v, 2);
+  EXPECT_EQ(l.zero, 1);
+  EXPECT_TRUE(l.sp);
+  EXPECT_EQ(l.recompute, Recompute::Full);
+  EXPECT_EQ(l.precision, Precision::Bf16);
+  l.global_batch = 512;
+  l.flash_attention = true;
+  l.overlap = true;
+  l.schedule = PipelineSchedule::GPipe;
+  l.v = 1;
+  EXPECT_EQ(parse_layout(to_string(l)), l);
+  // Keys not given keep the base's values.
+  Layout base;
+  base.global_batch = 96;
+  EXPECT_EQ(parse_layout(" tp = 2 , mb=4", base).global_batch, 96);
+}
+
+TEST(PlanLayout, BadSyntaxNamesTheKey) {
+  EXPECT_TRUE(contains(error_of([] { parse_layout("tpp=2"); }), "unknown key 'tpp'; did you mean 'tp'?"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("tp=two"); }), "'tp=two' needs a whole number"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=some"); }), "must be none, selective or full"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("precision=fp16"); }), "must be bf16"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("sp"); }), "is not key=value"));
+}
+
+TEST(PlanLayout, ProductMustMatchTheDevices) {
+  config::ModelConfig m = published_model(megatron_table1()[4]);
+  Layout l = parse_layout("tp=8,pp=2,dp=16,gb=1536");
+  std::string e = error_of([&] { check_layout(m, l, 512); });
+  EXPECT_TRUE(contains(e, "tp=8 x pp=2 x dp=16 = 256 devices, but 512 devices were asked for")) << e;
+  EXPECT_TRUE(contains(e, "dp=32")) << e;
+  EXPECT_EQ(error_of([&] { check_layout(m, parse_layout("tp=8,pp=2,dp=32,gb=1536"), 512); }), "");
+}
+
+TEST(PlanLayout, TensorParallelMustDivideTheHeads) {
+  config::ModelConfig m = published_model(megatron_table1()[0]);  // 24 heads
+  std::string e = error_of([&] { check_layout(m, parse_layout("tp=16,dp=2,gb=512"), 32); });
+  EXPECT_TRUE(contains(e, "tp=16 does not divide model.n_head=24")) << e;
+  EXPECT_TRUE(contains(e, "1, 2, 3, 4, 6, 8, 12, 24")) << e;
+}
+
+TEST(PlanLayout, OtherConstraintsExplainTheFix) {
+  config::ModelConfig m = published_model(megatron_table1()[4]);  // 48 layers
+  auto check = [&](const std::string& text, int64_t devices) {
+    return error_of([&] { check_layout(m, parse_layout(text), devices); });
+  };
+  EXPECT_TRUE(contains(check("pp=5,gb=10", 5), "must divide model.n_layer=48"));
+  EXPECT_TRUE(contains(check("dp=3,gb=100", 3), "not a multiple of dp=3 x mb=1"));
+  EXPECT_TRUE(contains(check("pp=4,v=2,gb=6", 4), "multiple of pp=4"));
+  EXPECT_TRUE(contains(check("v=2,gb=8", 1), "needs pp > 1"));
+  EXPECT_TRUE(contains(check("pp=2,dp=2,zero=2,gb=8", 4), "use zero=0 or zero=1 with pp > 1"));
+  EXPECT_TRUE(contains(check("sp=true,gb=8", 1), "needs tp > 1"));
+  EXPECT_TRUE(contains(check("zero=4,dp=2,gb=8", 2), "ZeRO stage 0, 1, 2 or 3"));
+}
+
+TEST(PlanConfigs, ShippedModelsMatchTable1) {
+  for (const auto& row : megatron_table1()) {
+    config::ModelConfig file = load_model(row.config, test_util::config_dirs());
+    config::ModelConfig table = published_model(row);
+    EXPECT_EQ(file.n_layer, table.n_layer) << row.config;
+    EXPECT_EQ(file.n_head, table.n_head) << row.config;
+    EXPECT_EQ(file.n_embd, table.n_embd) << row.config;
+    EXPECT_EQ(file.vocab_size, table.vocab_size) << row.config;
+    EXPECT_EQ(file.seq_len, table.seq_len) << row.config;
+    EXPECT_EQ(file.parameter_count(), table.parameter_count()) << row.config;
+  }
+  config::ModelConfig gpt3 = load_model("gpt3-175b", test_util::config_dirs());
+  EXPECT_NEAR(static_cast<double>(gpt3.parameter_count()) / 1e9, 174.6, 0.1);
+}
+
+TEST(PlanConfigs, ShippedClustersLoad) {
+  for (const char* name : {"a100-80gb", "h100-sxm", "h200", "cpu-2core"}) {
+    ClusterSpec c = load_cluster(name, test_util::config_dirs());
+    EXPECT_EQ(c.name, name);
+    EXPECT_GT(c.peak_flops(Precision::Bf16), 0);
+    EXPECT_GT(c.usable_memory(), 0);
+  }
+  ClusterSpec cpu = load_cluster("cpu-2core", test_util::config_dirs());
+  EXPECT_DOUBLE_EQ(cpu.peak_flops(Precision::Fp32), 185e9);
+  EXPECT_EQ(cpu.max_devices(), 1);
+  ClusterSpec h200 = load_cluster("h200", test_util::config_dirs());
+  EXPECT_DOUBLE_EQ(h200.peak_flops(Precision::Bf16), 989e12);
+}
+
+TEST(PlanConfigs, MissingNamesListWhatIsShipped) {
+  std::string e = error_of([] { load_cluster("a100-40gb", test_util::config_dirs()); });
+  EXPECT_TRUE(contains(e, "no cluster config 'a100-40gb'")) << e;
+  EXPECT_TRUE(contains(e, "a100-80gb, cpu-2core, h100-sxm, h200")) << e;
+  e = error_of([] { load_model("/nonexistent/model.toml", test_util::config_dirs()); });
+  EXPECT_TRUE(contains(e, "no model config '/nonexistent/model.toml'")) << e;
+}
+
+TEST(PlanConfigs, ClusterTablesAreStrict) {
+  auto read = [](std::string_view text) {
+    toml::table t = toml::parse(text);
+    return read_cluster_config(config::TableReader(*t["cluster"].as_table(), "cluster"));
+  };
+  const std::string good = R"(
+[cluster]
+name = "x"
+devices_per_node = 8
+[cluster.device]
+name = "d"
+peak_tflops_bf16 = 100.0
+peak_tflops_fp32 = 10.0
+memory_gib = 40.0
+memory_bandwidth_gbps = 1000.0
+[cluster.intra_node]
+bandwidth_gbps = 100.0
+latency_us = 2.0
+[cluster.inter_node]
+bandwidth_gbps = 10.0
+latency_us = 5.0
+)";
+  ClusterSpec c = read(good);
+  EXPECT_DOUBLE_EQ(c.device.memory_bandwidth, 1000e9);
+  EXPECT_DOUBLE_EQ(c.inter_node.latency, 5e-6);
+  EXPECT_TRUE(contains(error_of([&] { read(good + "[cluster.efficiency]\ngemm = 1.5\n"); }), "must be a fraction"));
+  EXPECT_TRUE(contains(error_of([&] { read(good + "[cluster.efficiency]\ngem = 0.5\n"); }),
+                       "unknown key 'cluster.efficiency.gem'; did you mean 'cluster.efficiency.gemm'"));
+  std::string no_memory = good;
+  no_memory.replace(no_memory.find("memory_gib = 40.0\n"), 18, "");
+  EXPECT_TRUE(contains(error_of([&] { read(no_memory); }), "missing required key 'cluster.device.memory_gib'"));
+}
+
+TEST(PlanSearch, AModelThatFitsNowhereSaysSo) {
+  // The 1T model's weights alone need ~16 TB of model state: 8 A100s cannot hold it in any layout.
+  config::ModelConfig m = published_model(megatron_table1().back());
+  PlanRequest r;
+  r.devices = 8;
+  r.global_batch = 8;
+  std::string e = error_of([&] { plan_layouts(m, test_util::a100(), r); });
+  EXPECT_TRUE(contains(e, "does not fit on 8 devices of cluster 'a100-80gb' in any layout")) << e;
+  EXPECT_TRUE(contains(e, "the smallest needs")) << e;
+  EXPECT_TRUE(contains(e, "use more devices")) << e;
+}
+
+TEST(PlanSearch, BadRequestsAreNamed) {
+  config::ModelConfig m = published_model(megatron_table1()[0]);
+  ClusterSpec cpu = load_cluster("cpu-2core", test_util::config_dirs());
+  PlanRequest r;
+  r.devices = 4;
+  r.global_batch = 8;
+  EXPECT_TRUE(contains(error_of([&] { plan_layouts(m, cpu, r); }), "cluster 'cpu-2core' has 1 (1 nodes of 1)"));
+  r.devices = 0;
+  EXPECT_TRUE(contains(error_of([&] { plan_layouts(m, test_util::a100(), r); }), "--devices must be at least 1"));
+  // 5 devices: tp = 5 does not divide 24 heads, pp = 5 not 24 layers, dp = 5 not a batch of 1.
+  r.devices = 5;
+  r.global_batch = 1;
+  EXPECT_TRUE(contains(error_of([&] { plan_layouts(m, test_util::a100(), r); }), "no valid layout of 5 devices"));
+}
