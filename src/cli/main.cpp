@@ -11,8 +11,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
   tessera::cli::add_data_command(app);
-  tessera::cli::add_simulate_command(app);
+  tessera::cli::add_train_command(app);
+  tessera::cli::add_sample_command(app);
   tessera::cli::add_plan_command(app);
+  tessera::cli::add_simulate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

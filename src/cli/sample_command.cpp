@@ -1,0 +1,46 @@
+// tessera sample --checkpoint DIR [--prompt TEXT] [--tokens N] ...
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+#include "train/checkpoint.h"
+#include "train/sampler.h"
+
+namespace tessera::cli {
+
+void add_sample_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
+  struct Options {
+    std::string checkpoint, prompt;
+    train::SamplingOptions sampling;
+  };
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint folder (or a run's checkpoints/ folder: its latest)")
+      ->required();
+  cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
+  cmd->add_option("--tokens", o->sampling.max_new_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->sampling.temperature, "sampling temperature")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "random seed")->capture_default_str();
+  cmd->callback([o]() {
+    std::string path = o->checkpoint;
+    if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
+      path = *train::CheckpointStore(path, 1).latest();
+    }
+    nlohmann::json manifest = train::read_checkpoint_manifest(path);
+    train::RunConfig config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+    MemoryAccountant memory;
+    nn::GPT model(config.model, memory, 0);
+    train::load_checkpoint(path, config, model.parameters(), nullptr);
+    data::Tokenizer tokenizer = data::Tokenizer::load(std::filesystem::path(path) / "tokenizer.model");
+    std::vector<int32_t> prompt = tokenizer.encode(o->prompt.empty() ? std::string("\n") : o->prompt);
+    TS_CHECK(!prompt.empty(), "the prompt encodes to no tokens; give a longer --prompt");
+    std::vector<int32_t> out = train::generate(model, memory, prompt, o->sampling);
+    fmt::print("{}\n", tokenizer.decode(out));
+  });
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,52 @@
+// tessera train --config FILE [--section.key value ...]
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace tessera::cli {
+
+namespace {
+
+// "--train.steps 100" and "--train.steps=100" pairs from the arguments CLI11 left over.
+std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    TS_CHECK(a.starts_with("--") && a.size() > 2,
+             "unexpected argument '{}': overrides look like --section.key value (e.g. --train.steps 100)", a);
+    std::string key = a.substr(2);
+    const size_t eq = key.find('=');
+    if (eq != std::string::npos) {
+      out.emplace_back(key.substr(0, eq), key.substr(eq + 1));
+      continue;
+    }
+    TS_CHECK(key.find('.') != std::string::npos,
+             "unknown option '{}': config overrides name a section and a key, like --train.steps 100", a);
+    TS_CHECK(i + 1 < args.size(), "override '{}' has no value", a);
+    out.emplace_back(key, args[++i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model from a TOML config (with --section.key value overrides)");
+  auto config_path = std::make_shared<std::string>();
+  cmd->add_option("-c,--config", *config_path, "TOML config file (configs/default.toml is the documented default)");
+  cmd->allow_extras();
+  cmd->footer(
+      "Overrides: any config key as --section.key value, e.g.\n"
+      "  tessera train --config configs/default.toml --train.steps 200 --model.n_layer 2\n"
+      "Resume: --checkpoint.resume latest (or a checkpoint folder).");
+  cmd->callback([cmd, config_path]() {
+    train::RunConfig config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
+    train::TrainResult r = train::Trainer(config).run();
+    if (!r.sample_text.empty()) fmt::print("\nsample:\n{}\n\n", r.sample_text);
+    fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
+    fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
+  });
+}
+
+}  // namespace tessera::cli

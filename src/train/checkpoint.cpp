@@ -1,0 +1,258 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/loss_chart.h"
+#include "io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::train {
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kTokenizerFile = "tokenizer.model";
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kLatestFile = "latest";
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  TS_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path, std::strerror(errno));
+  int rc = ::fsync(fd);
+  ::close(fd);
+  TS_CHECK(rc == 0, "fsync of '{}' failed: {}", path, std::strerror(errno));
+}
+
+void write_synced(const std::string& path, const std::string& text) {
+  io::write_file_atomically(path, text);
+  fsync_path(path, false);
+}
+
+std::string step_folder_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+nlohmann::json model_json(const config::ModelConfig& m) {
+  return {{"arch", config::architecture_name(m.arch)}, {"n_layer", m.n_layer},   {"n_head", m.n_head},
+          {"n_embd", m.n_embd},                         {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
+          {"ffn_hidden", m.ffn()},                      {"bias", m.bias},          {"tied_embeddings", m.tied_embeddings}};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TS_CHECK(in.good(), "cannot read '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+uint64_t file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TS_CHECK(in.good(), "cannot read '{}' to checksum it", path);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<char> buffer(1 << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    XXH3_64bits_update(state, buffer.data(), static_cast<size_t>(in.gcount()));
+  }
+  uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+CheckpointStore::CheckpointStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {
+  TS_CHECK(keep_ >= 1, "checkpoint.keep must be at least 1, got {}", keep_);
+}
+
+std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state,
+                                  const nn::ParameterStore& params, const optim::AdamW& optimizer,
+                                  const std::string& tokenizer_path) const {
+  fs::create_directories(dir_);
+  const std::string name = step_folder_name(state.step);
+  const std::string final_path = (fs::path(dir_) / name).string();
+  const std::string tmp = (fs::path(dir_) / fmt::format(".tmp.{}.{}", name, ::getpid())).string();
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  io::SafeTensorsWriter model;
+  for (const auto& p : params.all()) model.add(p.name, p.value);
+  model.set_metadata("format", "tessera-parameters");
+  model.write((fs::path(tmp) / kModelFile).string());
+
+  io::SafeTensorsWriter opt;
+  const Tensor& m = optimizer.m();
+  const Tensor& v = optimizer.v();
+  for (const auto& p : params.all()) {
+    const auto begin = static_cast<int64_t>(p.offset);
+    opt.add("m." + p.name, m.slice(0, begin, begin + p.numel()).reshape(p.shape));
+    opt.add("v." + p.name, v.slice(0, begin, begin + p.numel()).reshape(p.shape));
+  }
+  opt.write((fs::path(tmp) / kOptimizerFile).string());
+
+  if (!tokenizer_path.empty()) {
+    fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
+    fsync_path((fs::path(tmp) / kTokenizerFile).string(), false);
+  }
+
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& entry : fs::directory_iterator(tmp)) {
+    const std::string file = entry.path().filename().string();
+    files[file] = {{"bytes", fs::file_size(entry.path())}, {"xxh3", fmt::format("{:016x}", file_checksum(entry.path().string()))}};
+  }
+  nlohmann::json manifest = {
+      {"format", "tessera-checkpoint"},
+      {"version", kCheckpointFormatVersion},
+      {"step", state.step},
+      {"seed", state.seed},
+      {"data_position", state.data_position},
+      {"val_history", state.val_history},
+      {"model", model_json(config.model)},
+      {"parameter_count", params.numel()},
+      {"optimizer", {{"name", "adamw"}, {"steps_taken", optimizer.steps_taken()}}},
+      {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}}},
+      {"config", to_toml(config)},
+      {"files", files},
+  };
+  // The manifest is written last: a folder without one is never taken for a checkpoint.
+  write_synced((fs::path(tmp) / kManifestFile).string(), manifest.dump(2));
+  fsync_path(tmp, true);
+
+  if (fs::exists(final_path)) {
+    // A complete save of the same step exists (a rerun): swap it out, then drop it.
+    const std::string old = final_path + fmt::format(".old.{}", ::getpid());
+    fs::rename(final_path, old);
+    fs::rename(tmp, final_path);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, final_path);
+  }
+  fsync_path(dir_, true);
+  write_synced((fs::path(dir_) / kLatestFile).string(), name + "\n");
+  fsync_path(dir_, true);
+  apply_retention(final_path);
+  return final_path;
+}
+
+void CheckpointStore::apply_retention(const std::string& keep_path) const {
+  std::vector<fs::path> complete;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string file = entry.path().filename().string();
+    if (file.starts_with(".tmp.")) {
+      // Left by a save that died; only this process saves here now.
+      if (file.find(fmt::format(".{}", ::getpid())) == std::string::npos) fs::remove_all(entry.path());
+      continue;
+    }
+    if (entry.is_directory() && file.starts_with("step_") && fs::exists(entry.path() / kManifestFile)) {
+      complete.push_back(entry.path());
+    }
+  }
+  std::sort(complete.begin(), complete.end());
+  const auto keep = static_cast<size_t>(keep_);
+  for (size_t i = 0; i + keep < complete.size(); ++i) {
+    if (complete[i].string() != keep_path) fs::remove_all(complete[i]);
+  }
+}
+
+std::optional<std::string> CheckpointStore::latest() const {
+  const fs::path pointer = fs::path(dir_) / kLatestFile;
+  if (!fs::exists(pointer)) return std::nullopt;
+  std::string name = read_text(pointer.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  TS_CHECK(!name.empty() && name.find('/') == std::string::npos, "the checkpoint pointer '{}' is corrupt",
+           pointer.string());
+  return (fs::path(dir_) / name).string();
+}
+
+nlohmann::json read_checkpoint_manifest(const std::string& path) {
+  const fs::path manifest_path = fs::path(path) / kManifestFile;
+  TS_CHECK(fs::is_directory(path), "checkpoint '{}' does not exist", path);
+  TS_CHECK(fs::exists(manifest_path),
+           "'{}' is not a complete checkpoint: it has no {} (a save that did not finish?)", path, kManifestFile);
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_text(manifest_path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL("checkpoint manifest '{}' is corrupt: {}", manifest_path.string(), e.what());
+  }
+  TS_CHECK(manifest.is_object() && manifest.value("format", "") == "tessera-checkpoint",
+           "'{}' is not a tessera checkpoint manifest", manifest_path.string());
+  TS_CHECK(manifest.value("version", 0) == kCheckpointFormatVersion,
+           "checkpoint '{}' has format version {}, this tessera reads version {}", path, manifest.value("version", 0),
+           kCheckpointFormatVersion);
+  try {
+    for (const auto& [file, info] : manifest.at("files").items()) {
+      const fs::path fp = fs::path(path) / file;
+      TS_CHECK(fs::exists(fp), "checkpoint '{}' is missing its file '{}'", path, file);
+      TS_CHECK(fs::file_size(fp) == info.at("bytes").get<uint64_t>(),
+               "checkpoint file '{}' has {} bytes, its manifest says {}: the file is truncated or replaced",
+               fp.string(), fs::file_size(fp), info.at("bytes").get<uint64_t>());
+      const std::string sum = fmt::format("{:016x}", file_checksum(fp.string()));
+      TS_CHECK(sum == info.at("xxh3").get<std::string>(),
+               "checkpoint file '{}' is corrupt: checksum {} differs from the manifest's {}", fp.string(), sum,
+               info.at("xxh3").get<std::string>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL("checkpoint manifest '{}' is malformed: {}", manifest_path.string(), e.what());
+  }
+  return manifest;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, nn::ParameterStore& params,
+                                 optim::AdamW* optimizer) {
+  nlohmann::json manifest = read_checkpoint_manifest(path);
+  const nlohmann::json expected = model_json(config.model);
+  const nlohmann::json& saved = manifest.at("model");
+  std::string differences;
+  for (const auto& [key, value] : expected.items()) {
+    if (!saved.contains(key) || saved.at(key) != value) {
+      differences += fmt::format("{}model.{}: checkpoint {} vs config {}", differences.empty() ? "" : "; ", key,
+                                 saved.contains(key) ? saved.at(key).dump() : "missing", value.dump());
+    }
+  }
+  TS_CHECK(differences.empty(), "checkpoint '{}' was saved by a different model shape ({}); resume with the config it "
+           "was saved with, or start a new run", path, differences);
+  const int saved_dp = manifest.at("parallel").value("dp", 1);
+  TS_CHECK(saved_dp == config.parallel.dp,
+           "checkpoint '{}' was saved with parallel.dp = {} but this run has parallel.dp = {}; resharding across "
+           "data-parallel sizes is not supported yet: resume with parallel.dp = {}",
+           path, saved_dp, config.parallel.dp, saved_dp);
+
+  io::SafeTensorsFile model = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
+  for (auto& p : params.all()) {
+    TS_CHECK(model.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
+    model.copy_to(p.name, p.value);
+  }
+  if (optimizer != nullptr) {
+    io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
+    for (auto& p : params.all()) {
+      const auto begin = static_cast<int64_t>(p.offset);
+      Tensor m = optimizer->m().slice(0, begin, begin + p.numel()).reshape(p.shape);
+      Tensor v = optimizer->v().slice(0, begin, begin + p.numel()).reshape(p.shape);
+      opt.copy_to("m." + p.name, m);
+      opt.copy_to("v." + p.name, v);
+    }
+    optimizer->set_steps_taken(manifest.at("optimizer").at("steps_taken").get<int64_t>());
+  }
+  LoadedCheckpoint loaded;
+  loaded.path = path;
+  loaded.state.step = manifest.at("step").get<int64_t>();
+  loaded.state.seed = manifest.at("seed").get<uint64_t>();
+  loaded.state.data_position = manifest.at("data_position");
+  loaded.state.val_history = manifest.value("val_history", std::vector<double>{});
+  loaded.config_toml = manifest.at("config").get<std::string>();
+  return loaded;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,76 @@
+#include "train/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace tessera::train {
+
+namespace {
+std::string duration(double seconds) {
+  if (seconds < 0 || seconds > 1e7) return "?";
+  auto s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+std::string rate(double tokens_per_second) {
+  return tokens_per_second >= 1e3 ? fmt::format("{:.1f}k", tokens_per_second / 1e3) : fmt::format("{:.0f}", tokens_per_second);
+}
+}  // namespace
+
+Progress::Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode)
+    : first_step_(first_step),
+      total_steps_(total_steps),
+      log_every_(log_every),
+      bar_(mode == "bar" || (mode == "auto" && ::isatty(STDOUT_FILENO) == 1)),
+      start_(std::chrono::steady_clock::now()) {}
+
+std::string Progress::eta(int64_t step) const {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = step - first_step_;
+  if (done <= 0) return "?";
+  return duration(elapsed / static_cast<double>(done) * static_cast<double>(total_steps_ - step));
+}
+
+void Progress::update(const StepReport& r) {
+  const std::string stats =
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {:.1f}% | ETA {}", r.step,
+                  std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.grad_norm,
+                  rate(r.tokens_per_second), 100.0 * r.mfu, eta(r.step));
+  if (bar_) {
+    const int width = 24;
+    const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) /
+                                         static_cast<double>(total_steps_));
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.resize(static_cast<size_t>(width), '.');
+    fmt::print("\r\033[K[{}] {}", bar, stats);
+    std::fflush(stdout);
+    bar_drawn_ = true;
+  } else if (r.step % log_every_ == 0 || r.step == total_steps_ || r.step == first_step_ + 1) {
+    fmt::print("{}\n", stats);
+    std::fflush(stdout);
+  }
+}
+
+void Progress::clear_bar() {
+  if (bar_ && bar_drawn_) {
+    fmt::print("\r\033[K");
+    bar_drawn_ = false;
+  }
+}
+
+void Progress::message(const std::string& text) {
+  clear_bar();
+  fmt::print("{}\n", text);
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (bar_ && bar_drawn_) fmt::print("\n");
+  bar_drawn_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,217 @@
+#include "train/run_config.h"
+
+#include <sstream>
+
+namespace tessera::train {
+
+using config::TableReader;
+using config::check_range;
+
+void RunConfig::validate() const {
+  model.validate();
+  check_range<int64_t>("train.steps", train.steps, 1, int64_t{1} << 40);
+  check_range<int64_t>("train.exit_after", train.exit_after, 0, int64_t{1} << 40);
+  check_range("train.batch_size", train.batch_size, 1, 1 << 24);
+  check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
+  check_range("parallel.dp", parallel.dp, 1, 1 << 20);
+  check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
+  TS_CHECK(train.batch_size % (train.micro_batch_size * parallel.dp) == 0,
+           "config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
+           "for example set train.batch_size = {}",
+           train.batch_size, train.micro_batch_size, parallel.dp, train.micro_batch_size * parallel.dp,
+           (train.batch_size / (train.micro_batch_size * parallel.dp) + 1) * train.micro_batch_size * parallel.dp);
+  check_range("train.eval_every", train.eval_every, 0, 1 << 30);
+  check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
+  check_range("train.sample_every", train.sample_every, 0, 1 << 30);
+  check_range("train.sample_tokens", train.sample_tokens, 0, 1 << 20);
+  TS_CHECK(train.sample_temperature > 0.0f, "config: train.sample_temperature must be positive, got {}",
+           train.sample_temperature);
+  check_range("train.sample_top_k", train.sample_top_k, 0, 1 << 24);
+  TS_CHECK(optim.name == "adamw", "config: optim.name = '{}' is not known; use \"adamw\"", optim.name);
+  TS_CHECK(optim.lr > 0.0f && optim.lr < 10.0f, "config: optim.lr = {} must be in (0, 10)", optim.lr);
+  TS_CHECK(optim.min_lr >= 0.0f && optim.min_lr <= optim.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]",
+           optim.min_lr, optim.lr);
+  check_range<int64_t>("optim.warmup_steps", optim.warmup_steps, 0, int64_t{1} << 40);
+  TS_CHECK(optim.beta1 >= 0.0f && optim.beta1 < 1.0f, "config: optim.beta1 = {} must be in [0, 1)", optim.beta1);
+  TS_CHECK(optim.beta2 >= 0.0f && optim.beta2 < 1.0f, "config: optim.beta2 = {} must be in [0, 1)", optim.beta2);
+  TS_CHECK(optim.eps > 0.0f, "config: optim.eps must be positive, got {}", optim.eps);
+  TS_CHECK(optim.weight_decay >= 0.0f, "config: optim.weight_decay must be >= 0, got {}", optim.weight_decay);
+  TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
+           optim.grad_clip);
+  check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
+  check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
+  check_range("log.every", log.every, 1, 1 << 30);
+  TS_CHECK(log.progress == "auto" || log.progress == "bar" || log.progress == "plain",
+           "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
+}
+
+namespace {
+
+// Parses one override value as TOML ("12", "1e-3", "true", "\"x\"", "[1, 2]"); a bare word that is
+// not valid TOML is taken as a string so `--data.dir data/kjv` works without quotes.
+toml::node_view<toml::node> parse_value(toml::table& holder, const std::string& value) {
+  try {
+    holder = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    holder = toml::table{{"v", value}};
+  }
+  return holder["v"];
+}
+
+}  // namespace
+
+void apply_overrides(toml::table& table, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  for (const auto& [key, value] : overrides) {
+    TS_CHECK(!key.empty() && key.front() != '.' && key.back() != '.', "override '--{}' is not a dotted key like train.steps",
+             key);
+    toml::table* node = &table;
+    std::stringstream parts(key);
+    std::string part, last;
+    std::vector<std::string> path;
+    while (std::getline(parts, part, '.')) path.push_back(part);
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+      toml::node* child = node->get(path[i]);
+      if (child == nullptr) {
+        node->insert(path[i], toml::table{});
+        child = node->get(path[i]);
+      }
+      TS_CHECK(child->is_table(), "override '--{}': '{}' is not a section", key, path[i]);
+      node = child->as_table();
+    }
+    toml::table holder;
+    auto v = parse_value(holder, value);
+    node->insert_or_assign(path.back(), *v.node());
+  }
+}
+
+RunConfig read_run_config(const toml::table& table) {
+  RunConfig c;
+  TableReader root(table, "");
+  c.vocab_from_data = !root.table("model").has("vocab_size");
+  c.model = config::read_model_config(root.table("model"));
+  {
+    TableReader r = root.table("data");
+    c.data.dir = r.get("dir", c.data.dir);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("train");
+    auto& t = c.train;
+    t.steps = r.get("steps", t.steps);
+    t.exit_after = r.get("exit_after", t.exit_after);
+    t.batch_size = r.get("batch_size", t.batch_size);
+    t.micro_batch_size = r.get("micro_batch_size", t.micro_batch_size);
+    t.seed = static_cast<uint64_t>(r.get<int64_t>("seed", static_cast<int64_t>(t.seed)));
+    t.out_dir = r.get("out_dir", t.out_dir);
+    t.eval_every = r.get("eval_every", t.eval_every);
+    t.eval_batches = r.get("eval_batches", t.eval_batches);
+    t.sample_every = r.get("sample_every", t.sample_every);
+    t.sample_tokens = r.get("sample_tokens", t.sample_tokens);
+    t.sample_temperature = r.get("sample_temperature", t.sample_temperature);
+    t.sample_top_k = r.get("sample_top_k", t.sample_top_k);
+    t.sample_prompt = r.get("sample_prompt", t.sample_prompt);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("optim");
+    auto& o = c.optim;
+    o.name = r.get("name", o.name);
+    o.lr = r.get("lr", o.lr);
+    o.min_lr = r.get("min_lr", o.min_lr);
+    o.warmup_steps = r.get("warmup_steps", o.warmup_steps);
+    o.weight_decay = r.get("weight_decay", o.weight_decay);
+    o.beta1 = r.get("beta1", o.beta1);
+    o.beta2 = r.get("beta2", o.beta2);
+    o.eps = r.get("eps", o.eps);
+    o.grad_clip = r.get("grad_clip", o.grad_clip);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("parallel");
+    c.parallel.dp = r.get("dp", c.parallel.dp);
+    c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("checkpoint");
+    c.checkpoint.every = r.get("every", c.checkpoint.every);
+    c.checkpoint.keep = r.get("keep", c.checkpoint.keep);
+    c.checkpoint.resume = r.get("resume", c.checkpoint.resume);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("log");
+    c.log.every = r.get("every", c.log.every);
+    c.log.progress = r.get("progress", c.log.progress);
+    r.finish();
+  }
+  root.finish();
+  c.validate();
+  return c;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  toml::table table = path.empty() ? toml::table{} : config::parse_toml_file(path);
+  apply_overrides(table, overrides);
+  return read_run_config(table);
+}
+
+namespace {
+// The shortest decimal that reads back as the same float, so 1e-3f is written 0.001 rather than
+// 0.0010000000474974513.
+double shortest(float f) { return std::stod(fmt::format("{}", f)); }
+}  // namespace
+
+std::string to_toml(const RunConfig& c) {
+  const auto& m = c.model;
+  toml::table model{{"arch", config::architecture_name(m.arch)},
+                    {"n_layer", m.n_layer},
+                    {"n_head", m.n_head},
+                    {"n_embd", m.n_embd},
+                    {"vocab_size", m.vocab_size},
+                    {"seq_len", m.seq_len},
+                    {"ffn_hidden", m.ffn_hidden},
+                    {"bias", m.bias},
+                    {"tied_embeddings", m.tied_embeddings},
+                    {"dropout", shortest(m.dropout)},
+                    {"norm_eps", shortest(m.norm_eps)},
+                    {"rope_theta", shortest(m.rope_theta)}};
+  const auto& t = c.train;
+  toml::table train{{"steps", t.steps},
+                    {"exit_after", t.exit_after},
+                    {"batch_size", t.batch_size},
+                    {"micro_batch_size", t.micro_batch_size},
+                    {"seed", static_cast<int64_t>(t.seed)},
+                    {"out_dir", t.out_dir},
+                    {"eval_every", t.eval_every},
+                    {"eval_batches", t.eval_batches},
+                    {"sample_every", t.sample_every},
+                    {"sample_tokens", t.sample_tokens},
+                    {"sample_temperature", shortest(t.sample_temperature)},
+                    {"sample_top_k", t.sample_top_k},
+                    {"sample_prompt", t.sample_prompt}};
+  const auto& o = c.optim;
+  toml::table optim{{"name", o.name},
+                    {"lr", shortest(o.lr)},
+                    {"min_lr", shortest(o.min_lr)},
+                    {"warmup_steps", o.warmup_steps},
+                    {"weight_decay", shortest(o.weight_decay)},
+                    {"beta1", shortest(o.beta1)},
+                    {"beta2", shortest(o.beta2)},
+                    {"eps", shortest(o.eps)},
+                    {"grad_clip", shortest(o.grad_clip)}};
+  toml::table root{{"model", model},
+                   {"data", toml::table{{"dir", c.data.dir}}},
+                   {"train", train},
+                   {"optim", optim},
+                   {"parallel", toml::table{{"dp", c.parallel.dp}, {"zero_stage", c.parallel.zero_stage}}},
+                   {"checkpoint", toml::table{{"every", c.checkpoint.every},
+                                              {"keep", c.checkpoint.keep},
+                                              {"resume", c.checkpoint.resume}}},
+                   {"log", toml::table{{"every", c.log.every}, {"progress", c.log.progress}}}};
+  std::stringstream ss;
+  ss << root << "\n";
+  return ss.str();
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,86 @@
+#pragma once
+// The one config of a run: a TOML file with sections model, data, train, optim, parallel,
+// checkpoint and log, plus dotted command-line overrides (--train.steps 100). Unknown keys are
+// rejected with a "did you mean", wrong types and out-of-range values name the key, and the
+// resolved config is written into the run folder and every checkpoint.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/model_config.h"
+
+namespace tessera::train {
+
+struct DataSection {
+  std::string dir = "data/kjv";  // holds train.bin, val.bin, tokenizer.model (tessera data prepare)
+};
+
+struct TrainSection {
+  int64_t steps = 1000;
+  int64_t exit_after = 0;     // stop (with a checkpoint) after this many steps in this process; 0: run to the end
+  int batch_size = 16;        // sequences per optimizer step, over all data-parallel ranks
+  int micro_batch_size = 16;  // sequences per forward/backward on one rank
+  uint64_t seed = 1337;
+  std::string out_dir = "runs/default";
+  int eval_every = 100;       // 0: only at the end
+  int eval_batches = 8;
+  int sample_every = 0;       // 0: only at the end
+  int sample_tokens = 200;
+  float sample_temperature = 0.8f;
+  int sample_top_k = 40;
+  std::string sample_prompt;
+};
+
+struct OptimSection {
+  std::string name = "adamw";
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int64_t warmup_steps = 100;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;  // 0: no clipping
+};
+
+struct ParallelSection {
+  int dp = 1;
+  int zero_stage = 0;
+};
+
+struct CheckpointSection {
+  int64_t every = 0;    // 0: only at the end
+  int keep = 3;         // newest checkpoints kept; older ones are deleted after a successful save
+  std::string resume;   // "", "latest", or a checkpoint folder
+};
+
+struct LogSection {
+  int every = 10;
+  std::string progress = "auto";  // auto (bar on a terminal), bar, plain
+};
+
+struct RunConfig {
+  config::ModelConfig model;
+  bool vocab_from_data = true;  // model.vocab_size not given: the dataset's tokenizer decides it
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  ParallelSection parallel;
+  CheckpointSection checkpoint;
+  LogSection log;
+
+  // Gradient-accumulation microbatches per step on one rank.
+  int accumulation_steps() const { return train.batch_size / (train.micro_batch_size * parallel.dp); }
+  // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.
+  void validate() const;
+};
+
+// Applies "a.b=value" overrides to a TOML table (values parsed as TOML; bare words as strings).
+void apply_overrides(toml::table& table, const std::vector<std::pair<std::string, std::string>>& overrides);
+RunConfig read_run_config(const toml::table& table);
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
+// The resolved config as TOML text (every key, defaults included): saved with runs and checkpoints.
+std::string to_toml(const RunConfig& config);
+
+}  // namespace tessera::train

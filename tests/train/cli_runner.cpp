@@ -1,0 +1,45 @@
+#include "cli_runner.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::testing {
+
+std::string tessera_exe() { return TESSERA_EXE; }
+
+CliResult run_tessera(const std::string& args) {
+  CliResult r;
+  const std::string command = "OMP_NUM_THREADS=1 " + tessera_exe() + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
+  int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+pid_t spawn_tessera(const std::string& args, const std::string& log_path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string command = "exec env OMP_NUM_THREADS=1 " + tessera_exe() + " " + args + " > " + log_path + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace tessera::testing

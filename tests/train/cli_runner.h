@@ -1,0 +1,20 @@
+#pragma once
+// Runs the tessera program in a fresh process for tests: exit code and everything it printed.
+#include <string>
+#include <sys/types.h>
+
+namespace tessera::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// `args` is appended to the tessera executable's path and run through the shell.
+CliResult run_tessera(const std::string& args);
+// Starts tessera in the background (output to `log_path`); returns its pid.
+pid_t spawn_tessera(const std::string& args, const std::string& log_path);
+std::string tessera_exe();
+std::string read_file(const std::string& path);
+
+}  // namespace tessera::testing

@@ -1,0 +1,87 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "train/run_config.h"
+
+using namespace tessera;
+using namespace tessera::train;
+
+namespace {
+std::string error_of(const std::string& text, std::vector<std::pair<std::string, std::string>> overrides = {}) {
+  try {
+    toml::table t = toml::parse(text);
+    apply_overrides(t, overrides);
+    read_run_config(t);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(RunConfig, OverridesReplaceAndAddKeys) {
+  toml::table t = toml::parse("[train]\nsteps = 10\n");
+  apply_overrides(t, {{"train.steps", "25"}, {"model.n_layer", "2"}, {"data.dir", "some/folder"},
+                      {"optim.lr", "3e-4"}, {"model.bias", "false"}});
+  RunConfig c = read_run_config(t);
+  EXPECT_EQ(c.train.steps, 25);
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.data.dir, "some/folder");
+  EXPECT_FLOAT_EQ(c.optim.lr, 3e-4f);
+  EXPECT_FALSE(c.model.bias);
+  EXPECT_TRUE(c.vocab_from_data);
+}
+
+TEST(RunConfig, ResolvedConfigRoundTrips) {
+  toml::table t = toml::parse("[model]\nvocab_size = 500\nn_layer = 3\n[optim]\nlr = 1e-3\n[train]\nsample_prompt = \"In the\"\n");
+  RunConfig c = read_run_config(t);
+  std::string text = to_toml(c);
+  EXPECT_NE(text.find("lr = 0.001"), std::string::npos) << text;
+  RunConfig back = read_run_config(toml::parse(text));
+  EXPECT_EQ(to_toml(back), text);
+  EXPECT_FALSE(back.vocab_from_data);
+}
+
+TEST(RunConfig, ErrorsNameTheKeyAndTheFix) {
+  EXPECT_NE(error_of("[train]\nstep = 3\n").find("unknown key 'train.step'; did you mean 'train.steps'?"), std::string::npos);
+  EXPECT_NE(error_of("[trian]\nsteps = 3\n").find("unknown key 'trian'; did you mean 'train'?"), std::string::npos);
+  EXPECT_NE(error_of("[train]\nsteps = \"ten\"\n").find("'train.steps' must be an integer"), std::string::npos);
+  std::string e = error_of("[train]\nbatch_size = 10\nmicro_batch_size = 4\n");
+  EXPECT_NE(e.find("train.batch_size (10) must be a multiple of train.micro_batch_size × parallel.dp"), std::string::npos) << e;
+  EXPECT_NE(e.find("set train.batch_size = 12"), std::string::npos) << e;
+  EXPECT_NE(error_of("", {{"optim.lr", "-1"}}).find("optim.lr = -1 must be in (0, 10)"), std::string::npos);
+  EXPECT_NE(error_of("[log]\nprogress = \"fancy\"\n").find("log.progress"), std::string::npos);
+  EXPECT_NE(error_of("", {{"parallel.zero_stage", "4"}}).find("'parallel.zero_stage' = 4 is out of range"), std::string::npos);
+}
+
+// The README's config reference lists exactly the keys of the schema.
+TEST(RunConfig, ReadmeDocumentsEveryKey) {
+  const char* source = std::getenv("TESSERA_SOURCE_DIR");
+  ASSERT_NE(source, nullptr);
+  std::ifstream in(std::string(source) + "/README.md");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string readme = ss.str();
+  const size_t begin = readme.find("## Config reference");
+  ASSERT_NE(begin, std::string::npos) << "README.md needs a '## Config reference' section";
+  const size_t end = readme.find("\n## ", begin + 1);
+  const std::string section = readme.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  // Documented keys are table rows starting with | `section.key` |.
+  std::set<std::string> documented;
+  std::regex row(R"(\|\s*`([a-z_0-9]+\.[a-z_0-9]+)`\s*\|)");
+  for (auto it = std::sregex_iterator(section.begin(), section.end(), row); it != std::sregex_iterator(); ++it) {
+    documented.insert((*it)[1].str());
+  }
+  std::set<std::string> schema;
+  toml::table resolved = toml::parse(to_toml(RunConfig{}));
+  for (const auto& [section_name, table] : resolved) {
+    for (const auto& [key, value] : *table.as_table()) schema.insert(std::string(section_name.str()) + "." + std::string(key.str()));
+  }
+  for (const auto& k : schema) EXPECT_TRUE(documented.count(k)) << "README config reference lacks " << k;
+  for (const auto& k : documented) EXPECT_TRUE(schema.count(k)) << "README documents " << k << ", which the config does not have";
+}
