@@ -11,5 +11,6 @@ void add_sample_command(CLI::App& app);    // sample_command.cpp: text from a ch
 void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline schedules
 void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner
 void add_data_command(CLI::App& app);      // data_command.cpp: corpus, tokenizer, token files
+void add_launch_command(CLI::App& app);
 
 }  // namespace tessera::cli

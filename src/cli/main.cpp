@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_sample_command(app);
   tessera::cli::add_plan_command(app);
   tessera::cli::add_simulate_command(app);
+  tessera::cli::add_launch_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

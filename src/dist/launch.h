@@ -1,0 +1,43 @@
+#pragma once
+// The mpirun command line `tessera launch` runs: a pure function of the request and the machine,
+// so it is tested without starting anything.
+//
+//   mpirun -n N [--host h1:s,h2:s | --hostfile F] --bind-to none [--oversubscribe]
+//          [--allow-run-as-root] [--mca btl self,vader] -x OMP_NUM_THREADS=T [extra...] EXE ARGS...
+//
+//  - --bind-to none: each rank runs an OpenMP pool and a progress thread; binding a rank to one
+//    core (mpirun's default for few ranks) would squeeze them all onto it.
+//  - --oversubscribe when a node gets more ranks than it has cores (tests run 4 ranks on 2 cores).
+//  - T = max(1, cores / ranks per node), so the ranks of a node share its cores without
+//    oversubscribing them with threads.
+//  - --allow-run-as-root when running as root (containers); OpenMPI refuses otherwise.
+//  - On one machine the transports are pinned to shared memory (btl self,vader), which also works
+//    in containers without a network; across hosts MPI picks its network transport.
+#include <string>
+#include <vector>
+
+namespace tessera::dist {
+
+struct LaunchRequest {
+  int ranks = 1;
+  std::vector<std::string> hosts{};   // "name" or "name:slots"; empty: this machine only
+  std::string hostfile{};             // mpirun hostfile; exclusive with hosts
+  int threads_per_rank = 0;         // 0: cores / ranks per node
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args{};  // passed to mpirun before the program
+  std::string executable{};           // absolute path of the program every rank runs
+  std::vector<std::string> args{};    // its arguments
+};
+
+struct MachineInfo {
+  int cores = 1;
+  bool root = false;
+  int hostfile_hosts = 0;  // hosts listed in the request's hostfile (when there is one)
+};
+
+MachineInfo this_machine(const LaunchRequest& request);  // reads the core count, uid and hostfile
+std::vector<std::string> mpirun_command(const LaunchRequest& request, const MachineInfo& machine);
+// The command as one line a shell would accept (arguments quoted where needed).
+std::string shell_line(const std::vector<std::string>& argv);
+
+}  // namespace tessera::dist

@@ -1,0 +1,73 @@
+#pragma once
+// Watchdog: one thread that watches every operation in flight on the communicators sharing it.
+// When one runs longer than the timeout it prints a single line to stderr, e.g.
+//   tessera watchdog: rank 1 of 4: all_reduce #17 on dp (group ranks 1,3) did not complete
+//   within 5.0 s; aborting the job
+// and calls the abort action. With the MPI backend that action is MPI_Abort on the world: the
+// one place where tessera ends the process on its own, because a rank that waits forever for a
+// peer that is gone, stalled or desynchronized is worse than a job that stops with a reason.
+// (The abort action is a parameter so the watchdog can be tested without ending anything.)
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/ops.h"
+
+namespace tessera::dist {
+
+// What the watchdog names when an operation times out; shared by a communicator and its ops.
+struct GroupInfo {
+  std::string name;
+  std::vector<int> ranks;  // world ranks
+};
+
+class Watchdog {
+ public:
+  using AbortAction = std::function<void(const std::string& message)>;
+
+  // `world_rank`/`world_size` go into the message; the checks run `timeout_seconds / 20` apart
+  // (between 5 ms and 1 s), so a stall is reported at most 5% late.
+  Watchdog(double timeout_seconds, int world_rank, int world_size, AbortAction abort);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // An operation starts / ends; begin returns the token for end. `peer` is for send/recv.
+  uint64_t begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer = -1);
+  void end(uint64_t token);
+
+  double timeout_seconds() const { return timeout_; }
+  size_t in_flight() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const GroupInfo> group;
+    OpKind kind;
+    uint64_t seq;
+    int peer;
+    std::chrono::steady_clock::time_point start;
+    bool reported = false;
+  };
+  void run();
+  std::string message(const Entry& e) const;
+
+  const double timeout_;
+  const int world_rank_;
+  const int world_size_;
+  const AbortAction abort_;
+  mutable std::mutex mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  uint64_t next_token_ = 0;
+  std::map<uint64_t, Entry> entries_;
+  std::thread thread_;
+};
+
+}  // namespace tessera::dist

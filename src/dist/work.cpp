@@ -1,0 +1,63 @@
+#include "dist/work.h"
+
+#include <fmt/format.h>
+
+namespace tessera::dist {
+
+Work::Work(OpKind kind, uint64_t seq, uint64_t bytes_sent, int peer)
+    : kind_(kind), seq_(seq), bytes_(bytes_sent), peer_(peer), posted_(std::chrono::steady_clock::now()) {}
+
+void Work::wait() {
+  std::unique_lock lock(mutex_);
+  done_cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+double Work::seconds() const {
+  std::lock_guard lock(mutex_);
+  return done_ ? std::chrono::duration<double>(finished_ - posted_).count() : 0.0;
+}
+
+std::string Work::describe() const {
+  if (kind_ == OpKind::Send) return fmt::format("send #{} to rank {}", seq_, peer_);
+  if (kind_ == OpKind::Recv) return fmt::format("recv #{} from rank {}", seq_, peer_);
+  return fmt::format("{} #{}", op_name(kind_), seq_);
+}
+
+void Work::mark_completed() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    finished_ = std::chrono::steady_clock::now();
+  }
+  done_cv_.notify_all();
+}
+
+void Work::mark_failed(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    error_ = std::move(error);
+    finished_ = std::chrono::steady_clock::now();
+  }
+  done_cv_.notify_all();
+}
+
+void wait_all(std::span<const WorkPtr> works) {
+  std::exception_ptr first;
+  for (const WorkPtr& w : works) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,64 @@
+#pragma once
+// Work: the handle every communicator call returns. The operation runs on the communicator's
+// progress thread while the caller computes; wait() blocks until it is done and rethrows the
+// error it failed with, if any. Buffers passed to the call must stay alive and untouched until
+// the work completes.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "dist/ops.h"
+
+namespace tessera::dist {
+
+class Work {
+ public:
+  // `peer` is the other rank of a send or recv, -1 otherwise.
+  Work(OpKind kind, uint64_t seq, uint64_t bytes_sent, int peer = -1);
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  void wait();                 // blocks until done; throws tessera::Error if the operation failed
+  bool is_completed() const;   // done, successfully or not; never blocks
+
+  OpKind kind() const { return kind_; }
+  std::string_view op() const { return op_name(kind_); }
+  uint64_t seq() const { return seq_; }             // position in its series (see ops.h)
+  uint64_t bytes_sent() const { return bytes_; }    // by the convention of ops.h
+  int peer() const { return peer_; }
+  // Seconds from posting to completion, as seen by the progress thread; 0 until completed.
+  // Comparing it with the caller's own clock shows whether the operation progressed while the
+  // caller was busy (overlap) or only once it waited.
+  double seconds() const;
+  std::string describe() const;                     // "all_reduce #17", "send #3 to rank 2"
+
+  // Called by the backend's progress thread, once.
+  void mark_completed();
+  void mark_failed(std::exception_ptr error);
+
+ private:
+  const OpKind kind_;
+  const uint64_t seq_;
+  const uint64_t bytes_;
+  const int peer_;
+  const std::chrono::steady_clock::time_point posted_;
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::chrono::steady_clock::time_point finished_;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+// Waits for every handle in order; the first failure is rethrown after all have finished, so no
+// buffer is still in use when the exception propagates.
+void wait_all(std::span<const WorkPtr> works);
+
+}  // namespace tessera::dist
