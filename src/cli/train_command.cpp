@@ -1,7 +1,10 @@
 // tessera train --config FILE [--section.key value ...]
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "cli/commands.h"
+#include "dist/mpi_runtime.h"
 #include "train/trainer.h"
 
 namespace tessera::cli {
@@ -29,6 +32,41 @@ std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vect
   return out;
 }
 
+// Whether an MPI launcher (mpirun, srun) started this process. A plain `tessera train` with
+// parallel.dp = 1 then never touches MPI, so it starts fast and needs no MPI runtime at all.
+bool started_by_mpi_launcher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(var) != nullptr) return true;
+  }
+  return false;
+}
+
+void print_result(const train::TrainResult& r) {
+  if (!r.sample_text.empty()) fmt::print("\nsample:\n{}\n\n", r.sample_text);
+  fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
+  fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
+}
+
+// One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
+// launch`, which only builds an mpirun command, never starts it); communicators go before it.
+void train_under_mpi(const train::RunConfig& config) {
+  dist::MpiRuntime mpi;
+  try {
+    dist::CommOptions options;
+    options.timeout_seconds = config.parallel.timeout_seconds;
+    auto world = mpi.world(options);
+    train::TrainResult r = train::Trainer(config, world.get()).run();
+    world.reset();
+    if (mpi.world_rank() == 0) print_result(r);
+  } catch (const std::exception& e) {
+    if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
+    // Every rank that fails says so; the first to get here ends the job, so no peer waits for it.
+    fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
+    std::fflush(stderr);
+    mpi.abort_job(1);
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -39,13 +77,16 @@ void add_train_command(CLI::App& app) {
   cmd->footer(
       "Overrides: any config key as --section.key value, e.g.\n"
       "  tessera train --config configs/default.toml --train.steps 200 --model.n_layer 2\n"
-      "Resume: --checkpoint.resume latest (or a checkpoint folder).");
+      "Resume: --checkpoint.resume latest (or a checkpoint folder).\n"
+      "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2");
   cmd->callback([cmd, config_path]() {
     train::RunConfig config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
-    train::TrainResult r = train::Trainer(config).run();
-    if (!r.sample_text.empty()) fmt::print("\nsample:\n{}\n\n", r.sample_text);
-    fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
-    fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
+    if (started_by_mpi_launcher()) {
+      train_under_mpi(config);
+    } else {
+      // One process; a config asking for dp > 1 is refused by the trainer, naming the launcher.
+      print_result(train::Trainer(config).run());
+    }
   });
 }
 

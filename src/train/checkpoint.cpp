@@ -76,21 +76,19 @@ CheckpointStore::CheckpointStore(std::string dir, int keep) : dir_(std::move(dir
   TS_CHECK(keep_ >= 1, "checkpoint.keep must be at least 1, got {}", keep_);
 }
 
-std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state,
-                                  const nn::ParameterStore& params, const optim::AdamW& optimizer,
-                                  const std::string& tokenizer_path) const {
-  fs::create_directories(dir_);
-  const std::string name = step_folder_name(state.step);
-  const std::string final_path = (fs::path(dir_) / name).string();
-  const std::string tmp = (fs::path(dir_) / fmt::format(".tmp.{}.{}", name, ::getpid())).string();
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+namespace {
 
-  io::SafeTensorsWriter model;
-  for (const auto& p : params.all()) model.add(p.name, p.value);
-  model.set_metadata("format", "tessera-parameters");
-  model.write((fs::path(tmp) / kModelFile).string());
+std::string shard_file_name(int rank) { return fmt::format("zero_shard.rank{:05d}.safetensors", rank); }
 
+int rank_in(dist::Communicator* comm) { return comm == nullptr ? 0 : comm->rank(); }
+int size_of(dist::Communicator* comm) { return comm == nullptr ? 1 : comm->size(); }
+
+void barrier(dist::Communicator* comm) {
+  if (comm != nullptr && comm->size() > 1) comm->barrier()->wait();
+}
+
+// Without ZeRO: every moment by parameter name, so the file reads like the model file.
+void write_optimizer(const std::string& path, const nn::ParameterStore& params, const optim::AdamW& optimizer) {
   io::SafeTensorsWriter opt;
   const Tensor& m = optimizer.m();
   const Tensor& v = optimizer.v();
@@ -99,32 +97,86 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
     opt.add("m." + p.name, m.slice(0, begin, begin + p.numel()).reshape(p.shape));
     opt.add("v." + p.name, v.slice(0, begin, begin + p.numel()).reshape(p.shape));
   }
-  opt.write((fs::path(tmp) / kOptimizerFile).string());
+  opt.write(path);
+}
 
-  if (!tokenizer_path.empty()) {
-    fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
-    fsync_path((fs::path(tmp) / kTokenizerFile).string(), false);
+// With ZeRO: this rank's flat range of the moments, and the range itself to check on load.
+void write_shard(const std::string& path, const optim::AdamW& optimizer, int rank, int ranks, int stage) {
+  io::SafeTensorsWriter shard;
+  shard.add("m", optimizer.m());
+  shard.add("v", optimizer.v());
+  shard.set_metadata("format", "tessera-zero-shard");
+  shard.set_metadata("begin", std::to_string(optimizer.owned().begin));
+  shard.set_metadata("end", std::to_string(optimizer.owned().end));
+  shard.set_metadata("rank", std::to_string(rank));
+  shard.set_metadata("ranks", std::to_string(ranks));
+  shard.set_metadata("zero_stage", std::to_string(stage));
+  shard.write(path);
+}
+
+}  // namespace
+
+std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state,
+                                  const nn::ParameterStore& params, const optim::AdamW& optimizer,
+                                  const std::string& tokenizer_path, dist::Communicator* comm) const {
+  const int rank = rank_in(comm), ranks = size_of(comm);
+  const bool sharded = config.parallel.zero_stage >= 1;
+  const std::string name = step_folder_name(state.step);
+  const std::string final_path = (fs::path(dir_) / name).string();
+  // One temporary folder for the whole group, named after rank 0's process.
+  int32_t owner = ::getpid();
+  const auto tmp_of = [&](int32_t pid) { return (fs::path(dir_) / fmt::format(".tmp.{}.{}", name, pid)).string(); };
+  if (rank == 0) {
+    fs::create_directories(dir_);
+    fs::remove_all(tmp_of(owner));
+    fs::create_directories(tmp_of(owner));
   }
+  // Also a barrier: the others learn the name only once rank 0 has created the folder.
+  if (ranks > 1) comm->broadcast(std::span(&owner, 1), 0)->wait();
+  const std::string tmp = tmp_of(owner);
 
+  if (sharded) write_shard((fs::path(tmp) / shard_file_name(rank)).string(), optimizer, rank, ranks, config.parallel.zero_stage);
+  if (rank == 0) {
+    io::SafeTensorsWriter model;
+    for (const auto& p : params.all()) model.add(p.name, p.value);
+    model.set_metadata("format", "tessera-parameters");
+    model.write((fs::path(tmp) / kModelFile).string());
+    if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), params, optimizer);
+    if (!tokenizer_path.empty()) {
+      fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
+      fsync_path((fs::path(tmp) / kTokenizerFile).string(), false);
+    }
+  }
+  barrier(comm);  // every shard is written and synced
+  if (rank == 0) {
+    nlohmann::json manifest = {
+        {"format", "tessera-checkpoint"},
+        {"version", kCheckpointFormatVersion},
+        {"step", state.step},
+        {"seed", state.seed},
+        {"data_position", state.data_position},
+        {"val_history", state.val_history},
+        {"model", model_json(config.model)},
+        {"parameter_count", params.numel()},
+        {"optimizer", {{"name", "adamw"}, {"steps_taken", optimizer.steps_taken()}}},
+        {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}}},
+        {"config", to_toml(config)},
+    };
+    finalize(tmp, final_path, name, manifest);
+  }
+  barrier(comm);  // no rank moves on (or exits) before the checkpoint is complete
+  return final_path;
+}
+
+void CheckpointStore::finalize(const std::string& tmp, const std::string& final_path, const std::string& name,
+                               const nlohmann::json& manifest_base) const {
   nlohmann::json files = nlohmann::json::object();
   for (const auto& entry : fs::directory_iterator(tmp)) {
     const std::string file = entry.path().filename().string();
     files[file] = {{"bytes", fs::file_size(entry.path())}, {"xxh3", fmt::format("{:016x}", file_checksum(entry.path().string()))}};
   }
-  nlohmann::json manifest = {
-      {"format", "tessera-checkpoint"},
-      {"version", kCheckpointFormatVersion},
-      {"step", state.step},
-      {"seed", state.seed},
-      {"data_position", state.data_position},
-      {"val_history", state.val_history},
-      {"model", model_json(config.model)},
-      {"parameter_count", params.numel()},
-      {"optimizer", {{"name", "adamw"}, {"steps_taken", optimizer.steps_taken()}}},
-      {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}}},
-      {"config", to_toml(config)},
-      {"files", files},
-  };
+  nlohmann::json manifest = manifest_base;
+  manifest["files"] = files;
   // The manifest is written last: a folder without one is never taken for a checkpoint.
   write_synced((fs::path(tmp) / kManifestFile).string(), manifest.dump(2));
   fsync_path(tmp, true);
@@ -142,7 +194,6 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   write_synced((fs::path(dir_) / kLatestFile).string(), name + "\n");
   fsync_path(dir_, true);
   apply_retention(final_path);
-  return final_path;
 }
 
 void CheckpointStore::apply_retention(const std::string& keep_path) const {
@@ -209,8 +260,40 @@ nlohmann::json read_checkpoint_manifest(const std::string& path) {
   return manifest;
 }
 
+namespace {
+
+void load_shard(const std::string& path, const nlohmann::json& manifest, optim::AdamW& optimizer, int rank, int ranks) {
+  const std::string file = (fs::path(path) / shard_file_name(rank)).string();
+  TS_CHECK(manifest.at("files").contains(shard_file_name(rank)),
+           "checkpoint '{}' has no ZeRO shard for rank {} ({}): it was saved by another layout", path, rank,
+           shard_file_name(rank));
+  io::SafeTensorsFile shard = io::SafeTensorsFile::open(file);
+  const nn::ParamRange owned = optimizer.owned();
+  const std::string begin = shard.metadata_value("begin"), end = shard.metadata_value("end");
+  TS_CHECK(begin == std::to_string(owned.begin) && end == std::to_string(owned.end) &&
+               shard.metadata_value("ranks") == std::to_string(ranks),
+           "checkpoint shard '{}' holds elements [{}, {}) of a group of {}, but this rank owns [{}, {}) of a group of "
+           "{}; resharding is not supported yet: resume with the layout it was saved with",
+           file, begin, end, shard.metadata_value("ranks"), owned.begin, owned.end, ranks);
+  shard.copy_to("m", optimizer.m());
+  shard.copy_to("v", optimizer.v());
+}
+
+void load_optimizer(const std::string& path, nn::ParameterStore& params, optim::AdamW& optimizer) {
+  io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
+  for (auto& p : params.all()) {
+    const auto begin = static_cast<int64_t>(p.offset);
+    Tensor m = optimizer.m().slice(0, begin, begin + p.numel()).reshape(p.shape);
+    Tensor v = optimizer.v().slice(0, begin, begin + p.numel()).reshape(p.shape);
+    opt.copy_to("m." + p.name, m);
+    opt.copy_to("v." + p.name, v);
+  }
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, nn::ParameterStore& params,
-                                 optim::AdamW* optimizer) {
+                                 optim::AdamW* optimizer, dist::Communicator* comm) {
   nlohmann::json manifest = read_checkpoint_manifest(path);
   const nlohmann::json expected = model_json(config.model);
   const nlohmann::json& saved = manifest.at("model");
@@ -228,6 +311,11 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "checkpoint '{}' was saved with parallel.dp = {} but this run has parallel.dp = {}; resharding across "
            "data-parallel sizes is not supported yet: resume with parallel.dp = {}",
            path, saved_dp, config.parallel.dp, saved_dp);
+  const int saved_stage = manifest.at("parallel").value("zero_stage", 0);
+  TS_CHECK(saved_stage == config.parallel.zero_stage,
+           "checkpoint '{}' was saved with parallel.zero_stage = {} but this run has parallel.zero_stage = {}; "
+           "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
+           path, saved_stage, config.parallel.zero_stage, saved_stage);
 
   io::SafeTensorsFile model = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
   for (auto& p : params.all()) {
@@ -235,13 +323,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
     model.copy_to(p.name, p.value);
   }
   if (optimizer != nullptr) {
-    io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
-    for (auto& p : params.all()) {
-      const auto begin = static_cast<int64_t>(p.offset);
-      Tensor m = optimizer->m().slice(0, begin, begin + p.numel()).reshape(p.shape);
-      Tensor v = optimizer->v().slice(0, begin, begin + p.numel()).reshape(p.shape);
-      opt.copy_to("m." + p.name, m);
-      opt.copy_to("v." + p.name, v);
+    if (saved_stage >= 1) {
+      load_shard(path, manifest, *optimizer, rank_in(comm), size_of(comm));
+    } else {
+      load_optimizer(path, params, *optimizer);
     }
     optimizer->set_steps_taken(manifest.at("optimizer").at("steps_taken").get<int64_t>());
   }

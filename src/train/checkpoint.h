@@ -1,13 +1,24 @@
 #pragma once
 // Checkpoints: a folder per save (checkpoints/step_00000100/) holding
 //   model.safetensors      parameters by name (f32)
-//   optimizer.safetensors  AdamW moments by name ("m.<name>", "v.<name>")
+//   optimizer.safetensors  AdamW moments by name ("m.<name>", "v.<name>") (without ZeRO)
+//   zero_shard.rank<r>.safetensors
+//                          with ZeRO (parallel.zero_stage >= 1): rank r's shard of the AdamW
+//                          moments ("m", "v": the flat range [begin, end) named in its metadata)
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
 //                          optimizer step count, and the size and xxh64 checksum of every file
 // A save is atomic: everything is written into a hidden temporary folder, synced, and renamed into
 // place; the `latest` pointer is replaced last; older checkpoints beyond `keep` are deleted only
 // after the new one is complete. A crash at any moment leaves the previous checkpoint loadable.
+//
+// Data parallelism: every rank of the data-parallel group calls save() and load_checkpoint() with
+// the group's communicator. Rank 0 names the temporary folder; each rank writes its own shard file
+// into it; after a barrier rank 0 alone checksums everything, writes the manifest and renames the
+// folder into place; a last barrier keeps every rank until the checkpoint is complete. Rank 0 also
+// writes model.safetensors: the whole parameters (with ZeRO-3 the caller gathers them first).
+// A checkpoint loads on the layout it was saved with (same dp and ZeRO stage); another layout
+// gets an error saying so (resharding is not supported yet).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dist/communicator.h"
 #include "nn/parameters.h"
 #include "optim/adamw.h"
 #include "train/run_config.h"
@@ -34,15 +46,18 @@ class CheckpointStore {
  public:
   CheckpointStore(std::string dir, int keep);
 
-  // Saves and returns the checkpoint folder.
+  // Saves and returns the checkpoint folder. `comm`: the data-parallel group (collective), or null.
   std::string save(const RunConfig& config, const CheckpointState& state, const nn::ParameterStore& params,
-                   const optim::AdamW& optimizer, const std::string& tokenizer_path) const;
+                   const optim::AdamW& optimizer, const std::string& tokenizer_path,
+                   dist::Communicator* comm = nullptr) const;
   // The folder `latest` points to, if any.
   std::optional<std::string> latest() const;
   const std::string& dir() const { return dir_; }
 
  private:
   void apply_retention(const std::string& keep_path) const;
+  void finalize(const std::string& tmp, const std::string& final_path, const std::string& name,
+                const nlohmann::json& manifest) const;
   std::string dir_;
   int keep_;
 };
@@ -53,10 +68,11 @@ struct LoadedCheckpoint {
   std::string config_toml;
 };
 
-// Verifies checksums and that the checkpoint's model equals `config.model` (an error lists the
-// differing keys), then loads parameters and optimizer state in place.
+// Verifies checksums, that the checkpoint's model equals `config.model` (an error lists the
+// differing keys) and that it was saved with the same dp and ZeRO stage, then loads parameters
+// and optimizer state (this rank's shard of it, with ZeRO) in place.
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, nn::ParameterStore& params,
-                                 optim::AdamW* optimizer);
+                                 optim::AdamW* optimizer, dist::Communicator* comm = nullptr);
 // Reads and verifies only the manifest (for `tessera sample`, which builds the model from it).
 nlohmann::json read_checkpoint_manifest(const std::string& path);
 

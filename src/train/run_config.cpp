@@ -15,6 +15,11 @@ void RunConfig::validate() const {
   check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
   check_range("parallel.dp", parallel.dp, 1, 1 << 20);
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
+  TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
+           "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
+           parallel.bucket_mb);
+  TS_CHECK(parallel.timeout_seconds > 0.0f, "config: parallel.timeout_seconds must be positive, got {}",
+           parallel.timeout_seconds);
   TS_CHECK(train.batch_size % (train.micro_batch_size * parallel.dp) == 0,
            "config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
            "for example set train.batch_size = {}",
@@ -130,6 +135,8 @@ RunConfig read_run_config(const toml::table& table) {
     TableReader r = root.table("parallel");
     c.parallel.dp = r.get("dp", c.parallel.dp);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
+    c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
+    c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
     r.finish();
   }
   {
@@ -204,7 +211,10 @@ std::string to_toml(const RunConfig& c) {
                    {"data", toml::table{{"dir", c.data.dir}}},
                    {"train", train},
                    {"optim", optim},
-                   {"parallel", toml::table{{"dp", c.parallel.dp}, {"zero_stage", c.parallel.zero_stage}}},
+                   {"parallel", toml::table{{"dp", c.parallel.dp},
+                                            {"zero_stage", c.parallel.zero_stage},
+                                            {"bucket_mb", shortest(c.parallel.bucket_mb)},
+                                            {"timeout_seconds", shortest(c.parallel.timeout_seconds)}}},
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},
                                               {"keep", c.checkpoint.keep},
                                               {"resume", c.checkpoint.resume}}},

@@ -45,8 +45,10 @@ struct OptimSection {
 };
 
 struct ParallelSection {
-  int dp = 1;
-  int zero_stage = 0;
+  int dp = 1;                       // data-parallel ranks; the world size must equal it (pp = tp = ep = 1)
+  int zero_stage = 0;               // 0: plain data parallel; 1, 2, 3: ZeRO (optimizer, + gradients, + parameters sharded)
+  float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
+  float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
 };
 
 struct CheckpointSection {

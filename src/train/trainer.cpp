@@ -6,13 +6,14 @@
 #include <fstream>
 
 #include "data/dataset.h"
+#include "dist/mesh.h"
 #include "data/loader.h"
 #include "io/loss_chart.h"
 #include "io/metrics.h"
-#include "kernels/cpu/grad_norm.h"
 #include "nn/gpt.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "parallel/data_parallel.h"
+#include "parallel/rank_sum.h"
 #include "train/checkpoint.h"
 #include "train/matmul_ceiling.h"
 #include "train/progress.h"
@@ -77,13 +78,34 @@ void truncate_history(const std::string& path, int64_t upto) {
   io::write_file_atomically(path, kept);
 }
 
+// The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
+// so a wrong world size fails on every rank with the factors named.
+std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* world) {
+  const dist::ParallelDims dims{.dp = cfg.parallel.dp};
+  const int world_size = world == nullptr ? 1 : world->size();
+  try {
+    dims.validate(world_size);
+  } catch (const Error& e) {
+    TS_FAIL("{}. tessera train runs one process per data-parallel rank: start it with `tessera launch -n {} -- train "
+            "...` (or mpirun -n {}), or set parallel.dp = {}",
+            e.what(), dims.world_size(), dims.world_size(), world_size);
+  }
+  if (world == nullptr) return std::nullopt;
+  return std::optional<dist::Mesh>(std::in_place, *world, dims);
+}
+
 }  // namespace
 
-Trainer::Trainer(RunConfig config) : config_(std::move(config)) {}
+Trainer::Trainer(RunConfig config, dist::Communicator* world) : config_(std::move(config)), world_(world) {}
 
 TrainResult Trainer::run() {
   RunConfig& cfg = config_;
   TrainResult result;
+  std::optional<dist::Mesh> mesh = make_mesh(cfg, world_);
+  dist::Communicator* dp_comm = mesh ? &mesh->dp() : nullptr;
+  const int rank = dp_comm ? dp_comm->rank() : 0, ranks = dp_comm ? dp_comm->size() : 1;
+  // Rank 0 alone prints and writes the run folder; every rank computes.
+  const bool leader = rank == 0;
 
   // Data first: a bad dataset fails before any memory is spent on the model.
   data::Dataset dataset = data::open_dataset(cfg.data.dir);
@@ -99,16 +121,20 @@ TrainResult Trainer::run() {
   data::TokenLoader loader(dataset.train, {T, cfg.train.batch_size, cfg.train.seed, true});
   data::TokenLoader val_loader(dataset.val, {T, micro, 0, false});
 
-  fs::create_directories(cfg.train.out_dir);
   result.run_dir = cfg.train.out_dir;
   result.metrics_path = (fs::path(cfg.train.out_dir) / "metrics.jsonl").string();
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
-  io::write_file_atomically((fs::path(cfg.train.out_dir) / "config.toml").string(), to_toml(cfg));
+  if (leader) {
+    fs::create_directories(cfg.train.out_dir);
+    io::write_file_atomically((fs::path(cfg.train.out_dir) / "config.toml").string(), to_toml(cfg));
+  }
 
   MemoryAccountant memory;
   nn::GPT model(cfg.model, memory, cfg.train.seed);
-  optim::AdamW optimizer(model.parameters(), memory,
-                         {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay});
+  parallel::DataParallel engine(
+      model.parameters(), model.units(), dp_comm, memory,
+      {cfg.parallel.zero_stage, static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0)},
+      {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay});
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   CheckpointStore checkpoints((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep);
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
@@ -123,7 +149,9 @@ TrainResult Trainer::run() {
                checkpoints.dir());
       path = *latest;
     }
-    LoadedCheckpoint loaded = load_checkpoint(path, cfg, model.parameters(), &optimizer);
+    parallel::DataParallel::FullParameters full = engine.full_parameters();
+    LoadedCheckpoint loaded = load_checkpoint(path, cfg, model.parameters(), &engine.optimizer(), dp_comm);
+    full.write_back();
     step = loaded.state.step;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
     TS_CHECK(loaded.state.seed == cfg.train.seed,
@@ -131,31 +159,42 @@ TrainResult Trainer::run() {
              path, loaded.state.seed, cfg.train.seed);
     TS_CHECK(step < cfg.train.steps, "checkpoint '{}' is at step {}, which is not before train.steps = {}: nothing to do; "
              "raise train.steps to train further", path, step, cfg.train.steps);
-    truncate_history(result.metrics_path, step);
-    fmt::print("resumed from {} at step {}\n", path, step);
+    if (leader) {
+      truncate_history(result.metrics_path, step);
+      fmt::print("resumed from {} at step {}\n", path, step);
+    }
   }
   result.first_step = step;
 
-  io::MetricsLog metrics(result.metrics_path, step > 0);
+  std::optional<io::MetricsLog> metrics;
+  if (leader) metrics.emplace(result.metrics_path, step > 0);
   io::Series train_series{"train loss", "#1f77b4", {}, {}, false};
   io::Series val_series{"val loss", "#d62728", {}, {}, true};
-  if (step > 0) reload_history(result.metrics_path, step, train_series, val_series);
-  result.unigram_entropy = unigram_entropy(*dataset.train, dataset.info.vocab_size);
+  if (leader && step > 0) reload_history(result.metrics_path, step, train_series, val_series);
+  if (leader) result.unigram_entropy = unigram_entropy(*dataset.train, dataset.info.vocab_size);
 
   const int64_t N = model.parameters().numel();
   const double flops_per_token = 6.0 * static_cast<double>(N) +
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * static_cast<double>(T);
+  // The ceiling of one rank's cores: MFU is reported per rank, as the ranks share the step's tokens.
   const double ceiling = measure_matmul_ceiling(0.25);
   const int64_t tokens_per_step = static_cast<int64_t>(cfg.train.batch_size) * T;
-  fmt::print("model: {} parameters ({} layers, {} heads, {} channels, vocab {}, context {})\n", N, cfg.model.n_layer,
-             cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, T);
-  fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
-             dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
-  fmt::print("measured matmul ceiling {:.1f} GFLOP/s; {:.1f} MFLOP per token; unigram baseline {:.3f} nats\n",
-             ceiling / 1e9, flops_per_token / 1e6, result.unigram_entropy);
-  fmt::print("run folder: {}\n", cfg.train.out_dir);
+  if (leader) {
+    fmt::print("model: {} parameters ({} layers, {} heads, {} channels, vocab {}, context {})\n", N, cfg.model.n_layer,
+               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, T);
+    fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
+               dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
+    if (ranks > 1) {
+      fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient buckets of up to {} MiB\n", ranks,
+                 cfg.parallel.zero_stage, engine.buckets().size(), cfg.parallel.bucket_mb);
+    }
+    fmt::print("measured matmul ceiling {:.1f} GFLOP/s; {:.1f} MFLOP per token; unigram baseline {:.3f} nats\n",
+               ceiling / 1e9, flops_per_token / 1e6, result.unigram_entropy);
+    fmt::print("run folder: {}\n", cfg.train.out_dir);
+  }
 
   auto draw_chart = [&]() {
+    if (!leader) return;
     io::ChartSpec chart;
     chart.title = fmt::format("tessera: {} ({} parameters)", cfg.train.out_dir, N);
     chart.series = {train_series, val_series};
@@ -163,9 +202,12 @@ TrainResult Trainer::run() {
     chart.reference_label = "unigram baseline";
     io::write_file_atomically(result.chart_path, io::render_chart_svg(chart));
   };
+  // Every rank evaluates the same batches (ZeRO-3 needs every rank in each gather), so the ranks
+  // agree on the value without communicating it.
   auto evaluate = [&]() {
     nn::StepContext ctx{memory};
     ctx.training = false;
+    ctx.hooks = &engine;
     double sum = 0;
     int64_t count = 0;
     data::TokenLoader val = val_loader;
@@ -173,70 +215,85 @@ TrainResult Trainer::run() {
     for (int b = 0; b < batches; ++b) {
       data::Batch batch = val.next();
       int64_t n = 0;
+      engine.begin_evaluation();
       sum += model.evaluate(ctx, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows), T, &n);
       count += n;
     }
     return sum / static_cast<double>(count);
   };
+  // On every rank (the same text): with ZeRO-3 the parameters are gathered for it.
   auto sample = [&]() {
     std::vector<int32_t> prompt = cfg.train.sample_prompt.empty() ? std::vector<int32_t>{dataset.val->at(0)}
                                                                  : dataset.tokenizer.encode(cfg.train.sample_prompt);
     if (prompt.empty()) prompt = {dataset.val->at(0)};
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
+    parallel::DataParallel::FullParameters full = engine.full_parameters();
     return dataset.tokenizer.decode(generate(model, memory, prompt, options));
   };
   auto save = [&]() {
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history};
-    return checkpoints.save(cfg, state, model.parameters(), optimizer, tokenizer_path);
+    parallel::DataParallel::FullParameters full = engine.full_parameters();
+    return checkpoints.save(cfg, state, model.parameters(), engine.optimizer(), tokenizer_path, dp_comm);
+  };
+  auto message = [&](Progress* progress, const std::string& text) {
+    if (progress != nullptr) progress->message(text);
   };
 
-  Progress progress(step, cfg.train.steps, cfg.log.every, cfg.log.progress);
-  std::vector<std::pair<float*, size_t>> grad_buffers = {
-      {model.parameters().flat_grads().data<float>(), static_cast<size_t>(N)}};
+  std::optional<Progress> progress_holder;
+  if (leader) progress_holder.emplace(step, cfg.train.steps, cfg.log.every, cfg.log.progress);
+  Progress* progress = progress_holder ? &*progress_holder : nullptr;
+  const data::RowRange my_rows = data::split_rows(cfg.train.batch_size, rank, ranks);
   const auto run_start = Clock::now();
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
     const float lr = schedule.at(step);
-    model.parameters().zero_grads();
-    double loss_sum = 0;
-    int64_t counted = 0;
+    engine.begin_step();
+    double local[2] = {0, 0};  // loss sum, counted targets
     const uint64_t first_sequence = loader.state().sequences;
     for (int m = 0; m < accumulation; ++m) {
-      data::Batch batch = loader.microbatch(0, 1, m, accumulation);
-      for (int32_t t : batch.targets) counted += t != nn::GPT::kIgnoreIndex;
+      data::Batch batch = loader.microbatch(rank, ranks, m, accumulation);
+      for (int32_t t : batch.targets) local[1] += t != nn::GPT::kIgnoreIndex;
       nn::StepContext ctx{memory};
       ctx.seed = cfg.train.seed;
       ctx.step = static_cast<uint64_t>(step);
-      ctx.sample_offset = static_cast<int64_t>(first_sequence) + data::split_rows(cfg.train.batch_size, m, accumulation).begin;
+      ctx.hooks = &engine;
+      // The global index of the microbatch's first sequence: dropout masks do not depend on the layout.
+      ctx.sample_offset = static_cast<int64_t>(first_sequence) + my_rows.begin +
+                          data::split_rows(my_rows.size(), m, accumulation).begin;
       nn::GPT::Ctx fwd;
+      engine.begin_microbatch(m, accumulation);
       // Every target of the global batch counts once: the gradient is that of the batch's mean loss.
-      loss_sum += model.forward(ctx, fwd, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows), T,
+      local[0] += model.forward(ctx, fwd, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows), T,
                                 1.0f / static_cast<float>(tokens_per_step));
       model.backward(ctx, fwd);
+      engine.end_microbatch();
     }
     loader.advance();
-    const double loss = loss_sum / static_cast<double>(counted);
+    const std::vector<double> global = parallel::sum_over_ranks(dp_comm, local);
+    const double loss = global[0] / global[1];
     TS_CHECK(std::isfinite(loss),
              "the training loss became {} at step {}: training diverged. Lower optim.lr (now {}), raise "
              "optim.warmup_steps or keep optim.grad_clip on; resume from the last checkpoint with checkpoint.resume = "
              "\"latest\"",
              loss, step + 1, cfg.optim.lr);
-    const double grad_norm = kernels::clip_grad_norm(grad_buffers, cfg.optim.grad_clip);
-    optimizer.step(lr);
+    const double grad_norm = engine.clip_grad_norm(cfg.optim.grad_clip);
+    engine.optimizer_step(lr);
     ++step;
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     StepReport report{step, loss, lr, grad_norm, static_cast<double>(tokens_per_step) / seconds, 0};
-    report.mfu = report.tokens_per_second * flops_per_token / ceiling;
-    progress.update(report);
+    report.mfu = report.tokens_per_second / ranks * flops_per_token / ceiling;
+    if (progress) progress->update(report);
     result.losses.push_back(loss);
     train_series.x.push_back(static_cast<double>(step));
     train_series.y.push_back(loss);
-    metrics.write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                   {"tokens_per_second", report.tokens_per_second}, {"mfu", report.mfu}, {"step_seconds", seconds},
-                   {"elapsed_seconds", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+    if (metrics) {
+      metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                      {"tokens_per_second", report.tokens_per_second}, {"mfu", report.mfu}, {"step_seconds", seconds},
+                      {"elapsed_seconds", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+    }
 
     // A time-limited job (exit_after) ends like the last step: evaluated and checkpointed.
     const bool last = step == cfg.train.steps ||
@@ -246,28 +303,28 @@ TrainResult Trainer::run() {
       val_history.push_back(result.val_loss);
       val_series.x.push_back(static_cast<double>(step));
       val_series.y.push_back(result.val_loss);
-      metrics.write({{"kind", "val"}, {"step", step}, {"loss", result.val_loss}});
-      progress.message(fmt::format("step {}: val loss {:.4f} (train {:.4f}, unigram baseline {:.3f})", step,
-                                   result.val_loss, loss, result.unigram_entropy));
+      if (metrics) metrics->write({{"kind", "val"}, {"step", step}, {"loss", result.val_loss}});
+      message(progress, fmt::format("step {}: val loss {:.4f} (train {:.4f}, unigram baseline {:.3f})", step,
+                                    result.val_loss, loss, result.unigram_entropy));
       draw_chart();
     }
     if (!last && cfg.train.sample_every > 0 && step % cfg.train.sample_every == 0) {
       std::string text = sample();
-      metrics.write({{"kind", "sample"}, {"step", step}, {"text", text}});
-      progress.message(fmt::format("step {} sample:\n{}\n", step, text));
+      if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", text}});
+      message(progress, fmt::format("step {} sample:\n{}\n", step, text));
     }
     if (last || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0)) {
       result.checkpoint_path = save();
-      if (!last) progress.message(fmt::format("step {}: saved {}", step, result.checkpoint_path));
+      if (!last) message(progress, fmt::format("step {}: saved {}", step, result.checkpoint_path));
     }
     done = last;
   }
-  progress.finish();
+  if (progress) progress->finish();
   result.steps = step;
   draw_chart();
   if (cfg.train.sample_tokens > 0) {
     result.sample_text = sample();
-    metrics.write({{"kind", "sample"}, {"step", step}, {"text", result.sample_text}});
+    if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", result.sample_text}});
   }
   return result;
 }

@@ -3,9 +3,15 @@
 // progress) from one RunConfig and runs steps of
 //   microbatches (gradient accumulation) → clip by the global norm → AdamW with warmup + cosine
 // with periodic evaluation on the validation split, text samples and checkpoints.
+//
+// Data parallelism: started under MPI with a world of parallel.dp ranks, each rank trains on its
+// shard of every global batch through parallel::DataParallel (ZeRO stage parallel.zero_stage).
+// Rank 0 alone prints and writes metrics, the chart and the config; every rank writes its shard
+// of a checkpoint.
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "train/run_config.h"
 
 namespace tessera::train {
@@ -21,11 +27,14 @@ struct TrainResult {
 
 class Trainer {
  public:
-  explicit Trainer(RunConfig config);
+  // `world`: every process of the job (must outlive the trainer), or null for one process alone.
+  explicit Trainer(RunConfig config, dist::Communicator* world = nullptr);
+  // Collective over `world`.
   TrainResult run();
 
  private:
   RunConfig config_;
+  dist::Communicator* world_;
 };
 
 }  // namespace tessera::train

@@ -85,3 +85,19 @@ TEST(RunConfig, ReadmeDocumentsEveryKey) {
   for (const auto& k : schema) EXPECT_TRUE(documented.count(k)) << "README config reference lacks " << k;
   for (const auto& k : documented) EXPECT_TRUE(schema.count(k)) << "README documents " << k << ", which the config does not have";
 }
+
+TEST(RunConfig, ParallelKeysAreReadAndChecked) {
+  toml::table t = toml::parse("[parallel]\ndp = 2\nzero_stage = 3\nbucket_mb = 0.5\ntimeout_seconds = 30\n[train]\nbatch_size = 32\n");
+  RunConfig c = read_run_config(t);
+  EXPECT_EQ(c.parallel.dp, 2);
+  EXPECT_EQ(c.parallel.zero_stage, 3);
+  EXPECT_FLOAT_EQ(c.parallel.bucket_mb, 0.5f);
+  EXPECT_FLOAT_EQ(c.parallel.timeout_seconds, 30.0f);
+  EXPECT_EQ(c.accumulation_steps(), 1);
+  EXPECT_NE(to_toml(c).find("bucket_mb = 0.5"), std::string::npos);
+  EXPECT_NE(error_of("", {{"parallel.bucket_mb", "0"}}).find("parallel.bucket_mb = 0 must hold at least one f32 element"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {{"parallel.timeout_seconds", "-1"}}).find("parallel.timeout_seconds must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {{"parallel.bucket_mbb", "1"}}).find("did you mean 'parallel.bucket_mb'?"), std::string::npos);
+}

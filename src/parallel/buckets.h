@@ -1,0 +1,28 @@
+#pragma once
+// Gradient buckets: contiguous ranges of the flat gradient buffer, reduced as one collective each.
+// Backward runs the model's units in reverse (head first, embedding last), so buckets are filled
+// from the end of the buffer: a bucket is a run of whole units, closed once it holds at least the
+// bucket size. (Splitting a unit would not post anything earlier: all of a unit's gradients
+// complete together, at its after_backward.)
+//
+// A unit may write gradients outside the range it owns (a tied head writes the embedding's), so
+// each bucket records the first unit in backward order that writes into it (its storage must exist
+// from that unit's before_backward on) and the last one (after that unit's after_backward the
+// bucket is complete and its reduction is posted).
+#include <cstdint>
+#include <vector>
+
+#include "nn/execution_hooks.h"
+
+namespace tessera::parallel {
+
+struct Bucket {
+  nn::ParamRange range;
+  int first_unit = 0;     // the first unit backward reaches that writes into the bucket (highest index)
+  int complete_unit = 0;  // the last one (lowest index): the bucket is complete after its backward
+};
+
+// Buckets in the order backward completes them (the end of the buffer first). `bucket_elems` >= 1.
+std::vector<Bucket> plan_buckets(const std::vector<nn::Unit>& units, int64_t bucket_elems);
+
+}  // namespace tessera::parallel

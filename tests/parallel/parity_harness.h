@@ -1,0 +1,61 @@
+#pragma once
+// Runs a tiny model for a few steps on synthetic global batches, either as the single-process
+// reference (the whole global batch in one forward) or data-parallel with a ZeRO stage (each rank
+// its rows of the same global batch, in microbatches), and records what the tests compare.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "dist/communicator.h"
+#include "parallel/data_parallel.h"
+
+namespace tessera::testing {
+
+struct ParityCase {
+  std::string name;
+  config::ModelConfig model;
+  int zero_stage = 0;
+  int micros = 1;         // microbatches per rank per step
+  int global_batch = 8;   // sequences per step over all ranks
+  int seq_len = 16;
+  int64_t bucket_bytes = 1024;
+  int steps = 5;
+  float lr = 3e-3f;
+  float grad_clip = 0.05f;  // small enough that clipping acts on these random batches
+  uint64_t seed = 11;
+};
+
+struct StepRecord {
+  double loss = 0;
+  double grad_norm = 0;
+  MemoryStats memory;       // right after the step, peaks since the step began
+  dist::CommStats comm;     // counters' change over the step
+  // Bytes sent during each microbatch's forward and backward (posted by the hooks).
+  std::vector<uint64_t> micro_bytes;
+  // Gradient reductions (all-reduce or reduce-scatter) posted so far, right after each unit's
+  // after_backward in the last microbatch, by unit: proves they are posted during backward.
+  std::vector<uint64_t> reductions_after_unit;
+};
+
+struct RunRecord {
+  std::vector<StepRecord> steps;
+  std::vector<float> params;  // all parameters at the end, flat order
+  int64_t numel = 0;
+  int64_t shard = 0;           // this rank's shard size
+  size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
+  size_t buckets = 0;
+};
+
+config::ModelConfig gpt2_odd_config();  // an odd parameter count: divisible by neither 2 nor 4
+config::ModelConfig llama_config();     // untied embeddings
+
+// Tokens of row `row` of step `step`'s global batch: inputs [T] and targets [T].
+void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, std::vector<int32_t>& inputs,
+                    std::vector<int32_t>& targets);
+
+RunRecord run_reference(const ParityCase& c);
+// `comm` null: a group of one.
+RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
+
+}  // namespace tessera::testing

@@ -1,0 +1,197 @@
+// `tessera train` with data parallelism, end to end: real jobs started by `tessera launch` on a
+// tiny prepared dataset. Losses match the one-process run, a resumed sharded run equals the
+// uninterrupted one bitwise, layouts that do not fit are refused with the factors and the fix, and
+// a rank that dies ends the whole job with no process left behind.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "core/rng.h"
+
+namespace fs = std::filesystem;
+using namespace tessera::testing;
+
+namespace {
+
+fs::path g_root;
+fs::path g_dataset;
+
+const std::string kModel =
+    "--model.n_layer 2 --model.n_head 2 --model.n_embd 32 --model.seq_len 32 "
+    "--train.batch_size 8 --train.micro_batch_size 2 --train.eval_every 0 --train.eval_batches 2 "
+    "--train.sample_tokens 4 --optim.warmup_steps 2 --log.progress plain --log.every 1 --parallel.bucket_mb 0.01";
+
+std::string train_args(const fs::path& out, const std::string& extra) {
+  return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
+}
+std::string launch(int ranks, const fs::path& out, const std::string& extra) {
+  return "launch -n " + std::to_string(ranks) + " -- " + train_args(out, extra);
+}
+
+std::string make_corpus(size_t bytes) {
+  const char* words[] = {"in", "the", "beginning", "was", "word", "and", "light", "shone", "upon", "waters",
+                         "of", "deep", "night", "day", "earth", "heaven", "made", "saw", "good", "it"};
+  std::string text;
+  for (uint64_t i = 0; text.size() < bytes; ++i) {
+    const int n = 4 + static_cast<int>(tessera::uniform(9, 1, i) * 10);
+    for (int w = 0; w < n; ++w) {
+      text += words[static_cast<int>(tessera::uniform(9, 2, i * 31 + static_cast<uint64_t>(w)) * 20)];
+      text += w + 1 < n ? " " : ".\n";
+    }
+  }
+  return text;
+}
+
+std::vector<double> losses(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+class ParallelTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_root = fs::temp_directory_path() / ("tessera_parallel_" + std::to_string(::getpid()));
+    fs::create_directories(g_root);
+    std::ofstream(g_root / "corpus.txt") << make_corpus(40000);
+    g_dataset = g_root / "data";
+    CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
+                              g_dataset.string() + " --vocab-size 300 --val-fraction 0.1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(g_root); }
+};
+
+// dp = 2 with every ZeRO stage follows the one-process run on the same global batches.
+TEST_F(ParallelTraining, LaunchedRunsMatchTheOneProcessRun) {
+  CliResult one = run_tessera(train_args(g_root / "one", "--train.steps 5"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> want = losses(g_root / "one" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 5u);
+  for (int stage : {0, 2, 3}) {
+    const fs::path out = g_root / ("dp2_zero" + std::to_string(stage));
+    CliResult r = run_tessera(launch(2, out, "--train.steps 5 --parallel.dp 2 --parallel.zero_stage " + std::to_string(stage)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("parallel: dp 2 with ZeRO stage " + std::to_string(stage)), std::string::npos) << r.output;
+    // Rank 0 alone reports.
+    EXPECT_EQ(r.output.find("RESULT"), r.output.rfind("RESULT")) << r.output;
+    const std::vector<double> got = losses(out / "metrics.jsonl");
+    ASSERT_EQ(got.size(), want.size()) << r.output;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "stage " << stage << " step " << i + 1;
+    }
+    if (stage >= 1) {
+      for (const char* f : {"zero_shard.rank00000.safetensors", "zero_shard.rank00001.safetensors"}) {
+        EXPECT_TRUE(fs::exists(out / "checkpoints" / "step_00000005" / f)) << f;
+      }
+    }
+  }
+}
+
+// Save shards at step 3, resume in a new job: the same losses and files as the uninterrupted run
+// (ZeRO-2: optimizer and gradient shards; ZeRO-3: parameters gathered for the save, resharded on load).
+TEST_F(ParallelTraining, ResumeUnderMpiIsBitwise) {
+  fs::path split;
+  for (int stage : {2, 3}) {
+    const std::string layout = "--parallel.dp 2 --train.steps 6 --parallel.zero_stage " + std::to_string(stage);
+    const fs::path whole = g_root / ("whole" + std::to_string(stage));
+    split = g_root / ("split" + std::to_string(stage));
+    CliResult a = run_tessera(launch(2, whole, layout));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    CliResult b1 = run_tessera(launch(2, split, layout + " --train.exit_after 3"));
+    ASSERT_EQ(b1.exit_code, 0) << b1.output;
+    CliResult b2 = run_tessera(launch(2, split, layout + " --checkpoint.resume latest"));
+    ASSERT_EQ(b2.exit_code, 0) << b2.output;
+    EXPECT_NE(b2.output.find("resumed from"), std::string::npos) << b2.output;
+    EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl")) << "stage " << stage;
+    for (const char* file : {"model.safetensors", "zero_shard.rank00000.safetensors", "zero_shard.rank00001.safetensors"}) {
+      EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
+                read_file((split / "checkpoints" / "step_00000006" / file).string()))
+          << file << " differs between the whole run and the resumed one (stage " << stage << ")";
+    }
+  }
+  split = g_root / "split2";
+  // Another layout is refused with the reason, until resharding exists.
+  const std::string ckpt = (split / "checkpoints" / "step_00000003").string();
+  CliResult dp1 = run_tessera(train_args(g_root / "other", "--train.steps 6 --parallel.zero_stage 2 --checkpoint.resume " + ckpt));
+  EXPECT_NE(dp1.exit_code, 0);
+  EXPECT_NE(dp1.output.find("saved with parallel.dp = 2 but this run has parallel.dp = 1; resharding across "
+                            "data-parallel sizes is not supported yet"),
+            std::string::npos)
+      << dp1.output;
+  CliResult stage3 = run_tessera(launch(2, g_root / "other", "--train.steps 6 --parallel.dp 2 --parallel.zero_stage 3 "
+                                        "--checkpoint.resume " + ckpt));
+  EXPECT_NE(stage3.exit_code, 0);
+  EXPECT_NE(stage3.output.find("saved with parallel.zero_stage = 2 but this run has parallel.zero_stage = 3"),
+            std::string::npos)
+      << stage3.output;
+}
+
+TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
+  CliResult r = run_tessera(launch(2, g_root / "bad", "--train.steps 2 --parallel.dp 4"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("dp 4 × pp 1 × tp 1 = 4 ≠ world size 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tessera launch -n 4 -- train"), std::string::npos) << r.output;
+  CliResult alone = run_tessera(train_args(g_root / "bad", "--train.steps 2 --parallel.dp 2"));
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.output.find("≠ world size 1"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("set parallel.dp = 1"), std::string::npos) << alone.output;
+}
+
+// A rank killed mid-run: mpirun ends the job, non-zero, and no process of it remains.
+TEST_F(ParallelTraining, ARankThatDiesEndsTheJobWithNoOrphans) {
+  const fs::path out = g_root / "crash_run_marker";
+  pid_t job = spawn_tessera(launch(2, out, "--train.steps 100000 --parallel.dp 2 --parallel.zero_stage 1"),
+                            (g_root / "crash.log").string());
+  // Wait until the ranks train.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (losses(out / "metrics.jsonl").size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(losses(out / "metrics.jsonl").size(), 2u) << read_file((g_root / "crash.log").string());
+  const std::string ranks_of_job = "pgrep -f '^" + tessera_exe() + " train .*crash_run_marker'";
+  CliResult pids{0, ""};
+  {
+    FILE* p = ::popen(ranks_of_job.c_str(), "r");
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) pids.output += buf;
+    ::pclose(p);
+  }
+  ASSERT_FALSE(pids.output.empty()) << "no rank process found";
+  const pid_t victim = std::stoi(pids.output);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(job, &status, WNOHANG) == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(30))
+        << "the job did not end after a rank died";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file((g_root / "crash.log").string());
+  bool orphans = true;
+  for (int i = 0; i < 50 && orphans; ++i) {
+    // The bracket keeps the pattern from matching the shell that runs pgrep.
+    orphans = std::system("pgrep -f crash_run_marke[r] > /dev/null") == 0;
+    if (orphans) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(orphans) << "processes of the job remain";
+  if (orphans) {
+    EXPECT_EQ(std::system("pgrep -a -f crash_run_marke[r]"), 0);  // lists them in the log
+  }
+}
+
+}  // namespace
