@@ -24,25 +24,14 @@
 #include "parallel/rank_sum.h"
 #include "parallel/zero_memory.h"
 #include "parity_harness.h"
+#include "../common/rank_checks.h"
 
 using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
 
-struct Checks {
-  int rank = 0;
-  int failures = 0;
-  int passed = 0;
-  void expect(bool ok, const std::string& what) {
-    if (ok) {
-      ++passed;
-      return;
-    }
-    ++failures;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
-  }
-};
+using Checks = tessera::testing::RankChecks;
 
 uint64_t hash_floats(const std::vector<float>& v) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
