@@ -1,0 +1,170 @@
+// Step time of ZeRO-3 against plain data parallelism, and how much of DP's gradient all-reduce
+// hides behind backward, for the GPT-2 124M shape under mpirun (dp = number of ranks, normally 2).
+// Everything is measured in the same run, interleaved round by round; times are the slowest
+// rank's, medians over --reps rounds.
+//
+//   step ratio   median ZeRO-3 step / median DP step (one microbatch each)
+//   hidden       (t_backward + t_allreduce − t_both) / t_allreduce, where
+//                  t_backward  backward of a microbatch that posts no reduction (an accumulation
+//                              microbatch: same compute, no communication),
+//                  t_both      backward of the last microbatch until every bucket is reduced,
+//                  t_allreduce the same buckets all-reduced back to back with nothing else running
+//                1: the all-reduce is entirely hidden; 0: it runs serially after backward.
+//
+//   mpirun -n 2 --bind-to none -x OMP_NUM_THREADS=1 zero_step_time [--tokens 128] [--reps 3]
+//
+// Prints a table and, last, one JSON line {"bench": "zero_step_time", ...}.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "dist/mpi_runtime.h"
+#include "nn/gpt.h"
+#include "parallel/data_parallel.h"
+#include "parallel/zero_memory.h"
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The slowest rank's value.
+double slowest(dist::Communicator& comm, double seconds) {
+  auto v = static_cast<float>(seconds);
+  comm.all_reduce(std::span(&v, 1), dist::ReduceOp::Max)->wait();
+  return v;
+}
+
+config::ModelConfig gpt2_124m() {
+  config::ModelConfig m;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.vocab_size = 50257;
+  m.seq_len = 1024;
+  return m;
+}
+
+struct Setup {
+  MemoryAccountant memory;
+  nn::GPT model;
+  parallel::DataParallel engine;
+  Setup(int stage, dist::Communicator& comm)
+      : model(gpt2_124m(), memory, 1), engine(model.parameters(), model.units(), &comm, memory, {stage, int64_t{25} << 20}, {}) {}
+};
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  Tokens(int n, int rank) : inputs(static_cast<size_t>(n)), targets(static_cast<size_t>(n)) {
+    for (int t = 0; t < n; ++t) {
+      inputs[static_cast<size_t>(t)] = (t * 7919 + rank * 31) % 50257;
+      targets[static_cast<size_t>(t)] = (t * 104729 + rank) % 50257;
+    }
+  }
+};
+
+// One microbatch; returns the seconds from the start of backward to the end of end_microbatch().
+double microbatch(Setup& s, const Tokens& tok, int micro, int micros) {
+  nn::StepContext ctx{s.memory};
+  ctx.hooks = &s.engine;
+  nn::GPT::Ctx fwd;
+  const int T = static_cast<int>(tok.inputs.size());
+  s.engine.begin_microbatch(micro, micros);
+  s.model.forward(ctx, fwd, tok.inputs.data(), tok.targets.data(), 1, T, 1.0f / static_cast<float>(T));
+  const auto t0 = Clock::now();
+  s.model.backward(ctx, fwd);
+  s.engine.end_microbatch();
+  return since(t0);
+}
+
+double full_step(Setup& s, const Tokens& tok) {
+  const auto t0 = Clock::now();
+  s.engine.begin_step();
+  microbatch(s, tok, 0, 1);
+  s.engine.clip_grad_norm(1.0);
+  s.engine.optimizer_step(1e-4f);
+  return since(t0);
+}
+
+// The DP buckets all-reduced back to back, alone.
+double all_reduce_alone(Setup& s, dist::Communicator& comm) {
+  float* grads = s.model.parameters().flat_grads().data<float>();
+  const auto t0 = Clock::now();
+  std::vector<dist::WorkPtr> works;
+  for (const parallel::Bucket& b : s.engine.buckets()) {
+    works.push_back(comm.all_reduce(grads + b.range.begin, static_cast<size_t>(b.range.size()), DType::F32,
+                                    dist::ReduceOp::Sum));
+  }
+  dist::wait_all(works);
+  return since(t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int tokens = 128, reps = 3;
+  CLI::App app{"ZeRO-3 / DP step time and all-reduce overlap, GPT-2 124M"};
+  app.add_option("--tokens", tokens, "tokens per rank per microbatch");
+  app.add_option("--reps", reps);
+  CLI11_PARSE(app, argc, argv);
+
+  dist::MpiRuntime mpi(&argc, &argv);
+  try {
+    auto world = mpi.world();
+    auto zero3_group = world->split(0, world->rank(), "dp-zero3");
+    Setup dp(0, *world);
+    Setup z3(3, *zero3_group);
+    const Tokens tok(tokens, world->rank());
+    std::vector<double> t_dp, t_z3, t_backward, t_both, t_comm;
+    uint64_t bytes_dp = 0, bytes_z3 = 0;
+    for (int r = 0; r < reps + 1; ++r) {  // round 0 warms up (page faults, caches) and is dropped
+      const uint64_t b0 = world->stats().bytes_sent, b3 = zero3_group->stats().bytes_sent;
+      const double a = slowest(*world, full_step(dp, tok));
+      bytes_dp = world->stats().bytes_sent - b0 - dist::all_reduce_bytes(1, 4, world->size());  // less the timing
+      const double b = slowest(*world, full_step(z3, tok));
+      bytes_z3 = zero3_group->stats().bytes_sent - b3;
+      dp.engine.begin_step();
+      const double alone = slowest(*world, microbatch(dp, tok, 0, 2));  // accumulation: no communication
+      const double both = slowest(*world, microbatch(dp, tok, 1, 2));   // posts every bucket during backward
+      const double comm = slowest(*world, all_reduce_alone(dp, *world));
+      if (r == 0) continue;
+      t_dp.push_back(a), t_z3.push_back(b), t_backward.push_back(alone), t_both.push_back(both), t_comm.push_back(comm);
+    }
+    const double hidden = (median(t_backward) + median(t_comm) - median(t_both)) / median(t_comm);
+    if (world->rank() == 0) {
+      const int64_t numel = dp.model.parameters().numel();
+      const int n = world->size();
+      fmt::print("GPT-2 124M ({} parameters), dp {}, {} tokens per rank per step, {} rounds (medians, slowest rank)\n\n",
+                 numel, n, tokens, reps);
+      fmt::print("| measure | value |\n|---|---|\n");
+      fmt::print("| DP step | {:.3f} s |\n| ZeRO-3 step | {:.3f} s |\n| ratio ZeRO-3 / DP | {:.2f} |\n", median(t_dp),
+                 median(t_z3), median(t_z3) / median(t_dp));
+      fmt::print("| DP bytes sent per step | {} (theory {:.0f}) |\n| ZeRO-3 bytes sent per step | {} (theory {:.0f}; "
+                 "+ tied embedding gathered twice more) |\n",
+                 bytes_dp, parallel::zero_step_bytes(0, numel, n, 1), bytes_z3, parallel::zero_step_bytes(3, numel, n, 1));
+      fmt::print("| backward alone | {:.3f} s |\n| all-reduce alone ({} buckets) | {:.3f} s |\n| backward + all-reduce, "
+                 "overlapped | {:.3f} s |\n| all-reduce hidden behind backward | {:.0f} % |\n",
+                 median(t_backward), dp.engine.buckets().size(), median(t_comm), median(t_both), 100 * hidden);
+      nlohmann::json j = {{"bench", "zero_step_time"}, {"numel", numel}, {"dp", n}, {"tokens", tokens},
+                          {"dp_step_s", median(t_dp)}, {"zero3_step_s", median(t_z3)},
+                          {"ratio", median(t_z3) / median(t_dp)}, {"backward_s", median(t_backward)},
+                          {"allreduce_s", median(t_comm)}, {"both_s", median(t_both)}, {"hidden_fraction", hidden},
+                          {"bytes_dp", bytes_dp}, {"bytes_zero3", bytes_z3}};
+      fmt::print("\n{}\n", j.dump());
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
+    mpi.abort_job(1);
+  }
+  return 0;
+}
