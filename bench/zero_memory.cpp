@@ -82,17 +82,6 @@ class StandInGroup final : public dist::Communicator {
   uint64_t seq_ = 0;
 };
 
-config::ModelConfig gpt2_124m() {
-  config::ModelConfig m;
-  m.arch = config::Architecture::Gpt2;
-  m.n_layer = 12;
-  m.n_head = 12;
-  m.n_embd = 768;
-  m.vocab_size = 50257;
-  m.seq_len = 1024;
-  return m;
-}
-
 struct Row {
   int stage = 0, dp = 1;
   int64_t numel = 0, shard = 0;
@@ -104,7 +93,7 @@ struct Row {
 
 Row measure(int stage, int dp, int tokens) {
   MemoryAccountant memory;
-  nn::GPT model(gpt2_124m(), memory, 1);
+  nn::GPT model(config::gpt2_124m(), memory, 1);
   StandInGroup group(0, dp);
   parallel::DataParallel engine(model.parameters(), model.units(), &group, memory, {stage, int64_t{25} << 20}, {});
   std::vector<int32_t> inputs(static_cast<size_t>(tokens)), targets(static_cast<size_t>(tokens));

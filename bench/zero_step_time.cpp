@@ -45,22 +45,12 @@ double slowest(dist::Communicator& comm, double seconds) {
   return v;
 }
 
-config::ModelConfig gpt2_124m() {
-  config::ModelConfig m;
-  m.n_layer = 12;
-  m.n_head = 12;
-  m.n_embd = 768;
-  m.vocab_size = 50257;
-  m.seq_len = 1024;
-  return m;
-}
-
 struct Setup {
   MemoryAccountant memory;
   nn::GPT model;
   parallel::DataParallel engine;
   Setup(int stage, dist::Communicator& comm)
-      : model(gpt2_124m(), memory, 1), engine(model.parameters(), model.units(), &comm, memory, {stage, int64_t{25} << 20}, {}) {}
+      : model(config::gpt2_124m(), memory, 1), engine(model.parameters(), model.units(), &comm, memory, {stage, int64_t{25} << 20}, {}) {}
 };
 
 struct Tokens {

@@ -69,6 +69,17 @@ ModelConfig read_model_config(TableReader r) {
   return m;
 }
 
+ModelConfig gpt2_124m() {
+  ModelConfig m;
+  m.arch = Architecture::Gpt2;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  m.vocab_size = 50257;
+  m.seq_len = 1024;
+  return m;
+}
+
 toml::table parse_toml_file(const std::string& path) {
   std::ifstream in(path);
   TS_CHECK(in.good(), "cannot open config file '{}'", path);

@@ -38,6 +38,8 @@ struct ModelConfig {
 };
 
 ModelConfig read_model_config(TableReader reader);
+// GPT-2 small (124M parameters with tied embeddings): L 12, H 12, C 768, V 50257, T 1024.
+ModelConfig gpt2_124m();
 std::string architecture_name(Architecture a);
 
 // Parses a TOML file with a message that names the file, line and column on syntax errors.

@@ -27,6 +27,7 @@ TEST(ModelConfig, ReadsKeysAndDefaults) {
   EXPECT_TRUE(m.tied_embeddings);
   // GPT-2 small: 124,439,808 parameters with tied embeddings and T = 1024.
   EXPECT_EQ(m.parameter_count(), 124439808);
+  EXPECT_EQ(gpt2_124m().parameter_count(), m.parameter_count());
 }
 
 TEST(ModelConfig, UnknownKeySuggestsTheClosest) {
