@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "io/loss_chart.h"
 #include "nn/gpt.h"
 #include "parallel/data_parallel.h"
@@ -173,9 +174,9 @@ int main(int argc, char** argv) {
       }
       chart.series.push_back(s);
     }
-    io::write_file_atomically(svg_path, io::render_chart_svg(chart));
+    write_file_atomically(svg_path, io::render_chart_svg(chart));
   }
-  if (!json_path.empty()) io::write_file_atomically(json_path, out.dump(2) + "\n");
+  if (!json_path.empty()) write_file_atomically(json_path, out.dump(2) + "\n");
   fmt::print("\n{}\n", out.dump());
   return mismatches == 0 ? 0 : 1;
 }

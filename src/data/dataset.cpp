@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/check.h"
 
 namespace tessera::data {
@@ -65,18 +66,7 @@ T field(const nlohmann::json& j, const char* key, const fs::path& file) {
 }  // namespace
 
 void write_dataset_info(const fs::path& dir, const DatasetInfo& info) {
-  const fs::path path = dir / "data.json";
-  const fs::path tmp = dir / "data.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    TS_CHECK(out.good(), "cannot write {}", tmp.string());
-    out << to_json(info).dump(2) << "\n";
-    out.close();
-    TS_CHECK(out.good(), "error while writing {} (disk full?)", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TS_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
+  write_file_atomically(dir / "data.json", to_json(info).dump(2) + "\n");
 }
 
 DatasetInfo read_dataset_info(const fs::path& dir) {

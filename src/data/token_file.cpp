@@ -14,6 +14,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/check.h"
 
 namespace tessera::data {
@@ -34,11 +35,9 @@ void write_token_file(const std::filesystem::path& path, std::span<const int32_t
   header[2] = static_cast<int32_t>(tokens.size());
   header[3] = static_cast<int32_t>(vocab_size);
 
-  const std::filesystem::path tmp = path.string() + ".tmp";
+  AtomicFile out(path);
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TS_CHECK(out.good(), "cannot write token file {}", tmp.string());
-    out.write(reinterpret_cast<const char*>(header), sizeof header);
+    out.write(header, sizeof header);
     // Converted in blocks so a huge corpus needs no second full-size buffer.
     constexpr size_t kBlock = 1 << 16;
     std::vector<unsigned char> block(kBlock * 4);
@@ -56,14 +55,10 @@ void write_token_file(const std::filesystem::path& path, std::span<const int32_t
           std::memcpy(block.data() + 4 * i, &v, 4);
         }
       }
-      out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(n * (version == 1 ? 2 : 4)));
+      out.write(block.data(), n * (version == 1 ? 2 : 4));
     }
-    out.close();
-    TS_CHECK(out.good(), "error while writing token file {} (disk full?)", tmp.string());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  TS_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
+  out.commit();
 }
 
 std::shared_ptr<const TokenFile> TokenFile::open(const std::filesystem::path& path, int64_t vocab_size) {

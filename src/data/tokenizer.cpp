@@ -6,6 +6,7 @@
 #include <iterator>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/check.h"
 
 namespace tessera::data {
@@ -120,17 +121,7 @@ std::string Tokenizer::piece(int32_t id) const {
 }
 
 void Tokenizer::save(const std::filesystem::path& path) const {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TS_CHECK(out.good(), "cannot write tokenizer file {}", tmp.string());
-    out.write(serialized_.data(), static_cast<std::streamsize>(serialized_.size()));
-    out.close();
-    TS_CHECK(out.good(), "error while writing tokenizer file {} (disk full?)", tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  TS_CHECK(!ec, "cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
+  write_file_atomically(path, serialized_);
 }
 
 }  // namespace tessera::data

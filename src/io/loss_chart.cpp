@@ -3,13 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 
-#include "core/check.h"
 
 namespace tessera::io {
 
@@ -131,17 +127,6 @@ std::string render_chart_svg(const ChartSpec& spec) {
   if (!spec.reference_label.empty()) legend(spec.reference_label, "#888", true);
   svg += "</svg>\n";
   return svg;
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  TS_CHECK(f != nullptr, "cannot write '{}': {}", tmp, std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  TS_CHECK(ok, "cannot write '{}': {}", tmp, std::strerror(errno));
-  TS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}': {}", tmp, path,
-           std::strerror(errno));
 }
 
 }  // namespace tessera::io

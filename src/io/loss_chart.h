@@ -1,7 +1,8 @@
 #pragma once
-// A loss chart as a standalone SVG: training loss (and its smoothed trend) and validation loss
+// A loss chart as a standalone SVG: training loss and validation loss
 // against the step, with axes, ticks, a legend and an optional horizontal reference line (the
-// unigram baseline). Written atomically so a browser reloading it never sees half a file.
+// unigram baseline). Write it with write_file_atomically (core/atomic_file.h) so a browser
+// reloading it never sees half a file.
 #include <string>
 #include <vector>
 
@@ -25,7 +26,5 @@ struct ChartSpec {
 };
 
 std::string render_chart_svg(const ChartSpec& spec);
-// Writes text to path via a temporary file and rename.
-void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace tessera::io

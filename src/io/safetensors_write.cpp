@@ -1,6 +1,3 @@
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -8,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "io/safetensors.h"
 
 namespace tessera::io {
@@ -56,22 +54,6 @@ void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& s
 
 void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 
-namespace {
-
-// Writes all of `bytes`, retrying short writes and interrupted calls.
-void write_all(int fd, const void* data, size_t bytes, const std::string& tmp) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd, p, std::min<size_t>(bytes, size_t{1} << 30));
-    if (n < 0 && errno == EINTR) continue;
-    TS_CHECK(n > 0, "safetensors: writing '{}' failed: {} (is the disk full?)", tmp, std::strerror(errno));
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
-}  // namespace
-
 void SafeTensorsWriter::write(const std::string& path) const {
   // Data in order of decreasing element size keeps every tensor aligned for its dtype, given the
   // 8-byte aligned start of the buffer; the format forbids padding between tensors.
@@ -100,40 +82,11 @@ void SafeTensorsWriter::write(const std::string& path) const {
   text.append((8 - (8 + text.size()) % 8) % 8, ' ');
   uint64_t header_len = text.size();
 
-  namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  // A hidden name beside the target, so the rename stays within one file system.
-  std::string tmp_leaf = target.filename().string();
-  tmp_leaf.insert(tmp_leaf.begin(), '.');
-  tmp_leaf.append(".tmp-XXXXXX");
-  std::string tmp_template = (dir / tmp_leaf).string();
-  std::vector<char> tmp_name(tmp_template.begin(), tmp_template.end());
-  tmp_name.push_back('\0');
-  int fd = ::mkstemp(tmp_name.data());
-  TS_CHECK(fd >= 0, "safetensors: cannot create a file in '{}' to write '{}': {}", dir.string(), path, std::strerror(errno));
-  std::string tmp(tmp_name.data());
-  try {
-    write_all(fd, &header_len, sizeof(header_len), tmp);
-    write_all(fd, text.data(), text.size(), tmp);
-    for (const Item* item : order) write_all(fd, item->data, item->bytes, tmp);
-    TS_CHECK(::fsync(fd) == 0, "safetensors: fsync of '{}' failed: {}", tmp, std::strerror(errno));
-    int rc = ::close(fd);
-    fd = -1;
-    TS_CHECK(rc == 0, "safetensors: closing '{}' failed: {}", tmp, std::strerror(errno));
-    TS_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "safetensors: renaming '{}' to '{}' failed: {}", tmp, path,
-             std::strerror(errno));
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // The rename is durable only once the folder's entry is on disk.
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  AtomicFile file(path);
+  file.write(&header_len, sizeof(header_len));
+  file.write(text.data(), text.size());
+  for (const Item* item : order) file.write(item->data, item->bytes);
+  file.commit();
 }
 
 }  // namespace tessera::io

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/loss_chart.h"
+#include "core/atomic_file.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -25,19 +25,6 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kTokenizerFile = "tokenizer.model";
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kLatestFile = "latest";
-
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  TS_CHECK(fd >= 0, "cannot open '{}' to sync it: {}", path, std::strerror(errno));
-  int rc = ::fsync(fd);
-  ::close(fd);
-  TS_CHECK(rc == 0, "fsync of '{}' failed: {}", path, std::strerror(errno));
-}
-
-void write_synced(const std::string& path, const std::string& text) {
-  io::write_file_atomically(path, text);
-  fsync_path(path, false);
-}
 
 std::string step_folder_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
@@ -144,7 +131,7 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
     if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), params, optimizer);
     if (!tokenizer_path.empty()) {
       fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
-      fsync_path((fs::path(tmp) / kTokenizerFile).string(), false);
+      sync_path(fs::path(tmp) / kTokenizerFile);
     }
   }
   barrier(comm);  // every shard is written and synced
@@ -178,8 +165,7 @@ void CheckpointStore::finalize(const std::string& tmp, const std::string& final_
   nlohmann::json manifest = manifest_base;
   manifest["files"] = files;
   // The manifest is written last: a folder without one is never taken for a checkpoint.
-  write_synced((fs::path(tmp) / kManifestFile).string(), manifest.dump(2));
-  fsync_path(tmp, true);
+  write_file_atomically((fs::path(tmp) / kManifestFile).string(), manifest.dump(2));
 
   if (fs::exists(final_path)) {
     // A complete save of the same step exists (a rerun): swap it out, then drop it.
@@ -190,9 +176,8 @@ void CheckpointStore::finalize(const std::string& tmp, const std::string& final_
   } else {
     fs::rename(tmp, final_path);
   }
-  fsync_path(dir_, true);
-  write_synced((fs::path(dir_) / kLatestFile).string(), name + "\n");
-  fsync_path(dir_, true);
+  sync_path(dir_);
+  write_file_atomically((fs::path(dir_) / kLatestFile).string(), name + "\n");
   apply_retention(final_path);
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "data/dataset.h"
 #include "dist/mesh.h"
 #include "data/loader.h"
@@ -75,7 +76,7 @@ void truncate_history(const std::string& path, int64_t upto) {
     if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > upto) continue;
     kept += line + "\n";
   }
-  io::write_file_atomically(path, kept);
+  write_file_atomically(path, kept);
 }
 
 // The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
@@ -126,7 +127,7 @@ TrainResult Trainer::run() {
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
   if (leader) {
     fs::create_directories(cfg.train.out_dir);
-    io::write_file_atomically((fs::path(cfg.train.out_dir) / "config.toml").string(), to_toml(cfg));
+    write_file_atomically((fs::path(cfg.train.out_dir) / "config.toml").string(), to_toml(cfg));
   }
 
   MemoryAccountant memory;
@@ -200,7 +201,7 @@ TrainResult Trainer::run() {
     chart.series = {train_series, val_series};
     chart.reference_y = result.unigram_entropy;
     chart.reference_label = "unigram baseline";
-    io::write_file_atomically(result.chart_path, io::render_chart_svg(chart));
+    write_file_atomically(result.chart_path, io::render_chart_svg(chart));
   };
   // Every rank evaluates the same batches (ZeRO-3 needs every rank in each gather), so the ranks
   // agree on the value without communicating it.
