@@ -13,9 +13,6 @@ namespace fs = std::filesystem;
 std::vector<std::string> default_config_dirs() {
   std::vector<std::string> dirs;
   if (const char* d = std::getenv("TESSERA_CONFIG_DIR"); d != nullptr && *d != '\0') dirs.emplace_back(d);
-  if (const char* d = std::getenv("TESSERA_SOURCE_DIR"); d != nullptr && *d != '\0') {
-    dirs.push_back((fs::path(d) / "configs").string());
-  }
   // The source tree the library was built from: lets a build-tree binary find the shipped configs
   // without any environment set up.
   dirs.push_back((fs::path(TESSERA_PLAN_SOURCE_ROOT) / "configs").string());

@@ -8,7 +8,7 @@
 
 namespace tessera::plan {
 
-// Folders searched for shipped configs, in order: $TESSERA_CONFIG_DIR, $TESSERA_SOURCE_DIR/configs,
+// Folders searched for shipped configs, in order: $TESSERA_CONFIG_DIR,
 // the source tree this library was built from, ./configs. Each holds clusters/ and models/.
 std::vector<std::string> default_config_dirs();
 

@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
-#include "core/rng.h"
 
 namespace fs = std::filesystem;
 using namespace tessera::testing;
@@ -37,20 +36,6 @@ std::string train_args(const fs::path& out, const std::string& extra) {
 }
 std::string launch(int ranks, const fs::path& out, const std::string& extra) {
   return "launch -n " + std::to_string(ranks) + " -- " + train_args(out, extra);
-}
-
-std::string make_corpus(size_t bytes) {
-  const char* words[] = {"in", "the", "beginning", "was", "word", "and", "light", "shone", "upon", "waters",
-                         "of", "deep", "night", "day", "earth", "heaven", "made", "saw", "good", "it"};
-  std::string text;
-  for (uint64_t i = 0; text.size() < bytes; ++i) {
-    const int n = 4 + static_cast<int>(tessera::uniform(9, 1, i) * 10);
-    for (int w = 0; w < n; ++w) {
-      text += words[static_cast<int>(tessera::uniform(9, 2, i * 31 + static_cast<uint64_t>(w)) * 20)];
-      text += w + 1 < n ? " " : ".\n";
-    }
-  }
-  return text;
 }
 
 std::vector<double> losses(const fs::path& metrics) {
@@ -73,7 +58,7 @@ class ParallelTraining : public ::testing::Test {
     ::setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
     g_root = fs::temp_directory_path() / ("tessera_parallel_" + std::to_string(::getpid()));
     fs::create_directories(g_root);
-    std::ofstream(g_root / "corpus.txt") << make_corpus(40000);
+    std::ofstream(g_root / "corpus.txt") << make_test_corpus(40000);
     g_dataset = g_root / "data";
     CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
                               g_dataset.string() + " --vocab-size 300 --val-fraction 0.1");

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/rng.h"
+
 namespace tessera::testing {
 
 std::string tessera_exe() { return TESSERA_EXE; }
@@ -33,6 +35,20 @@ pid_t spawn_tessera(const std::string& args, const std::string& log_path) {
     ::_exit(127);
   }
   return pid;
+}
+
+std::string make_test_corpus(size_t bytes) {
+  const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "land", "water", "light", "darkness",
+                         "were", "upon", "face", "of", "deep", "spirit", "god", "moved", "day", "night"};
+  std::string text;
+  for (uint64_t i = 0; text.size() < bytes; ++i) {
+    const int n = 5 + static_cast<int>(tessera::uniform(3, 1, i) * 10);
+    for (int w = 0; w < n; ++w) {
+      text += words[static_cast<int>(tessera::uniform(3, 2, i * 31 + static_cast<uint64_t>(w)) * 20)];
+      text += w + 1 < n ? " " : ".\n";
+    }
+  }
+  return text;
 }
 
 std::string read_file(const std::string& path) {

@@ -16,5 +16,7 @@ CliResult run_tessera(const std::string& args);
 pid_t spawn_tessera(const std::string& args, const std::string& log_path);
 std::string tessera_exe();
 std::string read_file(const std::string& path);
+// Deterministic English-like text (sentences over a small vocabulary) for a tokenizer and a tiny model.
+std::string make_test_corpus(size_t bytes);
 
 }  // namespace tessera::testing

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
-#include "core/rng.h"
 
 namespace fs = std::filesystem;
 using namespace tessera::testing;
@@ -32,23 +31,6 @@ std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
 }
 
-// Text with enough variety for a tokenizer: sentences from a small vocabulary, deterministic.
-std::string make_corpus(size_t bytes) {
-  const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "land", "water", "light", "darkness",
-                         "were", "upon", "face", "of", "deep", "spirit", "god", "moved", "day", "night"};
-  std::string text;
-  uint64_t i = 0;
-  while (text.size() < bytes) {
-    const int n = 5 + static_cast<int>(tessera::uniform(3, 1, i) * 10);
-    for (int w = 0; w < n; ++w) {
-      text += words[static_cast<int>(tessera::uniform(3, 2, i * 31 + static_cast<uint64_t>(w)) * 20)];
-      text += w + 1 < n ? " " : ".\n";
-    }
-    ++i;
-  }
-  return text;
-}
-
 std::vector<std::string> train_losses(const fs::path& metrics) {
   std::vector<std::string> out;
   std::ifstream in(metrics);
@@ -65,7 +47,7 @@ class TrainingProgram : public ::testing::Test {
   static void SetUpTestSuite() {
     g_root = fs::temp_directory_path() / ("tessera_program_" + std::to_string(::getpid()));
     fs::create_directories(g_root);
-    std::ofstream(g_root / "corpus.txt") << make_corpus(60000);
+    std::ofstream(g_root / "corpus.txt") << make_test_corpus(60000);
     g_dataset = g_root / "data";
     CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
                               g_dataset.string() + " --vocab-size 320 --val-fraction 0.1");
