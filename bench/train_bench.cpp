@@ -1,5 +1,6 @@
-// Training throughput of tessera's GPT on this CPU: W warmup steps, then S timed steps of
-// forward, backward, AdamW update and zeroed gradients on random tokens (fp32, GPT-2 style,
+// Training throughput of tessera's GPT on this CPU: W warmup steps, then S timed steps of the
+// trainer's step (the interpreter running forward and backward, then the AdamW update and zeroed
+// gradients) on random tokens (fp32, GPT-2 style,
 // tied embeddings, biases). Prints a short table and, last, one JSON line with tokens/s, the
 // median step time and the share of time spent in forward, backward and the optimizer.
 //
@@ -14,7 +15,7 @@
 
 #include "core/rng.h"
 #include "nn/gpt.h"
-#include "optim/adamw.h"
+#include "parallel/training_engine.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -22,6 +23,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Time spent in forward and backward actions, from the outermost slot of the transform chain.
+class PhaseTimer final : public tessera::exec::Transform {
+ public:
+  std::string_view name() const override { return "phase timer"; }
+  void before(const tessera::exec::Event&) override { start_ = Clock::now(); }
+  void after(const tessera::exec::Event& e) override {
+    (tessera::exec::is_forward(e.phase) ? forward : backward) += seconds_between(start_, Clock::now());
+  }
+  void reset() { forward = backward = 0; }
+  double forward = 0, backward = 0;
+
+ private:
+  Clock::time_point start_;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -59,7 +75,14 @@ int main(int argc, char** argv) {
     const int B = batch, T = model.seq_len, V = model.vocab_size;
     tessera::MemoryAccountant memory;
     tessera::nn::GPT gpt(model, memory, 1234);
-    tessera::optim::AdamW adamw(gpt.parameters(), memory, tessera::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f});
+    // The step the trainer runs: one microbatch through the interpreter, then clipping and AdamW.
+    tessera::parallel::EngineOptions options;
+    options.adam = {0.9f, 0.95f, 1e-8f, 0.1f};
+    options.micro_batch = B;
+    options.seq_len = T;
+    tessera::parallel::TrainingEngine engine(gpt, memory, nullptr, options);
+    PhaseTimer timer;
+    engine.transforms().add(tessera::exec::TransformSlot::Observer, timer);
 
     // Random tokens; a different batch each step, as training would see.
     const int total = warmup + steps;
@@ -76,26 +99,26 @@ int main(int argc, char** argv) {
     std::vector<double> step_s, forward_s, backward_s, optimizer_s;
     double loss_first = 0, loss_last = 0;
     for (int s = 0; s < total; ++s) {
-      tessera::nn::StepContext step{memory};
-      step.step = static_cast<uint64_t>(s);
-      tessera::nn::GPT::Ctx ctx;
+      const tessera::exec::MicrobatchInput input{{tessera::nn::token_tensor(tokens[s].data(), B, T),
+                                                  tessera::nn::token_tensor(targets[s].data(), B, T),
+                                                  1.0f / static_cast<float>(B * T)},
+                                                 0};
+      timer.reset();
       auto t0 = Clock::now();
-      double loss = gpt.forward(step, ctx, tokens[s].data(), targets[s].data(), B, T, 1.0f / static_cast<float>(B * T)) /
-                    (B * T);
+      // No gradient norm: the PyTorch step this is compared with does not measure one.
+      const auto result = engine.train_step(std::span(&input, 1), {1234, static_cast<uint64_t>(s)}, lr, std::nullopt);
       auto t1 = Clock::now();
-      gpt.backward(step, ctx);
-      auto t2 = Clock::now();
-      adamw.step(lr);
-      gpt.parameters().zero_grads();
-      auto t3 = Clock::now();
+      const double loss = result.loss_sum / (B * T);
       if (s == 0) loss_first = loss;
       loss_last = loss;
       if (s < warmup) continue;
-      forward_s.push_back(seconds_between(t0, t1));
-      backward_s.push_back(seconds_between(t1, t2));
-      optimizer_s.push_back(seconds_between(t2, t3));
-      step_s.push_back(seconds_between(t0, t3));
+      const double step_seconds = seconds_between(t0, t1);
+      forward_s.push_back(timer.forward);
+      backward_s.push_back(timer.backward);
+      optimizer_s.push_back(step_seconds - timer.forward - timer.backward);
+      step_s.push_back(step_seconds);
     }
+    engine.transforms().remove(tessera::exec::TransformSlot::Observer);
 
     double sum_f = 0, sum_b = 0, sum_o = 0, sum_all = 0;
     for (size_t i = 0; i < step_s.size(); ++i) {

@@ -19,7 +19,7 @@
 #include "core/atomic_file.h"
 #include "io/loss_chart.h"
 #include "nn/gpt.h"
-#include "parallel/data_parallel.h"
+#include "parallel/training_engine.h"
 #include "parallel/zero_memory.h"
 
 using namespace tessera;
@@ -96,23 +96,21 @@ Row measure(int stage, int dp, int tokens) {
   MemoryAccountant memory;
   nn::GPT model(config::gpt2_124m(), memory, 1);
   StandInGroup group(0, dp);
-  parallel::DataParallel engine(model.parameters(), model.units(), &group, memory, {stage, int64_t{25} << 20}, {});
+  parallel::EngineOptions options;
+  options.data_parallel = {stage, int64_t{25} << 20};
+  options.micro_batch = 1;
+  options.seq_len = tokens;
+  parallel::TrainingEngine engine(model, memory, &group, options);
   std::vector<int32_t> inputs(static_cast<size_t>(tokens)), targets(static_cast<size_t>(tokens));
   for (int t = 0; t < tokens; ++t) inputs[static_cast<size_t>(t)] = targets[static_cast<size_t>(t)] = (t * 7919) % 50257;
   memory.reset_peaks();  // the step only, not the construction (which holds the whole model once)
-  engine.begin_step();
-  nn::StepContext ctx{memory};
-  ctx.hooks = &engine;
-  nn::GPT::Ctx fwd;
-  engine.begin_microbatch(0, 1);
-  model.forward(ctx, fwd, inputs.data(), targets.data(), 1, tokens, 1.0f / static_cast<float>(tokens));
-  model.backward(ctx, fwd);
-  engine.end_microbatch();
-  engine.clip_grad_norm(1.0);
-  engine.optimizer_step(1e-4f);
-  Row row{stage, dp, model.parameters().numel(), engine.layout().shard(0).size(), memory.stats(), {}, 0, 0};
+  const exec::MicrobatchInput input{{nn::token_tensor(inputs.data(), 1, tokens), nn::token_tensor(targets.data(), 1, tokens),
+                                     1.0f / static_cast<float>(tokens)},
+                                    0};
+  engine.train_step(std::span(&input, 1), {}, 1e-4f, 1.0);
+  Row row{stage, dp, model.parameters().numel(), engine.data_parallel().layout().shard(0).size(), memory.stats(), {}, 0, 0};
   row.formula = parallel::zero_bytes(stage, row.numel, row.shard);
-  row.comm_bound = engine.comm_bound_bytes();
+  row.comm_bound = engine.data_parallel().comm_bound_bytes();
   row.bytes_sent = group.stats().bytes_sent;
   return row;
 }

@@ -23,7 +23,7 @@
 
 #include "dist/mpi_runtime.h"
 #include "nn/gpt.h"
-#include "parallel/data_parallel.h"
+#include "parallel/training_engine.h"
 #include "parallel/zero_memory.h"
 
 using namespace tessera;
@@ -45,12 +45,46 @@ double slowest(dist::Communicator& comm, double seconds) {
   return v;
 }
 
+// When each microbatch's backward starts and ends, and when the program's reductions are all done,
+// seen from the outermost slot of the transform chain.
+class BackwardTimer final : public exec::Transform {
+ public:
+  std::string_view name() const override { return "backward timer"; }
+  void begin(const exec::Program& program) override {
+    start.assign(static_cast<size_t>(program.microbatches), Clock::time_point{});
+    end = start;
+  }
+  void before(const exec::Event& e) override {
+    auto& t = start[static_cast<size_t>(e.microbatch)];
+    if (!exec::is_forward(e.phase) && t == Clock::time_point{}) t = Clock::now();
+  }
+  void after(const exec::Event& e) override {
+    if (!exec::is_forward(e.phase)) end[static_cast<size_t>(e.microbatch)] = Clock::now();
+  }
+  void finish(const exec::Program&) override { finished = Clock::now(); }
+  double seconds(Clock::time_point a, Clock::time_point b) const { return std::chrono::duration<double>(b - a).count(); }
+
+  std::vector<Clock::time_point> start, end;
+  Clock::time_point finished;
+};
+
 struct Setup {
   MemoryAccountant memory;
   nn::GPT model;
-  parallel::DataParallel engine;
-  Setup(int stage, dist::Communicator& comm)
-      : model(config::gpt2_124m(), memory, 1), engine(model.parameters(), model.units(), &comm, memory, {stage, int64_t{25} << 20}, {}) {}
+  parallel::TrainingEngine engine;
+  BackwardTimer timer;
+  static parallel::EngineOptions options(int stage, int tokens) {
+    parallel::EngineOptions o;
+    o.data_parallel = {stage, int64_t{25} << 20};
+    o.micro_batch = 1;
+    o.seq_len = tokens;
+    return o;
+  }
+  Setup(int stage, dist::Communicator& comm, int tokens)
+      : model(config::gpt2_124m(), memory, 1), engine(model, memory, &comm, options(stage, tokens)) {
+    engine.transforms().add(exec::TransformSlot::Observer, timer);
+  }
+  ~Setup() { engine.transforms().remove(exec::TransformSlot::Observer); }
 };
 
 struct Tokens {
@@ -61,29 +95,29 @@ struct Tokens {
       targets[static_cast<size_t>(t)] = (t * 104729 + rank) % 50257;
     }
   }
+  exec::MicrobatchInput input() const {
+    const int T = static_cast<int>(inputs.size());
+    return {{nn::token_tensor(inputs.data(), 1, T), nn::token_tensor(targets.data(), 1, T), 1.0f / static_cast<float>(T)},
+            0};
+  }
 };
 
-// One microbatch; returns the seconds from the start of backward to the end of end_microbatch().
-double microbatch(Setup& s, const Tokens& tok, int micro, int micros) {
-  nn::StepContext ctx{s.memory};
-  ctx.hooks = &s.engine;
-  nn::GPT::Ctx fwd;
-  const int T = static_cast<int>(tok.inputs.size());
-  s.engine.begin_microbatch(micro, micros);
-  s.model.forward(ctx, fwd, tok.inputs.data(), tok.targets.data(), 1, T, 1.0f / static_cast<float>(T));
+double full_step(Setup& s, const Tokens& tok) {
+  const exec::MicrobatchInput input = tok.input();
   const auto t0 = Clock::now();
-  s.model.backward(ctx, fwd);
-  s.engine.end_microbatch();
+  s.engine.train_step(std::span(&input, 1), {}, 1e-4f, 1.0);
   return since(t0);
 }
 
-double full_step(Setup& s, const Tokens& tok) {
-  const auto t0 = Clock::now();
-  s.engine.begin_step();
-  microbatch(s, tok, 0, 1);
-  s.engine.clip_grad_norm(1.0);
-  s.engine.optimizer_step(1e-4f);
-  return since(t0);
+// Two microbatches: the first backward posts no reduction (accumulation), the second posts every
+// bucket. Returns the first's backward time and the second's backward until every bucket is reduced.
+std::pair<double, double> accumulation_step(Setup& s, const Tokens& tok) {
+  const std::vector<exec::MicrobatchInput> inputs{tok.input(), tok.input()};
+  s.engine.set_microbatches(2);
+  s.engine.train_step(inputs, {}, 1e-4f, 1.0);
+  s.engine.set_microbatches(1);
+  const BackwardTimer& t = s.timer;
+  return {t.seconds(t.start[0], t.end[0]), t.seconds(t.start[1], t.finished)};
 }
 
 // The DP buckets all-reduced back to back, alone.
@@ -91,7 +125,7 @@ double all_reduce_alone(Setup& s, dist::Communicator& comm) {
   float* grads = s.model.parameters().flat_grads().data<float>();
   const auto t0 = Clock::now();
   std::vector<dist::WorkPtr> works;
-  for (const parallel::Bucket& b : s.engine.buckets()) {
+  for (const parallel::Bucket& b : s.engine.data_parallel().buckets()) {
     works.push_back(comm.all_reduce(grads + b.range.begin, static_cast<size_t>(b.range.size()), DType::F32,
                                     dist::ReduceOp::Sum));
   }
@@ -112,8 +146,8 @@ int main(int argc, char** argv) {
   try {
     auto world = mpi.world();
     auto zero3_group = world->split(0, world->rank(), "dp-zero3");
-    Setup dp(0, *world);
-    Setup z3(3, *zero3_group);
+    Setup dp(0, *world, tokens);
+    Setup z3(3, *zero3_group, tokens);
     const Tokens tok(tokens, world->rank());
     std::vector<double> t_dp, t_z3, t_backward, t_both, t_comm;
     uint64_t bytes_dp = 0, bytes_z3 = 0;
@@ -123,9 +157,9 @@ int main(int argc, char** argv) {
       bytes_dp = world->stats().bytes_sent - b0 - dist::all_reduce_bytes(1, 4, world->size());  // less the timing
       const double b = slowest(*world, full_step(z3, tok));
       bytes_z3 = zero3_group->stats().bytes_sent - b3;
-      dp.engine.begin_step();
-      const double alone = slowest(*world, microbatch(dp, tok, 0, 2));  // accumulation: no communication
-      const double both = slowest(*world, microbatch(dp, tok, 1, 2));   // posts every bucket during backward
+      const auto [backward, overlapped] = accumulation_step(dp, tok);
+      const double alone = slowest(*world, backward);  // accumulation: no communication
+      const double both = slowest(*world, overlapped);  // posts every bucket during backward
       const double comm = slowest(*world, all_reduce_alone(dp, *world));
       if (r == 0) continue;
       t_dp.push_back(a), t_z3.push_back(b), t_backward.push_back(alone), t_both.push_back(both), t_comm.push_back(comm);
@@ -144,7 +178,7 @@ int main(int argc, char** argv) {
                  bytes_dp, parallel::zero_step_bytes(0, numel, n, 1), bytes_z3, parallel::zero_step_bytes(3, numel, n, 1));
       fmt::print("| backward alone | {:.3f} s |\n| all-reduce alone ({} buckets) | {:.3f} s |\n| backward + all-reduce, "
                  "overlapped | {:.3f} s |\n| all-reduce hidden behind backward | {:.0f} % |\n",
-                 median(t_backward), dp.engine.buckets().size(), median(t_comm), median(t_both), 100 * hidden);
+                 median(t_backward), dp.engine.data_parallel().buckets().size(), median(t_comm), median(t_both), 100 * hidden);
       nlohmann::json j = {{"bench", "zero_step_time"}, {"numel", numel}, {"dp", n}, {"tokens", tokens},
                           {"dp_step_s", median(t_dp)}, {"zero3_step_s", median(t_z3)},
                           {"ratio", median(t_z3) / median(t_dp)}, {"backward_s", median(t_backward)},

@@ -34,11 +34,11 @@ void add_sample_command(CLI::App& app) {
     train::RunConfig config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
     MemoryAccountant memory;
     nn::GPT model(config.model, memory, 0);
-    train::load_checkpoint(path, config, model.parameters(), nullptr);
+    train::load_checkpoint(path, config, {model.parameters(), model.parameters(), nullptr, {}});
     data::Tokenizer tokenizer = data::Tokenizer::load(std::filesystem::path(path) / "tokenizer.model");
     std::vector<int32_t> prompt = tokenizer.encode(o->prompt.empty() ? std::string("\n") : o->prompt);
     TS_CHECK(!prompt.empty(), "the prompt encodes to no tokens; give a longer --prompt");
-    std::vector<int32_t> out = train::generate(model, memory, prompt, o->sampling);
+    std::vector<int32_t> out = train::generate(model, memory, model.parameters(), prompt, o->sampling);
     fmt::print("{}\n", tokenizer.decode(out));
   });
 }

@@ -2,8 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/rope.h"
+#include "ops/attention.h"
 
 namespace tessera::nn {
 
@@ -22,35 +21,35 @@ Attention::Attention(ParameterStore& store, const std::string& name, const confi
 
 Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   x.expect_shape({-1, -1, channels_}, "attention input");
-  const int B = static_cast<int>(x.size(0)), T = static_cast<int>(x.size(1)), C = channels_, H = n_head_;
+  const int64_t B = x.size(0), T = x.size(1), C = channels_, H = n_head_;
   Tensor qkv = qkv_.forward(step, ctx.qkv_proj, x);  // [B, T, 3C]
   if (rotary_) {
     Tensor rotated = step.activation({B, T, 3 * C});
-    kernels::rope_forward(rotated.data<float>(), qkv.data<float>(), B, T, C, H, rope_theta_);
-    qkv = rotated;
+    ops::rope_forward(rotated, qkv, n_head_, rope_theta_);
+    qkv = rotated;  // the unrotated projection is freed here: backward needs only what attention read
   }
   ctx.qkv = qkv;
   ctx.out = step.activation({B, T, C});
   ctx.lse = step.activation({B, H, T});
-  kernels::attention_forward(ctx.out.data<float>(), ctx.lse.data<float>(), qkv.data<float>(), B, T, C, H);
+  ops::attention_forward(ctx.out, ctx.lse, qkv, n_head_);
   return proj_.forward(step, ctx.out_proj, ctx.out);  // [B, T, C]
 }
 
-Tensor Attention::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const int B = static_cast<int>(ctx.qkv.size(0)), T = static_cast<int>(ctx.qkv.size(1)), C = channels_, H = n_head_;
-  Tensor dout = proj_.backward(step, ctx.out_proj, dy);  // [B, T, C]
-  Tensor dqkv = step.workspace({B, T, 3 * C});
-  kernels::attention_backward(dqkv.data<float>(), dout.data<float>(), ctx.qkv.data<float>(), ctx.out.data<float>(),
-                              ctx.lse.data<float>(), B, T, C, H);
-  if (rotary_) {
-    Tensor unrotated = step.workspace({B, T, 3 * C});
-    kernels::rope_backward(unrotated.data<float>(), dqkv.data<float>(), B, T, C, H, rope_theta_);
-    dqkv = unrotated;
+Tensor Attention::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  if (part == BackwardPart::Weight) {
+    proj_.backward(step, ctx.out_proj, Tensor(), part);
+    qkv_.backward(step, ctx.qkv_proj, Tensor(), part);
+    return Tensor();
   }
+  const int64_t B = ctx.qkv.size(0), T = ctx.qkv.size(1), C = channels_;
+  Tensor dout = proj_.backward(step, ctx.out_proj, dy, part);  // [B, T, C]
+  Tensor dqkv = step.workspace({B, T, 3 * C});
+  ops::attention_backward(dqkv, dout, ctx.qkv, ctx.out, ctx.lse, n_head_);
+  if (rotary_) ops::rope_backward(dqkv, dqkv, n_head_, rope_theta_);  // in place: the rotation is orthogonal
   ctx.qkv = Tensor();
   ctx.out = Tensor();
   ctx.lse = Tensor();
-  return qkv_.backward(step, ctx.qkv_proj, dqkv);  // [B, T, C]
+  return qkv_.backward(step, ctx.qkv_proj, dqkv, part);  // [B, T, C]
 }
 
 }  // namespace tessera::nn

@@ -15,14 +15,15 @@ class Attention {
   Attention(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
 
   struct Ctx {
-    Linear::Ctx qkv_proj;
-    Tensor qkv;  // [B, T, 3C] after rotary positions (Llama) — what attention read
-    Tensor out;  // [B, T, C] attention output before the projection
-    Tensor lse;  // [B, H, T] log-sum-exp of the scaled scores
+    Linear::Ctx qkv_proj;  // inp: the attention's input x [B, T, C]
+    Tensor qkv;            // [B, T, 3C] after rotary positions (Llama): what attention read
+    Tensor out;            // [B, T, C] attention output before the projection
+    Tensor lse;            // [B, H, T] log-sum-exp of the scaled scores
     Linear::Ctx out_proj;
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // [B, T, C] -> [B, T, C]
-  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // -> dx [B, T, C]
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]
+  // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
  private:
   Linear qkv_;   // C -> 3C

@@ -1,8 +1,7 @@
 #include "nn/block.h"
 
 #include "core/rng.h"
-#include "kernels/cpu/dropout.h"
-#include "kernels/cpu/residual.h"
+#include "ops/elementwise.h"
 
 namespace tessera::nn {
 
@@ -16,32 +15,51 @@ Block::Block(ParameterStore& store, int layer, const config::ModelConfig& config
   mlp_ = Mlp(store, name + ".mlp", config);
 }
 
-void Block::dropout(StepContext& step, Tensor& branch, int site, uint64_t offset, bool backward) const {
+void Block::dropout(StepContext& step, const Tensor& branch, int site, uint64_t offset, bool backward) const {
   if (dropout_ == 0.0f || !step.training) return;
   const uint64_t stream =
       stream_id("dropout:residual") ^ (static_cast<uint64_t>(layer_) << 40) ^ (static_cast<uint64_t>(site) << 32) ^
       (step.step * 0x9E3779B97F4A7C15ull);
-  float* p = branch.data<float>();
-  const auto n = static_cast<size_t>(branch.numel());
   if (backward) {
-    kernels::dropout_backward(p, p, n, dropout_, step.seed, stream, offset);
+    ops::dropout_backward(branch, branch, dropout_, step.seed, stream, offset);
   } else {
-    kernels::dropout_forward(p, p, n, dropout_, step.seed, stream, offset);
+    ops::dropout_forward(branch, branch, dropout_, step.seed, stream, offset);
   }
 }
 
 Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
-  const auto n = static_cast<size_t>(x.numel());
   ctx.dropout_offset = static_cast<uint64_t>(step.sample_offset) * static_cast<uint64_t>(x.numel() / x.size(0));
-  Tensor h = norm1_.forward(step, ctx.norm1, x);   // [B, T, C]
-  Tensor x1 = attn_.forward(step, ctx.attn, h);    // [B, T, C], the branch; becomes the residual stream
+  Tensor h = norm1_.forward(step, ctx.norm1, x);  // [B, T, C]
+  Tensor x1 = attn_.forward(step, ctx.attn, h);   // [B, T, C], the branch; becomes the residual stream
   dropout(step, x1, 0, ctx.dropout_offset, false);
-  kernels::add_inplace(x1.data<float>(), x.data<float>(), n);
+  ops::add_inplace(x1, x);
   Tensor h2 = norm2_.forward(step, ctx.norm2, x1);  // [B, T, C]
   Tensor x2 = mlp_.forward(step, ctx.mlp, h2);      // [B, T, C]
   dropout(step, x2, 1, ctx.dropout_offset, false);
-  kernels::add_inplace(x2.data<float>(), x1.data<float>(), n);
+  ops::add_inplace(x2, x1);
   return x2;
+}
+
+void Block::drop_recomputable(Ctx& ctx) {
+  ctx.attn.qkv_proj.inp = Tensor();  // norm1's output
+  ctx.mlp.fc.inp = Tensor();         // norm2's output (also SwiGLU's up input)
+  ctx.mlp.up.inp = Tensor();
+  ctx.mlp.proj.inp = Tensor();  // the MLP activation
+  ctx.recomputable_dropped = true;
+}
+
+int64_t Block::recomputable_values_per_token(const config::ModelConfig& config) {
+  return 2 * int64_t{config.n_embd} + config.ffn();
+}
+
+void Block::restore_recomputable(StepContext& step, Ctx& ctx) {
+  const Tensor h = norm1_.recompute_output(step, ctx.norm1);
+  ctx.attn.qkv_proj.inp = h;
+  const Tensor h2 = norm2_.recompute_output(step, ctx.norm2);
+  ctx.mlp.fc.inp = h2;
+  if (ctx.mlp.up_out.defined()) ctx.mlp.up.inp = h2;
+  ctx.mlp.proj.inp = mlp_.recompute_activation(step, ctx.mlp);
+  ctx.recomputable_dropped = false;
 }
 
 Tensor Block::branch_gradient(StepContext& step, const Tensor& dy, int site, uint64_t offset) const {
@@ -52,14 +70,19 @@ Tensor Block::branch_gradient(StepContext& step, const Tensor& dy, int site, uin
   return d;
 }
 
-Tensor Block::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const auto n = static_cast<size_t>(dy.numel());
-  Tensor dh2 = mlp_.backward(step, ctx.mlp, branch_gradient(step, dy, 1, ctx.dropout_offset));
+Tensor Block::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  if (part == BackwardPart::Weight) {
+    mlp_.backward(step, ctx.mlp, Tensor(), part);
+    attn_.backward(step, ctx.attn, Tensor(), part);
+    return Tensor();
+  }
+  if (ctx.recomputable_dropped) restore_recomputable(step, ctx);
+  Tensor dh2 = mlp_.backward(step, ctx.mlp, branch_gradient(step, dy, 1, ctx.dropout_offset), part);
   Tensor dx1 = norm2_.backward(step, ctx.norm2, dh2);
-  kernels::add_inplace(dx1.data<float>(), dy.data<float>(), n);  // the residual path
-  Tensor dh = attn_.backward(step, ctx.attn, branch_gradient(step, dx1, 0, ctx.dropout_offset));
+  ops::add_inplace(dx1, dy);  // the residual path
+  Tensor dh = attn_.backward(step, ctx.attn, branch_gradient(step, dx1, 0, ctx.dropout_offset), part);
   Tensor dx = norm1_.backward(step, ctx.norm1, dh);
-  kernels::add_inplace(dx.data<float>(), dx1.data<float>(), n);
+  ops::add_inplace(dx, dx1);
   return dx;
 }
 

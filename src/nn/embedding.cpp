@@ -1,8 +1,6 @@
 #include "nn/embedding.h"
 
-#include <cstring>
-
-#include "kernels/cpu/embedding.h"
+#include "ops/embedding.h"
 
 namespace tessera::nn {
 
@@ -15,21 +13,24 @@ Embedding::Embedding(ParameterStore& store, const config::ModelConfig& config)
   }
 }
 
-Tensor Embedding::forward(StepContext& step, Ctx& ctx, const int32_t* tokens, int B, int T) {
+Tensor Embedding::forward(StepContext& step, Ctx& ctx, const Tensor& tokens) {
+  tokens.expect_shape({-1, -1}, "embedding tokens");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
   TS_CHECK(T >= 1 && T <= max_T_, "sequence length {} exceeds the model's seq_len {}", T, max_T_);
   Tensor out = step.activation({B, T, channels_});
-  kernels::embedding_forward(out.data<float>(), tokens, tokens_->value.data<float>(),
-                             positions_ ? positions_->value.data<float>() : nullptr, B, T, channels_, vocab_);
+  ops::embedding_forward(out, tokens, step.weight(*tokens_), positions_ ? step.weight(*positions_) : Tensor());
   ctx.tokens = step.activation({B, T}, DType::I32);
-  std::memcpy(ctx.tokens.data<int32_t>(), tokens, sizeof(int32_t) * static_cast<size_t>(B) * static_cast<size_t>(T));
+  ctx.tokens.copy_from(tokens);
   return out;
 }
 
-void Embedding::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const int B = static_cast<int>(ctx.tokens.size(0)), T = static_cast<int>(ctx.tokens.size(1));
-  dy.expect_shape({B, T, channels_}, "embedding output gradient");
-  kernels::embedding_backward(tokens_->grad.data<float>(), positions_ ? positions_->grad.data<float>() : nullptr,
-                              dy.data<float>(), ctx.tokens.data<int32_t>(), B, T, channels_);
+void Embedding::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  if (part == BackwardPart::Input) {
+    ctx.dy = dy;
+    return;
+  }
+  const Tensor& grad = part == BackwardPart::Weight ? ctx.dy : dy;
+  ops::embedding_backward(step.grad(*tokens_), positions_ ? step.grad(*positions_) : Tensor(), grad, ctx.tokens);
   ctx = Ctx{};
 }
 

@@ -13,16 +13,19 @@ class Embedding {
 
   struct Ctx {
     Tensor tokens;  // [B, T] i32, kept for the backward scatter
+    Tensor dy;      // [B, T, C]: the output gradient, kept by the input half for the weight half
   };
-  // tokens [B*T] -> [B, T, C]. Token ids outside [0, V) raise an error naming id and position.
-  Tensor forward(StepContext& step, Ctx& ctx, const int32_t* tokens, int B, int T);
-  void backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // dy [B, T, C]; dwte, dwpe +=
+  // tokens [B, T] i32 -> [B, T, C]. Token ids outside [0, V) raise an error naming id and position.
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& tokens);
+  // dy [B, T, C]; dwte, dwpe +=. Tokens have no gradient: the input half only keeps dy for the
+  // weight half, which does the scatter.
+  void backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
-  Parameter& token_weight() { return *tokens_; }
+  const Parameter& token_weight() const { return *tokens_; }
 
  private:
-  Parameter* tokens_ = nullptr;     // [V, C]
-  Parameter* positions_ = nullptr;  // [Tmax, C] or null
+  const Parameter* tokens_ = nullptr;     // [V, C]
+  const Parameter* positions_ = nullptr;  // [Tmax, C] or null
   int vocab_ = 0, channels_ = 0, max_T_ = 0;
 };
 

@@ -1,23 +1,27 @@
 #include "nn/gpt.h"
 
-#include "kernels/cpu/cross_entropy.h"
+#include "ops/loss.h"
 
 namespace tessera::nn {
+
+Tensor token_tensor(const int32_t* tokens, int B, int T) {
+  return Tensor::from_external(const_cast<int32_t*>(tokens), {B, T}, DType::I32);
+}
 
 GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed) : config_(config) {
   config_.validate();
   // Each unit owns the parameters declared while it is built: a contiguous range of the flat buffer.
-  auto unit = [this](std::string name, auto&& build) {
+  auto unit = [this](std::string name, UnitKind kind, auto&& build) {
     const int64_t begin = params_.numel();
     build();
-    units_.push_back(Unit{std::move(name), {{begin, params_.numel()}}, {begin, params_.numel()}});
+    units_.push_back(Unit{std::move(name), kind, {{begin, params_.numel()}}, {begin, params_.numel()}});
   };
-  unit("embed", [&] { embed_ = Embedding(params_, config_); });
+  unit("embed", UnitKind::Embedding, [&] { embed_ = Embedding(params_, config_); });
   blocks_.reserve(static_cast<size_t>(config_.n_layer));
   for (int l = 0; l < config_.n_layer; ++l) {
-    unit("blocks." + std::to_string(l), [&] { blocks_.emplace_back(params_, l, config_); });
+    unit("blocks." + std::to_string(l), UnitKind::Block, [&] { blocks_.emplace_back(params_, l, config_); });
   }
-  unit("head", [&] {
+  unit("head", UnitKind::Head, [&] {
     norm_ = Norm(params_, "norm", config_.n_embd, Norm::kind_for(config_.arch), config_.bias, config_.norm_eps);
     if (config_.tied_embeddings) {
       head_ = Linear(embed_.token_weight(), config_.n_embd, config_.vocab_size);
@@ -37,88 +41,149 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
   params_.initialize(seed);
 }
 
-Tensor GPT::forward_hidden(StepContext& step, Ctx& ctx, const int32_t* tokens, int B, int T) {
-  ctx.B = B;
-  ctx.T = T;
-  ctx.blocks.resize(blocks_.size());
-  step.before_forward(0);
-  Tensor x = embed_.forward(step, ctx.embed, tokens, B, T);  // [B, T, C]
-  step.after_forward(0);
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    const int unit = static_cast<int>(l) + 1;
-    step.before_forward(unit);
-    x = blocks_[l].forward(step, ctx.blocks[l], x);  // [B, T, C]
-    step.after_forward(unit);
+GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb) {
+  const int64_t B = x.size(0), T = x.size(1);
+  UnitOutput out;
+  const int32_t* targets = mb.targets.data<int32_t>();
+  for (int64_t i = 0; i < B * T; ++i) out.counted += targets[i] != kIgnoreIndex;
+  Tensor h = norm_.forward(step, ctx.norm, x);  // [B, T, C]
+  if (step.training) {
+    ctx.dlogits = head_.forward(step, ctx.proj, h);  // [B, T, V] logits, turned into their gradient below
+    ctx.losses = step.activation({B, T});
+    out.loss_sum =
+        ops::cross_entropy_forward_backward(ctx.dlogits, ctx.losses, mb.targets, kIgnoreIndex, mb.grad_scale);
+  } else {
+    Tensor logits = head_.forward(step, ctx.proj, h);  // [B, T, V]
+    Tensor losses = step.workspace({B, T});
+    int64_t count = 0;
+    out.loss_sum = ops::cross_entropy_forward(losses, logits, mb.targets, kIgnoreIndex, &count) *
+                   static_cast<double>(count);
+    ctx = HeadCtx{};
   }
-  step.before_forward(head_unit());
-  return norm_.forward(step, ctx.norm, x);  // [B, T, C]; the head unit ends in the caller
+  return out;
+}
+
+GPT::UnitOutput GPT::forward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tensor& x, const Microbatch& mb,
+                                  Save save) {
+  TS_CHECK(unit >= 0 && unit < num_units(), "unit {} outside the chain of {} units", unit, num_units());
+  switch (units_[static_cast<size_t>(unit)].kind) {
+    case UnitKind::Embedding:
+      return {embed_.forward(step, ctx.embed, mb.tokens)};  // [B, T, C]
+    case UnitKind::Block: {
+      Block::Ctx& block = ctx.block;
+      UnitOutput out{blocks_[static_cast<size_t>(unit - 1)].forward(step, block, x)};  // [B, T, C]
+      if (save == Save::Selective && step.training) Block::drop_recomputable(block);
+      return out;
+    }
+    case UnitKind::Head:
+      return head_forward(step, ctx.head, x, mb);
+  }
+  TS_FAIL("unit {} has no kind", unit);
+}
+
+Tensor GPT::backward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tensor& dy, BackwardPart part) {
+  TS_CHECK(unit >= 0 && unit < num_units(), "unit {} outside the chain of {} units", unit, num_units());
+  switch (units_[static_cast<size_t>(unit)].kind) {
+    case UnitKind::Embedding:
+      embed_.backward(step, ctx.embed, dy, part);
+      return Tensor();
+    case UnitKind::Block:
+      return blocks_[static_cast<size_t>(unit - 1)].backward(step, ctx.block, dy, part);
+    case UnitKind::Head: {
+      HeadCtx& head = ctx.head;
+      if (part == BackwardPart::Weight) {
+        head_.backward(step, head.proj, Tensor(), part);
+        return Tensor();
+      }
+      TS_CHECK(head.dlogits.defined(), "the head's backward without a training forward (or run twice)");
+      Tensor dh = head_.backward(step, head.proj, head.dlogits, part);  // [B, T, C]; dW_head (or dwte) +=
+      head.dlogits = Tensor();
+      head.losses = Tensor();
+      return norm_.backward(step, head.norm, dh);
+    }
+  }
+  TS_FAIL("unit {} has no kind", unit);
 }
 
 double GPT::forward(StepContext& step, Ctx& ctx, const int32_t* tokens, const int32_t* targets, int B, int T,
                     float grad_scale) {
-  Tensor h = forward_hidden(step, ctx, tokens, B, T);  // [B, T, C]
-  ctx.dlogits = head_.forward(step, ctx.head, h);      // [B, T, V] logits, turned into their gradient below
-  ctx.losses = step.activation({B, T});                // [B, T]
-  const double loss_sum = kernels::cross_entropy_forward_backward(
-      ctx.dlogits.data<float>(), ctx.losses.data<float>(), targets, B * T, config_.vocab_size, kIgnoreIndex, grad_scale);
-  step.after_forward(head_unit());
+  const Microbatch mb{token_tensor(tokens, B, T), token_tensor(targets, B, T), grad_scale};
+  ctx.units.assign(units_.size(), UnitCtx{});
+  Tensor x;
+  double loss_sum = 0;
+  for (int u = 0; u < num_units(); ++u) {
+    UnitOutput out = forward_unit(step, u, ctx.units[static_cast<size_t>(u)], x, mb);
+    x = out.y;
+    loss_sum += out.loss_sum;
+  }
   return loss_sum;
 }
 
 void GPT::backward(StepContext& step, Ctx& ctx) {
-  TS_CHECK(ctx.dlogits.defined(), "GPT::backward without a training forward (or called twice)");
-  step.before_backward(head_unit());
-  Tensor dh = head_.backward(step, ctx.head, ctx.dlogits);  // [B, T, C]; dW_head (or dwte) +=
-  ctx.dlogits = Tensor();
-  ctx.losses = Tensor();
-  Tensor dx = norm_.backward(step, ctx.norm, dh);
-  step.after_backward(head_unit());
-  for (size_t l = blocks_.size(); l-- > 0;) {
-    const int unit = static_cast<int>(l) + 1;
-    step.before_backward(unit);
-    dx = blocks_[l].backward(step, ctx.blocks[l], dx);
-    step.after_backward(unit);
-  }
-  step.before_backward(0);
-  embed_.backward(step, ctx.embed, dx);
-  step.after_backward(0);
-  ctx.blocks.clear();
+  TS_CHECK(!ctx.units.empty(), "GPT::backward without a training forward (or called twice)");
+  Tensor dx;
+  for (int u = head_unit(); u >= 0; --u) dx = backward_unit(step, u, ctx.units[static_cast<size_t>(u)], dx,
+                                                            BackwardPart::Both);
+  ctx.units.clear();
 }
 
-double GPT::evaluate(StepContext& step, const int32_t* tokens, const int32_t* targets, int B, int T,
-                     int64_t* count) {
-  Tensor logits_bt = logits(step, tokens, B, T);  // [B, T, V]
-  Tensor losses = step.workspace({B, T});
-  double mean = kernels::cross_entropy_forward(losses.data<float>(), logits_bt.data<float>(), targets, B * T,
-                                               config_.vocab_size, kIgnoreIndex, count);
-  return mean * static_cast<double>(*count);
+double GPT::evaluate(StepContext& step, const int32_t* tokens, const int32_t* targets, int B, int T, int64_t* count) {
+  StepContext eval = step;
+  eval.training = false;
+  const Microbatch mb{token_tensor(tokens, B, T), token_tensor(targets, B, T), 1.0f};
+  Tensor x;
+  UnitOutput out;
+  for (int u = 0; u < num_units(); ++u) {
+    UnitCtx scratch;  // evaluation keeps nothing: each unit's saved tensors go as soon as it is done
+    out = forward_unit(eval, u, scratch, x, mb);
+    x = out.y;
+  }
+  *count = out.counted;
+  return out.loss_sum;
 }
 
 Tensor GPT::logits(StepContext& step, const int32_t* tokens, int B, int T) {
-  Ctx ctx;
-  Tensor h = forward_hidden(step, ctx, tokens, B, T);
-  Tensor out = head_.forward(step, ctx.head, h);  // [B, T, V]; ctx (and what it saved) goes away here
-  step.after_forward(head_unit());
-  return out;
+  StepContext eval = step;
+  eval.training = false;
+  const Microbatch mb{token_tensor(tokens, B, T), Tensor(), 1.0f};
+  Tensor x;
+  for (int u = 0; u < head_unit(); ++u) {
+    UnitCtx scratch;
+    x = forward_unit(eval, u, scratch, x, mb).y;
+  }
+  HeadCtx head;
+  Tensor h = norm_.forward(eval, head.norm, x);  // [B, T, C]
+  return head_.forward(eval, head.proj, h);      // [B, T, V]
+}
+
+std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T) {
+  // Values kept per token, each 4 bytes (f32 activations, i32 token ids):
+  //   embedding: its own copy of the token ids 1; output C (the first block's input)
+  //   block, GPT-2: norm1 out C + mean 1 + rstd 1; qkv 3C; attention out C + lse H; residual x1 C;
+  //                 norm2 out C + 2; fc out F; gelu out F            = 7C + 2F + H + 4; output C
+  //   block, Llama: norm1 out C + rstd 1; rotated qkv 3C (the unrotated one is freed at once);
+  //                 attention out C + lse H; residual C; norm2 out C + 1; gate F; up F; swiglu out F
+  //                                                                  = 7C + 3F + H + 2; output C
+  //                 of which selective recomputation drops the norm outputs and the activation: 2C + F
+  //   head: final norm out C + rstd 1 (+ mean 1 for LayerNorm); logits (then their gradient) V;
+  //         losses 1; no output
+  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size;
+  const int64_t tokens = int64_t{B} * T * 4;
+  const bool gpt2 = c.arch == config::Architecture::Gpt2;
+  std::vector<UnitBytes> bytes;
+  bytes.push_back({1 * tokens, C * tokens, 0});
+  const int64_t block = gpt2 ? 7 * C + 2 * F + H + 4 : 7 * C + 3 * F + H + 2;
+  for (int l = 0; l < c.n_layer; ++l) {
+    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c) * tokens});
+  }
+  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0});
+  return bytes;
 }
 
 int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T) {
-  // What forward() keeps alive for backward, in elements per token (B·T tokens, 4 bytes each):
-  //   embedding: token ids 1 (i32), output C (the first block's input)
-  //   per block, GPT-2: norm1 out C + mean 1 + rstd 1; qkv 3C; attention out C + lse H;
-  //                     residual x1 C; norm2 out C + 2; fc out F; gelu out F; residual x2 C
-  //                   = 8C + 2F + H + 4
-  //   per block, Llama: norm1 out C + rstd 1; rotated qkv 3C (the unrotated one is freed at once);
-  //                     attention out C + lse H; residual C; norm2 out C + 1; gate F; up F;
-  //                     swiglu out F; residual C
-  //                   = 8C + 3F + H + 2
-  //   final norm: out C + rstd 1 (+ mean 1 for LayerNorm); logits (then their gradient) V; losses 1
-  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size;
-  const bool gpt2 = c.arch == config::Architecture::Gpt2;
-  const int64_t per_block = gpt2 ? 8 * C + 2 * F + H + 4 : 8 * C + 3 * F + H + 2;
-  const int64_t final_norm = C + (gpt2 ? 2 : 1);
-  const int64_t per_token = 1 + C + c.n_layer * per_block + final_norm + V + 1;
-  return per_token * static_cast<int64_t>(B) * static_cast<int64_t>(T) * 4;
+  int64_t total = 0;
+  for (const UnitBytes& u : unit_activation_bytes(c, B, T)) total += u.own + u.output;
+  return total;
 }
 
 }  // namespace tessera::nn

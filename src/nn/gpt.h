@@ -1,10 +1,11 @@
 #pragma once
 // The GPT model: a straight chain embedding → blocks → final norm → head → loss, built from a
 // ModelConfig (GPT-2 style or Llama style). It holds no parallel code: data, tensor and pipeline
-// parallelism are transforms applied from outside, and pipeline stages, checkpoint segments and
-// offload units are ranges of `blocks`.
+// parallelism, recomputation and ZeRO are applied from outside by the interpreter (exec/), which
+// runs the chain unit by unit (forward_unit / backward_unit) in the order a schedule gives.
+// forward() and backward() below are the same chain as one straight list, for one microbatch.
 //
-// Shapes: B batch, T sequence, C n_embd, V vocab, L n_layer.
+// Shapes: B batch, T sequence, C n_embd, F ffn, H n_head, V vocab, L n_layer.
 #include <vector>
 
 #include "config/model_config.h"
@@ -14,6 +15,7 @@
 #include "nn/norm.h"
 #include "nn/parameters.h"
 #include "nn/step_context.h"
+#include "nn/unit.h"
 
 namespace tessera::nn {
 
@@ -23,46 +25,85 @@ class GPT {
   // and initializes them GPT-2 style from `seed`.
   GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed);
 
-  struct Ctx {
-    int B = 0, T = 0;
-    Embedding::Ctx embed;
-    std::vector<Block::Ctx> blocks;
+  static constexpr int kIgnoreIndex = -1;
+
+  // What the ends of the chain read for one microbatch.
+  struct Microbatch {
+    Tensor tokens;           // [B, T] i32
+    Tensor targets;          // [B, T] i32 (kIgnoreIndex skips a position)
+    float grad_scale = 1.0f;  // the gradient is that of grad_scale × (sum of token losses)
+  };
+
+  // What one unit keeps between its forward and its backward for one microbatch.
+  struct HeadCtx {
     Norm::Ctx norm;
-    Linear::Ctx head;
+    Linear::Ctx proj;
     Tensor dlogits;  // [B, T, V]: the fused loss writes the logits' gradient here during forward
     Tensor losses;   // [B, T] per-token losses (0 where the target is ignored)
   };
+  struct UnitCtx {
+    Embedding::Ctx embed;
+    Block::Ctx block;
+    HeadCtx head;
+  };
 
-  // Training forward over tokens[B*T] with targets[B*T] (ignore_index -1 skips a position).
-  // Returns the SUM of token losses over counted targets; the gradient that backward() accumulates
-  // is that of grad_scale × sum (grad_scale = 1 / tokens in the global batch gives the mean).
+  enum class Save {
+    All,        // keep everything backward needs
+    Selective,  // blocks drop what is cheap to rebuild (Block::drop_recomputable); others keep all
+  };
+
+  struct UnitOutput {
+    Tensor y;              // [B, T, C]; undefined for the head
+    double loss_sum = 0;   // head: sum of the token losses
+    int64_t counted = 0;   // head: targets that count (not ignored)
+  };
+  // The forward of `unit` for one microbatch: the embedding reads mb.tokens, the others x [B, T, C].
+  // Training (step.training): the unit keeps in ctx what its backward needs, and the head computes
+  // its loss and the logits' gradient in one fused pass. Evaluation: nothing is kept.
+  UnitOutput forward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tensor& x, const Microbatch& mb,
+                          Save save = Save::All);
+  // dy [B, T, C] (ignored by the head) -> dx [B, T, C]: the gradient of the unit's input (undefined
+  // for the embedding and for the weight half). Parameter gradients accumulate (+=). After the
+  // last half (Both or Weight) ctx holds nothing.
+  Tensor backward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tensor& dy, BackwardPart part);
+
+  // The chain as one straight list for one microbatch, without a schedule or transforms.
+  struct Ctx {
+    std::vector<UnitCtx> units;
+  };
+  // Training forward over tokens[B*T] with targets[B*T]. Returns the SUM of token losses over
+  // counted targets; the gradient that backward() accumulates is that of grad_scale × sum
+  // (grad_scale = 1 / tokens in the global batch gives the mean).
   double forward(StepContext& step, Ctx& ctx, const int32_t* tokens, const int32_t* targets, int B, int T,
                  float grad_scale);
   // Accumulates (+=) parameter gradients and releases everything forward saved.
   void backward(StepContext& step, Ctx& ctx);
-
   // Evaluation: sum of token losses and their count, nothing saved.
   double evaluate(StepContext& step, const int32_t* tokens, const int32_t* targets, int B, int T, int64_t* count);
   // Logits [B, T, V] for sampling.
   Tensor logits(StepContext& step, const int32_t* tokens, int B, int T);
 
-  // The chain of units the execution hooks see: 0 embedding, 1..L blocks, L+1 final norm + head.
   const std::vector<Unit>& units() const { return units_; }
-  int head_unit() const { return static_cast<int>(units_.size()) - 1; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  int head_unit() const { return num_units() - 1; }
 
   ParameterStore& parameters() { return params_; }
   const ParameterStore& parameters() const { return params_; }
   const config::ModelConfig& config() const { return config_; }
 
-  static constexpr int kIgnoreIndex = -1;
-
-  // Bytes forward() keeps alive for backward, from the shapes alone. The formula, per token
-  // (f32 = 4 bytes, i32 tokens = 4 bytes), is written out in gpt.cpp and a test holds the
-  // allocator's measured peak of the 'activations' tag to it.
+  // Activation bytes of one unit for a microbatch [B, T] (f32 = 4 bytes, i32 tokens = 4 bytes), from
+  // the shapes alone. Written out in gpt.cpp; tests hold the allocator's measured peak to them.
+  struct UnitBytes {
+    int64_t own = 0;           // kept by a training forward besides the unit's input and output
+    int64_t output = 0;        // the output [B, T, C] (0 for the head)
+    int64_t recomputable = 0;  // of `own`, what Save::Selective drops and the backward rebuilds
+  };
+  static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T);
+  // Bytes a training forward keeps alive for backward: the sum over units of own + output.
   static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T);
 
  private:
-  Tensor forward_hidden(StepContext& step, Ctx& ctx, const int32_t* tokens, int B, int T);  // [B, T, C]
+  UnitOutput head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb);
 
   config::ModelConfig config_;
   ParameterStore params_;
@@ -72,5 +113,8 @@ class GPT {
   Linear head_;  // weight tied to the token embedding when config.tied_embeddings
   std::vector<Unit> units_;
 };
+
+// A [B, T] i32 tensor over tokens the caller keeps alive (no copy).
+Tensor token_tensor(const int32_t* tokens, int B, int T);
 
 }  // namespace tessera::nn

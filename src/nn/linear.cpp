@@ -1,15 +1,8 @@
 #include "nn/linear.h"
 
-#include "kernels/cpu/linear.h"
+#include "ops/linear.h"
 
 namespace tessera::nn {
-
-int rows_of(const Tensor& t, int features, const char* what) {
-  TS_CHECK(t.dim() >= 1 && t.size(t.dim() - 1) == features, "shape mismatch for {}: last dimension must be {}, got {}",
-           what, features, t.shape_string());
-  TS_CHECK(t.is_contiguous(), "{} must be contiguous, got a strided view of {}", what, t.shape_string());
-  return static_cast<int>(t.numel() / features);
-}
 
 Shape with_last_dim(const Shape& shape, int64_t last) {
   Shape s = shape;
@@ -24,35 +17,43 @@ Linear::Linear(ParameterStore& store, const std::string& name, int in_features, 
   if (bias) bias_ = &store.declare(name + ".bias", {out_features}, Init::Zeros);
 }
 
-Linear::Linear(Parameter& weight, int in_features, int out_features)
+Linear::Linear(const Parameter& weight, int in_features, int out_features)
     : weight_(&weight), in_(in_features), out_(out_features) {
   TS_CHECK(weight.shape == Shape({out_features, in_features}), "tied weight '{}' has shape {}, expected [{}, {}]",
            weight.name, shape_to_string(weight.shape), out_features, in_features);
 }
 
 Tensor Linear::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
-  const int N = rows_of(x, in_, "linear input");
-  Tensor y = step.activation(with_last_dim(x.shape(), out_));  // [..., OC]
-  kernels::linear_forward(y.data<float>(), x.data<float>(), weight_->value.data<float>(),
-                          bias_ ? bias_->value.data<float>() : nullptr, N, in_, out_);
+  Tensor y = step.activation(with_last_dim(x.shape(), out_));  // [N.., OC]
+  ops::linear_forward(y, x, step.weight(*weight_), bias_ ? step.weight(*bias_) : Tensor());
   ctx.inp = x;
   return y;
 }
 
-Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const int N = rows_of(dy, out_, "linear output gradient");
-  Tensor dx = step.workspace(with_last_dim(dy.shape(), in_));  // [..., IC]
-  kernels::linear_backward(dx.data<float>(), weight_->grad.data<float>(), bias_ ? bias_->grad.data<float>() : nullptr,
-                           dy.data<float>(), ctx.inp.data<float>(), weight_->value.data<float>(), N, in_, out_);
-  ctx = Ctx{};
+Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
+  // The weight half reads the output gradient the input half kept.
+  const Tensor dy = part == BackwardPart::Weight ? ctx.dy : dy_in;
+  TS_CHECK(dy.defined(), "linear backward: the weight half ran before the input half kept the output gradient");
+  Tensor dx;
+  if (computes_input_gradient(part)) {
+    dx = step.workspace(with_last_dim(dy.shape(), in_));  // [N.., IC]
+  }
+  switch (part) {
+    case BackwardPart::Both:
+      ops::linear_backward(dx, step.grad(*weight_), bias_ ? step.grad(*bias_) : Tensor(), dy, ctx.inp,
+                           step.weight(*weight_));
+      ctx = Ctx{};
+      break;
+    case BackwardPart::Input:
+      ops::linear_backward_input(dx, dy, step.weight(*weight_));
+      ctx.dy = dy;
+      break;
+    case BackwardPart::Weight:
+      ops::linear_backward_weight(step.grad(*weight_), bias_ ? step.grad(*bias_) : Tensor(), dy, ctx.inp);
+      ctx = Ctx{};
+      break;
+  }
   return dx;
-}
-
-void Linear::backward_weights_only(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const int N = rows_of(dy, out_, "linear output gradient");
-  kernels::linear_backward<float>(nullptr, weight_->grad.data<float>(), bias_ ? bias_->grad.data<float>() : nullptr,
-                                  dy.data<float>(), ctx.inp.data<float>(), weight_->value.data<float>(), N, in_, out_);
-  ctx = Ctx{};
 }
 
 }  // namespace tessera::nn

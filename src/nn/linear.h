@@ -12,27 +12,25 @@ class Linear {
   Linear() = default;
   Linear(ParameterStore& store, const std::string& name, int in_features, int out_features, bool bias, float init_std);
   // A linear layer over an existing weight (a head tied to the token embedding).
-  Linear(Parameter& weight, int in_features, int out_features);
+  Linear(const Parameter& weight, int in_features, int out_features);
 
   struct Ctx {
-    Tensor inp;  // [N, IC] (any leading dims)
+    Tensor inp;  // [N.., IC]
+    Tensor dy;   // [N.., OC]: kept by the input half of the backward for the weight half
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // x [..., IC] -> [..., OC]
-  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // dy [..., OC] -> dx [..., IC]; dW, db +=
-  // Backward without the input gradient (the head's input gradient is still needed; embeddings are not).
-  void backward_weights_only(StepContext& step, Ctx& ctx, const Tensor& dy);
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // x [N.., IC] -> [N.., OC]
+  // dy [N.., OC] -> dx [N.., IC] (input half and both; undefined for the weight half); dW, db +=.
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part = BackwardPart::Both);
 
   int in_features() const { return in_; }
   int out_features() const { return out_; }
 
  private:
-  Parameter* weight_ = nullptr;  // [OC, IC]
-  Parameter* bias_ = nullptr;    // [OC] or null
+  const Parameter* weight_ = nullptr;  // [OC, IC]
+  const Parameter* bias_ = nullptr;    // [OC] or null
   int in_ = 0, out_ = 0;
 };
 
-// Rows of a tensor whose last dimension is `features`, checked.
-int rows_of(const Tensor& t, int features, const char* what);
 // Shape of t with its last dimension replaced.
 Shape with_last_dim(const Shape& shape, int64_t last);
 

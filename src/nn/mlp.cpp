@@ -2,14 +2,13 @@
 
 #include <cmath>
 
-#include "kernels/cpu/gelu.h"
-#include "kernels/cpu/residual.h"
-#include "kernels/cpu/swiglu.h"
+#include "ops/activation.h"
+#include "ops/elementwise.h"
 
 namespace tessera::nn {
 
 Mlp::Mlp(ParameterStore& store, const std::string& name, const config::ModelConfig& config)
-    : swiglu_(config.arch == config::Architecture::Llama), ffn_(config.ffn()) {
+    : swiglu_(config.arch == config::Architecture::Llama) {
   const int C = config.n_embd, F = config.ffn();
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   if (swiglu_) {
@@ -23,36 +22,43 @@ Mlp::Mlp(ParameterStore& store, const std::string& name, const config::ModelConf
 }
 
 Tensor Mlp::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
-  ctx.pre = fc_.forward(step, ctx.fc, x);  // [..., F]
-  Tensor act = step.activation(ctx.pre.shape());
-  if (swiglu_) {
-    ctx.up_out = up_.forward(step, ctx.up, x);  // [..., F]
-    kernels::swiglu_forward(act.data<float>(), ctx.pre.data<float>(), ctx.up_out.data<float>(),
-                            static_cast<size_t>(act.numel()));
-  } else {
-    kernels::gelu_forward(act.data<float>(), ctx.pre.data<float>(), static_cast<size_t>(act.numel()));
-  }
-  return proj_.forward(step, ctx.proj, act);  // [..., C]
+  ctx.pre = fc_.forward(step, ctx.fc, x);  // [N.., F]
+  if (swiglu_) ctx.up_out = up_.forward(step, ctx.up, x);  // [N.., F]
+  return proj_.forward(step, ctx.proj, recompute_activation(step, ctx));  // [N.., C]
 }
 
-Tensor Mlp::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  Tensor dact = proj_.backward(step, ctx.proj, dy);  // [..., F]
+Tensor Mlp::recompute_activation(StepContext& step, const Ctx& ctx) const {
+  Tensor act = step.activation(ctx.pre.shape());  // [N.., F]
+  if (swiglu_) {
+    ops::swiglu_forward(act, ctx.pre, ctx.up_out);
+  } else {
+    ops::gelu_forward(act, ctx.pre);
+  }
+  return act;
+}
+
+Tensor Mlp::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  if (part == BackwardPart::Weight) {
+    proj_.backward(step, ctx.proj, Tensor(), part);
+    if (swiglu_) up_.backward(step, ctx.up, Tensor(), part);
+    fc_.backward(step, ctx.fc, Tensor(), part);
+    return Tensor();
+  }
+  Tensor dact = proj_.backward(step, ctx.proj, dy, part);  // [N.., F]
   Tensor dpre = step.workspace(dact.shape());
-  const auto n = static_cast<size_t>(dact.numel());
   Tensor dx;
   if (swiglu_) {
     Tensor dup = step.workspace(dact.shape());
-    kernels::swiglu_backward(dpre.data<float>(), dup.data<float>(), dact.data<float>(), ctx.pre.data<float>(),
-                             ctx.up_out.data<float>(), n);
+    ops::swiglu_backward(dpre, dup, dact, ctx.pre, ctx.up_out);
     ctx.pre = Tensor();
     ctx.up_out = Tensor();
-    dx = up_.backward(step, ctx.up, dup);
-    Tensor dx_gate = fc_.backward(step, ctx.fc, dpre);
-    kernels::add_inplace(dx.data<float>(), dx_gate.data<float>(), static_cast<size_t>(dx.numel()));
+    dx = up_.backward(step, ctx.up, dup, part);
+    Tensor dx_gate = fc_.backward(step, ctx.fc, dpre, part);
+    ops::add_inplace(dx, dx_gate);
   } else {
-    kernels::gelu_backward(dpre.data<float>(), ctx.pre.data<float>(), dact.data<float>(), n);
+    ops::gelu_backward(dpre, ctx.pre, dact);
     ctx.pre = Tensor();
-    dx = fc_.backward(step, ctx.fc, dpre);
+    dx = fc_.backward(step, ctx.fc, dpre, part);
   }
   return dx;
 }

@@ -14,21 +14,24 @@ class Mlp {
   Mlp(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
 
   struct Ctx {
-    Linear::Ctx fc;    // GELU: fc; SwiGLU: gate
+    Linear::Ctx fc;    // GELU: fc; SwiGLU: gate. inp: the MLP's input x [N.., C]
     Linear::Ctx up;    // SwiGLU only
-    Linear::Ctx proj;  // GELU: proj; SwiGLU: down
-    Tensor pre;        // [N, F] fc output (GELU) or gate output (SwiGLU)
-    Tensor up_out;     // [N, F] SwiGLU only
+    Linear::Ctx proj;  // GELU: proj; SwiGLU: down. inp: the activation [N.., F]
+    Tensor pre;        // [N.., F] fc output (GELU) or gate output (SwiGLU)
+    Tensor up_out;     // [N.., F] SwiGLU only
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // [..., C] -> [..., C]
-  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // -> dx [..., C]
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]
+  // The activation [N.., F] (proj's input) again from pre (and up_out): selective recomputation
+  // drops it, as it costs one elementwise pass to rebuild.
+  Tensor recompute_activation(StepContext& step, const Ctx& ctx) const;
+  // dy [N.., C] -> dx [N.., C] (undefined for the weight half).
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
  private:
   bool swiglu_ = false;
   Linear fc_;    // C -> F (gate for SwiGLU)
   Linear up_;    // C -> F, SwiGLU only
   Linear proj_;  // F -> C
-  int ffn_ = 0;
 };
 
 }  // namespace tessera::nn

@@ -1,10 +1,13 @@
 #include "nn/norm.h"
 
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "nn/linear.h"
+#include "ops/norm.h"
 
 namespace tessera::nn {
+
+namespace {
+// The leading dimensions of x: the shape of its per-row statistics.
+Shape rows_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+}  // namespace
 
 Norm::Norm(ParameterStore& store, const std::string& name, int channels, Kind kind, bool bias, float eps)
     : kind_(kind), channels_(channels), eps_(eps) {
@@ -12,34 +15,38 @@ Norm::Norm(ParameterStore& store, const std::string& name, int channels, Kind ki
   if (bias && kind == Kind::LayerNorm) bias_ = &store.declare(name + ".bias", {channels}, Init::Zeros);
 }
 
-Tensor Norm::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
-  const int N = rows_of(x, channels_, "norm input");
-  Tensor y = step.activation(x.shape());
-  ctx.inp = x;
-  ctx.rstd = step.activation({N});
+void Norm::run_forward(StepContext& step, Ctx& ctx, const Tensor& y) {
   if (kind_ == Kind::LayerNorm) {
-    ctx.mean = step.activation({N});
-    kernels::layernorm_forward(y.data<float>(), ctx.mean.data<float>(), ctx.rstd.data<float>(), x.data<float>(),
-                               weight_->value.data<float>(), bias_ ? bias_->value.data<float>() : nullptr, N,
-                               channels_, eps_);
+    ops::layernorm_forward(y, ctx.mean, ctx.rstd, ctx.inp, step.weight(*weight_),
+                           bias_ ? step.weight(*bias_) : Tensor(), eps_);
   } else {
-    kernels::rmsnorm_forward(y.data<float>(), ctx.rstd.data<float>(), x.data<float>(), weight_->value.data<float>(), N,
-                             channels_, eps_);
+    ops::rmsnorm_forward(y, ctx.rstd, ctx.inp, step.weight(*weight_), eps_);
   }
+}
+
+Tensor Norm::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
+  Tensor y = step.activation(x.shape());  // [N.., C]
+  ctx.inp = x;
+  ctx.rstd = step.activation(rows_shape(x));
+  if (kind_ == Kind::LayerNorm) ctx.mean = step.activation(rows_shape(x));
+  run_forward(step, ctx, y);
+  return y;
+}
+
+Tensor Norm::recompute_output(StepContext& step, Ctx& ctx) {
+  TS_CHECK(ctx.inp.defined(), "norm: recomputing the output of a forward that kept nothing");
+  Tensor y = step.activation(ctx.inp.shape());
+  run_forward(step, ctx, y);
   return y;
 }
 
 Tensor Norm::backward(StepContext& step, Ctx& ctx, const Tensor& dy) {
-  const int N = rows_of(dy, channels_, "norm output gradient");
   Tensor dx = step.workspace(dy.shape());
   if (kind_ == Kind::LayerNorm) {
-    kernels::layernorm_backward(dx.data<float>(), weight_->grad.data<float>(),
-                                bias_ ? bias_->grad.data<float>() : nullptr, dy.data<float>(), ctx.inp.data<float>(),
-                                weight_->value.data<float>(), ctx.mean.data<float>(), ctx.rstd.data<float>(), N,
-                                channels_);
+    ops::layernorm_backward(dx, step.grad(*weight_), bias_ ? step.grad(*bias_) : Tensor(), dy, ctx.inp,
+                            step.weight(*weight_), ctx.mean, ctx.rstd);
   } else {
-    kernels::rmsnorm_backward(dx.data<float>(), weight_->grad.data<float>(), dy.data<float>(), ctx.inp.data<float>(),
-                              weight_->value.data<float>(), ctx.rstd.data<float>(), N, channels_);
+    ops::rmsnorm_backward(dx, step.grad(*weight_), dy, ctx.inp, step.weight(*weight_), ctx.rstd);
   }
   ctx = Ctx{};
   return dx;

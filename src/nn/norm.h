@@ -1,5 +1,7 @@
 #pragma once
 // The block's normalization: LayerNorm (GPT-2) or RMSNorm (Llama), chosen by the architecture.
+// Its gain and bias gradients are by-products of the input gradient, so the input half of the
+// backward writes them and the weight half has nothing to do.
 #include <string>
 
 #include "config/model_config.h"
@@ -15,11 +17,14 @@ class Norm {
   Norm(ParameterStore& store, const std::string& name, int channels, Kind kind, bool bias, float eps);
 
   struct Ctx {
-    Tensor inp;   // [N, C]
-    Tensor mean;  // [N] (LayerNorm only)
-    Tensor rstd;  // [N]
+    Tensor inp;   // [N.., C]
+    Tensor mean;  // [N..] (LayerNorm only)
+    Tensor rstd;  // [N..]
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);   // [..., C] -> [..., C]
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]
+  // The output again, from what forward saved (the statistics are recomputed to the same bits):
+  // selective recomputation drops norm outputs, which cost one pass over the input to rebuild.
+  Tensor recompute_output(StepContext& step, Ctx& ctx);
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy);  // -> dx; dweight, dbias +=
 
   static Kind kind_for(config::Architecture arch) {
@@ -27,9 +32,11 @@ class Norm {
   }
 
  private:
+  void run_forward(StepContext& step, Ctx& ctx, const Tensor& y);
+
   Kind kind_ = Kind::LayerNorm;
-  Parameter* weight_ = nullptr;  // [C]
-  Parameter* bias_ = nullptr;    // [C] or null
+  const Parameter* weight_ = nullptr;  // [C]
+  const Parameter* bias_ = nullptr;    // [C] or null
   int channels_ = 0;
   float eps_ = 1e-5f;
 };

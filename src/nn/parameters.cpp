@@ -1,15 +1,63 @@
 #include "nn/parameters.h"
 
+#include <algorithm>
+
 #include "core/rng.h"
 
 namespace tessera::nn {
 
+Shape ShardSpec::local_shape() const {
+  Shape local = global_shape;
+  for (const Split& s : splits) local[static_cast<size_t>(s.dim)] /= s.parts;
+  return local;
+}
+
+int64_t ShardSpec::global_index(int64_t local) const {
+  if (splits.empty()) return local;
+  const Shape shape = local_shape();
+  // Unravel in the local block, shift the split dimensions to the held piece, ravel globally.
+  int64_t global = 0, stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    int64_t coordinate = local % shape[d];
+    local /= shape[d];
+    for (const Split& s : splits) {
+      if (static_cast<size_t>(s.dim) == d) coordinate += static_cast<int64_t>(s.index) * shape[d];
+    }
+    global += coordinate * stride;
+    stride *= global_shape[d];
+  }
+  return global;
+}
+
+void ShardSpec::validate(const std::string& name) const {
+  for (const Split& s : splits) {
+    TS_CHECK(s.dim >= 0 && s.dim < static_cast<int>(global_shape.size()),
+             "parameter '{}': split dimension {} is outside its shape {}", name, s.dim, shape_to_string(global_shape));
+    TS_CHECK(s.parts >= 1 && s.index >= 0 && s.index < s.parts,
+             "parameter '{}': piece {} of {} along dimension {} does not exist", name, s.index, s.parts, s.dim);
+    TS_CHECK(global_shape[static_cast<size_t>(s.dim)] % s.parts == 0,
+             "parameter '{}': dimension {} of size {} does not split into {} equal pieces", name, s.dim,
+             global_shape[static_cast<size_t>(s.dim)], s.parts);
+    int same = 0;
+    for (const Split& t : splits) same += t.dim == s.dim;
+    TS_CHECK(same == 1, "parameter '{}': dimension {} is split twice", name, s.dim);
+  }
+}
+
 Parameter& ParameterStore::declare(std::string name, Shape shape, Init init, float init_std) {
+  ShardSpec whole;
+  whole.global_shape = std::move(shape);
+  return declare_sharded(std::move(name), std::move(whole), init, init_std);
+}
+
+Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, Init init, float init_std) {
   TS_CHECK(!allocated(), "parameter '{}' declared after the parameters were allocated", name);
-  for (const auto& p : params_) TS_CHECK(p.name != name, "parameter '{}' declared twice", name);
+  spec.validate(name);
   Parameter& p = params_.emplace_back();
+  p.id = static_cast<int>(params_.size()) - 1;
   p.name = std::move(name);
-  p.shape = std::move(shape);
+  p.shape = spec.local_shape();
+  p.spec = std::move(spec);
   p.init = init;
   p.init_std = init_std;
   p.offset = static_cast<size_t>(total_);
@@ -19,19 +67,23 @@ Parameter& ParameterStore::declare(std::string name, Shape shape, Init init, flo
 
 void ParameterStore::allocate(MemoryAccountant& accountant) {
   TS_CHECK(!allocated(), "parameters allocated twice");
+  // Names are checked once here: checking at each declaration made building a deep model quadratic.
+  std::vector<const std::string*> names;
+  names.reserve(params_.size());
+  for (const auto& p : params_) names.push_back(&p.name);
+  std::sort(names.begin(), names.end(), [](const std::string* a, const std::string* b) { return *a < *b; });
+  for (size_t i = 1; i < names.size(); ++i) {
+    TS_CHECK(*names[i] != *names[i - 1], "parameter '{}' declared twice", *names[i]);
+  }
   values_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Params, accountant);
   grads_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Grads, accountant);
-  for (auto& p : params_) {
-    auto begin = static_cast<int64_t>(p.offset);
-    p.value = values_.slice(0, begin, begin + p.numel()).reshape(p.shape);
-    p.grad = grads_.slice(0, begin, begin + p.numel()).reshape(p.shape);
-  }
+  allocated_ = true;
 }
 
 void ParameterStore::initialize(uint64_t seed) {
   TS_CHECK(allocated(), "initialize() before allocate()");
   for (auto& p : params_) {
-    float* v = p.value.data<float>();
+    float* v = value(p).data<float>();
     const int64_t n = p.numel();
     switch (p.init) {
       case Init::Zeros:
@@ -42,15 +94,52 @@ void ParameterStore::initialize(uint64_t seed) {
         break;
       case Init::Normal: {
         const uint64_t stream = stream_id(("init:" + p.name).c_str());
+        const ShardSpec& spec = p.spec;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) v[i] = p.init_std * normal(seed, stream, static_cast<uint64_t>(i));
+        for (int64_t i = 0; i < n; ++i) {
+          v[i] = p.init_std * normal(seed, stream, static_cast<uint64_t>(spec.global_index(i)));
+        }
         break;
       }
     }
   }
 }
 
-void ParameterStore::zero_grads() { grads_.fill_zero(); }
+void ParameterStore::zero_grads() { flat_grads().fill_zero(); }
+
+Tensor& ParameterStore::flat_values() {
+  TS_CHECK(values_.defined(), "{}", values_owner_.empty() ? std::string("the parameters are not allocated yet")
+                                                          : "the whole parameter values are not held here: " +
+                                                                values_owner_ + " holds them");
+  return values_;
+}
+
+Tensor& ParameterStore::flat_grads() {
+  TS_CHECK(grads_.defined(), "{}", grads_owner_.empty() ? std::string("the parameters are not allocated yet")
+                                                        : "the whole parameter gradients are not held here: " +
+                                                              grads_owner_ + " holds them");
+  return grads_;
+}
+
+void ParameterStore::release_values(const std::string& new_owner) {
+  values_ = Tensor();
+  values_owner_ = new_owner;
+}
+
+void ParameterStore::release_grads(const std::string& new_owner) {
+  grads_ = Tensor();
+  grads_owner_ = new_owner;
+}
+
+Tensor ParameterStore::value(const Parameter& p) {
+  const auto at = static_cast<int64_t>(p.offset);
+  return flat_values().slice(0, at, at + p.numel()).reshape(p.shape);
+}
+
+Tensor ParameterStore::grad_of(const Parameter& p) {
+  const auto at = static_cast<int64_t>(p.offset);
+  return flat_grads().slice(0, at, at + p.numel()).reshape(p.shape);
+}
 
 Parameter& ParameterStore::get(const std::string& name) {
   for (auto& p : params_) {

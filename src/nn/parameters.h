@@ -1,40 +1,70 @@
 #pragma once
 // Named parameters in one flat buffer. Modules declare their parameters by name and shape while the
 // model is built; allocate() then places all values in one contiguous f32 buffer (tag params) and
-// all gradients in another (tag grads), and every Parameter becomes a view into both. One flat
-// buffer is what optimizers, gradient clipping, data-parallel buckets and ZeRO shards work on.
+// all gradients in another (tag grads). One flat buffer is what optimizers, gradient clipping,
+// data-parallel buckets and ZeRO shards work on.
+//
+// A Parameter is a description (name, shape, place in the flat buffers, how it is initialized), not
+// storage: a module never holds a pointer to a parameter's values. During a step it asks its
+// StepContext for the parameter's working copy and gradient target (nn/parameter_access.h), and
+// whoever owns those roles answers — the store itself for a plain run, or a transform such as
+// ZeRO-3 that keeps only a shard and gathers the rest (exec/ownership.h). So no transform ever
+// rewrites a module's view of its weights.
 #include <deque>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/parameter_access.h"
 
 namespace tessera::nn {
 
 enum class Init {
-  Normal,     // N(0, std)
+  Normal,  // N(0, std)
   Zeros,
   Ones,
 };
 
+// How a parameter is laid out over the parallel dimensions. `global_shape` is its shape in the
+// one-process model; this rank holds the block of it that `splits` select (each split cuts one
+// dimension into `parts` equal pieces and keeps piece `index`). Dimensions of the parallel layout
+// that neither split nor shard it replicate it. Initialization reads the random number of each
+// element's GLOBAL index, so any sharding starts from exactly the one-process weights.
+struct ShardSpec {
+  struct Split {
+    int dim = 0;    // which dimension of the global shape is cut
+    int parts = 1;  // into how many equal pieces
+    int index = 0;  // the piece this rank holds
+  };
+  Shape global_shape;
+  std::vector<Split> splits;
+
+  Shape local_shape() const;
+  // Index in the global parameter (row-major) of element `local` (row-major in the local block).
+  int64_t global_index(int64_t local) const;
+  void validate(const std::string& name) const;
+};
+
 struct Parameter {
+  int id = 0;        // position in the store: dense, for per-parameter tables
   std::string name;  // e.g. "blocks.3.attn.qkv.weight"
-  Shape shape;
+  Shape shape;       // of the local block (equal to spec.global_shape when not split)
+  ShardSpec spec;
   Init init = Init::Zeros;
   float init_std = 0.0f;
   size_t offset = 0;  // element offset in the flat buffers
-  Tensor value;       // view into the flat parameter buffer
-  Tensor grad;        // view into the flat gradient buffer
   int64_t numel() const { return shape_numel(shape); }
 };
 
-class ParameterStore {
+class ParameterStore final : public ParameterAccess {
  public:
   // References stay valid: parameters live in a deque.
   Parameter& declare(std::string name, Shape shape, Init init, float init_std = 0.0f);
+  // Declares the local block of a parameter split as `spec` says (its shape is spec.local_shape()).
+  Parameter& declare_sharded(std::string name, ShardSpec spec, Init init, float init_std = 0.0f);
   void allocate(MemoryAccountant& accountant);
-  // GPT-2 style initialization from the counter RNG: element i of parameter `name` is
-  // normal(seed, stream_id("init:" + name), i), so the values do not depend on the layout.
+  // GPT-2 style initialization from the counter RNG: element g of parameter `name` (g its global
+  // index) is normal(seed, stream_id("init:" + name), g), so the values do not depend on the layout.
   void initialize(uint64_t seed);
   void zero_grads();
 
@@ -42,16 +72,35 @@ class ParameterStore {
   const Parameter& get(const std::string& name) const;
   std::deque<Parameter>& all() { return params_; }
   const std::deque<Parameter>& all() const { return params_; }
+  int size() const { return static_cast<int>(params_.size()); }
   int64_t numel() const { return total_; }
-  Tensor& flat_values() { return values_; }
-  Tensor& flat_grads() { return grads_; }
-  bool allocated() const { return values_.defined(); }
+  bool allocated() const { return allocated_; }
+
+  // The whole flat buffers, while this store holds them. A transform that takes a role over (ZeRO-3
+  // keeps the values as shards, ZeRO-2 the gradients) releases the store's buffer; reading it
+  // afterwards is an error that says who holds the values instead.
+  Tensor& flat_values();
+  Tensor& flat_grads();
+  bool holds_values() const { return values_.defined(); }
+  bool holds_grads() const { return grads_.defined(); }
+  void release_values(const std::string& new_owner);
+  void release_grads(const std::string& new_owner);
+
+  // Views of one parameter in the flat buffers: [p.shape].
+  Tensor value(const Parameter& p);
+  Tensor grad_of(const Parameter& p);
+
+  // ParameterAccess: the store answers for a plain one-process run.
+  Tensor weight(const Parameter& p) override { return value(p); }
+  Tensor grad(const Parameter& p) override { return grad_of(p); }
 
  private:
   std::deque<Parameter> params_;
   int64_t total_ = 0;
+  bool allocated_ = false;
   Tensor values_;  // [numel]
   Tensor grads_;   // [numel]
+  std::string values_owner_, grads_owner_;  // who took them over, for error messages
 };
 
 }  // namespace tessera::nn

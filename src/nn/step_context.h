@@ -1,27 +1,35 @@
 #pragma once
-// What a module's forward/backward needs besides its tensors: where memory comes from and the
-// coordinates of the random numbers (dropout) of this microbatch. Passed explicitly; no globals.
+// What a module's forward/backward needs besides its tensors: where memory comes from, where its
+// parameters' working copies and gradient targets are (nn/parameter_access.h), and the coordinates
+// of the random numbers (dropout) of this microbatch. Passed explicitly; no globals.
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "nn/execution_hooks.h"
+#include "nn/parameter_access.h"
 
 namespace tessera::nn {
 
+// Which half of a backward runs. Input: the gradient with respect to the module's input (and the
+// cheap by-products of it: norm gains and biases); Weight: the gradients of the matrices (and of
+// linear biases), which need only what the input half kept. Both: the two in one pass, the same
+// bits as Input followed by Weight. Zero-bubble pipeline schedules run the halves at different times.
+enum class BackwardPart { Both, Input, Weight };
+
+inline bool computes_input_gradient(BackwardPart part) { return part != BackwardPart::Weight; }
+inline bool computes_weight_gradient(BackwardPart part) { return part != BackwardPart::Input; }
+
 struct StepContext {
   MemoryAccountant& memory;
+  ParameterAccess& params;
   bool training = true;
-  uint64_t seed = 0;           // run seed (dropout masks)
-  uint64_t step = 0;           // optimizer step, so masks differ from step to step
-  int64_t sample_offset = 0;   // global index of this microbatch's first sequence: masks do not depend on the layout
-  ExecutionHooks* hooks = nullptr;  // transforms applied from outside (data parallel, ZeRO), or none
+  uint64_t seed = 0;          // run seed (dropout masks)
+  uint64_t step = 0;          // optimizer step, so masks differ from step to step
+  int64_t sample_offset = 0;  // global index of this microbatch's first sequence: masks do not depend on the layout
+
+  Tensor weight(const Parameter& p) const { return params.weight(p); }
+  Tensor grad(const Parameter& p) const { return params.grad(p); }
 
   // Tensors saved for backward (or feeding the next op) are activations; scratch of backward is workspace.
-  void before_forward(int unit) const { if (hooks) hooks->before_forward(unit); }
-  void after_forward(int unit) const { if (hooks) hooks->after_forward(unit); }
-  void before_backward(int unit) const { if (hooks) hooks->before_backward(unit); }
-  void after_backward(int unit) const { if (hooks) hooks->after_backward(unit); }
-
   Tensor activation(const Shape& shape, DType dtype = DType::F32) const {
     return Tensor::empty(shape, dtype, MemoryTag::Activations, memory);
   }

@@ -1,42 +1,42 @@
 #include "optim/adamw.h"
 
-#include <algorithm>
-
 #include "kernels/cpu/adamw.h"
 
 namespace tessera::optim {
 
-AdamW::AdamW(nn::ParameterStore& params, MemoryAccountant& memory, AdamWConfig config)
-    : AdamW(params, memory, config, nn::ParamRange{0, params.numel()}) {}
-
-AdamW::AdamW(nn::ParameterStore& params, MemoryAccountant& memory, AdamWConfig config, nn::ParamRange owned)
-    : params_(params), config_(config), owned_(owned) {
-  TS_CHECK(params.allocated(), "AdamW needs allocated parameters");
-  TS_CHECK(owned.begin >= 0 && owned.begin <= owned.end && owned.end <= params.numel(),
-           "AdamW: owned range [{}, {}) is not inside the {} parameters", owned.begin, owned.end, params.numel());
-  m_ = Tensor::zeros({owned.size()}, DType::F32, MemoryTag::Optimizer, memory);
-  v_ = Tensor::zeros({owned.size()}, DType::F32, MemoryTag::Optimizer, memory);
+AdamW::AdamW(MemoryAccountant& memory, AdamWConfig config, int64_t owned_elements) : config_(config) {
+  TS_CHECK(owned_elements >= 0, "AdamW over {} elements", owned_elements);
+  m_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
+  v_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
 }
 
-void AdamW::step(float lr) {
-  const int64_t b = owned_.begin;
-  step(lr, params_.flat_values().data<float>() + b, params_.flat_grads().data<float>() + b);
-}
-
-void AdamW::step(float lr, float* values, const float* grads) {
+void AdamW::step(float lr, std::span<const Segment> segments) {
+  TS_CHECK(total_elements(segments) == owned_elements(),
+           "AdamW: the segments hold {} elements but its state covers {}: the owned elements changed",
+           total_elements(segments), owned_elements());
   ++step_;
   float* m = m_.data<float>();
   float* v = v_.data<float>();
-  for (const auto& p : params_.all()) {
-    // The part of this parameter inside the owned range, as offsets from the range's start.
-    const int64_t lo = std::max(owned_.begin, static_cast<int64_t>(p.offset)) - owned_.begin;
-    const int64_t hi = std::min(owned_.end, static_cast<int64_t>(p.offset) + p.numel()) - owned_.begin;
-    if (hi <= lo) continue;
+  int64_t at = 0;
+  for (const Segment& s : segments) {
     // Decay matrices and embeddings, not biases and norm gains.
-    const float wd = p.shape.size() >= 2 ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(values + lo, grads + lo, m + lo, v + lo, static_cast<size_t>(hi - lo), lr, config_.beta1,
+    const float wd = s.param->spec.global_shape.size() >= 2 ? config_.weight_decay : 0.0f;
+    kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
                           config_.beta2, config_.eps, wd, step_);
+    at += s.size();
   }
+}
+
+StateDict AdamW::state_dict() { return {step_, {{"m", m_}, {"v", v_}}}; }
+
+void AdamW::load_state_dict(StateDict state) {
+  for (auto [name, mine] : {std::pair<const char*, Tensor*>{"m", &m_}, {"v", &v_}}) {
+    const Tensor& from = state.at(name);
+    TS_CHECK(from.numel() == mine->numel(), "AdamW state '{}' has {} elements, this optimizer owns {}", name,
+             from.numel(), mine->numel());
+    if (from.raw() != mine->raw()) mine->copy_from(from.reshape(mine->shape()));
+  }
+  step_ = state.steps;
 }
 
 }  // namespace tessera::optim

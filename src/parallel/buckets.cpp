@@ -19,7 +19,7 @@ std::vector<Bucket> plan_buckets(const std::vector<nn::Unit>& units, int64_t buc
   for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
     const int64_t begin = units[static_cast<size_t>(u)].owned.begin;
     if (end - begin >= bucket_elems || u == 0) {
-      if (end > begin) buckets.push_back({{begin, end}, 0, 0});
+      if (end > begin) buckets.push_back({{begin, end}, 0, 0, {}});
       end = begin;
     }
   }
@@ -31,6 +31,7 @@ std::vector<Bucket> plan_buckets(const std::vector<nn::Unit>& units, int64_t buc
         if (intersect(r, b.range).size() > 0) {
           b.first_unit = std::max(b.first_unit, u);
           b.complete_unit = std::min(b.complete_unit, u);
+          if (b.writers.empty() || b.writers.back() != u) b.writers.push_back(u);
         }
       }
     }

@@ -8,18 +8,20 @@
 // A unit may write gradients outside the range it owns (a tied head writes the embedding's), so
 // each bucket records the first unit in backward order that writes into it (its storage must exist
 // from that unit's before_backward on) and the last one (after that unit's after_backward the
-// bucket is complete and its reduction is posted).
+// bucket is complete and its reduction is posted). The reducer itself does not rely on backward's
+// order: it finds, in each program, the last action of a writer (parallel/gradient_reducer.h).
 #include <cstdint>
 #include <vector>
 
-#include "nn/execution_hooks.h"
+#include "nn/unit.h"
 
 namespace tessera::parallel {
 
 struct Bucket {
   nn::ParamRange range;
-  int first_unit = 0;     // the first unit backward reaches that writes into the bucket (highest index)
-  int complete_unit = 0;  // the last one (lowest index): the bucket is complete after its backward
+  int first_unit = 0;        // the first unit backward reaches that writes into the bucket (highest index)
+  int complete_unit = 0;     // the last one (lowest index): the bucket is complete after its backward
+  std::vector<int> writers;  // every unit that writes gradients into the bucket, ascending
 };
 
 // Buckets in the order backward completes them (the end of the buffer first). `bucket_elems` >= 1.

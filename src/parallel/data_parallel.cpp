@@ -1,9 +1,6 @@
 #include "parallel/data_parallel.h"
 
-#include <cmath>
-
-#include "kernels/cpu/grad_norm.h"
-#include "parallel/rank_sum.h"
+#include "dist/parallel_dims.h"
 
 namespace tessera::parallel {
 
@@ -12,37 +9,49 @@ namespace {
 int rank_of(dist::Communicator* comm) { return comm == nullptr ? 0 : comm->rank(); }
 int size_of(dist::Communicator* comm) { return comm == nullptr ? 1 : comm->size(); }
 
-nn::ParamRange owned_range(int stage, const ShardLayout& layout, int rank) {
-  return stage == 0 ? nn::ParamRange{0, layout.numel()} : layout.shard(rank);
-}
-
 }  // namespace
 
 DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Unit>& units, dist::Communicator* comm,
                            MemoryAccountant& memory, const DataParallelOptions& options,
-                           const optim::AdamWConfig& adam)
+                           exec::ParameterOwnership& ownership, exec::TransformChain& transforms)
     : params_(params),
       comm_(comm),
       options_(options),
       rank_(rank_of(comm)),
       layout_(params.numel(), size_of(comm)),
-      optimizer_(params, memory, adam, owned_range(options.zero_stage, layout_, rank_)) {
+      ownership_(ownership),
+      transforms_(transforms) {
   TS_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3, got {}",
            options.zero_stage);
   TS_CHECK(options.bucket_bytes >= 4, "the gradient bucket size must be at least one f32 element, got {} bytes",
            options.bucket_bytes);
+  if (options.zero_stage >= 1) ownership.claim(exec::Role::Master, *this);
   if (options.zero_stage >= 2) {
     grad_shard_ = Tensor::zeros({layout_.shard(rank_).size()}, DType::F32, MemoryTag::Grads, memory);
   }
   if (options.zero_stage == 3) {
-    gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory);
+    gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership);
+    transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
   }
   reducer_ = std::make_unique<GradientReducer>(params, units, layout_, rank_, comm, memory, options.zero_stage,
                                                options.bucket_bytes / 4,
-                                               grad_shard_.defined() ? grad_shard_.data<float>() : nullptr);
+                                               grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership);
+  transforms.add(exec::TransformSlot::GradientReduction, *reducer_);
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  transforms_.remove(exec::TransformSlot::GradientReduction);
+  ownership_.release(*reducer_);
+  ownership_.release(*this);
+  if (gatherer_) {
+    transforms_.remove(exec::TransformSlot::ParameterPlacement);
+    ownership_.release(*gatherer_);
+  }
+}
+
+nn::ParamRange DataParallel::owned() const {
+  return options_.zero_stage == 0 ? nn::ParamRange{0, layout_.numel()} : layout_.shard(rank_);
+}
 
 size_t DataParallel::comm_bound_bytes() const {
   return reducer_->storage_bound_bytes() + (gatherer_ ? 2 * gatherer_->largest_unit_bytes() : 0);
@@ -58,7 +67,7 @@ float* DataParallel::grads_of_owned() {
   return params_.flat_grads().data<float>() + owned().begin;
 }
 
-void DataParallel::begin_step() {
+void DataParallel::zero_grads() {
   if (grad_shard_.defined()) {
     grad_shard_.fill_zero();
   } else {
@@ -66,39 +75,15 @@ void DataParallel::begin_step() {
   }
 }
 
-void DataParallel::begin_microbatch(int micro, int micros) {
-  TS_CHECK(micro >= 0 && micro < micros, "microbatch {} of {}", micro, micros);
-  // Stages 0 and 1 accumulate locally and reduce once, on the last microbatch.
-  reducer_->begin_microbatch(micro + 1 == micros);
-  if (gatherer_) gatherer_->begin_pass(true);
+std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Parameter* const> params) {
+  TS_CHECK(static_cast<int>(params.size()) == params_.size(), "ZeRO shards the whole flat buffer: it must own the "
+           "master copy of every parameter, not {} of {}", params.size(), params_.size());
+  // The shards of one parameter are spread over the dp group: its norm sums over dp.
+  const uint32_t over_dp = 1u << static_cast<int>(dist::MeshDim::DP);
+  return optim::segments_of_range(params_, owned(), values_of_owned(), grads_of_owned(), over_dp);
 }
 
-void DataParallel::end_microbatch() { reducer_->finish(); }
-
-void DataParallel::begin_evaluation() {
-  if (gatherer_) gatherer_->begin_pass(false);
-}
-
-double DataParallel::clip_grad_norm(double max_norm) {
-  if (options_.zero_stage == 0) {
-    // Every rank holds the whole reduced gradient: the norm needs no communication.
-    const std::pair<float*, size_t> all{params_.flat_grads().data<float>(), static_cast<size_t>(params_.numel())};
-    return kernels::clip_grad_norm(std::span(&all, 1), max_norm);
-  }
-  float* g = grads_of_owned();
-  const auto n = static_cast<size_t>(owned().size());
-  const double local = kernels::sum_of_squares(g, n);
-  const double norm = std::sqrt(sum_over_ranks(comm_, std::span(&local, 1))[0]);
-  if (!(max_norm > 0) || !std::isfinite(norm)) return norm;
-  const double coef = max_norm / (norm + 1e-6);  // as kernels::clip_grad_norm, so the bits agree
-  if (coef >= 1.0) return norm;
-  const auto s = static_cast<float>(coef);
-  for (size_t i = 0; i < n; ++i) g[i] *= s;
-  return norm;
-}
-
-void DataParallel::optimizer_step(float lr) {
-  optimizer_.step(lr, values_of_owned(), grads_of_owned());
+void DataParallel::after_optimizer_step() {
   if (options_.zero_stage == 1 || options_.zero_stage == 2) {
     if (comm_ != nullptr && comm_->size() > 1) {
       // In place: each rank's updated shard is already where it belongs in the full buffer.
@@ -109,26 +94,8 @@ void DataParallel::optimizer_step(float lr) {
 }
 
 DataParallel::FullParameters DataParallel::full_parameters() {
-  if (!gatherer_) return FullParameters(std::nullopt);
-  return FullParameters(gatherer_->gather_all());
-}
-
-void DataParallel::before_forward(int unit) {
-  if (gatherer_) gatherer_->before(unit, false);
-}
-
-void DataParallel::after_forward(int unit) {
-  if (gatherer_) gatherer_->after(unit, false);
-}
-
-void DataParallel::before_backward(int unit) {
-  if (gatherer_) gatherer_->before(unit, true);
-  reducer_->before_backward(unit);
-}
-
-void DataParallel::after_backward(int unit) {
-  reducer_->after_backward(unit);
-  if (gatherer_) gatherer_->after(unit, true);
+  if (!gatherer_) return FullParameters(params_, std::nullopt);
+  return FullParameters(params_, gatherer_->gather_all());
 }
 
 }  // namespace tessera::parallel

@@ -1,18 +1,20 @@
 #pragma once
-// Data parallelism and ZeRO stages 1–3 as a transform of a model that contains no parallel code:
-// the model calls ExecutionHooks around each unit (nn/execution_hooks.h) and this class acts there.
+// Data parallelism and ZeRO stages 1–3, applied to a model that contains no parallel code: this
+// class sets up, for one data-parallel group, the storage owners and the transforms of the
+// interpreter's chain (exec/), and owns this rank's master shard.
 //
-// One training step, as the trainer drives it:
-//   begin_step()                               zero the gradients (full buffer, or the shard)
-//   for each microbatch m of M:
-//     begin_microbatch(m, M); forward; backward; end_microbatch()
-//                                              buckets are reduced during backward (see
-//                                              gradient_reducer.h); ZeRO-3 gathers each unit's
-//                                              parameters around it (parameter_gatherer.h)
-//   clip_grad_norm(max)                        the true global norm (sharded: each rank's sum of
-//                                              squares, summed over the ranks)
-//   optimizer_step(lr)                         AdamW on the owned shard; ZeRO-1/2 all-gather the
-//                                              updated parameters
+//   stage 0  the store keeps everything; the GradientReducer transform all-reduces the buckets
+//   stage 1  + the master copy (what the optimizer updates) is this rank's shard of the store's
+//            flat buffer; the reducer reduce-scatters; after the update the shards are all-gathered
+//   stage 2  + the reducer owns the gradient targets (bucket storage per microbatch) and keeps the
+//            reduced gradients in a persistent shard
+//   stage 3  + the ParameterGatherer transform owns the working copies and the master is a shard of
+//            its own: units are gathered while they run (parameter_gatherer.h)
+//
+// One training step, as the engine drives it (parallel/training_engine.h):
+//   zero_grads(); interpreter runs the program (reductions posted as buckets complete, ZeRO-3
+//   gathers around each unit); at the optimizer step: master_segments() → global norm, clipping,
+//   optimizer update; after_optimizer_step() (ZeRO-1/2: all-gather the updated parameters).
 //
 // What each rank holds (fp32 with Adam, Ψ parameters, N ranks, shard = ⌊Ψ/N⌋ or ⌈Ψ/N⌉ elements;
 // formulas in zero_memory.h, checked by tests/parallel):
@@ -28,8 +30,9 @@
 #include <optional>
 
 #include "dist/communicator.h"
+#include "exec/ownership.h"
+#include "exec/transform.h"
 #include "nn/parameters.h"
-#include "optim/adamw.h"
 #include "parallel/gradient_reducer.h"
 #include "parallel/parameter_gatherer.h"
 #include "parallel/shard_layout.h"
@@ -41,12 +44,14 @@ struct DataParallelOptions {
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient bucket size (PyTorch DDP's default)
 };
 
-class DataParallel final : public nn::ExecutionHooks {
+class DataParallel final : public exec::StorageOwner {
  public:
   // `comm` is the data-parallel group (nullptr: one process). Every member calls this with the
-  // same model and options. The model's parameters must be initialized.
+  // same model and options. The model's parameters must be initialized. Registers its transforms
+  // in `transforms` (removed again by the destructor) and claims roles in `ownership`.
   DataParallel(nn::ParameterStore& params, const std::vector<nn::Unit>& units, dist::Communicator* comm,
-               MemoryAccountant& memory, const DataParallelOptions& options, const optim::AdamWConfig& adam);
+               MemoryAccountant& memory, const DataParallelOptions& options, exec::ParameterOwnership& ownership,
+               exec::TransformChain& transforms);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -56,43 +61,38 @@ class DataParallel final : public nn::ExecutionHooks {
   int zero_stage() const { return options_.zero_stage; }
   dist::Communicator* comm() const { return comm_; }
   const ShardLayout& layout() const { return layout_; }
-  nn::ParamRange owned() const { return optimizer_.owned(); }
-  optim::AdamW& optimizer() { return optimizer_; }
-  const optim::AdamW& optimizer() const { return optimizer_; }
+  // The flat elements whose master copy this rank updates.
+  nn::ParamRange owned() const;
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
   // Upper bound of live 'comm' bytes during a step (bucket storage and gathered parameters).
   size_t comm_bound_bytes() const;
 
-  void begin_step();
-  void begin_microbatch(int micro, int micros);
-  void end_microbatch();
-  // Before running the model for evaluation (forward only) with these hooks.
-  void begin_evaluation();
-  // The global 2-norm of the gradient; scales the gradients by max_norm / (norm + 1e-6) when that
-  // is below 1 and max_norm > 0 (PyTorch's clip_grad_norm_). Collective when sharded.
-  double clip_grad_norm(double max_norm);
-  void optimizer_step(float lr);
+  void zero_grads();
+  // ZeRO-1/2: every rank's updated shard is all-gathered into the whole buffer. Collective.
+  void after_optimizer_step();
 
-  // Every parameter readable through the Parameter views until the handle goes away (ZeRO-3
-  // gathers them into a transient buffer; other stages hold them already). Collective.
-  class FullParameters {
+  // Every parameter readable until the handle goes away (ZeRO-3 gathers them into a transient
+  // buffer; other stages answer from the store). Collective.
+  class FullParameters final : public nn::ParameterAccess {
    public:
-    explicit FullParameters(std::optional<ParameterGatherer::Full> full) : full_(std::move(full)) {}
+    FullParameters(nn::ParameterStore& store, std::optional<ParameterGatherer::Full> full)
+        : store_(store), full_(std::move(full)) {}
+    Tensor weight(const nn::Parameter& p) override { return full_ ? full_->weight(p) : store_.value(p); }
+    Tensor grad(const nn::Parameter& p) override { return full_ ? full_->grad(p) : store_.grad_of(p); }
     // After the values were overwritten (a loaded checkpoint): keep this rank's part (ZeRO-3).
     void write_back() {
       if (full_) full_->write_back();
     }
 
    private:
+    nn::ParameterStore& store_;
     std::optional<ParameterGatherer::Full> full_;
   };
   FullParameters full_parameters();
 
-  // ExecutionHooks
-  void before_forward(int unit) override;
-  void after_forward(int unit) override;
-  void before_backward(int unit) override;
-  void after_backward(int unit) override;
+  // exec::StorageOwner: the master role from stage 1 on.
+  std::string_view owner_name() const override { return "ZeRO (this rank's master shard)"; }
+  std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) override;
 
  private:
   float* values_of_owned();
@@ -103,7 +103,8 @@ class DataParallel final : public nn::ExecutionHooks {
   DataParallelOptions options_;
   int rank_;
   ShardLayout layout_;
-  optim::AdamW optimizer_;
+  exec::ParameterOwnership& ownership_;
+  exec::TransformChain& transforms_;
   Tensor grad_shard_;  // stages 2 and 3: [shard size], tag grads
   std::unique_ptr<ParameterGatherer> gatherer_;  // stage 3
   std::unique_ptr<GradientReducer> reducer_;

@@ -6,7 +6,8 @@ namespace tessera::parallel {
 
 GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                  const ShardLayout& layout, int rank, dist::Communicator* comm,
-                                 MemoryAccountant& memory, int stage, int64_t bucket_elems, float* grad_shard)
+                                 MemoryAccountant& memory, int stage, int64_t bucket_elems, float* grad_shard,
+                                 exec::ParameterOwnership& ownership)
     : params_(params),
       layout_(layout),
       rank_(rank),
@@ -15,17 +16,23 @@ GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<n
       stage_(stage),
       grad_shard_(grad_shard),
       buckets_(plan_buckets(units, bucket_elems)) {
-  for (const Bucket& b : buckets_) {
-    auto& inside = bucket_params_.emplace_back();
-    for (auto& p : params.all()) {
+  bucket_of_.assign(static_cast<size_t>(params.size()), -1);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (const auto& p : params.all()) {
       const auto begin = static_cast<int64_t>(p.offset);
-      if (begin >= b.range.begin && begin + p.numel() <= b.range.end && p.numel() > 0) inside.push_back(&p);
+      if (begin >= buckets_[b].range.begin && begin + p.numel() <= buckets_[b].range.end) {
+        bucket_of_[static_cast<size_t>(p.id)] = static_cast<int>(b);
+      }
     }
   }
+  writes_bucket_.assign(units.size(), std::vector<bool>(buckets_.size(), false));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (int u : buckets_[b].writers) writes_bucket_[static_cast<size_t>(u)][b] = true;
+  }
   if (sharded_grads()) {
-    // From here on gradients exist only in bucket storage while backward fills it.
-    for (auto& p : params.all()) p.grad = Tensor();
-    params.flat_grads() = Tensor();
+    // From here on gradients exist only in bucket storage while the program fills it.
+    ownership.claim(exec::Role::Gradient, *this);
+    params.release_grads("ZeRO-2/3 (bucket storage per microbatch, then this rank's gradient shard)");
   }
 }
 
@@ -41,18 +48,13 @@ GradientReducer::~GradientReducer() {
   }
 }
 
-void GradientReducer::begin_microbatch(bool reduce) {
-  TS_CHECK(in_flight_.empty() && filling_.empty(), "gradient reduction: a microbatch began before the last finished");
-  reduce_ = reduce || sharded_grads();
-}
-
 size_t GradientReducer::storage_bound_bytes() const {
   if (!sharded_grads()) return 0;
   int64_t largest = 0;
   for (const Bucket& b : buckets_) largest = std::max(largest, b.range.size());
   // Buckets allocated and not yet complete while unit u runs backward.
   size_t filling = 0;
-  const int units = buckets_.empty() ? 0 : buckets_.front().first_unit + 1;
+  const int units = static_cast<int>(writes_bucket_.size());
   for (int u = 0; u < units; ++u) {
     size_t n = 0;
     for (const Bucket& b : buckets_) n += b.first_unit >= u && b.complete_unit <= u;
@@ -61,44 +63,76 @@ size_t GradientReducer::storage_bound_bytes() const {
   return (kMaxInFlight + filling) * sizeof(float) * static_cast<size_t>(largest);
 }
 
-void GradientReducer::allocate(int bucket) {
+void GradientReducer::begin(const exec::Program& program) {
+  TS_CHECK(in_flight_.empty() && filling_.empty(), "gradient reduction: a program began before the last finished");
+  open_before_.clear();
+  post_after_.clear();
+  if (!program.training) return;
+  std::map<Window, std::pair<int, int>> span;  // window -> first and last writing action
+  for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
+    const exec::Action& a = program.actions[static_cast<size_t>(i)];
+    if (a.kind != exec::Action::Kind::Unit || !exec::writes_gradients(a.phase)) continue;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (!writes_bucket_[static_cast<size_t>(a.unit)][b]) continue;
+      const Window w{static_cast<int>(b), sharded_grads() ? a.microbatch : -1};
+      auto [it, fresh] = span.try_emplace(w, i, i);
+      if (!fresh) it->second.second = i;
+    }
+  }
+  for (const auto& [w, first_last] : span) {
+    if (sharded_grads()) open_before_[first_last.first].push_back(w);
+    post_after_[first_last.second].push_back(w);
+  }
+}
+
+void GradientReducer::before(const exec::Event& event) {
+  auto it = open_before_.find(event.index);
+  if (it == open_before_.end()) return;
+  for (const Window& w : it->second) allocate(w);
+}
+
+void GradientReducer::after(const exec::Event& event) {
+  auto it = post_after_.find(event.index);
+  if (it == post_after_.end()) return;
+  for (const Window& w : it->second) post(w);
+}
+
+void GradientReducer::finish(const exec::Program& program) {
+  while (!in_flight_.empty()) complete_oldest();
+  TS_CHECK(filling_.empty(), "gradient reduction: {} bucket(s) were never completed by the program", filling_.size());
+}
+
+Tensor GradientReducer::gradient_target(const nn::Parameter& p, const exec::Event* event) {
+  TS_CHECK(event != nullptr, "ZeRO-{}: the gradient of '{}' is written outside a program; run the model through "
+           "the interpreter", stage_, p.name);
+  const Window w{bucket_of_[static_cast<size_t>(p.id)], event->microbatch};
+  auto it = filling_.find(w);
+  TS_CHECK(it != filling_.end(), "ZeRO-{}: the gradient bucket of '{}' is not open during {}", stage_, p.name,
+           exec::describe(event->action()));
+  const int64_t at = static_cast<int64_t>(p.offset) - buckets_[static_cast<size_t>(w.first)].range.begin;
+  return it->second.slice(0, at, at + p.numel()).reshape(p.shape);
+}
+
+void GradientReducer::allocate(Window w) {
   while (!in_flight_.empty() && (in_flight_.front().work == nullptr || in_flight_.front().work->is_completed())) {
     complete_oldest();  // frees storage early when the communicator is ahead
   }
   while (in_flight_.size() >= kMaxInFlight) complete_oldest();
-  const Bucket& b = buckets_[static_cast<size_t>(bucket)];
-  Tensor storage = Tensor::zeros({b.range.size()}, DType::F32, MemoryTag::Comm, memory_);
-  for (nn::Parameter* p : bucket_params_[static_cast<size_t>(bucket)]) {
-    const int64_t at = static_cast<int64_t>(p->offset) - b.range.begin;
-    p->grad = storage.slice(0, at, at + p->numel()).reshape(p->shape);
-  }
-  filling_.emplace(bucket, std::move(storage));
+  const Bucket& b = buckets_[static_cast<size_t>(w.first)];
+  filling_.emplace(w, Tensor::zeros({b.range.size()}, DType::F32, MemoryTag::Comm, memory_));
 }
 
-void GradientReducer::before_backward(int unit) {
-  if (!sharded_grads()) return;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (buckets_[b].first_unit == unit) allocate(static_cast<int>(b));
-  }
-}
-
-void GradientReducer::after_backward(int unit) {
-  if (!reduce_) return;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (buckets_[b].complete_unit == unit) post(static_cast<int>(b));
-  }
-}
-
-void GradientReducer::post(int bucket) {
-  const Bucket& b = buckets_[static_cast<size_t>(bucket)];
+void GradientReducer::post(Window w) {
+  const Bucket& b = buckets_[static_cast<size_t>(w.first)];
   const bool alone = comm_ == nullptr || comm_->size() == 1;
   InFlight f;
-  f.bucket = bucket;
+  f.window = w;
   float* data = nullptr;
   if (sharded_grads()) {
-    f.storage = std::move(filling_.at(bucket));
-    filling_.erase(bucket);
-    for (nn::Parameter* p : bucket_params_[static_cast<size_t>(bucket)]) p->grad = Tensor();
+    auto it = filling_.find(w);
+    TS_CHECK(it != filling_.end(), "gradient reduction: bucket {} was completed before it was opened", w.first);
+    f.storage = std::move(it->second);
+    filling_.erase(it);
     data = f.storage.data<float>();
   } else {
     data = params_.flat_grads().data<float>() + b.range.begin;
@@ -119,7 +153,7 @@ void GradientReducer::post(int bucket) {
 void GradientReducer::complete(InFlight& f) {
   if (f.work) f.work->wait();
   if (!sharded_grads()) return;
-  const Bucket& b = buckets_[static_cast<size_t>(f.bucket)];
+  const Bucket& b = buckets_[static_cast<size_t>(f.window.first)];
   const nn::ParamRange part = layout_.part(b.range, rank_);
   const float* src = f.storage.data<float>() + (part.begin - b.range.begin);
   float* dst = grad_shard_ + (part.begin - layout_.shard(rank_).begin);
@@ -129,11 +163,6 @@ void GradientReducer::complete(InFlight& f) {
 void GradientReducer::complete_oldest() {
   complete(in_flight_.front());
   in_flight_.pop_front();  // frees the bucket's storage
-}
-
-void GradientReducer::finish() {
-  while (!in_flight_.empty()) complete_oldest();
-  TS_CHECK(filling_.empty(), "gradient reduction: {} bucket(s) were never completed by backward", filling_.size());
 }
 
 }  // namespace tessera::parallel

@@ -1,66 +1,76 @@
 #pragma once
-// Gradient reduction by buckets (see buckets.h), posted asynchronously from the backward hooks as
-// soon as a bucket is complete, so it overlaps the backward of the units still to run.
+// Gradient reduction by buckets (see buckets.h), a transform in the GradientReduction slot of the
+// chain: each bucket's reduction is posted asynchronously right after the program's last action
+// that writes its gradients, so it overlaps the actions still to run. Where that is comes from the
+// program, not from call order, so the rule holds for any schedule: with gradient accumulation the
+// last microbatch's backward; with a split backward the last weight half (zero-bubble's W).
 //
 // The trainer's loss scale is 1 / (tokens of the global batch), so each rank's local gradient is
 // its partial sum of the global-batch mean: every reduction is a SUM, and the result is the mean
 // gradient of the global batch whatever the number of ranks.
 //
-//   stage 0 (DP)    all-reduce each bucket in place in the full gradient buffer.
-//   stage 1         reduce-scatter each bucket in place: this rank's part of the bucket ends up
-//                   reduced (the rest of the buffer is scratch until the next step zeroes it).
-//   stages 2 and 3  no full gradient buffer. A bucket's storage (tag comm) is allocated and zeroed
-//                   at the before_backward of the first unit that writes into it, the parameters'
-//                   grad views are pointed into it, and after its reduce-scatter completes this
-//                   rank's part is added into the persistent gradient shard (tag grads) and the
-//                   storage is freed. At most kMaxInFlight buckets are in flight; a new bucket
-//                   waits for the oldest beyond that.
-//
-// Gradient accumulation: stages 0 and 1 reduce only on the last microbatch (the others accumulate
-// locally, with no communication). Stages 2 and 3 have no full buffer to accumulate in, so they
-// reduce-scatter every microbatch and accumulate into the shard, as DeepSpeed does.
+//   stage 0 (DP)    all-reduce each bucket in place in the store's gradient buffer, once per step.
+//   stage 1         reduce-scatter each bucket in place, once per step: this rank's part of the
+//                   bucket ends up reduced (the rest of the buffer is scratch until the next step).
+//   stages 2 and 3  no whole gradient buffer: this transform owns every parameter's gradient
+//                   target. A bucket's storage (tag comm) exists per microbatch, from the first
+//                   action that writes into it for that microbatch to the last; then it is
+//                   reduce-scattered, this rank's part added into the persistent gradient shard
+//                   (tag grads) and the storage freed (DeepSpeed's scheme: there is nothing to
+//                   accumulate microbatches in). At most kMaxInFlight buckets are in flight; a new
+//                   one waits for the oldest beyond that.
 #include <deque>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "exec/ownership.h"
+#include "exec/transform.h"
 #include "nn/parameters.h"
 #include "parallel/buckets.h"
 #include "parallel/shard_layout.h"
 
 namespace tessera::parallel {
 
-class GradientReducer {
+class GradientReducer final : public exec::Transform, public exec::StorageOwner {
  public:
   static constexpr size_t kMaxInFlight = 2;
 
-  // `grad_shard` ([shard size], stages 2 and 3 only) receives this rank's reduced gradients.
+  // `grad_shard` ([shard size], stages 2 and 3 only) receives this rank's reduced gradients; then
+  // the reducer claims the gradient role of every parameter from `ownership`.
   GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
                   dist::Communicator* comm, MemoryAccountant& memory, int stage, int64_t bucket_elems,
-                  float* grad_shard);
-  ~GradientReducer();
-
-  // `reduce`: whether this microbatch's backward posts reductions (stages 2 and 3 always do).
-  void begin_microbatch(bool reduce);
-  void before_backward(int unit);
-  void after_backward(int unit);
-  // Waits for every reduction posted (stages 2 and 3: and adds them into the shard).
-  void finish();
+                  float* grad_shard, exec::ParameterOwnership& ownership);
+  ~GradientReducer() override;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Upper bound of the 'comm' bytes live at once for bucket storage (stages 2 and 3):
-  // (kMaxInFlight + most buckets filling at once) × the largest bucket.
+  // Upper bound of the 'comm' bytes live at once for bucket storage (stages 2 and 3), for a program
+  // of one microbatch in flight: (kMaxInFlight + most buckets filling at once) × the largest bucket.
   size_t storage_bound_bytes() const;
 
+  // exec::Transform
+  std::string_view name() const override { return stage_ >= 2 ? "ZeRO gradient reduction" : "gradient reduction"; }
+  void begin(const exec::Program& program) override;
+  void before(const exec::Event& event) override;
+  void after(const exec::Event& event) override;
+  void finish(const exec::Program& program) override;
+
+  // exec::StorageOwner (stages 2 and 3)
+  std::string_view owner_name() const override { return "ZeRO-2/3 gradient buckets"; }
+  Tensor gradient_target(const nn::Parameter& p, const exec::Event* event) override;
+
  private:
+  // A bucket's reduction window: one per step (stages 0, 1: microbatch -1) or per microbatch.
+  using Window = std::pair<int, int>;  // (bucket, microbatch)
   struct InFlight {
-    int bucket = 0;
+    Window window;
     Tensor storage;  // stages 2 and 3
     dist::WorkPtr work;
   };
   bool sharded_grads() const { return stage_ >= 2; }
-  void allocate(int bucket);
-  void post(int bucket);
+  void allocate(Window w);
+  void post(Window w);
   void complete(InFlight& f);
   void complete_oldest();
 
@@ -72,9 +82,11 @@ class GradientReducer {
   int stage_;
   float* grad_shard_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<nn::Parameter*>> bucket_params_;
-  bool reduce_ = false;
-  std::map<int, Tensor> filling_;  // bucket -> storage, allocated and not yet posted
+  std::vector<int> bucket_of_;                      // [parameter id]
+  std::vector<std::vector<bool>> writes_bucket_;    // [unit][bucket]
+  std::map<int, std::vector<Window>> open_before_;  // action index -> windows opening there
+  std::map<int, std::vector<Window>> post_after_;   // action index -> windows complete after it
+  std::map<Window, Tensor> filling_;                // allocated and not yet posted
   std::deque<InFlight> in_flight_;
 };
 

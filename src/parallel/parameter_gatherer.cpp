@@ -32,24 +32,14 @@ void wait_works(std::vector<dist::WorkPtr>& works) {
 
 ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                      const ShardLayout& layout, int rank, dist::Communicator* comm,
-                                     MemoryAccountant& memory)
-    : params_(params), layout_(layout), rank_(rank), comm_(comm), memory_(memory), mine_(layout.shard(rank)) {
+                                     MemoryAccountant& memory, exec::ParameterOwnership& ownership)
+    : layout_(layout), rank_(rank), comm_(comm), memory_(memory), mine_(layout.shard(rank)) {
   shard_ = Tensor::empty({mine_.size()}, DType::F32, MemoryTag::Params, memory);
-  std::memcpy(shard_.raw(), params.flat_values().data<float>() + mine_.begin, sizeof(float) * static_cast<size_t>(mine_.size()));
-  for (const nn::Unit& unit : units) {
-    UnitParams up;
-    for (const nn::ParamRange& r : unit.params) {
-      up.ranges.push_back(r);
-      auto& inside = up.params.emplace_back();
-      for (auto& p : params.all()) {
-        const auto begin = static_cast<int64_t>(p.offset);
-        if (begin >= r.begin && begin + p.numel() <= r.end && p.numel() > 0) inside.push_back(&p);
-      }
-    }
-    unit_params_.push_back(std::move(up));
-  }
-  for (auto& p : params.all()) p.value = Tensor();
-  params.flat_values() = Tensor();  // the last reference: the full buffer is freed here
+  std::memcpy(shard_.raw(), params.flat_values().data<float>() + mine_.begin,
+              sizeof(float) * static_cast<size_t>(mine_.size()));
+  for (const nn::Unit& unit : units) unit_params_.push_back({unit.params});
+  ownership.claim(exec::Role::Working, *this);
+  params.release_values("ZeRO-3 (each rank keeps a shard; units are gathered while they run)");
 }
 
 ParameterGatherer::~ParameterGatherer() {
@@ -61,10 +51,7 @@ ParameterGatherer::~ParameterGatherer() {
 }
 
 void ParameterGatherer::drain() {
-  for (auto& [item, g] : slots_) {
-    wait_works(g.works);
-    unpoint(unit_of(item));
-  }
+  for (auto& [run, g] : slots_) wait_works(g.works);
   slots_.clear();
 }
 
@@ -78,54 +65,67 @@ size_t ParameterGatherer::largest_unit_bytes() const {
   return best;
 }
 
-void ParameterGatherer::begin_pass(bool with_backward) {
+void ParameterGatherer::begin(const exec::Program& program) {
   drain();
-  pass_items_ = with_backward ? 2 * units() : units();
+  runs_.clear();
+  run_of_.assign(program.actions.size(), -1);
+  for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
+    const exec::Action& a = program.actions[static_cast<size_t>(i)];
+    if (a.kind != exec::Action::Kind::Unit) continue;
+    if (!runs_.empty() && runs_.back().unit == a.unit && runs_.back().last == i - 1) {
+      runs_.back().last = i;
+    } else {
+      runs_.push_back({a.unit, i, i});
+    }
+    run_of_[static_cast<size_t>(i)] = static_cast<int>(runs_.size()) - 1;
+  }
 }
 
-void ParameterGatherer::post(int item) {
-  const UnitParams& up = unit_params_[static_cast<size_t>(unit_of(item))];
+void ParameterGatherer::post(int run) {
+  const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
   Gathered g;
   for (const nn::ParamRange& r : up.ranges) {
     Tensor buffer = Tensor::empty({r.size()}, DType::F32, MemoryTag::Comm, memory_);
     g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
     g.buffers.push_back(std::move(buffer));
   }
-  slots_.emplace(item, std::move(g));
+  slots_.emplace(run, std::move(g));
 }
 
-void ParameterGatherer::point(int unit, const Gathered& g) {
-  const UnitParams& up = unit_params_[static_cast<size_t>(unit)];
+void ParameterGatherer::before(const exec::Event& event) {
+  const int run = run_of_[static_cast<size_t>(event.index)];
+  if (run < 0 || runs_[static_cast<size_t>(run)].first != event.index) return;
+  if (!slots_.count(run)) post(run);
+  wait_works(slots_.at(run).works);
+  // Prefetch: the next run's gather moves while this one computes.
+  if (run + 1 < static_cast<int>(runs_.size()) && !slots_.count(run + 1)) post(run + 1);
+}
+
+void ParameterGatherer::after(const exec::Event& event) {
+  const int run = run_of_[static_cast<size_t>(event.index)];
+  if (run >= 0 && runs_[static_cast<size_t>(run)].last == event.index) slots_.erase(run);
+}
+
+void ParameterGatherer::finish(const exec::Program& program) { drain(); }
+
+Tensor ParameterGatherer::working(const nn::Parameter& p, const exec::Event* event) {
+  TS_CHECK(event != nullptr, "ZeRO-3: parameter '{}' read outside a program, where no unit is gathered; run the "
+           "model through the interpreter, or gather everything with full_parameters()", p.name);
+  const int run = run_of_[static_cast<size_t>(event->index)];
+  auto it = slots_.find(run);
+  TS_CHECK(run >= 0 && it != slots_.end() && it->second.works.empty(),
+           "ZeRO-3: parameter '{}' read during {}, when its unit is not gathered", p.name,
+           exec::describe(event->action()));
+  const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
+  const auto offset = static_cast<int64_t>(p.offset);
   for (size_t i = 0; i < up.ranges.size(); ++i) {
-    for (nn::Parameter* p : up.params[i]) {
-      const int64_t at = static_cast<int64_t>(p->offset) - up.ranges[i].begin;
-      p->value = g.buffers[i].slice(0, at, at + p->numel()).reshape(p->shape);
+    const nn::ParamRange& r = up.ranges[i];
+    if (offset >= r.begin && offset + p.numel() <= r.end) {
+      return it->second.buffers[i].slice(0, offset - r.begin, offset - r.begin + p.numel()).reshape(p.shape);
     }
   }
-}
-
-void ParameterGatherer::unpoint(int unit) {
-  for (const auto& inside : unit_params_[static_cast<size_t>(unit)].params) {
-    for (nn::Parameter* p : inside) p->value = Tensor();
-  }
-}
-
-void ParameterGatherer::before(int unit, bool backward) {
-  const int item = backward ? 2 * units() - 1 - unit : unit;
-  TS_CHECK(item < pass_items_, "ZeRO-3: {} of unit {} outside a pass; call begin_microbatch() or begin_evaluation() "
-           "before running the model", backward ? "backward" : "forward", unit);
-  if (!slots_.count(item)) post(item);
-  Gathered& g = slots_.at(item);
-  wait_works(g.works);
-  point(unit, g);
-  // Prefetch: the next unit's gather moves while this one computes.
-  if (item + 1 < pass_items_ && !slots_.count(item + 1)) post(item + 1);
-}
-
-void ParameterGatherer::after(int unit, bool backward) {
-  const int item = backward ? 2 * units() - 1 - unit : unit;
-  unpoint(unit);
-  slots_.erase(item);
+  TS_FAIL("ZeRO-3: parameter '{}' is not one of the parameters of unit {}, which {} runs", p.name,
+          runs_[static_cast<size_t>(run)].unit, exec::describe(event->action()));
 }
 
 ParameterGatherer::Full ParameterGatherer::gather_all() {
@@ -138,16 +138,16 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
     std::vector<size_t> counts = layout_.counts({0, layout_.numel()});
     comm_->all_gather(out + mine_.begin, out, counts, DType::F32)->wait();
   }
-  for (auto& p : params_.all()) {
-    const auto at = static_cast<int64_t>(p.offset);
-    p.value = full.slice(0, at, at + p.numel()).reshape(p.shape);
-  }
   return Full(*this, std::move(full));
 }
 
-ParameterGatherer::Full::~Full() {
-  if (owner_ == nullptr || !buffer_.defined()) return;
-  for (auto& p : owner_->params_.all()) p.value = Tensor();
+Tensor ParameterGatherer::Full::weight(const nn::Parameter& p) {
+  const auto at = static_cast<int64_t>(p.offset);
+  return buffer_.slice(0, at, at + p.numel()).reshape(p.shape);
+}
+
+Tensor ParameterGatherer::Full::grad(const nn::Parameter& p) {
+  TS_FAIL("ZeRO-3: the gathered parameters have no gradient ('{}'): they are for reading the model", p.name);
 }
 
 void ParameterGatherer::Full::write_back() {

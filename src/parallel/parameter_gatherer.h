@@ -1,59 +1,69 @@
 #pragma once
-// ZeRO-3's parameters. Each rank keeps only its shard of the flat parameter buffer (tag params,
-// ⌊Ψ/N⌋ or ⌈Ψ/N⌉ elements); the full buffer is released. Before a unit's forward, and again
-// before its backward, the ranges the unit reads are all-gathered into a buffer tagged 'comm' and
-// the unit's Parameter views are pointed into it; after the unit they are pointed at nothing and
-// the buffer is freed. A stray read of a parameter that is not gathered fails loudly ("access to
-// the data of an undefined tensor") instead of reading stale values.
+// ZeRO-3's parameters: a transform in the ParameterPlacement slot and the owner of every
+// parameter's working copy. Each rank keeps only its shard of the flat parameter buffer (tag
+// params, ⌊Ψ/N⌋ or ⌈Ψ/N⌉ elements; the store's whole buffer is released). The parameters of the
+// unit an action runs are all-gathered into buffers tagged 'comm' before it and freed after it, and
+// the model's weight requests during the action are answered from them. A weight read outside
+// that window fails loudly instead of reading stale values.
 //
-// Prefetch: a pass is the sequence F0, F1, ..., F(K-1) (forward of the K units) followed, in
-// training, by B(K-1), ..., B0. When item i starts, the gather of item i+1 is posted, so it moves
-// while unit i computes. At most two gathered buffers live at once (the current item's and the
-// next one's): the 'comm' bound is twice the largest unit.
+// Prefetch follows the program. Consecutive actions on the same unit form one run and share one
+// gather (a recomputation followed by the unit's backward gathers once); when a run starts, the
+// gather of the next run is posted, so it moves while this one computes. At most two gathered
+// runs are alive (the current and the next): the 'comm' bound is twice the largest unit, whatever
+// the recompute policy, because only what the program will run is ever gathered.
 //
-// Volume: each pass gathers every unit's ranges once in forward and once in backward; a tied head
-// reads the token embedding, which is then gathered a second time in each direction.
+// Volume: a unit's ranges are gathered once per run; a tied head reads the token embedding, which
+// is then gathered a second time in each direction.
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "exec/ownership.h"
+#include "exec/transform.h"
 #include "nn/parameters.h"
 #include "parallel/shard_layout.h"
 
 namespace tessera::parallel {
 
-class ParameterGatherer {
+class ParameterGatherer final : public exec::Transform, public exec::StorageOwner {
  public:
-  // Copies this rank's shard out of the (initialized) full buffer, then releases the full buffer
-  // and points every Parameter's value at nothing.
+  // Copies this rank's shard out of the (initialized) store, releases the store's buffer and
+  // claims the working copies of every parameter.
   ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
-                    dist::Communicator* comm, MemoryAccountant& memory);
-  ~ParameterGatherer();
+                    dist::Communicator* comm, MemoryAccountant& memory, exec::ParameterOwnership& ownership);
+  ~ParameterGatherer() override;
 
   float* shard() { return shard_.data<float>(); }  // flat element shard_begin + i at i
-
-  // A new pass: a training microbatch (forward then backward) or an evaluation (forward only).
-  void begin_pass(bool with_backward);
-  void before(int unit, bool backward);
-  void after(int unit, bool backward);
 
   // Largest gathered buffer of one unit, in bytes (two of them live at once).
   size_t largest_unit_bytes() const;
 
-  // Every parameter gathered into one buffer (tag comm) until the returned handle goes away, for
-  // code that runs the model without hooks (sampling) or reads it whole (checkpoints). Collective.
-  class Full {
+  // exec::Transform
+  std::string_view name() const override { return "ZeRO-3 parameter gathering"; }
+  void begin(const exec::Program& program) override;
+  void before(const exec::Event& event) override;
+  void after(const exec::Event& event) override;
+  void finish(const exec::Program& program) override;
+
+  // exec::StorageOwner
+  std::string_view owner_name() const override { return "ZeRO-3 (parameter shards, gathered unit by unit)"; }
+  Tensor working(const nn::Parameter& p, const exec::Event* event) override;
+
+  // Every parameter gathered into one buffer (tag comm) until the handle goes away, for code that
+  // reads the model whole (checkpoints, sampling). Collective.
+  class Full final : public nn::ParameterAccess {
    public:
     Full(ParameterGatherer& owner, Tensor buffer) : owner_(&owner), buffer_(std::move(buffer)) {}
-    Full(Full&&) noexcept = default;
-    ~Full();
+    Tensor weight(const nn::Parameter& p) override;
+    Tensor grad(const nn::Parameter& p) override;
     // Copies this rank's part of the full buffer back into its shard (after loading a checkpoint).
     void write_back();
 
    private:
     ParameterGatherer* owner_;
-    Tensor buffer_;
+    Tensor buffer_;  // [numel]
   };
   Full gather_all();
 
@@ -64,16 +74,15 @@ class ParameterGatherer {
   };
   struct UnitParams {
     std::vector<nn::ParamRange> ranges;
-    std::vector<std::vector<nn::Parameter*>> params;  // the parameters inside each range
   };
-  int unit_of(int item) const { return item < units() ? item : 2 * units() - 1 - item; }
-  int units() const { return static_cast<int>(unit_params_.size()); }
-  void post(int item);
-  void point(int unit, const Gathered& g);
-  void unpoint(int unit);
+  struct Run {
+    int unit = 0;
+    int first = 0;  // first and last action index
+    int last = 0;
+  };
+  void post(int run);
   void drain();
 
-  nn::ParameterStore& params_;
   ShardLayout layout_;
   int rank_;
   dist::Communicator* comm_;
@@ -81,8 +90,9 @@ class ParameterGatherer {
   nn::ParamRange mine_;
   Tensor shard_;  // [shard size], tag params
   std::vector<UnitParams> unit_params_;
-  std::map<int, Gathered> slots_;  // pass item -> its gather (current and prefetched)
-  int pass_items_ = 0;
+  std::vector<Run> runs_;
+  std::vector<int> run_of_;        // [action index] -> run, -1 for actions without a unit
+  std::map<int, Gathered> slots_;  // run -> its gather (current and prefetched)
 };
 
 }  // namespace tessera::parallel

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/execution_hooks.h"
+#include "nn/unit.h"
 
 namespace tessera::parallel {
 

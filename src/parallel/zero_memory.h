@@ -32,8 +32,9 @@ ZeroBytes zero_bytes(int stage, int64_t numel, int64_t shard);
 //                   gradients reduce-scattered
 // Gradient accumulation over M microbatches: stages 2 and 3 reduce-scatter every microbatch (and
 // stage 3 gathers every microbatch), so their volume grows with M; stages 0 and 1 do not.
-// Not included: the few doubles of the loss and norm sums (sum_over_ranks), and for stage 3 with a
-// tied head the token embedding gathered a second time in each direction.
+// Not included: the few doubles of the loss and norm sums (sum_over_ranks); for stage 3 the head,
+// whose forward and backward run back to back and share one gather per microbatch (so its
+// parameters are gathered once less), and a tied head's token embedding, gathered once more.
 double zero_step_bytes(int stage, int64_t numel, int ranks, int micros);
 
 }  // namespace tessera::parallel

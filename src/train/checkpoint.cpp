@@ -75,11 +75,12 @@ void barrier(dist::Communicator* comm) {
 }
 
 // Without ZeRO: every moment by parameter name, so the file reads like the model file.
-void write_optimizer(const std::string& path, const nn::ParameterStore& params, const optim::AdamW& optimizer) {
+void write_optimizer(const std::string& path, const ModelState& model) {
   io::SafeTensorsWriter opt;
-  const Tensor& m = optimizer.m();
-  const Tensor& v = optimizer.v();
-  for (const auto& p : params.all()) {
+  optim::StateDict state = model.optimizer->state_dict();
+  const Tensor& m = state.at("m");
+  const Tensor& v = state.at("v");
+  for (const auto& p : model.params.all()) {
     const auto begin = static_cast<int64_t>(p.offset);
     opt.add("m." + p.name, m.slice(0, begin, begin + p.numel()).reshape(p.shape));
     opt.add("v." + p.name, v.slice(0, begin, begin + p.numel()).reshape(p.shape));
@@ -88,13 +89,14 @@ void write_optimizer(const std::string& path, const nn::ParameterStore& params, 
 }
 
 // With ZeRO: this rank's flat range of the moments, and the range itself to check on load.
-void write_shard(const std::string& path, const optim::AdamW& optimizer, int rank, int ranks, int stage) {
+void write_shard(const std::string& path, const ModelState& model, int rank, int ranks, int stage) {
   io::SafeTensorsWriter shard;
-  shard.add("m", optimizer.m());
-  shard.add("v", optimizer.v());
+  optim::StateDict state = model.optimizer->state_dict();
+  shard.add("m", state.at("m"));
+  shard.add("v", state.at("v"));
   shard.set_metadata("format", "tessera-zero-shard");
-  shard.set_metadata("begin", std::to_string(optimizer.owned().begin));
-  shard.set_metadata("end", std::to_string(optimizer.owned().end));
+  shard.set_metadata("begin", std::to_string(model.owned.begin));
+  shard.set_metadata("end", std::to_string(model.owned.end));
   shard.set_metadata("rank", std::to_string(rank));
   shard.set_metadata("ranks", std::to_string(ranks));
   shard.set_metadata("zero_stage", std::to_string(stage));
@@ -103,9 +105,9 @@ void write_shard(const std::string& path, const optim::AdamW& optimizer, int ran
 
 }  // namespace
 
-std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state,
-                                  const nn::ParameterStore& params, const optim::AdamW& optimizer,
+std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state, const ModelState& model,
                                   const std::string& tokenizer_path, dist::Communicator* comm) const {
+  TS_CHECK(model.optimizer != nullptr, "a checkpoint saves the optimizer state too");
   const int rank = rank_in(comm), ranks = size_of(comm);
   const bool sharded = config.parallel.zero_stage >= 1;
   const std::string name = step_folder_name(state.step);
@@ -122,13 +124,13 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   if (ranks > 1) comm->broadcast(std::span(&owner, 1), 0)->wait();
   const std::string tmp = tmp_of(owner);
 
-  if (sharded) write_shard((fs::path(tmp) / shard_file_name(rank)).string(), optimizer, rank, ranks, config.parallel.zero_stage);
+  if (sharded) write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
   if (rank == 0) {
-    io::SafeTensorsWriter model;
-    for (const auto& p : params.all()) model.add(p.name, p.value);
-    model.set_metadata("format", "tessera-parameters");
-    model.write((fs::path(tmp) / kModelFile).string());
-    if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), params, optimizer);
+    io::SafeTensorsWriter values;
+    for (const auto& p : model.params.all()) values.add(p.name, model.values.weight(p));
+    values.set_metadata("format", "tessera-parameters");
+    values.write((fs::path(tmp) / kModelFile).string());
+    if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
     if (!tokenizer_path.empty()) {
       fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
       sync_path(fs::path(tmp) / kTokenizerFile);
@@ -144,8 +146,8 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
         {"data_position", state.data_position},
         {"val_history", state.val_history},
         {"model", model_json(config.model)},
-        {"parameter_count", params.numel()},
-        {"optimizer", {{"name", "adamw"}, {"steps_taken", optimizer.steps_taken()}}},
+        {"parameter_count", model.params.numel()},
+        {"optimizer", {{"name", std::string(model.optimizer->name())}, {"steps_taken", model.optimizer->steps_taken()}}},
         {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}}},
         {"config", to_toml(config)},
     };
@@ -247,29 +249,30 @@ nlohmann::json read_checkpoint_manifest(const std::string& path) {
 
 namespace {
 
-void load_shard(const std::string& path, const nlohmann::json& manifest, optim::AdamW& optimizer, int rank, int ranks) {
+void load_shard(const std::string& path, const nlohmann::json& manifest, const ModelState& model,
+                optim::StateDict& state, int rank, int ranks) {
   const std::string file = (fs::path(path) / shard_file_name(rank)).string();
   TS_CHECK(manifest.at("files").contains(shard_file_name(rank)),
            "checkpoint '{}' has no ZeRO shard for rank {} ({}): it was saved by another layout", path, rank,
            shard_file_name(rank));
   io::SafeTensorsFile shard = io::SafeTensorsFile::open(file);
-  const nn::ParamRange owned = optimizer.owned();
+  const nn::ParamRange owned = model.owned;
   const std::string begin = shard.metadata_value("begin"), end = shard.metadata_value("end");
   TS_CHECK(begin == std::to_string(owned.begin) && end == std::to_string(owned.end) &&
                shard.metadata_value("ranks") == std::to_string(ranks),
            "checkpoint shard '{}' holds elements [{}, {}) of a group of {}, but this rank owns [{}, {}) of a group of "
            "{}; resharding is not supported yet: resume with the layout it was saved with",
            file, begin, end, shard.metadata_value("ranks"), owned.begin, owned.end, ranks);
-  shard.copy_to("m", optimizer.m());
-  shard.copy_to("v", optimizer.v());
+  shard.copy_to("m", state.at("m"));
+  shard.copy_to("v", state.at("v"));
 }
 
-void load_optimizer(const std::string& path, nn::ParameterStore& params, optim::AdamW& optimizer) {
+void load_optimizer(const std::string& path, const ModelState& model, optim::StateDict& state) {
   io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
-  for (auto& p : params.all()) {
+  for (const auto& p : model.params.all()) {
     const auto begin = static_cast<int64_t>(p.offset);
-    Tensor m = optimizer.m().slice(0, begin, begin + p.numel()).reshape(p.shape);
-    Tensor v = optimizer.v().slice(0, begin, begin + p.numel()).reshape(p.shape);
+    Tensor m = state.at("m").slice(0, begin, begin + p.numel()).reshape(p.shape);
+    Tensor v = state.at("v").slice(0, begin, begin + p.numel()).reshape(p.shape);
     opt.copy_to("m." + p.name, m);
     opt.copy_to("v." + p.name, v);
   }
@@ -277,8 +280,8 @@ void load_optimizer(const std::string& path, nn::ParameterStore& params, optim::
 
 }  // namespace
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, nn::ParameterStore& params,
-                                 optim::AdamW* optimizer, dist::Communicator* comm) {
+LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
+                                 dist::Communicator* comm) {
   nlohmann::json manifest = read_checkpoint_manifest(path);
   const nlohmann::json expected = model_json(config.model);
   const nlohmann::json& saved = manifest.at("model");
@@ -302,18 +305,22 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
            path, saved_stage, config.parallel.zero_stage, saved_stage);
 
-  io::SafeTensorsFile model = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
-  for (auto& p : params.all()) {
-    TS_CHECK(model.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
-    model.copy_to(p.name, p.value);
+  io::SafeTensorsFile values = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
+  for (const auto& p : model.params.all()) {
+    TS_CHECK(values.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
+    Tensor value = model.values.weight(p);
+    values.copy_to(p.name, value);
   }
-  if (optimizer != nullptr) {
+  if (model.optimizer != nullptr) {
+    // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
+    optim::StateDict state = model.optimizer->state_dict();
     if (saved_stage >= 1) {
-      load_shard(path, manifest, *optimizer, rank_in(comm), size_of(comm));
+      load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
     } else {
-      load_optimizer(path, params, *optimizer);
+      load_optimizer(path, model, state);
     }
-    optimizer->set_steps_taken(manifest.at("optimizer").at("steps_taken").get<int64_t>());
+    state.steps = manifest.at("optimizer").at("steps_taken").get<int64_t>();
+    model.optimizer->load_state_dict(state);
   }
   LoadedCheckpoint loaded;
   loaded.path = path;

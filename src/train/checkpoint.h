@@ -28,7 +28,7 @@
 
 #include "dist/communicator.h"
 #include "nn/parameters.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "train/run_config.h"
 
 namespace tessera::train {
@@ -42,14 +42,23 @@ struct CheckpointState {
   std::vector<double> val_history;  // not needed for exactness; keeps the chart continuous
 };
 
+// What a checkpoint reads and writes of a rank's model and optimizer.
+struct ModelState {
+  const nn::ParameterStore& params;   // names, shapes and flat offsets
+  nn::ParameterAccess& values;        // every parameter's value (ZeRO-3: gathered for the occasion)
+  optim::Optimizer* optimizer = nullptr;  // null: parameters only
+  // The flat elements whose optimizer state this rank holds (all of them without ZeRO), laid out
+  // in flat order in the optimizer's state tensors.
+  nn::ParamRange owned;
+};
+
 class CheckpointStore {
  public:
   CheckpointStore(std::string dir, int keep);
 
   // Saves and returns the checkpoint folder. `comm`: the data-parallel group (collective), or null.
-  std::string save(const RunConfig& config, const CheckpointState& state, const nn::ParameterStore& params,
-                   const optim::AdamW& optimizer, const std::string& tokenizer_path,
-                   dist::Communicator* comm = nullptr) const;
+  std::string save(const RunConfig& config, const CheckpointState& state, const ModelState& model,
+                   const std::string& tokenizer_path, dist::Communicator* comm = nullptr) const;
   // The folder `latest` points to, if any.
   std::optional<std::string> latest() const;
   const std::string& dir() const { return dir_; }
@@ -71,8 +80,8 @@ struct LoadedCheckpoint {
 // Verifies checksums, that the checkpoint's model equals `config.model` (an error lists the
 // differing keys) and that it was saved with the same dp and ZeRO stage, then loads parameters
 // and optimizer state (this rank's shard of it, with ZeRO) in place.
-LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, nn::ParameterStore& params,
-                                 optim::AdamW* optimizer, dist::Communicator* comm = nullptr);
+LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
+                                 dist::Communicator* comm = nullptr);
 // Reads and verifies only the manifest (for `tessera sample`, which builds the model from it).
 nlohmann::json read_checkpoint_manifest(const std::string& path);
 

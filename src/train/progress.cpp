@@ -15,6 +15,11 @@ std::string duration(double seconds) {
   if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
   return fmt::format("{}s", s);
 }
+std::string bytes(size_t n) {
+  const double b = static_cast<double>(n);
+  if (b >= 1024.0 * 1048576.0) return fmt::format("{:.2f} GiB", b / (1024.0 * 1048576.0));
+  return fmt::format("{:.1f} MiB", b / 1048576.0);
+}
 std::string rate(double tokens_per_second) {
   return tokens_per_second >= 1e3 ? fmt::format("{:.1f}k", tokens_per_second / 1e3) : fmt::format("{:.0f}", tokens_per_second);
 }
@@ -36,9 +41,9 @@ std::string Progress::eta(int64_t step) const {
 
 void Progress::update(const StepReport& r) {
   const std::string stats =
-      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {:.1f}% | ETA {}", r.step,
-                  std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.grad_norm,
-                  rate(r.tokens_per_second), 100.0 * r.mfu, eta(r.step));
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {:.1f}% | mem {} | ETA {}",
+                  r.step, std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.grad_norm,
+                  rate(r.tokens_per_second), 100.0 * r.mfu, bytes(r.peak_bytes), eta(r.step));
   if (bar_) {
     const int width = 24;
     const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) /

@@ -15,6 +15,7 @@ struct StepReport {
   double grad_norm = 0;
   double tokens_per_second = 0;
   double mfu = 0;  // fraction of the measured matmul ceiling
+  size_t peak_bytes = 0;  // counted memory at its highest during the step, every tag together
 };
 
 class Progress {

@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace tessera::train {
@@ -43,6 +45,41 @@ void RunConfig::validate() const {
   TS_CHECK(optim.weight_decay >= 0.0f, "config: optim.weight_decay must be >= 0, got {}", optim.weight_decay);
   TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
            optim.grad_clip);
+  {
+    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1"};
+    TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
+             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\" "
+             "(\"2bw\" needs the pipeline executor: its weight versions are not run yet)",
+             parallel.schedule);
+  }
+  check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
+  TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == "interleaved",
+           "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
+           "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
+           parallel.virtual_stages);
+  TS_CHECK(parallel.virtual_stages <= model.n_layer,
+           "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
+           parallel.virtual_stages, model.n_layer);
+  {
+    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
+    TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
+             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\" or "
+             "\"optimal\"",
+             memory.recompute);
+  }
+  check_range("memory.recompute_every", memory.recompute_every, 0, 1 << 20);
+  TS_CHECK(memory.recompute_every == 0 || memory.recompute == "every_k",
+           "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
+           memory.recompute_every, memory.recompute);
+  TS_CHECK(std::isfinite(memory.activation_budget_mb) && memory.activation_budget_mb >= 0.0f &&
+               memory.activation_budget_mb <= 1e9f,
+           "config: memory.activation_budget_mb = {} must be a size in MiB (0 or more)", memory.activation_budget_mb);
+  TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) the schedule may use; it then recomputes as little as that budget allows");
+  TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
+           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
+           memory.recompute);
   check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
   check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
   check_range("log.every", log.every, 1, 1 << 30);
@@ -135,8 +172,17 @@ RunConfig read_run_config(const toml::table& table) {
     TableReader r = root.table("parallel");
     c.parallel.dp = r.get("dp", c.parallel.dp);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
+    c.parallel.schedule = r.get("schedule", c.parallel.schedule);
+    c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
     c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("memory");
+    c.memory.recompute = r.get("recompute", c.memory.recompute);
+    c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
+    c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     r.finish();
   }
   {
@@ -213,8 +259,13 @@ std::string to_toml(const RunConfig& c) {
                    {"optim", optim},
                    {"parallel", toml::table{{"dp", c.parallel.dp},
                                             {"zero_stage", c.parallel.zero_stage},
+                                            {"schedule", c.parallel.schedule},
+                                            {"virtual_stages", c.parallel.virtual_stages},
                                             {"bucket_mb", shortest(c.parallel.bucket_mb)},
                                             {"timeout_seconds", shortest(c.parallel.timeout_seconds)}}},
+                   {"memory", toml::table{{"recompute", c.memory.recompute},
+                                          {"recompute_every", c.memory.recompute_every},
+                                          {"activation_budget_mb", shortest(c.memory.activation_budget_mb)}}},
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},
                                               {"keep", c.checkpoint.keep},
                                               {"resume", c.checkpoint.resume}}},

@@ -3,6 +3,7 @@
 // checkpoint and log, plus dotted command-line overrides (--train.steps 100). Unknown keys are
 // rejected with a "did you mean", wrong types and out-of-range values name the key, and the
 // resolved config is written into the run folder and every checkpoint.
+// Sections: model, data, train, optim, parallel, memory, checkpoint, log.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -47,8 +48,16 @@ struct OptimSection {
 struct ParallelSection {
   int dp = 1;                       // data-parallel ranks; the world size must equal it (pp = tp = ep = 1)
   int zero_stage = 0;               // 0: plain data parallel; 1, 2, 3: ZeRO (optimizer, + gradients, + parameters sharded)
+  std::string schedule = "1f1b";    // the order of microbatches' forwards and backwards on each rank
+  int virtual_stages = 1;           // model chunks per rank (the interleaved schedule)
   float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
   float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
+};
+
+struct MemorySection {
+  std::string recompute = "none";   // none, full, every_k, selective, optimal
+  int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
+  float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
 };
 
 struct CheckpointSection {
@@ -69,6 +78,7 @@ struct RunConfig {
   TrainSection train;
   OptimSection optim;
   ParallelSection parallel;
+  MemorySection memory;
   CheckpointSection checkpoint;
   LogSection log;
 

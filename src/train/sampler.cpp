@@ -8,13 +8,13 @@
 
 namespace tessera::train {
 
-std::vector<int32_t> generate(nn::GPT& model, MemoryAccountant& memory, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& options) {
+std::vector<int32_t> generate(nn::GPT& model, MemoryAccountant& memory, nn::ParameterAccess& params,
+                              const std::vector<int32_t>& prompt, const SamplingOptions& options) {
   TS_CHECK(!prompt.empty(), "sampling needs a prompt of at least one token");
   TS_CHECK(options.temperature > 0.0f, "sampling temperature must be positive, got {}", options.temperature);
   const int V = model.config().vocab_size, Tmax = model.config().seq_len;
   std::vector<int32_t> tokens = prompt;
-  nn::StepContext step{memory};
+  nn::StepContext step{memory, params};
   step.training = false;
   std::vector<double> probs(static_cast<size_t>(V));
   std::vector<int> order(static_cast<size_t>(V));

@@ -16,7 +16,8 @@ struct SamplingOptions {
 };
 
 // Continues `prompt` (at least one token). The context seen by the model is the last seq_len tokens.
-std::vector<int32_t> generate(nn::GPT& model, MemoryAccountant& memory, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& options);
+// `params` answers for the weights (the model's store, or the gathered parameters under ZeRO-3).
+std::vector<int32_t> generate(nn::GPT& model, MemoryAccountant& memory, nn::ParameterAccess& params,
+                              const std::vector<int32_t>& prompt, const SamplingOptions& options);
 
 }  // namespace tessera::train

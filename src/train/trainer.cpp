@@ -13,7 +13,7 @@
 #include "io/metrics.h"
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
-#include "parallel/data_parallel.h"
+#include "parallel/training_engine.h"
 #include "parallel/rank_sum.h"
 #include "train/checkpoint.h"
 #include "train/matmul_ceiling.h"
@@ -95,6 +95,55 @@ std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* wo
   return std::optional<dist::Mesh>(std::in_place, *world, dims);
 }
 
+parallel::EngineOptions engine_options(const RunConfig& cfg) {
+  parallel::EngineOptions o;
+  o.data_parallel = {cfg.parallel.zero_stage, static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0)};
+  o.adam = {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  o.schedule = pipeline::parse_schedule_kind(cfg.parallel.schedule);
+  o.virtual_stages = cfg.parallel.virtual_stages;
+  o.microbatches = cfg.accumulation_steps();
+  o.micro_batch = cfg.train.micro_batch_size;
+  o.seq_len = cfg.model.seq_len;
+  o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
+  o.recompute.every_k = cfg.memory.recompute_every;
+  o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
+  return o;
+}
+
+ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values) {
+  return {model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
+}
+
+std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+// One line on how the step runs: the schedule, the recompute policy and what it costs.
+std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& engine) {
+  int recomputed = 0;
+  for (const exec::Action& a : engine.program().actions) recomputed += a.phase == exec::Phase::Recompute;
+  std::string text = fmt::format("execution: schedule {} ({} microbatches per step), recompute {}", cfg.parallel.schedule,
+                                 cfg.accumulation_steps(), cfg.memory.recompute);
+  if (cfg.memory.recompute == "every_k") {
+    text += fmt::format(" (segments of {} blocks)", cfg.memory.recompute_every > 0
+                                                        ? cfg.memory.recompute_every
+                                                        : exec::default_every_k(cfg.model.n_layer));
+  }
+  if (cfg.memory.recompute == "optimal") text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
+  text += fmt::format(": {} unit forwards recomputed per step", recomputed);
+  if (const auto predicted = engine.predicted_activations()) {
+    text += fmt::format("; predicted activation peak {}", mib(static_cast<double>(predicted->peak)));
+  }
+  return text;
+}
+
+nlohmann::json memory_json(const MemoryStats& stats) {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t t = 0; t < kMemoryTagCount; ++t) {
+    j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = stats.peak[t];
+  }
+  j["total"] = stats.peak_total;
+  return j;
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, dist::Communicator* world) : config_(std::move(config)), world_(world) {}
@@ -132,10 +181,7 @@ TrainResult Trainer::run() {
 
   MemoryAccountant memory;
   nn::GPT model(cfg.model, memory, cfg.train.seed);
-  parallel::DataParallel engine(
-      model.parameters(), model.units(), dp_comm, memory,
-      {cfg.parallel.zero_stage, static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0)},
-      {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay});
+  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg));
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   CheckpointStore checkpoints((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep);
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
@@ -151,7 +197,7 @@ TrainResult Trainer::run() {
       path = *latest;
     }
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    LoadedCheckpoint loaded = load_checkpoint(path, cfg, model.parameters(), &engine.optimizer(), dp_comm);
+    LoadedCheckpoint loaded = load_checkpoint(path, cfg, model_state(model, engine, full), dp_comm);
     full.write_back();
     step = loaded.state.step;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
@@ -187,8 +233,9 @@ TrainResult Trainer::run() {
                dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
     if (ranks > 1) {
       fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient buckets of up to {} MiB\n", ranks,
-                 cfg.parallel.zero_stage, engine.buckets().size(), cfg.parallel.bucket_mb);
+                 cfg.parallel.zero_stage, engine.data_parallel().buckets().size(), cfg.parallel.bucket_mb);
     }
+    fmt::print("{}\n", describe_plan(cfg, engine));
     fmt::print("measured matmul ceiling {:.1f} GFLOP/s; {:.1f} MFLOP per token; unigram baseline {:.3f} nats\n",
                ceiling / 1e9, flops_per_token / 1e6, result.unigram_entropy);
     fmt::print("run folder: {}\n", cfg.train.out_dir);
@@ -206,19 +253,18 @@ TrainResult Trainer::run() {
   // Every rank evaluates the same batches (ZeRO-3 needs every rank in each gather), so the ranks
   // agree on the value without communicating it.
   auto evaluate = [&]() {
-    nn::StepContext ctx{memory};
-    ctx.training = false;
-    ctx.hooks = &engine;
     double sum = 0;
     int64_t count = 0;
     data::TokenLoader val = val_loader;
     const int batches = static_cast<int>(std::min<int64_t>(cfg.train.eval_batches, std::max<int64_t>(1, val.windows_per_epoch() / micro)));
     for (int b = 0; b < batches; ++b) {
       data::Batch batch = val.next();
-      int64_t n = 0;
-      engine.begin_evaluation();
-      sum += model.evaluate(ctx, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows), T, &n);
-      count += n;
+      const exec::MicrobatchInput input{{nn::token_tensor(batch.inputs.data(), static_cast<int>(batch.rows), T),
+                                         nn::token_tensor(batch.targets.data(), static_cast<int>(batch.rows), T), 1.0f},
+                                        0};
+      const exec::ProgramResult r = engine.evaluate(input);
+      sum += r.loss_sum;
+      count += r.counted;
     }
     return sum / static_cast<double>(count);
   };
@@ -230,12 +276,12 @@ TrainResult Trainer::run() {
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    return dataset.tokenizer.decode(generate(model, memory, prompt, options));
+    return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
   };
   auto save = [&]() {
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    return checkpoints.save(cfg, state, model.parameters(), engine.optimizer(), tokenizer_path, dp_comm);
+    return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, dp_comm);
   };
   auto message = [&](Progress* progress, const std::string& text) {
     if (progress != nullptr) progress->message(text);
@@ -250,27 +296,28 @@ TrainResult Trainer::run() {
   while (!done) {
     const auto t0 = Clock::now();
     const float lr = schedule.at(step);
-    engine.begin_step();
     double local[2] = {0, 0};  // loss sum, counted targets
     const uint64_t first_sequence = loader.state().sequences;
+    std::vector<data::Batch> batches;
+    std::vector<exec::MicrobatchInput> inputs;
+    for (int m = 0; m < accumulation; ++m) batches.push_back(loader.microbatch(rank, ranks, m, accumulation));
     for (int m = 0; m < accumulation; ++m) {
-      data::Batch batch = loader.microbatch(rank, ranks, m, accumulation);
-      for (int32_t t : batch.targets) local[1] += t != nn::GPT::kIgnoreIndex;
-      nn::StepContext ctx{memory};
-      ctx.seed = cfg.train.seed;
-      ctx.step = static_cast<uint64_t>(step);
-      ctx.hooks = &engine;
-      // The global index of the microbatch's first sequence: dropout masks do not depend on the layout.
-      ctx.sample_offset = static_cast<int64_t>(first_sequence) + my_rows.begin +
-                          data::split_rows(my_rows.size(), m, accumulation).begin;
-      nn::GPT::Ctx fwd;
-      engine.begin_microbatch(m, accumulation);
+      const data::Batch& batch = batches[static_cast<size_t>(m)];
+      const int rows = static_cast<int>(batch.rows);
       // Every target of the global batch counts once: the gradient is that of the batch's mean loss.
-      local[0] += model.forward(ctx, fwd, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows), T,
-                                1.0f / static_cast<float>(tokens_per_step));
-      model.backward(ctx, fwd);
-      engine.end_microbatch();
+      // The global index of the microbatch's first sequence keys the dropout masks, so they do not
+      // depend on the layout.
+      inputs.push_back({{nn::token_tensor(batch.inputs.data(), rows, T), nn::token_tensor(batch.targets.data(), rows, T),
+                         1.0f / static_cast<float>(tokens_per_step)},
+                        static_cast<int64_t>(first_sequence) + my_rows.begin +
+                            data::split_rows(my_rows.size(), m, accumulation).begin});
     }
+    memory.reset_peaks();
+    const parallel::TrainingEngine::StepResult stepped =
+        engine.train_step(inputs, {cfg.train.seed, static_cast<uint64_t>(step)}, lr, cfg.optim.grad_clip);
+    const MemoryStats step_memory = memory.stats();
+    local[0] = stepped.loss_sum;
+    local[1] = static_cast<double>(stepped.counted);
     loader.advance();
     const std::vector<double> global = parallel::sum_over_ranks(dp_comm, local);
     const double loss = global[0] / global[1];
@@ -279,12 +326,16 @@ TrainResult Trainer::run() {
              "optim.warmup_steps or keep optim.grad_clip on; resume from the last checkpoint with checkpoint.resume = "
              "\"latest\"",
              loss, step + 1, cfg.optim.lr);
-    const double grad_norm = engine.clip_grad_norm(cfg.optim.grad_clip);
-    engine.optimizer_step(lr);
+    const double grad_norm = stepped.grad_norm.norm;
+    if (stepped.skipped) {
+      message(progress, fmt::format("step {}: the gradient norm is {}: no update on any rank (step skipped)", step + 1,
+                                    grad_norm));
+    }
     ++step;
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    StepReport report{step, loss, lr, grad_norm, static_cast<double>(tokens_per_step) / seconds, 0};
+    StepReport report{step, loss, lr, grad_norm, static_cast<double>(tokens_per_step) / seconds, 0,
+                      step_memory.peak_total};
     report.mfu = report.tokens_per_second / ranks * flops_per_token / ceiling;
     if (progress) progress->update(report);
     result.losses.push_back(loss);
@@ -293,6 +344,7 @@ TrainResult Trainer::run() {
     if (metrics) {
       metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                       {"tokens_per_second", report.tokens_per_second}, {"mfu", report.mfu}, {"step_seconds", seconds},
+                      {"skipped", stepped.skipped}, {"memory", memory_json(step_memory)},
                       {"elapsed_seconds", std::chrono::duration<double>(Clock::now() - run_start).count()}});
     }
 

@@ -64,7 +64,8 @@ void run_case(const Case& tc) {
   MemoryAccountant mem;
   nn::GPT model(c, mem, 42);
   optim::AdamWConfig adam{0.9f, 0.95f, 1e-8f, 0.1f};
-  optim::AdamW opt(model.parameters(), mem, adam);
+  optim::AdamW opt(mem, adam, model.parameters().numel());
+  nn::ParameterStore& store = model.parameters();
 
   std::vector<int32_t> tokens(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
   int counted = 0;
@@ -76,7 +77,7 @@ void run_case(const Case& tc) {
   }
 
   io::SafeTensorsWriter writer;
-  for (const auto& p : model.parameters().all()) writer.add(p.name, p.value);
+  for (const auto& p : store.all()) writer.add(p.name, store.value(p));
   writer.add("batch.tokens", DType::I32, {B, T}, tokens.data(), tokens.size() * 4);
   writer.add("batch.targets", DType::I32, {B, T}, targets.data(), targets.size() * 4);
   auto meta = [&](const char* k, const std::string& v) { writer.set_metadata(k, v); };
@@ -114,7 +115,7 @@ void run_case(const Case& tc) {
   std::vector<double> losses;
   for (int s = 0; s < kSteps; ++s) {
     model.parameters().zero_grads();
-    nn::StepContext step{mem};
+    nn::StepContext step{mem, store};
     nn::GPT::Ctx ctx;
     losses.push_back(model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f / static_cast<float>(counted)) / counted);
     model.backward(step, ctx);
@@ -123,11 +124,11 @@ void run_case(const Case& tc) {
       EXPECT_NEAR(losses[0], ref_loss, 1e-5 * std::fabs(ref_loss)) << tc.name;
       for (const auto& p : model.parameters().all()) {
         Tensor g = ref_floats("grad." + p.name, p.numel());
-        double rel = relative_difference(p.grad.data<float>(), g.data<float>(), static_cast<size_t>(p.numel()));
+        double rel = relative_difference(store.grad_of(p).data<float>(), g.data<float>(), static_cast<size_t>(p.numel()));
         EXPECT_LT(rel, 1e-4) << tc.name << ": gradient of " << p.name;
       }
     }
-    opt.step(kLr);
+    opt.step(kLr, optim::whole_parameters(store));
   }
   Tensor ref_losses = ref_floats("step_losses", kSteps);
   for (int s = 0; s < kSteps; ++s) {
@@ -137,7 +138,7 @@ void run_case(const Case& tc) {
   EXPECT_LT(losses.back(), losses.front()) << tc.name << ": AdamW must lower the loss on a fixed batch";
   for (const auto& p : model.parameters().all()) {
     Tensor f = ref_floats("final." + p.name, p.numel());
-    const float* mine = p.value.data<float>();
+    const float* mine = store.value(p).data<float>();
     const float* theirs = f.data<float>();
     if (p.name.ends_with("attn.qkv.bias")) {
       // The key bias has an exactly zero gradient (adding a constant to every key shifts each

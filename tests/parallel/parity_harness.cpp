@@ -4,6 +4,7 @@
 #include "data/loader.h"
 #include "kernels/cpu/grad_norm.h"
 #include "nn/gpt.h"
+#include "optim/adamw.h"
 #include "parallel/rank_sum.h"
 
 namespace tessera::testing {
@@ -52,10 +53,10 @@ namespace {
 
 optim::AdamWConfig adam() { return {0.9f, 0.95f, 1e-8f, 0.1f}; }
 
-std::vector<float> flat_copy(nn::ParameterStore& params) {
+std::vector<float> flat_copy(nn::ParameterStore& params, nn::ParameterAccess& values) {
   std::vector<float> out(static_cast<size_t>(params.numel()));
   for (const auto& p : params.all()) {
-    const float* v = p.value.data<float>();
+    const float* v = values.weight(p).data<float>();
     std::copy(v, v + p.numel(), out.begin() + static_cast<int64_t>(p.offset));
   }
   return out;
@@ -73,32 +74,54 @@ dist::CommStats delta(const dist::CommStats& after, const dist::CommStats& befor
   return d;
 }
 
-// Passes every hook on to the engine and counts the reductions posted after each unit's backward.
-class RecordingHooks final : public nn::ExecutionHooks {
+// The outermost transform: sees each action after every other transform finished with it, and
+// records the bytes each microbatch's actions sent and the reductions posted after each unit's
+// backward in the last microbatch.
+class Recorder final : public exec::Transform {
  public:
-  RecordingHooks(parallel::DataParallel& dp, dist::Communicator* comm, size_t units)
-      : dp_(dp), comm_(comm), after_unit(units, 0) {}
-  void before_forward(int u) override { dp_.before_forward(u); }
-  void after_forward(int u) override { dp_.after_forward(u); }
-  void before_backward(int u) override { dp_.before_backward(u); }
-  void after_backward(int u) override {
-    dp_.after_backward(u);
-    if (comm_ == nullptr) return;
-    const auto kind = dp_.zero_stage() == 0 ? dist::OpKind::AllReduce : dist::OpKind::ReduceScatter;
-    after_unit[static_cast<size_t>(u)] = comm_->stats().of(kind).ops - start_;
+  Recorder(dist::Communicator* comm, int stage, size_t units) : comm_(comm), stage_(stage), units_(units) {}
+  std::string_view name() const override { return "parity recorder"; }
+  void begin(const exec::Program& program) override {
+    first_.assign(static_cast<size_t>(program.microbatches), -1);
+    last_.assign(static_cast<size_t>(program.microbatches), -1);
+    for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
+      const exec::Action& a = program.actions[static_cast<size_t>(i)];
+      if (a.kind != exec::Action::Kind::Unit) continue;
+      if (first_[static_cast<size_t>(a.microbatch)] < 0) first_[static_cast<size_t>(a.microbatch)] = i;
+      last_[static_cast<size_t>(a.microbatch)] = i;
+    }
+    micro_bytes.assign(first_.size(), 0);
+    after_unit.assign(units_, 0);
   }
-  void start() {
-    const auto kind = dp_.zero_stage() == 0 ? dist::OpKind::AllReduce : dist::OpKind::ReduceScatter;
-    start_ = comm_ ? comm_->stats().of(kind).ops : 0;
+  void before(const exec::Event& e) override {
+    if (first_[static_cast<size_t>(e.microbatch)] != e.index) return;
+    bytes_start_ = sent();
+    reductions_start_ = reductions();
   }
+  void after(const exec::Event& e) override {
+    const bool last_microbatch = e.microbatch + 1 == static_cast<int>(first_.size());
+    if (last_microbatch && (e.phase == exec::Phase::Backward || e.phase == exec::Phase::BackwardWeight)) {
+      after_unit[static_cast<size_t>(e.unit)] = reductions() - reductions_start_;
+    }
+    if (last_[static_cast<size_t>(e.microbatch)] == e.index) {
+      micro_bytes[static_cast<size_t>(e.microbatch)] = sent() - bytes_start_;
+    }
+  }
+
+  std::vector<uint64_t> micro_bytes;
+  std::vector<uint64_t> after_unit;
 
  private:
-  parallel::DataParallel& dp_;
+  uint64_t sent() const { return comm_ ? comm_->stats().bytes_sent : 0; }
+  uint64_t reductions() const {
+    if (comm_ == nullptr) return 0;
+    return comm_->stats().of(stage_ == 0 ? dist::OpKind::AllReduce : dist::OpKind::ReduceScatter).ops;
+  }
   dist::Communicator* comm_;
-  uint64_t start_ = 0;
-
- public:
-  std::vector<uint64_t> after_unit;
+  int stage_;
+  size_t units_;
+  std::vector<int> first_, last_;
+  uint64_t bytes_start_ = 0, reductions_start_ = 0;
 };
 
 }  // namespace
@@ -106,73 +129,88 @@ class RecordingHooks final : public nn::ExecutionHooks {
 RunRecord run_reference(const ParityCase& c) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
-  optim::AdamW opt(model.parameters(), memory, adam());
-  const int64_t N = model.parameters().numel();
+  nn::ParameterStore& store = model.parameters();
+  optim::AdamW opt(memory, adam(), store.numel());
+  const int64_t N = store.numel();
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
   RunRecord rec;
   rec.numel = rec.shard = N;
   std::vector<int32_t> inputs, targets;
   for (int step = 0; step < c.steps; ++step) {
-    model.parameters().zero_grads();
+    store.zero_grads();
     synthetic_rows(c, step, 0, c.global_batch, inputs, targets);
-    nn::StepContext ctx{memory};
+    nn::StepContext ctx{memory, store};
+    ctx.seed = c.seed;
+    ctx.step = static_cast<uint64_t>(step);
     nn::GPT::Ctx fwd;
     const double sum = model.forward(ctx, fwd, inputs.data(), targets.data(), c.global_batch, c.seq_len, scale);
     model.backward(ctx, fwd);
-    const std::pair<float*, size_t> all{model.parameters().flat_grads().data<float>(), static_cast<size_t>(N)};
+    const std::pair<float*, size_t> all{store.flat_grads().data<float>(), static_cast<size_t>(N)};
     StepRecord s;
     s.loss = sum * static_cast<double>(scale);
     s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
-    opt.step(c.lr);
+    opt.step(c.lr, optim::whole_parameters(store));
     rec.steps.push_back(s);
   }
-  rec.params = flat_copy(model.parameters());
+  rec.params = flat_copy(store, store);
   return rec;
 }
 
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
-  parallel::DataParallel dp(model.parameters(), model.units(), comm, memory, {c.zero_stage, c.bucket_bytes}, adam());
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+  const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
+  parallel::EngineOptions options;
+  options.data_parallel = {c.zero_stage, c.bucket_bytes};
+  options.adam = adam();
+  options.schedule = c.schedule;
+  options.microbatches = c.micros;
+  options.micro_batch = static_cast<int>((mine.size() + c.micros - 1) / c.micros);
+  options.seq_len = c.seq_len;
+  options.recompute = c.recompute;
+  options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
+  parallel::TrainingEngine engine(model, memory, comm, options);
+  Recorder recorder(comm, c.zero_stage, model.units().size());
+  engine.transforms().add(exec::TransformSlot::Observer, recorder);
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
-  const data::RowRange mine = data::split_rows(c.global_batch, dp.rank(), dp.ranks());
   RunRecord rec;
   rec.numel = model.parameters().numel();
-  rec.shard = dp.layout().shard(dp.rank()).size();
-  rec.comm_bound = dp.comm_bound_bytes();
-  rec.buckets = dp.buckets().size();
-  std::vector<int32_t> inputs, targets;
+  rec.shard = engine.data_parallel().layout().shard(rank).size();
+  rec.comm_bound = engine.data_parallel().comm_bound_bytes();
+  rec.buckets = engine.data_parallel().buckets().size();
+  for (const exec::Action& a : engine.program().actions) {
+    if (a.kind == exec::Action::Kind::Unit) rec.program_units.push_back(a.unit);
+  }
+  std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(c.micros)), targets(static_cast<size_t>(c.micros));
   for (int step = 0; step < c.steps; ++step) {
     memory.reset_peaks();
     const dist::CommStats before = comm ? comm->stats() : dist::CommStats{};
-    dp.begin_step();
-    StepRecord s;
-    double sum = 0;
+    std::vector<exec::MicrobatchInput> microbatches;
     for (int m = 0; m < c.micros; ++m) {
       const data::RowRange rows = data::split_rows(mine.size(), m, c.micros);
-      synthetic_rows(c, step, mine.begin + rows.begin, rows.size(), inputs, targets);
-      RecordingHooks hooks(dp, comm, model.units().size());
-      nn::StepContext ctx{memory};
-      ctx.hooks = &hooks;
-      nn::GPT::Ctx fwd;
-      const uint64_t bytes_before = comm ? comm->stats().bytes_sent : 0;
-      dp.begin_microbatch(m, c.micros);
-      hooks.start();
-      sum += model.forward(ctx, fwd, inputs.data(), targets.data(), static_cast<int>(rows.size()), c.seq_len, scale);
-      model.backward(ctx, fwd);
-      s.micro_bytes.push_back(comm ? comm->stats().bytes_sent - bytes_before : 0);
-      dp.end_microbatch();
-      s.reductions_after_unit = hooks.after_unit;
+      synthetic_rows(c, step, mine.begin + rows.begin, rows.size(), inputs[static_cast<size_t>(m)],
+                     targets[static_cast<size_t>(m)]);
+      const int B = static_cast<int>(rows.size());
+      microbatches.push_back({{nn::token_tensor(inputs[static_cast<size_t>(m)].data(), B, c.seq_len),
+                               nn::token_tensor(targets[static_cast<size_t>(m)].data(), B, c.seq_len), scale},
+                              mine.begin + rows.begin});
     }
-    s.loss = parallel::sum_over_ranks(comm, std::span(&sum, 1))[0] * static_cast<double>(scale);
-    s.grad_norm = dp.clip_grad_norm(c.grad_clip);
-    dp.optimizer_step(c.lr);
+    const parallel::TrainingEngine::StepResult r =
+        engine.train_step(microbatches, {c.seed, static_cast<uint64_t>(step)}, c.lr, c.grad_clip);
+    StepRecord s;
+    s.loss = parallel::sum_over_ranks(comm, std::span(&r.loss_sum, 1))[0] * static_cast<double>(scale);
+    s.grad_norm = r.grad_norm.norm;
     s.memory = memory.stats();
     if (comm) s.comm = delta(comm->stats(), before);
+    s.micro_bytes = recorder.micro_bytes;
+    s.reductions_after_unit = recorder.after_unit;
+    if (const auto predicted = engine.predicted_activations()) s.predicted_activations = predicted->peak;
     rec.steps.push_back(s);
   }
-  auto full = dp.full_parameters();
-  rec.params = flat_copy(model.parameters());
+  engine.transforms().remove(exec::TransformSlot::Observer);
+  parallel::DataParallel::FullParameters full = engine.full_parameters();
+  rec.params = flat_copy(model.parameters(), full);
   return rec;
 }
 

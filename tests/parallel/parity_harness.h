@@ -8,7 +8,8 @@
 
 #include "config/model_config.h"
 #include "dist/communicator.h"
-#include "parallel/data_parallel.h"
+#include "exec/recompute.h"
+#include "parallel/training_engine.h"
 
 namespace tessera::testing {
 
@@ -24,6 +25,8 @@ struct ParityCase {
   float lr = 3e-3f;
   float grad_clip = 0.05f;  // small enough that clipping acts on these random batches
   uint64_t seed = 11;
+  exec::RecomputeOptions recompute;  // how the data-parallel run recomputes (the reference never does)
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
 };
 
 struct StepRecord {
@@ -33,9 +36,11 @@ struct StepRecord {
   dist::CommStats comm;     // counters' change over the step
   // Bytes sent during each microbatch's forward and backward (posted by the hooks).
   std::vector<uint64_t> micro_bytes;
-  // Gradient reductions (all-reduce or reduce-scatter) posted so far, right after each unit's
-  // after_backward in the last microbatch, by unit: proves they are posted during backward.
+  // Gradient reductions (all-reduce or reduce-scatter) posted so far in the last microbatch, right
+  // after each unit's backward, by unit: proves they are posted during backward.
   std::vector<uint64_t> reductions_after_unit;
+  // The activation peak the engine's plan predicts for the step.
+  int64_t predicted_activations = 0;
 };
 
 struct RunRecord {
@@ -45,6 +50,7 @@ struct RunRecord {
   int64_t shard = 0;           // this rank's shard size
   size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
   size_t buckets = 0;
+  std::vector<int> program_units;  // the unit of each unit action of a step's program, in order
 };
 
 config::ModelConfig gpt2_odd_config();  // an odd parameter count: divisible by neither 2 nor 4
@@ -54,6 +60,7 @@ config::ModelConfig llama_config();     // untied embeddings
 void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, std::vector<int32_t>& inputs,
                     std::vector<int32_t>& targets);
 
+// The single-process reference: the whole global batch in one straight forward and backward.
 RunRecord run_reference(const ParityCase& c);
 // `comm` null: a group of one.
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);

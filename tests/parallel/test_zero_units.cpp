@@ -2,6 +2,7 @@
 // sharded optimizer, and every stage on a group of one against plain training.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <numeric>
 
 #include "nn/gpt.h"
@@ -94,19 +95,23 @@ TEST(ShardedAdamW, HalvesEqualTheWholeBitwise) {
     float* g = m->parameters().flat_grads().data<float>();
     for (int64_t i = 0; i < n; ++i) g[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50);
   }
-  optim::AdamW one(whole.parameters(), mem, {});
-  optim::AdamW lo(halves.parameters(), mem, {}, {0, n / 2});
-  optim::AdamW hi(halves.parameters(), mem, {}, {n / 2, n});
+  nn::ParameterStore& h = halves.parameters();
+  float* values = h.flat_values().data<float>();
+  float* grads = h.flat_grads().data<float>();
+  const std::vector<optim::Segment> low = optim::segments_of_range(h, {0, n / 2}, values, grads, 0);
+  const std::vector<optim::Segment> high = optim::segments_of_range(h, {n / 2, n}, values + n / 2, grads + n / 2, 0);
+  optim::AdamW one(mem, {}, n);
+  optim::AdamW lo(mem, {}, n / 2);
+  optim::AdamW hi(mem, {}, n - n / 2);
   EXPECT_EQ(mem.stats().live_of(MemoryTag::Optimizer), static_cast<size_t>(8 * n * 2));
   for (int s = 0; s < 3; ++s) {
-    one.step(1e-2f);
-    lo.step(1e-2f);
-    hi.step(1e-2f);
+    one.step(1e-2f, optim::whole_parameters(whole.parameters()));
+    lo.step(1e-2f, low);
+    hi.step(1e-2f, high);
   }
-  EXPECT_EQ(std::memcmp(whole.parameters().flat_values().data<float>(), halves.parameters().flat_values().data<float>(),
-                        sizeof(float) * static_cast<size_t>(n)),
+  EXPECT_EQ(std::memcmp(whole.parameters().flat_values().data<float>(), values, sizeof(float) * static_cast<size_t>(n)),
             0);
-  EXPECT_THROW(optim::AdamW(halves.parameters(), mem, {}, {0, n + 1}), Error);
+  EXPECT_THROW(lo.step(1e-2f, high), Error) << "segments that do not cover the optimizer's state are refused";
 }
 
 // A group of one: every stage runs the same arithmetic as plain training (without accumulation),
@@ -133,28 +138,41 @@ TEST(DataParallel, GroupOfOneEqualsPlainTrainingBitwise) {
   }
 }
 
-// ZeRO-3 keeps no whole parameters: reading one outside its unit's hooks fails loudly.
+// ZeRO-3 keeps no whole parameters: reading one outside the unit that runs fails loudly.
 TEST(DataParallel, ZeroThreeParametersExistOnlyWhileGathered) {
   config::ModelConfig c = tessera::testing::gpt2_odd_config();
   MemoryAccountant mem;
   nn::GPT model(c, mem, 1);
-  DataParallel dp(model.parameters(), model.units(), nullptr, mem, {3, 1024}, {});
-  EXPECT_FALSE(model.parameters().get("blocks.0.attn.qkv.weight").value.defined());
+  exec::ParameterOwnership ownership(model.parameters());
+  exec::TransformChain chain;
+  DataParallel dp(model.parameters(), model.units(), nullptr, mem, {3, 1024}, ownership, chain);
+  const nn::Parameter& qkv = model.parameters().get("blocks.0.attn.qkv.weight");
+  EXPECT_FALSE(model.parameters().holds_values());
+  EXPECT_THROW(model.parameters().value(qkv), Error);
   EXPECT_EQ(mem.stats().live_of(MemoryTag::Params), sizeof(float) * static_cast<size_t>(model.parameters().numel()));
   {
     auto full = dp.full_parameters();
-    EXPECT_TRUE(model.parameters().get("blocks.0.attn.qkv.weight").value.defined());
+    EXPECT_TRUE(full.weight(qkv).defined());
   }
-  EXPECT_FALSE(model.parameters().get("blocks.0.attn.qkv.weight").value.defined());
-  // Running the model without beginning a pass is refused with a message saying what to call.
-  nn::StepContext ctx{mem};
-  ctx.hooks = &dp;
+  // Running the model outside a program is refused with a message saying what to do.
+  nn::StepContext ctx{mem, ownership};
   std::vector<int32_t> tokens(16, 1);
   nn::GPT::Ctx fwd;
   try {
     model.forward(ctx, fwd, tokens.data(), tokens.data(), 1, 16, 1.0f);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("begin_microbatch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("interpreter"), std::string::npos) << e.what();
+  }
+  // A second owner of the working copies is refused, naming both.
+  struct Other final : exec::StorageOwner {
+    std::string_view owner_name() const override { return "another technique"; }
+  } other;
+  try {
+    ownership.claim(exec::Role::Working, other);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeRO-3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("another technique"), std::string::npos) << e.what();
   }
 }

@@ -90,7 +90,8 @@ void check_memory(const ParityCase& c, const RunRecord& run, Checks& t) {
   }
 }
 
-void check_comm(const ParityCase& c, const RunRecord& run, int rank, int ranks, Checks& t) {
+void check_comm(const ParityCase& c, const RunRecord& run, const std::vector<nn::Unit>& units, int rank, int ranks,
+                Checks& t) {
   const int64_t numel = run.numel;
   // Uneven shards: each pass over the whole buffer (one reduce-scatter or all-gather of every
   // bucket or unit) differs from the even split by less than one element (4 bytes); an
@@ -99,13 +100,33 @@ void check_comm(const ParityCase& c, const RunRecord& run, int rank, int ranks, 
                      : c.zero_stage == 1 ? 2
                      : c.zero_stage == 2 ? c.micros + 1
                                          : 3 * c.micros;
-  // Stated extras: the loss sum (1 double) and, when sharded, the squared-norm sum (1 double);
-  // ZeRO-3 with a tied head gathers the token embedding once more in forward and in backward.
+  // Stated extras: the loss sum (1 double) and, when sharded, the squared-norm sum (1 double).
   double extra = static_cast<double>(parallel::sum_over_ranks_bytes(c.zero_stage >= 1 ? 2 : 1, ranks));
-  if (c.zero_stage == 3 && c.model.tied_embeddings) {
+  if (c.zero_stage == 3) {
+    // The formula gathers every parameter once in forward and once in backward per microbatch. The
+    // program gathers once per run of consecutive actions on one unit (the head's forward and
+    // backward share one; so do the embedding's backward and its next forward), and a unit's
+    // gather covers every range it reads (a tied head: the token embedding too).
     const parallel::ShardLayout layout(numel, ranks);
-    const nn::ParamRange wte{0, int64_t{c.model.vocab_size} * c.model.n_embd};
-    extra += 2.0 * c.micros * 4.0 * static_cast<double>(wte.size() - layout.part(wte, (rank + 1) % ranks).size());
+    auto gather_bytes = [&](const nn::Unit& u) {
+      double bytes = 0;
+      for (const nn::ParamRange& r : u.params) {
+        bytes += 4.0 * static_cast<double>(r.size() - layout.part(r, (rank + 1) % ranks).size());
+      }
+      return bytes;
+    };
+    double gathered = 0, formula = 0;
+    for (size_t i = 0; i < run.program_units.size(); ++i) {
+      if (i == 0 || run.program_units[i] != run.program_units[i - 1]) {
+        gathered += gather_bytes(units[static_cast<size_t>(run.program_units[i])]);
+      }
+    }
+    for (const nn::Unit& u : units) {
+      for (const nn::ParamRange& r : {u.owned}) {
+        formula += 2.0 * c.micros * 4.0 * static_cast<double>(r.size() - layout.part(r, (rank + 1) % ranks).size());
+      }
+    }
+    extra += gathered - formula;
   }
   const double theory = parallel::zero_step_bytes(c.zero_stage, numel, ranks, c.micros);
   for (size_t s = 0; s < run.steps.size(); ++s) {
@@ -184,13 +205,11 @@ int main(int argc, char** argv) {
         t.expect(hashes[static_cast<size_t>(r)] == hashes[0],
                  fmt::format("{}: rank {}'s parameters differ from rank 0's", c.name, r));
       }
+      MemoryAccountant scratch;
+      nn::GPT model(c.model, scratch, c.seed);
       check_memory(c, run, t);
-      check_comm(c, run, world->rank(), ranks, t);
-      {
-        MemoryAccountant scratch;
-        nn::GPT model(c.model, scratch, c.seed);
-        check_posted_during_backward(c, run, parallel::plan_buckets(model.units(), c.bucket_bytes / 4), t);
-      }
+      check_comm(c, run, model.units(), world->rank(), ranks, t);
+      check_posted_during_backward(c, run, parallel::plan_buckets(model.units(), c.bucket_bytes / 4), t);
       if (t.rank == 0) fmt::print("{}: {} parameters, shard {}, {} buckets; checked\n", c.name, run.numel, run.shard, run.buckets);
     }
     // The ranks agree on the outcome.

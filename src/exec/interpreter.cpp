@@ -1,0 +1,142 @@
+#include "exec/interpreter.h"
+
+namespace tessera::exec {
+
+Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
+                         MemoryAccountant& memory)
+    : model_(model), ownership_(ownership), transforms_(transforms), memory_(memory) {}
+
+namespace {
+// Clears the event on every exit, so nothing reads a program that has gone.
+struct EventScope {
+  ParameterOwnership& ownership;
+  EventScope(ParameterOwnership& o, const Event* e) : ownership(o) { ownership.set_event(e); }
+  ~EventScope() { ownership.set_event(nullptr); }
+};
+}  // namespace
+
+ProgramResult Interpreter::run(const Program& program, std::span<const MicrobatchInput> microbatches,
+                               const StepOptions& options, const std::function<void()>& optimizer_step) {
+  TS_CHECK(static_cast<int>(microbatches.size()) >= program.microbatches,
+           "the program runs {} microbatches but {} were given", program.microbatches, microbatches.size());
+  const int units = model_.num_units();
+  std::vector<MicrobatchState> states(static_cast<size_t>(program.microbatches));
+  for (MicrobatchState& s : states) {
+    s.ctx.resize(static_cast<size_t>(units));
+    s.kept.assign(static_cast<size_t>(units), false);
+    s.awaiting_weight.assign(static_cast<size_t>(units), false);
+    s.input.resize(static_cast<size_t>(units));
+    s.grad.resize(static_cast<size_t>(units));
+    s.backward_done = units;
+  }
+  ProgramResult result;
+  bool finished = false;
+  transforms_.begin(program);
+  for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
+    const Action& a = program.actions[static_cast<size_t>(i)];
+    if (a.kind == Action::Kind::OptimizerStep) {
+      check_finished(program, states);
+      if (!finished) transforms_.finish(program);
+      finished = true;
+      if (optimizer_step) optimizer_step();
+      continue;
+    }
+    TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
+             describe(a), a.microbatch, program.microbatches);
+    TS_CHECK(a.unit >= 0 && a.unit < units, "action {} names unit {} of {}", describe(a), a.unit, units);
+    MicrobatchState& s = states[static_cast<size_t>(a.microbatch)];
+    const MicrobatchInput& mb = microbatches[static_cast<size_t>(a.microbatch)];
+    nn::StepContext step{memory_, ownership_};
+    step.training = a.phase != Phase::Eval;
+    step.seed = options.seed;
+    step.step = options.step;
+    step.sample_offset = mb.sample_offset;
+    const Event event = event_of(program, i);
+    EventScope scope(ownership_, &event);
+    transforms_.before(event);
+    if (is_forward(a.phase)) {
+      forward(a, s, mb, step, result);
+    } else {
+      backward(a, s, step);
+    }
+    transforms_.after(event);
+  }
+  check_finished(program, states);
+  if (!finished) transforms_.finish(program);
+  return result;
+}
+
+void Interpreter::forward(const Action& a, MicrobatchState& s, const MicrobatchInput& mb, nn::StepContext& step,
+                          ProgramResult& result) {
+  const auto u = static_cast<size_t>(a.unit);
+  TS_CHECK(!s.kept[u] && !s.awaiting_weight[u], "{}: the unit still holds the activations of an earlier forward",
+           describe(a));
+  TS_CHECK(a.unit < s.backward_done, "{}: the unit's backward already ran", describe(a));
+  const Tensor x = s.input[u];
+  TS_CHECK(a.unit == 0 || x.defined(), "{}: the unit's input is not stored (the recompute schedule is inconsistent)",
+           describe(a));
+  s.ctx[u] = nn::GPT::UnitCtx{};
+  nn::GPT::UnitOutput out = model_.forward_unit(step, a.unit, s.ctx[u], x, mb.data,
+                                                a.selective ? nn::GPT::Save::Selective : nn::GPT::Save::All);
+  if (a.phase == Phase::Forward || a.phase == Phase::Eval) {
+    result.loss_sum += out.loss_sum;
+    result.counted += out.counted;
+  }
+  const bool keeps_all = a.keep == memory::Keep::All && a.phase != Phase::Eval;
+  s.kept[u] = keeps_all;
+  if (!keeps_all) s.ctx[u] = nn::GPT::UnitCtx{};
+  // With its activations kept, the unit's context holds the input; the slot holds it otherwise.
+  if (a.keep != memory::Keep::Input || a.phase == Phase::Eval) s.input[u] = Tensor();
+  const size_t next = u + 1;
+  if (out.y.defined() && static_cast<int>(next) < s.backward_done && next < s.input.size()) {
+    TS_CHECK(!s.input[next].defined(), "{}: the output is still stored from an earlier forward", describe(a));
+    s.input[next] = out.y;
+  }
+}
+
+void Interpreter::backward(const Action& a, MicrobatchState& s, nn::StepContext& step) {
+  const auto u = static_cast<size_t>(a.unit);
+  const bool last_unit = a.unit + 1 == model_.num_units();
+  if (a.phase == Phase::BackwardWeight) {
+    TS_CHECK(s.awaiting_weight[u], "{}: the input half has not run", describe(a));
+    model_.backward_unit(step, a.unit, s.ctx[u], Tensor(), nn::BackwardPart::Weight);
+    s.awaiting_weight[u] = false;
+    s.kept[u] = false;
+    s.ctx[u] = nn::GPT::UnitCtx{};
+    return;
+  }
+  TS_CHECK(s.kept[u], "{}: the unit's activations are not kept (it must be recomputed first)", describe(a));
+  TS_CHECK(a.unit + 1 == s.backward_done, "{}: the backward of unit {} must run first", describe(a),
+           s.backward_done - 1);
+  const Tensor dy = last_unit ? Tensor() : s.grad[u + 1];
+  TS_CHECK(last_unit || dy.defined(), "{}: no gradient arrived from unit {}", describe(a), a.unit + 1);
+  const nn::BackwardPart part = a.phase == Phase::Backward ? nn::BackwardPart::Both : nn::BackwardPart::Input;
+  Tensor dx = model_.backward_unit(step, a.unit, s.ctx[u], dy, part);
+  if (!last_unit) s.grad[u + 1] = Tensor();
+  if (a.unit > 0) s.grad[u] = dx;
+  s.input[u] = Tensor();
+  s.backward_done = a.unit;
+  if (part == nn::BackwardPart::Both) {
+    s.kept[u] = false;
+    s.ctx[u] = nn::GPT::UnitCtx{};
+  } else {
+    s.awaiting_weight[u] = true;
+  }
+}
+
+void Interpreter::check_finished(const Program& program, const std::vector<MicrobatchState>& states) const {
+  for (size_t m = 0; m < states.size(); ++m) {
+    const MicrobatchState& s = states[m];
+    if (program.training) {
+      TS_CHECK(s.backward_done == 0, "the program ended with microbatch {} not back-propagated below unit {}", m,
+               s.backward_done);
+    }
+    for (size_t u = 0; u < s.kept.size(); ++u) {
+      TS_CHECK(!s.kept[u] || !program.training, "the program ended with unit {} of microbatch {} still holding its "
+               "activations", u, m);
+      TS_CHECK(!s.awaiting_weight[u], "the program ended before the weight half of unit {} for microbatch {}", u, m);
+    }
+  }
+}
+
+}  // namespace tessera::exec

@@ -1,0 +1,76 @@
+#pragma once
+// The interpreter: the one place where a training step (or an evaluation batch) is executed. It
+// runs a Program (exec/program.h) action by action on the model's units, keeping for every
+// (unit, microbatch) what the schedule says must survive: a unit's saved activations, its stored
+// input (a recompute checkpoint), the gradient flowing to the unit below. Around each action it
+// tells the transform chain (exec/transform.h) and sets the current event on the parameter
+// ownership, so transforms and storage owners act at the right moment.
+//
+// Plain training with gradient accumulation is the program of the one-stage 1F1B schedule
+// (F0 B0 F1 B1 ...); a pipeline rank runs the same interpreter on its own list.
+//
+// Memory follows memory/chain.h's rules exactly, so a recompute policy's predicted activation
+// peak is what the allocator measures: after a forward keeping All the unit's activations stay
+// (and with them its input), keeping Input only the stored input stays, keeping Nothing only the
+// output; an output goes into the next unit's input slot unless that unit's backward has already
+// run; a backward frees the unit's activations and input. The input half of a split backward
+// keeps what the weight half needs until it runs.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "exec/ownership.h"
+#include "exec/program.h"
+#include "exec/transform.h"
+#include "nn/gpt.h"
+
+namespace tessera::exec {
+
+// One microbatch's data and where its sequences sit in the global batch (dropout masks are keyed
+// by global sample index, so they do not depend on the layout).
+struct MicrobatchInput {
+  nn::GPT::Microbatch data;
+  int64_t sample_offset = 0;
+};
+
+struct StepOptions {
+  uint64_t seed = 0;  // dropout
+  uint64_t step = 0;  // optimizer step (dropout masks differ per step)
+};
+
+struct ProgramResult {
+  double loss_sum = 0;  // over the program's microbatches
+  int64_t counted = 0;  // targets that count
+};
+
+class Interpreter {
+ public:
+  Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory);
+
+  // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
+  // called at the program's optimizer step, after the transform chain finished the program.
+  ProgramResult run(const Program& program, std::span<const MicrobatchInput> microbatches, const StepOptions& options,
+                    const std::function<void()>& optimizer_step = {});
+
+ private:
+  struct MicrobatchState {
+    std::vector<nn::GPT::UnitCtx> ctx;  // [unit]
+    std::vector<bool> kept;             // [unit]: ctx holds the unit's activations
+    std::vector<bool> awaiting_weight;  // [unit]: the input half ran, the weight half has not
+    std::vector<Tensor> input;          // [unit]: stored input x_u (u >= 1)
+    std::vector<Tensor> grad;           // [unit]: gradient of x_u, for unit u - 1's backward
+    int backward_done = 0;              // the lowest unit whose backward (input half) ran
+  };
+  void forward(const Action& a, MicrobatchState& s, const MicrobatchInput& mb, nn::StepContext& step,
+               ProgramResult& result);
+  void backward(const Action& a, MicrobatchState& s, nn::StepContext& step);
+  void check_finished(const Program& program, const std::vector<MicrobatchState>& states) const;
+
+  nn::GPT& model_;
+  ParameterOwnership& ownership_;
+  TransformChain& transforms_;
+  MemoryAccountant& memory_;
+};
+
+}  // namespace tessera::exec

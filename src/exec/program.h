@@ -1,0 +1,88 @@
+#pragma once
+// A program: what one rank executes for one training step (or one evaluation batch), as a flat
+// list of actions on units of the model. It is lowered from the rank's instruction list of a
+// pipeline schedule (src/parallel/pipeline) and the recompute plan of each stage, so it says
+// everything that will run, recomputations included, before anything runs: transforms read it to
+// look ahead (ZeRO-3 prefetches the parameters of the next action that needs others; the gradient
+// reducer posts a bucket after the last action that writes its gradients), instead of inferring
+// their position from call order.
+//
+// Lowering of the schedule's instructions for one stage of units [first, last):
+//   Forward(stage, mb)        the embedding (if the stage holds it) keeping all, then the forward
+//                             phase of the stage's recompute chain (each unit keeping all, its
+//                             input, or nothing, memory/chain.h)
+//   Backward(stage, mb)       the chain's backward phase: Recompute actions where it recomputes,
+//                             Backward actions, then the embedding's backward
+//   BackwardInput(stage, mb)  the same with the input halves (BackwardInput)
+//   BackwardWeight(stage, mb) the weight halves of every unit of the stage, last unit first
+//   OptimizerStep(chunk)      an optimizer step (one for the run of consecutive OptimizerSteps)
+// Send and Recv come with the pipeline executor; stage-level Recompute instructions are expressed
+// by the recompute plans instead.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memory/chain.h"
+#include "parallel/pipeline/instruction.h"
+
+namespace tessera::exec {
+
+enum class Phase : uint8_t {
+  Forward,         // the first forward of a unit for a training microbatch
+  Recompute,       // a forward again, during the backward phase, from a stored input
+  Backward,        // input and weight gradients in one pass
+  BackwardInput,   // the input half (zero-bubble's B)
+  BackwardWeight,  // the weight half (zero-bubble's W)
+  Eval,            // forward only, nothing kept
+};
+std::string_view phase_name(Phase phase);  // "forward", "recompute", "backward", "backward-input", ...
+bool is_forward(Phase phase);              // Forward, Recompute, Eval
+bool writes_gradients(Phase phase);        // Backward, BackwardInput, BackwardWeight
+
+struct Action {
+  enum class Kind : uint8_t { Unit, OptimizerStep };
+  Kind kind = Kind::Unit;
+  Phase phase = Phase::Forward;
+  int unit = 0;
+  int chunk = 0;
+  int microbatch = 0;
+  memory::Keep keep = memory::Keep::All;  // forward phases: what stays after the unit ran
+  bool selective = false;                 // forward phases of a block: drop what is cheap to rebuild
+
+  bool operator==(const Action&) const = default;
+};
+std::string describe(const Action& action);  // "recompute blocks.3 mb1 (keep all)"
+
+struct Program {
+  std::vector<Action> actions;
+  int microbatches = 0;
+  bool training = true;
+};
+
+// The units of each stage and how each stage recomputes. Stage s holds units [first[s], last[s])
+// of the model; its recompute chain is those units without the embedding (always kept: its
+// saved state is the token ids), the head last when the stage holds it.
+struct StagePlan {
+  struct Stage {
+    int first = 0;  // first unit
+    int last = 0;   // one past the last unit
+    memory::ChainSchedule recompute;  // over the chain units [chain_first(), last)
+    bool selective = false;
+    int chain_first() const { return first == 0 ? 1 : first; }
+  };
+  std::vector<Stage> stages;
+  int units = 0;  // in the whole model
+};
+
+// Splits `units` (embedding, blocks, head) into `stages` consecutive stages with blocks spread
+// evenly (the first stages take one more when they do not divide), the embedding on the first
+// and the head on the last. Every stage's recompute schedule is `none` until set.
+StagePlan even_stages(int units, int stages);
+
+// The program of `rank` for one step of `schedule` (validated by the caller).
+Program lower_training(const pipeline::Schedule& schedule, int rank, const StagePlan& plan);
+// One evaluation microbatch through all `units`: each unit forward, keeping nothing.
+Program lower_evaluation(int units);
+
+}  // namespace tessera::exec

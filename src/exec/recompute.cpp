@@ -1,0 +1,113 @@
+#include "exec/recompute.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "memory/optimal.h"
+
+namespace tessera::exec {
+
+namespace {
+
+int64_t embedding_bytes(const nn::GPT& model, int B, int T) {
+  return nn::GPT::unit_activation_bytes(model.config(), B, T).front().own;
+}
+
+}  // namespace
+
+int default_every_k(int blocks) { return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(blocks))))); }
+
+UnitTimes nominal_unit_times(const config::ModelConfig& c, int B, int T) {
+  const double N = double(B) * T, C = c.n_embd, F = c.ffn(), V = c.vocab_size;
+  const double mlp = c.arch == config::Architecture::Llama ? 3 * C * F : 2 * C * F;
+  const double block = 2 * N * (4 * C * C + mlp) + 4 * N * T * C;  // projections, MLP, QKᵀ and AV
+  UnitTimes t;
+  t.forward.push_back(N * C);  // a lookup: memory-bound, small
+  for (int l = 0; l < c.n_layer; ++l) t.forward.push_back(block);
+  t.forward.push_back(2 * N * C * V);
+  for (double f : t.forward) t.backward.push_back(2 * f);
+  return t;
+}
+
+UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int32_t> zeros(static_cast<size_t>(B) * static_cast<size_t>(T), 0);
+  const nn::GPT::Microbatch mb{nn::token_tensor(zeros.data(), B, T), nn::token_tensor(zeros.data(), B, T), 0.0f};
+  nn::StepContext step{memory, params};
+  constexpr int kRuns = 3;
+  std::vector<std::vector<double>> runs(static_cast<size_t>(model.num_units()));
+  for (int run = 0; run <= kRuns; ++run) {  // run 0 warms caches and the allocator up
+    Tensor x;
+    for (int u = 0; u < model.num_units(); ++u) {
+      nn::GPT::UnitCtx ctx;
+      const auto t0 = Clock::now();
+      nn::GPT::UnitOutput out = model.forward_unit(step, u, ctx, x, mb);
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (run > 0) runs[static_cast<size_t>(u)].push_back(seconds);
+      x = out.y;
+    }
+  }
+  UnitTimes t;
+  for (auto& r : runs) {
+    std::sort(r.begin(), r.end());
+    t.forward.push_back(r[r.size() / 2]);
+    t.backward.push_back(2 * r[r.size() / 2]);
+  }
+  return t;
+}
+
+std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan::Stage& stage, int B, int T,
+                                           bool selective, const UnitTimes& times) {
+  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model.config(), B, T);
+  std::vector<memory::ChainUnit> chain;
+  for (int u = stage.chain_first(); u < stage.last; ++u) {
+    const nn::GPT::UnitBytes& b = bytes[static_cast<size_t>(u)];
+    memory::ChainUnit c;
+    c.input_bytes = bytes[static_cast<size_t>(u - 1)].output;
+    const int64_t dropped = selective ? b.recomputable : 0;
+    c.own_bytes = b.own - dropped;
+    c.backward_extra_bytes = dropped;
+    c.output_bytes = b.output;
+    c.forward_time = times.forward[static_cast<size_t>(u)];
+    c.backward_time = times.backward[static_cast<size_t>(u)];
+    chain.push_back(c);
+  }
+  return chain;
+}
+
+void plan_recompute(StagePlan& plan, const nn::GPT& model, int B, int T, const RecomputeOptions& options,
+                    const UnitTimes& times) {
+  const bool selective = options.policy == memory::RecomputePolicy::Selective;
+  const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.config().n_layer);
+  for (StagePlan::Stage& stage : plan.stages) {
+    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times);
+    int64_t budget = options.budget_bytes;
+    if (stage.first == 0) budget -= embedding_bytes(model, B, T);
+    stage.selective = selective;
+    if (options.policy == memory::RecomputePolicy::Optimal) {
+      const int64_t minimum = memory::minimum_budget(chain) + (stage.first == 0 ? embedding_bytes(model, B, T) : 0);
+      TS_CHECK(options.budget_bytes >= minimum,
+               "memory.activation_budget_mb = {:.2f} is below the {:.2f} MiB this model needs at the least for a "
+               "microbatch of {} × {}; raise the budget or lower train.micro_batch_size",
+               static_cast<double>(options.budget_bytes) / 1048576.0, static_cast<double>(minimum) / 1048576.0, B, T);
+    }
+    stage.recompute = memory::plan_recompute(options.policy, chain, every_k, budget);
+  }
+}
+
+ActivationPrediction predict_activations(const StagePlan& plan, const nn::GPT& model, int B, int T, int alive) {
+  TS_CHECK(plan.stages.size() == 1, "activation prediction covers a rank holding the whole model as one stage");
+  const StagePlan::Stage& stage = plan.stages.front();
+  const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, stage.selective,
+                                                           nominal_unit_times(model.config(), B, T));
+  const memory::ChainSimulation sim = memory::simulate(chain, stage.recompute);
+  const int64_t tokens = embedding_bytes(model, B, T);
+  ActivationPrediction p;
+  p.per_microbatch_peak = tokens + sim.peak_bytes;
+  p.per_microbatch_after_forward = tokens + sim.after_forward_bytes;
+  p.peak = int64_t{alive - 1} * p.per_microbatch_after_forward + p.per_microbatch_peak;
+  return p;
+}
+
+}  // namespace tessera::exec

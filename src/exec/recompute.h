@@ -1,0 +1,64 @@
+#pragma once
+// Activation checkpointing for the model's units: the chains the recompute policies and the
+// optimal solver (src/memory) work on, built from the model's per-unit activation bytes
+// (nn::GPT::unit_activation_bytes) and forward times, and the activation peak they predict.
+//
+// A stage's chain is its units without the embedding (its saved state is the token ids, kept
+// throughout), the head last on the last stage. Under the selective policy each block keeps less
+// (Block::drop_recomputable) and allocates that much again at the start of its backward.
+//
+// The prediction is exact for a rank that holds every stage of a one-stage schedule (plain
+// training with gradient accumulation, GPipe or 1F1B at p = 1): with R the bytes one microbatch
+// keeps after its forward and P its peak (memory::simulate, plus the embedding's token ids), a
+// schedule with I microbatches alive at once peaks at (I − 1)·R + P, because each backward runs
+// while the other microbatches sit at R. Tests hold the allocator's measured peak equal to it.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "exec/program.h"
+#include "memory/recompute_policy.h"
+#include "nn/gpt.h"
+
+namespace tessera::exec {
+
+struct RecomputeOptions {
+  memory::RecomputePolicy policy = memory::RecomputePolicy::None;
+  int every_k = 0;           // segment length for every_k; 0: ⌈√L⌉
+  int64_t budget_bytes = 0;  // optimal: the activation peak allowed, whole microbatch (token ids included)
+};
+
+// Forward and backward time of every unit (seconds, or any unit of time: only ratios matter).
+struct UnitTimes {
+  std::vector<double> forward;
+  std::vector<double> backward;
+};
+// Times from FLOPs alone (2 per multiply-add of every matmul of the unit; backward twice that):
+// used when nothing was measured, and by tests.
+UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
+// Each unit's forward timed on a microbatch of zeros [B, T] (the median of a few runs after a
+// warm-up), with the weights `params` gives; backward taken as twice the forward (its matmuls'
+// FLOPs; every schedule runs each backward once, so it does not change which schedule is best).
+UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
+
+// The recompute chain of `stage` for microbatches [B, T].
+std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan::Stage& stage, int B, int T,
+                                           bool selective, const UnitTimes& times);
+
+// Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
+// whole microbatch's activation peak; the embedding's token ids come off it first.
+void plan_recompute(StagePlan& plan, const nn::GPT& model, int B, int T, const RecomputeOptions& options,
+                    const UnitTimes& times);
+
+struct ActivationPrediction {
+  int64_t per_microbatch_peak = 0;   // P
+  int64_t per_microbatch_after_forward = 0;  // R
+  int64_t peak = 0;                  // (alive − 1)·R + P
+};
+// For a plan of one stage (a rank holding the whole model), `alive` microbatches at once.
+ActivationPrediction predict_activations(const StagePlan& plan, const nn::GPT& model, int B, int T, int alive);
+
+// ⌈√L⌉, the default segment length of every_k.
+int default_every_k(int blocks);
+
+}  // namespace tessera::exec

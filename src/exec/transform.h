@@ -1,0 +1,71 @@
+#pragma once
+// Transforms: parallelism and memory techniques applied to a model that contains none of them.
+// The interpreter tells every transform of its chain about each action it runs, as a typed event
+// {unit, chunk, microbatch, phase} with the whole program, so a transform knows where it is and
+// what comes next without guessing from call order.
+//
+// The chain is ordered by slot, a fixed order documented here (docs/execution.md): before an
+// action the transforms run outermost first; after it, innermost first (like nested scopes):
+//
+//   Observer           outermost: sees the action before any transform prepared it and after
+//                      all have finished with it (recorders, timers, tests)
+//   ParameterPlacement where the parameters are: ZeRO-3 gathers a unit's shards before it runs and
+//                      frees them after; offloading fetches from host
+//   Precision          the working copies' dtype (mixed precision casts)
+//   GradientReduction  innermost: data-parallel and ZeRO reduction of gradient buckets, posted
+//                      right after the action that completes a bucket
+//
+// One transform per slot; a second one is refused, naming both.
+#include <array>
+#include <string_view>
+
+#include "exec/program.h"
+
+namespace tessera::exec {
+
+struct Event {
+  const Program* program = nullptr;
+  int index = 0;  // position of the action in the program
+  Phase phase = Phase::Forward;
+  int unit = 0;
+  int chunk = 0;
+  int microbatch = 0;
+
+  const Action& action() const { return program->actions[static_cast<size_t>(index)]; }
+};
+
+Event event_of(const Program& program, int index);
+
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  virtual std::string_view name() const = 0;
+  // A program starts (a training step or an evaluation batch).
+  virtual void begin(const Program& program) {}
+  virtual void before(const Event& event) {}
+  virtual void after(const Event& event) {}
+  // Every unit action of the program ran; the optimizer step (if any) comes next.
+  virtual void finish(const Program& program) {}
+};
+
+enum class TransformSlot : uint8_t { Observer, ParameterPlacement, Precision, GradientReduction };
+inline constexpr size_t kTransformSlots = 4;
+std::string_view slot_name(TransformSlot slot);
+
+class TransformChain {
+ public:
+  // `transform` must outlive the chain's use.
+  void add(TransformSlot slot, Transform& transform);
+  void remove(TransformSlot slot);
+  Transform* at(TransformSlot slot) const { return slots_[static_cast<size_t>(slot)]; }
+
+  void begin(const Program& program);
+  void before(const Event& event);
+  void after(const Event& event);
+  void finish(const Program& program);
+
+ private:
+  std::array<Transform*, kTransformSlots> slots_{};
+};
+
+}  // namespace tessera::exec

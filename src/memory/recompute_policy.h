@@ -1,0 +1,39 @@
+#pragma once
+// Recompute policies: the schedules a user picks by name, and the one entry point the training
+// interpreter and the planner call.
+//
+//   none       keep everything; the fastest schedule and the largest peak.
+//   selective  Korthikanti et al.'s selective recomputation: the cheap-to-recompute, memory-heavy
+//              parts (attention scores) are recomputed inside each unit's backward. That changes
+//              the chain, not the schedule: the caller builds the chain with the smaller own_bytes
+//              and the backward_extra_bytes, and the schedule is none's.
+//   full       every_k with k = 1: each unit's input is stored, everything else recomputed.
+//   every_k    Chen et al.'s segments of k units, the usual sqrt(n) checkpointing when k ~ sqrt(n).
+//   optimal    the fastest (persistent) schedule within a memory budget (optimal.h).
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "memory/chain.h"
+
+namespace tessera::memory {
+
+enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal };
+
+std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal"
+RecomputePolicy parse_recompute_policy(std::string_view name);   // throws with the list of names
+
+ChainSchedule none_schedule(int units);
+// Units 0..n-2 (the loss unit stays out) are cut from the start into segments of k (the last one
+// may be shorter; k >= n - 1 makes one segment). The forward phase stores each segment's first
+// input and drops everything else; the backward phase recomputes each segment, last first,
+// keeping everything, and runs its backwards.
+ChainSchedule every_k_schedule(int units, int k);
+ChainSchedule full_schedule(int units);
+
+// every_k is read for EveryK only, budget_bytes for Optimal only (the activation memory the
+// schedule may peak at, x_0 included; see optimal_schedule).
+ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
+                             int64_t budget_bytes);
+
+}  // namespace tessera::memory

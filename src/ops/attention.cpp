@@ -1,0 +1,80 @@
+#include "ops/attention.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/rope.h"
+#include "ops/op_call.h"
+
+namespace tessera::ops {
+
+using detail::OpCall;
+
+namespace {
+struct Heads {
+  int B, T, C, H;
+};
+
+// qkv [B, T, 3C] with C split into n_head heads.
+Heads check_qkv(const OpCall& call, const Tensor& qkv, const char* name, int n_head) {
+  call.rank(qkv, name, 3, "[B, T, 3C]");
+  TS_CHECK(qkv.size(2) % 3 == 0, "{}: {} has shape {}, expected [B, T, 3C]: its last dimension is no multiple of 3",
+           call.op(), name, qkv.shape_string());
+  const int64_t C = qkv.size(2) / 3;
+  TS_CHECK(n_head > 0 && C % n_head == 0, "{}: n_head = {} must be positive and divide C = {} ({} is [B, T, 3C])",
+           call.op(), n_head, C, name);
+  return {call.to_int(qkv.size(0), "B"), call.to_int(qkv.size(1), "T"), call.to_int(C, "C"), n_head};
+}
+
+void check_rope(const OpCall& call, const Heads& s, float theta) {
+  TS_CHECK((s.C / s.H) % 2 == 0, "{}: head size D = C/H = {}/{} must be even to rotate the pairs (i, i + D/2)",
+           call.op(), s.C, s.H);
+  TS_CHECK(theta > 0.0f, "{}: theta = {} must be positive", call.op(), theta);
+}
+}  // namespace
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head) {
+  OpCall call("ops::attention_forward");
+  call.operands({{out, "out"}, {lse, "lse"}, {qkv, "qkv"}});
+  const Heads s = check_qkv(call, qkv, "qkv", n_head);
+  call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
+  call.shape(lse, "lse", {{"B", s.B, "qkv"}, {"H", s.H, "n_head"}, {"T", s.T, "qkv"}});
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::attention_forward<T>(out.data<T>(), lse.data<T>(), qkv.data<T>(), s.B, s.T, s.C, s.H);
+  });
+}
+
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int n_head) {
+  OpCall call("ops::attention_backward");
+  call.operands({{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}, {lse, "lse"}});
+  const Heads s = check_qkv(call, qkv, "qkv", n_head);
+  call.same_shape(dqkv, "dqkv", qkv, "qkv");
+  call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
+  call.same_shape(dout, "dout", out, "out");
+  call.shape(lse, "lse", {{"B", s.B, "qkv"}, {"H", s.H, "n_head"}, {"T", s.T, "qkv"}});
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::attention_backward<T>(dqkv.data<T>(), dout.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<T>(), s.B,
+                                   s.T, s.C, s.H);
+  });
+}
+
+void rope_forward(const Tensor& y, const Tensor& x, int n_head, float theta) {
+  OpCall call("ops::rope_forward");
+  call.operands({{y, "y"}, {x, "x"}});
+  const Heads s = check_qkv(call, x, "x", n_head);
+  call.same_shape(y, "y", x, "x");
+  check_rope(call, s, theta);
+  call.dispatch(
+      [&]<class T>(Cpu<T>) { kernels::rope_forward<T>(y.data<T>(), x.data<T>(), s.B, s.T, s.C, s.H, theta); });
+}
+
+void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, float theta) {
+  OpCall call("ops::rope_backward");
+  call.operands({{dx, "dx"}, {dy, "dy"}});
+  const Heads s = check_qkv(call, dy, "dy", n_head);
+  call.same_shape(dx, "dx", dy, "dy");
+  check_rope(call, s, theta);
+  call.dispatch(
+      [&]<class T>(Cpu<T>) { kernels::rope_backward<T>(dx.data<T>(), dy.data<T>(), s.B, s.T, s.C, s.H, theta); });
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,20 @@
+#pragma once
+// Elementwise ops of the residual stream. Every tensor of one call has the same shape, any shape
+// ([B, T, C] in the models).
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessera::ops {
+
+// y += x.
+void add_inplace(const Tensor& y, const Tensor& x);
+
+// Inverted dropout with the counter-based RNG: element i of x is kept iff
+// uniform(seed, stream, offset + i) >= p and then scaled by 1 / (1 - p); p in [0, 1]. No mask is
+// stored: the backward regenerates it from the same (seed, stream, offset). y may be x (in place).
+void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t stream, uint64_t offset);
+// dx from dy with the forward's mask; dx may be dy (in place).
+void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t stream, uint64_t offset);
+
+}  // namespace tessera::ops

@@ -1,0 +1,48 @@
+#include "ops/loss.h"
+
+#include "kernels/cpu/cross_entropy.h"
+#include "ops/op_call.h"
+
+namespace tessera::ops {
+
+using detail::OpCall;
+
+namespace {
+struct Rows {
+  int N, V;
+};
+
+Rows check_loss(const OpCall& call, const Tensor& logits, const char* logits_name, const Tensor& losses,
+                const Tensor& targets) {
+  const int64_t V = call.last_dim(logits, logits_name, "V");
+  TS_CHECK(V > 0, "{}: {} has shape {}, an empty vocabulary (V = 0)", call.op(), logits_name, logits.shape_string());
+  const int64_t N = call.rows(logits, logits_name, {"V", V, nullptr});
+  call.per_row(losses, "losses", logits, logits_name);
+  call.per_row(targets, "targets", logits, logits_name);
+  return {call.to_int(N, "N (rows)"), call.to_int(V, "V")};
+}
+}  // namespace
+
+double cross_entropy_forward_backward(const Tensor& logits_inout, const Tensor& losses, const Tensor& targets,
+                                      int ignore_index, float grad_scale) {
+  OpCall call("ops::cross_entropy_forward_backward");
+  call.operands({{logits_inout, "logits_inout"}, {losses, "losses"}}).indices(targets, "targets");
+  const Rows s = check_loss(call, logits_inout, "logits_inout", losses, targets);
+  return call.dispatch([&]<class T>(Cpu<T>) {
+    return kernels::cross_entropy_forward_backward<T>(logits_inout.data<T>(), losses.data<T>(), targets.data<int32_t>(),
+                                                      s.N, s.V, ignore_index, static_cast<T>(grad_scale));
+  });
+}
+
+double cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index,
+                             int64_t* count) {
+  OpCall call("ops::cross_entropy_forward");
+  call.operands({{losses, "losses"}, {logits, "logits"}}).indices(targets, "targets");
+  const Rows s = check_loss(call, logits, "logits", losses, targets);
+  return call.dispatch([&]<class T>(Cpu<T>) {
+    return kernels::cross_entropy_forward<T>(losses.data<T>(), logits.data<T>(), targets.data<int32_t>(), s.N, s.V,
+                                             ignore_index, count);
+  });
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,82 @@
+#pragma once
+// The checks every op runs before it dispatches (internal to src/ops). An OpCall carries the op's
+// name into every message, so a refused call reads "ops::linear_forward: w has shape [3, 5],
+// expected [OC=4, IC=5] (OC from y; IC from x)" and names the tensors involved. The checks
+// allocate nothing and format nothing unless they fail: an op costs a few comparisons.
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace tessera::ops::detail {
+
+// A tensor argument and its name in messages.
+struct Arg {
+  const Tensor& tensor;
+  const char* name;
+};
+
+// One dimension of an expected shape: its letter (B, T, C, ...; null for a dimension copied from
+// another tensor), its size, and what it was taken from (a tensor or argument name; may be null).
+struct Dim {
+  const char* letter;
+  int64_t size;
+  const char* from;
+};
+
+class OpCall {
+ public:
+  explicit OpCall(const char* op) : op_(op) {}
+
+  const char* op() const { return op_; }
+
+  // Floating-point operands: defined, contiguous, and on one device with one dtype, which the
+  // first operand of the call sets; dispatch() runs on that (device, dtype).
+  OpCall& operands(std::initializer_list<Arg> args);
+  // An optional operand: undefined means "none"; when defined, it is checked as an operand.
+  OpCall& optional(const Tensor& t, const char* name);
+  // Integer operands (token ids, targets): defined, contiguous, i32, on the operands' device.
+  OpCall& indices(const Tensor& t, const char* name);
+
+  // t has exactly `rank` dimensions; `letters` spells them in the message ("[OC, IC]").
+  void rank(const Tensor& t, const char* name, int rank, const char* letters) const;
+  // t's shape is exactly dims.
+  void shape(const Tensor& t, const char* name, std::initializer_list<Dim> dims) const;
+  // The size of t's last dimension (the letter names it in the message when t has none).
+  int64_t last_dim(const Tensor& t, const char* name, const char* letter) const;
+  // t is [N.., last]: at least one dimension, the last one as given. Returns N, the product of
+  // the leading dimensions (1 for a 1-D t).
+  int64_t rows(const Tensor& t, const char* name, Dim last) const;
+  // t is ref's leading dimensions followed by last.
+  void rows_like(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name, Dim last) const;
+  // t has ref's shape.
+  void same_shape(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) const;
+  // One value per row of ref [N.., X]: t is ref's leading dimensions, or flat [N].
+  void per_row(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) const;
+  // A size as the int the kernels take.
+  int to_int(int64_t size, const char* what) const;
+
+  // Runs f on the backend for the operands' (device, dtype); see ops/dispatch.h.
+  template <class F>
+  decltype(auto) dispatch(F&& f) const {
+    return ops::dispatch(op_, device_, dtype_, std::forward<F>(f));
+  }
+
+ private:
+  void operand(const Tensor& t, const char* name);
+
+  const char* op_;
+  const char* first_ = nullptr;  // the operand that set dtype_ and device_
+  DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
+};
+
+// The pointer a kernel takes for an optional tensor: null when it is undefined.
+template <class T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+}  // namespace tessera::ops::detail

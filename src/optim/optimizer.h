@@ -1,0 +1,64 @@
+#pragma once
+// The optimizer interface. An optimizer updates the elements this rank owns — the master copy —
+// given as segments: runs of one parameter's elements with their values and reduced gradients.
+// Who owns which elements is decided outside (a plain run owns everything, ZeRO a shard of the
+// flat buffer, tensor parallelism a block of each matrix); the optimizer only sees segments, so
+// the same AdamW serves every layout, and per-parameter rules (weight decay on matrices only) read
+// the segment's parameter.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "nn/parameters.h"
+#include "nn/unit.h"
+
+namespace tessera::optim {
+
+struct Segment {
+  const nn::Parameter* param = nullptr;
+  int64_t begin = 0;  // elements [begin, end) of the parameter (its local flat order)
+  int64_t end = 0;
+  float* value = nullptr;  // master values of those elements
+  float* grad = nullptr;   // their reduced gradient (clipping scales it in place)
+  // Parallel dimensions over which the parameter's elements are split among ranks (a bit per
+  // config::MeshDim): a global norm sums this segment's squares over those groups and counts it
+  // once over every other dimension, where it is replicated.
+  uint32_t sharded_over = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// The optimizer's state, over the owned elements in segment order: named tensors (views of the
+// optimizer's own storage) and the number of steps taken.
+struct StateDict {
+  int64_t steps = 0;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  Tensor& at(std::string_view name);
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string_view name() const = 0;
+  // One update of every owned element. The segments must cover exactly the owned elements, in the
+  // same order every step (the state is laid out in that order).
+  virtual void step(float lr, std::span<const Segment> segments) = 0;
+  virtual StateDict state_dict() = 0;
+  // Copies a state of the same layout in (e.g. from a checkpoint).
+  virtual void load_state_dict(StateDict state) = 0;
+  virtual int64_t steps_taken() const = 0;
+  virtual int64_t owned_elements() const = 0;
+};
+
+// Every parameter of a store whose buffers it holds, whole: the segments of a one-process run.
+std::vector<Segment> whole_parameters(nn::ParameterStore& store);
+// The segments of the flat range `owned` (clipped to each parameter), where flat element
+// owned.begin + i has its value at values[i] and its gradient at grads[i].
+std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::ParamRange owned, float* values,
+                                       float* grads, uint32_t sharded_over);
+int64_t total_elements(std::span<const Segment> segments);
+
+}  // namespace tessera::optim

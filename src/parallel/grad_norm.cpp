@@ -1,0 +1,51 @@
+#include "parallel/grad_norm.h"
+
+#include <cmath>
+#include <map>
+
+#include "kernels/cpu/grad_norm.h"
+#include "kernels/cpu/residual.h"
+#include "parallel/rank_sum.h"
+
+namespace tessera::parallel {
+
+GradNormService::GradNormService(std::array<dist::Communicator*, dist::kMeshDims.size()> groups) : groups_(groups) {}
+
+GradNorm GradNormService::compute(std::span<const optim::Segment> segments) const {
+  // Squares by sharding class. Segments that follow each other in memory are summed as one run, so
+  // a whole flat buffer (or a ZeRO shard) gives the bits of one pass over it.
+  std::map<uint32_t, double> by_class;
+  for (size_t i = 0; i < segments.size();) {
+    size_t j = i + 1;
+    int64_t n = segments[i].size();
+    while (j < segments.size() && segments[j].sharded_over == segments[i].sharded_over &&
+           segments[j].grad == segments[i].grad + n) {
+      n += segments[j].size();
+      ++j;
+    }
+    by_class[segments[i].sharded_over] += kernels::sum_of_squares(segments[i].grad, static_cast<size_t>(n));
+    i = j;
+  }
+  double total = 0;
+  for (auto [mask, sum] : by_class) {
+    for (size_t d = 0; d < groups_.size(); ++d) {
+      if ((mask >> d & 1u) != 0) sum = sum_over_ranks(groups_[d], std::span(&sum, 1))[0];
+    }
+    total += sum;
+  }
+  GradNorm g;
+  g.norm = std::sqrt(total);
+  g.non_finite = !std::isfinite(g.norm);
+  return g;
+}
+
+void GradNormService::clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm) {
+  if (!(max_norm > 0) || norm.non_finite) return;
+  const double coef = max_norm / (norm.norm + 1e-6);  // as kernels::clip_grad_norm, so the bits agree
+  if (coef >= 1.0) return;
+  for (const optim::Segment& s : segments) {
+    kernels::scale_inplace(s.grad, static_cast<float>(coef), static_cast<size_t>(s.size()));
+  }
+}
+
+}  // namespace tessera::parallel

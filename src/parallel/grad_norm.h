@@ -1,0 +1,39 @@
+#pragma once
+// The global gradient norm as a service of the parallel layout: every rank passes the segments of
+// its master copy (optim/optimizer.h), and every rank gets the same norm of the whole model's
+// gradient. A segment's squares are summed over the groups of the dimensions its parameter is
+// split over (Segment::sharded_over: ZeRO's shards over dp, tensor-parallel blocks over tp, ...)
+// and counted once over the others, where every rank holds the same values.
+//
+// The result also says whether the gradient is finite. The norm is already agreed (the same sums,
+// in rank order, on every rank), so every rank reaches the same verdict with no extra message, and
+// all skip the optimizer step together when it is not.
+#include <array>
+#include <span>
+
+#include "dist/communicator.h"
+#include "dist/parallel_dims.h"
+#include "optim/optimizer.h"
+
+namespace tessera::parallel {
+
+struct GradNorm {
+  double norm = 0;
+  bool non_finite = false;
+};
+
+class GradNormService {
+ public:
+  // groups[d]: this rank's communicator of mesh dimension d (null where the dimension has one rank).
+  explicit GradNormService(std::array<dist::Communicator*, dist::kMeshDims.size()> groups = {});
+
+  GradNorm compute(std::span<const optim::Segment> segments) const;
+  // PyTorch's clip_grad_norm_: scales every segment's gradient by max_norm / (norm + 1e-6) when
+  // that is below 1 and max_norm > 0; nothing for a non-finite norm.
+  static void clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm);
+
+ private:
+  std::array<dist::Communicator*, dist::kMeshDims.size()> groups_;
+};
+
+}  // namespace tessera::parallel

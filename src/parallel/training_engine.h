@@ -1,0 +1,95 @@
+#pragma once
+// The training engine of one rank: the model's step assembled from the explicit-execution parts —
+// the schedule's instruction list for this rank, lowered with the recompute plan into a program
+// (exec/program.h), run by the interpreter (exec/interpreter.h) with the data-parallel transforms
+// in its chain (parallel/data_parallel.h), the optimizer over the master segments, and the global
+// gradient norm (parallel/grad_norm.h). The trainer, the parity tests and the benchmarks all step
+// through it, so they run the same code.
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "dist/communicator.h"
+#include "exec/interpreter.h"
+#include "exec/ownership.h"
+#include "exec/program.h"
+#include "exec/recompute.h"
+#include "exec/transform.h"
+#include "nn/gpt.h"
+#include "optim/adamw.h"
+#include "parallel/data_parallel.h"
+#include "parallel/grad_norm.h"
+#include "parallel/pipeline/instruction.h"
+
+namespace tessera::parallel {
+
+struct EngineOptions {
+  DataParallelOptions data_parallel;
+  optim::AdamWConfig adam;
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
+  int virtual_stages = 1;  // model chunks on this rank (the interleaved schedule)
+  int microbatches = 1;    // per rank per step (gradient accumulation)
+  int micro_batch = 1;     // sequences per microbatch (the largest, when they differ)
+  int seq_len = 1;
+  exec::RecomputeOptions recompute;
+  // Optimal recomputation: time each unit's forward here (agreed over the data-parallel group) or,
+  // when false, weigh units by their FLOPs.
+  bool measure_unit_times = true;
+};
+
+class TrainingEngine {
+ public:
+  // `dp` is the data-parallel group (nullptr: one process); collective over it.
+  TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options);
+  ~TrainingEngine();
+
+  struct StepResult {
+    double loss_sum = 0;  // this rank's microbatches
+    int64_t counted = 0;  // this rank's targets that count
+    GradNorm grad_norm;   // global, before clipping
+    bool skipped = false;  // the gradient was not finite: no update on any rank
+  };
+  // One optimizer step over this rank's microbatches (one per program microbatch). Collective.
+  // The global gradient norm is measured and clipped to max_grad_norm (0: measured, not clipped);
+  // nullopt skips it altogether (benchmarks against frameworks whose step does not measure it).
+  StepResult train_step(std::span<const exec::MicrobatchInput> microbatches, const exec::StepOptions& options, float lr,
+                        std::optional<double> max_grad_norm);
+  // Loss sum and count of one evaluation microbatch (nothing kept). Collective under ZeRO-3.
+  exec::ProgramResult evaluate(const exec::MicrobatchInput& microbatch);
+
+  // Plans the step again for another number of microbatches per step (the same recompute options).
+  void set_microbatches(int microbatches);
+
+  DataParallel::FullParameters full_parameters() { return dp_->full_parameters(); }
+  DataParallel& data_parallel() { return *dp_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  exec::ParameterOwnership& ownership() { return ownership_; }
+  exec::TransformChain& transforms() { return transforms_; }
+  const pipeline::Schedule& schedule() const { return schedule_; }
+  const exec::StagePlan& stages() const { return stages_; }
+  const exec::Program& program() const { return program_; }
+  // The activation peak the plan predicts for a step, where the prediction is exact: one stage on
+  // this rank and backwards that are not split (memory/chain.h models neither chunks nor halves).
+  std::optional<exec::ActivationPrediction> predicted_activations() const;
+
+ private:
+  void plan(const exec::UnitTimes& times);
+
+  nn::GPT& model_;
+  MemoryAccountant& memory_;
+  EngineOptions options_;
+  exec::ParameterOwnership ownership_;
+  exec::TransformChain transforms_;
+  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  GradNormService norms_;
+  exec::Interpreter interpreter_;
+  pipeline::Schedule schedule_;
+  exec::StagePlan stages_;
+  exec::Program program_;
+  exec::Program evaluation_;
+  exec::UnitTimes times_;
+  int alive_ = 1;  // microbatches alive at once in the schedule
+};
+
+}  // namespace tessera::parallel
