@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "config/parallel_layout.h"
 #include "core/check.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
@@ -48,8 +49,14 @@ void write_file(const std::string& path, const std::string& text) {
 
 void run(const SimulateOptions& o) {
   namespace pp = tessera::pipeline;
-  const pp::ScheduleKind kind = pp::parse_schedule_kind(o.schedule);
-  const pp::Schedule schedule = pp::make_schedule(kind, {o.stages, o.microbatches, o.chunks, o.steps, o.recompute});
+  // One data-parallel replica running m microbatches of one sequence: the simulator times a
+  // pipeline, which dp, tp and the microbatch size do not reorder.
+  config::ParallelLayout layout;
+  layout.pp = o.stages;
+  layout.virtual_stages = o.chunks;
+  layout.schedule = config::parse_schedule_kind(o.schedule);
+  layout.global_batch = o.microbatches;
+  const pp::Schedule schedule = pp::make_schedule(layout, {.steps = o.steps, .recompute = o.recompute});
   const pp::ValidationReport validation = pp::check_valid(schedule);
   plan::PipelineCosts costs = plan::uniform_costs(schedule, o.forward, o.backward, o.weight, o.p2p);
   costs.mode = o.blocking ? plan::TransferMode::Blocking : plan::TransferMode::Async;

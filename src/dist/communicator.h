@@ -111,7 +111,7 @@ class Communicator {
   // ---- conveniences over the calls above ----
 
   // Collective: `groups` lists every group as ranks of this communicator (the same list on every
-  // member, e.g. from rank_groups() in dist/parallel_dims.h). Each member gets the communicator of
+  // member, e.g. from rank_groups() in dist/rank_groups.h). Each member gets the communicator of
   // the group holding it, ranked in list order; members in no group get nullptr.
   std::unique_ptr<Communicator> split_groups(const std::vector<std::vector<int>>& groups, const std::string& name);
 

@@ -96,8 +96,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     }
   }
 
-  const PipelineShape shape = pipeline_shape(l);
-  const double mb = static_cast<double>(shape.microbatches);
+  const double mb = static_cast<double>(l.microbatches());
   const double e = element_bytes(l.precision);
   StageTimes st;
   st.forward = slowest.forward + slowest.forward_tp;
@@ -125,7 +124,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
   double per_microbatch_exposed = 0;  // ZeRO-2/3 traffic of every microbatch left on the critical path
   double dp_exposed = 0;
   if (l.dp > 1) {
-    switch (l.zero) {
+    switch (l.zero_stage) {
       case 0: dp_exposed = hidden(all_reduce_seconds(groups.dp, grad_bytes), st.backward); break;
       case 1:
         dp_exposed = hidden(reduce_scatter_seconds(groups.dp, grad_bytes), st.backward) + all_gather_seconds(groups.dp, grad_bytes);
@@ -148,11 +147,11 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     dp_exposed += all_reduce_seconds(Group{2, groups.pp}, table);
   }
 
-  const double makespan = pipeline.makespan(shape, st) + mb * per_microbatch_exposed;
+  const double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
   TimeBreakdown& t = est.time;
   t.compute = mb * (slowest.forward + slowest.backward);
   t.tp_comm = mb * (slowest.forward_tp + slowest.backward_tp);
-  t.pp_comm = l.pp > 1 ? mb * 2 * l.v * st.p2p : 0;
+  t.pp_comm = l.pp > 1 ? mb * 2 * l.virtual_stages * st.p2p : 0;
   t.dp_comm = dp_exposed + mb * per_microbatch_exposed;
   t.bubble = makespan - mb * per_microbatch_exposed - t.compute - t.tp_comm - t.pp_comm;
   if (t.bubble < 0) {
@@ -161,8 +160,8 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     t.bubble = 0;
   }
   if (t.bubble < 1e-12 * makespan) t.bubble = 0;  // rounding
-  const double shard = rank_params / (l.zero >= 1 ? l.dp : 1);
-  t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero >= 2 ? l.dp : 1));
+  const double shard = rank_params / (l.zero_stage >= 1 ? l.dp : 1);
+  t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero_stage >= 2 ? l.dp : 1));
   t.step = makespan + dp_exposed + t.optimizer;
 
   est.flops = step_flops(m, l.global_batch, l.recompute, l.flash_attention);

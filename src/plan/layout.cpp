@@ -1,9 +1,11 @@
 #include "plan/layout.h"
 
 #include <charconv>
+#include <optional>
 #include <vector>
 
 #include "core/check.h"
+#include "plan/pipeline_model.h"
 
 namespace tessera::plan {
 
@@ -55,8 +57,6 @@ std::string recompute_name(Recompute r) {
   return "?";
 }
 
-std::string schedule_name(PipelineSchedule s) { return s == PipelineSchedule::GPipe ? "gpipe" : "1f1b"; }
-
 Layout parse_layout(std::string_view text, Layout l) {
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -76,13 +76,13 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else if (key == "dp") {
       l.dp = parse_small(key, value);
     } else if (key == "v") {
-      l.v = parse_small(key, value);
+      l.virtual_stages = parse_small(key, value);
     } else if (key == "mb") {
       l.micro_batch = parse_small(key, value);
     } else if (key == "gb") {
       l.global_batch = parse_int(key, value);
     } else if (key == "zero") {
-      l.zero = parse_small(key, value);
+      l.zero_stage = parse_small(key, value);
     } else if (key == "sp") {
       l.sp = parse_bool(key, value);
     } else if (key == "flash") {
@@ -99,28 +99,36 @@ Layout parse_layout(std::string_view text, Layout l) {
       else if (value == "fp32") l.precision = Precision::Fp32;
       else TS_FAIL("layout: 'precision={}' must be bf16 (with fp32 master weights) or fp32", value);
     } else if (key == "schedule") {
-      if (value == "1f1b" || value == "interleaved") l.schedule = PipelineSchedule::OneFOneB;
-      else if (value == "gpipe") l.schedule = PipelineSchedule::GPipe;
-      else TS_FAIL("layout: 'schedule={}' must be 1f1b (interleaved when v > 1) or gpipe", value);
+      const std::optional<config::ScheduleKind> kind = config::find_schedule_kind(value);
+      TS_CHECK(kind.has_value(), "layout: 'schedule={}' must be one of {} (1f1b with v > 1 is interleaved)", value,
+               config::schedule_kind_names());
+      l.schedule = *kind;
     } else {
       std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "sp", "precision", "schedule", "flash", "overlap"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
   }
+  // v > 1 without another schedule named means interleaved 1F1B, so layouts written without
+  // schedule= keep their meaning.
+  if (l.virtual_stages > 1 && l.schedule == config::ScheduleKind::OneFOneB) {
+    l.schedule = config::ScheduleKind::Interleaved;
+  }
   return l;
 }
 
 std::string to_string(const Layout& l) {
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}",
-                     l.tp, l.pp, l.dp, l.v, l.micro_batch, l.global_batch, l.zero, recompute_name(l.recompute),
+                     l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage,
+                     recompute_name(l.recompute),
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
                      l.flash_attention ? "true" : "false", l.overlap ? "true" : "false");
 }
 
 void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices) {
-  TS_CHECK(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.v >= 1 && l.micro_batch >= 1,
-           "layout: tp, pp, dp, v and mb must all be at least 1 (got tp={} pp={} dp={} v={} mb={})", l.tp, l.pp, l.dp, l.v,
+  const int v = l.virtual_stages;
+  TS_CHECK(l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && v >= 1 && l.micro_batch >= 1,
+           "layout: tp, pp, dp, v and mb must all be at least 1 (got tp={} pp={} dp={} v={} mb={})", l.tp, l.pp, l.dp, v,
            l.micro_batch);
   TS_CHECK(l.global_batch >= 1, "layout: the global batch must be at least 1 sequence (got {})", l.global_batch);
   TS_CHECK(l.devices() == devices,
@@ -134,21 +142,28 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            divisors_up_to(m.ffn(), 64));
   TS_CHECK(!l.sp || l.tp > 1, "layout: sp=true splits the sequence over the tensor-parallel group, which needs tp > 1");
   TS_CHECK(!l.sp || m.seq_len % l.tp == 0, "layout: sequence parallelism needs tp={} to divide model.seq_len={}", l.tp, m.seq_len);
-  TS_CHECK(m.n_layer % (int64_t{l.pp} * l.v) == 0,
+  TS_CHECK(m.n_layer % (int64_t{l.pp} * v) == 0,
            "layout: pp={} x v={} = {} model chunks must divide model.n_layer={} (stages hold equal layer counts); pick pp x v "
-           "among {}", l.pp, l.v, l.pp * l.v, m.n_layer, divisors_up_to(m.n_layer, 1 << 20));
-  TS_CHECK(l.v == 1 || l.pp > 1, "layout: v={} interleaves pipeline stages, which needs pp > 1", l.v);
-  TS_CHECK(l.v == 1 || l.schedule == PipelineSchedule::OneFOneB, "layout: interleaving (v={}) is a 1F1B schedule; use schedule=1f1b", l.v);
+           "among {}", l.pp, v, l.pp * v, m.n_layer, divisors_up_to(m.n_layer, 1 << 20));
+  TS_CHECK(v == 1 || l.pp > 1, "layout: v={} interleaves pipeline stages, which needs pp > 1", v);
+  TS_CHECK(v == 1 || l.schedule == config::ScheduleKind::Interleaved,
+           "layout: v={} places several model chunks on each stage, which only the interleaved schedule runs (got "
+           "schedule={}); use schedule=interleaved, or leave the schedule out",
+           v, config::schedule_name(l.schedule));
+  check_modeled_schedule(l.schedule);
   TS_CHECK(l.global_batch % (int64_t{l.dp} * l.micro_batch) == 0,
            "layout: global batch {} is not a multiple of dp={} x mb={} = {}; pick a batch that is, or another mb",
            l.global_batch, l.dp, l.micro_batch, int64_t{l.dp} * l.micro_batch);
-  TS_CHECK(l.v == 1 || l.microbatches() % l.pp == 0,
+  TS_CHECK(v == 1 || l.microbatches() % l.pp == 0,
            "layout: the interleaved schedule needs the microbatch count ({} = B / (dp x mb)) to be a multiple of pp={}",
            l.microbatches(), l.pp);
-  TS_CHECK(l.zero >= 0 && l.zero <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero);
-  TS_CHECK(l.zero <= 1 || l.pp == 1,
+  TS_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero_stage);
+  TS_CHECK(l.zero_stage <= 1 || l.pp == 1,
            "layout: ZeRO stage {} shards gradients (and parameters) every microbatch, which pipeline parallelism (pp={}) "
-           "cannot interleave; use zero=0 or zero=1 with pp > 1", l.zero, l.pp);
+           "cannot interleave; use zero=0 or zero=1 with pp > 1", l.zero_stage, l.pp);
+  // The rules every user of the layout shares (expert parallelism, for one, which the syntax above
+  // does not set); the planner's own checks above come first for their sharper messages.
+  l.validate();
 }
 
 }  // namespace tessera::plan

@@ -81,18 +81,17 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
 }
 
 MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
-  const PipelineShape shape = pipeline_shape(l);
   const int64_t b = l.micro_batch;
   const double e = element_bytes(l.precision);
   const double s = m.seq_len, h = m.n_embd, t = l.tp;
   const double bsh = d(b) * s * h;
   const bool first = stage == 0, last = stage == l.pp - 1;
 
-  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero, l.dp);
+  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp);
 
   // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
-  const int64_t chunks = pipeline.inflight_chunks(shape, stage);
-  const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.v);
+  const int64_t chunks = pipeline.inflight_chunks(l, stage);
+  const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.virtual_stages);
   const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
   const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
   mem.activations = d(chunks) * layers_per_chunk * kept;
@@ -100,8 +99,9 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
   mem.activations += everything - kept;
   const double R = bsh / (l.sp ? t : 1);
   if (first && m.dropout > 0) {
-    const double microbatches = std::ceil(d(chunks) / l.v);  // chunk 0 of each microbatch holds the embedding
-    mem.activations += microbatches * R;                     // embedding dropout mask
+    // Chunk 0 of each microbatch holds the embedding.
+    const double microbatches = std::ceil(d(chunks) / l.virtual_stages);
+    mem.activations += microbatches * R;  // embedding dropout mask
   }
   if (last) {
     // Final norm input and the head input, plus the fp32 probabilities the loss backward reads,
@@ -112,7 +112,7 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging
   if (l.pp > 1) mem.comm += 2 * e * bsh / (l.sp ? t : 1);  // boundary tensor being sent and received
   if (l.dp > 1) {
-    if (l.zero == 3) {
+    if (l.zero_stage == 3) {
       mem.comm += 2 * e * layer_params_per_rank(m, l.tp);  // gathered weights: current layer and the prefetched next
     } else {
       mem.comm += std::min(kGradBucketBytes, mem.grads);

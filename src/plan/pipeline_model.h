@@ -1,22 +1,15 @@
 #pragma once
 // How the pipeline schedule enters the cost model: the step's makespan given per-stage times, and
-// how many model chunks' activations a stage holds at its peak. Closed forms live here; a
-// schedule simulator can be plugged in through PipelineModel without touching the rest.
+// how many model chunks' activations a stage holds at its peak. Both read the pipeline from the
+// layout: p = pp, v = virtual_stages, m = microbatches(), the kind = schedule. Closed forms live
+// here; a schedule simulator can be plugged in through PipelineModel without touching the rest.
 #include <cstdint>
 #include <functional>
 #include <string>
 
-#include "plan/layout.h"
+#include "config/parallel_layout.h"
 
 namespace tessera::plan {
-
-struct PipelineShape {
-  int stages = 1;             // p
-  int64_t microbatches = 1;   // m per step
-  int chunks = 1;             // v model chunks per stage
-  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-};
-PipelineShape pipeline_shape(const Layout& l);
 
 // Times of one microbatch on the slowest stage: forward and backward over all of its chunks
 // (tensor-parallel communication and recompute included), and one point-to-point transfer of a
@@ -30,10 +23,15 @@ struct StageTimes {
 struct PipelineModel {
   std::string name;
   // Seconds from the first forward to the last backward of a step.
-  std::function<double(const PipelineShape&, const StageTimes&)> makespan;
+  std::function<double(const config::ParallelLayout&, const StageTimes&)> makespan;
   // Chunk-microbatches whose activations stage `stage` holds at once, at its peak.
-  std::function<int64_t(const PipelineShape&, int stage)> inflight_chunks;
+  std::function<int64_t(const config::ParallelLayout&, int stage)> inflight_chunks;
 };
+
+// The cost model describes 1F1B, interleaved 1F1B and GPipe. ZB-H1 would need the weight-gradient
+// share of backward and PipeDream-2BW a second weight version in memory, which it does not count:
+// throws naming `tessera simulate` for them.
+void check_modeled_schedule(config::ScheduleKind kind);
 
 // Closed forms (Narayanan et al. 2021; Huang et al. 2019):
 //   p = 1:        m (t_f + t_b)
@@ -42,9 +40,9 @@ struct PipelineModel {
 // In flight at stage r (Megatron's warm-up counts, plus the one in steady state):
 //   1F1B: min(p - r, m); interleaved: min(2 (p - r - 1) + (v - 1) p + 1, v m) chunks; GPipe: m.
 PipelineModel closed_form_pipeline();
-double closed_form_makespan(const PipelineShape& shape, const StageTimes& times);
-int64_t closed_form_inflight_chunks(const PipelineShape& shape, int stage);
+double closed_form_makespan(const config::ParallelLayout& layout, const StageTimes& times);
+int64_t closed_form_inflight_chunks(const config::ParallelLayout& layout, int stage);
 // The idle fraction of the ideal time: (p - 1)/(v m) for 1F1B, (p - 1)/m for GPipe.
-double closed_form_bubble_fraction(const PipelineShape& shape);
+double closed_form_bubble_fraction(const config::ParallelLayout& layout);
 
 }  // namespace tessera::plan

@@ -62,11 +62,12 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
                 l.tp = static_cast<int>(tp);
                 l.pp = static_cast<int>(pp);
                 l.dp = static_cast<int>(dp);
-                l.v = static_cast<int>(v);
+                l.virtual_stages = static_cast<int>(v);
+                l.schedule = v > 1 ? config::ScheduleKind::Interleaved : config::ScheduleKind::OneFOneB;
                 l.micro_batch = static_cast<int>(mb);
                 l.global_batch = r.global_batch;
                 l.sp = sp;
-                l.zero = zero;
+                l.zero_stage = zero;
                 l.recompute = rc;
                 l.precision = r.precision;
                 l.flash_attention = r.flash_attention;

@@ -53,7 +53,8 @@ Layout published_layout(const PublishedRow& row) {
     const int per_stage = row.layers / row.pp;
     for (int v = 2; v <= per_stage; ++v) {
       if (per_stage % v == 0) {
-        l.v = v;
+        l.virtual_stages = v;
+        l.schedule = config::ScheduleKind::Interleaved;
         break;
       }
     }
@@ -81,7 +82,8 @@ std::string format_accuracy_table(const std::vector<AccuracyRow>& rows, const Cl
     const Layout& l = e.layout;
     const double step = e.time.step;
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.0f} | {:.1f} | {:+.1f}% | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f} |\n",
-                       a.row.config, l.tp, l.pp, l.dp, l.v, l.global_batch, l.microbatches(), a.row.tflops_per_gpu,
+                       a.row.config, l.tp, l.pp, l.dp, l.virtual_stages, l.global_batch, l.microbatches(),
+                       a.row.tflops_per_gpu,
                        e.tflops_per_device, 100 * a.error, 100 * e.time.bubble / step, 100 * e.time.tp_comm / step,
                        100 * e.time.dp_comm / step, e.memory.memory.total() / (1024.0 * 1024.0 * 1024.0));
     sum_abs += std::abs(a.error);

@@ -15,8 +15,8 @@ std::string human_count(double n) {
 }
 
 std::string short_layout(const Layout& l) {
-  return fmt::format("{:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9}", l.tp, l.pp, l.dp, l.v, l.micro_batch, l.sp ? "yes" : "no",
-                     l.zero, recompute_name(l.recompute));
+  return fmt::format("{:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9}", l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch,
+                     l.sp ? "yes" : "no", l.zero_stage, recompute_name(l.recompute));
 }
 std::string flop_rate(double flops) {
   return flops >= 1e12 ? fmt::format("{:.0f} TFLOP/s", flops / 1e12) : fmt::format("{:.0f} GFLOP/s", flops / 1e9);
@@ -71,9 +71,10 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   out += fmt::format("model:   {}\n", describe_model(m));
   out += fmt::format("cluster: {}\n", describe_cluster(c));
   out += fmt::format("layout:  {}\n", to_string(l));
+  const bool interleaved = l.virtual_stages > 1;
   out += fmt::format("         {} devices, {} microbatches of {} per pipeline per step, schedule {}{}\n\n", l.devices(),
-                     l.microbatches(), l.micro_batch, l.v > 1 ? "interleaved 1f1b" : schedule_name(l.schedule),
-                     l.v > 1 ? fmt::format(" (v={})", l.v) : std::string());
+                     l.microbatches(), l.micro_batch, interleaved ? "interleaved 1f1b" : config::schedule_name(l.schedule),
+                     interleaved ? fmt::format(" (v={})", l.virtual_stages) : std::string());
   out += fmt::format("memory per device (stage {} of {}), GiB:\n", e.memory.stage, l.pp);
   for (auto tag : kMemoryTags) out += fmt::format("  {:<12} {:9.2f}\n", tag, mem.by_tag(tag) / kGiB);
   out += fmt::format("  {:<12} {:9.2f}   of {:.2f} usable: {}\n\n", "total", mem.total() / kGiB, e.memory_capacity / kGiB,

@@ -82,17 +82,21 @@ void truncate_history(const std::string& path, int64_t upto) {
 // The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
 // so a wrong world size fails on every rank with the factors named.
 std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* world) {
-  const dist::ParallelDims dims{.dp = cfg.parallel.dp};
+  config::ParallelLayout layout;
+  layout.dp = cfg.parallel.dp;
+  layout.zero_stage = cfg.parallel.zero_stage;
+  layout.micro_batch = cfg.train.micro_batch_size;
+  layout.global_batch = cfg.train.batch_size;
   const int world_size = world == nullptr ? 1 : world->size();
   try {
-    dims.validate(world_size);
+    layout.validate_world(world_size);
   } catch (const Error& e) {
     TS_FAIL("{}. tessera train runs one process per data-parallel rank: start it with `tessera launch -n {} -- train "
             "...` (or mpirun -n {}), or set parallel.dp = {}",
-            e.what(), dims.world_size(), dims.world_size(), world_size);
+            e.what(), layout.world_size(), layout.world_size(), world_size);
   }
   if (world == nullptr) return std::nullopt;
-  return std::optional<dist::Mesh>(std::in_place, *world, dims);
+  return std::optional<dist::Mesh>(std::in_place, *world, layout);
 }
 
 parallel::EngineOptions engine_options(const RunConfig& cfg) {

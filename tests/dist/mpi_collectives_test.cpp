@@ -22,6 +22,7 @@
 
 using namespace tessera;
 using namespace tessera::dist;
+using tessera::config::ParallelLayout;
 
 namespace {
 
@@ -303,9 +304,9 @@ void test_split_and_mesh(Communicator& world, Checks& t) {
 
   if (n == 4) {
     // A 2 x 2 layout: tp pairs of adjacent ranks, dp pairs across them.
-    Mesh mesh(world, ParallelDims{.dp = 2, .pp = 1, .tp = 2, .ep = 2});
-    t.expect(mesh.tp().group_ranks() == group_of(mesh.dims(), MeshDim::TP, rank), "mesh tp group");
-    t.expect(mesh.dp().group_ranks() == group_of(mesh.dims(), MeshDim::DP, rank), "mesh dp group");
+    Mesh mesh(world, ParallelLayout{.dp = 2, .tp = 2, .pp = 1, .ep = 2});
+    t.expect(mesh.tp().group_ranks() == group_of(mesh.layout(), MeshDim::TP, rank), "mesh tp group");
+    t.expect(mesh.dp().group_ranks() == group_of(mesh.layout(), MeshDim::DP, rank), "mesh dp group");
     std::vector<int32_t> tpv{rank}, dpv{rank};
     mesh.tp().all_reduce(std::span(tpv), ReduceOp::Sum)->wait();
     mesh.dp().all_reduce(std::span(dpv), ReduceOp::Sum)->wait();
@@ -315,7 +316,7 @@ void test_split_and_mesh(Communicator& world, Checks& t) {
     t.expect(mesh.coords().tp == rank % 2 && mesh.coords().dp == rank / 2, "mesh coordinates");
   }
   // A layout that does not fit fails on every rank with the same message.
-  t.expect_error([&] { Mesh bad(world, ParallelDims{.dp = n + 1}); }, fmt::format("≠ world size {}", n),
+  t.expect_error([&] { Mesh bad(world, ParallelLayout{.dp = n + 1}); }, fmt::format("≠ world size {}", n),
                  "mesh of the wrong size");
 }
 

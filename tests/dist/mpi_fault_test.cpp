@@ -21,6 +21,7 @@
 
 using namespace tessera;
 using namespace tessera::dist;
+using tessera::config::ParallelLayout;
 
 int main(int argc, char** argv) {
   std::string mode = "watchdog", group = "world", marker;
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<Mesh> mesh;
     Communicator* comm = world.get();
     if (group == "tp") {
-      mesh = std::make_unique<Mesh>(*world, ParallelDims{.dp = world->size() / 2, .tp = 2});
+      mesh = std::make_unique<Mesh>(*world, ParallelLayout{.dp = world->size() / 2, .tp = 2});
       comm = &mesh->tp();
     }
     const bool in_victims_group =

@@ -17,9 +17,11 @@
 #include "plan/pipeline/simulation_report.h"
 #include "plan/pipeline/simulator.h"
 #include "plan/pipeline/timeline.h"
+#include "pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;
+using tessera::pipeline::test_util::pipeline_layout;
 using namespace tessera::plan;
 
 namespace {
@@ -39,8 +41,8 @@ void expect_golden(const std::string& name, const std::string& actual) {
   EXPECT_EQ(actual, expected.str()) << "drawing differs from " << path;
 }
 
-Timeline simulated(ScheduleKind kind, ScheduleShape shape, double tf, double tb, double tw) {
-  const Schedule s = make_schedule(kind, shape);
+Timeline simulated(const config::ParallelLayout& layout, double tf, double tb, double tw) {
+  const Schedule s = make_schedule(layout);
   const SimulationResult r = simulate_schedule(s, uniform_costs(s, tf, tb, tw));
   Timeline t = schedule_timeline(s, r);
   t.notes.push_back(simulation_caption(r, closed_form_bubble(s, tf, tb, tw)));
@@ -56,20 +58,21 @@ std::size_t count(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST(PipelineDrawing, GoldenGridAndSvgForOneFOneB) {
-  const Timeline t = simulated(ScheduleKind::OneFOneB, {2, 3}, 1, 2, 0);
+  const Timeline t = simulated(pipeline_layout(ScheduleKind::OneFOneB, 2, 3), 1, 2, 0);
   expect_golden("1f1b_p2_m3.txt", render_grid(t));
   expect_golden("1f1b_p2_m3.svg", render_svg(t));
 }
 
 TEST(PipelineDrawing, GoldenGridForInterleavedAndZeroBubble) {
-  expect_golden("interleaved_p2_m2_v2.txt", render_grid(simulated(ScheduleKind::Interleaved, {2, 2, 2}, 1, 2, 0)));
-  expect_golden("zb-h1_p3_m4.txt", render_grid(simulated(ScheduleKind::ZeroBubbleH1, {3, 4}, 1, 2, 1)));
+  expect_golden("interleaved_p2_m2_v2.txt",
+                render_grid(simulated(pipeline_layout(ScheduleKind::Interleaved, 2, 2, 2), 1, 2, 0)));
+  expect_golden("zb-h1_p3_m4.txt", render_grid(simulated(pipeline_layout(ScheduleKind::ZeroBubbleH1, 3, 4), 1, 2, 1)));
 }
 
 // The grid's dots are the bubble: 1F1B p = 4, m = 8 with t_f = 1, t_b = 2 leaves each rank idle
 // (p - 1)(t_f + t_b) = 9 time units, i.e. 9 cells of 4 characters ("[F0]" is the widest 1-cell box).
 TEST(PipelineDrawing, GridDotsAreTheBubble) {
-  const std::string grid = render_grid(simulated(ScheduleKind::OneFOneB, {4, 8}, 1, 2, 0));
+  const std::string grid = render_grid(simulated(pipeline_layout(ScheduleKind::OneFOneB, 4, 8), 1, 2, 0));
   std::istringstream lines(grid);
   int rows = 0;
   for (std::string line; std::getline(lines, line);) {

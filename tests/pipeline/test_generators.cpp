@@ -10,15 +10,17 @@
 #include "core/check.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
+#include "pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;
+using tessera::pipeline::test_util::pipeline_layout;
 
 namespace {
 
-std::string error_of(ScheduleKind kind, ScheduleShape shape) {
+std::string error_of(ScheduleKind kind, int p, int m, int v = 1, GeneratorOptions options = {}) {
   try {
-    make_schedule(kind, shape);
+    make_schedule(pipeline_layout(kind, p, m, v), options);
   } catch (const Error& e) {
     return e.what();
   }
@@ -57,17 +59,18 @@ std::vector<std::string> split(const std::string& text) {
 }  // namespace
 
 TEST(PipelineGenerators, RefuseBadShapesWithTheFix) {
-  EXPECT_NE(error_of(ScheduleKind::OneFOneB, {0, 8}).find("at least one stage (got p = 0)"), std::string::npos);
-  EXPECT_NE(error_of(ScheduleKind::GPipe, {4, 0}).find("at least one microbatch (got m = 0)"), std::string::npos);
-  const std::string interleaved = error_of(ScheduleKind::Interleaved, {4, 6, 2});
+  EXPECT_NE(error_of(ScheduleKind::OneFOneB, 0, 8).find("at least one stage (got p = 0)"), std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::GPipe, 4, 0).find("at least one microbatch (got m = 0)"), std::string::npos);
+  const std::string interleaved = error_of(ScheduleKind::Interleaved, 4, 6, 2);
   EXPECT_NE(interleaved.find("multiple of the number of stages (m = 6 is not a multiple of p = 4)"), std::string::npos)
       << interleaved;
   EXPECT_NE(interleaved.find("use m = 4 or m = 8"), std::string::npos) << interleaved;
-  EXPECT_NE(error_of(ScheduleKind::Interleaved, {4, 3, 2}).find("use m = 4"), std::string::npos);
-  EXPECT_NE(error_of(ScheduleKind::GPipe, {4, 8, 2}).find("use the interleaved schedule for v > 1"), std::string::npos);
-  EXPECT_NE(error_of(ScheduleKind::PipeDream2BW, {4, 3}).find("use m >= 4"), std::string::npos);
-  EXPECT_NE(error_of(ScheduleKind::OneFOneB, {4, 8, 1, 3}).find("only 2bw runs several steps"), std::string::npos);
-  EXPECT_NE(error_of(ScheduleKind::OneFOneB, {-1, 8}).find("p = -1"), std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::Interleaved, 4, 3, 2).find("use m = 4"), std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::GPipe, 4, 8, 2).find("use the interleaved schedule for v > 1"), std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::PipeDream2BW, 4, 3).find("use m >= 4"), std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::OneFOneB, 4, 8, 1, {.steps = 3}).find("only 2bw runs several steps"),
+            std::string::npos);
+  EXPECT_NE(error_of(ScheduleKind::OneFOneB, -1, 8).find("p = -1"), std::string::npos);
   try {
     parse_schedule_kind("1f1b-interleaved");
     FAIL() << "unknown name accepted";
@@ -79,24 +82,43 @@ TEST(PipelineGenerators, RefuseBadShapesWithTheFix) {
     EXPECT_EQ(parse_schedule_kind(schedule_name(k)), k);
 }
 
+TEST(PipelineGenerators, MicrobatchesComeFromTheLayoutsBatch) {
+  // m = B / (dp x b): dp and the microbatch size change how many microbatches a pipeline runs, not
+  // the order it runs them in.
+  config::ParallelLayout layout = pipeline_layout(ScheduleKind::OneFOneB, 4, 8);
+  layout.dp = 2;
+  layout.micro_batch = 2;
+  layout.global_batch = 32;
+  EXPECT_EQ(make_schedule(layout).microbatches, 8);
+  EXPECT_EQ(make_schedule(layout).programs, make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 8)).programs);
+  layout.global_batch = 30;
+  std::string e;
+  try {
+    make_schedule(layout);
+  } catch (const Error& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("the global batch 30 is not a multiple of dp 2 × micro batch 2 = 4"), std::string::npos) << e;
+}
+
 TEST(PipelineGenerators, GPipeRunsAllForwardsThenAllBackwards) {
-  const Schedule s = make_gpipe({3, 4});
+  const Schedule s = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 3, 4));
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(compute_tokens(s, r), split("F0 F1 F2 F3 B3 B2 B1 B0 O")) << "rank " << r;
 }
 
 TEST(PipelineGenerators, OneFOneBWarmsUpThenAlternates) {
-  const Schedule s = make_one_f_one_b({4, 6});
+  const Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 6));
   EXPECT_EQ(compute_tokens(s, 0), split("F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 O"));
   EXPECT_EQ(compute_tokens(s, 2), split("F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 B5 O"));
   EXPECT_EQ(compute_tokens(s, 3), split("F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 O"));
   // Fewer microbatches than stages: the warm-up is cut short and nothing is invented.
-  const Schedule few = make_one_f_one_b({4, 2});
+  const Schedule few = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 2));
   EXPECT_EQ(compute_tokens(few, 0), split("F0 F1 B0 B1 O"));
 }
 
 TEST(PipelineGenerators, TransfersNameTheirPeerTensorAndMicrobatch) {
-  const Schedule s = make_one_f_one_b({4, 3});
+  const Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 3));
   for (int r = 0; r < 4; ++r)
     for (const Instruction& ins : s.programs[r]) {
       if (!is_transfer(ins.op)) continue;
@@ -121,7 +143,7 @@ TEST(PipelineGenerators, TransfersNameTheirPeerTensorAndMicrobatch) {
 }
 
 TEST(PipelineGenerators, InterleavedPlacesNonConsecutiveChunks) {
-  const Schedule s = make_interleaved({2, 4, 2});
+  const Schedule s = make_interleaved(pipeline_layout(ScheduleKind::Interleaved, 2, 4, 2));
   EXPECT_EQ(s.stages(), 4);
   // Rank 0 holds stages 0 and 2, rank 1 stages 1 and 3.
   for (int r = 0; r < 2; ++r)
@@ -137,11 +159,12 @@ TEST(PipelineGenerators, InterleavedPlacesNonConsecutiveChunks) {
       order.push_back(fmt::format("{}{}c{}", ins.op == Op::Forward ? "F" : "B", ins.microbatch, ins.chunk));
   EXPECT_EQ(order, split("F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 B2c1 B3c1 B2c0 B3c0"));
   // v = 1 is plain 1F1B.
-  EXPECT_EQ(compute_tokens(make_interleaved({4, 6, 1}), 1), compute_tokens(make_one_f_one_b({4, 6}), 1));
+  EXPECT_EQ(compute_tokens(make_interleaved(pipeline_layout(ScheduleKind::Interleaved, 4, 6)), 1),
+            compute_tokens(make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 6)), 1));
 }
 
 TEST(PipelineGenerators, ZeroBubbleSplitsBackwardAndDelaysWeightGradients) {
-  const Schedule s = make_zero_bubble_h1({4, 6});
+  const Schedule s = make_zero_bubble_h1(pipeline_layout(ScheduleKind::ZeroBubbleH1, 4, 6));
   EXPECT_TRUE(s.split_backward);
   EXPECT_EQ(compute_tokens(s, 0), split("F0 F1 F2 F3 b0 W0 F4 b1 W1 F5 b2 W2 b3 W3 b4 W4 b5 W5 O"));
   EXPECT_EQ(compute_tokens(s, 3), split("F0 b0 F1 b1 F2 b2 F3 b3 W0 F4 b4 W1 F5 b5 W2 W3 W4 W5 O"));
@@ -151,7 +174,7 @@ TEST(PipelineGenerators, ZeroBubbleSplitsBackwardAndDelaysWeightGradients) {
 
 TEST(PipelineGenerators, PipeDream2BWWritesTheWeightVersionOnEveryInstruction) {
   const int p = 3, m = 4, steps = 3;
-  const Schedule s = make_pipedream_2bw({p, m, 1, steps});
+  const Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, p, m), {.steps = steps});
   EXPECT_FALSE(s.flush);
   for (int r = 0; r < p; ++r) {
     int steps_seen = 0;
@@ -178,7 +201,7 @@ TEST(PipelineGenerators, PipeDream2BWWritesTheWeightVersionOnEveryInstruction) {
 }
 
 TEST(PipelineGenerators, RecomputePrecedesEveryBackward) {
-  const Schedule s = make_one_f_one_b({3, 4, 1, 1, true});
+  const Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 3, 4), {.recompute = true});
   for (int r = 0; r < 3; ++r) {
     const auto& program = s.programs[r];
     int recomputes = 0;
@@ -200,7 +223,8 @@ TEST(PipelineGenerators, RecomputePrecedesEveryBackward) {
 TEST(PipelineGenerators, SameInputSameLists) {
   for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                          ScheduleKind::PipeDream2BW, ScheduleKind::ZeroBubbleH1}) {
-    const ScheduleShape shape{4, 8, k == ScheduleKind::Interleaved ? 2 : 1, k == ScheduleKind::PipeDream2BW ? 2 : 1};
-    EXPECT_EQ(make_schedule(k, shape).programs, make_schedule(k, shape).programs) << schedule_name(k);
+    const config::ParallelLayout layout = pipeline_layout(k, 4, 8, k == ScheduleKind::Interleaved ? 2 : 1);
+    const GeneratorOptions options{.steps = k == ScheduleKind::PipeDream2BW ? 2 : 1};
+    EXPECT_EQ(make_schedule(layout, options).programs, make_schedule(layout, options).programs) << schedule_name(k);
   }
 }

@@ -12,9 +12,11 @@
 #include "plan/pipeline/closed_form.h"
 #include "plan/pipeline/simulation_report.h"
 #include "plan/pipeline/simulator.h"
+#include "pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;
+using tessera::pipeline::test_util::pipeline_layout;
 using namespace tessera::plan;
 
 namespace {
@@ -37,7 +39,7 @@ TEST(PipelineSimulator, GPipeAndOneFOneBMatchTheClosedForm) {
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m)
         for (TransferMode mode : {TransferMode::Async, TransferMode::Blocking}) {
-          const Schedule s = make_schedule(kind, {p, m});
+          const Schedule s = make_schedule(pipeline_layout(kind, p, m));
           const double tf = 0.7, tb = 1.4;
           const SimulationResult r = run(s, tf, tb, 0.0, mode);
           const std::string where = std::string(schedule_name(kind)) + " p=" + std::to_string(p) + " m=" + std::to_string(m);
@@ -62,7 +64,7 @@ TEST(PipelineSimulator, InterleavedDividesTheBubbleByV) {
   for (int p = 1; p <= 8; ++p)
     for (int v = 1; v <= 4; ++v)
       for (int m = p; m <= 16; m += p) {
-        const Schedule s = make_interleaved({p, m, v});
+        const Schedule s = make_interleaved(pipeline_layout(ScheduleKind::Interleaved, p, m, v));
         const double tf = 1.0, tb = 2.0;
         const SimulationResult r = run(s, tf, tb, 0.0);
         const double ideal = m * (tf + tb);
@@ -92,7 +94,7 @@ TEST(PipelineSimulator, BlockingTransfersNeverBeatAsyncOnes) {
         for (int v = 1; v <= 4; ++v) {
           Schedule s;
           try {
-            s = make_schedule(kind, {p, m, v, kind == ScheduleKind::PipeDream2BW ? 3 : 1});
+            s = make_schedule(pipeline_layout(kind, p, m, v), {.steps = kind == ScheduleKind::PipeDream2BW ? 3 : 1});
           } catch (const Error&) {
             continue;
           }
@@ -108,7 +110,7 @@ TEST(PipelineSimulator, BlockingTransfersNeverBeatAsyncOnes) {
           }
         }
   EXPECT_EQ(slower, 30);
-  const Schedule s = make_interleaved({2, 8, 2});
+  const Schedule s = make_interleaved(pipeline_layout(ScheduleKind::Interleaved, 2, 8, 2));
   EXPECT_NEAR(run(s, 1, 2, 0).total_time, 25.5, kTol);
   EXPECT_NEAR(run(s, 1, 2, 0, TransferMode::Blocking).total_time, 28.5, kTol);
 }
@@ -117,8 +119,8 @@ TEST(PipelineSimulator, BlockingTransfersNeverBeatAsyncOnes) {
 // idles (p - 1)(t_F + t_B - t_W) = 3, a third of 1F1B's (p - 1)(t_F + t_B + t_W) = 9, at the same
 // peak memory as 1F1B's first rank (p microbatches).
 TEST(PipelineSimulator, ZeroBubbleH1HasAThirdOfTheOneFOneBBubble) {
-  const Schedule zb = make_zero_bubble_h1({4, 8});
-  const Schedule ofob = make_one_f_one_b({4, 8});
+  const Schedule zb = make_zero_bubble_h1(pipeline_layout(ScheduleKind::ZeroBubbleH1, 4, 8));
+  const Schedule ofob = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 8));
   const SimulationResult z = run(zb, 1, 2, 1);
   const SimulationResult o = run(ofob, 1, 2, 1);
   EXPECT_NEAR(z.total_time, 27.0, kTol);
@@ -141,7 +143,7 @@ TEST(PipelineSimulator, ZeroBubbleH1MatchesItsClosedForm) {
   for (const Costs c : {Costs{1, 2, 1}, Costs{1, 3, 1}, Costs{2, 3, 1}, Costs{1, 1, 0.5}})
     for (int p = 1; p <= 8; ++p)
       for (int m = p; m <= 16; ++m) {
-        const Schedule s = make_zero_bubble_h1({p, m});
+        const Schedule s = make_zero_bubble_h1(pipeline_layout(ScheduleKind::ZeroBubbleH1, p, m));
         const SimulationResult r = run(s, c.forward, c.backward, c.weight);
         const double input = c.backward - c.weight;
         const double expected = m * (c.forward + c.backward) + (p - 1) * (c.forward + input - c.weight);
@@ -156,7 +158,7 @@ TEST(PipelineSimulator, PipeDream2BWPaysOneFillForAllSteps) {
   for (int p = 1; p <= 6; ++p)
     for (int steps : {1, 2, 4}) {
       const int m = p + 1;
-      const Schedule s = make_pipedream_2bw({p, m, 1, steps});
+      const Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, p, m), {.steps = steps});
       const SimulationResult r = run(s, 1, 2, 0);
       EXPECT_NEAR(r.total_time, (steps * m + p - 1) * 3.0, kTol) << "p=" << p << " steps=" << steps;
       EXPECT_NEAR(r.bubble_fraction, closed_form_bubble(s, 1, 2, 0)->fraction, kTol);
@@ -172,12 +174,12 @@ TEST(PipelineSimulator, PipeDream2BWPaysOneFillForAllSteps) {
 TEST(PipelineSimulator, PointToPointCostLengthensTheCriticalPath) {
   const double c = 0.25;
   for (int p = 1; p <= 6; ++p) {
-    const Schedule one = make_gpipe({p, 1});
+    const Schedule one = make_gpipe(pipeline_layout(ScheduleKind::GPipe, p, 1));
     EXPECT_NEAR(run(one, 1, 2, 0, TransferMode::Async, c).total_time, p * 3.0 + 2 * (p - 1) * c, kTol);
     EXPECT_NEAR(run(one, 1, 2, 0, TransferMode::Blocking, c).total_time, p * 3.0 + 2 * (p - 1) * c, kTol);
   }
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-    const Schedule s = make_schedule(kind, {4, 8});
+    const Schedule s = make_schedule(pipeline_layout(kind, 4, 8));
     const double async = run(s, 1, 2, 0, TransferMode::Async, c).total_time;
     const double blocking = run(s, 1, 2, 0, TransferMode::Blocking, c).total_time;
     EXPECT_GE(async, 33.0 + 2 * 3 * c - kTol) << schedule_name(kind);
@@ -188,7 +190,7 @@ TEST(PipelineSimulator, PointToPointCostLengthensTheCriticalPath) {
 }
 
 TEST(PipelineSimulator, UnevenStagesFollowTheSlowestStage) {
-  const Schedule gpipe = make_gpipe({2, 1});
+  const Schedule gpipe = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 2, 1));
   PipelineCosts c = uniform_costs(gpipe, 1, 2, 0);
   c.forward = {1, 3};
   c.backward = {2, 5};
@@ -196,7 +198,7 @@ TEST(PipelineSimulator, UnevenStagesFollowTheSlowestStage) {
 
   // 1F1B, p = 2, m = 4, stage 1 twice as slow: it runs 4 (2 + 4) back to back after rank 0's
   // first forward, and rank 0's last backward follows it: 1 + 24 + 2.
-  const Schedule ofob = make_one_f_one_b({2, 4});
+  const Schedule ofob = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 2, 4));
   PipelineCosts d = uniform_costs(ofob, 1, 2, 0);
   d.forward = {1, 2};
   d.backward = {2, 4};
@@ -206,8 +208,8 @@ TEST(PipelineSimulator, UnevenStagesFollowTheSlowestStage) {
 }
 
 TEST(PipelineSimulator, RecomputeTradesTimeForMemory) {
-  const Schedule plain = make_gpipe({1, 3});
-  const Schedule recompute = make_gpipe({1, 3, 1, 1, true});
+  const Schedule plain = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 1, 3));
+  const Schedule recompute = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 1, 3), {.recompute = true});
   const SimulationResult a = run(plain, 1, 2, 0);
   PipelineCosts c = uniform_costs(recompute, 1, 2, 0);
   c.stashed_fraction = 0.25;
@@ -220,7 +222,7 @@ TEST(PipelineSimulator, RecomputeTradesTimeForMemory) {
 }
 
 TEST(PipelineSimulator, BadCostsAndStuckSchedulesAreRefused) {
-  const Schedule s = make_one_f_one_b({2, 2});
+  const Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 2, 2));
   PipelineCosts c = uniform_costs(s, 1, 2, 0);
   c.forward.pop_back();
   EXPECT_THROW(simulate_schedule(s, c), Error);
@@ -246,7 +248,7 @@ TEST(PipelineSimulator, BadCostsAndStuckSchedulesAreRefused) {
 }
 
 TEST(PipelineSimulator, ReportPutsTheClosedFormNextToTheSimulatedBubble) {
-  const Schedule s = make_one_f_one_b({4, 8});
+  const Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 4, 8));
   const SimulationResult r = run(s, 1, 2, 0);
   const std::string text = simulation_report(s, validate(s), r, closed_form_bubble(s, 1, 2, 0));
   EXPECT_NE(text.find("0.2727 simulated, 0.2727 closed form (p-1)/(m+p-1)"), std::string::npos) << text;

@@ -9,9 +9,11 @@
 #include "core/check.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
+#include "pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;
+using tessera::pipeline::test_util::pipeline_layout;
 
 namespace {
 
@@ -41,10 +43,10 @@ TEST(PipelineValidator, EveryGeneratedScheduleIsValid) {
     for (int p = 1; p <= 8; ++p)
       for (int m = 1; m <= 16; ++m)
         for (int v = 1; v <= 4; ++v) {
-          const ScheduleShape shape{p, m, v, kind == ScheduleKind::PipeDream2BW ? 3 : 1};
+          const GeneratorOptions options{.steps = kind == ScheduleKind::PipeDream2BW ? 3 : 1};
           Schedule s;
           try {
-            s = make_schedule(kind, shape);
+            s = make_schedule(pipeline_layout(kind, p, m, v), options);
           } catch (const Error&) {
             continue;  // refusals are tested in test_generators
           }
@@ -91,7 +93,7 @@ TEST(PipelineValidator, SwappedSendOrderDeadlocksAndNamesTheRanks) {
   // GPipe, p = 2, m = 2. Rank 0 runs both forwards, then sends microbatch 1 before microbatch 0,
   // while rank 1 receives microbatch 0 first. Data order stays correct; only the send order is
   // swapped, which blocking send/recv cannot survive.
-  Schedule s = make_gpipe({2, 2});
+  Schedule s = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 2, 2));
   auto& rank0 = s.programs[0];
   const Instruction send0 = rank0[find(rank0, Op::Send, Tensor::Activation, 0)];
   const Instruction send1 = rank0[find(rank0, Op::Send, Tensor::Activation, 1)];
@@ -121,7 +123,7 @@ TEST(PipelineValidator, HeadToHeadSendsDeadlockUnderBlockingSemantics) {
   // Both neighbours send first: rank 0 its activation, rank 1 the gradient of an earlier
   // microbatch. Fine with buffered sends, a deadlock with blocking ones: the validator assumes the
   // strictest executor.
-  Schedule s = make_one_f_one_b({2, 3});
+  Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 2, 3));
   auto& rank1 = s.programs[1];
   const std::size_t recv = find(rank1, Op::Recv, Tensor::Activation, 1);
   const std::size_t send = find(rank1, Op::Send, Tensor::Gradient, 0);
@@ -134,7 +136,7 @@ TEST(PipelineValidator, HeadToHeadSendsDeadlockUnderBlockingSemantics) {
 }
 
 TEST(PipelineValidator, UnmatchedTransfersAreReported) {
-  Schedule s = make_one_f_one_b({3, 2});
+  Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 3, 2));
   auto& rank2 = s.programs[2];
   rank2.erase(rank2.begin() + static_cast<std::ptrdiff_t>(find(rank2, Op::Recv, Tensor::Activation, 1)));
   const ValidationReport r = validate(s);
@@ -144,7 +146,7 @@ TEST(PipelineValidator, UnmatchedTransfersAreReported) {
 }
 
 TEST(PipelineValidator, BackwardBeforeForwardIsCaught) {
-  Schedule s = make_one_f_one_b({1, 2});
+  Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 1, 2));
   auto& program = s.programs[0];
   std::swap(program[find(program, Op::Forward, Tensor::None, 1)], program[find(program, Op::Backward, Tensor::None, 1)]);
   const ValidationReport r = validate(s);
@@ -152,13 +154,13 @@ TEST(PipelineValidator, BackwardBeforeForwardIsCaught) {
 }
 
 TEST(PipelineValidator, DuplicateAndMissingWorkIsCaught) {
-  Schedule s = make_gpipe({2, 2});
+  Schedule s = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 2, 2));
   auto& rank1 = s.programs[1];
   const std::size_t b = find(rank1, Op::Backward, Tensor::None, 0);
   rank1.insert(rank1.begin() + static_cast<std::ptrdiff_t>(b), rank1[b]);
   EXPECT_TRUE(mentions(validate(s), "backward a second time"));
 
-  Schedule missing = make_gpipe({2, 2});
+  Schedule missing = make_gpipe(pipeline_layout(ScheduleKind::GPipe, 2, 2));
   auto& r0 = missing.programs[0];
   r0.erase(r0.begin() + static_cast<std::ptrdiff_t>(find(r0, Op::Backward, Tensor::None, 1)));
   const ValidationReport r = validate(missing);
@@ -167,17 +169,17 @@ TEST(PipelineValidator, DuplicateAndMissingWorkIsCaught) {
 }
 
 TEST(PipelineValidator, MalformedInstructionsAreNamed) {
-  Schedule s = make_one_f_one_b({3, 2});
+  Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 3, 2));
   s.programs[1][find(s.programs[1], Op::Send, Tensor::Activation, 0)].peer = 0;
   EXPECT_TRUE(mentions(validate(s), "stage 2 lives on rank 2")) << validate(s).summary();
 
-  Schedule t = make_one_f_one_b({3, 2});
+  Schedule t = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 3, 2));
   t.programs[0][0].stage = 1;
   EXPECT_TRUE(mentions(validate(t), "stage 1 lives on rank 1, not here"));
 }
 
 TEST(PipelineValidator, OptimizerStepMustWaitForTheFlush) {
-  Schedule s = make_one_f_one_b({2, 3});
+  Schedule s = make_one_f_one_b(pipeline_layout(ScheduleKind::OneFOneB, 2, 3));
   auto& rank0 = s.programs[0];
   Instruction step = rank0.back();
   ASSERT_EQ(step.op, Op::OptimizerStep);
@@ -188,7 +190,7 @@ TEST(PipelineValidator, OptimizerStepMustWaitForTheFlush) {
 }
 
 TEST(PipelineValidator, WeightVersionsMustExistAndMatch) {
-  Schedule s = make_pipedream_2bw({2, 2, 1, 3});
+  Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, 2, 2), {.steps = 3});
   for (Instruction& ins : s.programs[0])
     if (ins.op == Op::Forward && ins.microbatch == 4) ins.weight_version = 2;  // not produced yet
   ValidationReport r = validate(s);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "config/parallel_layout.h"
 #include "core/check.h"
 #include "plan/cluster.h"
 #include "plan/config_files.h"
@@ -28,6 +29,17 @@ inline std::string source_file(const std::string& relative) {
     if (std::filesystem::exists(candidate)) return candidate.string();
   }
   return relative;
+}
+
+// A pipeline of p stages running m microbatches of one sequence with v chunks per stage, as the
+// layout the pipeline models read.
+inline config::ParallelLayout pipeline_layout(config::ScheduleKind kind, int p, int64_t m, int v = 1) {
+  config::ParallelLayout l;
+  l.schedule = kind;
+  l.pp = p;
+  l.virtual_stages = v;
+  l.global_batch = m;
+  return l;
 }
 
 inline ClusterSpec a100() { return load_cluster("a100-80gb", config_dirs()); }

@@ -7,6 +7,8 @@
 
 using namespace tessera;
 using namespace tessera::plan;
+using config::ScheduleKind;
+using test_util::pipeline_layout;
 
 TEST(PlanCollectives, RingFormulas) {
   Group g{8, Link{100e9, 5e-6}};
@@ -58,31 +60,32 @@ TEST(PlanCollectives, GroupsRingOverTheRightLink) {
 
 TEST(PlanPipelineModel, BubbleClosedForms) {
   // 1F1B: (p - 1)/m; interleaved: (p - 1)/(v m); GPipe the same as 1F1B against the ideal time.
-  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction({8, 64, 1, PipelineSchedule::OneFOneB}), 7.0 / 64);
-  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction({8, 64, 4, PipelineSchedule::OneFOneB}), 7.0 / 256);
-  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction({8, 64, 1, PipelineSchedule::GPipe}), 7.0 / 64);
-  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction({1, 64, 1, PipelineSchedule::OneFOneB}), 0.0);
+  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::OneFOneB, 8, 64)), 7.0 / 64);
+  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::Interleaved, 8, 64, 4)), 7.0 / 256);
+  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::GPipe, 8, 64)), 7.0 / 64);
+  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::OneFOneB, 1, 64)), 0.0);
 }
 
 TEST(PlanPipelineModel, MakespanIsBatchTimeFormula) {
   // Narayanan et al.: (b'/b + p - 1)(t_f + t_b) for 1F1B; interleaving divides the p - 1 by v.
   StageTimes t{1.0, 2.0, 0.0};
-  EXPECT_DOUBLE_EQ(closed_form_makespan({4, 16, 1, PipelineSchedule::OneFOneB}, t), (16 + 3) * 3.0);
-  EXPECT_DOUBLE_EQ(closed_form_makespan({4, 16, 2, PipelineSchedule::OneFOneB}, t), (16 + 1.5) * 3.0);
-  EXPECT_DOUBLE_EQ(closed_form_makespan({1, 16, 1, PipelineSchedule::OneFOneB}, t), 16 * 3.0);
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::OneFOneB, 4, 16), t), (16 + 3) * 3.0);
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::Interleaved, 4, 16, 2), t), (16 + 1.5) * 3.0);
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::OneFOneB, 1, 16), t), 16 * 3.0);
   // Each chunk of each microbatch pays a transfer forward and one backward: 2 v per microbatch.
   StageTimes with_p2p{1.0, 2.0, 0.1};
-  EXPECT_DOUBLE_EQ(closed_form_makespan({4, 16, 2, PipelineSchedule::OneFOneB}, with_p2p), (16 + 1.5) * (3.0 + 0.4));
-  EXPECT_DOUBLE_EQ(closed_form_makespan({4, 16, 1, PipelineSchedule::GPipe}, with_p2p), (16 + 3) * 3.2);
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::Interleaved, 4, 16, 2), with_p2p),
+                   (16 + 1.5) * (3.0 + 0.4));
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::GPipe, 4, 16), with_p2p), (16 + 3) * 3.2);
 }
 
 TEST(PlanPipelineModel, InflightCountsFollowMegatronWarmup) {
   // 1F1B: stage r holds p - r microbatches (fewer when m is smaller).
-  EXPECT_EQ(closed_form_inflight_chunks({8, 64, 1, PipelineSchedule::OneFOneB}, 0), 8);
-  EXPECT_EQ(closed_form_inflight_chunks({8, 64, 1, PipelineSchedule::OneFOneB}, 7), 1);
-  EXPECT_EQ(closed_form_inflight_chunks({8, 3, 1, PipelineSchedule::OneFOneB}, 0), 3);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::OneFOneB, 8, 64), 0), 8);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::OneFOneB, 8, 64), 7), 1);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::OneFOneB, 8, 3), 0), 3);
   // Interleaved: 2 (p - r - 1) + (v - 1) p warm-up chunks plus one.
-  EXPECT_EQ(closed_form_inflight_chunks({4, 16, 2, PipelineSchedule::OneFOneB}, 0), 6 + 4 + 1);
-  EXPECT_EQ(closed_form_inflight_chunks({4, 16, 2, PipelineSchedule::OneFOneB}, 3), 0 + 4 + 1);
-  EXPECT_EQ(closed_form_inflight_chunks({4, 16, 1, PipelineSchedule::GPipe}, 2), 16);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::Interleaved, 4, 16, 2), 0), 6 + 4 + 1);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::Interleaved, 4, 16, 2), 3), 0 + 4 + 1);
+  EXPECT_EQ(closed_form_inflight_chunks(pipeline_layout(ScheduleKind::GPipe, 4, 16), 2), 16);
 }

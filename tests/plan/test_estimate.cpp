@@ -113,7 +113,7 @@ TEST(PlanEstimate, APipelineModelCanReplaceTheClosedForm) {
   config::ModelConfig m = published_model(row);
   Layout l = published_layout(row);
   PipelineModel slow = closed_form_pipeline();
-  slow.makespan = [](const PipelineShape& s, const StageTimes& t) { return 2 * closed_form_makespan(s, t); };
+  slow.makespan = [](const config::ParallelLayout& s, const StageTimes& t) { return 2 * closed_form_makespan(s, t); };
   const Estimate base = estimate(m, l, c);
   const Estimate doubled = estimate(m, l, c, slow);
   const double pipeline_part = base.time.step - base.time.dp_comm - base.time.optimizer;

@@ -16,17 +16,24 @@ TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
   EXPECT_EQ(l.tp, 8);
   EXPECT_EQ(l.pp, 2);
   EXPECT_EQ(l.dp, 32);
-  EXPECT_EQ(l.v, 2);
-  EXPECT_EQ(l.zero, 1);
+  EXPECT_EQ(l.virtual_stages, 2);
+  EXPECT_EQ(l.schedule, config::ScheduleKind::Interleaved);  // v > 1 with no schedule named
+  EXPECT_EQ(l.zero_stage, 1);
   EXPECT_TRUE(l.sp);
   EXPECT_EQ(l.recompute, Recompute::Full);
   EXPECT_EQ(l.precision, Precision::Bf16);
   l.global_batch = 512;
   l.flash_attention = true;
   l.overlap = true;
-  l.schedule = PipelineSchedule::GPipe;
-  l.v = 1;
   EXPECT_EQ(parse_layout(to_string(l)), l);
+  l.schedule = config::ScheduleKind::GPipe;
+  l.virtual_stages = 1;
+  EXPECT_EQ(parse_layout(to_string(l)), l);
+  // Every schedule kind has its name; 1f1b with v > 1 is what the syntax always meant by it.
+  for (config::ScheduleKind kind : config::kScheduleKinds) {
+    EXPECT_EQ(parse_layout("schedule=" + std::string(config::schedule_name(kind))).schedule, kind);
+  }
+  EXPECT_EQ(parse_layout("v=2,schedule=1f1b").schedule, config::ScheduleKind::Interleaved);
   // Keys not given keep the base's values.
   Layout base;
   base.global_batch = 96;
@@ -39,6 +46,8 @@ TEST(PlanLayout, BadSyntaxNamesTheKey) {
   EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=some"); }), "must be none, selective or full"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("precision=fp16"); }), "must be bf16"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("sp"); }), "is not key=value"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("schedule=chimera"); }),
+                       "must be one of gpipe, 1f1b, interleaved, 2bw, zb-h1"));
 }
 
 TEST(PlanLayout, ProductMustMatchTheDevices) {
@@ -69,6 +78,10 @@ TEST(PlanLayout, OtherConstraintsExplainTheFix) {
   EXPECT_TRUE(contains(check("pp=2,dp=2,zero=2,gb=8", 4), "use zero=0 or zero=1 with pp > 1"));
   EXPECT_TRUE(contains(check("sp=true,gb=8", 1), "needs tp > 1"));
   EXPECT_TRUE(contains(check("zero=4,dp=2,gb=8", 2), "ZeRO stage 0, 1, 2 or 3"));
+  EXPECT_TRUE(contains(check("pp=2,v=2,schedule=gpipe,gb=8", 2), "use schedule=interleaved"));
+  EXPECT_TRUE(contains(check("pp=2,schedule=zb-h1,gb=8", 2), "`tessera simulate --schedule zb-h1`"));
+  EXPECT_TRUE(contains(check("pp=2,schedule=2bw,gb=8", 2), "a second weight version in memory"));
+  EXPECT_EQ(check("pp=2,schedule=gpipe,gb=8", 2), "");
 }
 
 TEST(PlanConfigs, ShippedModelsMatchTable1) {

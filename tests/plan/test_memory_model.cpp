@@ -52,7 +52,7 @@ TEST(PlanMemoryModel, LayoutModelStatesUseTheZeroFormulas) {
     Layout l;
     l.dp = 64;
     l.global_batch = 64;
-    l.zero = zero;
+    l.zero_stage = zero;
     MemoryBreakdown mem = peak_rank_memory(m, l, closed_form_pipeline()).memory;
     MemoryBreakdown want = model_state_bytes(static_cast<double>(m.parameter_count()), Precision::Bf16, zero, 64);
     EXPECT_DOUBLE_EQ(mem.params, want.params);
@@ -120,7 +120,8 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
     Layout l;
     l.tp = 8;
     l.pp = 4;
-    l.v = v;
+    l.virtual_stages = v;
+    l.schedule = config::ScheduleKind::Interleaved;
     l.sp = true;
     l.global_batch = 64;
     EXPECT_NEAR(stage_memory(m, l, 0, closed_form_pipeline()).activations / (32 * per_layer), 1 + 3.0 / (4 * v), 1e-12)
@@ -132,7 +133,7 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
   gpipe.pp = 4;
   gpipe.sp = true;
   gpipe.global_batch = 16;
-  gpipe.schedule = PipelineSchedule::GPipe;
+  gpipe.schedule = config::ScheduleKind::GPipe;
   EXPECT_DOUBLE_EQ(stage_memory(m, gpipe, 0, closed_form_pipeline()).activations, 16 * 8 * per_layer);
 }
 
@@ -170,7 +171,7 @@ TEST(PlanMemoryModel, RecomputeAndShardingShrinkTheRightTags) {
   Layout selective = l, full = l, zero3 = l;
   selective.recompute = Recompute::Selective;
   full.recompute = Recompute::Full;
-  zero3.zero = 3;
+  zero3.zero_stage = 3;
   EXPECT_LT(mem(selective).activations, mem(l).activations);
   EXPECT_LT(mem(full).activations, mem(selective).activations);
   EXPECT_EQ(mem(full).params, mem(l).params);

@@ -7,24 +7,27 @@
 
 using namespace tessera;
 using namespace tessera::plan;
+using config::ScheduleKind;
 
 namespace {
 struct Case {
   int p;
   int64_t m;
   int v;
-  PipelineSchedule schedule;
+  ScheduleKind schedule;
+
+  config::ParallelLayout layout() const { return test_util::pipeline_layout(schedule, p, m, v); }
 };
-const Case kCases[] = {{1, 8, 1, PipelineSchedule::OneFOneB},  {4, 16, 1, PipelineSchedule::OneFOneB},
-                       {8, 8, 1, PipelineSchedule::OneFOneB},  {4, 16, 1, PipelineSchedule::GPipe},
-                       {2, 48, 2, PipelineSchedule::OneFOneB}, {4, 56, 3, PipelineSchedule::OneFOneB},
-                       {8, 96, 5, PipelineSchedule::OneFOneB}, {16, 144, 2, PipelineSchedule::OneFOneB}};
+const Case kCases[] = {{1, 8, 1, ScheduleKind::OneFOneB},     {4, 16, 1, ScheduleKind::OneFOneB},
+                       {8, 8, 1, ScheduleKind::OneFOneB},     {4, 16, 1, ScheduleKind::GPipe},
+                       {2, 48, 2, ScheduleKind::Interleaved}, {4, 56, 3, ScheduleKind::Interleaved},
+                       {8, 96, 5, ScheduleKind::Interleaved}, {16, 144, 2, ScheduleKind::Interleaved}};
 }  // namespace
 
 TEST(PlanSimulatedPipeline, MakespanEqualsClosedFormWithoutTransfers) {
   PipelineModel sim = simulated_pipeline();
   for (const Case& c : kCases) {
-    PipelineShape s{c.p, c.m, c.v, c.schedule};
+    const config::ParallelLayout s = c.layout();
     StageTimes t{1.0, 2.5, 0.0};
     EXPECT_NEAR(sim.makespan(s, t), closed_form_makespan(s, t), 1e-9 * closed_form_makespan(s, t))
         << "p=" << c.p << " m=" << c.m << " v=" << c.v;
@@ -35,7 +38,7 @@ TEST(PlanSimulatedPipeline, TransfersCostNoMoreThanTheClosedFormCharges) {
   // The closed form puts every transfer on the critical path; overlapped sends can only do better.
   PipelineModel sim = simulated_pipeline();
   for (const Case& c : kCases) {
-    PipelineShape s{c.p, c.m, c.v, c.schedule};
+    const config::ParallelLayout s = c.layout();
     StageTimes t{1.0, 2.5, 0.02};
     EXPECT_LE(sim.makespan(s, t), closed_form_makespan(s, t) * (1 + 1e-12)) << "p=" << c.p << " v=" << c.v;
     EXPECT_GE(sim.makespan(s, t), closed_form_makespan(s, StageTimes{1.0, 2.5, 0.0})) << "p=" << c.p << " v=" << c.v;
@@ -45,7 +48,7 @@ TEST(PlanSimulatedPipeline, TransfersCostNoMoreThanTheClosedFormCharges) {
 TEST(PlanSimulatedPipeline, InflightCountsEqualTheClosedForms) {
   PipelineModel sim = simulated_pipeline();
   for (const Case& c : kCases) {
-    PipelineShape s{c.p, c.m, c.v, c.schedule};
+    const config::ParallelLayout s = c.layout();
     for (int stage : {0, c.p / 2, c.p - 1}) {
       EXPECT_EQ(sim.inflight_chunks(s, stage), closed_form_inflight_chunks(s, stage))
           << "p=" << c.p << " m=" << c.m << " v=" << c.v << " stage " << stage;

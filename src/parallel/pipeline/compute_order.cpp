@@ -9,18 +9,19 @@
 
 namespace tessera::pipeline {
 
-Schedule start_schedule(ScheduleKind kind, const ScheduleShape& shape) {
-  check_shape(kind, shape);
+Schedule start_schedule(ScheduleKind kind, const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  check_layout_for(kind, layout, options);
   Schedule s;
   s.kind = kind;
-  s.ranks = shape.ranks;
-  s.microbatches = shape.microbatches;
-  s.chunks = shape.chunks;
-  s.steps = shape.steps;
+  s.ranks = layout.pp;
+  // check_layout_for bounds m far below the int range.
+  s.microbatches = static_cast<int>(layout.microbatches());
+  s.chunks = layout.virtual_stages;
+  s.steps = options.steps;
   s.flush = kind != ScheduleKind::PipeDream2BW;
   s.split_backward = kind == ScheduleKind::ZeroBubbleH1;
-  s.recompute = shape.recompute;
-  s.programs.resize(shape.ranks);
+  s.recompute = options.recompute;
+  s.programs.resize(layout.pp);
   return s;
 }
 

@@ -18,9 +18,10 @@
 
 namespace tessera::pipeline {
 
-// A schedule with its fields set from `shape` (after check_shape) and one empty list per rank.
-struct ScheduleShape;
-Schedule start_schedule(ScheduleKind kind, const ScheduleShape& shape);
+// A schedule of `kind` with its fields set from the layout and options (after check_layout_for)
+// and one empty list per rank.
+struct GeneratorOptions;
+Schedule start_schedule(ScheduleKind kind, const config::ParallelLayout& layout, const GeneratorOptions& options);
 
 // Appends a compute instruction for `stage` (chunk derived) to `order`.
 void push_compute(std::vector<Instruction>& order, const Schedule& schedule, Op op, int stage, int microbatch,

@@ -5,8 +5,8 @@
 
 namespace tessera::pipeline {
 
-Schedule make_gpipe(const ScheduleShape& shape) {
-  Schedule s = start_schedule(ScheduleKind::GPipe, shape);
+Schedule make_gpipe(const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  Schedule s = start_schedule(ScheduleKind::GPipe, layout, options);
   for (int r = 0; r < s.ranks; ++r) {
     auto& order = s.programs[r];
     for (int i = 0; i < s.microbatches; ++i) push_compute(order, s, Op::Forward, r, i);

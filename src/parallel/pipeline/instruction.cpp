@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
-
 #include "core/check.h"
 
 namespace tessera::pipeline {
@@ -18,41 +16,6 @@ int transfer_edge(const Instruction& ins) {
   if (ins.tensor == Tensor::Activation) return sender ? ins.stage : ins.stage - 1;
   TS_CHECK(ins.tensor == Tensor::Gradient, "transfer without a tensor kind: {}", describe(ins));
   return sender ? ins.stage - 1 : ins.stage;
-}
-
-namespace {
-struct KindInfo {
-  ScheduleKind kind;
-  std::string_view name;
-  std::string_view title;
-};
-constexpr std::array<KindInfo, 5> kKinds{{
-    {ScheduleKind::GPipe, "gpipe", "GPipe"},
-    {ScheduleKind::OneFOneB, "1f1b", "1F1B (PipeDream-Flush)"},
-    {ScheduleKind::Interleaved, "interleaved", "interleaved 1F1B (Megatron PTD-P)"},
-    {ScheduleKind::PipeDream2BW, "2bw", "PipeDream-2BW"},
-    {ScheduleKind::ZeroBubbleH1, "zb-h1", "zero bubble ZB-H1"},
-}};
-}  // namespace
-
-std::string_view schedule_name(ScheduleKind kind) {
-  for (const auto& k : kKinds)
-    if (k.kind == kind) return k.name;
-  TS_FAIL("unknown schedule kind {}", static_cast<int>(kind));
-}
-
-std::string_view schedule_title(ScheduleKind kind) {
-  for (const auto& k : kKinds)
-    if (k.kind == kind) return k.title;
-  TS_FAIL("unknown schedule kind {}", static_cast<int>(kind));
-}
-
-ScheduleKind parse_schedule_kind(std::string_view name) {
-  for (const auto& k : kKinds)
-    if (k.name == name) return k.kind;
-  std::string names;
-  for (const auto& k : kKinds) names += fmt::format("{}{}", names.empty() ? "" : ", ", k.name);
-  TS_FAIL("unknown pipeline schedule '{}': choose one of {}", name, names);
 }
 
 std::string op_name(Op op) {

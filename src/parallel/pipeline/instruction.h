@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/parallel_layout.h"
+
 namespace tessera::pipeline {
 
 enum class Op : std::uint8_t {
@@ -54,11 +56,12 @@ bool is_transfer(Op op);  // Send, Recv
 // match when they agree on tensor, microbatch and edge and name each other as peers.
 int transfer_edge(const Instruction& ins);
 
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, PipeDream2BW, ZeroBubbleH1 };
-
-std::string_view schedule_name(ScheduleKind kind);   // "gpipe", "1f1b", "interleaved", "2bw", "zb-h1"
-std::string_view schedule_title(ScheduleKind kind);  // "1F1B (PipeDream-Flush)", ...
-ScheduleKind parse_schedule_kind(std::string_view name);  // throws with the list of names
+// The kind is part of the parallel layout (config/parallel_layout.h); these names keep the
+// pipeline code and its callers short.
+using config::parse_schedule_kind;
+using config::schedule_name;
+using config::schedule_title;
+using config::ScheduleKind;
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::GPipe;

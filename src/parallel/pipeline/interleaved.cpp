@@ -13,11 +13,11 @@
 
 namespace tessera::pipeline {
 
-Schedule make_interleaved(const ScheduleShape& shape) {
-  Schedule s = start_schedule(ScheduleKind::Interleaved, shape);
+Schedule make_interleaved(const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  Schedule s = start_schedule(ScheduleKind::Interleaved, layout, options);
   const int p = s.ranks, m = s.microbatches, v = s.chunks;
   if (v == 1) {
-    Schedule plain = make_one_f_one_b(shape);
+    Schedule plain = make_one_f_one_b(layout, options);
     plain.kind = ScheduleKind::Interleaved;
     return plain;
   }

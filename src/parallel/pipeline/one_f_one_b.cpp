@@ -9,8 +9,8 @@
 
 namespace tessera::pipeline {
 
-Schedule make_one_f_one_b(const ScheduleShape& shape) {
-  Schedule s = start_schedule(ScheduleKind::OneFOneB, shape);
+Schedule make_one_f_one_b(const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  Schedule s = start_schedule(ScheduleKind::OneFOneB, layout, options);
   const int p = s.ranks, m = s.microbatches;
   for (int r = 0; r < p; ++r) {
     auto& order = s.programs[r];

@@ -12,8 +12,8 @@
 
 namespace tessera::pipeline {
 
-Schedule make_pipedream_2bw(const ScheduleShape& shape) {
-  Schedule s = start_schedule(ScheduleKind::PipeDream2BW, shape);
+Schedule make_pipedream_2bw(const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  Schedule s = start_schedule(ScheduleKind::PipeDream2BW, layout, options);
   const int p = s.ranks, m = s.microbatches, n = s.total_microbatches();
   const auto version = [&](int mb) { return std::max(0, mb / m - 1); };
   for (int r = 0; r < p; ++r) {

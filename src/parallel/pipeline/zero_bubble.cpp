@@ -11,8 +11,8 @@
 
 namespace tessera::pipeline {
 
-Schedule make_zero_bubble_h1(const ScheduleShape& shape) {
-  Schedule s = start_schedule(ScheduleKind::ZeroBubbleH1, shape);
+Schedule make_zero_bubble_h1(const config::ParallelLayout& layout, const GeneratorOptions& options) {
+  Schedule s = start_schedule(ScheduleKind::ZeroBubbleH1, layout, options);
   const int p = s.ranks, m = s.microbatches;
   for (int r = 0; r < p; ++r) {
     auto& order = s.programs[r];

@@ -1,5 +1,5 @@
 #pragma once
-// The parallel layout as numbers, and the rank groups it implies: pure functions, no MPI.
+// The rank groups a parallel layout implies: pure functions, no MPI.
 //
 // Conventions (Megatron-LM's order):
 //  - world size = dp x pp x tp. Ranks are numbered tp fastest, then dp, then pp slowest:
@@ -14,31 +14,17 @@
 //      ep_index = dp_index % ep,  edp_index = dp_index / ep
 //  - Sequence parallelism (Megatron-SP) splits the sequence across the tensor-parallel group, so
 //    it uses the tp groups and requires tp > 1.
-#include <array>
-#include <string>
-#include <string_view>
+// Only the factors of the layout matter here (dp, pp, tp, ep); its batch and schedule do not.
 #include <vector>
+
+#include "config/parallel_layout.h"
 
 namespace tessera::dist {
 
-enum class MeshDim { DP, PP, TP, EP, EDP };
-inline constexpr std::array<MeshDim, 5> kMeshDims{MeshDim::DP, MeshDim::PP, MeshDim::TP, MeshDim::EP, MeshDim::EDP};
-std::string_view mesh_dim_name(MeshDim dim);  // "dp", "pp", "tp", "ep", "edp"
-
-struct ParallelDims {
-  int dp = 1;
-  int pp = 1;
-  int tp = 1;
-  int ep = 1;
-  bool sequence_parallel = false;
-
-  int world_size() const { return dp * pp * tp; }
-  int size(MeshDim dim) const;  // members of one group of `dim`
-  // Throws tessera::Error naming every factor and the fix, e.g.
-  //   "parallel layout does not fit the world: dp 2 × pp 1 × tp 2 = 4 ≠ world size 3 (ep 1 ...)"
-  void validate(int world_size) const;
-  std::string describe() const;  // "dp 2 × pp 1 × tp 2 (ep 1, sequence parallel off)"
-};
+// The dimensions live with the layout; these names keep dist's callers short.
+using config::kMeshDims;
+using config::mesh_dim_name;
+using config::MeshDim;
 
 // Where a rank sits in the layout.
 struct Coordinates {
@@ -51,14 +37,14 @@ struct Coordinates {
   int index(MeshDim dim) const;  // position of the rank inside its group of `dim`
 };
 
-Coordinates coordinates(const ParallelDims& dims, int rank);
-int rank_of(const ParallelDims& dims, int dp, int pp, int tp);
+Coordinates coordinates(const config::ParallelLayout& layout, int rank);
+int rank_of(const config::ParallelLayout& layout, int dp, int pp, int tp);
 
 // Every group of `dim`, each as world ranks in group-rank order; together they cover every rank
 // exactly once. Groups are listed in increasing order of their lowest rank.
-std::vector<std::vector<int>> rank_groups(const ParallelDims& dims, MeshDim dim);
+std::vector<std::vector<int>> rank_groups(const config::ParallelLayout& layout, MeshDim dim);
 
 // The group of `dim` that holds `rank`.
-std::vector<int> group_of(const ParallelDims& dims, MeshDim dim, int rank);
+std::vector<int> group_of(const config::ParallelLayout& layout, MeshDim dim, int rank);
 
 }  // namespace tessera::dist

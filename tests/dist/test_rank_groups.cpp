@@ -1,20 +1,21 @@
-// The layout arithmetic, without MPI: validation messages, rank groups and coordinates.
+// The layout arithmetic, without MPI: the world-size check's messages, rank groups and coordinates.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
 #include "core/check.h"
-#include "dist/parallel_dims.h"
+#include "dist/rank_groups.h"
 
 using namespace tessera;
 using namespace tessera::dist;
+using tessera::config::ParallelLayout;
 
 namespace {
 
-std::string error_of(const ParallelDims& d, int world) {
+std::string error_of(const ParallelLayout& d, int world) {
   try {
-    d.validate(world);
+    d.validate_world(world);
   } catch (const Error& e) {
     return e.what();
   }
@@ -22,7 +23,7 @@ std::string error_of(const ParallelDims& d, int world) {
 }
 
 // Every rank in exactly one group, every group of the expected size.
-void expect_partition(const ParallelDims& d, MeshDim dim) {
+void expect_partition(const ParallelLayout& d, MeshDim dim) {
   const auto groups = rank_groups(d, dim);
   std::multiset<int> seen;
   for (const auto& g : groups) {
@@ -35,37 +36,37 @@ void expect_partition(const ParallelDims& d, MeshDim dim) {
 
 }  // namespace
 
-TEST(ParallelDims, MismatchNamesEveryFactorAndAFix) {
-  ParallelDims d{.dp = 2, .pp = 1, .tp = 2, .ep = 1};
+TEST(RankGroups, MismatchNamesEveryFactorAndAFix) {
+  ParallelLayout d{.dp = 2, .tp = 2, .pp = 1, .ep = 1};
   const std::string msg = error_of(d, 3);
   EXPECT_NE(msg.find("dp 2 × pp 1 × tp 2 = 4 ≠ world size 3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ep 1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("choose factors whose product is 3"), std::string::npos) << msg;
   // When pp x tp divides the world, the message proposes the dp that fits.
-  const std::string fix = error_of(ParallelDims{.dp = 3, .pp = 2, .tp = 2}, 8);
+  const std::string fix = error_of(ParallelLayout{.dp = 3, .tp = 2, .pp = 2}, 8);
   EXPECT_NE(fix.find("use dp 2"), std::string::npos) << fix;
   EXPECT_EQ(error_of(d, 4), "");
 }
 
-TEST(ParallelDims, RejectsBadFactorsSequenceParallelAndExperts) {
-  EXPECT_NE(error_of(ParallelDims{.dp = 0}, 1).find("dp is 0"), std::string::npos);
-  EXPECT_NE(error_of(ParallelDims{.tp = -1}, 1).find("tp is -1"), std::string::npos);
-  const std::string sp = error_of(ParallelDims{.dp = 2, .sequence_parallel = true}, 2);
+TEST(RankGroups, RejectsBadFactorsSequenceParallelAndExperts) {
+  EXPECT_NE(error_of(ParallelLayout{.dp = 0}, 1).find("dp is 0"), std::string::npos);
+  EXPECT_NE(error_of(ParallelLayout{.tp = -1}, 1).find("tp is -1"), std::string::npos);
+  const std::string sp = error_of(ParallelLayout{.dp = 2, .sp = true}, 2);
   EXPECT_NE(sp.find("needs tp > 1"), std::string::npos) << sp;
-  EXPECT_EQ(error_of(ParallelDims{.tp = 2, .sequence_parallel = true}, 2), "");
-  const std::string ep = error_of(ParallelDims{.dp = 6, .ep = 4}, 6);
+  EXPECT_EQ(error_of(ParallelLayout{.tp = 2, .sp = true}, 2), "");
+  const std::string ep = error_of(ParallelLayout{.dp = 6, .ep = 4}, 6);
   EXPECT_NE(ep.find("ep 4 does not divide dp 6"), std::string::npos) << ep;
   // Several problems are reported together.
-  const std::string both = error_of(ParallelDims{.dp = 3, .ep = 2, .sequence_parallel = true}, 4);
+  const std::string both = error_of(ParallelLayout{.dp = 3, .sp = true, .ep = 2}, 4);
   EXPECT_NE(both.find("= 3 ≠ world size 4"), std::string::npos) << both;
   EXPECT_NE(both.find("ep 2 does not divide dp 3"), std::string::npos) << both;
   EXPECT_NE(both.find("needs tp > 1"), std::string::npos) << both;
 }
 
-TEST(ParallelDims, MegatronOrderTensorFastestPipelineSlowest) {
+TEST(RankGroups, MegatronOrderTensorFastestPipelineSlowest) {
   // 16 ranks: tp 2, dp 4, pp 2 (the example of Megatron-LM's initialize_model_parallel, with
   // tp groups [0,1], [2,3], ...; pp groups [0,8], [1,9], ...).
-  ParallelDims d{.dp = 4, .pp = 2, .tp = 2};
+  ParallelLayout d{.dp = 4, .tp = 2, .pp = 2};
   auto tp = rank_groups(d, MeshDim::TP);
   ASSERT_EQ(tp.size(), 8u);
   EXPECT_EQ(tp[0], (std::vector<int>{0, 1}));
@@ -82,8 +83,8 @@ TEST(ParallelDims, MegatronOrderTensorFastestPipelineSlowest) {
   for (MeshDim dim : kMeshDims) expect_partition(d, dim);
 }
 
-TEST(ParallelDims, ExpertGroupsAreCarvedFromDataParallelRanks) {
-  ParallelDims d{.dp = 4, .pp = 1, .tp = 2, .ep = 2};
+TEST(RankGroups, ExpertGroupsAreCarvedFromDataParallelRanks) {
+  ParallelLayout d{.dp = 4, .tp = 2, .pp = 1, .ep = 2};
   // dp group {0,2,4,6} splits into ep groups {0,2} and {4,6}; the ranks holding the same experts
   // ({0,4} and {2,6}) form the expert-data-parallel groups.
   auto ep = rank_groups(d, MeshDim::EP);
@@ -98,14 +99,14 @@ TEST(ParallelDims, ExpertGroupsAreCarvedFromDataParallelRanks) {
   EXPECT_EQ(edp[2], (std::vector<int>{2, 6}));
   for (MeshDim dim : kMeshDims) expect_partition(d, dim);
   // ep == dp: one expert group per dp group, expert-data-parallel groups of one.
-  ParallelDims full{.dp = 2, .ep = 2};
+  ParallelLayout full{.dp = 2, .ep = 2};
   EXPECT_EQ(rank_groups(full, MeshDim::EP), rank_groups(full, MeshDim::DP));
   EXPECT_EQ(rank_groups(full, MeshDim::EDP).size(), 2u);
 }
 
-TEST(ParallelDims, CoordinatesRoundTripAndAgreeWithGroups) {
-  for (ParallelDims d : {ParallelDims{.dp = 3, .pp = 2, .tp = 2}, ParallelDims{.dp = 4, .pp = 3, .tp = 1, .ep = 2},
-                         ParallelDims{}, ParallelDims{.dp = 2, .pp = 2, .tp = 4, .ep = 2}}) {
+TEST(RankGroups, CoordinatesRoundTripAndAgreeWithGroups) {
+  for (ParallelLayout d : {ParallelLayout{.dp = 3, .tp = 2, .pp = 2}, ParallelLayout{.dp = 4, .tp = 1, .pp = 3, .ep = 2},
+                         ParallelLayout{}, ParallelLayout{.dp = 2, .tp = 4, .pp = 2, .ep = 2}}) {
     for (int r = 0; r < d.world_size(); ++r) {
       const Coordinates c = coordinates(d, r);
       EXPECT_EQ(rank_of(d, c.dp, c.pp, c.tp), r);
@@ -132,6 +133,6 @@ TEST(ParallelDims, CoordinatesRoundTripAndAgreeWithGroups) {
     }
     for (MeshDim dim : kMeshDims) expect_partition(d, dim);
   }
-  EXPECT_THROW(coordinates(ParallelDims{.dp = 2}, 2), Error);
-  EXPECT_THROW(rank_of(ParallelDims{.dp = 2}, 0, 1, 0), Error);
+  EXPECT_THROW(coordinates(ParallelLayout{.dp = 2}, 2), Error);
+  EXPECT_THROW(rank_of(ParallelLayout{.dp = 2}, 0, 1, 0), Error);
 }

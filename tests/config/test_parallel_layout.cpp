@@ -1,0 +1,69 @@
+// The one parallel layout value on its own: counts, names, and the check of every rule at once.
+#include <gtest/gtest.h>
+
+#include "config/parallel_layout.h"
+#include "core/check.h"
+
+using namespace tessera;
+using namespace tessera::config;
+
+namespace {
+std::string error_of(const ParallelLayout& l) {
+  try {
+    l.validate();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(ParallelLayout, CountsFollowTheFactors) {
+  const ParallelLayout l{.dp = 4, .tp = 2, .pp = 2, .virtual_stages = 2, .ep = 2, .schedule = ScheduleKind::Interleaved,
+                         .micro_batch = 2, .global_batch = 64};
+  EXPECT_EQ(l.world_size(), 16);
+  EXPECT_EQ(l.microbatches(), 8);  // 64 / (4 x 2)
+  EXPECT_EQ(l.size(MeshDim::TP), 2);
+  EXPECT_EQ(l.size(MeshDim::EP), 2);
+  EXPECT_EQ(l.size(MeshDim::EDP), 2);
+  EXPECT_EQ(error_of(l), "");
+  EXPECT_EQ(error_of(ParallelLayout{}), "");
+  EXPECT_EQ(ParallelLayout{.micro_batch = 0}.microbatches(), 0);  // no count rather than a division by zero
+  const std::string d = l.describe();
+  EXPECT_NE(d.find("dp 4 × pp 2 × tp 2"), std::string::npos) << d;
+  EXPECT_NE(d.find("interleaved with v 2"), std::string::npos) << d;
+}
+
+TEST(ParallelLayout, ValidateListsEveryProblemWithItsFix) {
+  ParallelLayout l;
+  l.dp = 6;
+  l.ep = 4;
+  l.sp = true;
+  l.zero_stage = 4;
+  l.virtual_stages = 2;
+  l.micro_batch = 2;
+  l.global_batch = 40;
+  const std::string e = error_of(l);
+  EXPECT_NE(e.find("ep 4 does not divide dp 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("needs tp > 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("ZeRO stage 4 does not exist"), std::string::npos) << e;
+  EXPECT_NE(e.find("only the interleaved schedule runs (the schedule is 1f1b)"), std::string::npos) << e;
+  EXPECT_NE(e.find("the global batch 40 is not a multiple of dp 6 × micro batch 2 = 12"), std::string::npos) << e;
+  EXPECT_NE(e.find("use a global batch of 36 or 48"), std::string::npos) << e;
+  EXPECT_NE(error_of(ParallelLayout{.pp = 0}).find("pp is 0"), std::string::npos);
+  EXPECT_NE(error_of(ParallelLayout{.global_batch = 0}).find("global batch is 0"), std::string::npos);
+  // The world check is the mesh's: it ignores batch and schedule.
+  l = ParallelLayout{.dp = 2, .global_batch = 3};
+  EXPECT_NO_THROW(l.validate_world(2));
+  EXPECT_THROW(l.validate_world(3), Error);
+}
+
+TEST(ParallelLayout, ScheduleNamesRoundTrip) {
+  for (ScheduleKind k : kScheduleKinds) {
+    EXPECT_EQ(parse_schedule_kind(schedule_name(k)), k);
+    EXPECT_EQ(find_schedule_kind(schedule_name(k)), k);
+  }
+  EXPECT_EQ(find_schedule_kind("chimera"), std::nullopt);
+  EXPECT_EQ(schedule_kind_names(), "gpipe, 1f1b, interleaved, 2bw, zb-h1");
+  for (MeshDim dim : kMeshDims) EXPECT_FALSE(mesh_dim_name(dim).empty());
+}
