@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     // The step the trainer runs: one microbatch through the interpreter, then clipping and AdamW.
     tessera::parallel::EngineOptions options;
     options.adam = {0.9f, 0.95f, 1e-8f, 0.1f};
-    options.micro_batch = B;
+    options.layout.micro_batch = B;
+    options.layout.global_batch = B;
     options.seq_len = T;
     tessera::parallel::TrainingEngine engine(gpt, memory, nullptr, options);
     PhaseTimer timer;

@@ -97,8 +97,9 @@ Row measure(int stage, int dp, int tokens) {
   nn::GPT model(config::gpt2_124m(), memory, 1);
   StandInGroup group(0, dp);
   parallel::EngineOptions options;
-  options.data_parallel = {stage, int64_t{25} << 20};
-  options.micro_batch = 1;
+  options.layout.dp = dp;
+  options.layout.zero_stage = stage;
+  options.layout.global_batch = dp;  // one sequence per rank
   options.seq_len = tokens;
   parallel::TrainingEngine engine(model, memory, &group, options);
   std::vector<int32_t> inputs(static_cast<size_t>(tokens)), targets(static_cast<size_t>(tokens));

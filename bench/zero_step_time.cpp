@@ -73,15 +73,16 @@ struct Setup {
   nn::GPT model;
   parallel::TrainingEngine engine;
   BackwardTimer timer;
-  static parallel::EngineOptions options(int stage, int tokens) {
+  static parallel::EngineOptions options(int stage, int ranks, int tokens) {
     parallel::EngineOptions o;
-    o.data_parallel = {stage, int64_t{25} << 20};
-    o.micro_batch = 1;
+    o.layout.dp = ranks;
+    o.layout.zero_stage = stage;
+    o.layout.global_batch = ranks;  // one sequence per rank
     o.seq_len = tokens;
     return o;
   }
   Setup(int stage, dist::Communicator& comm, int tokens)
-      : model(config::gpt2_124m(), memory, 1), engine(model, memory, &comm, options(stage, tokens)) {
+      : model(config::gpt2_124m(), memory, 1), engine(model, memory, &comm, options(stage, comm.size(), tokens)) {
     engine.transforms().add(exec::TransformSlot::Observer, timer);
   }
   ~Setup() { engine.transforms().remove(exec::TransformSlot::Observer); }

@@ -1,6 +1,6 @@
 #include "parallel/data_parallel.h"
 
-#include "dist/parallel_dims.h"
+#include "config/parallel_layout.h"
 
 namespace tessera::parallel {
 
@@ -79,7 +79,7 @@ std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Pa
   TS_CHECK(static_cast<int>(params.size()) == params_.size(), "ZeRO shards the whole flat buffer: it must own the "
            "master copy of every parameter, not {} of {}", params.size(), params_.size());
   // The shards of one parameter are spread over the dp group: its norm sums over dp.
-  const uint32_t over_dp = 1u << static_cast<int>(dist::MeshDim::DP);
+  const uint32_t over_dp = 1u << static_cast<int>(config::MeshDim::DP);
   return optim::segments_of_range(params_, owned(), values_of_owned(), grads_of_owned(), over_dp);
 }
 

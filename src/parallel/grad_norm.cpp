@@ -9,7 +9,7 @@
 
 namespace tessera::parallel {
 
-GradNormService::GradNormService(std::array<dist::Communicator*, dist::kMeshDims.size()> groups) : groups_(groups) {}
+GradNormService::GradNormService(std::array<dist::Communicator*, config::kMeshDims.size()> groups) : groups_(groups) {}
 
 GradNorm GradNormService::compute(std::span<const optim::Segment> segments) const {
   // Squares by sharding class. Segments that follow each other in memory are summed as one run, so

@@ -12,7 +12,7 @@
 #include <span>
 
 #include "dist/communicator.h"
-#include "dist/parallel_dims.h"
+#include "config/parallel_layout.h"
 #include "optim/optimizer.h"
 
 namespace tessera::parallel {
@@ -25,7 +25,7 @@ struct GradNorm {
 class GradNormService {
  public:
   // groups[d]: this rank's communicator of mesh dimension d (null where the dimension has one rank).
-  explicit GradNormService(std::array<dist::Communicator*, dist::kMeshDims.size()> groups = {});
+  explicit GradNormService(std::array<dist::Communicator*, config::kMeshDims.size()> groups = {});
 
   GradNorm compute(std::span<const optim::Segment> segments) const;
   // PyTorch's clip_grad_norm_: scales every segment's gradient by max_norm / (norm + 1e-6) when
@@ -33,7 +33,7 @@ class GradNormService {
   static void clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm);
 
  private:
-  std::array<dist::Communicator*, dist::kMeshDims.size()> groups_;
+  std::array<dist::Communicator*, config::kMeshDims.size()> groups_;
 };
 
 }  // namespace tessera::parallel

@@ -8,9 +8,9 @@ namespace tessera::parallel {
 
 namespace {
 
-std::array<dist::Communicator*, dist::kMeshDims.size()> dp_groups(dist::Communicator* dp) {
-  std::array<dist::Communicator*, dist::kMeshDims.size()> groups{};
-  groups[static_cast<size_t>(dist::MeshDim::DP)] = dp;
+std::array<dist::Communicator*, config::kMeshDims.size()> dp_groups(dist::Communicator* dp) {
+  std::array<dist::Communicator*, config::kMeshDims.size()> groups{};
+  groups[static_cast<size_t>(config::MeshDim::DP)] = dp;
   return groups;
 }
 
@@ -35,11 +35,19 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       ownership_(model.parameters()),
       norms_(dp_groups(dp)),
       interpreter_(model, ownership_, transforms_, memory) {
-  dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, options.data_parallel,
-                                       ownership_, transforms_);
+  const config::ParallelLayout& layout = options.layout;
+  layout.validate();
+  TS_CHECK(layout.pp == 1 && layout.tp == 1 && layout.ep == 1,
+           "the training engine runs one rank of data parallelism holding the whole model; {} needs the pipeline, "
+           "tensor or expert parallel executors", layout.describe());
+  TS_CHECK(layout.dp == (dp == nullptr ? 1 : dp->size()), "the layout has dp {} but the data-parallel group {} ranks",
+           layout.dp, dp == nullptr ? 1 : dp->size());
+  dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory,
+                                       DataParallelOptions{layout.zero_stage, options.bucket_bytes}, ownership_,
+                                       transforms_);
   optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
 
-  const int B = options.micro_batch, T = options.seq_len;
+  const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
   if (options.recompute.policy == memory::RecomputePolicy::Optimal && options.measure_unit_times) {
     DataParallel::FullParameters full = dp_->full_parameters();
@@ -50,20 +58,16 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
 }
 
 void TrainingEngine::plan(const exec::UnitTimes& times) {
-  pipeline::ScheduleShape shape;
-  shape.ranks = 1;
-  shape.microbatches = options_.microbatches;
-  shape.chunks = options_.virtual_stages;
-  schedule_ = pipeline::make_schedule(options_.schedule, shape);
+  schedule_ = pipeline::make_schedule(options_.layout);
   const pipeline::ValidationReport report = pipeline::check_valid(schedule_);
   alive_ = report.peak_alive_per_rank.front();
   stages_ = exec::even_stages(model_.num_units(), schedule_.stages());
-  exec::plan_recompute(stages_, model_, options_.micro_batch, options_.seq_len, options_.recompute, times);
+  exec::plan_recompute(stages_, model_, options_.layout.micro_batch, options_.seq_len, options_.recompute, times);
   program_ = exec::lower_training(schedule_, 0, stages_);
 }
 
 void TrainingEngine::set_microbatches(int microbatches) {
-  options_.microbatches = microbatches;
+  options_.layout.global_batch = int64_t{microbatches} * options_.layout.dp * options_.layout.micro_batch;
   plan(times_);
 }
 
@@ -98,7 +102,7 @@ exec::ProgramResult TrainingEngine::evaluate(const exec::MicrobatchInput& microb
 
 std::optional<exec::ActivationPrediction> TrainingEngine::predicted_activations() const {
   if (stages_.stages.size() != 1 || schedule_.split_backward) return std::nullopt;
-  return exec::predict_activations(stages_, model_, options_.micro_batch, options_.seq_len, alive_);
+  return exec::predict_activations(stages_, model_, options_.layout.micro_batch, options_.seq_len, alive_);
 }
 
 }  // namespace tessera::parallel

@@ -19,17 +19,17 @@
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
+#include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
 
 namespace tessera::parallel {
 
 struct EngineOptions {
-  DataParallelOptions data_parallel;
+  // dp, zero_stage, schedule, virtual_stages, micro_batch and global_batch are read (one pipeline
+  // rank holding the whole model: pp = tp = 1); microbatches per step = B / (dp × b).
+  config::ParallelLayout layout;
+  int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
   optim::AdamWConfig adam;
-  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
-  int virtual_stages = 1;  // model chunks on this rank (the interleaved schedule)
-  int microbatches = 1;    // per rank per step (gradient accumulation)
-  int micro_batch = 1;     // sequences per microbatch (the largest, when they differ)
   int seq_len = 1;
   exec::RecomputeOptions recompute;
   // Optimal recomputation: time each unit's forward here (agreed over the data-parallel group) or,
@@ -57,7 +57,8 @@ class TrainingEngine {
   // Loss sum and count of one evaluation microbatch (nothing kept). Collective under ZeRO-3.
   exec::ProgramResult evaluate(const exec::MicrobatchInput& microbatch);
 
-  // Plans the step again for another number of microbatches per step (the same recompute options).
+  // Plans the step again for another number of microbatches per step (the global batch changes
+  // with it; the same recompute options).
   void set_microbatches(int microbatches);
 
   DataParallel::FullParameters full_parameters() { return dp_->full_parameters(); }

@@ -87,6 +87,17 @@ void RunConfig::validate() const {
            "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
 }
 
+config::ParallelLayout RunConfig::layout() const {
+  config::ParallelLayout l;
+  l.dp = parallel.dp;
+  l.zero_stage = parallel.zero_stage;
+  l.schedule = config::parse_schedule_kind(parallel.schedule);
+  l.virtual_stages = parallel.virtual_stages;
+  l.micro_batch = train.micro_batch_size;
+  l.global_batch = train.batch_size;
+  return l;
+}
+
 namespace {
 
 // Parses one override value as TOML ("12", "1e-3", "true", "\"x\"", "[1, 2]"); a bare word that is

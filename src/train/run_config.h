@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "config/parallel_layout.h"
 
 namespace tessera::train {
 
@@ -84,6 +85,9 @@ struct RunConfig {
 
   // Gradient-accumulation microbatches per step on one rank.
   int accumulation_steps() const { return train.batch_size / (train.micro_batch_size * parallel.dp); }
+  // The run's parallel layout, the one value the mesh, the schedule and the planner read (from
+  // parallel.*, train.batch_size and train.micro_batch_size; pp = tp = ep = 1 for now).
+  config::ParallelLayout layout() const;
   // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.
   void validate() const;
 };

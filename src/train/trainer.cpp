@@ -82,11 +82,7 @@ void truncate_history(const std::string& path, int64_t upto) {
 // The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
 // so a wrong world size fails on every rank with the factors named.
 std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* world) {
-  config::ParallelLayout layout;
-  layout.dp = cfg.parallel.dp;
-  layout.zero_stage = cfg.parallel.zero_stage;
-  layout.micro_batch = cfg.train.micro_batch_size;
-  layout.global_batch = cfg.train.batch_size;
+  const config::ParallelLayout layout = cfg.layout();
   const int world_size = world == nullptr ? 1 : world->size();
   try {
     layout.validate_world(world_size);
@@ -101,12 +97,9 @@ std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* wo
 
 parallel::EngineOptions engine_options(const RunConfig& cfg) {
   parallel::EngineOptions o;
-  o.data_parallel = {cfg.parallel.zero_stage, static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0)};
+  o.layout = cfg.layout();
+  o.bucket_bytes = static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0);
   o.adam = {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
-  o.schedule = pipeline::parse_schedule_kind(cfg.parallel.schedule);
-  o.virtual_stages = cfg.parallel.virtual_stages;
-  o.microbatches = cfg.accumulation_steps();
-  o.micro_batch = cfg.train.micro_batch_size;
   o.seq_len = cfg.model.seq_len;
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
   o.recompute.every_k = cfg.memory.recompute_every;

@@ -162,11 +162,13 @@ RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) {
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
   parallel::EngineOptions options;
-  options.data_parallel = {c.zero_stage, c.bucket_bytes};
+  options.layout.dp = ranks;
+  options.layout.zero_stage = c.zero_stage;
+  options.layout.schedule = c.schedule;
+  options.layout.micro_batch = static_cast<int>(mine.size() / c.micros);
+  options.layout.global_batch = c.global_batch;
+  options.bucket_bytes = c.bucket_bytes;
   options.adam = adam();
-  options.schedule = c.schedule;
-  options.microbatches = c.micros;
-  options.micro_batch = static_cast<int>((mine.size() + c.micros - 1) / c.micros);
   options.seq_len = c.seq_len;
   options.recompute = c.recompute;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
