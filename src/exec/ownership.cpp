@@ -25,7 +25,8 @@ class StoreOwner final : public StorageOwner {
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) override {
     std::vector<optim::Segment> out;
     for (const nn::Parameter* p : params) {
-      out.push_back({p, 0, p->numel(), store_.value(*p).data<float>(), store_.grad_of(*p).data<float>(), 0});
+      out.push_back({p, 0, p->numel(), store_.value(*p).data<float>(), store_.grad_of(*p).data<float>(),
+                     p->spec.split_mask()});
     }
     return out;
   }

@@ -68,6 +68,7 @@ std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan
     const int64_t dropped = selective ? b.recomputable : 0;
     c.own_bytes = b.own - dropped;
     c.backward_extra_bytes = dropped;
+    c.forward_extra_bytes = selective ? b.selective_forward : 0;
     c.output_bytes = b.output;
     c.forward_time = times.forward[static_cast<size_t>(u)];
     c.backward_time = times.backward[static_cast<size_t>(u)];

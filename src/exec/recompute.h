@@ -5,7 +5,7 @@
 //
 // A stage's chain is its units without the embedding (its saved state is the token ids, kept
 // throughout), the head last on the last stage. Under the selective policy each block keeps less
-// (Block::drop_recomputable) and allocates that much again at the start of its backward.
+// (Block::forward with keep_recomputable false) and allocates that much again at the start of its backward.
 //
 // The prediction is exact for a rank that holds every stage of a one-stage schedule (plain
 // training with gradient accumulation, GPipe or 1F1B at p = 1): with R the bytes one microbatch

@@ -28,7 +28,8 @@ void check_chain(std::span<const ChainUnit> units) {
   const int n = static_cast<int>(units.size());
   for (int i = 0; i < n; ++i) {
     const ChainUnit& u = units[i];
-    TS_CHECK(u.input_bytes >= 0 && u.own_bytes >= 0 && u.output_bytes >= 0 && u.backward_extra_bytes >= 0,
+    TS_CHECK(u.input_bytes >= 0 && u.own_bytes >= 0 && u.output_bytes >= 0 && u.backward_extra_bytes >= 0 &&
+                 u.forward_extra_bytes >= 0,
              "chain unit {} has a negative size (input {}, own {}, output {}, backward extra {} bytes); "
              "sizes count bytes and must be >= 0",
              i, u.input_bytes, u.own_bytes, u.output_bytes, u.backward_extra_bytes);
@@ -73,7 +74,7 @@ class Simulator {
         return fmt::format("its output x_{} is still stored: recomputing a stored tensor wastes memory and time", i + 1);
       }
       const ChainUnit& u = units_[i];
-      step.peak_bytes = live_ + u.own_bytes + u.output_bytes;
+      step.peak_bytes = live_ + u.own_bytes + u.output_bytes + u.forward_extra_bytes;
       if (i + 1 < b_ && i + 1 < n_) {
         present_[i + 1] = true;
         live_ += units_[i + 1].input_bytes;

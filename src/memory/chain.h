@@ -20,7 +20,9 @@
 //    unit whose activations are kept. b is the lowest unit whose backward is done (n at first).
 //  - Forward(i, keep) needs i < b, x_i present, unit i's activations not kept, and x_{i+1} absent
 //    when i + 1 < b (recomputing a tensor that is still stored is a schedule bug). Its peak is live
-//    + own_bytes_i + output_bytes_i: the output is always allocated, even when nobody will read it.
+//    + own_bytes_i + output_bytes_i + forward_extra_bytes_i: the output is always allocated, even
+//    when nobody will read it, and forward_extra_bytes is what the forward holds only while it runs
+//    (e.g. a tensor a selective policy drops as soon as the next op has read it).
 //    Afterwards x_{i+1} is present if i + 1 < b (a gradient already flows below b, so an output
 //    there is dropped at once); All keeps the activations, Input drops them but keeps x_i,
 //    Nothing drops both.
@@ -43,6 +45,7 @@ struct ChainUnit {
   int64_t own_bytes = 0;             // kept by a Keep::All forward besides its input and output
   int64_t output_bytes = 0;          // x_{i+1}, so equal to the next unit's input_bytes; 0 for the loss unit
   int64_t backward_extra_bytes = 0;  // allocated at the start of its backward, freed by its end
+  int64_t forward_extra_bytes = 0;   // held during its forward only, on top of what it keeps and its output
   double forward_time = 0;
   double backward_time = 0;
 };

@@ -61,7 +61,8 @@ class SegmentSolver {
     for (const ChainUnit& u : units) {
       in_.push_back(ceil_div(u.input_bytes, quantum));
       own_.push_back(ceil_div(u.own_bytes, quantum));
-      out_.push_back(ceil_div(u.output_bytes, quantum));
+      // What a forward allocates: its output, and anything it frees again before it ends.
+      out_.push_back(ceil_div(u.output_bytes, quantum) + ceil_div(u.forward_extra_bytes, quantum));
       bwd_.push_back(ceil_div(u.backward_extra_bytes, quantum));
     }
     fwd_prefix_.assign(n_ + 1, 0.0);
@@ -232,7 +233,7 @@ class SegmentSolver {
 
   std::span<const ChainUnit> units_;
   int n_;
-  std::vector<int64_t> in_, own_, out_, bwd_;  // sizes in slots
+  std::vector<int64_t> in_, own_, out_, bwd_;  // sizes in slots (out_: output + forward extra)
   std::vector<double> fwd_prefix_;             // fwd_prefix_[i]: forward time of units 0..i-1
   std::vector<Bound> bounds_;                  // [s * n + t]
   std::vector<Table> tables_;                  // [s * n + t]

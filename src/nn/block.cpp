@@ -27,25 +27,21 @@ void Block::dropout(StepContext& step, const Tensor& branch, int site, uint64_t 
   }
 }
 
-Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
+Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable) {
   ctx.dropout_offset = static_cast<uint64_t>(step.sample_offset) * static_cast<uint64_t>(x.numel() / x.size(0));
   Tensor h = norm1_.forward(step, ctx.norm1, x);  // [B, T, C]
   Tensor x1 = attn_.forward(step, ctx.attn, h);   // [B, T, C], the branch; becomes the residual stream
+  if (!keep_recomputable) {
+    h = Tensor();  // norm1's output: its only other holder is the qkv projection's context
+    ctx.attn.qkv_proj.inp = Tensor();
+  }
   dropout(step, x1, 0, ctx.dropout_offset, false);
   ops::add_inplace(x1, x);
-  Tensor h2 = norm2_.forward(step, ctx.norm2, x1);  // [B, T, C]
-  Tensor x2 = mlp_.forward(step, ctx.mlp, h2);      // [B, T, C]
+  Tensor x2 = mlp_.forward(step, ctx.mlp, norm2_.forward(step, ctx.norm2, x1), keep_recomputable);  // [B, T, C]
   dropout(step, x2, 1, ctx.dropout_offset, false);
   ops::add_inplace(x2, x1);
+  ctx.recomputable_dropped = !keep_recomputable;
   return x2;
-}
-
-void Block::drop_recomputable(Ctx& ctx) {
-  ctx.attn.qkv_proj.inp = Tensor();  // norm1's output
-  ctx.mlp.fc.inp = Tensor();         // norm2's output (also SwiGLU's up input)
-  ctx.mlp.up.inp = Tensor();
-  ctx.mlp.proj.inp = Tensor();  // the MLP activation
-  ctx.recomputable_dropped = true;
 }
 
 int64_t Block::recomputable_values_per_token(const config::ModelConfig& config) {

@@ -21,16 +21,20 @@ class Block {
     uint64_t dropout_offset = 0;  // first mask index of this microbatch
     bool recomputable_dropped = false;
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]
+  // [B, T, C] -> [B, T, C]. Selective recomputation (keep_recomputable false) drops the tensors
+  // recomputable_values_per_token counts as soon as the ops that read them are done; the backward
+  // rebuilds them first, to the same bits.
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable = true);
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
-  // Selective recomputation: after forward, drop the saved tensors that are large and cost one
-  // elementwise pass to rebuild — the two norm outputs and the MLP activation, 2C + F values per
-  // token (the tiled attention keeps no T×T scores, so these are the big cheap part here). The
-  // backward rebuilds them first, to the same bits.
-  static void drop_recomputable(Ctx& ctx);
+  // What selective recomputation drops: the tensors that are large and cost one elementwise pass to
+  // rebuild — the two norm outputs and the MLP activation, 2C + F values per token (the tiled
+  // attention keeps no T×T scores, so these are the big cheap part here).
   static int64_t recomputable_values_per_token(const config::ModelConfig& config);
+  // Of those, what a selective forward still holds while it runs: the MLP activation, F per token,
+  // until the down projection has read it.
+  static int64_t selective_forward_values_per_token(const config::ModelConfig& config) { return config.ffn(); }
 
  private:
   void restore_recomputable(StepContext& step, Ctx& ctx);

@@ -70,10 +70,8 @@ GPT::UnitOutput GPT::forward_unit(StepContext& step, int unit, UnitCtx& ctx, con
     case UnitKind::Embedding:
       return {embed_.forward(step, ctx.embed, mb.tokens)};  // [B, T, C]
     case UnitKind::Block: {
-      Block::Ctx& block = ctx.block;
-      UnitOutput out{blocks_[static_cast<size_t>(unit - 1)].forward(step, block, x)};  // [B, T, C]
-      if (save == Save::Selective && step.training) Block::drop_recomputable(block);
-      return out;
+      const bool keep_recomputable = save == Save::All || !step.training;
+      return {blocks_[static_cast<size_t>(unit - 1)].forward(step, ctx.block, x, keep_recomputable)};  // [B, T, C]
     }
     case UnitKind::Head:
       return head_forward(step, ctx.head, x, mb);
@@ -164,19 +162,21 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   //   block, Llama: norm1 out C + rstd 1; rotated qkv 3C (the unrotated one is freed at once);
   //                 attention out C + lse H; residual C; norm2 out C + 1; gate F; up F; swiglu out F
   //                                                                  = 7C + 3F + H + 2; output C
-  //                 of which selective recomputation drops the norm outputs and the activation: 2C + F
+  //                 of which selective recomputation drops the norm outputs and the activation: 2C + F,
+  //                 holding the activation F only while its forward runs
   //   head: final norm out C + rstd 1 (+ mean 1 for LayerNorm); logits (then their gradient) V;
   //         losses 1; no output
   const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size;
   const int64_t tokens = int64_t{B} * T * 4;
   const bool gpt2 = c.arch == config::Architecture::Gpt2;
   std::vector<UnitBytes> bytes;
-  bytes.push_back({1 * tokens, C * tokens, 0});
+  bytes.push_back({1 * tokens, C * tokens, 0, 0});
   const int64_t block = gpt2 ? 7 * C + 2 * F + H + 4 : 7 * C + 3 * F + H + 2;
   for (int l = 0; l < c.n_layer; ++l) {
-    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c) * tokens});
+    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c) * tokens,
+                     Block::selective_forward_values_per_token(c) * tokens});
   }
-  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0});
+  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0, 0});
   return bytes;
 }
 

@@ -49,7 +49,7 @@ class GPT {
 
   enum class Save {
     All,        // keep everything backward needs
-    Selective,  // blocks drop what is cheap to rebuild (Block::drop_recomputable); others keep all
+    Selective,  // blocks drop what is cheap to rebuild (Block::forward with keep_recomputable false); others keep all
   };
 
   struct UnitOutput {
@@ -97,6 +97,7 @@ class GPT {
     int64_t own = 0;           // kept by a training forward besides the unit's input and output
     int64_t output = 0;        // the output [B, T, C] (0 for the head)
     int64_t recomputable = 0;  // of `own`, what Save::Selective drops and the backward rebuilds
+    int64_t selective_forward = 0;  // of that, what a Save::Selective forward holds while it runs
   };
   static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T);
   // Bytes a training forward keeps alive for backward: the sum over units of own + output.

@@ -21,10 +21,17 @@ Mlp::Mlp(ParameterStore& store, const std::string& name, const config::ModelConf
   }
 }
 
-Tensor Mlp::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
+Tensor Mlp::forward(StepContext& step, Ctx& ctx, Tensor x, bool keep_recomputable) {
   ctx.pre = fc_.forward(step, ctx.fc, x);  // [N.., F]
   if (swiglu_) ctx.up_out = up_.forward(step, ctx.up, x);  // [N.., F]
-  return proj_.forward(step, ctx.proj, recompute_activation(step, ctx));  // [N.., C]
+  if (!keep_recomputable) {
+    x = Tensor();
+    ctx.fc.inp = Tensor();
+    ctx.up.inp = Tensor();
+  }
+  Tensor y = proj_.forward(step, ctx.proj, recompute_activation(step, ctx));  // [N.., C]
+  if (!keep_recomputable) ctx.proj.inp = Tensor();
+  return y;
 }
 
 Tensor Mlp::recompute_activation(StepContext& step, const Ctx& ctx) const {

@@ -20,7 +20,10 @@ class Mlp {
     Tensor pre;        // [N.., F] fc output (GELU) or gate output (SwiGLU)
     Tensor up_out;     // [N.., F] SwiGLU only
   };
-  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]
+  // x [N.., C] -> [N.., C]. With keep_recomputable false (selective recomputation) the input and
+  // the activation are dropped as soon as the projections read them (x is taken by value so the
+  // caller can hand it over): only the activation is held during the forward beyond what stays.
+  Tensor forward(StepContext& step, Ctx& ctx, Tensor x, bool keep_recomputable = true);
   // The activation [N.., F] (proj's input) again from pre (and up_out): selective recomputation
   // drops it, as it costs one elementwise pass to rebuild.
   Tensor recompute_activation(StepContext& step, const Ctx& ctx) const;

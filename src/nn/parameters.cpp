@@ -12,6 +12,12 @@ Shape ShardSpec::local_shape() const {
   return local;
 }
 
+uint32_t ShardSpec::split_mask() const {
+  uint32_t mask = 0;
+  for (const Split& s : splits) mask |= 1u << static_cast<int>(s.over);
+  return mask;
+}
+
 int64_t ShardSpec::global_index(int64_t local) const {
   if (splits.empty()) return local;
   const Shape shape = local_shape();
@@ -38,9 +44,13 @@ void ShardSpec::validate(const std::string& name) const {
     TS_CHECK(global_shape[static_cast<size_t>(s.dim)] % s.parts == 0,
              "parameter '{}': dimension {} of size {} does not split into {} equal pieces", name, s.dim,
              global_shape[static_cast<size_t>(s.dim)], s.parts);
-    int same = 0;
-    for (const Split& t : splits) same += t.dim == s.dim;
+    int same = 0, same_mesh = 0;
+    for (const Split& t : splits) {
+      same += t.dim == s.dim;
+      same_mesh += t.over == s.over;
+    }
     TS_CHECK(same == 1, "parameter '{}': dimension {} is split twice", name, s.dim);
+    TS_CHECK(same_mesh == 1, "parameter '{}': two dimensions are split over {}", name, config::mesh_dim_name(s.over));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "config/parallel_layout.h"
 #include "core/tensor.h"
 #include "nn/parameter_access.h"
 
@@ -26,20 +27,27 @@ enum class Init {
 };
 
 // How a parameter is laid out over the parallel dimensions. `global_shape` is its shape in the
-// one-process model; this rank holds the block of it that `splits` select (each split cuts one
-// dimension into `parts` equal pieces and keeps piece `index`). Dimensions of the parallel layout
-// that neither split nor shard it replicate it. Initialization reads the random number of each
-// element's GLOBAL index, so any sharding starts from exactly the one-process weights.
+// one-process model; this rank holds the block of it that `splits` select: each split cuts one
+// dimension of the tensor into `parts` equal pieces over one mesh dimension (tensor parallelism
+// cuts a column-parallel weight's rows over tp) and keeps piece `index`. Every other mesh
+// dimension replicates it, except where a transform shards its storage flat (ZeRO over dp, which
+// the parameter itself does not see). Initialization reads the random number of each element's
+// GLOBAL index, so any sharding starts from exactly the one-process weights.
 struct ShardSpec {
   struct Split {
-    int dim = 0;    // which dimension of the global shape is cut
-    int parts = 1;  // into how many equal pieces
-    int index = 0;  // the piece this rank holds
+    int dim = 0;                                  // which dimension of the global shape is cut
+    config::MeshDim over = config::MeshDim::TP;   // over which mesh dimension's ranks
+    int parts = 1;                                // into how many equal pieces
+    int index = 0;                                // the piece this rank holds
   };
   Shape global_shape;
   std::vector<Split> splits;
 
   Shape local_shape() const;
+  // The mesh dimensions that split it, a bit per config::MeshDim (a global norm sums its squares
+  // over those groups and counts it once over the dimensions that replicate it).
+  uint32_t split_mask() const;
+  bool replicated_over(config::MeshDim dim) const { return (split_mask() >> static_cast<int>(dim) & 1u) == 0; }
   // Index in the global parameter (row-major) of element `local` (row-major in the local block).
   int64_t global_index(int64_t local) const;
   void validate(const std::string& name) const;

@@ -18,7 +18,7 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store) {
   float* grads = store.flat_grads().data<float>();
   for (const auto& p : store.all()) {
     const auto at = static_cast<int64_t>(p.offset);
-    out.push_back({&p, 0, p.numel(), values + at, grads + at, 0});
+    out.push_back({&p, 0, p.numel(), values + at, grads + at, p.spec.split_mask()});
   }
   return out;
 }
@@ -30,7 +30,8 @@ std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::Para
     const auto first = static_cast<int64_t>(p.offset);
     const int64_t lo = std::max(owned.begin, first), hi = std::min(owned.end, first + p.numel());
     if (hi <= lo) continue;
-    out.push_back({&p, lo - first, hi - first, values + (lo - owned.begin), grads + (lo - owned.begin), sharded_over});
+    out.push_back({&p, lo - first, hi - first, values + (lo - owned.begin), grads + (lo - owned.begin),
+                   sharded_over | p.spec.split_mask()});
   }
   return out;
 }

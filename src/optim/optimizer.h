@@ -56,7 +56,8 @@ class Optimizer {
 // Every parameter of a store whose buffers it holds, whole: the segments of a one-process run.
 std::vector<Segment> whole_parameters(nn::ParameterStore& store);
 // The segments of the flat range `owned` (clipped to each parameter), where flat element
-// owned.begin + i has its value at values[i] and its gradient at grads[i].
+// owned.begin + i has its value at values[i] and its gradient at grads[i]; `sharded_over` adds the
+// mesh dimensions the flat buffer itself is sharded over (ZeRO: dp) to each parameter's own splits.
 std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::ParamRange owned, float* values,
                                        float* grads, uint32_t sharded_over);
 int64_t total_elements(std::span<const Segment> segments);

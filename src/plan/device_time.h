@@ -31,7 +31,10 @@ inline constexpr double kFlashBackwardFlops = 2.5;
 struct LayerTime {
   double forward = 0;
   double backward = 0;
-  double recompute = 0;   // extra forward work during backward (full or selective)
+  // Extra forward work during backward: full reruns the layer, selective its attention core. For
+  // every_k and optimal the schedule decides which layers rerun, so this is 0 and the stage adds
+  // recomputed_layer_forwards (recompute_model.h) x forward.
+  double recompute = 0;
   double forward_tp = 0;
   double backward_tp = 0;
   double recompute_tp = 0;

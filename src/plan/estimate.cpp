@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "plan/collectives.h"
 #include "plan/device_time.h"
+#include "plan/recompute_model.h"
 
 namespace tessera::plan {
 
@@ -89,6 +90,13 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     StageTime edge = edge_time(m, l, c, groups, stage == 0, stage == l.pp - 1);
     StageTime st{body.forward + edge.forward, body.backward + edge.backward, body.forward_tp + edge.forward_tp,
                  body.backward_tp + edge.backward_tp};
+    if (recompute_uses_chain(l.recompute)) {
+      // every_k and optimal rerun the layer forwards their schedule says; an optimal schedule can
+      // differ between stages, whose budgets leave different room beside the embedding and head.
+      const double rerun = recomputed_layer_forwards(m, l, stage);
+      st.backward += rerun * layer.forward;
+      st.backward_tp += rerun * layer.forward_tp;
+    }
     double total = st.forward + st.backward + st.forward_tp + st.backward_tp;
     if (total > slowest_total) {
       slowest = st;
@@ -164,7 +172,9 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
   t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero_stage >= 2 ? l.dp : 1));
   t.step = makespan + dp_exposed + t.optimizer;
 
-  est.flops = step_flops(m, l.global_batch, l.recompute, l.flash_attention);
+  est.flops = recompute_uses_chain(l.recompute)
+                  ? step_flops(m, l.global_batch, l.recompute, l.flash_attention, model_recomputed_layer_forwards(m, l))
+                  : step_flops(m, l.global_batch, l.recompute, l.flash_attention);
   const double busy = t.compute + t.tp_comm + t.pp_comm;
   est.bubble_fraction = busy > 0 ? t.bubble / busy : 0;
   const double devices = static_cast<double>(l.devices());

@@ -1,6 +1,7 @@
 #include "plan/layout.h"
 
 #include <charconv>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -11,7 +12,8 @@ namespace tessera::plan {
 
 namespace {
 
-constexpr const char* kLayoutKeys = "tp, pp, dp, v, mb, gb, zero, recompute, sp, precision, schedule, flash, overlap";
+constexpr const char* kLayoutKeys =
+    "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, overlap";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -30,6 +32,14 @@ int parse_small(std::string_view key, std::string_view value) {
   int64_t v = parse_int(key, value);
   TS_CHECK(v >= 0 && v <= (int64_t{1} << 30), "layout: '{}={}' is out of range", key, value);
   return static_cast<int>(v);
+}
+
+double parse_mib(std::string_view key, std::string_view value) {
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  TS_CHECK(ec == std::errc() && ptr == value.data() + value.size() && std::isfinite(out) && out >= 0,
+           "layout: '{}={}' needs a number of MiB, 0 or more (for example {}=4096)", key, value, key);
+  return out;
 }
 
 bool parse_bool(std::string_view key, std::string_view value) {
@@ -53,6 +63,8 @@ std::string recompute_name(Recompute r) {
     case Recompute::None: return "none";
     case Recompute::Selective: return "selective";
     case Recompute::Full: return "full";
+    case Recompute::EveryK: return "every_k";
+    case Recompute::Optimal: return "optimal";
   }
   return "?";
 }
@@ -93,7 +105,14 @@ Layout parse_layout(std::string_view text, Layout l) {
       if (value == "none") l.recompute = Recompute::None;
       else if (value == "selective") l.recompute = Recompute::Selective;
       else if (value == "full") l.recompute = Recompute::Full;
-      else TS_FAIL("layout: 'recompute={}' must be none, selective or full", value);
+      else if (value == "every_k") l.recompute = Recompute::EveryK;
+      else if (value == "optimal") l.recompute = Recompute::Optimal;
+      else TS_FAIL("layout: 'recompute={}' must be none, selective or full, or every_k (with recompute_every=K) or "
+                   "optimal (with activation_budget_mb=X)", value);
+    } else if (key == "recompute_every") {
+      l.recompute_every = parse_small(key, value);
+    } else if (key == "activation_budget_mb") {
+      l.activation_budget_mb = parse_mib(key, value);
     } else if (key == "precision") {
       if (value == "bf16") l.precision = Precision::Bf16;
       else if (value == "fp32") l.precision = Precision::Fp32;
@@ -104,7 +123,8 @@ Layout parse_layout(std::string_view text, Layout l) {
                config::schedule_kind_names());
       l.schedule = *kind;
     } else {
-      std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "sp", "precision", "schedule", "flash", "overlap"};
+      std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "recompute_every",
+                                       "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
@@ -118,9 +138,13 @@ Layout parse_layout(std::string_view text, Layout l) {
 }
 
 std::string to_string(const Layout& l) {
+  // The policy's parameters sit next to it, and only when set: every layout printed before they
+  // existed prints the same. fmt's {} of a double is the shortest text that reads back exactly.
+  std::string recompute = recompute_name(l.recompute);
+  if (l.recompute_every != 0) recompute += fmt::format(",recompute_every={}", l.recompute_every);
+  if (l.activation_budget_mb != 0) recompute += fmt::format(",activation_budget_mb={}", l.activation_budget_mb);
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}",
-                     l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage,
-                     recompute_name(l.recompute),
+                     l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
                      l.flash_attention ? "true" : "false", l.overlap ? "true" : "false");
 }
@@ -161,6 +185,21 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
   TS_CHECK(l.zero_stage <= 1 || l.pp == 1,
            "layout: ZeRO stage {} shards gradients (and parameters) every microbatch, which pipeline parallelism (pp={}) "
            "cannot interleave; use zero=0 or zero=1 with pp > 1", l.zero_stage, l.pp);
+  // A parameter the chosen policy ignores is almost always a policy typed wrong, so it is refused
+  // rather than silently dropped.
+  TS_CHECK(l.recompute_every >= 0, "layout: recompute_every={} must be 0 (ceil(sqrt(layers per chunk))) or a segment "
+           "length of at least 1 layer", l.recompute_every);
+  TS_CHECK(l.recompute_every == 0 || l.recompute == Recompute::EveryK,
+           "layout: recompute_every={} sets the segment length of recompute=every_k, but the layout says recompute={}; "
+           "use recompute=every_k or drop recompute_every", l.recompute_every, recompute_name(l.recompute));
+  TS_CHECK(std::isfinite(l.activation_budget_mb) && l.activation_budget_mb >= 0,
+           "layout: activation_budget_mb={} must be a number of MiB, 0 or more", l.activation_budget_mb);
+  TS_CHECK(l.activation_budget_mb == 0 || l.recompute == Recompute::Optimal,
+           "layout: activation_budget_mb={} is the budget of recompute=optimal, but the layout says recompute={}; use "
+           "recompute=optimal or drop activation_budget_mb", l.activation_budget_mb, recompute_name(l.recompute));
+  TS_CHECK(l.recompute != Recompute::Optimal || l.activation_budget_mb > 0,
+           "layout: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may "
+           "reach on a rank (the schedule is the fastest within it); add activation_budget_mb, or pick another policy");
   // The rules every user of the layout shares (expert parallelism, for one, which the syntax above
   // does not set); the planner's own checks above come first for their sharper messages.
   l.validate();

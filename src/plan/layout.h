@@ -17,6 +17,8 @@ enum class Recompute {
   None,       // keep every activation backward needs
   Selective,  // recompute only the attention core (QK^T, softmax, dropout, AV): Korthikanti et al.
   Full,       // keep only each layer's input; rerun the layer's forward during backward
+  EveryK,     // Chen et al.'s segments of k layers: keep each segment's first input, rerun the segment
+  Optimal,    // the fastest schedule whose activation peak fits a budget (src/memory/optimal.h)
 };
 
 // Derived rather than holding a ParallelLayout: the planner reads l.tp, l.dp, l.pp everywhere, and
@@ -27,6 +29,13 @@ struct Layout : config::ParallelLayout {
   Precision precision = Precision::Bf16;
   bool flash_attention = false;  // fused attention that never stores the s x s scores
   bool overlap = false;          // data-parallel / ZeRO collectives overlap backward (and ZeRO-3 gathers, forward)
+  // every_k's segment length; 0 picks ceil(sqrt(layers of a model chunk)), the runtime's default
+  // for the layers it holds. Only every_k reads it.
+  int recompute_every = 0;
+  // optimal: the activation peak one microbatch may reach on a rank, in MiB (the peak of one model
+  // chunk's chain plus the embedding's and head's tensors of that stage). Only optimal reads it,
+  // and optimal needs it: there is no budget that would be right for every device.
+  double activation_budget_mb = 0;
 
   int64_t devices() const { return int64_t{dp} * tp * pp; }  // widened: device counts are multiplied further
   bool operator==(const Layout&) const = default;
@@ -35,16 +44,22 @@ struct Layout : config::ParallelLayout {
 std::string recompute_name(Recompute r);
 
 // "tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16": keys tp, pp, dp, v
-// (virtual_stages), mb, gb, zero (zero_stage), recompute, sp, precision, schedule (any kind name),
-// flash, overlap. Keys not given keep their value in `base`. v > 1 with the 1f1b schedule (the
+// (virtual_stages), mb, gb, zero (zero_stage), recompute (none, selective, full, every_k, optimal),
+// recompute_every, activation_budget_mb, sp, precision, schedule (any kind name), flash, overlap.
+// Keys not given keep their value in `base`. v > 1 with the 1f1b schedule (the
 // default) means interleaved 1F1B, so a layout that names no schedule keeps its meaning; the result
 // then says schedule=interleaved. Unknown keys and bad values throw with the list of known keys.
 Layout parse_layout(std::string_view text, Layout base = {});
 // The same syntax; parse_layout(to_string(l)) == l for every layout check_layout accepts.
+// recompute_every and activation_budget_mb are written only when set, so layouts that do not use
+// them print as they always did.
 std::string to_string(const Layout& l);
 
 // Throws tessera::Error naming the problem and the fix: device count, divisibility of heads, FFN,
-// layers and batch, interleaving and ZeRO constraints, schedules the cost model does not describe.
+// layers and batch, interleaving and ZeRO constraints, schedules the cost model does not describe,
+// recompute_every and activation_budget_mb given without the policy that reads them, optimal
+// without a budget. (Whether a budget is large enough depends on the chain: the memory model
+// refuses one below the minimum, naming it.)
 void check_layout(const config::ModelConfig& model, const Layout& layout, int64_t devices);
 
 }  // namespace tessera::plan

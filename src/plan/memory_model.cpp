@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "plan/model_costs.h"
+#include "plan/recompute_model.h"
 
 namespace tessera::plan {
 
@@ -91,23 +92,28 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
 
   // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
   const int64_t chunks = pipeline.inflight_chunks(l, stage);
-  const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.virtual_stages);
-  const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
-  const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
-  mem.activations = d(chunks) * layers_per_chunk * kept;
-  // The layer being recomputed and back-propagated holds its full set once more.
-  mem.activations += everything - kept;
-  const double R = bsh / (l.sp ? t : 1);
+  if (recompute_uses_chain(l.recompute)) {
+    // The schedule's own numbers (recompute_model.h): each chunk-microbatch waiting for its
+    // backward keeps R, and the one in backward peaks at P, recomputation included.
+    const memory::ChainSimulation sim = chunk_recompute(m, l, stage).simulation;
+    mem.activations = d(chunks - 1) * d(sim.after_forward_bytes) + d(sim.peak_bytes);
+  } else {
+    // The closed forms, which the chain reproduces exactly (recompute_model.h): the same numbers,
+    // without building a chain for each of the search's thousands of layouts.
+    const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.virtual_stages);
+    const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
+    const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
+    mem.activations = d(chunks) * layers_per_chunk * kept;
+    // The layer being recomputed and back-propagated holds its full set once more.
+    mem.activations += everything - kept;
+  }
   if (first && m.dropout > 0) {
     // Chunk 0 of each microbatch holds the embedding.
     const double microbatches = std::ceil(d(chunks) / l.virtual_stages);
-    mem.activations += microbatches * R;  // embedding dropout mask
+    mem.activations += microbatches * embedding_activation_bytes(m, l);
   }
-  if (last) {
-    // Final norm input and the head input, plus the fp32 probabilities the loss backward reads,
-    // for the one microbatch whose backward starts right after its forward.
-    mem.activations += 2 * e * R + 4 * d(b) * s * std::ceil(m.vocab_size / t);
-  }
+  // The head's tensors for the one microbatch whose backward starts right after its forward.
+  if (last) mem.activations += head_activation_bytes(m, l);
 
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging
   if (l.pp > 1) mem.comm += 2 * e * bsh / (l.sp ? t : 1);  // boundary tensor being sent and received

@@ -44,7 +44,9 @@ double layer_activation_bytes(const config::ModelConfig& m, int64_t b, int tp, b
 
 // Memory of one rank of pipeline stage `stage`: its parameters' model states, the activations of
 // the chunk-microbatches it holds at its peak (from the pipeline model), the working set of one
-// layer being recomputed, communication buffers and workspace.
+// layer being recomputed, communication buffers and workspace. every_k and optimal take the
+// activations of their schedule over the chunk's chain, (in flight - 1) R + P (recompute_model.h);
+// none, selective and full the closed forms above, which that chain reproduces exactly.
 MemoryBreakdown stage_memory(const config::ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline);
 
 struct RankMemory {

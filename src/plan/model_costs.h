@@ -48,11 +48,18 @@ double head_forward_flops(const config::ModelConfig& m, int64_t b);
 struct StepFlops {
   double forward = 0;    // B (l layer + head)
   double backward = 0;   // 2 x forward: each matmul has an input-gradient and a weight-gradient matmul
-  double recompute = 0;  // full: l layers' forward again; selective: the attention core; flash: QK^T in backward
+  double recompute = 0;  // full: l layers' forward again; selective: the attention core; flash: QK^T in backward;
+                         // every_k, optimal: the layer forwards their schedule reruns
   double model() const { return forward + backward; }              // what MFU counts
   double hardware() const { return forward + backward + recompute; }  // what the device executes
 };
+// none, selective and full: their recompute is fixed by the policy. every_k and optimal need the
+// schedule's count and are refused here; use the overload below.
 StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, Recompute recompute, bool flash);
+// Any policy, with `recomputed_layers` layer forwards rerun per sequence over the whole model
+// (model_recomputed_layer_forwards in recompute_model.h; L for full, 0 for none and selective).
+StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, Recompute recompute, bool flash,
+                     double recomputed_layers);
 
 // Narayanan et al. 2021, eq. (2) and (3), for GPT with F = 4h (the final LayerNorm is left out):
 //   P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))

@@ -57,6 +57,13 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
             for (int zero = 0; zero <= 3; ++zero) {
               if (zero > 0 && dp == 1) continue;
               if (zero > 1 && pp > 1) continue;
+              // every_k and optimal stay out of the search; evaluate them with --layout. every_k
+              // reruns every layer once, as full does, so it takes full's time and could only win
+              // where memory binds: it stores fewer layer inputs but holds k whole layers (10-60
+              // times an input each) at its peak, which pays off on deep pipelines' first stages
+              // and costs elsewhere. Searching it would fill the ranking with twins of full's
+              // layouts that tie on time. optimal needs a budget the request does not give, and a
+              // DP per layout would add seconds over thousands of layouts.
               for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
                 Layout l;
                 l.tp = static_cast<int>(tp);

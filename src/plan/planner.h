@@ -28,7 +28,8 @@ struct PlanResult {
 // of N/tp that divide the layers; dp = N/(tp pp) dividing B; microbatch over the divisors of B/dp
 // up to max_micro_batch; v over the divisors of the layers per stage (interleaving needs the
 // microbatch count to be a multiple of pp); sp on and off when tp > 1; ZeRO 0-1 (0-3 without
-// pipeline parallelism, 0 without data parallelism); recompute none, selective, full.
+// pipeline parallelism, 0 without data parallelism); recompute none, selective, full (every_k and
+// optimal are for --layout: planner.cpp says why).
 // Throws when the request is malformed or when no layout fits, naming the smallest one found.
 PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, const PlanRequest& request,
                 const PipelineModel& pipeline = closed_form_pipeline());

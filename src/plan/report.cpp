@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "plan/recompute_model.h"
+
 namespace tessera::plan {
 
 namespace {
@@ -12,6 +14,25 @@ std::string human_count(double n) {
   if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
   if (n >= 1e6) return fmt::format("{:.1f}M", n / 1e6);
   return fmt::format("{:.0f}", n);
+}
+
+// The schedule behind an every_k or optimal prediction, per microbatch, in the budget's unit, so
+// that it can be held against the runtime's plan of the same chain.
+std::string describe_recompute(const config::ModelConfig& m, const Layout& l, int stage) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const ChunkRecompute r = chunk_recompute(m, l, stage);
+  const int layers = static_cast<int>(r.chain.size()) - 1;
+  const std::string policy = l.recompute == Recompute::EveryK
+                                 ? fmt::format("every_k with k={}", r.every_k)
+                                 : fmt::format("optimal within {} MiB per microbatch", l.activation_budget_mb);
+  const double edges = stage_edge_bytes(m, l, stage);
+  return fmt::format("         recompute {}: stage {} reruns {} layer forwards per microbatch on each chunk of {} layers;\n"
+                     "         a chunk keeps {:.1f} MiB after its forward and peaks at {:.1f} MiB ({:.1f} MiB with the "
+                     "embedding and head)\n",
+                     policy, stage, r.simulation.recomputed_forwards, layers,
+                     static_cast<double>(r.simulation.after_forward_bytes) / kMiB,
+                     static_cast<double>(r.simulation.peak_bytes) / kMiB,
+                     (static_cast<double>(r.simulation.peak_bytes) + edges) / kMiB);
 }
 
 std::string short_layout(const Layout& l) {
@@ -72,9 +93,11 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   out += fmt::format("cluster: {}\n", describe_cluster(c));
   out += fmt::format("layout:  {}\n", to_string(l));
   const bool interleaved = l.virtual_stages > 1;
-  out += fmt::format("         {} devices, {} microbatches of {} per pipeline per step, schedule {}{}\n\n", l.devices(),
+  out += fmt::format("         {} devices, {} microbatches of {} per pipeline per step, schedule {}{}\n", l.devices(),
                      l.microbatches(), l.micro_batch, interleaved ? "interleaved 1f1b" : config::schedule_name(l.schedule),
                      interleaved ? fmt::format(" (v={})", l.virtual_stages) : std::string());
+  if (recompute_uses_chain(l.recompute)) out += describe_recompute(m, l, e.memory.stage);
+  out += "\n";
   out += fmt::format("memory per device (stage {} of {}), GiB:\n", e.memory.stage, l.pp);
   for (auto tag : kMemoryTags) out += fmt::format("  {:<12} {:9.2f}\n", tag, mem.by_tag(tag) / kGiB);
   out += fmt::format("  {:<12} {:9.2f}   of {:.2f} usable: {}\n\n", "total", mem.total() / kGiB, e.memory_capacity / kGiB,

@@ -119,6 +119,20 @@ TEST(ChainSimulate, BackwardExtraCountsDuringTheBackwardOnly) {
   EXPECT_EQ(simulate(units, none_schedule(4)).after_forward_bytes, 45);
 }
 
+// What a forward holds only while it runs (a selective block's MLP activation until its
+// projection has read it) raises that forward's peak and nothing after it.
+TEST(ChainSimulate, ForwardExtraCountsDuringTheForwardOnly) {
+  auto units = hand_chain();
+  const auto plain = simulate_steps(units, none_schedule(4));
+  units[0].forward_extra_bytes = 50;
+  const auto steps = simulate_steps(units, none_schedule(4));
+  EXPECT_EQ(plain[0].peak_bytes, 17);  // x0 4 + own 10 + output 3
+  EXPECT_EQ(steps[0].peak_bytes, 67);
+  EXPECT_EQ(steps[0].live_after, plain[0].live_after);
+  EXPECT_EQ(simulate(units, none_schedule(4)).after_forward_bytes, simulate(hand_chain(), none_schedule(4)).after_forward_bytes);
+  EXPECT_EQ(simulate(units, none_schedule(4)).peak_bytes, 67);
+}
+
 TEST(ChainSimulate, SingleUnit) {
   const std::vector<ChainUnit> units{
       {.input_bytes = 4, .own_bytes = 6, .output_bytes = 0, .backward_extra_bytes = 3, .forward_time = 1, .backward_time = 2}};

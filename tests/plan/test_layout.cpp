@@ -1,4 +1,5 @@
 // Layout syntax, configs on disk, and the errors bad input gets.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "plan/estimate.h"
@@ -38,6 +39,53 @@ TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
   Layout base;
   base.global_batch = 96;
   EXPECT_EQ(parse_layout(" tp = 2 , mb=4", base).global_batch, 96);
+}
+
+TEST(PlanLayout, RecomputePolicyKeysParseAndRoundTrip) {
+  Layout every = parse_layout("pp=2,gb=8,recompute=every_k,recompute_every=3");
+  EXPECT_EQ(every.recompute, Recompute::EveryK);
+  EXPECT_EQ(every.recompute_every, 3);
+  EXPECT_EQ(parse_layout(to_string(every)), every);
+  EXPECT_TRUE(contains(to_string(every), "recompute=every_k,recompute_every=3,")) << to_string(every);
+  // 0 (the default) means ceil(sqrt(layers per chunk)) and is not written.
+  every.recompute_every = 0;
+  EXPECT_EQ(parse_layout(to_string(every)), every);
+  EXPECT_FALSE(contains(to_string(every), "recompute_every")) << to_string(every);
+
+  for (double mib : {4096.0, 1536.5, 0.1, 12345.678901234}) {
+    Layout optimal = parse_layout(fmt::format("gb=8,recompute=optimal,activation_budget_mb={}", mib));
+    EXPECT_EQ(optimal.recompute, Recompute::Optimal);
+    EXPECT_EQ(optimal.activation_budget_mb, mib);
+    EXPECT_EQ(parse_layout(to_string(optimal)), optimal) << to_string(optimal);
+  }
+  EXPECT_EQ(recompute_name(Recompute::EveryK), "every_k");
+  EXPECT_EQ(recompute_name(Recompute::Optimal), "optimal");
+  // Layouts that use neither key print as they always did.
+  EXPECT_EQ(to_string(parse_layout("tp=8,pp=2,dp=32,v=2,gb=512,recompute=full,sp=true")),
+            "tp=8,pp=2,dp=32,v=2,mb=1,gb=512,zero=0,recompute=full,sp=true,precision=bf16,schedule=interleaved,"
+            "flash=false,overlap=false");
+}
+
+TEST(PlanLayout, RecomputePolicyKeysAreChecked) {
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=sqrt"); }), "every_k (with recompute_every=K)"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute_every=-1"); }), "'recompute_every=-1' is out of range"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute_every=two"); }), "'recompute_every=two' needs a whole number"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("activation_budget_mb=lots"); }),
+                       "'activation_budget_mb=lots' needs a number of MiB"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("activation_budget_mb=-5"); }), "needs a number of MiB, 0 or more"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("activation_budget_mb=inf"); }), "needs a number of MiB"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute_evry=2"); }), "did you mean 'recompute_every'?"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("budget=2"); }), "activation_budget_mb"));
+
+  config::ModelConfig m = published_model(megatron_table1()[4]);  // 48 layers
+  auto check = [&](const std::string& text) { return error_of([&] { check_layout(m, parse_layout(text), 2); }); };
+  EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=optimal"), "recompute=optimal needs activation_budget_mb=X"));
+  EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=full,recompute_every=4"), "use recompute=every_k or drop recompute_every"));
+  EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=every_k,activation_budget_mb=100"),
+                       "use recompute=optimal or drop activation_budget_mb"));
+  EXPECT_EQ(check("pp=2,gb=8,recompute=every_k,recompute_every=4"), "");
+  EXPECT_EQ(check("pp=2,gb=8,recompute=every_k"), "");
+  EXPECT_EQ(check("pp=2,gb=8,recompute=optimal,activation_budget_mb=20000"), "");
 }
 
 TEST(PlanLayout, BadSyntaxNamesTheKey) {

@@ -1,0 +1,159 @@
+#include "plan/recompute_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "memory/optimal.h"
+#include "memory/recompute_policy.h"
+#include "plan/memory_model.h"
+#include "plan/model_costs.h"
+
+namespace tessera::plan {
+
+using config::ModelConfig;
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double d(int64_t v) { return static_cast<double>(v); }
+
+// The planner's bytes are whole numbers held in doubles (products of the model's sizes, far below
+// 2^53); the chain counts them in integers.
+int64_t whole_bytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+
+int layers_per_chunk(const ModelConfig& m, const Layout& l) {
+  const int64_t chunks = int64_t{l.pp} * l.virtual_stages;
+  TS_CHECK(chunks >= 1 && m.n_layer % chunks == 0,
+           "plan: pp={} x v={} model chunks must divide model.n_layer={} to build a chunk's recompute chain; pick pp x v "
+           "that divides the layers",
+           l.pp, l.virtual_stages, m.n_layer);
+  return static_cast<int>(m.n_layer / chunks);
+}
+
+memory::RecomputePolicy memory_policy(Recompute r) {
+  switch (r) {
+    case Recompute::None: return memory::RecomputePolicy::None;
+    case Recompute::Selective: return memory::RecomputePolicy::Selective;
+    case Recompute::Full: return memory::RecomputePolicy::Full;
+    case Recompute::EveryK: return memory::RecomputePolicy::EveryK;
+    case Recompute::Optimal: return memory::RecomputePolicy::Optimal;
+  }
+  TS_FAIL("plan: unknown recompute policy {}", static_cast<int>(r));
+}
+
+// To the nearest byte, so that the minimum named in MiB (rounded up to 1/100) reads back as at
+// least the bytes it came from. Past int64 (some 8.6e12 MiB) a budget limits nothing anyway.
+int64_t budget_bytes(const Layout& l) { return whole_bytes(std::min(l.activation_budget_mb * kMiB, 9.0e18)); }
+
+// The most any stage adds to the chain's peak: every rank runs with the one budget.
+int64_t largest_edge_bytes(const ModelConfig& m, const Layout& l) {
+  return whole_bytes(std::max(stage_edge_bytes(m, l, 0), stage_edge_bytes(m, l, l.pp - 1)));
+}
+
+// Up to 1/100 MiB, so that the printed minimum, given back as the budget, is accepted.
+double mib_rounded_up(int64_t bytes) { return std::ceil(d(bytes) / kMiB * 100.0) / 100.0; }
+
+}  // namespace
+
+bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || r == Recompute::Optimal; }
+
+int resolved_recompute_every(const ModelConfig& m, const Layout& l) {
+  if (l.recompute_every > 0) return l.recompute_every;
+  // The runtime's default, ceil(sqrt(layers it holds)), for the layers one chain holds.
+  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(layers_per_chunk(m, l))))));
+}
+
+std::vector<memory::ChainUnit> chunk_chain(const ModelConfig& m, const Layout& l) {
+  const int layers = layers_per_chunk(m, l);
+  const int64_t b = l.micro_batch;
+  const double e = element_bytes(l.precision);
+  const double input = e * d(b) * m.seq_len * m.n_embd / (l.sp ? l.tp : 1);
+  const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
+  const bool selective = l.recompute == Recompute::Selective;
+  const double kept = selective ? layer_activation_bytes(m, b, l.tp, l.sp, Recompute::Selective, l.flash_attention, l.precision)
+                                : everything;
+  // Uniform layers: the forward FLOPs are all the optimal solver needs of time (only ratios matter),
+  // and a backward costs twice its forward (each matmul's two gradient products).
+  const double forward = layer_forward_flops(m, b);
+  std::vector<memory::ChainUnit> chain;
+  for (int i = 0; i < layers; ++i) {
+    memory::ChainUnit u;
+    u.input_bytes = whole_bytes(input);
+    u.own_bytes = whole_bytes(kept - input);
+    u.backward_extra_bytes = whole_bytes(everything - kept);
+    u.output_bytes = i + 1 < layers ? whole_bytes(input) : 0;
+    u.forward_time = forward;
+    u.backward_time = 2 * forward;
+    chain.push_back(u);
+  }
+  chain.push_back(memory::ChainUnit{});  // the loss unit: the boundary or the head, counted outside
+  return chain;
+}
+
+double embedding_activation_bytes(const ModelConfig& m, const Layout& l) {
+  if (m.dropout <= 0) return 0;
+  return d(l.micro_batch) * m.seq_len * m.n_embd / (l.sp ? l.tp : 1);  // one-byte dropout mask
+}
+
+double head_activation_bytes(const ModelConfig& m, const Layout& l) {
+  const double e = element_bytes(l.precision);
+  const double b = d(l.micro_batch), s = m.seq_len, t = l.tp;
+  const double R = b * s * m.n_embd / (l.sp ? t : 1);
+  // Final norm input and head input, plus the fp32 probabilities the loss backward reads.
+  return 2 * e * R + 4 * b * s * std::ceil(m.vocab_size / t);
+}
+
+double stage_edge_bytes(const ModelConfig& m, const Layout& l, int stage) {
+  TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
+  double bytes = 0;
+  if (stage == 0) bytes += embedding_activation_bytes(m, l);
+  if (stage == l.pp - 1) bytes += head_activation_bytes(m, l);
+  return bytes;
+}
+
+double minimum_activation_budget_mb(const ModelConfig& m, const Layout& l) {
+  return mib_rounded_up(memory::minimum_budget(chunk_chain(m, l)) + largest_edge_bytes(m, l));
+}
+
+ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage) {
+  ChunkRecompute r;
+  r.chain = chunk_chain(m, l);
+  r.every_k = resolved_recompute_every(m, l);
+  if (l.recompute == Recompute::Optimal) {
+    TS_CHECK(l.activation_budget_mb > 0,
+             "plan: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on "
+             "a rank; add it to the layout, or pick another policy");
+    const int64_t least = memory::minimum_budget(r.chain) + largest_edge_bytes(m, l);
+    TS_CHECK(budget_bytes(l) >= least,
+             "plan: activation_budget_mb={} is below the minimum of {:.2f} MiB that a microbatch (mb={}) needs on a "
+             "rank of this layout (its {} layers per model chunk recomputed as much as possible, plus the embedding's and "
+             "head's tensors); raise activation_budget_mb to at least {:.2f}, or lower mb, or split the layers further "
+             "(more tp with sp, more pp)",
+             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, r.chain.size() - 1, mib_rounded_up(least));
+    r.budget_bytes = budget_bytes(l) - whole_bytes(stage_edge_bytes(m, l, stage));
+  }
+  r.schedule = memory::plan_recompute(memory_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);
+  r.simulation = memory::simulate(r.chain, r.schedule);
+  return r;
+}
+
+double recomputed_layer_forwards(const ModelConfig& m, const Layout& l, int stage) {
+  if (l.recompute == Recompute::Full) return static_cast<double>(m.n_layer / l.pp);
+  if (!recompute_uses_chain(l.recompute)) return 0;
+  return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.recomputed_forwards;
+}
+
+double model_recomputed_layer_forwards(const ModelConfig& m, const Layout& l) {
+  if (l.recompute == Recompute::Full) return static_cast<double>(m.n_layer);
+  if (!recompute_uses_chain(l.recompute)) return 0;
+  // Stages differ only by the embedding and head bytes their budget leaves: the first, the last,
+  // and the pp - 2 in between alike.
+  double sum = recomputed_layer_forwards(m, l, 0);
+  if (l.pp > 1) sum += recomputed_layer_forwards(m, l, l.pp - 1);
+  if (l.pp > 2) sum += (l.pp - 2) * recomputed_layer_forwards(m, l, 1);
+  return sum;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,220 @@
+// Programs and their events: the lowering of one-stage schedules with each recompute policy, the
+// order in which transforms hear about each action (by slot), and the events of every phase.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "exec/interpreter.h"
+#include "exec/program.h"
+#include "exec/recompute.h"
+#include "exec/transform.h"
+#include "parallel/pipeline/generators.h"
+#include "parity_harness.h"
+
+using namespace tessera;
+using exec::Phase;
+
+namespace {
+
+config::ParallelLayout one_rank(config::ScheduleKind kind, int microbatches, int virtual_stages = 1) {
+  config::ParallelLayout l;
+  l.schedule = kind;
+  l.virtual_stages = virtual_stages;
+  l.global_batch = microbatches;
+  return l;
+}
+
+// "F1" forward of unit 1, "R2" recompute, "B" backward, "I" input half, "W" weight half, "E"
+// eval, each with "/m<microbatch>"; "step" the optimizer step.
+std::string code(const exec::Action& a) {
+  if (a.kind == exec::Action::Kind::OptimizerStep) return "step";
+  const char* letter = "?";
+  switch (a.phase) {
+    case Phase::Forward: letter = "F"; break;
+    case Phase::Recompute: letter = "R"; break;
+    case Phase::Backward: letter = "B"; break;
+    case Phase::BackwardInput: letter = "I"; break;
+    case Phase::BackwardWeight: letter = "W"; break;
+    case Phase::Eval: letter = "E"; break;
+  }
+  return fmt::format("{}{}/m{}", letter, a.unit, a.microbatch);
+}
+
+std::vector<std::string> codes(const exec::Program& p) {
+  std::vector<std::string> out;
+  for (const exec::Action& a : p.actions) out.push_back(code(a));
+  return out;
+}
+
+// A model of 3 blocks: units 0 (embedding), 1..3 (blocks), 4 (head).
+constexpr int kUnits = 5;
+
+exec::StagePlan plan_with(memory::RecomputePolicy policy, int every_k = 0) {
+  exec::StagePlan plan = exec::even_stages(kUnits, 1);
+  exec::StagePlan::Stage& s = plan.stages.front();
+  const int chain = s.last - s.chain_first();
+  s.recompute = policy == memory::RecomputePolicy::Full    ? memory::full_schedule(chain)
+                : policy == memory::RecomputePolicy::EveryK ? memory::every_k_schedule(chain, every_k)
+                                                            : memory::none_schedule(chain);
+  s.selective = policy == memory::RecomputePolicy::Selective;
+  return plan;
+}
+
+exec::Program lower(config::ScheduleKind kind, int microbatches, const exec::StagePlan& plan) {
+  return exec::lower_training(pipeline::make_schedule(one_rank(kind, microbatches)), 0, plan);
+}
+
+}  // namespace
+
+TEST(Programs, OneFOneBWithoutRecomputeIsTheStraightChainPerMicrobatch) {
+  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 2, plan_with(memory::RecomputePolicy::None));
+  EXPECT_EQ(codes(p), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "B3/m0",
+                                                "B2/m0", "B1/m0", "B0/m0", "F0/m1", "F1/m1", "F2/m1", "F3/m1",
+                                                "F4/m1", "B4/m1", "B3/m1", "B2/m1", "B1/m1", "B0/m1", "step"}));
+  for (const exec::Action& a : p.actions) {
+    if (a.kind == exec::Action::Kind::Unit && a.phase == Phase::Forward) EXPECT_EQ(a.keep, memory::Keep::All);
+  }
+}
+
+TEST(Programs, FullRecomputeKeepsInputsAndRecomputesEachBlockBeforeItsBackward) {
+  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::Full));
+  EXPECT_EQ(codes(p), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "R3/m0",
+                                                "B3/m0", "R2/m0", "B2/m0", "R1/m0", "B1/m0", "B0/m0", "step"}));
+  EXPECT_EQ(p.actions[1].keep, memory::Keep::Input);
+  EXPECT_EQ(p.actions[4].keep, memory::Keep::All) << "the head keeps everything: its backward follows at once";
+  EXPECT_EQ(p.actions[6].keep, memory::Keep::All) << "a recomputation keeps what the backward needs";
+}
+
+TEST(Programs, EveryKRecomputesSegmentsAndSelectiveMarksBlocksOnly) {
+  const exec::Program k2 = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::EveryK, 2));
+  EXPECT_EQ(codes(k2), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "R3/m0",
+                                                 "B3/m0", "R1/m0", "R2/m0", "B2/m0", "B1/m0", "B0/m0", "step"}));
+  const exec::Program sel = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::Selective));
+  for (const exec::Action& a : sel.actions) {
+    if (a.kind != exec::Action::Kind::Unit || a.phase != Phase::Forward) continue;
+    EXPECT_EQ(a.selective, a.unit >= 1 && a.unit <= 3) << exec::describe(a);
+  }
+}
+
+TEST(Programs, SplitBackwardAndGPipeAndEvaluation) {
+  const exec::Program zb = lower(config::ScheduleKind::ZeroBubbleH1, 1, plan_with(memory::RecomputePolicy::None));
+  EXPECT_EQ(codes(zb), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "I4/m0", "I3/m0",
+                                                 "I2/m0", "I1/m0", "I0/m0", "W4/m0", "W3/m0", "W2/m0", "W1/m0",
+                                                 "W0/m0", "step"}));
+  const exec::Program gpipe = lower(config::ScheduleKind::GPipe, 2, plan_with(memory::RecomputePolicy::None));
+  ASSERT_EQ(gpipe.actions.size(), 21u);
+  EXPECT_EQ(code(gpipe.actions[5]), "F0/m1") << "GPipe runs every forward first";
+  EXPECT_EQ(code(gpipe.actions[10]), "B4/m1") << "and then the backwards, last microbatch first";
+  EXPECT_EQ(codes(exec::lower_evaluation(kUnits)), (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "E3/m0", "E4/m0"}));
+}
+
+TEST(Programs, StagesSplitBlocksEvenlyWithTheEndsOnTheOuterStages) {
+  const exec::StagePlan plan = exec::even_stages(2 + 5, 2);  // 5 blocks over 2 stages
+  ASSERT_EQ(plan.stages.size(), 2u);
+  EXPECT_EQ(plan.stages[0].first, 0);
+  EXPECT_EQ(plan.stages[0].last, 4) << "embedding and blocks 1..3";
+  EXPECT_EQ(plan.stages[1].first, 4);
+  EXPECT_EQ(plan.stages[1].last, 7) << "blocks 4..5 and the head";
+  EXPECT_THROW(exec::even_stages(2 + 1, 2), Error) << "one block cannot make two stages";
+}
+
+namespace {
+
+// Logs every hook call of the transform it stands for, into a log shared by several of them.
+class Logger final : public exec::Transform {
+ public:
+  Logger(std::string name, std::vector<std::string>& log) : name_(std::move(name)), log_(log) {}
+  std::string_view name() const override { return name_; }
+  void begin(const exec::Program&) override { log_.push_back(name_ + " begin"); }
+  void before(const exec::Event& e) override { log_.push_back(name_ + " before " + code(e.action())); }
+  void after(const exec::Event& e) override { log_.push_back(name_ + " after " + code(e.action())); }
+  void finish(const exec::Program&) override { log_.push_back(name_ + " finish"); }
+
+ private:
+  std::string name_;
+  std::vector<std::string>& log_;
+};
+
+}  // namespace
+
+// Before an action the transforms run outermost first, after it innermost first; the event carries
+// the action's unit, microbatch and phase, for every phase the interpreter runs.
+TEST(Interpreter, TellsTheChainAboutEveryActionInSlotOrder) {
+  config::ModelConfig c = tessera::testing::gpt2_odd_config();
+  c.n_layer = 1;
+  MemoryAccountant memory;
+  nn::GPT model(c, memory, 3);
+  exec::ParameterOwnership ownership(model.parameters());
+  exec::TransformChain chain;
+  std::vector<std::string> log;
+  Logger observer("observer", log), reducer("reduction", log);
+  chain.add(exec::TransformSlot::GradientReduction, reducer);
+  chain.add(exec::TransformSlot::Observer, observer);
+  EXPECT_THROW(chain.add(exec::TransformSlot::Observer, reducer), Error) << "one transform per slot";
+  exec::Interpreter interpreter(model, ownership, chain, memory);
+
+  std::vector<int32_t> tokens(2 * 16, 1), targets(2 * 16, 2);
+  const exec::MicrobatchInput mb{{nn::token_tensor(tokens.data(), 2, 16), nn::token_tensor(targets.data(), 2, 16), 1.0f},
+                                 0};
+  exec::StagePlan plan = exec::even_stages(model.num_units(), 1);
+  plan.stages[0].recompute = memory::full_schedule(2);
+  const exec::Program full = exec::lower_training(
+      pipeline::make_schedule(one_rank(config::ScheduleKind::ZeroBubbleH1, 1)), 0, plan);
+  bool stepped = false;
+  interpreter.run(full, std::span(&mb, 1), {}, [&] {
+    log.push_back("optimizer step");
+    stepped = true;
+  });
+  EXPECT_TRUE(stepped);
+  // F0 F1 F2 I2 R1 I1 I0 W2 W1 W0 step: every phase of training, each wrapped in slot order.
+  std::vector<std::string> want = {"observer begin", "reduction begin"};
+  for (const char* a : {"F0/m0", "F1/m0", "F2/m0", "I2/m0", "R1/m0", "I1/m0", "I0/m0", "W2/m0", "W1/m0", "W0/m0"}) {
+    want.push_back(std::string("observer before ") + a);
+    want.push_back(std::string("reduction before ") + a);
+    want.push_back(std::string("reduction after ") + a);
+    want.push_back(std::string("observer after ") + a);
+  }
+  want.insert(want.end(), {"reduction finish", "observer finish", "optimizer step"});
+  EXPECT_EQ(log, want);
+
+  log.clear();
+  const exec::ProgramResult eval = interpreter.run(exec::lower_evaluation(model.num_units()), std::span(&mb, 1), {});
+  EXPECT_EQ(log.size(), 2u + 4u * 3u + 2u);
+  EXPECT_EQ(log[2], "observer before E0/m0");
+  EXPECT_EQ(eval.counted, 32);
+  EXPECT_GT(eval.loss_sum, 0.0);
+  EXPECT_EQ(memory.stats().live_of(MemoryTag::Activations), 0u) << "an evaluation keeps nothing";
+}
+
+// A program that would run a unit without what it needs is refused, naming the action.
+TEST(Interpreter, RefusesProgramsThatBreakTheChain) {
+  config::ModelConfig c = tessera::testing::gpt2_odd_config();
+  MemoryAccountant memory;
+  nn::GPT model(c, memory, 3);
+  exec::ParameterOwnership ownership(model.parameters());
+  exec::TransformChain chain;
+  exec::Interpreter interpreter(model, ownership, chain, memory);
+  std::vector<int32_t> tokens(16, 1);
+  const exec::MicrobatchInput mb{{nn::token_tensor(tokens.data(), 1, 16), nn::token_tensor(tokens.data(), 1, 16), 1.0f},
+                                 0};
+  auto expect_refused = [&](std::vector<exec::Action> actions, const std::string& needle) {
+    exec::Program p;
+    p.microbatches = 1;
+    p.actions = std::move(actions);
+    try {
+      interpreter.run(p, std::span(&mb, 1), {});
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  exec::Action f1;
+  f1.unit = 1;
+  expect_refused({f1}, "input is not stored");
+  exec::Action b0;
+  b0.phase = Phase::Backward;
+  expect_refused({b0}, "not kept");
+  exec::Action f0;
+  expect_refused({f0}, "not back-propagated");
+}
