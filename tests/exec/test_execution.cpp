@@ -131,29 +131,6 @@ TEST(Execution, SplitBackwardIsBitwiseAndOtherSchedulesAgree) {
   }
 }
 
-namespace {
-
-// Writes +inf into one gradient element right before the embedding's backward adds to it (the
-// observer runs first before an action; after it, the reducer would already have posted the bucket).
-class PoisonGradient final : public exec::Transform {
- public:
-  PoisonGradient(exec::ParameterOwnership& ownership, const nn::Parameter& p) : ownership_(ownership), p_(p) {}
-  std::string_view name() const override { return "gradient poison"; }
-  void begin(const exec::Program&) override { ++program_; }
-  void before(const exec::Event& e) override {
-    if (program_ == poison_program && e.unit == 0 && !exec::is_forward(e.phase)) {
-      ownership_.grad(p_).data<float>()[0] = std::numeric_limits<float>::infinity();
-    }
-  }
-  int poison_program = 2;
-
- private:
-  exec::ParameterOwnership& ownership_;
-  const nn::Parameter& p_;
-  int program_ = 0;
-};
-
-}  // namespace
 
 TEST(Execution, ANonFiniteGradientSkipsTheStep) {
   for (int stage : {0, 2}) {
@@ -164,7 +141,7 @@ TEST(Execution, ANonFiniteGradientSkipsTheStep) {
     options.layout.global_batch = 1;
     options.seq_len = 16;
     parallel::TrainingEngine engine(model, memory, nullptr, options);
-    PoisonGradient poison(engine.ownership(), model.parameters().get("embed.positions.weight"));
+    tessera::testing::PoisonGradient poison(engine.ownership(), model.parameters().get("embed.positions.weight"), 2);
     engine.transforms().add(exec::TransformSlot::Observer, poison);
     std::vector<int32_t> tokens(16);
     for (int i = 0; i < 16; ++i) tokens[static_cast<size_t>(i)] = i;

@@ -1,5 +1,7 @@
 #include "parity_harness.h"
 
+#include <limits>
+
 #include "core/rng.h"
 #include "data/loader.h"
 #include "kernels/cpu/grad_norm.h"
@@ -125,6 +127,12 @@ class Recorder final : public exec::Transform {
 };
 
 }  // namespace
+
+void PoisonGradient::before(const exec::Event& e) {
+  if (enabled_ && seen_ == program_ && e.unit == 0 && !exec::is_forward(e.phase)) {
+    ownership_.grad(p_).data<float>()[0] = std::numeric_limits<float>::infinity();
+  }
+}
 
 RunRecord run_reference(const ParityCase& c) {
   MemoryAccountant memory;

@@ -53,6 +53,25 @@ struct RunRecord {
   std::vector<int> program_units;  // the unit of each unit action of a step's program, in order
 };
 
+// Writes +inf into element 0 of `p`'s gradient right before the embedding's backward of the
+// `program`-th program this transform sees (1-based), when `enabled`. Before, not after: the
+// observer runs first before an action, while after it the reducer has already posted the bucket.
+class PoisonGradient final : public exec::Transform {
+ public:
+  PoisonGradient(exec::ParameterOwnership& ownership, const nn::Parameter& p, int program, bool enabled = true)
+      : ownership_(ownership), p_(p), program_(program), enabled_(enabled) {}
+  std::string_view name() const override { return "gradient poison"; }
+  void begin(const exec::Program&) override { ++seen_; }
+  void before(const exec::Event& e) override;
+
+ private:
+  exec::ParameterOwnership& ownership_;
+  const nn::Parameter& p_;
+  int program_;
+  bool enabled_;
+  int seen_ = 0;
+};
+
 config::ModelConfig gpt2_odd_config();  // an odd parameter count: divisible by neither 2 nor 4
 config::ModelConfig llama_config();     // untied embeddings
 
