@@ -14,9 +14,9 @@ const char* short_path(const char* file) {
 
 void fail_check(const char* file, int line, const char* condition, const std::string& message) {
   if (condition != nullptr) {
-    throw Error(fmt::format("{} [{}:{}: check '{}' failed]", message, short_path(file), line, condition));
+    throw Error(message, fmt::format("{}:{}: check '{}' failed", short_path(file), line, condition));
   }
-  throw Error(fmt::format("{} [{}:{}]", message, short_path(file), line));
+  throw Error(message, fmt::format("{}:{}", short_path(file), line));
 }
 
 }  // namespace tessera::detail

@@ -1,7 +1,9 @@
 #pragma once
 // Error reporting for all of tessera. Library code never exits: it throws tessera::Error with a
-// message that names the problem, the values involved, and where the check lives (file:line).
-// Checks stay on in release builds: a wrong shape caught early beats a silent wrong answer.
+// message that names the problem, the values involved and the fix, and separately where the check
+// lives (file:line and the failed condition), which the program prints only when asked (--debug):
+// a user needs the message, a developer the place. Checks stay on in release builds: a wrong shape
+// caught early beats a silent wrong answer.
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -11,7 +13,13 @@ namespace tessera {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message, std::string where = {})
+      : std::runtime_error(message), where_(std::move(where)) {}
+  // "nn/gpt.cpp:42: check 'x > 0' failed", or empty for an error raised without a check.
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
 };
 
 namespace detail {
