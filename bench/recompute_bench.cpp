@@ -112,7 +112,7 @@ parallel::EngineOptions engine_options(int B, int T, const exec::RecomputeOption
 double model_time_ratio(const nn::GPT& model, const exec::StagePlan& plan, int B, int T) {
   const exec::StagePlan::Stage& stage = plan.stages.front();
   const exec::UnitTimes times = exec::nominal_unit_times(model.config(), B, T);
-  const std::vector<memory::ChainUnit> chain = exec::stage_chain(model, stage, B, T, stage.selective, times);
+  const std::vector<memory::ChainUnit> chain = exec::stage_chain(model.config(), stage, B, T, stage.selective, times);
   const double with = memory::simulate(chain, stage.recompute).time;
   const double without = memory::simulate(chain, memory::none_schedule(static_cast<int>(chain.size()))).time;
   return with / without;

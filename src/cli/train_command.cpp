@@ -1,15 +1,43 @@
 // tessera train --config FILE [--section.key value ...]
+//
+// Exit codes: 0 finished (or nothing to do: a finished run resumed), 1 error, 2 bad command line,
+// 3 stopped early with a checkpoint (train.exit_after, train.max_minutes, SIGINT or SIGTERM):
+// resume with --checkpoint.resume latest (or auto) to continue.
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <thread>
 
 #include "cli/commands.h"
 #include "dist/mpi_runtime.h"
+#include "dist/startup_guard.h"
 #include "train/trainer.h"
 
 namespace tessera::cli {
 
 namespace {
+
+constexpr int kStoppedEarly = 3;
+
+// The signal that asked the run to stop, or 0. A signal handler can reach nothing but a global;
+// this one is the program's, and the trainer only ever sees it through a pointer.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void request_stop(int signal_number) {
+  g_stop_signal.store(signal_number);
+  // A second signal ends the process at once, the usual way.
+  std::signal(signal_number, SIG_DFL);
+}
+
+// SIGINT and SIGTERM (a terminal's ^C, a scheduler's preemption) stop at the next step boundary
+// with a checkpoint instead of losing the work since the last one.
+void stop_on_signals() {
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+}
 
 // "--train.steps 100" and "--train.steps=100" pairs from the arguments CLI11 left over.
 std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vector<std::string>& args) {
@@ -34,37 +62,58 @@ std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vect
 
 // Whether an MPI launcher (mpirun, srun) started this process. A plain `tessera train` with
 // parallel.dp = 1 then never touches MPI, so it starts fast and needs no MPI runtime at all.
-bool started_by_mpi_launcher() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
-}
+bool started_by_mpi_launcher() { return dist::launcher_rank() >= 0 || dist::launcher_size() >= 1; }
 
 void print_result(const train::TrainResult& r) {
+  if (r.outcome == train::TrainResult::Outcome::NothingToDo) {
+    fmt::print("{}\n", r.stop_reason);
+    return;
+  }
   if (!r.sample_text.empty()) fmt::print("\nsample:\n{}\n\n", r.sample_text);
+  if (r.outcome == train::TrainResult::Outcome::StoppedEarly) {
+    fmt::print("stopped at step {}: {}; continue with --checkpoint.resume latest\n", r.steps, r.stop_reason);
+  }
   fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
   fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
 }
 
+void exit_for(const train::TrainResult& r) {
+  if (r.outcome == train::TrainResult::Outcome::StoppedEarly) throw CLI::RuntimeError(kStoppedEarly);
+}
+
+// A rank that fails prints its error and ends the job. When every rank fails the same way (a bad
+// dataset, say), printing it once is enough: rank 0 prints at once and ends the job, the others
+// wait a moment first, so they are usually ended before they print; a failure of one rank alone
+// is still printed, by that rank.
+[[noreturn]] void fail_rank(const dist::MpiRuntime& mpi, const std::exception& e) {
+  if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
+  std::fflush(stderr);
+  mpi.abort_job(1);
+}
+
 // One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
-// launch`, which only builds an mpirun command, never starts it); communicators go before it.
-void train_under_mpi(const train::RunConfig& config) {
+// launch`, which only builds an mpirun command, never starts it); communicators go before it. The
+// result is returned, not acted on: an exit code thrown while MPI is alive would abort the job.
+train::TrainResult train_under_mpi(const train::RunConfig& config) {
+  // Until the world exists no watchdog can see a missing rank: the start-up guard covers that.
+  std::optional<dist::StartupGuard> guard(std::in_place, config.parallel.timeout_seconds, dist::launcher_rank(),
+                                          dist::launcher_size());
   dist::MpiRuntime mpi;
+  train::TrainResult r;
   try {
     dist::CommOptions options;
     options.timeout_seconds = config.parallel.timeout_seconds;
     auto world = mpi.world(options);
-    train::TrainResult r = train::Trainer(config, world.get()).run();
+    guard.reset();
+    r = train::Trainer(config, world.get(), &g_stop_signal).run();
     world.reset();
-    if (mpi.world_rank() == 0) print_result(r);
   } catch (const std::exception& e) {
     if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
-    // Every rank that fails says so; the first to get here ends the job, so no peer waits for it.
-    fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
-    std::fflush(stderr);
-    mpi.abort_job(1);
+    fail_rank(mpi, e);
   }
+  if (mpi.world_rank() == 0) print_result(r);
+  return r;
 }
 
 }  // namespace
@@ -77,15 +126,27 @@ void add_train_command(CLI::App& app) {
   cmd->footer(
       "Overrides: any config key as --section.key value, e.g.\n"
       "  tessera train --config configs/default.toml --train.steps 200 --model.n_layer 2\n"
-      "Resume: --checkpoint.resume latest (or a checkpoint folder).\n"
-      "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2");
+      "Resume: --checkpoint.resume latest (or auto, or a checkpoint folder).\n"
+      "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2\n"
+      "Exit codes: 0 finished, 1 error, 2 bad command line, 3 stopped early with a checkpoint (train.exit_after,\n"
+      "train.max_minutes, SIGINT, SIGTERM).");
   cmd->callback([cmd, config_path]() {
-    train::RunConfig config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
+    train::RunConfig config;
+    try {
+      config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
+    } catch (const std::exception&) {
+      // Every rank of a job reads the same config and fails the same way: let rank 0 alone say it.
+      if (dist::launcher_rank() > 0) throw CLI::RuntimeError(1);
+      throw;
+    }
+    stop_on_signals();
     if (started_by_mpi_launcher()) {
-      train_under_mpi(config);
+      exit_for(train_under_mpi(config));
     } else {
       // One process; a config asking for dp > 1 is refused by the trainer, naming the launcher.
-      print_result(train::Trainer(config).run());
+      const train::TrainResult r = train::Trainer(config, nullptr, &g_stop_signal).run();
+      print_result(r);
+      exit_for(r);
     }
   });
 }

@@ -1,6 +1,7 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,25 @@
 
 namespace tessera {
 
+namespace {
+
+// The process's umask, read without changing it (umask(2) can only be read by setting it, which
+// would race with other threads creating files). Linux reports it in /proc/self/status.
+mode_t current_umask() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  unsigned mask = 022;
+  if (f != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    }
+    std::fclose(f);
+  }
+  return static_cast<mode_t>(mask);
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : std::filesystem::path(".");
   // Beside the target, so the rename stays within one file system.
@@ -23,6 +43,9 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   TS_CHECK(fd_ >= 0, "cannot create a file in '{}' to write '{}': {}", dir.string(), target_.string(),
            std::strerror(errno));
   tmp_ = name.data();
+  // mkstemp makes the file private (0600); the finished file gets what any new file would.
+  TS_CHECK(::fchmod(fd_, 0666 & ~current_umask()) == 0, "cannot set the permissions of '{}': {}", tmp_,
+           std::strerror(errno));
 }
 
 AtomicFile::~AtomicFile() {

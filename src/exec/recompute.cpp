@@ -10,8 +10,8 @@ namespace tessera::exec {
 
 namespace {
 
-int64_t embedding_bytes(const nn::GPT& model, int B, int T) {
-  return nn::GPT::unit_activation_bytes(model.config(), B, T).front().own;
+int64_t embedding_bytes(const config::ModelConfig& model, int B, int T) {
+  return nn::GPT::unit_activation_bytes(model, B, T).front().own;
 }
 
 }  // namespace
@@ -57,9 +57,9 @@ UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, Memory
   return t;
 }
 
-std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan::Stage& stage, int B, int T,
-                                           bool selective, const UnitTimes& times) {
-  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model.config(), B, T);
+std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
+                                           int T, bool selective, const UnitTimes& times) {
+  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T);
   std::vector<memory::ChainUnit> chain;
   for (int u = stage.chain_first(); u < stage.last; ++u) {
     const nn::GPT::UnitBytes& b = bytes[static_cast<size_t>(u)];
@@ -77,10 +77,10 @@ std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan
   return chain;
 }
 
-void plan_recompute(StagePlan& plan, const nn::GPT& model, int B, int T, const RecomputeOptions& options,
+void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times) {
   const bool selective = options.policy == memory::RecomputePolicy::Selective;
-  const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.config().n_layer);
+  const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.n_layer);
   for (StagePlan::Stage& stage : plan.stages) {
     const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times);
     int64_t budget = options.budget_bytes;
@@ -97,11 +97,12 @@ void plan_recompute(StagePlan& plan, const nn::GPT& model, int B, int T, const R
   }
 }
 
-ActivationPrediction predict_activations(const StagePlan& plan, const nn::GPT& model, int B, int T, int alive) {
+ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
+                                         int alive) {
   TS_CHECK(plan.stages.size() == 1, "activation prediction covers a rank holding the whole model as one stage");
   const StagePlan::Stage& stage = plan.stages.front();
-  const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, stage.selective,
-                                                           nominal_unit_times(model.config(), B, T));
+  const std::vector<memory::ChainUnit> chain =
+      stage_chain(model, stage, B, T, stage.selective, nominal_unit_times(model, B, T));
   const memory::ChainSimulation sim = memory::simulate(chain, stage.recompute);
   const int64_t tokens = embedding_bytes(model, B, T);
   ActivationPrediction p;

@@ -42,12 +42,12 @@ UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
 UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
 
 // The recompute chain of `stage` for microbatches [B, T].
-std::vector<memory::ChainUnit> stage_chain(const nn::GPT& model, const StagePlan::Stage& stage, int B, int T,
-                                           bool selective, const UnitTimes& times);
+std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
+                                           int T, bool selective, const UnitTimes& times);
 
 // Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
 // whole microbatch's activation peak; the embedding's token ids come off it first.
-void plan_recompute(StagePlan& plan, const nn::GPT& model, int B, int T, const RecomputeOptions& options,
+void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times);
 
 struct ActivationPrediction {
@@ -56,7 +56,8 @@ struct ActivationPrediction {
   int64_t peak = 0;                  // (alive − 1)·R + P
 };
 // For a plan of one stage (a rank holding the whole model), `alive` microbatches at once.
-ActivationPrediction predict_activations(const StagePlan& plan, const nn::GPT& model, int B, int T, int alive);
+ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
+                                         int alive);
 
 // ⌈√L⌉, the default segment length of every_k.
 int default_every_k(int blocks);

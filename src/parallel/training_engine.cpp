@@ -62,7 +62,8 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   const pipeline::ValidationReport report = pipeline::check_valid(schedule_);
   alive_ = report.peak_alive_per_rank.front();
   stages_ = exec::even_stages(model_.num_units(), schedule_.stages());
-  exec::plan_recompute(stages_, model_, options_.layout.micro_batch, options_.seq_len, options_.recompute, times);
+  exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
+                       times);
   program_ = exec::lower_training(schedule_, 0, stages_);
 }
 
@@ -102,7 +103,7 @@ exec::ProgramResult TrainingEngine::evaluate(const exec::MicrobatchInput& microb
 
 std::optional<exec::ActivationPrediction> TrainingEngine::predicted_activations() const {
   if (stages_.stages.size() != 1 || schedule_.split_backward) return std::nullopt;
-  return exec::predict_activations(stages_, model_, options_.layout.micro_batch, options_.seq_len, alive_);
+  return exec::predict_activations(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, alive_);
 }
 
 }  // namespace tessera::parallel

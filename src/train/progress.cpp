@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "train/peak_flops.h"
 
 namespace tessera::train {
 
@@ -15,21 +19,32 @@ std::string duration(double seconds) {
   if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
   return fmt::format("{}s", s);
 }
+std::string rate(double tokens_per_second) {
+  return tokens_per_second >= 1e3 ? fmt::format("{:.1f}k", tokens_per_second / 1e3) : fmt::format("{:.0f}", tokens_per_second);
+}
 std::string bytes(size_t n) {
   const double b = static_cast<double>(n);
   if (b >= 1024.0 * 1048576.0) return fmt::format("{:.2f} GiB", b / (1024.0 * 1048576.0));
   return fmt::format("{:.1f} MiB", b / 1048576.0);
 }
-std::string rate(double tokens_per_second) {
-  return tokens_per_second >= 1e3 ? fmt::format("{:.1f}k", tokens_per_second / 1e3) : fmt::format("{:.0f}", tokens_per_second);
-}
 }  // namespace
 
-Progress::Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode)
+bool stdout_is_terminal() {
+  if (const char* said = std::getenv("TESSERA_TERMINAL"); said != nullptr && *said != 0) {
+    return std::strcmp(said, "1") == 0;
+  }
+  return ::isatty(STDOUT_FILENO) == 1;
+}
+
+Progress::Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode,
+                   double flops_per_token, double peak_flops, int ranks)
     : first_step_(first_step),
       total_steps_(total_steps),
       log_every_(log_every),
-      bar_(mode == "bar" || (mode == "auto" && ::isatty(STDOUT_FILENO) == 1)),
+      bar_(mode == "bar" || (mode == "auto" && stdout_is_terminal())),
+      flops_per_token_(flops_per_token),
+      peak_flops_(peak_flops),
+      ranks_(ranks),
       start_(std::chrono::steady_clock::now()) {}
 
 std::string Progress::eta(int64_t step) const {
@@ -40,10 +55,17 @@ std::string Progress::eta(int64_t step) const {
 }
 
 void Progress::update(const StepReport& r) {
+  interval_tokens_ += r.tokens;
+  interval_seconds_ += r.seconds;
+  const bool line_due = r.step % log_every_ == 0 || r.step == total_steps_ || r.step == first_step_ + 1;
+  if (!bar_ && !line_due) return;
+  const double tokens_per_second = interval_seconds_ > 0 ? static_cast<double>(interval_tokens_) / interval_seconds_ : 0;
+  const double mfu = model_flops_utilization(tokens_per_second / ranks_ * flops_per_token_, peak_flops_);
+  const std::string mfu_text = mfu >= 0 ? fmt::format("{:.1f}%", 100.0 * mfu) : std::string("n/a");
   const std::string stats =
-      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {:.1f}% | mem {} | ETA {}",
+      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {} | mem {} | ETA {}",
                   r.step, std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.grad_norm,
-                  rate(r.tokens_per_second), 100.0 * r.mfu, bytes(r.peak_bytes), eta(r.step));
+                  rate(tokens_per_second), mfu_text, bytes(r.peak_bytes), eta(r.step));
   if (bar_) {
     const int width = 24;
     const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) /
@@ -53,9 +75,13 @@ void Progress::update(const StepReport& r) {
     fmt::print("\r\033[K[{}] {}", bar, stats);
     std::fflush(stdout);
     bar_drawn_ = true;
-  } else if (r.step % log_every_ == 0 || r.step == total_steps_ || r.step == first_step_ + 1) {
+  } else {
     fmt::print("{}\n", stats);
     std::fflush(stdout);
+  }
+  if (line_due) {
+    interval_tokens_ = 0;
+    interval_seconds_ = 0;
   }
 }
 

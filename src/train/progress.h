@@ -1,7 +1,13 @@
 #pragma once
 // Progress of a training run: a one-line bar redrawn in place when stdout is a terminal (step,
-// loss, learning rate, gradient norm, tokens/s, MFU, ETA), plain log lines otherwise, so logs
-// captured to a file stay readable.
+// loss, learning rate, gradient norm, tokens/s, MFU, memory, ETA), plain log lines otherwise, so
+// logs captured to a file stay readable. Under `tessera launch` every rank's stdout is a pseudo
+// terminal whatever mpirun's own output is, so the launcher says whether that is a terminal
+// (TESSERA_TERMINAL=1 or 0) and "auto" believes it.
+//
+// Tokens/s and MFU are averages over the interval since the last line (or, for the bar, since the
+// last plain line would have been), not the last step alone; an MFU above 100% is never shown
+// (it would mean the peak is wrong, see peak_flops.h).
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -13,15 +19,20 @@ struct StepReport {
   double loss = 0;
   double lr = 0;
   double grad_norm = 0;
-  double tokens_per_second = 0;
-  double mfu = 0;  // fraction of the measured matmul ceiling
+  int64_t tokens = 0;     // processed in this step, all ranks
+  double seconds = 0;     // the step's wall time
   size_t peak_bytes = 0;  // counted memory at its highest during the step, every tag together
 };
 
+// Whether stdout shows to a person: TESSERA_TERMINAL when the launcher set it, else isatty.
+bool stdout_is_terminal();
+
 class Progress {
  public:
-  // mode: "auto" (bar when stdout is a terminal), "bar" or "plain".
-  Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode);
+  // mode: "auto" (bar when stdout is a terminal), "bar" or "plain". MFU per rank: tokens/s ÷ ranks
+  // × flops_per_token ÷ peak_flops (the peak of one process).
+  Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode, double flops_per_token,
+           double peak_flops, int ranks);
   void update(const StepReport& report);
   // A line printed above the bar (evaluations, samples, checkpoints).
   void message(const std::string& text);
@@ -36,6 +47,10 @@ class Progress {
   int log_every_;
   bool bar_;
   bool bar_drawn_ = false;
+  double flops_per_token_, peak_flops_;
+  int ranks_;
+  int64_t interval_tokens_ = 0;
+  double interval_seconds_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
 

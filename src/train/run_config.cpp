@@ -13,6 +13,8 @@ void RunConfig::validate() const {
   model.validate();
   check_range<int64_t>("train.steps", train.steps, 1, int64_t{1} << 40);
   check_range<int64_t>("train.exit_after", train.exit_after, 0, int64_t{1} << 40);
+  TS_CHECK(std::isfinite(train.max_minutes) && train.max_minutes >= 0.0f,
+           "config: train.max_minutes = {} must be 0 (no limit) or a number of minutes", train.max_minutes);
   check_range("train.batch_size", train.batch_size, 1, 1 << 24);
   check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
   check_range("parallel.dp", parallel.dp, 1, 1 << 20);
@@ -80,9 +82,14 @@ void RunConfig::validate() const {
   TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
+  TS_CHECK(!train.overwrite || checkpoint.resume.empty(),
+           "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
+           "continues it; set only one of them", checkpoint.resume);
   check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
   check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
   check_range("log.every", log.every, 1, 1 << 30);
+  TS_CHECK(std::isfinite(log.peak_gflops) && log.peak_gflops >= 0.0f,
+           "config: log.peak_gflops = {} must be 0 (calibrate) or the matmul GFLOP/s of one process", log.peak_gflops);
   TS_CHECK(log.progress == "auto" || log.progress == "bar" || log.progress == "plain",
            "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
 }
@@ -152,6 +159,8 @@ RunConfig read_run_config(const toml::table& table) {
     auto& t = c.train;
     t.steps = r.get("steps", t.steps);
     t.exit_after = r.get("exit_after", t.exit_after);
+    t.max_minutes = r.get("max_minutes", t.max_minutes);
+    t.overwrite = r.get("overwrite", t.overwrite);
     t.batch_size = r.get("batch_size", t.batch_size);
     t.micro_batch_size = r.get("micro_batch_size", t.micro_batch_size);
     t.seed = static_cast<uint64_t>(r.get<int64_t>("seed", static_cast<int64_t>(t.seed)));
@@ -207,6 +216,7 @@ RunConfig read_run_config(const toml::table& table) {
     TableReader r = root.table("log");
     c.log.every = r.get("every", c.log.every);
     c.log.progress = r.get("progress", c.log.progress);
+    c.log.peak_gflops = r.get("peak_gflops", c.log.peak_gflops);
     r.finish();
   }
   root.finish();
@@ -243,6 +253,8 @@ std::string to_toml(const RunConfig& c) {
   const auto& t = c.train;
   toml::table train{{"steps", t.steps},
                     {"exit_after", t.exit_after},
+                    {"max_minutes", shortest(t.max_minutes)},
+                    {"overwrite", t.overwrite},
                     {"batch_size", t.batch_size},
                     {"micro_batch_size", t.micro_batch_size},
                     {"seed", static_cast<int64_t>(t.seed)},
@@ -280,7 +292,9 @@ std::string to_toml(const RunConfig& c) {
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},
                                               {"keep", c.checkpoint.keep},
                                               {"resume", c.checkpoint.resume}}},
-                   {"log", toml::table{{"every", c.log.every}, {"progress", c.log.progress}}}};
+                   {"log", toml::table{{"every", c.log.every},
+                                       {"progress", c.log.progress},
+                                       {"peak_gflops", shortest(c.log.peak_gflops)}}}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

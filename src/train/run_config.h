@@ -21,6 +21,8 @@ struct DataSection {
 struct TrainSection {
   int64_t steps = 1000;
   int64_t exit_after = 0;     // stop (with a checkpoint) after this many steps in this process; 0: run to the end
+  float max_minutes = 0;      // stop (with a checkpoint) after this many minutes in this process; 0: no limit
+  bool overwrite = false;     // start over in a run folder that holds an earlier run (deletes its checkpoints)
   int batch_size = 16;        // sequences per optimizer step, over all data-parallel ranks
   int micro_batch_size = 16;  // sequences per forward/backward on one rank
   uint64_t seed = 1337;
@@ -64,12 +66,13 @@ struct MemorySection {
 struct CheckpointSection {
   int64_t every = 0;    // 0: only at the end
   int keep = 3;         // newest checkpoints kept; older ones are deleted after a successful save
-  std::string resume;   // "", "latest", or a checkpoint folder
+  std::string resume;   // "", "latest", "auto" (latest if there is one, else a fresh start), or a checkpoint folder
 };
 
 struct LogSection {
   int every = 10;
   std::string progress = "auto";  // auto (bar on a terminal), bar, plain
+  float peak_gflops = 0;          // matmul peak of one process for MFU; 0: calibrated once per machine and stored
 };
 
 struct RunConfig {

@@ -1,23 +1,31 @@
 #include "train/trainer.h"
 
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 
 #include "core/atomic_file.h"
 #include "data/dataset.h"
-#include "dist/mesh.h"
 #include "data/loader.h"
-#include "io/loss_chart.h"
+#include "dist/mesh.h"
 #include "io/metrics.h"
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
-#include "parallel/training_engine.h"
 #include "parallel/rank_sum.h"
+#include "parallel/training_engine.h"
 #include "train/checkpoint.h"
-#include "train/matmul_ceiling.h"
+#include "train/memory_check.h"
+#include "train/peak_flops.h"
 #include "train/progress.h"
+#include "train/run_folder.h"
+#include "train/run_history.h"
 #include "train/sampler.h"
 
 namespace fs = std::filesystem;
@@ -27,57 +35,6 @@ namespace tessera::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Entropy (nats) of the token distribution of the training data: the loss of a model that knows
-// only how often each token occurs. A model that learned anything beats it.
-double unigram_entropy(const data::TokenFile& file, int64_t vocab) {
-  std::vector<int64_t> counts(static_cast<size_t>(vocab), 0);
-  std::vector<int32_t> chunk(1 << 16);
-  for (int64_t begin = 0; begin < file.size(); begin += static_cast<int64_t>(chunk.size())) {
-    const auto n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(chunk.size()), file.size() - begin));
-    file.read(begin, std::span<int32_t>(chunk.data(), n));
-    for (size_t i = 0; i < n; ++i) ++counts[static_cast<size_t>(chunk[i])];
-  }
-  double h = 0;
-  const auto total = static_cast<double>(file.size());
-  for (int64_t c : counts) {
-    if (c > 0) h -= static_cast<double>(c) / total * std::log(static_cast<double>(c) / total);
-  }
-  return h;
-}
-
-// Rebuilds the loss history of the steps before `upto` from an existing metrics file, so a
-// resumed run's chart continues the earlier one.
-void reload_history(const std::string& path, int64_t upto, io::Series& train, io::Series& val) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step") || j["step"].get<int64_t>() > upto) continue;
-    const std::string kind = j.value("kind", "");
-    if (kind == "train") {
-      train.x.push_back(j["step"].get<double>());
-      train.y.push_back(j["loss"].get<double>());
-    } else if (kind == "val") {
-      val.x.push_back(j["step"].get<double>());
-      val.y.push_back(j["loss"].get<double>());
-    }
-  }
-}
-
-// Metrics lines of steps after the checkpoint being resumed (a run that went on past its last
-// checkpoint) are dropped, so the log tells one consistent history.
-void truncate_history(const std::string& path, int64_t upto) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > upto) continue;
-    kept += line + "\n";
-  }
-  write_file_atomically(path, kept);
-}
 
 // The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
 // so a wrong world size fails on every rank with the factors named.
@@ -141,9 +98,71 @@ nlohmann::json memory_json(const MemoryStats& stats) {
   return j;
 }
 
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Rank 0's text on every rank of `comm`.
+std::string broadcast_string(dist::Communicator* comm, std::string text) {
+  if (comm == nullptr || comm->size() == 1) return text;
+  int32_t size = static_cast<int32_t>(text.size());
+  comm->broadcast(std::span(&size, 1), 0)->wait();
+  text.resize(static_cast<size_t>(size));
+  if (size > 0) comm->broadcast(text.data(), text.size(), DType::U8, 0)->wait();
+  return text;
+}
+
+// How many processes of `comm` run on this machine (they share its memory).
+int processes_on_this_machine(dist::Communicator* comm) {
+  if (comm == nullptr || comm->size() == 1) return 1;
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  const uint64_t mine = std::hash<std::string>{}(name);
+  std::vector<uint64_t> all(static_cast<size_t>(comm->size()));
+  const std::vector<size_t> counts(all.size(), sizeof(uint64_t));
+  comm->all_gather(&mine, all.data(), counts, DType::U8)->wait();
+  return static_cast<int>(std::count(all.begin(), all.end(), mine));
+}
+
+// Where this run starts: a fresh run ("", possibly after clearing an earlier run in the folder when
+// told to) or the checkpoint folder to resume. Decided by rank 0, which holds the folder.
+std::string choose_start(const RunConfig& cfg, RunFolder& folder, const CheckpointStore& checkpoints,
+                         std::string& note) {
+  const std::string& resume = cfg.checkpoint.resume;
+  const std::optional<std::string> earlier = folder.earlier_run();
+  if (resume.empty()) {
+    if (earlier && !cfg.train.overwrite) {
+      TS_FAIL("the run folder '{}' already holds a run ({}); continue it with --checkpoint.resume latest (or auto), "
+              "start over with --train.overwrite true (deletes its checkpoints and metrics), or choose another "
+              "--train.out_dir",
+              folder.path(), *earlier);
+    }
+    if (earlier) {
+      folder.clear();
+      note = fmt::format("train.overwrite: cleared the earlier run in {} ({})", folder.path(), *earlier);
+    }
+    return "";
+  }
+  if (resume == "auto") {
+    if (std::optional<std::string> latest = checkpoints.latest()) return *latest;
+    if (earlier) folder.clear();  // an earlier attempt that died before its first checkpoint
+    note = fmt::format("checkpoint.resume = \"auto\": no checkpoint in {}, starting fresh", checkpoints.dir());
+    return "";
+  }
+  if (resume == "latest") {
+    std::optional<std::string> latest = checkpoints.latest();
+    TS_CHECK(latest.has_value(), "checkpoint.resume = \"latest\" but '{}' holds no checkpoint; start without it, or "
+             "use checkpoint.resume = \"auto\" to start fresh when there is none",
+             checkpoints.dir());
+    return *latest;
+  }
+  return resume;
+}
+
 }  // namespace
 
-Trainer::Trainer(RunConfig config, dist::Communicator* world) : config_(std::move(config)), world_(world) {}
+Trainer::Trainer(RunConfig config, dist::Communicator* world, const std::atomic<int>* stop)
+    : config_(std::move(config)), world_(world), stop_(stop) {}
 
 TrainResult Trainer::run() {
   RunConfig& cfg = config_;
@@ -153,6 +172,7 @@ TrainResult Trainer::run() {
   const int rank = dp_comm ? dp_comm->rank() : 0, ranks = dp_comm ? dp_comm->size() : 1;
   // Rank 0 alone prints and writes the run folder; every rank computes.
   const bool leader = rank == 0;
+  const auto run_start = Clock::now();
 
   // Data first: a bad dataset fails before any memory is spent on the model.
   data::Dataset dataset = data::open_dataset(cfg.data.dir);
@@ -162,68 +182,81 @@ TrainResult Trainer::run() {
     data::check_model_vocab(cfg.model.vocab_size, dataset.info.vocab_size, cfg.data.dir);
   }
   cfg.validate();
+  const MemoryEstimate estimate = estimate_run_memory(cfg);
+  check_memory_fits(cfg, estimate, processes_on_this_machine(dp_comm), available_memory_bytes());
   const int T = cfg.model.seq_len;
   const int micro = cfg.train.micro_batch_size;
   const int accumulation = cfg.accumulation_steps();
   data::TokenLoader loader(dataset.train, {T, cfg.train.batch_size, cfg.train.seed, true});
-  data::TokenLoader val_loader(dataset.val, {T, micro, 0, false});
 
+  // The run folder: rank 0 locks it and decides where the run starts; every rank learns that.
+  std::optional<RunFolder> folder;
+  CheckpointStore checkpoints((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep);
+  std::string start_note, resume_path;
+  if (leader) {
+    folder.emplace(cfg.train.out_dir);
+    resume_path = choose_start(cfg, *folder, checkpoints, start_note);
+  }
+  resume_path = broadcast_string(dp_comm, resume_path);
   result.run_dir = cfg.train.out_dir;
   result.metrics_path = (fs::path(cfg.train.out_dir) / "metrics.jsonl").string();
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
-  if (leader) {
-    fs::create_directories(cfg.train.out_dir);
-    write_file_atomically((fs::path(cfg.train.out_dir) / "config.toml").string(), to_toml(cfg));
+  if (!resume_path.empty()) {
+    // A finished run resumed (a requeued job that already completed) has nothing to do: say so, no work.
+    const int64_t saved = read_checkpoint_manifest(resume_path).at("step").get<int64_t>();
+    if (saved >= cfg.train.steps) {
+      result.outcome = TrainResult::Outcome::NothingToDo;
+      result.stop_reason = fmt::format("checkpoint '{}' is at step {} of train.steps = {}: nothing to do (raise "
+                                       "train.steps to train further)", resume_path, saved, cfg.train.steps);
+      result.first_step = result.steps = saved;
+      result.checkpoint_path = resume_path;
+      return result;
+    }
   }
+  if (leader) write_file_atomically(folder->config_path(), to_toml(cfg));
 
   MemoryAccountant memory;
   nn::GPT model(cfg.model, memory, cfg.train.seed);
   parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg));
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
-  CheckpointStore checkpoints((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep);
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 
   int64_t step = 0;
   std::vector<double> val_history;
-  if (!cfg.checkpoint.resume.empty()) {
-    std::string path = cfg.checkpoint.resume;
-    if (path == "latest") {
-      std::optional<std::string> latest = checkpoints.latest();
-      TS_CHECK(latest.has_value(), "checkpoint.resume = \"latest\" but '{}' holds no checkpoint; start without it",
-               checkpoints.dir());
-      path = *latest;
-    }
+  if (!resume_path.empty()) {
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    LoadedCheckpoint loaded = load_checkpoint(path, cfg, model_state(model, engine, full), dp_comm);
+    LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), dp_comm);
     full.write_back();
     step = loaded.state.step;
+    val_history = loaded.state.val_history;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
     TS_CHECK(loaded.state.seed == cfg.train.seed,
              "checkpoint '{}' was trained with train.seed = {} but this run has {}; resume with the same seed",
-             path, loaded.state.seed, cfg.train.seed);
-    TS_CHECK(step < cfg.train.steps, "checkpoint '{}' is at step {}, which is not before train.steps = {}: nothing to do; "
-             "raise train.steps to train further", path, step, cfg.train.steps);
-    if (leader) {
-      truncate_history(result.metrics_path, step);
-      fmt::print("resumed from {} at step {}\n", path, step);
-    }
+             resume_path, loaded.state.seed, cfg.train.seed);
+    if (leader) truncate_history(result.metrics_path, step);
   }
   result.first_step = step;
 
   std::optional<io::MetricsLog> metrics;
-  if (leader) metrics.emplace(result.metrics_path, step > 0);
-  io::Series train_series{"train loss", "#1f77b4", {}, {}, false};
-  io::Series val_series{"val loss", "#d62728", {}, {}, true};
-  if (leader && step > 0) reload_history(result.metrics_path, step, train_series, val_series);
-  if (leader) result.unigram_entropy = unigram_entropy(*dataset.train, dataset.info.vocab_size);
+  RunHistory history;
+  if (leader) {
+    metrics.emplace(result.metrics_path, step > 0);
+    if (step > 0) history = reload_history(result.metrics_path, step);
+    result.unigram_entropy = unigram_entropy(*dataset.train, dataset.info.vocab_size);
+  }
+  // Elapsed time continues across resumes: the earlier processes' time comes from the log.
+  const double elapsed_before = history.elapsed_seconds;
 
   const int64_t N = model.parameters().numel();
   const double flops_per_token = 6.0 * static_cast<double>(N) +
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * static_cast<double>(T);
-  // The ceiling of one rank's cores: MFU is reported per rank, as the ranks share the step's tokens.
-  const double ceiling = measure_matmul_ceiling(0.25);
   const int64_t tokens_per_step = static_cast<int64_t>(cfg.train.batch_size) * T;
+  // The MFU reference: fixed per machine (peak_flops.h), not re-measured under today's load.
+  const MatmulPeak peak = leader ? matmul_peak(cfg.log.peak_gflops, omp_get_max_threads()) : MatmulPeak{};
+  const double peak_flops = peak.flops;
   if (leader) {
+    if (!start_note.empty()) fmt::print("{}\n", start_note);
+    if (step > 0) fmt::print("resumed from {} at step {}\n", resume_path, step);
     fmt::print("model: {} parameters ({} layers, {} heads, {} channels, vocab {}, context {})\n", N, cfg.model.n_layer,
                cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, T);
     fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
@@ -233,8 +266,14 @@ TrainResult Trainer::run() {
                  cfg.parallel.zero_stage, engine.data_parallel().buckets().size(), cfg.parallel.bucket_mb);
     }
     fmt::print("{}\n", describe_plan(cfg, engine));
-    fmt::print("measured matmul ceiling {:.1f} GFLOP/s; {:.1f} MFLOP per token; unigram baseline {:.3f} nats\n",
-               ceiling / 1e9, flops_per_token / 1e6, result.unigram_entropy);
+    fmt::print("memory: about {} per process predicted ({})\n", mib(estimate.total()), estimate.describe());
+    fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.1f} MFLOP per token; unigram "
+               "baseline {:.3f} nats\n",
+               peak.flops / 1e9, peak.source, flops_per_token / 1e6, result.unigram_entropy);
+    if (cfg.optim.warmup_steps > cfg.train.steps) {
+      fmt::print("warning: optim.warmup_steps = {} is more than train.steps = {}: the learning rate never reaches "
+                 "optim.lr = {}\n", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr);
+    }
     fmt::print("run folder: {}\n", cfg.train.out_dir);
   }
 
@@ -242,23 +281,26 @@ TrainResult Trainer::run() {
     if (!leader) return;
     io::ChartSpec chart;
     chart.title = fmt::format("tessera: {} ({} parameters)", cfg.train.out_dir, N);
-    chart.series = {train_series, val_series};
+    chart.series = {history.train, history.val};
     chart.reference_y = result.unigram_entropy;
     chart.reference_label = "unigram baseline";
     write_file_atomically(result.chart_path, io::render_chart_svg(chart));
   };
-  // Every rank evaluates the same batches (ZeRO-3 needs every rank in each gather), so the ranks
-  // agree on the value without communicating it.
+  // Every rank evaluates the same sequences (ZeRO-3 needs every rank in each gather), so the ranks
+  // agree on the value without communicating it. How many: eval_batches global batches' worth,
+  // each window of the validation split at most once, in microbatches of micro_batch_size — so
+  // the value does not depend on the microbatch size.
+  const int64_t eval_sequences = std::min<int64_t>(int64_t{cfg.train.eval_batches} * cfg.train.batch_size,
+                                                   data::TokenLoader(dataset.val, {T, 1, 0, false}).windows_per_epoch());
+  const data::TokenLoader val(dataset.val, {T, eval_sequences, 0, false});
   auto evaluate = [&]() {
     double sum = 0;
     int64_t count = 0;
-    data::TokenLoader val = val_loader;
-    const int batches = static_cast<int>(std::min<int64_t>(cfg.train.eval_batches, std::max<int64_t>(1, val.windows_per_epoch() / micro)));
-    for (int b = 0; b < batches; ++b) {
-      data::Batch batch = val.next();
-      const exec::MicrobatchInput input{{nn::token_tensor(batch.inputs.data(), static_cast<int>(batch.rows), T),
-                                         nn::token_tensor(batch.targets.data(), static_cast<int>(batch.rows), T), 1.0f},
-                                        0};
+    for (int64_t begin = 0; begin < eval_sequences; begin += micro) {
+      const int rows = static_cast<int>(std::min<int64_t>(micro, eval_sequences - begin));
+      const data::Batch batch = val.rows(begin, rows);
+      const exec::MicrobatchInput input{
+          {nn::token_tensor(batch.inputs.data(), rows, T), nn::token_tensor(batch.targets.data(), rows, T), 1.0f}, 0};
       const exec::ProgramResult r = engine.evaluate(input);
       sum += r.loss_sum;
       count += r.counted;
@@ -285,15 +327,15 @@ TrainResult Trainer::run() {
   };
 
   std::optional<Progress> progress_holder;
-  if (leader) progress_holder.emplace(step, cfg.train.steps, cfg.log.every, cfg.log.progress);
+  if (leader) {
+    progress_holder.emplace(step, cfg.train.steps, cfg.log.every, cfg.log.progress, flops_per_token, peak_flops, ranks);
+  }
   Progress* progress = progress_holder ? &*progress_holder : nullptr;
   const data::RowRange my_rows = data::split_rows(cfg.train.batch_size, rank, ranks);
-  const auto run_start = Clock::now();
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
     const float lr = schedule.at(step);
-    double local[2] = {0, 0};  // loss sum, counted targets
     const uint64_t first_sequence = loader.state().sequences;
     std::vector<data::Batch> batches;
     std::vector<exec::MicrobatchInput> inputs;
@@ -313,9 +355,14 @@ TrainResult Trainer::run() {
     const parallel::TrainingEngine::StepResult stepped =
         engine.train_step(inputs, {cfg.train.seed, static_cast<uint64_t>(step)}, lr, cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
-    local[0] = stepped.loss_sum;
-    local[1] = static_cast<double>(stepped.counted);
     loader.advance();
+    // Loss sum, counted targets, and whether this rank must stop (a signal, the time limit): summed
+    // over the ranks in the one message the step sends anyway, so they all stop at the same step.
+    const double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0;
+    const int signal_number = stop_ != nullptr ? stop_->load() : 0;
+    const bool out_of_time = cfg.train.max_minutes > 0 && minutes >= cfg.train.max_minutes;
+    const double local[4] = {stepped.loss_sum, static_cast<double>(stepped.counted), signal_number != 0 ? 1.0 : 0.0,
+                             out_of_time ? 1.0 : 0.0};
     const std::vector<double> global = parallel::sum_over_ranks(dp_comm, local);
     const double loss = global[0] / global[1];
     TS_CHECK(std::isfinite(loss),
@@ -331,36 +378,53 @@ TrainResult Trainer::run() {
     ++step;
 
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    StepReport report{step, loss, lr, grad_norm, static_cast<double>(tokens_per_step) / seconds, 0,
-                      step_memory.peak_total};
-    report.mfu = report.tokens_per_second / ranks * flops_per_token / ceiling;
-    if (progress) progress->update(report);
+    if (progress) progress->update({step, loss, lr, grad_norm, tokens_per_step, seconds, step_memory.peak_total});
     result.losses.push_back(loss);
-    train_series.x.push_back(static_cast<double>(step));
-    train_series.y.push_back(loss);
+    history.train.x.push_back(static_cast<double>(step));
+    history.train.y.push_back(loss);
     if (metrics) {
+      const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
+      const double mfu = model_flops_utilization(tokens_per_second / ranks * flops_per_token, peak_flops);
       metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                      {"tokens_per_second", report.tokens_per_second}, {"mfu", report.mfu}, {"step_seconds", seconds},
-                      {"skipped", stepped.skipped}, {"memory", memory_json(step_memory)},
-                      {"elapsed_seconds", std::chrono::duration<double>(Clock::now() - run_start).count()}});
+                      {"tokens_per_second", tokens_per_second},
+                      {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
+                      {"skipped", stepped.skipped}, {"memory", memory_json(step_memory)}, {"time", unix_time()},
+                      {"elapsed_seconds",
+                       elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});
     }
 
-    // A time-limited job (exit_after) ends like the last step: evaluated and checkpointed.
-    const bool last = step == cfg.train.steps ||
-                      (cfg.train.exit_after > 0 && step - result.first_step == cfg.train.exit_after);
-    if (last || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0)) {
+    // A job stopped before train.steps ends like the last step, with a checkpoint to resume from.
+    std::string stop_reason;
+    if (global[2] > 0) {
+      stop_reason = signal_number != 0 ? fmt::format("stopped by signal {} ({})", signal_number, ::strsignal(signal_number))
+                                       : std::string("stopped by a signal on another rank");
+    } else if (global[3] > 0) {
+      stop_reason = fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
+    } else if (cfg.train.exit_after > 0 && step - result.first_step == cfg.train.exit_after) {
+      stop_reason = fmt::format("train.exit_after = {} steps done in this process", cfg.train.exit_after);
+    }
+    const bool last = step == cfg.train.steps || !stop_reason.empty();
+    if (!stop_reason.empty() && step < cfg.train.steps) {
+      result.outcome = TrainResult::Outcome::StoppedEarly;
+      result.stop_reason = stop_reason;
+    }
+    // A stop signal asks for a prompt exit: the checkpoint, not an evaluation.
+    const bool signalled = global[2] > 0;
+    if ((last && !signalled) || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0)) {
       result.val_loss = evaluate();
       val_history.push_back(result.val_loss);
-      val_series.x.push_back(static_cast<double>(step));
-      val_series.y.push_back(result.val_loss);
-      if (metrics) metrics->write({{"kind", "val"}, {"step", step}, {"loss", result.val_loss}});
+      history.val.x.push_back(static_cast<double>(step));
+      history.val.y.push_back(result.val_loss);
+      if (metrics) metrics->write({{"kind", "val"}, {"step", step}, {"loss", result.val_loss}, {"time", unix_time()}});
       message(progress, fmt::format("step {}: val loss {:.4f} (train {:.4f}, unigram baseline {:.3f})", step,
                                     result.val_loss, loss, result.unigram_entropy));
       draw_chart();
+    } else if (step % cfg.log.every == 0 || step == result.first_step + 1) {
+      draw_chart();  // the chart follows training from the first log line, not only at evaluations
     }
     if (!last && cfg.train.sample_every > 0 && step % cfg.train.sample_every == 0) {
       std::string text = sample();
-      if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", text}});
+      if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", text}, {"time", unix_time()}});
       message(progress, fmt::format("step {} sample:\n{}\n", step, text));
     }
     if (last || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0)) {
@@ -372,9 +436,9 @@ TrainResult Trainer::run() {
   if (progress) progress->finish();
   result.steps = step;
   draw_chart();
-  if (cfg.train.sample_tokens > 0) {
+  if (cfg.train.sample_tokens > 0 && result.outcome == TrainResult::Outcome::Finished) {
     result.sample_text = sample();
-    if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", result.sample_text}});
+    if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", result.sample_text}, {"time", unix_time()}});
   }
   return result;
 }

@@ -1,13 +1,18 @@
 #pragma once
-// The training loop: it assembles the parts (dataset, model, optimizer, checkpoints, metrics,
-// progress) from one RunConfig and runs steps of
-//   microbatches (gradient accumulation) → clip by the global norm → AdamW with warmup + cosine
-// with periodic evaluation on the validation split, text samples and checkpoints.
+// The training loop: it assembles the parts (dataset, model, training engine, checkpoints,
+// metrics, progress) from one RunConfig and runs steps — the schedule's program of microbatches
+// (gradient accumulation, recomputation) through the interpreter, the global norm, AdamW with
+// warmup + cosine — with periodic evaluation on the validation split, text samples and checkpoints.
 //
 // Data parallelism: started under MPI with a world of parallel.dp ranks, each rank trains on its
-// shard of every global batch through parallel::DataParallel (ZeRO stage parallel.zero_stage).
-// Rank 0 alone prints and writes metrics, the chart and the config; every rank writes its shard
-// of a checkpoint.
+// shard of every global batch (ZeRO stage parallel.zero_stage). Rank 0 alone prints, holds the
+// run folder's lock and writes metrics, the chart and the config; every rank writes its shard of
+// a checkpoint.
+//
+// A run ends in one of three ways (the program's exit codes in README): finished (train.steps
+// reached, or nothing to do when resuming a finished run), stopped early with a checkpoint
+// (train.exit_after, train.max_minutes, or a stop signal), or an error (an exception).
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,9 @@
 namespace tessera::train {
 
 struct TrainResult {
+  enum class Outcome { Finished, NothingToDo, StoppedEarly };
+  Outcome outcome = Outcome::Finished;
+  std::string stop_reason;         // StoppedEarly: what stopped it; NothingToDo: why
   int64_t first_step = 0;          // where this run started (0, or the resumed step)
   int64_t steps = 0;               // steps completed in total
   std::vector<double> losses;      // training loss of each step this run took
@@ -28,13 +36,16 @@ struct TrainResult {
 class Trainer {
  public:
   // `world`: every process of the job (must outlive the trainer), or null for one process alone.
-  explicit Trainer(RunConfig config, dist::Communicator* world = nullptr);
+  // `stop`: set (to the signal number) when the run should stop at the next step boundary with a
+  // checkpoint; the ranks agree on the step. Null: never.
+  explicit Trainer(RunConfig config, dist::Communicator* world = nullptr, const std::atomic<int>* stop = nullptr);
   // Collective over `world`.
   TrainResult run();
 
  private:
   RunConfig config_;
   dist::Communicator* world_;
+  const std::atomic<int>* stop_;
 };
 
 }  // namespace tessera::train

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -49,5 +50,19 @@ TEST(AtomicFile, ReplacesWholeOrNotAtAll) {
   EXPECT_EQ(read(target), "new content");
   EXPECT_EQ(entries(dir), 1u);
   EXPECT_THROW(AtomicFile(dir / "missing" / "x"), Error);
+  fs::remove_all(dir);
+}
+
+// Files are created as any new file would be under the process's umask, not private to the owner.
+TEST(AtomicFile, HonoursTheUmask) {
+  const fs::path dir = fs::temp_directory_path() / ("tessera_umask_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (mode_t mask : {mode_t{022}, mode_t{027}, mode_t{077}}) {
+    const mode_t old = ::umask(mask);
+    write_file_atomically(dir / "f", "x");
+    ::umask(old);
+    const auto perms = static_cast<mode_t>(fs::status(dir / "f").permissions());
+    EXPECT_EQ(perms, 0666 & ~mask) << "umask " << std::oct << mask;
+  }
   fs::remove_all(dir);
 }

@@ -29,7 +29,7 @@ fs::path g_dataset;
 const std::string kModel =
     "--model.n_layer 2 --model.n_head 2 --model.n_embd 32 --model.seq_len 32 "
     "--train.batch_size 8 --train.micro_batch_size 2 --train.eval_every 0 --train.eval_batches 2 "
-    "--train.sample_tokens 4 --optim.warmup_steps 2 --log.progress plain --log.every 1 --parallel.bucket_mb 0.01";
+    "--train.sample_tokens 4 --optim.warmup_steps 2 --log.progress plain --log.every 1 --log.peak_gflops 1000 --parallel.bucket_mb 0.01";
 
 std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
@@ -106,7 +106,7 @@ TEST_F(ParallelTraining, ResumeUnderMpiIsBitwise) {
     CliResult a = run_tessera(launch(2, whole, layout));
     ASSERT_EQ(a.exit_code, 0) << a.output;
     CliResult b1 = run_tessera(launch(2, split, layout + " --train.exit_after 3"));
-    ASSERT_EQ(b1.exit_code, 0) << b1.output;
+    ASSERT_EQ(b1.exit_code, 3) << "stopped early with a checkpoint\n" << b1.output;
     CliResult b2 = run_tessera(launch(2, split, layout + " --checkpoint.resume latest"));
     ASSERT_EQ(b2.exit_code, 0) << b2.output;
     EXPECT_NE(b2.output.find("resumed from"), std::string::npos) << b2.output;
@@ -185,6 +185,27 @@ TEST_F(ParallelTraining, ARankThatDiesEndsTheJobWithNoOrphans) {
   if (orphans) {
     EXPECT_EQ(std::system("pgrep -a -f crash_run_marke[r]"), 0);  // lists them in the log
   }
+}
+
+// A rank that never reaches MPI initialization (stopped or killed before it) no longer hangs the
+// job: the others end it after parallel.timeout_seconds, saying why.
+TEST_F(ParallelTraining, ARankMissingAtStartUpEndsTheJob) {
+  const std::string train = tessera_exe() + " " + train_args(g_root / "startup", "--train.steps 2 --parallel.dp 2 "
+                                                                                  "--parallel.timeout_seconds 3");
+  const std::string command =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun -n 2 --oversubscribe --bind-to none "
+      "-x OMP_NUM_THREADS=1 sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then sleep 50; fi; exec " + train + "' 2>&1";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string output;
+  FILE* p = ::popen(command.c_str(), "r");
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  const int status = ::pclose(p);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_LT(seconds, 40.0) << "the job must end soon after the timeout, not when the missing rank wakes up\n" << output;
+  EXPECT_NE(output.find("did not start within parallel.timeout_seconds = 3.0 s"), std::string::npos) << output;
 }
 
 }  // namespace

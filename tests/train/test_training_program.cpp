@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <fmt/format.h>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +26,7 @@ fs::path g_dataset;  // a small prepared dataset shared by the tests
 const std::string kModel =
     "--model.n_layer 2 --model.n_head 2 --model.n_embd 32 --model.seq_len 32 "
     "--train.batch_size 4 --train.micro_batch_size 2 --train.eval_every 0 --train.eval_batches 2 "
-    "--train.sample_tokens 8 --optim.warmup_steps 2 --log.progress plain --log.every 1";
+    "--train.sample_tokens 8 --optim.warmup_steps 2 --log.progress plain --log.every 1 --log.peak_gflops 1000";
 
 std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
@@ -63,7 +64,7 @@ TEST_F(TrainingProgram, ResumeInANewProcessContinuesBitwise) {
   EXPECT_NE(a.output.find("RESULT val_loss="), std::string::npos) << a.output;
 
   CliResult b1 = run_tessera(train_args(split, "--train.steps 6 --train.exit_after 3"));
-  ASSERT_EQ(b1.exit_code, 0) << b1.output;
+  ASSERT_EQ(b1.exit_code, 3) << "stopped early with a checkpoint\n" << b1.output;
   ASSERT_TRUE(fs::exists(split / "checkpoints" / "step_00000003" / "manifest.json")) << b1.output;
   CliResult b2 = run_tessera(train_args(split, "--train.steps 6 --checkpoint.resume latest"));
   ASSERT_EQ(b2.exit_code, 0) << b2.output;
@@ -206,7 +207,7 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   // None of that touched the good checkpoint, which still resumes.
   EXPECT_EQ(read_file((good / "model.safetensors").string()), good_model);
   CliResult ok = resume(good, "--train.exit_after 1");
-  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(ok.exit_code, 3) << ok.output;
 }
 
 TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
@@ -233,6 +234,134 @@ TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
   CliResult r = run_tessera("sample --checkpoint " + (run / "checkpoints" / "step_99999999").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("not a complete checkpoint"), std::string::npos) << r.output;
+}
+
+// A run folder holds one run: a second trainer is refused while the first holds it (naming its
+// process and host), an earlier run is neither overwritten by accident nor resumed by surprise,
+// and "auto" makes one command for a requeue loop.
+TEST_F(TrainingProgram, RunFoldersAreLockedAndNotOverwrittenByAccident) {
+  const fs::path run = g_root / "folder_rules";
+  const pid_t first = spawn_tessera(train_args(run, "--train.steps 100000 --checkpoint.every 1000000"),
+                                    (g_root / "folder_rules.log").string());
+  // Wait until the first trainer holds the folder (its metrics appear after the first step).
+  for (int i = 0; i < 200 && !fs::exists(run / "metrics.jsonl"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CliResult second = run_tessera(train_args(run, "--train.steps 2 --train.overwrite true"));
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.output.find("is in use by another trainer (process " + std::to_string(first)), std::string::npos)
+      << second.output;
+  ::kill(first, SIGKILL);
+  int status = 0;
+  ::waitpid(first, &status, 0);
+
+  // The folder holds metrics but no checkpoint: a fresh start is refused, overwrite starts over.
+  CliResult refused = run_tessera(train_args(run, "--train.steps 2"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("already holds a run"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--train.overwrite true"), std::string::npos) << refused.output;
+  CliResult over = run_tessera(train_args(run, "--train.steps 2 --train.overwrite true"));
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_EQ(train_losses(run / "metrics.jsonl").size(), 2u) << "the earlier run's metrics are gone";
+
+  // auto: resumes when there is a checkpoint, finishes, and then has nothing to do (exit 0).
+  CliResult more = run_tessera(train_args(run, "--train.steps 4 --checkpoint.resume auto"));
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("resumed from"), std::string::npos) << more.output;
+  CliResult again = run_tessera(train_args(run, "--train.steps 4 --checkpoint.resume auto"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to do"), std::string::npos) << again.output;
+  CliResult fresh = run_tessera(train_args(g_root / "folder_auto_fresh", "--train.steps 1 --checkpoint.resume auto"));
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("starting fresh"), std::string::npos) << fresh.output;
+  CliResult both = run_tessera(train_args(run, "--train.steps 4 --train.overwrite true --checkpoint.resume latest"));
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("set only one of them"), std::string::npos) << both.output;
+  std::ofstream(g_root / "a_file") << "x";
+  CliResult file = run_tessera(train_args(g_root / "a_file", "--train.steps 1"));
+  EXPECT_NE(file.exit_code, 0);
+  EXPECT_NE(file.output.find("is a file, not a folder"), std::string::npos) << file.output;
+}
+
+// SIGTERM (a scheduler's preemption) and train.max_minutes stop the run at a step boundary with a
+// checkpoint and exit code 3; resuming continues it.
+TEST_F(TrainingProgram, StopsWithACheckpointOnSignalsAndTimeLimits) {
+  const fs::path run = g_root / "stopped";
+  const pid_t pid = spawn_tessera(train_args(run, "--train.steps 100000 --checkpoint.every 1000000"),
+                                  (g_root / "stopped.log").string());
+  for (int i = 0; i < 200 && train_losses(run / "metrics.jsonl").size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string log = read_file((g_root / "stopped.log").string());
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 3) << log;
+  EXPECT_NE(log.find("stopped by signal 15"), std::string::npos) << log;
+  const size_t steps = train_losses(run / "metrics.jsonl").size();
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / fmt::format("step_{:08d}", steps) / "manifest.json")) << log;
+  CliResult resumed = run_tessera(train_args(run, fmt::format("--train.steps {} --checkpoint.resume latest", steps + 1)));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+
+  CliResult timed = run_tessera(train_args(g_root / "timed", "--train.steps 100000 --train.max_minutes 0.0001"));
+  EXPECT_EQ(timed.exit_code, 3) << timed.output;
+  EXPECT_NE(timed.output.find("train.max_minutes"), std::string::npos) << timed.output;
+  EXPECT_TRUE(fs::exists(g_root / "timed" / "checkpoints" / "step_00000001" / "manifest.json")) << timed.output;
+}
+
+// Honest figures: an MFU above 100% is never printed or logged, every metrics line has a
+// wall-clock time, elapsed time continues across a resume, and the validation loss does not
+// depend on the microbatch size.
+TEST_F(TrainingProgram, FiguresInTheLogAreHonest) {
+  const fs::path run = g_root / "figures";
+  CliResult r = run_tessera(train_args(run, "--train.steps 2 --train.exit_after 1 --log.peak_gflops 0.00001"));
+  ASSERT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("MFU n/a"), std::string::npos) << r.output;
+  CliResult r2 = run_tessera(train_args(run, "--train.steps 2 --checkpoint.resume latest"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  std::ifstream in(run / "metrics.jsonl");
+  std::string line;
+  std::vector<double> elapsed;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_TRUE(j.contains("time") && j["time"].get<double>() > 1.7e9) << line;
+    if (j["kind"] != "train") continue;
+    elapsed.push_back(j["elapsed_seconds"].get<double>());
+    if (j["step"] == 1) EXPECT_TRUE(j["mfu"].is_null()) << "an impossible MFU is not logged: " << line;
+  }
+  ASSERT_EQ(elapsed.size(), 2u);
+  EXPECT_GT(elapsed[1], elapsed[0]) << "elapsed time continues across the resume";
+
+  auto val_loss = [&](const std::string& micro) {
+    const fs::path out = g_root / ("val_micro" + micro);
+    CliResult v = run_tessera(train_args(out, "--train.steps 1 --train.micro_batch_size " + micro));
+    EXPECT_EQ(v.exit_code, 0) << v.output;
+    std::ifstream m(out / "metrics.jsonl");
+    std::string l;
+    while (std::getline(m, l)) {
+      auto j = nlohmann::json::parse(l);
+      if (j["kind"] == "val") return j["loss"].get<double>();
+    }
+    return -1.0;
+  };
+  const double a = val_loss("1"), b = val_loss("4");
+  EXPECT_NEAR(a, b, 1e-5 * a) << "the validation loss must not depend on train.micro_batch_size";
+}
+
+// A run that cannot fit is refused before it allocates, with the numbers and what to shrink.
+TEST_F(TrainingProgram, RunsThatCannotFitAreRefusedAtOnce) {
+  for (const std::string extra : {"--model.n_layer 100000 --model.n_embd 1024", "--train.batch_size 1000000 --train.micro_batch_size 1000000"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CliResult r = run_tessera(train_args(g_root / "huge", "--train.steps 1 " + extra));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(r.exit_code, 0) << extra;
+    EXPECT_NE(r.output.find("are available"), std::string::npos) << extra << "\n" << r.output;
+    EXPECT_NE(r.output.find("train.micro_batch_size"), std::string::npos) << r.output;
+    EXPECT_LT(seconds, 20.0) << extra << " must be refused before any work";
+  }
+  CliResult warm = run_tessera(train_args(g_root / "warm", "--train.steps 1 --optim.warmup_steps 5"));
+  EXPECT_EQ(warm.exit_code, 0) << warm.output;
+  EXPECT_NE(warm.output.find("warning: optim.warmup_steps = 5 is more than train.steps = 1"), std::string::npos)
+      << warm.output;
 }
 
 TEST_F(TrainingProgram, EmptyCorpusIsRefused) {

@@ -1,0 +1,116 @@
+#include "train/peak_flops.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "kernels/cpu/matmul.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::train {
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown cpu";
+}
+
+fs::path cache_file() {
+  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir != 0) return fs::path(dir) / "peak-flops.json";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != 0) {
+    return fs::path(xdg) / "tessera" / "peak-flops.json";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != 0) {
+    return fs::path(home) / ".cache" / "tessera" / "peak-flops.json";
+  }
+  return {};
+}
+
+// The load average over the last minute (0 when unknown).
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = 0;
+  in >> load;
+  return load;
+}
+
+// The best rate of square sgemms of two sizes, repeated for about `seconds`.
+double measure(double seconds) {
+  double best = 0;
+  for (int n : {1024, 1536}) {
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), n, n, n,
+                      kernels::Transpose::No, kernels::Transpose::No, false);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      best = std::max(best, 2.0 * n * n * static_cast<double>(n) / dt);
+    } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds / 2);
+  }
+  return best;
+}
+
+}  // namespace
+
+MatmulPeak matmul_peak(double configured_gflops, int threads) {
+  if (configured_gflops > 0) return {configured_gflops * 1e9, "log.peak_gflops"};
+  const std::string key = fmt::format("{} | {} threads", cpu_model(), threads);
+  const fs::path file = cache_file();
+  nlohmann::json cache = nlohmann::json::object();
+  std::error_code ec;
+  if (!file.empty() && fs::exists(file, ec)) {
+    std::ifstream in(file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    cache = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (!cache.is_object()) cache = nlohmann::json::object();  // a damaged cache is measured again
+    const auto it = cache.find(key);
+    if (it != cache.end() && it->is_object() && it->contains("gflops") && (*it)["gflops"].is_number() &&
+        (*it)["gflops"].get<double>() > 0) {
+      return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
+    }
+  }
+  const double flops = measure(1.0);
+  const double load = load_average();
+  if (load > 0.5) {
+    return {flops, fmt::format("measured now, on a busy machine (load average {:.1f}): not stored", load)};
+  }
+  cache[key] = {{"gflops", flops / 1e9}, {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
+  if (!file.empty()) {
+    try {
+      fs::create_directories(file.parent_path());
+      write_file_atomically(file, cache.dump(2) + "\n");
+      return {flops, fmt::format("calibrated now, stored in {}", file.string())};
+    } catch (const std::exception&) {
+      // A read-only home: this run uses its own measurement; the next one measures again.
+    }
+  }
+  return {flops, "calibrated now (could not store it)"};
+}
+
+double model_flops_utilization(double achieved_flops, double peak_flops) {
+  if (!(peak_flops > 0)) return -1;
+  const double mfu = achieved_flops / peak_flops;
+  return mfu <= 1.0 ? mfu : -1;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,36 @@
+#pragma once
+// The run folder (train.out_dir): config.toml, metrics.jsonl, loss.svg and checkpoints/ of one run.
+// One trainer at a time may write it: opening it takes an exclusive lock (flock on .lock, released
+// by the kernel when the process ends, however it ends), and a second trainer is refused, naming
+// the holder's process and host. A folder that already holds a run is not overwritten by accident:
+// the trainer resumes it, starts over only when told to (train.overwrite), or refuses.
+#include <optional>
+#include <string>
+
+namespace tessera::train {
+
+class RunFolder {
+ public:
+  // Checks the path (not empty, not a file), creates the folder and takes its lock.
+  explicit RunFolder(std::string path);
+  ~RunFolder();
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string metrics_path() const;
+  std::string chart_path() const;
+  std::string config_path() const;
+  std::string checkpoints_dir() const;
+
+  // What an earlier run left here: a metrics log or a checkpoint (a short description), if any.
+  std::optional<std::string> earlier_run() const;
+  // Removes what an earlier run left (metrics, chart, config, checkpoints); keeps the lock.
+  void clear();
+
+ private:
+  std::string path_;
+  int lock_fd_ = -1;
+};
+
+}  // namespace tessera::train
