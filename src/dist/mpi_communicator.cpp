@@ -57,8 +57,9 @@ std::array<int64_t, 5> signature(DType dtype, size_t count, int root, ReduceOp o
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options,
-                                 std::shared_ptr<Watchdog> watchdog, const MpiRuntime& runtime)
-    : comm_(comm), options_(options), watchdog_(std::move(watchdog)), runtime_(runtime) {
+                                 std::shared_ptr<Watchdog> watchdog, const MpiRuntime& runtime,
+                                 std::shared_ptr<StatusService> status)
+    : comm_(comm), options_(options), watchdog_(std::move(watchdog)), runtime_(runtime), status_(std::move(status)) {
   TS_CHECK(options.max_poll_interval_us >= 0, "max_poll_interval_us must be >= 0, got {}", options.max_poll_interval_us);
   TS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   TS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -87,6 +88,8 @@ MpiCommunicator::~MpiCommunicator() {
   }
   queue_cv_.notify_all();
   progress_.join();
+  if (status_) watchdog_->set_diagnosis(nullptr);  // the service goes with the world
+  status_.reset();
   if (check_comm_ != MPI_COMM_NULL) MPI_Comm_free(&check_comm_);
   MPI_Comm_free(&comm_);
 }

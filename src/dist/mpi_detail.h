@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -39,11 +40,35 @@ MPI_Datatype mpi_datatype(DType dtype);
 // The MPI operation that reduces `dtype` by `op` (Avg maps to the sum; the caller divides).
 MPI_Op mpi_reduce_op(const MpiRuntime::Reductions& reductions, DType dtype, ReduceOp op);
 
+// Answers peers' questions about where this process is, so a rank whose watchdog fires can name
+// the member that stalled instead of only itself. A thread probes a duplicate of the world for
+// questions (a group's name) and replies with Watchdog::position_in; diagnose() asks the other
+// members of a group and waits a little for their answers — a rank that does not answer is
+// stopped or gone. Lives with the world communicator.
+class StatusService {
+ public:
+  explicit StatusService(std::shared_ptr<Watchdog> watchdog);
+  ~StatusService();
+  StatusService(const StatusService&) = delete;
+  StatusService& operator=(const StatusService&) = delete;
+
+  std::string diagnose(const GroupInfo& group, OpKind kind, uint64_t seq, int peer);
+
+ private:
+  void serve();
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::shared_ptr<Watchdog> watchdog_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm`. Collective over `comm` when options.check_sequence is set.
   MpiCommunicator(MPI_Comm comm, std::string name, const CommOptions& options, std::shared_ptr<Watchdog> watchdog,
-                  const MpiRuntime& runtime);
+                  const MpiRuntime& runtime, std::shared_ptr<StatusService> status = nullptr);
   ~MpiCommunicator() override;  // finishes every operation posted, then frees the MPI communicator
 
   int rank() const override { return rank_; }
@@ -106,6 +131,7 @@ class MpiCommunicator final : public Communicator {
   CommOptions options_;
   std::shared_ptr<Watchdog> watchdog_;
   const MpiRuntime& runtime_;
+  std::shared_ptr<StatusService> status_;  // the world communicator's only
 
   mutable std::mutex mutex_;                // guards everything below
   std::condition_variable queue_cv_;

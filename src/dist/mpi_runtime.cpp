@@ -118,9 +118,15 @@ std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) cons
   auto watchdog = std::make_shared<Watchdog>(options.timeout_seconds, rank_, size_, [](const std::string&) {
     MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
   });
+  auto status = std::make_shared<StatusService>(watchdog);
+  watchdog->set_diagnosis([weak = std::weak_ptr<StatusService>(status)](const GroupInfo& group, OpKind kind,
+                                                                         uint64_t seq, int peer) {
+    const std::shared_ptr<StatusService> service = weak.lock();
+    return service ? service->diagnose(group, kind, seq, peer) : std::string();
+  });
   MPI_Comm comm = MPI_COMM_NULL;
   TS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
-  return std::make_unique<MpiCommunicator>(comm, "world", options, std::move(watchdog), *this);
+  return std::make_unique<MpiCommunicator>(comm, "world", options, std::move(watchdog), *this, std::move(status));
 }
 
 void MpiRuntime::abort_job(int code) const {

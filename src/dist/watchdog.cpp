@@ -28,13 +28,35 @@ Watchdog::~Watchdog() {
 uint64_t Watchdog::begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer) {
   std::lock_guard lock(mutex_);
   const uint64_t token = next_token_++;
+  if (is_collective(kind)) {
+    Last& p = positions_[group->name];
+    p.kind = kind;
+    p.seq = seq;
+    ++p.in_flight;
+  }
   entries_.emplace(token, Entry{std::move(group), kind, seq, peer, std::chrono::steady_clock::now()});
   return token;
 }
 
 void Watchdog::end(uint64_t token) {
   std::lock_guard lock(mutex_);
-  entries_.erase(token);
+  auto it = entries_.find(token);
+  if (it == entries_.end()) return;
+  if (is_collective(it->second.kind)) --positions_[it->second.group->name].in_flight;
+  entries_.erase(it);
+}
+
+void Watchdog::set_diagnosis(Diagnosis diagnosis) {
+  std::lock_guard lock(mutex_);
+  diagnosis_ = std::move(diagnosis);
+}
+
+Watchdog::Position Watchdog::position_in(const std::string& group) const {
+  std::lock_guard lock(mutex_);
+  auto it = positions_.find(group);
+  if (it == positions_.end()) return {};
+  const Last& p = it->second;
+  return {p.in_flight > 0 ? Position::State::InProgress : Position::State::Done, p.kind, p.seq};
 }
 
 size_t Watchdog::in_flight() const {
@@ -66,8 +88,14 @@ void Watchdog::run() {
     }
     if (late == nullptr) continue;
     late->reported = true;
-    const std::string line = message(*late);
+    const Entry entry = *late;
+    const Diagnosis diagnosis = diagnosis_;
     lock.unlock();
+    std::string line = message(entry);
+    if (diagnosis) {
+      const std::string where = diagnosis(*entry.group, entry.kind, entry.seq, entry.peer);
+      if (!where.empty()) line.insert(line.size() - std::string("; aborting the job").size(), "; " + where);
+    }
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     abort_(line);

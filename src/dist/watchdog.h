@@ -2,7 +2,10 @@
 // Watchdog: one thread that watches every operation in flight on the communicators sharing it.
 // When one runs longer than the timeout it prints a single line to stderr, e.g.
 //   tessera watchdog: rank 1 of 4: all_reduce #17 on dp (group ranks 1,3) did not complete
-//   within 5.0 s; aborting the job
+//   within 5.0 s; rank 3 has not reached it (its last collective on dp: all_reduce #16, done);
+//   aborting the job
+// The part naming the rank that stalled comes from a diagnosis the backend provides (asking the
+// peers where they are; MPI: mpi_status.cpp): the waiting rank knows only what it waits for.
 // and calls the abort action. With the MPI backend that action is MPI_Abort on the world: the
 // one place where tessera ends the process on its own, because a rank that waits forever for a
 // peer that is gone, stalled or desynchronized is worse than a job that stops with a reason.
@@ -31,6 +34,8 @@ struct GroupInfo {
 class Watchdog {
  public:
   using AbortAction = std::function<void(const std::string& message)>;
+  // Says, for a late operation, which members of its group are elsewhere (may take a moment).
+  using Diagnosis = std::function<std::string(const GroupInfo& group, OpKind kind, uint64_t seq, int peer)>;
 
   // `world_rank`/`world_size` go into the message; the checks run `timeout_seconds / 20` apart
   // (between 5 ms and 1 s), so a stall is reported at most 5% late.
@@ -45,6 +50,17 @@ class Watchdog {
 
   double timeout_seconds() const { return timeout_; }
   size_t in_flight() const;
+
+  void set_diagnosis(Diagnosis diagnosis);
+  // Where this process is on the group named `group`: its last collective begun there, and
+  // whether that is still in progress.
+  struct Position {
+    enum class State : uint8_t { None, InProgress, Done };
+    State state = State::None;
+    OpKind kind = OpKind::Barrier;
+    uint64_t seq = 0;
+  };
+  Position position_in(const std::string& group) const;
 
  private:
   struct Entry {
@@ -62,11 +78,18 @@ class Watchdog {
   const int world_rank_;
   const int world_size_;
   const AbortAction abort_;
+  Diagnosis diagnosis_;
   mutable std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
   uint64_t next_token_ = 0;
   std::map<uint64_t, Entry> entries_;
+  struct Last {
+    OpKind kind;
+    uint64_t seq;
+    int in_flight = 0;
+  };
+  std::map<std::string, Last> positions_;  // group name -> its last collective begun here
   std::thread thread_;
 };
 
