@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/errors.h"
+#include "config/model_config.h"
 #include "dist/mpi_runtime.h"
 #include "train/trainer.h"
 
@@ -49,7 +52,7 @@ void print_result(const train::TrainResult& r) {
 
 // One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
 // launch`, which only builds an mpirun command, never starts it); communicators go before it.
-void train_under_mpi(const train::RunConfig& config) {
+void train_under_mpi(const train::RunConfig& config, const Globals& globals) {
   dist::MpiRuntime mpi;
   try {
     dist::CommOptions options;
@@ -61,7 +64,7 @@ void train_under_mpi(const train::RunConfig& config) {
   } catch (const std::exception& e) {
     if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
     // Every rank that fails says so; the first to get here ends the job, so no peer waits for it.
-    fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
+    fmt::print(stderr, "rank {}: {}\n", mpi.world_rank(), describe_error(e, globals.debug));
     std::fflush(stderr);
     mpi.abort_job(1);
   }
@@ -69,7 +72,7 @@ void train_under_mpi(const train::RunConfig& config) {
 
 }  // namespace
 
-void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app, const Globals& globals) {
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML config (with --section.key value overrides)");
   auto config_path = std::make_shared<std::string>();
   cmd->add_option("-c,--config", *config_path, "TOML config file (configs/default.toml is the documented default)");
@@ -79,10 +82,13 @@ void add_train_command(CLI::App& app) {
       "  tessera train --config configs/default.toml --train.steps 200 --model.n_layer 2\n"
       "Resume: --checkpoint.resume latest (or a checkpoint folder).\n"
       "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2");
-  cmd->callback([cmd, config_path]() {
+  cmd->callback([cmd, config_path, &globals]() {
+    std::error_code ec;
+    TS_CHECK(!std::filesystem::is_directory(*config_path, ec), "{}",
+             config::describe_folder_given_as_toml(*config_path, "--config"));
     train::RunConfig config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
     if (started_by_mpi_launcher()) {
-      train_under_mpi(config);
+      train_under_mpi(config, globals);
     } else {
       // One process; a config asking for dp > 1 is refused by the trainer, naming the launcher.
       print_result(train::Trainer(config).run());
