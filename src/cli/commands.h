@@ -1,12 +1,19 @@
 #pragma once
 // Each `tessera <command>` lives in its own file and registers itself on the top-level app.
-// A command's callback returns normally on success and throws tessera::Error on failure;
-// main() turns that into a message and a non-zero exit code.
+// A command's callback returns normally on success and throws on failure (tessera::Error, or
+// anything else); main() turns that into one line and a non-zero exit code (cli/errors.h).
 #include <CLI/CLI.hpp>
 
 namespace tessera::cli {
 
-void add_train_command(CLI::App& app);     // train_command.cpp: the training program
+// Settings of the whole program, owned by main() and read by the commands that need them.
+struct Globals {
+  bool debug = false;  // --debug: errors also say where in the source they were raised
+};
+
+// Every rank of a multi-process run reports its own error before ending the job, so `train`
+// needs to know how much to say.
+void add_train_command(CLI::App& app, const Globals& globals);  // train_command.cpp: the training program
 void add_sample_command(CLI::App& app);    // sample_command.cpp: text from a checkpoint
 void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline schedules
 void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner

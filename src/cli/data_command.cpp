@@ -15,6 +15,9 @@ namespace tessera::cli {
 
 namespace {
 
+// More threads than this is a typo, not a machine: each one is a real thread for encoding.
+constexpr int kMaxThreads = 1024;
+
 struct PrepareArgs {
   data::PrepareOptions options;
   std::string out;
@@ -88,11 +91,23 @@ void add_data_command(CLI::App& app) {
                     ->capture_default_str();
   prep->add_option("--tokenizer", prepare->tokenizer, "Use this SentencePiece .model instead of training one")
       ->excludes(vocab);
-  prep->add_option("--val-fraction", prepare->options.val_fraction, "Fraction of tokens held out for validation")
+  prep->add_option("--val-fraction", prepare->options.val_fraction,
+                   "Fraction of tokens held out for validation, above 0 and at most 0.5")
       ->capture_default_str();
   prep->add_option("--threads", prepare->options.threads, "Threads for tokenizer training and encoding (0: all)")
       ->capture_default_str();
+  prep->add_flag("--force", prepare->options.overwrite, "Replace the dataset files already in --out");
   prep->callback([prepare]() {
+    // Training reads validation loss, so a dataset without validation tokens would only fail
+    // later, at `tessera train`, in terms of seq_len.
+    const double fraction = prepare->options.val_fraction;
+    TS_CHECK(fraction > 0.0 && fraction <= 0.5,
+             "--val-fraction must be above 0 and at most 0.5 (e.g. 0.05), got {}: training measures validation loss "
+             "on the held-out tokens",
+             fraction);
+    TS_CHECK(prepare->options.threads >= 0 && prepare->options.threads <= kMaxThreads,
+             "--threads must be between 0 (every hardware thread) and {}, got {}", kMaxThreads,
+             prepare->options.threads);
     data::PrepareOptions options = prepare->options;
     options.out = prepare->out;
     options.tokenizer = prepare->tokenizer;
@@ -104,7 +119,10 @@ void add_data_command(CLI::App& app) {
       "info", "Check and describe a dataset folder, a token file (.bin) or a tokenizer (.model)");
   info_cmd->add_option("path", info->path, "Dataset folder, token file or tokenizer model")->required();
   info_cmd->add_option("--sample", info->sample, "Also print the first N tokens (decoded for a dataset folder)");
-  info_cmd->callback([info]() { run_info(*info); });
+  info_cmd->callback([info]() {
+    TS_CHECK(info->sample >= 0, "--sample must be 0 or more (tokens to print), got {}", info->sample);
+    run_info(*info);
+  });
 }
 
 }  // namespace tessera::cli

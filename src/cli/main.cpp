@@ -1,28 +1,198 @@
 // tessera: train, plan and simulate large neural networks.
+//
+// main() is the one boundary between tessera and the user: whatever a command throws ends here
+// as one line and an exit code (cli/errors.h), never as an abort.
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/errors.h"
+#include "config/toml_reader.h"
 #include "core/check.h"
+
+namespace {
+
+using tessera::cli::kExitError;
+using tessera::cli::kExitUsage;
+
+std::vector<const CLI::App*> commands_of(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
+std::string command_names(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* c : commands_of(app)) names += (names.empty() ? "" : ", ") + c->get_name();
+  return names;
+}
+
+// The closest name by spelling, or else the one the word begins ("prep" -> "prepare").
+std::string suggestion(const std::string& word, const std::vector<std::string>& names) {
+  if (std::string hint = tessera::config::closest_match(word, names); !hint.empty()) return hint;
+  std::string begun;
+  int count = 0;
+  for (const std::string& n : names) {
+    if (word.size() >= 2 && n.starts_with(word)) begun = n, ++count;
+  }
+  return count == 1 ? begun : std::string();
+}
+
+const CLI::App* find_command(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* c : commands_of(app)) {
+    if (c->get_name() == name) return c;
+  }
+  return nullptr;
+}
+
+// The deepest command CLI11 reached, and its path ("tessera data prepare").
+std::pair<const CLI::App*, std::string> deepest_command(const CLI::App& app) {
+  std::string path = "tessera";
+  const CLI::App* at = &app;
+  for (;;) {
+    const auto parsed = at->get_subcommands();
+    if (parsed.empty()) return {at, path};
+    at = parsed.front();
+    path += " " + at->get_name();
+  }
+}
+
+// Walks the words that choose a command ("data prepare") before CLI11 parses, so a misspelt one is
+// named with a suggestion instead of CLI11's "A subcommand is required". Only the top level and
+// `data` have subcommands, and neither takes an option with a value, so every word that does not
+// start with '-' there must be a command.
+std::string unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* level = &app;
+  std::string path = "tessera";
+  for (const std::string& word : args) {
+    if (commands_of(*level).empty()) return {};
+    if (word == "--") return {};
+    if (word.starts_with("-")) continue;
+    if (const CLI::App* next = find_command(*level, word)) {
+      level = next;
+      path += " " + word;
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* c : commands_of(*level)) names.push_back(c->get_name());
+    const std::string hint = suggestion(word, names);
+    const std::string what = level == &app ? "command" : "'" + path + "' command";
+    return fmt::format("unknown {} '{}'; {}commands: {}", what, word,
+                       hint.empty() ? std::string() : fmt::format("did you mean '{}'? ", hint), command_names(*level));
+  }
+  return {};
+}
+
+// --debug is global and may stand anywhere before a "--" (after it, the words belong to the
+// command `tessera launch` runs, which reads its own --debug).
+bool take_debug_flag(std::vector<std::string>& args) {
+  bool debug = false;
+  for (auto it = args.begin(); it != args.end() && *it != "--";) {
+    if (*it == "--debug") {
+      debug = true;
+      it = args.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return debug;
+}
+
+// CLI11 lists words it did not expect in reverse order, and without a hint; the first option
+// among them is named with the closest option of the command.
+std::string unexpected_words(const CLI::App& app, const CLI::App& command, const std::string& path) {
+  // A word the command had no place for may be handed back to the top level, so ask both.
+  const std::vector<std::string> words = app.remaining(true);
+  for (const std::string& word : words) {
+    if (!word.starts_with("-") || word == "--") continue;
+    const std::string name = word.substr(0, word.find('='));
+    std::vector<std::string> options;
+    for (const CLI::Option* o : command.get_options()) {
+      for (const std::string& l : o->get_lnames()) options.push_back("--" + l);
+      for (const std::string& s : o->get_snames()) options.push_back("-" + s);
+    }
+    const std::string hint = suggestion(name, options);
+    return fmt::format("'{}' has no option {}{}", path, name,
+                       hint.empty() ? std::string() : fmt::format("; did you mean {}?", hint));
+  }
+  return words.empty() ? std::string() : fmt::format("'{}' does not take '{}' here", path, words.front());
+}
+
+// CLI11 says "Could not convert: --ranks = abc"; every option of tessera that can fail to convert
+// takes a number.
+std::string parse_error_message(const CLI::ParseError& e, const CLI::App& app, const CLI::App& command,
+                                const std::string& path) {
+  const std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    if (std::string words = unexpected_words(app, command, path); !words.empty()) return words;
+  }
+  constexpr std::string_view prefix = "Could not convert: ";
+  const auto eq = what.find(" = ");
+  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr && what.starts_with(prefix) && eq != std::string::npos) {
+    const std::string option = what.substr(prefix.size(), eq - prefix.size());
+    return fmt::format("{} takes a number, got '{}'", option, what.substr(eq + 3));
+  }
+  return what;
+}
+
+int usage_error(const std::string& message) {
+  fmt::print(stderr, "error: {}\n", message);
+  return kExitUsage;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera: training large neural networks with every kind of parallelism, and planning them"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
+  tessera::cli::Globals globals;
+  // Registered so that --help lists it; take_debug_flag reads it wherever it stands.
+  app.add_flag("--debug", globals.debug, "on an error, also print where in tessera's source the failed check is");
   tessera::cli::add_data_command(app);
-  tessera::cli::add_train_command(app);
+  tessera::cli::add_train_command(app, globals);
   tessera::cli::add_sample_command(app);
   tessera::cli::add_plan_command(app);
   tessera::cli::add_simulate_command(app);
   tessera::cli::add_launch_command(app);
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  globals.debug = take_debug_flag(args);
+  if (args.empty()) {
+    fmt::print(stderr, "{}", app.help());
+    return usage_error(fmt::format("no command given; try 'tessera train --config configs/default.toml', or "
+                                   "'tessera <command> --help' (commands: {})",
+                                   command_names(app)));
+  }
+  if (const std::string unknown = unknown_command(app, args); !unknown.empty()) return usage_error(unknown);
+
+  std::vector<char*> words{argv[0]};
+  for (std::string& a : args) words.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(words.size()), words.data());
+  } catch (const CLI::RuntimeError& e) {
+    // A command's own outcome code (train's 3: stopped early with a checkpoint), said already.
+    std::fflush(stdout);
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const tessera::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    const auto [command, path] = deepest_command(app);
+    if (!commands_of(*command).empty() && command->get_subcommands().empty()) {
+      return usage_error(fmt::format("'{}' needs a command: {} ('{} --help' says what each does)", path,
+                                     command_names(*command), path));
+    }
+    return usage_error(
+        fmt::format("{} ('{} --help' lists the options)", parse_error_message(e, app, *command, path), path));
+  } catch (const std::exception& e) {
+    std::fflush(stdout);  // what the command printed comes before the error that ended it
+    fmt::print(stderr, "{}\n", tessera::cli::describe_error(e, globals.debug));
+    return kExitError;
+  } catch (...) {
+    std::fflush(stdout);
+    fmt::print(stderr, "{}\n", tessera::cli::describe_unknown_error());
+    return kExitError;
   }
   return 0;
 }

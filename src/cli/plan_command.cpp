@@ -87,8 +87,9 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "predict memory and step time of parallel layouts; find the fastest that fits");
   cmd->add_option("--model", args->model, "model TOML with a [model] table, or a shipped name (configs/models/)");
   cmd->add_option("--cluster", args->cluster, "cluster TOML with a [cluster] table, or a shipped name (configs/clusters/)");
-  cmd->add_option("--devices", args->devices, "number of devices");
-  cmd->add_option("--global-batch", args->global_batch, "sequences per optimizer step");
+  auto* devices = cmd->add_option("--devices", args->devices, "number of devices, at least 1");
+  auto* global_batch =
+      cmd->add_option("--global-batch", args->global_batch, "sequences per optimizer step, at least 1");
   cmd->add_option("--layout", args->layout,
                   "evaluate one layout, e.g. \"tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16\"");
   cmd->add_option("--top", args->top, "how many of the best layouts to print")->capture_default_str();
@@ -99,7 +100,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--published", args->published,
                 "print predicted vs published TFLOP/s per GPU for Megatron PTD-P Table 1 (cluster a100-80gb unless --cluster)");
   cmd->add_flag("--calibrate", args->calibrate, "print the efficiency.gemm value that best fits Table 1 on the cluster");
-  cmd->callback([args] { run_plan(*args); });
+  cmd->callback([args, devices, global_batch] {
+    // Explicit checks: 0 must not read as "not given", and CLI11's range messages are unclear.
+    TS_CHECK(devices->count() == 0 || args->devices >= 1, "plan: --devices must be at least 1, got {}", args->devices);
+    TS_CHECK(global_batch->count() == 0 || args->global_batch >= 1,
+             "plan: --global-batch must be at least 1 (sequences per optimizer step), got {}", args->global_batch);
+    TS_CHECK(args->top >= 1, "plan: --top must be at least 1 (how many layouts to print), got {}", args->top);
+    run_plan(*args);
+  });
 }
 
 }  // namespace tessera::cli

@@ -1,6 +1,7 @@
 // tessera sample --checkpoint DIR [--prompt TEXT] [--tokens N] ...
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -16,6 +17,7 @@ void add_sample_command(CLI::App& app) {
   struct Options {
     std::string checkpoint, prompt;
     train::SamplingOptions sampling;
+    int64_t seed = 0;  // signed, so that -1 is refused rather than read as 2^64 - 1
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint folder (or a run's checkpoints/ folder: its latest)")
@@ -24,8 +26,15 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--tokens", o->sampling.max_new_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", o->sampling.temperature, "sampling temperature")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
-  cmd->add_option("--seed", o->sampling.seed, "random seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed, 0 or more")->capture_default_str();
   cmd->callback([o]() {
+    const train::SamplingOptions& s = o->sampling;
+    TS_CHECK(s.max_new_tokens >= 1, "--tokens must be at least 1 (tokens to generate), got {}", s.max_new_tokens);
+    TS_CHECK(std::isfinite(s.temperature) && s.temperature > 0.0f,
+             "--temperature must be a finite number above 0 (lower is more predictable), got {}", s.temperature);
+    TS_CHECK(s.top_k >= 0, "--top-k must be 0 (the whole vocabulary) or more, got {}", s.top_k);
+    TS_CHECK(o->seed >= 0, "--seed must be 0 or more, got {}", o->seed);
+    o->sampling.seed = static_cast<uint64_t>(o->seed);
     std::string path = o->checkpoint;
     if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
       path = *train::CheckpointStore(path, 1).latest();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -47,8 +48,33 @@ void write_file(const std::string& path, const std::string& text) {
   TS_CHECK(!out.fail(), "writing '{}' failed: {}", path, std::strerror(errno));
 }
 
+// The options in their own words, before the schedule generator and the simulator check the
+// same values in theirs (stage counts, "forward[0]").
+void check_options(const SimulateOptions& o) {
+  const auto at_least_one = [](const char* option, int value, const char* meaning) {
+    TS_CHECK(value >= 1, "simulate: {} must be at least 1 ({}), got {}", option, meaning, value);
+  };
+  at_least_one("--stages", o.stages, "pipeline stages");
+  at_least_one("--microbatches", o.microbatches, "microbatches per optimizer step");
+  at_least_one("--chunks", o.chunks, "model chunks per rank; 1 unless --schedule interleaved");
+  at_least_one("--steps", o.steps, "optimizer steps in the list");
+  const auto time = [](const char* option, double value, bool positive) {
+    TS_CHECK(std::isfinite(value) && (positive ? value > 0 : value >= 0),
+             "simulate: {} must be a finite number {}, got {}", option, positive ? "above 0" : "of 0 or more", value);
+  };
+  time("--forward-time", o.forward, true);
+  time("--backward-time", o.backward, true);
+  time("--weight-time", o.weight, false);
+  time("--p2p-time", o.p2p, false);
+  TS_CHECK(o.weight <= o.backward,
+           "simulate: --weight-time {} is more than --backward-time {}; the weight gradient is a share of the whole "
+           "backward time",
+           o.weight, o.backward);
+}
+
 void run(const SimulateOptions& o) {
   namespace pp = tessera::pipeline;
+  check_options(o);
   // One data-parallel replica running m microbatches of one sequence: the simulator times a
   // pipeline, which dp, tp and the microbatch size do not reorder.
   config::ParallelLayout layout;

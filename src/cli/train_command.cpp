@@ -9,9 +9,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/errors.h"
+#include "config/model_config.h"
 #include "dist/mpi_runtime.h"
 #include "dist/startup_guard.h"
 #include "train/trainer.h"
@@ -85,9 +88,9 @@ void exit_for(const train::TrainResult& r) {
 // dataset, say), printing it once is enough: rank 0 prints at once and ends the job, the others
 // wait a moment first, so they are usually ended before they print; a failure of one rank alone
 // is still printed, by that rank.
-[[noreturn]] void fail_rank(const dist::MpiRuntime& mpi, const std::exception& e) {
+[[noreturn]] void fail_rank(const dist::MpiRuntime& mpi, const std::exception& e, bool debug) {
   if (mpi.world_rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  fmt::print(stderr, "rank {}: error: {}\n", mpi.world_rank(), e.what());
+  fmt::print(stderr, "rank {}: {}\n", mpi.world_rank(), describe_error(e, debug));
   std::fflush(stderr);
   mpi.abort_job(1);
 }
@@ -95,7 +98,7 @@ void exit_for(const train::TrainResult& r) {
 // One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
 // launch`, which only builds an mpirun command, never starts it); communicators go before it. The
 // result is returned, not acted on: an exit code thrown while MPI is alive would abort the job.
-train::TrainResult train_under_mpi(const train::RunConfig& config) {
+train::TrainResult train_under_mpi(const train::RunConfig& config, const Globals& globals) {
   // Until the world exists no watchdog can see a missing rank: the start-up guard covers that.
   std::optional<dist::StartupGuard> guard(std::in_place, config.parallel.timeout_seconds, dist::launcher_rank(),
                                           dist::launcher_size());
@@ -110,7 +113,7 @@ train::TrainResult train_under_mpi(const train::RunConfig& config) {
     world.reset();
   } catch (const std::exception& e) {
     if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
-    fail_rank(mpi, e);
+    fail_rank(mpi, e, globals.debug);
   }
   if (mpi.world_rank() == 0) print_result(r);
   return r;
@@ -118,7 +121,7 @@ train::TrainResult train_under_mpi(const train::RunConfig& config) {
 
 }  // namespace
 
-void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app, const Globals& globals) {
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML config (with --section.key value overrides)");
   auto config_path = std::make_shared<std::string>();
   cmd->add_option("-c,--config", *config_path, "TOML config file (configs/default.toml is the documented default)");
@@ -130,9 +133,12 @@ void add_train_command(CLI::App& app) {
       "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2\n"
       "Exit codes: 0 finished, 1 error, 2 bad command line, 3 stopped early with a checkpoint (train.exit_after,\n"
       "train.max_minutes, SIGINT, SIGTERM).");
-  cmd->callback([cmd, config_path]() {
+  cmd->callback([cmd, config_path, &globals]() {
     train::RunConfig config;
     try {
+      std::error_code ec;
+      TS_CHECK(!std::filesystem::is_directory(*config_path, ec), "{}",
+               config::describe_folder_given_as_toml(*config_path, "--config"));
       config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
     } catch (const std::exception&) {
       // Every rank of a job reads the same config and fails the same way: let rank 0 alone say it.
@@ -141,7 +147,7 @@ void add_train_command(CLI::App& app) {
     }
     stop_on_signals();
     if (started_by_mpi_launcher()) {
-      exit_for(train_under_mpi(config));
+      exit_for(train_under_mpi(config, globals));
     } else {
       // One process; a config asking for dp > 1 is refused by the trainer, naming the launcher.
       const train::TrainResult r = train::Trainer(config, nullptr, &g_stop_signal).run();

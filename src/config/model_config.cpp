@@ -1,5 +1,9 @@
 #include "config/model_config.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -39,7 +43,13 @@ void ModelConfig::validate() const {
   TS_CHECK(arch != Architecture::Llama || head_dim() % 2 == 0,
            "config: rotary positions need an even head size, but model.n_embd / model.n_head = {}", head_dim());
   TS_CHECK(dropout >= 0.0f && dropout < 1.0f, "config: model.dropout = {} must be in [0, 1)", dropout);
-  TS_CHECK(norm_eps > 0.0f, "config: model.norm_eps must be positive, got {}", norm_eps);
+  TS_CHECK(std::isfinite(norm_eps) && norm_eps > 0.0f, "config: model.norm_eps = {} must be a finite positive number",
+           norm_eps);
+  // Read by llama models only, but checked for every model: a nan written for a gpt2 run would
+  // otherwise wait in the saved config for the day someone switches model.arch.
+  TS_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0f,
+           "config: model.rope_theta = {} must be a finite positive number (the rotary base, 10000 in Llama 2)",
+           rope_theta);
 }
 
 ModelConfig read_model_config(TableReader r) {
@@ -80,16 +90,50 @@ ModelConfig gpt2_124m() {
   return m;
 }
 
+namespace {
+
+// A TOML file in `dir` to name in a message: default.toml when there is one, else the first.
+std::string toml_file_in(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir / "default.toml", ec)) return (dir / "default.toml").string();
+  std::string first;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().string();
+    if (entry.path().extension() == ".toml" && (first.empty() || name < first)) first = name;
+  }
+  return first;
+}
+
+}  // namespace
+
+std::string describe_folder_given_as_toml(const std::string& path, const std::string& option) {
+  const std::string example = toml_file_in(path);
+  return fmt::format("'{}' is a folder; {} takes a TOML file{}", path, option,
+                     example.empty() ? std::string(" (such as configs/default.toml)") : " such as " + example);
+}
+
 toml::table parse_toml_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  TS_CHECK(fs::exists(status), "cannot open config file '{}': it does not exist; check the path", path);
+  // Read as a file, a folder gives no bytes: an empty config, and a run on defaults nobody asked for.
+  TS_CHECK(!fs::is_directory(status), "{}", describe_folder_given_as_toml(path, "a config"));
+  TS_CHECK(fs::is_regular_file(status), "config file '{}' is not a regular file; give a TOML file", path);
   std::ifstream in(path);
-  TS_CHECK(in.good(), "cannot open config file '{}'", path);
+  TS_CHECK(in.good(), "cannot read config file '{}': {}", path, std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
   try {
-    return toml::parse(ss.str(), path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    TS_FAIL("config file '{}' line {} column {}: {}", path, e.source().begin.line, e.source().begin.column,
-            e.description());
+    // The line itself, since the parser's description ("expected ']'") rarely names the key.
+    std::istringstream lines(text);
+    std::string line;
+    for (auto n = e.source().begin.line; n > 0 && std::getline(lines, line);) --n;
+    TS_FAIL("config file '{}' line {} column {}: {}{}", path, e.source().begin.line, e.source().begin.column,
+            e.description(), line.empty() ? std::string() : fmt::format(" (the line: {})", line));
   }
 }
 

@@ -42,7 +42,10 @@ ModelConfig read_model_config(TableReader reader);
 ModelConfig gpt2_124m();
 std::string architecture_name(Architecture a);
 
-// Parses a TOML file with a message that names the file, line and column on syntax errors.
+// Parses a TOML file with a message that names the file, line and column on syntax errors; a path
+// that is missing, a folder or not a regular file is refused.
 toml::table parse_toml_file(const std::string& path);
+// "'configs' is a folder; --config takes a TOML file such as configs/default.toml".
+std::string describe_folder_given_as_toml(const std::string& path, const std::string& option);
 
 }  // namespace tessera::config

@@ -1,6 +1,9 @@
 #include "config/toml_reader.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iterator>
 #include <limits>
 
 namespace tessera::config {
@@ -30,6 +33,33 @@ const char* type_name(toml::node_type t) {
     case toml::node_type::array: return "an array";
     default: return "a date or time";
   }
+}
+
+// "99999999999999999999": digits that TOML could not hold in 64 bits, so the command-line override
+// kept them as a string (run_config.cpp). They were meant as a number that is too large.
+bool is_integer_literal(std::string_view s) {
+  if (!s.empty() && (s.front() == '+' || s.front() == '-')) s.remove_prefix(1);
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || c == '_'; });
+}
+
+// The value of a decimal number literal ("1e999" gives inf), or nullopt for other text.
+std::optional<double> number_literal(const std::string& text) {
+  std::string plain;
+  std::copy_if(text.begin(), text.end(), std::back_inserter(plain), [](char c) { return c != '_'; });
+  if (plain.empty() || !(std::isdigit(static_cast<unsigned char>(plain.back())) || plain.back() == '.')) {
+    return std::nullopt;
+  }
+  if (plain.find_first_not_of("0123456789+-.eE") != std::string::npos) return std::nullopt;  // no "nan", hex, ...
+  char* end = nullptr;
+  const double v = std::strtod(plain.c_str(), &end);
+  if (end != plain.c_str() + plain.size()) return std::nullopt;
+  return v;
+}
+
+template <class T>
+[[noreturn]] void integer_out_of_range(const std::string& key, const std::string& value) {
+  TS_FAIL("config: '{}' = {} is out of range; it must be in [{}, {}]", key, value, std::numeric_limits<T>::min(),
+          std::numeric_limits<T>::max());
 }
 }  // namespace
 
@@ -71,16 +101,38 @@ std::optional<T> TableReader::read(const std::string& key) {
     TS_CHECK(node->is_boolean(), "config: '{}' must be true or false, got {}", dotted(key), type_name(node->type()));
     return node->as_boolean()->get();
   } else if constexpr (std::is_integral_v<T>) {
+    if (node->is_string() && is_integer_literal(node->as_string()->get())) {
+      integer_out_of_range<T>(dotted(key), node->as_string()->get());
+    }
     TS_CHECK(node->is_integer(), "config: '{}' must be an integer, got {}", dotted(key), type_name(node->type()));
     int64_t v = node->as_integer()->get();
-    TS_CHECK(v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                 v <= static_cast<int64_t>(std::numeric_limits<T>::max()),
-             "config: '{}' = {} does not fit its type", dotted(key), v);
+    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      integer_out_of_range<T>(dotted(key), std::to_string(v));
+    }
     return static_cast<T>(v);
   } else if constexpr (std::is_floating_point_v<T>) {
+    if (node->is_string()) {
+      // A number TOML could not hold ("1e999", or more digits than 64 bits), which the command-line
+      // override kept as a string: out of range, not "a string".
+      const std::optional<double> v = number_literal(node->as_string()->get());
+      if (v.has_value()) {
+        TS_CHECK(std::isfinite(*v) && std::abs(*v) <= static_cast<double>(std::numeric_limits<T>::max()),
+                 "config: '{}' = {} is out of range; it must be a finite number in [{}, {}]", dotted(key),
+                 node->as_string()->get(), std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
+        return static_cast<T>(*v);
+      }
+    }
     TS_CHECK(node->is_number(), "config: '{}' must be a number, got {}", dotted(key), type_name(node->type()));
-    return static_cast<T>(node->is_integer() ? static_cast<double>(node->as_integer()->get())
-                                             : node->as_floating_point()->get());
+    const double v = node->is_integer() ? static_cast<double>(node->as_integer()->get())
+                                        : node->as_floating_point()->get();
+    // nan and inf are valid TOML, but no setting of tessera means them; caught here they name the
+    // key instead of surfacing later inside a kernel.
+    TS_CHECK(std::isfinite(v), "config: '{}' = {} must be a finite number", dotted(key), v);
+    TS_CHECK(std::abs(v) <= static_cast<double>(std::numeric_limits<T>::max()),
+             "config: '{}' = {} is out of range; it must be a finite number in [{}, {}]", dotted(key), v,
+             std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
+    return static_cast<T>(v);
   } else if constexpr (std::is_same_v<T, std::string>) {
     TS_CHECK(node->is_string(), "config: '{}' must be a string, got {}", dotted(key), type_name(node->type()));
     return node->as_string()->get();

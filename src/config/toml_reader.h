@@ -1,7 +1,10 @@
 #pragma once
 // Strict reading of TOML tables: every key that is read is remembered, and finish() rejects the
 // ones nobody asked for with a "did you mean" hint. Wrong types and out-of-range values name the
-// full dotted key. Sections of the one config (model, data, train, ...) are read through this.
+// full dotted key: an integer too large for its type is "out of range" with the type's limits
+// (also one too large for TOML's 64 bits, which a command-line override keeps as a string), and a
+// floating-point key refuses nan and inf. Sections of the one config (model, data, train, ...) are
+// read through this.
 #include <toml++/toml.h>
 
 #include <cstdint>

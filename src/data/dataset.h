@@ -28,6 +28,7 @@ struct PrepareOptions {
   std::filesystem::path tokenizer;   // an existing .model file instead of training one
   double val_fraction = 0.05;        // in [0, 0.5]
   int threads = 0;                   // 0: every hardware thread
+  bool overwrite = false;            // replace the files of a dataset already in `out` (--force)
   std::string bible_program = "bible";
 };
 

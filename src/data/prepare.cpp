@@ -31,6 +31,24 @@ class Stopwatch {
 
 std::string megabytes(int64_t bytes) { return fmt::format("{:.2f} MB", static_cast<double>(bytes) / 1e6); }
 
+// Checked before the slow steps: a dataset that took an hour to prepare, or that runs were trained
+// on, is not replaced by a typo in --out. Other files in the folder are left alone either way.
+void check_output_folder(const fs::path& out, bool overwrite) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(out, ec);
+  if (!fs::exists(status)) return;
+  TS_CHECK(fs::is_directory(status), "--out {} exists and is not a folder; give a folder for the dataset",
+           out.string());
+  if (overwrite) return;
+  std::string found;
+  for (const char* name : {"data.json", "tokenizer.model", "train.bin", "val.bin"}) {
+    if (fs::exists(out / name, ec)) found += (found.empty() ? "" : ", ") + std::string(name);
+  }
+  TS_CHECK(found.empty(),
+           "--out {} already holds a dataset ({}); give another --out, or add --force to replace its files",
+           out.string(), found);
+}
+
 }  // namespace
 
 std::vector<int32_t> encode_corpus(const Tokenizer& tokenizer, const Corpus& corpus, int threads) {
@@ -125,6 +143,13 @@ DatasetInfo prepare_dataset(const PrepareOptions& options, const ProgressLog& lo
   TS_CHECK(!options.out.empty(), "no output folder: give --out DIR");
   TS_CHECK(options.val_fraction >= 0.0 && options.val_fraction <= 0.5,
            "--val-fraction {} must be in [0, 0.5] (e.g. 0.05)", options.val_fraction);
+  TS_CHECK(options.threads >= 0, "--threads must be 0 (every hardware thread) or more, got {}", options.threads);
+  // Tokenizer::train checks this too, but only after the corpus is read.
+  TS_CHECK(!options.tokenizer.empty() || (options.vocab_size >= 260 && options.vocab_size <= (int64_t{1} << 31) - 1),
+           "--vocab-size {} is out of range: byte fallback needs 259 ids for bytes and special tokens, so choose at "
+           "least 260 (e.g. 4096)",
+           options.vocab_size);
+  check_output_folder(options.out, options.overwrite);
   const Stopwatch total;
 
   // Load the given tokenizer first: a bad file fails before the slow steps.

@@ -19,6 +19,10 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
+  std::error_code ec;
+  // Opened as a file a folder "opens", and reading it throws a stream error that names nothing.
+  TS_CHECK(!std::filesystem::is_directory(path, ec), "tokenizer path {} is a folder; give a SentencePiece .model file",
+           path.string());
   std::ifstream in(path, std::ios::binary);
   TS_CHECK(in.good(), "cannot open tokenizer file {}: it does not exist or is not readable; give a SentencePiece "
            ".model file, or leave the tokenizer out to train one on the corpus", path.string());

@@ -3,6 +3,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <regex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -93,6 +94,32 @@ size_t distinct_characters(const Corpus& corpus) {
   return count;
 }
 
+// SentencePiece's trainer accepts at most this many threads (its trainer_interface.cc).
+constexpr int kMaxTrainerThreads = 128;
+
+// SentencePiece reports failures in its own terms: its flags (--character_coverage), its source
+// lines and checks. The ones a tessera option can fix are said again in tessera's terms, naming
+// the option and the value that works; anything else is wrapped so the user at least learns which
+// step failed.
+[[noreturn]] void fail_training(const std::string& why, const TokenizerTrainOptions& options, const Corpus& corpus) {
+  std::smatch m;
+  const std::regex too_high(R"(Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+))");
+  if (std::regex_search(why, m, too_high)) {
+    TS_FAIL("--vocab-size {} is too large for {}: its text yields at most {} pieces (bytes, special tokens, "
+            "characters and merges); use --vocab-size {} or less, or a larger corpus",
+            options.vocab_size, corpus.source, m[2].str(), m[2].str());
+  }
+  const std::regex too_small(R"(Vocabulary size is smaller than required_chars\. (\d+) vs (\d+))");
+  if (std::regex_search(why, m, too_small)) {
+    TS_FAIL("--vocab-size {} is too small for {}: the characters of its text each need a piece of their own, and "
+            "with the 259 byte and special ids that makes {}; use --vocab-size {} or more",
+            options.vocab_size, corpus.source, m[2].str(), m[2].str());
+  }
+  TS_FAIL("training the tokenizer (SentencePiece BPE, --vocab-size {}) on {} failed inside SentencePiece, which says: "
+          "{}; try another --vocab-size, or bring a trained model with --tokenizer",
+          options.vocab_size, corpus.source, why);
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::train(const Corpus& corpus, const TokenizerTrainOptions& options) {
@@ -100,8 +127,9 @@ Tokenizer Tokenizer::train(const Corpus& corpus, const TokenizerTrainOptions& op
   // 256 byte pieces + <unk>, <s>, </s>: the smallest vocabulary byte fallback allows, before any
   // character or merge of the corpus.
   TS_CHECK(options.vocab_size >= 260 && options.vocab_size <= (int64_t{1} << 31) - 1,
-           "vocab size {} is out of range: byte fallback needs 259 ids for bytes and special tokens, so choose "
+           "--vocab-size {} is out of range: byte fallback needs 259 ids for bytes and special tokens, so choose "
            "at least 260 (e.g. 4096)", options.vocab_size);
+  TS_CHECK(options.threads >= 0, "--threads must be 0 (every hardware thread) or more, got {}", options.threads);
   TS_CHECK(options.character_coverage == 0.0 ||
                (options.character_coverage >= 0.98 && options.character_coverage <= 1.0),
            "character coverage {} must be 0 (chosen from the text) or in [0.98, 1]", options.character_coverage);
@@ -109,8 +137,8 @@ Tokenizer Tokenizer::train(const Corpus& corpus, const TokenizerTrainOptions& op
 
   double coverage = options.character_coverage;
   if (coverage == 0.0) coverage = distinct_characters(corpus) <= 1000 ? 1.0 : 0.9995;
-  const int threads = options.threads > 0 ? options.threads
-                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::min(kMaxTrainerThreads, options.threads > 0 ? options.threads : hardware);
 
   // Exact round trips need the text unchanged: identity normalization, whitespace kept as is and
   // no dummy "▁" prefix. Newlines never reach the trainer (it sees lines); at encode time they
@@ -136,9 +164,7 @@ Tokenizer Tokenizer::train(const Corpus& corpus, const TokenizerTrainOptions& op
   CorpusLines lines(corpus);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-  TS_CHECK(status.ok(), "training a BPE tokenizer with vocab size {} on {} failed: {}; a corpus supports only so many "
-           "pieces (lower --vocab-size), and the vocabulary must hold every kept character plus 259 byte and special "
-           "ids (raise --vocab-size)", options.vocab_size, corpus.source, status.ToString());
+  if (!status.ok()) fail_training(status.ToString(), options, corpus);
   return from_bytes(std::move(model), fmt::format("(trained on {})", corpus.source));
 }
 

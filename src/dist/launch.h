@@ -13,10 +13,25 @@
 //  - --allow-run-as-root when running as root (containers); OpenMPI refuses otherwise.
 //  - On one machine the transports are pinned to shared memory (btl self,vader), which also works
 //    in containers without a network; across hosts MPI picks its network transport.
+//
+// Hosts are checked before anything starts, in the words of the command line: a slot count that
+// is not a positive whole number, a host named twice, or fewer slots in all than ranks (mpirun
+// would refuse with a screenful about "slots") fail naming the host and the fix. A host without
+// ":slots" counts as one slot, as it does for mpirun.
 #include <string>
 #include <vector>
 
 namespace tessera::dist {
+
+struct Host {
+  std::string name;
+  int slots = 0;  // 0: not given
+};
+
+// "node1:8,node2:8" -> {node1, 8}, {node2, 8}; refuses empty names and bad slot counts.
+std::vector<Host> parse_hosts(const std::string& list);
+// One "name" or "name:slots" entry of --hosts.
+Host parse_host(const std::string& entry);
 
 struct LaunchRequest {
   int ranks = 1;
@@ -32,10 +47,12 @@ struct LaunchRequest {
 struct MachineInfo {
   int cores = 1;
   bool root = false;
-  int hostfile_hosts = 0;  // hosts listed in the request's hostfile (when there is one)
+  int hostfile_hosts = 0;           // hosts listed in the request's hostfile (when there is one)
+  std::vector<int> hostfile_slots{};  // their slots=K, in order; 0 where a line gives none
 };
 
-MachineInfo this_machine(const LaunchRequest& request);  // reads the core count, uid and hostfile
+// Reads the core count, uid and hostfile; a hostfile line with a bad slots= fails naming the line.
+MachineInfo this_machine(const LaunchRequest& request);
 std::vector<std::string> mpirun_command(const LaunchRequest& request, const MachineInfo& machine);
 // The command as one line a shell would accept (arguments quoted where needed).
 std::string shell_line(const std::vector<std::string>& argv);

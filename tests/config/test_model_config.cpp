@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
 #include "config/model_config.h"
 
 using namespace tessera;
@@ -49,4 +53,89 @@ TEST(ModelConfig, IndivisibleHeadsExplainTheFix) {
 TEST(ModelConfig, OutOfRangeNamesTheRange) {
   std::string e = error_of("[model]\nn_layer = 0\n");
   EXPECT_NE(e.find("'model.n_layer' = 0 is out of range"), std::string::npos) << e;
+}
+
+TEST(ModelConfig, AnIntegerTooLargeForItsTypeIsOutOfRangeWithTheLimits) {
+  std::string e = error_of("[model]\nn_layer = 9999999999\n");
+  EXPECT_NE(e.find("'model.n_layer' = 9999999999 is out of range; it must be in [-2147483648, 2147483647]"),
+            std::string::npos)
+      << e;
+  // Too large even for TOML's 64 bits: a command-line override keeps such digits as a string.
+  e = error_of("[model]\nn_layer = \"99999999999999999999\"\n");
+  EXPECT_NE(e.find("'model.n_layer' = 99999999999999999999 is out of range"), std::string::npos) << e;
+  EXPECT_EQ(e.find("got a string"), std::string::npos) << e;
+  // A float key: a number beyond float's range, and one beyond any double.
+  e = error_of("[model]\nrope_theta = 1e300\n");
+  EXPECT_NE(e.find("'model.rope_theta' = 1e+300 is out of range"), std::string::npos) << e;
+  e = error_of("[model]\nrope_theta = \"1e999\"\n");
+  EXPECT_NE(e.find("'model.rope_theta' = 1e999 is out of range"), std::string::npos) << e;
+}
+
+TEST(ModelConfig, NanAndInfinityAreRefusedNamingTheKey) {
+  for (const char* value : {"nan", "inf", "-inf", "+nan"}) {
+    const std::string e = error_of(std::string("[model]\nrope_theta = ") + value + "\n");
+    EXPECT_NE(e.find("'model.rope_theta' = "), std::string::npos) << e;
+    EXPECT_NE(e.find("must be a finite number"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of("[model]\nnorm_eps = nan\n").find("'model.norm_eps'"), std::string::npos);
+  EXPECT_NE(error_of("[model]\ndropout = inf\n").find("'model.dropout'"), std::string::npos);
+}
+
+TEST(ModelConfig, ValidateRefusesANonFiniteRopeThetaSetInCode) {
+  ModelConfig m;
+  m.arch = Architecture::Llama;
+  m.rope_theta = std::numeric_limits<float>::quiet_NaN();
+  try {
+    m.validate();
+    FAIL() << "rope_theta = nan was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.rope_theta = nan"), std::string::npos) << e.what();
+  }
+  m.rope_theta = 0.0f;
+  EXPECT_THROW(m.validate(), Error);
+  m.rope_theta = 10000.0f;
+  m.norm_eps = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(m.validate(), Error);
+}
+
+TEST(ParseTomlFile, AFolderOrAnythingButARegularFileIsRefused) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "tessera_toml_folder";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "default.toml") << "[model]\nn_layer = 2\n";
+  try {
+    parse_toml_file(dir.string());
+    FAIL() << "a folder was read as a config";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + dir.string() + "' is a folder"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find((dir / "default.toml").string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(describe_folder_given_as_toml(dir.string(), "--config"),
+            "'" + dir.string() + "' is a folder; --config takes a TOML file such as " + (dir / "default.toml").string());
+  try {
+    parse_toml_file("/dev/null");
+    FAIL() << "/dev/null was read as a config";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+  try {
+    parse_toml_file((dir / "absent.toml").string());
+    FAIL() << "a missing file was read as a config";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ParseTomlFile, SyntaxErrorsShowTheLine) {
+  const std::filesystem::path file = std::filesystem::path(::testing::TempDir()) / "tessera_bad.toml";
+  std::ofstream(file) << "[model]\nn_layer = 99999999999999999999\n";
+  try {
+    parse_toml_file(file.string());
+    FAIL() << "an integer beyond 64 bits was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("line 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("n_layer = 99999999999999999999"), std::string::npos) << m;
+  }
+  std::filesystem::remove(file);
 }

@@ -158,6 +158,26 @@ TEST_F(PreparedDataset, BadOptionsAndEmptyCorpusAreClearErrors) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "out/data.json"));
 }
 
+TEST_F(PreparedDataset, AnExistingDatasetIsReplacedOnlyWhenAskedTo) {
+  prepare_dataset(options());
+  const std::string train = read_bytes(dir_ / "out/train.bin");
+  PrepareOptions o = options(0.2);
+  EXPECT_ERROR_WITH(prepare_dataset(o), "--out", "already holds a dataset", "data.json", "--force");
+  EXPECT_EQ(read_bytes(dir_ / "out/train.bin"), train);  // untouched
+  o.overwrite = true;
+  prepare_dataset(o);
+  EXPECT_NE(read_bytes(dir_ / "out/train.bin"), train);
+  // An empty folder is fine; a file where the folder should be is not.
+  std::filesystem::create_directories(dir_ / "empty_folder");
+  o = options();
+  o.out = dir_ / "empty_folder";
+  EXPECT_NO_THROW(prepare_dataset(o));
+  write_bytes(dir_ / "a_file", "x");
+  o.out = dir_ / "a_file";
+  o.overwrite = true;
+  EXPECT_ERROR_WITH(prepare_dataset(o), "a_file exists and is not a folder");
+}
+
 TEST(TrainValSplit, ValidationIsSpreadEvenlyAndNothingIsLost) {
   std::vector<int32_t> tokens(100000);
   std::iota(tokens.begin(), tokens.end(), 0);

@@ -156,12 +156,54 @@ TEST(Tokenizer, TrainingIsDeterministic) {
   EXPECT_EQ(a.vocab_size(), 300);
 }
 
+// SentencePiece's own words (its flags, its source lines) never reach the user: the conditions a
+// tessera option fixes are said with that option and a value that works.
+TEST(Tokenizer, SentencePieceFailuresAreSaidInTesseraTerms) {
+  // 600 distinct characters: each needs a piece, beside the 259 byte and special ids.
+  Corpus wide;
+  wide.source = "wide corpus";
+  std::string text;
+  for (int line = 0; line < 60; ++line) {
+    for (int i = 0; i < 40; ++i) {
+      const char32_t cp = 0x4E00 + static_cast<char32_t>((line * 41 + i * 7) % 600);
+      text += static_cast<char>(0xE0 | (cp >> 12));
+      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      text += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    text += '\n';
+  }
+  wide.documents.push_back({"wide", text});
+  TokenizerTrainOptions options;
+  options.vocab_size = 400;
+  try {
+    Tokenizer::train(wide, options);
+    FAIL() << "a vocabulary smaller than the characters of the corpus was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--vocab-size 400 is too small for wide corpus"), std::string::npos) << m;
+    EXPECT_EQ(m.find("character_coverage"), std::string::npos) << m;
+    EXPECT_EQ(m.find(".cc("), std::string::npos) << m;
+    // The size it names works.
+    const auto at = m.find("use --vocab-size ");
+    ASSERT_NE(at, std::string::npos) << m;
+    options.vocab_size = std::stoll(m.substr(at + 17));
+    EXPECT_NO_THROW(Tokenizer::train(wide, options));
+  }
+  // More threads than SentencePiece's trainer takes (128) are not its error to report.
+  options.vocab_size = 300;
+  options.threads = 200;
+  EXPECT_NO_THROW(Tokenizer::train(small_corpus(200), options));
+  options.threads = -1;
+  EXPECT_ERROR_WITH(Tokenizer::train(small_corpus(200), options), "--threads must be 0");
+}
+
 TEST(Tokenizer, VocabularySizesTheCorpusCannotSupportAreClearErrors) {
   TokenizerTrainOptions options;
   options.vocab_size = 100;
-  EXPECT_ERROR_WITH(Tokenizer::train(small_corpus(200), options), "vocab size 100", "at least 260");
+  EXPECT_ERROR_WITH(Tokenizer::train(small_corpus(200), options), "--vocab-size 100", "at least 260");
   options.vocab_size = 60000;  // far more pieces than a 32-word corpus has
-  EXPECT_ERROR_WITH(Tokenizer::train(small_corpus(200), options), "vocab size 60000", "Vocabulary size too high");
+  EXPECT_ERROR_WITH(Tokenizer::train(small_corpus(200), options), "--vocab-size 60000 is too large for test corpus",
+                    "or less");
   Corpus empty;
   empty.source = "nothing";
   options.vocab_size = 300;

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
+#include "cli_runner.h"
 #include "core/check.h"
 #include "dist/launch.h"
 
@@ -59,7 +61,7 @@ TEST(Launch, SeveralHostsSpreadRanksAndLeaveTransportsToMpi) {
   EXPECT_FALSE(has(cmd, "--oversubscribe"));
   EXPECT_FALSE(has(cmd, "btl"));
 
-  const std::string path = testing::TempDir() + "tessera_launch_hostfile";
+  const std::string path = ::testing::TempDir() + "tessera_launch_hostfile";
   {
     std::ofstream f(path);
     f << "# cluster\nnode1 slots=4\n\nnode2 slots=4  # second\nnode3 slots=4\n";
@@ -73,8 +75,88 @@ TEST(Launch, SeveralHostsSpreadRanksAndLeaveTransportsToMpi) {
   std::remove(path.c_str());
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Launch, HostListsAreParsedAndTheirSlotCountsChecked) {
+  const std::vector<Host> hosts = parse_hosts("node1:8,node2,node3:16");
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].name, "node1");
+  EXPECT_EQ(hosts[0].slots, 8);
+  EXPECT_EQ(hosts[1].name, "node2");
+  EXPECT_EQ(hosts[1].slots, 0);
+  EXPECT_EQ(hosts[2].slots, 16);
+
+  EXPECT_EQ(error_of([] { parse_hosts("node1:0"); }),
+            "--hosts: node1:0 gives host node1 no slots; give it at least 1 (such as node1:8) or leave the host out");
+  EXPECT_EQ(error_of([] { parse_hosts("node1:x"); }),
+            "--hosts: the slot count of host node1 is 'x', not a whole number; write name:slots, such as node1:8");
+  EXPECT_NE(error_of([] { parse_hosts("node1:-4"); }).find("slot count of host node1 is '-4'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_hosts("node1:8,,node2:8"); }).find("an empty entry"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_hosts(":8"); }).find("':8' has no host name"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_hosts("node1:8,"); }).find("ends with a comma"), std::string::npos);
+}
+
+TEST(Launch, FewerSlotsThanRanksNameTheHostsAndTheFix) {
+  const auto request = [](int ranks, std::vector<std::string> hosts) {
+    return LaunchRequest{.ranks = ranks, .hosts = std::move(hosts), .executable = "/bin/tessera"};
+  };
+  const std::string e = error_of([&] { mpirun_command(request(16, {"node1:4", "node2:4"}), MachineInfo{.cores = 8}); });
+  EXPECT_NE(e.find("--hosts node1:4,node2:4 offers 8 slot(s) in all, fewer than the 16 ranks of -n 16"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--hosts node1:8,node2:8"), std::string::npos) << e;
+  // A bare name is one slot, as for mpirun.
+  EXPECT_NE(error_of([&] { mpirun_command(request(3, {"a", "b"}), MachineInfo{}); }).find("offers 2 slot(s)"),
+            std::string::npos);
+  EXPECT_NO_THROW(mpirun_command(request(2, {"a", "b"}), MachineInfo{}));
+  EXPECT_NE(error_of([&] { mpirun_command(request(2, {"a:1", "a:1"}), MachineInfo{}); }).find("names host a twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { mpirun_command(request(2, {"a:0"}), MachineInfo{}); }).find("gives host a no slots"),
+            std::string::npos);
+  // Ranks fill the first host's slots before the next: 12 of -n 16 on node1, so 16 / 12 -> 1 thread.
+  const auto cmd = mpirun_command(request(16, {"node1:12", "node2:12"}), MachineInfo{.cores = 16});
+  EXPECT_EQ(after(cmd, "-x"), "OMP_NUM_THREADS=1");
+}
+
+TEST(Launch, HostfileSlotCountsAreChecked) {
+  const std::string path = ::testing::TempDir() + "tessera_launch_bad_hostfile";
+  {
+    std::ofstream f(path);
+    f << "node1 slots=4\nnode2 slots=0\n";
+  }
+  EXPECT_NE(error_of([&] { this_machine(LaunchRequest{.hostfile = path}); })
+                .find("line 2: host node2 has slots=0; give a whole number from 1 up"),
+            std::string::npos);
+  {
+    std::ofstream f(path);
+    f << "node1 slots=4\nnode2 slots=four\n";
+  }
+  EXPECT_NE(error_of([&] { this_machine(LaunchRequest{.hostfile = path}); }).find("host node2 has slots=four"),
+            std::string::npos);
+  {
+    std::ofstream f(path);
+    f << "node1 slots=4\nnode2 slots=4\n";
+  }
+  LaunchRequest r{.ranks = 12, .hostfile = path, .executable = "/bin/tessera"};
+  const MachineInfo m = this_machine(r);
+  EXPECT_EQ(m.hostfile_slots, (std::vector<int>{4, 4}));
+  EXPECT_NE(error_of([&] { mpirun_command(r, m); }).find("offers 8 slot(s) in all, fewer than the 12 ranks of -n 12"),
+            std::string::npos);
+  r.ranks = 8;
+  EXPECT_NO_THROW(mpirun_command(r, m));
+  std::remove(path.c_str());
+}
+
 TEST(Launch, BadRequestsAreRefusedWithAReason) {
-  EXPECT_THROW(mpirun_command(LaunchRequest{.ranks = 0, .executable = "x"}, MachineInfo{}), Error);
+  EXPECT_EQ(error_of([] { mpirun_command(LaunchRequest{.ranks = 0, .executable = "x"}, MachineInfo{}); }),
+            "-n must be at least 1 (the number of processes to start), got 0");
   EXPECT_THROW(mpirun_command(LaunchRequest{.ranks = 2, .hosts = {"a"}, .hostfile = "f", .executable = "x"}, MachineInfo{}),
                Error);
   EXPECT_THROW(mpirun_command(LaunchRequest{.ranks = 2}, MachineInfo{}), Error);
@@ -83,5 +165,39 @@ TEST(Launch, BadRequestsAreRefusedWithAReason) {
     FAIL() << "a missing hostfile was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot read hostfile '/nonexistent/hostfile'"), std::string::npos);
+  }
+}
+
+// The same through the real `tessera launch` command line (--dry-run: nothing is started).
+TEST(LaunchCommand, TheReadmeMultiNodeExampleParses) {
+  // --hosts right before "--" used to take the "--" as the end of its list, leaving the command's
+  // own options to launch.
+  const tessera::testing::CliResult r =
+      tessera::testing::run_tessera("launch --dry-run -n 16 --hosts node1:8,node2:8 -- train --config run.toml");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mpirun -n 16 --host node1:8,node2:8 --bind-to none"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tessera train --config run.toml\n"), std::string::npos) << r.output;
+}
+
+TEST(LaunchCommand, BadValuesGetOneClearLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"-n 0 -- train", "error: -n must be at least 1 (the number of processes to start), got 0"},
+      {"-n -2 -- train", "error: -n must be at least 1 (the number of processes to start), got -2"},
+      {"-n 2 --threads 0 -- train", "error: --threads must be at least 1, got 0"},
+      {"-n 4 --hosts node1:0 -- train", "error: --hosts: node1:0 gives host node1 no slots"},
+      {"-n 4 --hosts node1:x -- train", "error: --hosts: the slot count of host node1 is 'x', not a whole number"},
+      {"-n 16 --hosts node1:4,node2:4 -- train", "error: --hosts node1:4,node2:4 offers 8 slot(s) in all, fewer than"},
+      {"-n 2 train --config run.toml", "error: launch: '--config' is not an option of launch; put the tessera command"},
+      {"-n 2 -- trian --config run.toml", "error: launch: unknown command 'trian' after \"--\"; did you mean 'train'?"},
+      {"-n 2 -- tessera train", "drop 'tessera'"},
+      {"-n 2", "error: launch: give the tessera command to run after \"--\""},
+      {"-n two -- train", "error: --ranks takes a number, got 'two'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const tessera::testing::CliResult r = tessera::testing::run_tessera("launch --dry-run " + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("mpirun -n"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_LT(r.output.size(), 400u) << args << "\n" << r.output;  // no 309-digit range
   }
 }

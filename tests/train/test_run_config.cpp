@@ -101,3 +101,19 @@ TEST(RunConfig, ParallelKeysAreReadAndChecked) {
             std::string::npos);
   EXPECT_NE(error_of("", {{"parallel.bucket_mbb", "1"}}).find("did you mean 'parallel.bucket_mb'?"), std::string::npos);
 }
+
+TEST(RunConfig, OverridesTooLargeForAnIntegerAreOutOfRangeNotStrings) {
+  // TOML cannot hold these, so the override reads them as text; the reader still says what they are.
+  std::string e = error_of("", {{"model.n_layer", "99999999999999999999"}});
+  EXPECT_NE(e.find("'model.n_layer' = 99999999999999999999 is out of range; it must be in [-2147483648, 2147483647]"),
+            std::string::npos)
+      << e;
+  e = error_of("", {{"train.steps", "-99999999999999999999"}});
+  EXPECT_NE(e.find("'train.steps' = -99999999999999999999 is out of range"), std::string::npos) << e;
+  e = error_of("", {{"optim.lr", "1e999"}});
+  EXPECT_NE(e.find("'optim.lr' = 1e999 is out of range"), std::string::npos) << e;
+  e = error_of("", {{"model.rope_theta", "nan"}});
+  EXPECT_NE(e.find("'model.rope_theta' = nan must be a finite number"), std::string::npos) << e;
+  // Text that is not a number stays text, for keys that take text.
+  EXPECT_EQ(error_of("", {{"data.dir", "123456789012345678901234"}}), "");
+}

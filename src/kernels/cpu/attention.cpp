@@ -1,8 +1,10 @@
 // Tiled causal attention (FlashAttention-2 on the CPU). For each (batch, head), queries are cut
 // into blocks of kBlockQ and keys into tiles of kBlockK. Forward: per query block, an online
 // softmax runs over the key tiles up to the diagonal with two GEMMs per tile; only the log-sum-exp
-// of each query row is saved. Backward: per (batch, head), every tile recomputes the
-// probabilities from Q, K and the log-sum-exp and does five GEMMs.
+// of each query row is saved. Backward: per (batch, head) and query block, the scores against all
+// the keys the block sees are recomputed in one GEMM into per-thread scratch (keys × 64 queries),
+// the softmax is redone from them as a materialized one would be (see backward_head for why not
+// from the saved log-sum-exp), and four more GEMMs give dV, dP, dQ and dK.
 //
 // Layout: tiles are held transposed, keys × queries (Sᵀ = K Qᵀ), with Qᵀ (and dOᵀ) copied once
 // per query block. Every GEMM is then NN or TN, which OpenBLAS runs with its small-matrix kernels
@@ -24,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/matmul.h"
@@ -137,11 +140,20 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
   }
 }
 
-// All tiles of one (b, h). The item owns its head's slice of dqkv, so dQ, dK and dV accumulate
-// in place with no partial buffers.
+// All query blocks of one (b, h). The item owns its head's slice of dqkv, so dQ, dK and dV
+// accumulate in place with no partial buffers. Per query block, the scores against every key the
+// block sees are recomputed into the item's scratch, and the softmax is redone from them exactly
+// as a materialized one would: row maxima, exponentials, sums, normalization, then
+// delta = Σ_j P dP from those probabilities. The forward's saved log-sum-exp is not used: a
+// float lse holds the row's scale only to its own rounding (|lse| · 2^-24), which would come back
+// as a relative error of that size in every probability of the row, and rowsum(dO ∘ O) from the
+// forward's rounded output would break Σ_j dS = 0 at the level of that rounding, which dQ = dS K
+// multiplies by the keys' common component. Both grow with the scores, so an ill-conditioned
+// state (large logits, saturated attention) showed them as gradients many times further from
+// float64 than a materialized softmax's. Same five GEMMs as a tiled backward, one per operand
+// for all keys at once.
 template <class T>
-void backward_head(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, const Shape& s, int b, int h,
-                   T scale) {
+void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, int h, T scale, T* pt, T* dst) {
   const size_t head = static_cast<size_t>(h) * s.D;
   for (int t = 0; t < s.Tn; ++t) {
     T* d = dqkv + s.token(b, t) * s.ld_qkv + head;
@@ -151,58 +163,68 @@ void backward_head(T* dqkv, const T* dout, const T* qkv, const T* out, const T* 
   }
   T qt[kMaxHeadDim * kBlockQ];   // Qᵀ
   T dyt[kMaxHeadDim * kBlockQ];  // dOᵀ
-  T pt[kBlockK * kBlockQ];       // Pᵀ
-  T dst[kBlockK * kBlockQ];      // dPᵀ, then dSᵀ (scale folded in)
-  T delta[kBlockQ];              // rowsum(dO ∘ O) = Σ_j P dP, the softmax backward's correction
-  const T* l_head = lse + (static_cast<size_t>(b) * s.H + h) * s.Tn;
+  T row_max[kBlockQ], row_sum[kBlockQ], inv_sum[kBlockQ];
+  T delta[kBlockQ];  // Σ_j P dP, the softmax backward's correction
+  const T* k = qkv + s.token(b, 0) * s.ld_qkv + s.C + head;
+  const T* v = k + s.C;
+  T* dk = dqkv + s.token(b, 0) * s.ld_qkv + s.C + head;
+  T* dv = dk + s.C;
 
   for (int qb = 0; qb < s.blocks; ++qb) {
     const int q0 = qb * kBlockQ;
     const int nq = std::min(kBlockQ, s.Tn - q0);
-    const int q_end = q0 + nq;
+    const int q_end = q0 + nq;  // keys 0 .. q_end - 1 are visible to some query of the block
     const T* q = qkv + s.token(b, q0) * s.ld_qkv + head;
     T* dq = dqkv + s.token(b, q0) * s.ld_qkv + head;
     const T* dy = dout + s.token(b, q0) * s.ld_out + head;
-    const T* y = out + s.token(b, q0) * s.ld_out + head;
-    const T* l = l_head + q0;
     transpose_block(qt, q, nq, s.D, s.ld_qkv);
     transpose_block(dyt, dy, nq, s.D, s.ld_out);
-    for (int i = 0; i < nq; ++i) {
-      const T* dyr = dy + static_cast<size_t>(i) * s.ld_out;
-      const T* yr = y + static_cast<size_t>(i) * s.ld_out;
-      T acc = 0;
-#pragma omp simd reduction(+ : acc)
-      for (int d = 0; d < s.D; ++d) acc += dyr[d] * yr[d];
-      delta[i] = acc;
-    }
-    for (int k0 = 0; k0 < q_end; k0 += kBlockK) {
-      const int nk = std::min(kBlockK, q_end - k0);
-      const T* k = qkv + s.token(b, k0) * s.ld_qkv + s.C + head;
-      const T* v = k + s.C;
-      T* dk = dqkv + s.token(b, k0) * s.ld_qkv + s.C + head;
-      T* dv = dk + s.C;
-      // Pᵀ = exp(scale K Qᵀ - lse), zero where the key is in a query's future.
-      gemm<T>(Transpose::No, Transpose::No, nk, nq, s.D, scale, k, s.ld_qkv, qt, kBlockQ, T(0), pt, kBlockQ);
-      for (int j = 0; j < nk; ++j) {
-        T* pr = pt + j * kBlockQ;
-        const int first = first_query(q0, k0, j, nq);
-        for (int i = 0; i < first; ++i) pr[i] = 0;
+
+    // Sᵀ = scale K Qᵀ [q_end, nq]; key j is visible to the queries i >= first_query(q0, 0, j, nq).
+    gemm<T>(Transpose::No, Transpose::No, q_end, nq, s.D, scale, k, s.ld_qkv, qt, kBlockQ, T(0), pt, kBlockQ);
+    std::fill(row_max, row_max + kBlockQ, -std::numeric_limits<T>::infinity());
+    for (int j = 0; j < q_end; ++j) {
+      const T* sr = pt + static_cast<size_t>(j) * kBlockQ;
 #pragma omp simd
-        for (int i = first; i < nq; ++i) pr[i] = detail::vexp<T>(pr[i] - l[i]);
-      }
-      // dV += Pᵀ dO;  dPᵀ = V dOᵀ;  dSᵀ = Pᵀ ∘ (dPᵀ - delta) · scale.
-      gemm<T>(Transpose::No, Transpose::No, nk, s.D, nq, T(1), pt, kBlockQ, dy, s.ld_out, T(1), dv, s.ld_qkv);
-      gemm<T>(Transpose::No, Transpose::No, nk, nq, s.D, T(1), v, s.ld_qkv, dyt, kBlockQ, T(0), dst, kBlockQ);
-      for (int j = 0; j < nk; ++j) {
-        const T* pr = pt + j * kBlockQ;
-        T* dr = dst + j * kBlockQ;
-#pragma omp simd
-        for (int i = 0; i < nq; ++i) dr[i] = pr[i] * (dr[i] - delta[i]) * scale;
-      }
-      // dQ += dS K = (dSᵀ)ᵀ K;  dK += dSᵀ Q.
-      gemm<T>(Transpose::Yes, Transpose::No, nq, s.D, nk, T(1), dst, kBlockQ, k, s.ld_qkv, T(1), dq, s.ld_qkv);
-      gemm<T>(Transpose::No, Transpose::No, nk, s.D, nq, T(1), dst, kBlockQ, q, s.ld_qkv, T(1), dk, s.ld_qkv);
+      for (int i = first_query(q0, 0, j, nq); i < nq; ++i) row_max[i] = sr[i] > row_max[i] ? sr[i] : row_max[i];
     }
+    // Pᵀ = exp(S - max), zero in a query's future; summed per query.
+    std::fill(row_sum, row_sum + kBlockQ, T(0));
+    for (int j = 0; j < q_end; ++j) {
+      T* pr = pt + static_cast<size_t>(j) * kBlockQ;
+      const int first = first_query(q0, 0, j, nq);
+      for (int i = 0; i < first; ++i) pr[i] = 0;
+#pragma omp simd
+      for (int i = first; i < nq; ++i) {
+        pr[i] = detail::vexp<T>(pr[i] - row_max[i]);
+        row_sum[i] += pr[i];
+      }
+    }
+    // Every query sees at least key q0 + i itself, whose term is exp(0) = 1: sums are >= 1.
+    for (int i = 0; i < nq; ++i) inv_sum[i] = T(1) / row_sum[i];
+    // dPᵀ = V dOᵀ; then P normalized in place and delta = Σ_j P dP.
+    gemm<T>(Transpose::No, Transpose::No, q_end, nq, s.D, T(1), v, s.ld_qkv, dyt, kBlockQ, T(0), dst, kBlockQ);
+    std::fill(delta, delta + kBlockQ, T(0));
+    for (int j = 0; j < q_end; ++j) {
+      T* pr = pt + static_cast<size_t>(j) * kBlockQ;
+      const T* dr = dst + static_cast<size_t>(j) * kBlockQ;
+#pragma omp simd
+      for (int i = first_query(q0, 0, j, nq); i < nq; ++i) {
+        pr[i] *= inv_sum[i];
+        delta[i] += pr[i] * dr[i];
+      }
+    }
+    // dV += Pᵀ dO;  dSᵀ = Pᵀ ∘ (dPᵀ - delta) · scale, zero where P is.
+    gemm<T>(Transpose::No, Transpose::No, q_end, s.D, nq, T(1), pt, kBlockQ, dy, s.ld_out, T(1), dv, s.ld_qkv);
+    for (int j = 0; j < q_end; ++j) {
+      const T* pr = pt + static_cast<size_t>(j) * kBlockQ;
+      T* dr = dst + static_cast<size_t>(j) * kBlockQ;
+#pragma omp simd
+      for (int i = 0; i < nq; ++i) dr[i] = pr[i] * (dr[i] - delta[i]) * scale;
+    }
+    // dQ += dS K = (dSᵀ)ᵀ K;  dK += dSᵀ Q.
+    gemm<T>(Transpose::Yes, Transpose::No, nq, s.D, q_end, T(1), dst, kBlockQ, k, s.ld_qkv, T(1), dq, s.ld_qkv);
+    gemm<T>(Transpose::No, Transpose::No, q_end, s.D, nq, T(1), dst, kBlockQ, q, s.ld_qkv, T(1), dk, s.ld_qkv);
   }
 }
 
@@ -228,9 +250,18 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const Shape s = make_shape(B, Tn, C, H, "attention_backward");
   const T scale = T(1) / std::sqrt(static_cast<T>(s.D));
   const int items = B * H;
+  // out and lse are not read: the backward redoes the softmax from the scores (see backward_head).
+  (void)out;
+  (void)lse;
+  // Per thread: Pᵀ and dPᵀ of one query block against all the keys it sees.
+  const size_t scratch = static_cast<size_t>(Tn) * kBlockQ;
   // Every (b, h) has the same amount of work.
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < items; ++bh) backward_head(dqkv, dout, qkv, out, lse, s, bh / H, bh % H, scale);
+#pragma omp parallel
+  {
+    std::vector<T> pt(scratch), dst(scratch);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < items; ++bh) backward_head(dqkv, dout, qkv, s, bh / H, bh % H, scale, pt.data(), dst.data());
+  }
 }
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int);

@@ -5,9 +5,11 @@
 namespace tessera::kernels {
 
 // Tiled (flash-style): never materializes the T×T scores. Saves lse[B,H,T], the log-sum-exp of
-// the scaled scores of each query row, for the backward, which recomputes the probabilities tile
-// by tile. The tiles are multiplied with BLAS. Needs D <= 256 and uses up to 200 KB (float) or
-// 400 KB (double) of stack per thread for its tiles.
+// the scaled scores of each query row. The backward recomputes the probabilities of 64 queries at
+// a time against all the keys they see, and redoes their softmax exactly (it reads neither out nor
+// lse, which stay in its signature for callers). The tiles are multiplied with BLAS. Needs
+// D <= 256; uses up to 200 KB (float) or 400 KB (double) of stack per thread for its tiles, and
+// the backward 2 × T × 64 elements of heap scratch per thread (512 KB in float at T = 1024).
 template <class T>
 void attention_forward(T* out /*[B,T,C]*/, T* lse /*[B,H,T]*/, const T* qkv /*[B,T,3C]*/, int B, int Tn, int C, int H);
 

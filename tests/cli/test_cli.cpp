@@ -1,0 +1,188 @@
+// The command line as a user meets it, each case a fresh `tessera` process: whatever goes wrong
+// ends in one "error: ..." line and a non-zero exit code, never an abort; the source place of an
+// error only with --debug; commands and numeric options named with what they need.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli_runner.h"
+
+namespace fs = std::filesystem;
+using tessera::testing::CliResult;
+using tessera::testing::run_tessera;
+
+namespace {
+
+fs::path g_root;     // scratch folder of this test binary
+fs::path g_dataset;  // a small prepared dataset
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// What every failure must look like: a non-zero exit, "error: " lines only, and no sign of an
+// exception that escaped (terminate, abort) or of a source location.
+void expect_clean_failure(const CliResult& r, const std::string& args) {
+  EXPECT_NE(r.exit_code, 0) << args;
+  EXPECT_LT(r.exit_code, 128) << args << " ended on a signal:\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "terminate called")) << args << "\n" << r.output;
+  EXPECT_FALSE(contains(r.output, ".cpp:")) << args << "\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "check '")) << args << "\n" << r.output;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_root = fs::temp_directory_path() / ("tessera_cli_" + std::to_string(::getpid()));
+    fs::create_directories(g_root);
+    std::ofstream(g_root / "corpus.txt") << tessera::testing::make_test_corpus(30000);
+    g_dataset = g_root / "data";
+    const CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
+                                    g_dataset.string() + " --vocab-size 300 --val-fraction 0.1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(g_root); }
+};
+
+TEST_F(Cli, NoArgumentsPrintTheUsageAndAHint) {
+  const CliResult r = run_tessera("");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "Usage:")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nerror: no command given; try 'tessera train --config configs/default.toml'"))
+      << r.output;
+}
+
+TEST_F(Cli, AnUnknownCommandIsNamedWithASuggestion) {
+  CliResult r = run_tessera("trian --config x.toml");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "error: unknown command 'trian'; did you mean 'train'? commands: data, train, sample, plan, simulate, "
+            "launch\n");
+  r = run_tessera("--debug data prep --input x");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: unknown 'tessera data' command 'prep'; did you mean 'prepare'?")) << r.output;
+  r = run_tessera("data");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: 'tessera data' needs a command: prepare, info")) << r.output;
+  r = run_tessera("plan --devcies 8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: 'tessera plan' has no option --devcies; did you mean --devices? ('tessera "
+                                 "plan --help' lists the options)"))
+      << r.output;
+}
+
+TEST_F(Cli, ForeignExceptionsEndInOneLineNamingTheFile) {
+  // A file where the run folder should go: the standard library's filesystem error.
+  std::ofstream(g_root / "a_file") << "x";
+  const std::string args = "train --data.dir " + g_dataset.string() + " --train.out_dir " +
+                           (g_root / "a_file" / "run").string() +
+                           " --model.n_layer 1 --model.n_head 2 --model.n_embd 16 --model.seq_len 16"
+                           " --train.batch_size 2 --train.micro_batch_size 2 --train.steps 1 --log.progress plain";
+  CliResult r = run_tessera(args);
+  expect_clean_failure(r, args);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: ")) << r.output;
+  EXPECT_TRUE(contains(r.output, (g_root / "a_file").string())) << r.output;
+
+  // A checkpoint manifest with the right header but no config: a JSON library exception.
+  const fs::path checkpoint = g_root / "checkpoint";
+  fs::create_directories(checkpoint);
+  std::ofstream(checkpoint / "manifest.json") << R"({"format": "tessera-checkpoint", "version": 1, "files": {}})";
+  r = run_tessera("sample --checkpoint " + checkpoint.string());
+  expect_clean_failure(r, "sample");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(r.output.starts_with("error: ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "[json.exception")) << r.output;
+
+  // A folder where a tokenizer file should be: a stream error before, now refused by name.
+  fs::create_directories(g_root / "folder.model");
+  r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " + (g_root / "o").string() +
+                  " --tokenizer " + (g_root / "folder.model").string());
+  expect_clean_failure(r, "data prepare --tokenizer folder");
+  EXPECT_TRUE(contains(r.output, "error: tokenizer path " + (g_root / "folder.model").string() + " is a folder"))
+      << r.output;
+}
+
+TEST_F(Cli, TheSourcePlaceIsPrintedOnlyWithDebug) {
+  const std::string bad = "train --model.rope_theta nan";
+  CliResult r = run_tessera(bad);
+  expect_clean_failure(r, bad);
+  EXPECT_EQ(r.output, "error: config: 'model.rope_theta' = nan must be a finite number\n");
+  for (const std::string& args : {"--debug " + bad, bad + " --debug"}) {
+    r = run_tessera(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_TRUE(contains(r.output, "error: config: 'model.rope_theta' = nan must be a finite number\n  at config/"))
+        << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "check '")) << args << "\n" << r.output;
+  }
+}
+
+TEST_F(Cli, AFolderGivenAsConfigIsRefused) {
+  const fs::path configs = g_root / "configs";
+  fs::create_directories(configs);
+  std::ofstream(configs / "default.toml") << "[train]\nsteps = 1\n";
+  const CliResult r = run_tessera("train --config " + configs.string());
+  expect_clean_failure(r, "train --config folder");
+  EXPECT_EQ(r.output, "error: '" + configs.string() + "' is a folder; --config takes a TOML file such as " +
+                          (configs / "default.toml").string() + "\n");
+}
+
+TEST_F(Cli, ConfigValuesOutOfRangeNameTheKeyAndTheLimits) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--model.n_layer 99999999999999999999",
+       "error: config: 'model.n_layer' = 99999999999999999999 is out of range; it must be in [-2147483648, 2147483647]"},
+      {"--model.n_layer 9999999999", "error: config: 'model.n_layer' = 9999999999 is out of range"},
+      {"--optim.lr 1e999", "error: config: 'optim.lr' = 1e999 is out of range"},
+      {"--model.rope_theta inf", "error: config: 'model.rope_theta' = inf must be a finite number"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_tessera("train " + args);
+    expect_clean_failure(r, args);
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "got a string")) << args << "\n" << r.output;
+  }
+}
+
+TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
+  const std::string corpus = (g_root / "corpus.txt").string();
+  const std::string prepare = "data prepare --input " + corpus + " --out " + (g_root / "never").string() + " ";
+  const std::string plan = "plan --model gpt3-175b --cluster a100-80gb ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {plan + "--devices 0 --global-batch 8", "error: plan: --devices must be at least 1, got 0"},
+      {plan + "--devices -8 --global-batch 8", "error: plan: --devices must be at least 1, got -8"},
+      {plan + "--devices 8 --global-batch 0", "error: plan: --global-batch must be at least 1"},
+      {plan + "--devices 8 --global-batch 8 --top 0", "error: plan: --top must be at least 1"},
+      {"simulate --stages 0", "error: simulate: --stages must be at least 1"},
+      {"simulate --microbatches -1", "error: simulate: --microbatches must be at least 1"},
+      {"simulate --chunks 0", "error: simulate: --chunks must be at least 1"},
+      {"simulate --steps 0", "error: simulate: --steps must be at least 1"},
+      {"simulate --forward-time nan", "error: simulate: --forward-time must be a finite number above 0, got nan"},
+      {"simulate --p2p-time -1", "error: simulate: --p2p-time must be a finite number of 0 or more, got -1"},
+      {"simulate --weight-time 3", "error: simulate: --weight-time 3 is more than --backward-time 2"},
+      {"sample --checkpoint x --tokens -5", "error: --tokens must be at least 1 (tokens to generate), got -5"},
+      {"sample --checkpoint x --top-k -1", "error: --top-k must be 0 (the whole vocabulary) or more, got -1"},
+      {"sample --checkpoint x --temperature inf", "error: --temperature must be a finite number above 0"},
+      {"sample --checkpoint x --seed -1", "error: --seed must be 0 or more, got -1"},
+      {prepare + "--val-fraction 0", "error: --val-fraction must be above 0 and at most 0.5 (e.g. 0.05), got 0"},
+      {prepare + "--val-fraction -0.1", "error: --val-fraction must be above 0 and at most 0.5"},
+      {prepare + "--val-fraction 1", "error: --val-fraction must be above 0 and at most 0.5"},
+      {prepare + "--val-fraction nan", "error: --val-fraction must be above 0 and at most 0.5 (e.g. 0.05), got nan"},
+      {prepare + "--threads -1", "error: --threads must be between 0 (every hardware thread) and 1024, got -1"},
+      {prepare + "--vocab-size 0", "error: --vocab-size 0 is out of range"},
+      {"data info " + g_dataset.string() + " --sample -3", "error: --sample must be 0 or more (tokens to print), got -3"},
+      {"simulate --stages four", "error: --stages takes a number, got 'four' ('tessera simulate --help'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_tessera(args);
+    expect_clean_failure(r, args);
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "is required")) << args << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "not in range")) << args << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(g_root / "never"));
+}
+
+}  // namespace
