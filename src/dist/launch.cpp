@@ -111,6 +111,7 @@ MachineInfo this_machine(const LaunchRequest& request) {
   MachineInfo m;
   m.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   m.root = geteuid() == 0;
+  m.terminal = ::isatty(STDOUT_FILENO) == 1;
   if (!request.hostfile.empty()) {
     const HostfileInfo file = read_hostfile(request.hostfile);
     m.hostfile_hosts = file.hosts;
@@ -171,6 +172,7 @@ std::vector<std::string> mpirun_command(const LaunchRequest& r, const MachineInf
   if (machine.root) cmd.emplace_back("--allow-run-as-root");
   if (r.hosts.empty() && r.hostfile.empty()) cmd.insert(cmd.end(), {"--mca", "btl", "self,vader"});
   cmd.insert(cmd.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
+  cmd.insert(cmd.end(), {"-x", fmt::format("TESSERA_TERMINAL={}", machine.terminal ? 1 : 0)});
   cmd.insert(cmd.end(), r.mpirun_args.begin(), r.mpirun_args.end());
   cmd.push_back(r.executable);
   cmd.insert(cmd.end(), r.args.begin(), r.args.end());

@@ -47,6 +47,10 @@ struct LaunchRequest {
 struct MachineInfo {
   int cores = 1;
   bool root = false;
+  // Whether the launcher's own stdout is a terminal. Under mpirun every rank's stdout is a pseudo
+  // terminal whatever mpirun's output is, so the ranks are told (TESSERA_TERMINAL), and progress
+  // bars are not drawn into a log file.
+  bool terminal = false;
   int hostfile_hosts = 0;           // hosts listed in the request's hostfile (when there is one)
   std::vector<int> hostfile_slots{};  // their slots=K, in order; 0 where a line gives none
 };

@@ -36,6 +36,9 @@ TEST(Launch, OneMachineOversubscribedAsRoot) {
   EXPECT_EQ(after(cmd, "--bind-to"), "none");
   EXPECT_EQ(after(cmd, "btl"), "self,vader");
   EXPECT_EQ(after(cmd, "-x"), "OMP_NUM_THREADS=1");  // 2 cores / 4 ranks, at least 1
+  // The ranks learn whether the launcher's output is a terminal (theirs always looks like one).
+  EXPECT_TRUE(has(cmd, "TESSERA_TERMINAL=0"));
+  EXPECT_TRUE(has(mpirun_command(r, MachineInfo{.cores = 2, .terminal = true}), "TESSERA_TERMINAL=1"));
   // The program and its arguments come last, unchanged.
   ASSERT_GE(cmd.size(), 4u);
   EXPECT_EQ(std::vector<std::string>(cmd.end() - 4, cmd.end()),

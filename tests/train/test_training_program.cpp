@@ -347,6 +347,23 @@ TEST_F(TrainingProgram, FiguresInTheLogAreHonest) {
   EXPECT_NEAR(a, b, 1e-5 * a) << "the validation loss must not depend on train.micro_batch_size";
 }
 
+// The progress bar is drawn only where a person reads it: under the launcher the ranks are told
+// whether its output is a terminal, and "auto" believes that over their own pseudo terminal.
+TEST_F(TrainingProgram, TheProgressBarFollowsTheTerminalTheLauncherReports) {
+  const std::string args = train_args(g_root / "bar", "--train.steps 2 --train.overwrite true --log.progress auto");
+  CliResult plain = run_tessera(args);  // output to a pipe
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("\033[K"), std::string::npos) << "no escape codes in a log";
+  ::setenv("TESSERA_TERMINAL", "1", 1);
+  CliResult bar = run_tessera(args);
+  ::unsetenv("TESSERA_TERMINAL");
+  EXPECT_NE(bar.output.find("\033[K"), std::string::npos) << "a terminal gets the bar";
+  ::setenv("TESSERA_TERMINAL", "0", 1);
+  CliResult told = run_tessera(args + " --log.progress auto");
+  ::unsetenv("TESSERA_TERMINAL");
+  EXPECT_EQ(told.output.find("\033[K"), std::string::npos);
+}
+
 // A run that cannot fit is refused before it allocates, with the numbers and what to shrink.
 TEST_F(TrainingProgram, RunsThatCannotFitAreRefusedAtOnce) {
   for (const std::string extra : {"--model.n_layer 100000 --model.n_embd 1024", "--train.batch_size 1000000 --train.micro_batch_size 1000000"}) {
