@@ -80,6 +80,11 @@ void RunConfig::validate() const {
   TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
+  TS_CHECK(train.init_from.empty() || checkpoint.resume.empty(),
+           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
+           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
+           "checkpoint left it (weights, optimizer, step and data position). Set only one",
+           train.init_from, checkpoint.resume);
   check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
   check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
   check_range("log.every", log.every, 1, 1 << 30);
@@ -163,6 +168,7 @@ RunConfig read_run_config(const toml::table& table) {
     t.sample_temperature = r.get("sample_temperature", t.sample_temperature);
     t.sample_top_k = r.get("sample_top_k", t.sample_top_k);
     t.sample_prompt = r.get("sample_prompt", t.sample_prompt);
+    t.init_from = r.get("init_from", t.init_from);
     r.finish();
   }
   {
@@ -253,7 +259,8 @@ std::string to_toml(const RunConfig& c) {
                     {"sample_tokens", t.sample_tokens},
                     {"sample_temperature", shortest(t.sample_temperature)},
                     {"sample_top_k", t.sample_top_k},
-                    {"sample_prompt", t.sample_prompt}};
+                    {"sample_prompt", t.sample_prompt},
+                    {"init_from", t.init_from}};
   const auto& o = c.optim;
   toml::table optim{{"name", o.name},
                     {"lr", shortest(o.lr)},

@@ -185,6 +185,19 @@ TrainResult Trainer::run() {
 
   int64_t step = 0;
   std::vector<double> val_history;
+  if (!cfg.train.init_from.empty()) {
+    // Weights only: the step, optimizer state, data position and seed stay this run's own.
+    parallel::DataParallel::FullParameters full = engine.full_parameters();
+    const LoadedWeights init = load_weights(cfg.train.init_from, cfg.model, {model.parameters(), full, nullptr, {}});
+    full.write_back();
+    if (leader) {
+      fmt::print("initialized from the weights of {}: a new run from step 0\n", init.path);
+      if (!init.tokenizer_path.empty() && file_checksum(init.tokenizer_path) != file_checksum(tokenizer_path)) {
+        fmt::print("warning: {}'s tokenizer differs from this data's ({}): the same ids may mean other text\n",
+                   init.path, tokenizer_path);
+      }
+    }
+  }
   if (!cfg.checkpoint.resume.empty()) {
     std::string path = cfg.checkpoint.resume;
     if (path == "latest") {

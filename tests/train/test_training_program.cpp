@@ -12,6 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "nn/gpt.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace tessera::testing;
@@ -233,6 +237,71 @@ TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
   CliResult r = run_tessera("sample --checkpoint " + (run / "checkpoints" / "step_99999999").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("not a complete checkpoint"), std::string::npos) << r.output;
+}
+
+// train.init_from: a new run from a checkpoint's weights alone. Its first step trains on the first
+// batch of its own data order with the checkpoint's weights, so its logged loss is the loss of
+// those weights on that batch, computed here; the optimizer starts fresh and the step count at 0.
+TEST_F(TrainingProgram, InitFromStartsANewRunFromACheckpointsWeights) {
+  const fs::path base = g_root / "init_base", tuned = g_root / "init_tuned", fresh = g_root / "init_fresh";
+  ASSERT_EQ(run_tessera(train_args(base, "--train.steps 6 --optim.lr 0.01")).exit_code, 0);
+  CliResult r = run_tessera(train_args(tuned, "--train.steps 2 --train.seed 5 --train.init_from " + base.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialized from the weights of " + (base / "checkpoints" / "step_00000006").string()),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("warning:"), std::string::npos) << "same data, same tokenizer:\n" << r.output;
+  const std::vector<std::string> steps = train_losses(tuned / "metrics.jsonl");
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].rfind("1:", 0), 0u) << "a new run starts at step 0";
+
+  // The loss of the base weights on the first batch of seed 5's order.
+  const nlohmann::json manifest = tessera::train::read_checkpoint_manifest((base / "checkpoints" / "step_00000006").string());
+  const tessera::train::RunConfig config =
+      tessera::train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+  tessera::MemoryAccountant memory;
+  tessera::nn::GPT model(config.model, memory, 0);
+  tessera::train::load_weights(base.string(), config.model, {model.parameters(), model.parameters(), nullptr, {}});
+  const tessera::data::Dataset dataset = tessera::data::open_dataset(g_dataset);
+  tessera::data::TokenLoader loader(dataset.train, {config.model.seq_len, 4, 5, true});
+  const tessera::data::Batch batch = loader.microbatch(0, 1, 0, 1);
+  tessera::nn::StepContext step{memory, model.parameters()};
+  int64_t count = 0;
+  const double want = model.evaluate(step, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
+                                     config.model.seq_len, &count) / static_cast<double>(count);
+  const double got = std::stod(steps[0].substr(2));
+  EXPECT_NEAR(got, want, 1e-5 * want) << "the first step must start from the checkpoint's weights";
+
+  // Fresh optimizer state: two steps taken, at step 2.
+  const nlohmann::json saved = nlohmann::json::parse(read_file((tuned / "checkpoints" / "step_00000002" / "manifest.json").string()));
+  EXPECT_EQ(saved["step"], 2);
+  EXPECT_EQ(saved["optimizer"]["steps_taken"], 2);
+  EXPECT_EQ(saved["seed"], 5);
+  // From scratch, the same first batch costs more: the weights did carry over.
+  ASSERT_EQ(run_tessera(train_args(fresh, "--train.steps 1 --train.seed 5")).exit_code, 0);
+  EXPECT_GT(std::stod(train_losses(fresh / "metrics.jsonl")[0].substr(2)), got + 0.1);
+}
+
+TEST_F(TrainingProgram, InitFromIsRefusedWithTheReasonAndTheFix) {
+  const fs::path base = g_root / "init_source";
+  ASSERT_EQ(run_tessera(train_args(base, "--train.steps 1")).exit_code, 0);
+  const std::string from = " --train.init_from " + base.string();
+  struct Case {
+    std::string extra, message;
+  } cases[] = {
+      {from + " --checkpoint.resume latest", "init_from starts a new run from a checkpoint's weights alone"},
+      {from + " --model.n_layer 3", "holds a model of another shape than this run's (model.n_layer: checkpoint 2 vs "
+                                    "config 3); starting from its weights needs the same model"},
+      {from + " --model.vocab_size 400", "tessera data prepare --tokenizer " +
+                                             (base / "checkpoints" / "step_00000001").string() + "/tokenizer.model"},
+      {" --train.init_from " + (g_root / "nowhere").string(), "does not exist"},
+      {" --train.init_from " + g_dataset.string(), "holds no checkpoint"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run_tessera(train_args(g_root / "init_bad", "--train.steps 2" + c.extra));
+    EXPECT_NE(r.exit_code, 0) << c.extra;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.extra << "\n" << r.output;
+  }
 }
 
 TEST_F(TrainingProgram, EmptyCorpusIsRefused) {
