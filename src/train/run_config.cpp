@@ -31,7 +31,8 @@ void RunConfig::validate() const {
   check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
   check_range("train.sample_every", train.sample_every, 0, 1 << 30);
   check_range("train.sample_tokens", train.sample_tokens, 0, 1 << 20);
-  TS_CHECK(train.sample_temperature > 0.0f, "config: train.sample_temperature must be positive, got {}",
+  TS_CHECK(std::isfinite(train.sample_temperature) && train.sample_temperature >= 0.0f,
+           "config: train.sample_temperature = {} must be a finite number >= 0 (0: the likeliest token every time)",
            train.sample_temperature);
   check_range("train.sample_top_k", train.sample_top_k, 0, 1 << 24);
   TS_CHECK(optim.name == "adamw", "config: optim.name = '{}' is not known; use \"adamw\"", optim.name);

@@ -304,6 +304,40 @@ TEST_F(TrainingProgram, InitFromIsRefusedWithTheReasonAndTheFix) {
   }
 }
 
+// `tessera sample`: bad inputs are refused by name before anything is read; temperature 0 is
+// greedy (the seed does not matter) and the cache gives the text of rerunning the context.
+TEST_F(TrainingProgram, SampleChecksItsInputsAndDecodesGreedily) {
+  const fs::path run = g_root / "sampled";
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 3")).exit_code, 0);
+  const std::string sample = "sample --checkpoint " + run.string() + " ";  // a run folder
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"--prompt \"$(printf 'ab\\377c')\"", "the --prompt text is not valid UTF-8: the byte 0xFF at offset 2"},
+      {"--tokens=-1", "--tokens = -1 must be between 0 and 1000000"},
+      {"--tokens 5000000", "--tokens = 5000000 must be between 0 and 1000000"},
+      {"--top-k=-2", "--top-k = -2 must be >= 0"},
+      {"--temperature inf", "--temperature = inf must be a finite number >= 0"},
+      {"--temperature nan", "--temperature = nan must be a finite number >= 0"},
+      {"--temperature=-1", "--temperature = -1 must be a finite number >= 0"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run_tessera(sample + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+  CliResult a = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --seed 1");
+  CliResult b = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --seed 2");
+  CliResult c = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --no-kv-cache");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output.rfind("lord", 0), 0u) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(a.output, c.output);
+  CliResult zero = run_tessera(sample + "--prompt lord --tokens 0");
+  EXPECT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_EQ(zero.output, "lord\n");
+}
+
 TEST_F(TrainingProgram, EmptyCorpusIsRefused) {
   std::ofstream(g_root / "empty.txt") << "";
   CliResult r = run_tessera("data prepare --input " + (g_root / "empty.txt").string() + " --out " +
