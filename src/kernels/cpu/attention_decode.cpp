@@ -21,6 +21,10 @@ namespace tessera::kernels {
 namespace {
 
 constexpr int kTile = 128;
+// One token of one sequence against a context of a few hundred positions is some tens of
+// microseconds of work: less than waking the OpenMP team and, on a busy machine, far less than
+// waiting at the region's end for a descheduled thread. Larger batches and contexts go parallel.
+constexpr size_t kParallelWork = size_t{1} << 18;
 constexpr int kMaxHeadDim = 256;  // the tiled attention's cap, so every model that trains also decodes
 
 // out_row[D] = softmax(scale · q · K[0..L)ᵀ) V[0..L) for one head; K and V rows are `ld` apart.
@@ -89,7 +93,7 @@ void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int T
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
   const long items = static_cast<long>(B) * H * Tn;
   const size_t work = static_cast<size_t>(items) * (static_cast<size_t>(past) + Tn) * 2 * D;
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_parallel(work))
+#pragma omp parallel for schedule(dynamic, 1) if (work >= kParallelWork && detail::worth_parallel(work))
   for (long item = 0; item < items; ++item) {
     const int i = static_cast<int>(item % Tn);
     const int h = static_cast<int>(item / Tn % H);
