@@ -15,6 +15,7 @@ struct Globals {
 // needs to know how much to say.
 void add_train_command(CLI::App& app, const Globals& globals);  // train_command.cpp: the training program
 void add_sample_command(CLI::App& app);    // sample_command.cpp: text from a checkpoint
+void add_export_command(CLI::App& app);    // export_command.cpp: a checkpoint in another framework's layout
 void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline schedules
 void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner
 void add_data_command(CLI::App& app);      // data_command.cpp: corpus, tokenizer, token files

@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_data_command(app);
   tessera::cli::add_train_command(app, globals);
   tessera::cli::add_sample_command(app);
+  tessera::cli::add_export_command(app);
   tessera::cli::add_plan_command(app);
   tessera::cli::add_simulate_command(app);
   tessera::cli::add_launch_command(app);

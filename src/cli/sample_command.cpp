@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 #include "train/checkpoint.h"
@@ -18,36 +19,65 @@ void add_sample_command(CLI::App& app) {
     std::string checkpoint, prompt;
     train::SamplingOptions sampling;
     int64_t seed = 0;  // signed, so that -1 is refused rather than read as 2^64 - 1
+    bool ignore_eos = false, no_cache = false;
+    std::string window = "halve";
   };
   auto o = std::make_shared<Options>();
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint folder (or a run's checkpoints/ folder: its latest)")
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "a run folder, its checkpoints/ folder (their latest checkpoint) or a step folder")
       ->required();
   cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", o->sampling.max_new_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", o->sampling.temperature, "sampling temperature")->capture_default_str();
+  cmd->add_option("--temperature", o->sampling.temperature, "sampling temperature (0: the likeliest token every time)")
+      ->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "random seed, 0 or more")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past the tokenizer's end-of-sequence token");
+  cmd->add_option("--window", o->window,
+                  "past the model's context: halve (restart from the last seq_len/2 tokens; fast) or slide (every "
+                  "token sees the last seq_len tokens; each reruns the whole context)")
+      ->capture_default_str();
+  cmd->add_flag("--no-kv-cache", o->no_cache,
+                "rerun the whole context for every token instead of decoding with a key/value cache (slow; for "
+                "comparison)");
   cmd->callback([o]() {
-    const train::SamplingOptions& s = o->sampling;
-    TS_CHECK(s.max_new_tokens >= 1, "--tokens must be at least 1 (tokens to generate), got {}", s.max_new_tokens);
-    TS_CHECK(std::isfinite(s.temperature) && s.temperature > 0.0f,
-             "--temperature must be a finite number above 0 (lower is more predictable), got {}", s.temperature);
-    TS_CHECK(s.top_k >= 0, "--top-k must be 0 (the whole vocabulary) or more, got {}", s.top_k);
+    // Every input is checked before the checkpoint is read.
+    train::validate_sampling_options(o->sampling, {"--tokens", "--temperature", "--top-k"});
     TS_CHECK(o->seed >= 0, "--seed must be 0 or more, got {}", o->seed);
     o->sampling.seed = static_cast<uint64_t>(o->seed);
-    std::string path = o->checkpoint;
-    if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
-      path = *train::CheckpointStore(path, 1).latest();
-    }
+    TS_CHECK(o->window == "halve" || o->window == "slide", "--window = '{}' is not known; use \"halve\" or \"slide\"",
+             o->window);
+    const size_t bad = data::first_invalid_utf8(o->prompt);
+    TS_CHECK(bad == o->prompt.size(),
+             "the --prompt text is not valid UTF-8: the byte 0x{:02X} at offset {} does not start a valid character; "
+             "give the prompt in UTF-8 (check the terminal's or the file's encoding)",
+             static_cast<unsigned>(static_cast<unsigned char>(o->prompt[bad])), bad);
+    const std::string path = train::resolve_checkpoint(o->checkpoint);
     nlohmann::json manifest = train::read_checkpoint_manifest(path);
-    train::RunConfig config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+    train::RunConfig config;
+    try {
+      config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+    } catch (const nlohmann::json::exception& e) {
+      TS_FAIL("checkpoint manifest of '{}' has no readable config: {}", path, e.what());
+    } catch (const toml::parse_error& e) {
+      TS_FAIL("checkpoint manifest of '{}' holds a config that does not parse: {}", path, e.what());
+    }
+    const std::filesystem::path tokenizer_path = std::filesystem::path(path) / "tokenizer.model";
+    TS_CHECK(std::filesystem::exists(tokenizer_path),
+             "checkpoint '{}' has no tokenizer.model, so its text cannot be encoded or decoded; copy the dataset's "
+             "tokenizer.model into it",
+             path);
+    data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
     MemoryAccountant memory;
     nn::GPT model(config.model, memory, 0);
-    train::load_checkpoint(path, config, {model.parameters(), model.parameters(), nullptr, {}});
-    data::Tokenizer tokenizer = data::Tokenizer::load(std::filesystem::path(path) / "tokenizer.model");
+    train::load_weights(path, config.model, {model.parameters(), model.parameters(), nullptr, {}});
     std::vector<int32_t> prompt = tokenizer.encode(o->prompt.empty() ? std::string("\n") : o->prompt);
     TS_CHECK(!prompt.empty(), "the prompt encodes to no tokens; give a longer --prompt");
-    std::vector<int32_t> out = train::generate(model, memory, model.parameters(), prompt, o->sampling);
+    train::SamplingOptions sampling = o->sampling;
+    sampling.eos_id = o->ignore_eos ? -1 : tokenizer.eos_id();
+    sampling.kv_cache = !o->no_cache;
+    sampling.window = o->window == "slide" ? train::ContextWindow::Slide : train::ContextWindow::Halve;
+    std::vector<int32_t> out = train::generate(model, memory, model.parameters(), prompt, sampling);
     fmt::print("{}\n", tokenizer.decode(out));
   });
 }

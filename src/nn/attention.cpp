@@ -35,6 +35,17 @@ Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   return proj_.forward(step, ctx.out_proj, ctx.out);  // [B, T, C]
 }
 
+Tensor Attention::decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past) {
+  x.expect_shape({-1, -1, channels_}, "attention input");
+  const int64_t B = x.size(0), T = x.size(1), C = channels_;
+  Linear::Ctx scratch;
+  Tensor qkv = qkv_.forward(step, scratch, x);  // [B, T, 3C]
+  if (rotary_) ops::rope_forward(qkv, qkv, n_head_, rope_theta_, past);  // in place: nothing else reads it
+  Tensor out = step.activation({B, T, C});
+  ops::attention_decode(out, keys, values, qkv, past, n_head_);
+  return proj_.forward(step, scratch, out);  // [B, T, C]
+}
+
 Tensor Attention::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
   if (part == BackwardPart::Weight) {
     proj_.backward(step, ctx.out_proj, Tensor(), part);

@@ -24,6 +24,11 @@ class Attention {
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
+  // Decoding with a cache: x [B, T, C] holds T new tokens at positions past .. past + T - 1. Their
+  // keys and values (rotated, for Llama) go into keys and values [B, S, C], this layer's cache,
+  // whose first `past` positions hold the earlier tokens'; the new tokens attend to all of them.
+  // -> [B, T, C]. Inference only: keeps nothing.
+  Tensor decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past);
 
  private:
   Linear qkv_;   // C -> 3C

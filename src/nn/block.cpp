@@ -44,6 +44,16 @@ Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_re
   return x2;
 }
 
+Tensor Block::decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past) {
+  Norm::Ctx n1, n2;
+  Mlp::Ctx m;
+  Tensor x1 = attn_.decode(step, norm1_.forward(step, n1, x), keys, values, past);  // [B, T, C]
+  ops::add_inplace(x1, x);
+  Tensor x2 = mlp_.forward(step, m, norm2_.forward(step, n2, x1));  // [B, T, C]
+  ops::add_inplace(x2, x1);
+  return x2;
+}
+
 int64_t Block::recomputable_values_per_token(const config::ModelConfig& config) {
   return 2 * int64_t{config.n_embd} + config.ffn();
 }

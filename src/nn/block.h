@@ -27,6 +27,10 @@ class Block {
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable = true);
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
+  // Decoding with a cache (Attention::decode): x [B, T, C], new tokens at positions past .. past +
+  // T - 1; keys, values [B, S, C] this layer's cache. -> [B, T, C]. Inference only: no dropout,
+  // nothing kept.
+  Tensor decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past);
 
   // What selective recomputation drops: the tensors that are large and cost one elementwise pass to
   // rebuild — the two norm outputs and the MLP activation, 2C + F values per token (the tiled

@@ -24,6 +24,20 @@ Tensor Embedding::forward(StepContext& step, Ctx& ctx, const Tensor& tokens) {
   return out;
 }
 
+Tensor Embedding::forward_at(StepContext& step, const Tensor& tokens, int64_t position0) {
+  tokens.expect_shape({-1, -1}, "embedding tokens");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  TS_CHECK(T >= 1 && position0 >= 0 && position0 + T <= max_T_,
+           "positions {} .. {} are outside the model's seq_len {}: slide the context to fit", position0,
+           position0 + T - 1, max_T_);
+  Tensor out = step.activation({B, T, channels_});
+  // The rows of the position table from position0 on: a contiguous view, so the op sees a table
+  // whose row t is position position0 + t.
+  const Tensor positions = positions_ ? step.weight(*positions_).slice(0, position0, max_T_) : Tensor();
+  ops::embedding_forward(out, tokens, step.weight(*tokens_), positions);
+  return out;
+}
+
 void Embedding::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
   if (part == BackwardPart::Input) {
     ctx.dy = dy;

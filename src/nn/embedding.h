@@ -20,6 +20,9 @@ class Embedding {
   // dy [B, T, C]; dwte, dwpe +=. Tokens have no gradient: the input half only keeps dy for the
   // weight half, which does the scatter.
   void backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
+  // Inference for decoding with a cache: tokens [B, T] at positions position0 .. position0 + T - 1
+  // (within seq_len) -> [B, T, C]. Keeps nothing.
+  Tensor forward_at(StepContext& step, const Tensor& tokens, int64_t position0);
 
   const Parameter& token_weight() const { return *tokens_; }
 

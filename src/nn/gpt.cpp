@@ -154,6 +154,41 @@ Tensor GPT::logits(StepContext& step, const int32_t* tokens, int B, int T) {
   return head_.forward(eval, head.proj, h);      // [B, T, V]
 }
 
+GPT::KVCache GPT::make_kv_cache(MemoryAccountant& memory, int B) const {
+  TS_CHECK(B >= 1, "a decoding cache needs at least one sequence, got B = {}", B);
+  KVCache cache;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    cache.keys.push_back(Tensor::empty({B, config_.seq_len, config_.n_embd}, DType::F32, MemoryTag::Activations, memory));
+    cache.values.push_back(Tensor::empty({B, config_.seq_len, config_.n_embd}, DType::F32, MemoryTag::Activations, memory));
+  }
+  return cache;
+}
+
+Tensor GPT::decode(StepContext& step, KVCache& cache, const int32_t* tokens, int B, int T) {
+  TS_CHECK(static_cast<int>(cache.keys.size()) == config_.n_layer && B == cache.keys[0].size(0),
+           "decode: the cache was made for {} layers and {} sequences, the model has {} layers and the call {} "
+           "sequences; make it with make_kv_cache",
+           cache.keys.size(), cache.keys.empty() ? 0 : cache.keys[0].size(0), config_.n_layer, B);
+  TS_CHECK(T >= 1 && cache.length + T <= config_.seq_len,
+           "decode: {} cached and {} new positions exceed the model's seq_len {}; slide the context and start the "
+           "cache over",
+           cache.length, T, config_.seq_len);
+  StepContext eval = step;
+  eval.training = false;
+  Tensor x = embed_.forward_at(eval, token_tensor(tokens, B, T), cache.length);  // [B, T, C]
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const auto i = static_cast<size_t>(l);
+    x = blocks_[i].decode(eval, x, cache.keys[i], cache.values[i], cache.length);
+  }
+  cache.length += T;
+  // Only the last position's logits are needed: the head's [C, V] product runs on one row per sequence.
+  Tensor last = eval.activation({B, 1, config_.n_embd});
+  last.copy_from(x.slice(1, T - 1, T));
+  HeadCtx head;
+  Tensor h = norm_.forward(eval, head.norm, last);                          // [B, 1, C]
+  return head_.forward(eval, head.proj, h).reshape({B, config_.vocab_size});  // [B, V]
+}
+
 std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T) {
   // Values kept per token, each 4 bytes (f32 activations, i32 token ids):
   //   embedding: its own copy of the token ids 1; output C (the first block's input)

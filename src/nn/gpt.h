@@ -80,8 +80,21 @@ class GPT {
   void backward(StepContext& step, Ctx& ctx);
   // Evaluation: sum of token losses and their count, nothing saved.
   double evaluate(StepContext& step, const int32_t* tokens, const int32_t* targets, int B, int T, int64_t* count);
-  // Logits [B, T, V] for sampling.
+  // Logits [B, T, V] of a whole context (sampling without a cache; the reference of decode()).
   Tensor logits(StepContext& step, const int32_t* tokens, int B, int T);
+
+  // Decoding with a key/value cache: every layer's keys and values of the tokens seen so far, so a
+  // new token costs one token's forward instead of the whole context's.
+  struct KVCache {
+    std::vector<Tensor> keys, values;  // per layer [B, S, C], S = seq_len (tag activations)
+    int64_t length = 0;                // positions filled; set to 0 to start over
+  };
+  KVCache make_kv_cache(MemoryAccountant& memory, int B) const;
+  // Runs tokens [B, T] (T >= 1) at positions cache.length .. cache.length + T - 1, which must lie
+  // within seq_len, appends their keys and values to the cache, and returns the logits of the last
+  // of them [B, V]: row cache.length + T - 1 of logits() over the whole context, up to rounding.
+  // A prompt goes in one call (prefill), then one token per call.
+  Tensor decode(StepContext& step, KVCache& cache, const int32_t* tokens, int B, int T);
 
   const std::vector<Unit>& units() const { return units_; }
   int num_units() const { return static_cast<int>(units_.size()); }

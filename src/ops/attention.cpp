@@ -1,5 +1,7 @@
 #include "ops/attention.h"
 
+#include <cstdint>
+
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/rope.h"
 #include "ops/op_call.h"
@@ -24,10 +26,13 @@ Heads check_qkv(const OpCall& call, const Tensor& qkv, const char* name, int n_h
   return {call.to_int(qkv.size(0), "B"), call.to_int(qkv.size(1), "T"), call.to_int(C, "C"), n_head};
 }
 
-void check_rope(const OpCall& call, const Heads& s, float theta) {
+int check_rope(const OpCall& call, const Heads& s, float theta, int64_t position0) {
   TS_CHECK((s.C / s.H) % 2 == 0, "{}: head size D = C/H = {}/{} must be even to rotate the pairs (i, i + D/2)",
            call.op(), s.C, s.H);
   TS_CHECK(theta > 0.0f, "{}: theta = {} must be positive", call.op(), theta);
+  TS_CHECK(position0 >= 0 && position0 + s.T <= INT32_MAX, "{}: the first position {} must be in [0, {}]", call.op(),
+           position0, INT32_MAX - s.T);
+  return static_cast<int>(position0);
 }
 }  // namespace
 
@@ -57,24 +62,44 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   });
 }
 
-void rope_forward(const Tensor& y, const Tensor& x, int n_head, float theta) {
+void attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t past,
+                      int n_head) {
+  OpCall call("ops::attention_decode");
+  call.operands({{out, "out"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}, {qkv, "qkv"}});
+  const Heads s = check_qkv(call, qkv, "qkv", n_head);
+  call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
+  call.rank(k_cache, "k_cache", 3, "[B, S, C]");
+  call.shape(k_cache, "k_cache", {{"B", s.B, "qkv"}, {"S", k_cache.size(1), nullptr}, {"C", s.C, "qkv"}});
+  call.same_shape(v_cache, "v_cache", k_cache, "k_cache");
+  const int S = call.to_int(k_cache.size(1), "S");
+  TS_CHECK(past >= 0 && past + s.T <= S,
+           "{}: {} cached positions (past) and {} new ones (T of qkv) do not fit k_cache's {} positions (S); "
+           "start a new cache or slide the context",
+           call.op(), past, s.T, S);
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::attention_decode<T>(out.data<T>(), k_cache.data<T>(), v_cache.data<T>(), qkv.data<T>(), s.B, s.T,
+                                 static_cast<int>(past), S, s.C, s.H);
+  });
+}
+
+void rope_forward(const Tensor& y, const Tensor& x, int n_head, float theta, int64_t position0) {
   OpCall call("ops::rope_forward");
   call.operands({{y, "y"}, {x, "x"}});
   const Heads s = check_qkv(call, x, "x", n_head);
   call.same_shape(y, "y", x, "x");
-  check_rope(call, s, theta);
+  const int p0 = check_rope(call, s, theta, position0);
   call.dispatch(
-      [&]<class T>(Cpu<T>) { kernels::rope_forward<T>(y.data<T>(), x.data<T>(), s.B, s.T, s.C, s.H, theta); });
+      [&]<class T>(Cpu<T>) { kernels::rope_forward<T>(y.data<T>(), x.data<T>(), s.B, s.T, s.C, s.H, theta, p0); });
 }
 
-void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, float theta) {
+void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, float theta, int64_t position0) {
   OpCall call("ops::rope_backward");
   call.operands({{dx, "dx"}, {dy, "dy"}});
   const Heads s = check_qkv(call, dy, "dy", n_head);
   call.same_shape(dx, "dx", dy, "dy");
-  check_rope(call, s, theta);
+  const int p0 = check_rope(call, s, theta, position0);
   call.dispatch(
-      [&]<class T>(Cpu<T>) { kernels::rope_backward<T>(dx.data<T>(), dy.data<T>(), s.B, s.T, s.C, s.H, theta); });
+      [&]<class T>(Cpu<T>) { kernels::rope_backward<T>(dx.data<T>(), dy.data<T>(), s.B, s.T, s.C, s.H, theta, p0); });
 }
 
 }  // namespace tessera::ops

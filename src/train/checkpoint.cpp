@@ -280,10 +280,11 @@ void load_optimizer(const std::string& path, const ModelState& model, optim::Sta
 
 }  // namespace
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
-                                 dist::Communicator* comm) {
-  nlohmann::json manifest = read_checkpoint_manifest(path);
-  const nlohmann::json expected = model_json(config.model);
+namespace {
+
+// "model.n_layer: checkpoint 4 vs config 6; ..." for every key of the model's shape that differs.
+std::string model_differences(const nlohmann::json& manifest, const config::ModelConfig& model) {
+  const nlohmann::json expected = model_json(model);
   const nlohmann::json& saved = manifest.at("model");
   std::string differences;
   for (const auto& [key, value] : expected.items()) {
@@ -292,6 +293,96 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
                                  saved.contains(key) ? saved.at(key).dump() : "missing", value.dump());
     }
   }
+  return differences;
+}
+
+void load_parameters(const std::string& path, const ModelState& model) {
+  io::SafeTensorsFile values = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
+  for (const auto& p : model.params.all()) {
+    TS_CHECK(values.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
+    Tensor value = model.values.weight(p);
+    values.copy_to(p.name, value);
+  }
+}
+
+bool is_complete_step(const fs::path& dir) {
+  return fs::is_directory(dir) && dir.filename().string().starts_with("step_") && fs::exists(dir / kManifestFile);
+}
+
+// The checkpoint a checkpoints/ folder stands for: the one `latest` names, or without that pointer
+// (lost, or a copy that left it behind) the newest complete step folder.
+std::optional<std::string> checkpoint_in(const fs::path& dir) {
+  if (fs::exists(dir / kLatestFile)) return CheckpointStore(dir.string(), 1).latest();
+  std::optional<fs::path> newest;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (is_complete_step(entry.path()) && (!newest || entry.path().filename() > newest->filename())) {
+      newest = entry.path();
+    }
+  }
+  if (!newest) return std::nullopt;
+  return newest->string();
+}
+
+}  // namespace
+
+std::string resolve_checkpoint(const std::string& path) {
+  TS_CHECK(!path.empty(), "no checkpoint given: name a run folder, its checkpoints/ folder or a step folder");
+  const fs::path p(path);
+  TS_CHECK(fs::exists(p), "checkpoint '{}' does not exist: name a run folder, its checkpoints/ folder or a step folder",
+           path);
+  TS_CHECK(fs::is_directory(p), "checkpoint '{}' is a file: name a run folder, its checkpoints/ folder or a step folder",
+           path);
+  if (fs::exists(p / kManifestFile)) return path;
+  fs::path named = p.lexically_normal();
+  if (!named.has_filename()) named = named.parent_path();  // "step_00000010/"
+  TS_CHECK(!named.filename().string().starts_with("step_") && !fs::exists(p / kModelFile),
+           "'{}' is not a complete checkpoint: it has no {} (a save that did not finish?); name a complete step "
+           "folder, or the run folder for its latest checkpoint",
+           path, kManifestFile);
+  for (const fs::path& dir : {p, p / "checkpoints"}) {
+    if (!fs::is_directory(dir)) continue;
+    if (std::optional<std::string> found = checkpoint_in(dir)) return *found;
+  }
+  TS_FAIL("'{}' holds no checkpoint: it is not a step folder (no {}), and neither it nor a checkpoints/ folder in it "
+          "holds a complete step_* checkpoint; train with checkpoints first, or name a step folder",
+          path, kManifestFile);
+}
+
+LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state) {
+  LoadedWeights loaded;
+  loaded.path = resolve_checkpoint(checkpoint);
+  loaded.manifest = read_checkpoint_manifest(loaded.path);
+  try {
+    const std::string differences = model_differences(loaded.manifest, model);
+    if (!differences.empty()) {
+      const nlohmann::json& saved = loaded.manifest.at("model");
+      std::string fix = "set those model keys to the checkpoint's values";
+      if (saved.value("vocab_size", -1) != model.vocab_size) {
+        fix = fmt::format(
+            "the vocabulary differs: the data must be tokenized with the checkpoint's tokenizer. Prepare it with "
+            "`tessera data prepare --tokenizer {}/tokenizer.model ...` (model.vocab_size then follows), or set "
+            "model.vocab_size = {} if every id of your data is below it; then set any other key listed to the "
+            "checkpoint's value",
+            loaded.path, saved.value("vocab_size", -1));
+      }
+      TS_FAIL("checkpoint '{}' holds a model of another shape than this run's ({}); starting from its weights needs "
+              "the same model: {}",
+              loaded.path, differences, fix);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TS_FAIL("checkpoint manifest of '{}' is malformed: {}", loaded.path, e.what());
+  }
+  load_parameters(loaded.path, state);
+  if (fs::exists(fs::path(loaded.path) / kTokenizerFile)) {
+    loaded.tokenizer_path = (fs::path(loaded.path) / kTokenizerFile).string();
+  }
+  return loaded;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
+                                 dist::Communicator* comm) {
+  nlohmann::json manifest = read_checkpoint_manifest(path);
+  const std::string differences = model_differences(manifest, config.model);
   TS_CHECK(differences.empty(), "checkpoint '{}' was saved by a different model shape ({}); resume with the config it "
            "was saved with, or start a new run", path, differences);
   const int saved_dp = manifest.at("parallel").value("dp", 1);
@@ -305,12 +396,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
            path, saved_stage, config.parallel.zero_stage, saved_stage);
 
-  io::SafeTensorsFile values = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
-  for (const auto& p : model.params.all()) {
-    TS_CHECK(values.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
-    Tensor value = model.values.weight(p);
-    values.copy_to(p.name, value);
-  }
+  load_parameters(path, model);
   if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();

@@ -85,6 +85,23 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
 // Reads and verifies only the manifest (for `tessera sample`, which builds the model from it).
 nlohmann::json read_checkpoint_manifest(const std::string& path);
 
+// The checkpoint folder a path names: a step folder (it holds manifest.json), a checkpoints/
+// folder (the step its `latest` names, else its newest complete step) or a run folder (the same
+// in its checkpoints/). Throws naming the path and what to give instead.
+std::string resolve_checkpoint(const std::string& path);
+
+// A checkpoint's weights alone, into a model of the same shape: no optimizer state, step, data
+// position or seed (`train.init_from` starts a new run from them; `tessera sample` and `export`
+// read them). model.safetensors holds the whole parameters whatever the layout that saved it, so
+// any layout loads them. A model of another shape is refused, listing the differing keys; another
+// vocabulary size also names the fix (prepare the data with the checkpoint's tokenizer).
+struct LoadedWeights {
+  std::string path;            // the resolved step folder
+  std::string tokenizer_path;  // its tokenizer.model, or "" when it has none
+  nlohmann::json manifest;
+};
+LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state);
+
 // xxh64 of a whole file.
 uint64_t file_checksum(const std::string& path);
 

@@ -33,7 +33,8 @@ void RunConfig::validate() const {
   check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
   check_range("train.sample_every", train.sample_every, 0, 1 << 30);
   check_range("train.sample_tokens", train.sample_tokens, 0, 1 << 20);
-  TS_CHECK(train.sample_temperature > 0.0f, "config: train.sample_temperature must be positive, got {}",
+  TS_CHECK(std::isfinite(train.sample_temperature) && train.sample_temperature >= 0.0f,
+           "config: train.sample_temperature = {} must be a finite number >= 0 (0: the likeliest token every time)",
            train.sample_temperature);
   check_range("train.sample_top_k", train.sample_top_k, 0, 1 << 24);
   TS_CHECK(optim.name == "adamw", "config: optim.name = '{}' is not known; use \"adamw\"", optim.name);
@@ -85,6 +86,12 @@ void RunConfig::validate() const {
   TS_CHECK(!train.overwrite || checkpoint.resume.empty(),
            "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
            "continues it; set only one of them", checkpoint.resume);
+  TS_CHECK(train.init_from.empty() || checkpoint.resume.empty() || checkpoint.resume == "auto",
+           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
+           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
+           "checkpoint left it (weights, optimizer, step and data position). Set only one, or checkpoint.resume = "
+           "\"auto\" to start from init_from the first time and resume the run's own checkpoints after",
+           train.init_from, checkpoint.resume);
   check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
   check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
   check_range("log.every", log.every, 1, 1 << 30);
@@ -172,6 +179,7 @@ RunConfig read_run_config(const toml::table& table) {
     t.sample_temperature = r.get("sample_temperature", t.sample_temperature);
     t.sample_top_k = r.get("sample_top_k", t.sample_top_k);
     t.sample_prompt = r.get("sample_prompt", t.sample_prompt);
+    t.init_from = r.get("init_from", t.init_from);
     r.finish();
   }
   {
@@ -265,7 +273,8 @@ std::string to_toml(const RunConfig& c) {
                     {"sample_tokens", t.sample_tokens},
                     {"sample_temperature", shortest(t.sample_temperature)},
                     {"sample_top_k", t.sample_top_k},
-                    {"sample_prompt", t.sample_prompt}};
+                    {"sample_prompt", t.sample_prompt},
+                    {"init_from", t.init_from}};
   const auto& o = c.optim;
   toml::table optim{{"name", o.name},
                     {"lr", shortest(o.lr)},

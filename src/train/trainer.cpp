@@ -156,7 +156,7 @@ std::string choose_start(const RunConfig& cfg, RunFolder& folder, const Checkpoi
              checkpoints.dir());
     return *latest;
   }
-  return resume;
+  return resolve_checkpoint(resume);  // a run folder, its checkpoints/ folder or a step folder
 }
 
 }  // namespace
@@ -223,6 +223,19 @@ TrainResult Trainer::run() {
 
   int64_t step = 0;
   std::vector<double> val_history;
+  if (resume_path.empty() && !cfg.train.init_from.empty()) {
+    // Weights only: the step, optimizer state, data position and seed stay this run's own.
+    parallel::DataParallel::FullParameters full = engine.full_parameters();
+    const LoadedWeights init = load_weights(cfg.train.init_from, cfg.model, {model.parameters(), full, nullptr, {}});
+    full.write_back();
+    if (leader) {
+      fmt::print("initialized from the weights of {}: a new run from step 0\n", init.path);
+      if (!init.tokenizer_path.empty() && file_checksum(init.tokenizer_path) != file_checksum(tokenizer_path)) {
+        fmt::print("warning: {}'s tokenizer differs from this data's ({}): the same ids may mean other text\n",
+                   init.path, tokenizer_path);
+      }
+    }
+  }
   if (!resume_path.empty()) {
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), dp_comm);

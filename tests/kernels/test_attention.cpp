@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -88,6 +89,91 @@ INSTANTIATE_TEST_SUITE_P(Kernels, TiledAttention,
                          [](const ::testing::TestParamInfo<Shape>& s) {
                            return fmt::format("B{}_T{}_C{}_H{}", s.param.B, s.param.T, s.param.C, s.param.H);
                          });
+
+// Incremental attention (decoding with a cache) against the full attention's rows: a prefill of
+// the first P tokens, then the rest in chunks of `step` tokens (1: token by token), each chunk's
+// output equal to the full attention's rows of those positions. Double: to round-off against the
+// naive kernel; float: within 1e-5 of the tiled kernel, which training uses.
+struct DecodeShape {
+  int B, T, C, H, prefill, step;
+};
+
+class DecodeAttention : public ::testing::TestWithParam<DecodeShape> {};
+
+template <class T>
+void decode_in_chunks(const DecodeShape& s, const std::vector<T>& qkv, std::vector<T>& out, int capacity) {
+  const size_t C = size_t(s.C);
+  std::vector<T> keys(size_t(s.B) * capacity * C, T(-7)), values(keys.size(), T(-7));
+  for (int past = 0; past < s.T;) {
+    const int n = std::min(past == 0 ? s.prefill : s.step, s.T - past);
+    std::vector<T> chunk(size_t(s.B) * n * 3 * C), chunk_out(size_t(s.B) * n * C);
+    for (int b = 0; b < s.B; ++b) {
+      std::copy_n(qkv.begin() + (size_t(b) * s.T + past) * 3 * C, size_t(n) * 3 * C, chunk.begin() + size_t(b) * n * 3 * C);
+    }
+    attention_decode(chunk_out.data(), keys.data(), values.data(), chunk.data(), s.B, n, past, capacity, s.C, s.H);
+    for (int b = 0; b < s.B; ++b) {
+      std::copy_n(chunk_out.begin() + size_t(b) * n * C, size_t(n) * C, out.begin() + (size_t(b) * s.T + past) * C);
+    }
+    past += n;
+  }
+  // The cache holds every key and value at its position, and nothing past them was touched.
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = 0; t < capacity; ++t) {
+      for (size_t c = 0; c < C; ++c) {
+        const size_t at = (size_t(b) * capacity + t) * C + c;
+        ASSERT_EQ(keys[at], t < s.T ? qkv[(size_t(b) * s.T + t) * 3 * C + C + c] : T(-7));
+        ASSERT_EQ(values[at], t < s.T ? qkv[(size_t(b) * s.T + t) * 3 * C + 2 * C + c] : T(-7));
+      }
+    }
+  }
+}
+
+TEST_P(DecodeAttention, MatchesTheFullAttentionRows) {
+  const DecodeShape s = GetParam();
+  const std::string tag = fmt::format("decode:{},{},{},{}", s.B, s.T, s.C, s.prefill);
+  const std::vector<double> qkv = random_normal(size_t(s.B) * s.T * 3 * s.C, 21, tag);
+  const int capacity = s.T + 3;  // a cache longer than the sequence, as a model's is
+
+  std::vector<double> want(size_t(s.B) * s.T * s.C), att(size_t(s.B) * s.H * s.T * s.T), got(want.size());
+  attention_forward_naive(want.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.H);
+  decode_in_chunks(s, qkv, got, capacity);
+  EXPECT_LT(relative_error(got, want), 1e-12);
+
+  const std::vector<float> qkv_f = cast<float>(qkv);
+  std::vector<float> want_f(want.size()), lse(size_t(s.B) * s.H * s.T), got_f(want.size());
+  attention_forward(want_f.data(), lse.data(), qkv_f.data(), s.B, s.T, s.C, s.H);
+  decode_in_chunks(s, qkv_f, got_f, capacity);
+  EXPECT_LT(relative_error(cast<double>(got_f), cast<double>(want_f)), 1e-5);
+  // The last row alone, the one sampling reads: also within 1e-5.
+  for (int b = 0; b < s.B; ++b) {
+    const size_t last = (size_t(b) * s.T + s.T - 1) * s.C;
+    const std::vector<double> a(got_f.begin() + last, got_f.begin() + last + s.C);
+    const std::vector<double> r(want_f.begin() + last, want_f.begin() + last + s.C);
+    EXPECT_LT(relative_error(a, r), 1e-5) << "b=" << b;
+  }
+}
+
+// T = 300 spans three key tiles of 128; C = 15, H = 3 has an odd head size.
+INSTANTIATE_TEST_SUITE_P(Kernels, DecodeAttention,
+                         ::testing::Values(DecodeShape{1, 1, 16, 2, 1, 1}, DecodeShape{2, 40, 16, 2, 1, 1},
+                                           DecodeShape{2, 67, 15, 3, 20, 1}, DecodeShape{1, 130, 64, 1, 130, 1},
+                                           DecodeShape{3, 300, 24, 2, 17, 1}, DecodeShape{2, 129, 32, 4, 64, 7}),
+                         [](const ::testing::TestParamInfo<DecodeShape>& s) {
+                           return fmt::format("B{}_T{}_C{}_H{}_prefill{}_step{}", s.param.B, s.param.T, s.param.C,
+                                              s.param.H, s.param.prefill, s.param.step);
+                         });
+
+TEST(KernelAttention, DecodeRefusesPositionsPastTheCache) {
+  std::vector<float> qkv(3 * 8 * 2), out(8 * 2), keys(8 * 4), values(8 * 4);
+  try {
+    attention_decode(out.data(), keys.data(), values.data(), qkv.data(), 1, 2, 3, 4, 8, 2);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 cached and 2 new positions do not fit a cache of 4 positions"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(KernelAttention, RejectsHeadsThatDoNotDivideChannels) {
   std::vector<float> qkv(3 * 10), out(10), lse(3);

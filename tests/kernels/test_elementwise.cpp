@@ -137,6 +137,22 @@ TEST(KernelRope, ScoresDependOnRelativePositionOnly) {
   for (int c = 2 * C; c < 3 * C; ++c) EXPECT_EQ(rotated[size_t(T - 1) * 3 * C + c], qkv[size_t(T - 1) * 3 * C + c]);
 }
 
+// Decoding rotates new tokens at their place in the sequence: a slice of positions [p0, p0 + n)
+// rotated with position0 = p0 equals the same rows of the whole sequence rotated from 0, bitwise
+// (the angles are computed alike), and the backward inverts it.
+TEST(KernelRope, PositionOffsetEqualsTheRowsOfTheWholeSequence) {
+  constexpr int B = 1, T = 45, C = 24, H = 3, p0 = 37, n = T - p0;
+  const std::vector<float> x = cast<float>(random_normal(size_t(B) * T * 3 * C, 14, "rope:offset"));
+  std::vector<float> whole(x.size());
+  rope_forward(whole.data(), x.data(), B, T, C, H, 10000.0f);
+  const std::vector<float> tail(x.begin() + size_t(p0) * 3 * C, x.end());
+  std::vector<float> rotated(tail.size()), back(tail.size());
+  rope_forward(rotated.data(), tail.data(), B, n, C, H, 10000.0f, p0);
+  EXPECT_EQ(rotated, std::vector<float>(whole.begin() + size_t(p0) * 3 * C, whole.end()));
+  rope_backward(back.data(), rotated.data(), B, n, C, H, 10000.0f, p0);
+  EXPECT_LT(relative_error(cast<double>(back), cast<double>(tail)), 1e-6);
+}
+
 TEST(KernelRope, InPlaceEqualsOutOfPlaceAndBackwardInverts) {
   constexpr int B = 2, T = 33, C = 24, H = 3;
   const std::vector<float> x = cast<float>(random_normal(size_t(B) * T * 3 * C, 13, "rope:x"));

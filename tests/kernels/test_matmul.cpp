@@ -72,6 +72,12 @@ std::vector<MatmulCase> cases() {
           v.push_back({1, 1, 1, ta, tb, bias, acc});
         }
   v.push_back({130, 67, 129, false, true, true, false});  // large enough for the threaded bias path
+  // One row (decoding): the matrix-vector path, serial and split over threads (N·K >= 2^21).
+  for (bool tb : {false, true})
+    for (bool acc : {false, true}) {
+      v.push_back({1, 301, 257, false, tb, true, acc});
+      v.push_back({1, 2051, 1031, false, tb, !acc, acc});
+    }
   v.push_back({5, 3, 0, false, false, true, false});      // K = 0: out = bias
   v.push_back({5, 3, 0, true, false, false, true});       // K = 0, accumulate: out unchanged
   return v;
@@ -83,6 +89,27 @@ INSTANTIATE_TEST_SUITE_P(Kernels, Matmul, ::testing::ValuesIn(cases()),
                            return fmt::format("M{}_N{}_K{}{}{}{}{}", c.M, c.N, c.K, c.ta ? "_aT" : "",
                                               c.tb ? "_bT" : "", c.bias ? "_bias" : "", c.accumulate ? "_acc" : "");
                          });
+
+// The one-row path gives the same bits whatever the number of threads: each output is summed by
+// one thread in a fixed order.
+TEST(KernelMatmul, OneRowIsBitwiseTheSameOnAnyNumberOfThreads) {
+  constexpr int N = 2051, K = 1031;  // above the size that splits the work
+  const std::vector<float> a = cast<float>(random_normal(K, 5, "mv:a"));
+  const std::vector<float> b = cast<float>(random_normal(size_t(N) * K, 5, "mv:b"));
+  for (Transpose tb : {Transpose::No, Transpose::Yes}) {
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2, 3}) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      std::vector<float> out(N);
+      matmul<float>(out.data(), a.data(), b.data(), nullptr, 1, N, K, Transpose::No, tb, false);
+      omp_set_num_threads(before);
+      outs.push_back(out);
+    }
+    EXPECT_EQ(outs[0], outs[1]);
+    EXPECT_EQ(outs[0], outs[2]);
+  }
+}
 
 // Attention calls gemm on strided tiles from every thread of a parallel region at once.
 TEST(KernelGemm, StridedTilesFromManyThreadsAtOnce) {

@@ -100,6 +100,8 @@ Run run(F f) {
 
 constexpr float kEps = 1e-5f;
 constexpr float kTheta = 10000.0f;
+constexpr int kPast = 3;       // attention_decode: positions already in the cache
+constexpr int kPosition0 = 5;  // rope: the first token's position (decoding places tokens after a cache)
 constexpr float kDropout = 0.25f;
 constexpr uint64_t kSeed = 7, kStream = 11, kOffset = 100;
 constexpr float kGradScale = 1.0f / 6.0f;
@@ -115,6 +117,8 @@ std::vector<OpCase> op_cases() {
   const Sizes elementwise{{"N", 5}, {"F", 37}};
   const Sizes attention{{"B", 2}, {"T", 5}, {"C", 16}, {"3C", 48}, {"H", 4}};
   const Sizes rope{{"B", 2}, {"T", 5}, {"C", 16}, {"3C", 48}, {"H", 2}};
+  // Decoding: T new tokens after kPast cached ones, in a cache of S positions.
+  const Sizes decode{{"B", 2}, {"T", 4}, {"S", 9}, {"C", 16}, {"3C", 48}, {"H", 4}};
   const Sizes embedding{{"B", 2}, {"T", 3}, {"C", 12}, {"V", 11}, {"maxT", 5}};
   const Sizes loss{{"B", 2}, {"T", 3}, {"N", 6}, {"V", 11}};
   const Sizes residual{{"B", 2}, {"T", 3}, {"C", 13}};
@@ -215,15 +219,24 @@ std::vector<OpCase> op_cases() {
               kernels::attention_backward(a.f("dqkv"), a.f("dout"), a.f("qkv"), a.f("out"), a.f("lse"), a.n("B"),
                                           a.n("T"), a.n("C"), a.n("H"));
             })),
-      entry("rope_forward", rope, {arg("y", {"B", "T", "3C"}), arg("x", {"B", "T", "3C"})},
-            run([](const Args& a) { rope_forward(a["y"], a["x"], a.n("H"), kTheta); }),
+      entry("attention_decode", decode,
+            {arg("out", {"B", "T", "C"}), arg("k_cache", {"B", "S", "C"}), arg("v_cache", {"B", "S", "C"}),
+             arg("qkv", {"B", "T", "3C"})},
+            run([](const Args& a) { attention_decode(a["out"], a["k_cache"], a["v_cache"], a["qkv"], kPast, a.n("H")); }),
             run([](const Args& a) {
-              kernels::rope_forward(a.f("y"), a.f("x"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta);
+              kernels::attention_decode(a.f("out"), a.f("k_cache"), a.f("v_cache"), a.f("qkv"), a.n("B"), a.n("T"),
+                                        kPast, a.n("S"), a.n("C"), a.n("H"));
+            })),
+      entry("rope_forward", rope, {arg("y", {"B", "T", "3C"}), arg("x", {"B", "T", "3C"})},
+            run([](const Args& a) { rope_forward(a["y"], a["x"], a.n("H"), kTheta, kPosition0); }),
+            run([](const Args& a) {
+              kernels::rope_forward(a.f("y"), a.f("x"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta, kPosition0);
             })),
       entry("rope_backward", rope, {arg("dx", {"B", "T", "3C"}), arg("dy", {"B", "T", "3C"})},
-            run([](const Args& a) { rope_backward(a["dx"], a["dy"], a.n("H"), kTheta); }),
+            run([](const Args& a) { rope_backward(a["dx"], a["dy"], a.n("H"), kTheta, kPosition0); }),
             run([](const Args& a) {
-              kernels::rope_backward(a.f("dx"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta);
+              kernels::rope_backward(a.f("dx"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta,
+                                     kPosition0);
             })),
       entry("embedding_forward", embedding,
             {arg("y", {"B", "T", "C"}), ints("tokens", {"B", "T"}, Fill::Tokens), arg("wte", {"V", "C"}),

@@ -95,6 +95,30 @@ TEST_F(ParallelTraining, LaunchedRunsMatchTheOneProcessRun) {
   }
 }
 
+// train.init_from under data parallelism and ZeRO: every rank starts from the checkpoint's whole
+// weights (ZeRO-3 keeps its shard of them), so the losses follow the one-process run from the
+// same checkpoint. The checkpoint itself was saved by a sharded job: weights load into any layout.
+TEST_F(ParallelTraining, InitFromUnderDataParallelismFollowsTheOneProcessRun) {
+  const fs::path base = g_root / "init_base";
+  ASSERT_EQ(run_tessera(launch(2, base, "--train.steps 3 --parallel.dp 2 --parallel.zero_stage 2")).exit_code, 0);
+  const std::string init = "--train.steps 3 --train.seed 7 --train.init_from " + base.string();
+  CliResult one = run_tessera(train_args(g_root / "init_one", init));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> want = losses(g_root / "init_one" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 3u);
+  for (int stage : {1, 3}) {
+    const fs::path out = g_root / ("init_dp2_zero" + std::to_string(stage));
+    CliResult r = run_tessera(launch(2, out, init + " --parallel.dp 2 --parallel.zero_stage " + std::to_string(stage)));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("initialized from the weights of"), std::string::npos) << r.output;
+    const std::vector<double> got = losses(out / "metrics.jsonl");
+    ASSERT_EQ(got.size(), want.size()) << r.output;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "stage " << stage << " step " << i + 1;
+    }
+  }
+}
+
 // Save shards at step 3, resume in a new job: the same losses and files as the uninterrupted run
 // (ZeRO-2: optimizer and gradient shards; ZeRO-3: parameters gathered for the save, resharded on load).
 TEST_F(ParallelTraining, ResumeUnderMpiIsBitwise) {

@@ -13,6 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "nn/gpt.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using namespace tessera::testing;
@@ -384,6 +388,116 @@ TEST_F(TrainingProgram, RunsThatCannotFitAreRefusedAtOnce) {
   EXPECT_EQ(warm.exit_code, 0) << warm.output;
   EXPECT_NE(warm.output.find("warning: optim.warmup_steps = 5 is more than train.steps = 1"), std::string::npos)
       << warm.output;
+
+// train.init_from: a new run from a checkpoint's weights alone. Its first step trains on the first
+// batch of its own data order with the checkpoint's weights, so its logged loss is the loss of
+// those weights on that batch, computed here; the optimizer starts fresh and the step count at 0.
+TEST_F(TrainingProgram, InitFromStartsANewRunFromACheckpointsWeights) {
+  const fs::path base = g_root / "init_base", tuned = g_root / "init_tuned", fresh = g_root / "init_fresh";
+  ASSERT_EQ(run_tessera(train_args(base, "--train.steps 6 --optim.lr 0.01")).exit_code, 0);
+  CliResult r = run_tessera(train_args(tuned, "--train.steps 2 --train.seed 5 --train.init_from " + base.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialized from the weights of " + (base / "checkpoints" / "step_00000006").string()),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("warning:"), std::string::npos) << "same data, same tokenizer:\n" << r.output;
+  const std::vector<std::string> steps = train_losses(tuned / "metrics.jsonl");
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].rfind("1:", 0), 0u) << "a new run starts at step 0";
+
+  // The loss of the base weights on the first batch of seed 5's order.
+  const nlohmann::json manifest = tessera::train::read_checkpoint_manifest((base / "checkpoints" / "step_00000006").string());
+  const tessera::train::RunConfig config =
+      tessera::train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+  tessera::MemoryAccountant memory;
+  tessera::nn::GPT model(config.model, memory, 0);
+  tessera::train::load_weights(base.string(), config.model, {model.parameters(), model.parameters(), nullptr, {}});
+  const tessera::data::Dataset dataset = tessera::data::open_dataset(g_dataset);
+  tessera::data::TokenLoader loader(dataset.train, {config.model.seq_len, 4, 5, true});
+  const tessera::data::Batch batch = loader.microbatch(0, 1, 0, 1);
+  tessera::nn::StepContext step{memory, model.parameters()};
+  int64_t count = 0;
+  const double want = model.evaluate(step, batch.inputs.data(), batch.targets.data(), static_cast<int>(batch.rows),
+                                     config.model.seq_len, &count) / static_cast<double>(count);
+  const double got = std::stod(steps[0].substr(2));
+  EXPECT_NEAR(got, want, 1e-5 * want) << "the first step must start from the checkpoint's weights";
+
+  // Fresh optimizer state: two steps taken, at step 2.
+  const nlohmann::json saved = nlohmann::json::parse(read_file((tuned / "checkpoints" / "step_00000002" / "manifest.json").string()));
+  EXPECT_EQ(saved["step"], 2);
+  EXPECT_EQ(saved["optimizer"]["steps_taken"], 2);
+  EXPECT_EQ(saved["seed"], 5);
+  // From scratch, the same first batch costs more: the weights did carry over.
+  ASSERT_EQ(run_tessera(train_args(fresh, "--train.steps 1 --train.seed 5")).exit_code, 0);
+  EXPECT_GT(std::stod(train_losses(fresh / "metrics.jsonl")[0].substr(2)), got + 0.1);
+
+  // With checkpoint.resume = "auto" (a requeue loop) init_from applies only to the first start.
+  const fs::path requeued = g_root / "init_requeued";
+  const std::string auto_args = " --train.seed 5 --checkpoint.resume auto --train.init_from " + base.string();
+  CliResult first = run_tessera(train_args(requeued, "--train.steps 2" + auto_args));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("initialized from the weights of"), std::string::npos) << first.output;
+  EXPECT_EQ(train_losses(requeued / "metrics.jsonl"), steps) << "the same run as without auto";
+  CliResult later = run_tessera(train_args(requeued, "--train.steps 3" + auto_args));
+  ASSERT_EQ(later.exit_code, 0) << later.output;
+  EXPECT_NE(later.output.find("resumed from"), std::string::npos) << later.output;
+  EXPECT_EQ(later.output.find("initialized from"), std::string::npos) << later.output;
+}
+
+TEST_F(TrainingProgram, InitFromIsRefusedWithTheReasonAndTheFix) {
+  const fs::path base = g_root / "init_source";
+  ASSERT_EQ(run_tessera(train_args(base, "--train.steps 1")).exit_code, 0);
+  const std::string from = " --train.init_from " + base.string();
+  struct Case {
+    std::string extra, message;
+  } cases[] = {
+      {from + " --checkpoint.resume latest", "init_from starts a new run from a checkpoint's weights alone"},
+      {from + " --model.n_layer 3", "holds a model of another shape than this run's (model.n_layer: checkpoint 2 vs "
+                                    "config 3); starting from its weights needs the same model"},
+      {from + " --model.vocab_size 400", "tessera data prepare --tokenizer " +
+                                             (base / "checkpoints" / "step_00000001").string() + "/tokenizer.model"},
+      {" --train.init_from " + (g_root / "nowhere").string(), "does not exist"},
+      {" --train.init_from " + g_dataset.string(), "holds no checkpoint"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run_tessera(train_args(g_root / "init_bad", "--train.steps 2" + c.extra));
+    EXPECT_NE(r.exit_code, 0) << c.extra;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.extra << "\n" << r.output;
+  }
+}
+
+// `tessera sample`: bad inputs are refused by name before anything is read; temperature 0 is
+// greedy (the seed does not matter) and the cache gives the text of rerunning the context.
+TEST_F(TrainingProgram, SampleChecksItsInputsAndDecodesGreedily) {
+  const fs::path run = g_root / "sampled";
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 3")).exit_code, 0);
+  const std::string sample = "sample --checkpoint " + run.string() + " ";  // a run folder
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"--prompt \"$(printf 'ab\\377c')\"", "the --prompt text is not valid UTF-8: the byte 0xFF at offset 2"},
+      {"--tokens=-1", "--tokens = -1 must be between 0 and 1000000"},
+      {"--tokens 5000000", "--tokens = 5000000 must be between 0 and 1000000"},
+      {"--top-k=-2", "--top-k = -2 must be >= 0"},
+      {"--temperature inf", "--temperature = inf must be a finite number >= 0"},
+      {"--temperature nan", "--temperature = nan must be a finite number >= 0"},
+      {"--temperature=-1", "--temperature = -1 must be a finite number >= 0"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = run_tessera(sample + c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+  CliResult a = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --seed 1");
+  CliResult b = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --seed 2");
+  CliResult c = run_tessera(sample + "--prompt lord --tokens 40 --temperature 0 --no-kv-cache");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output.rfind("lord", 0), 0u) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(a.output, c.output);
+  CliResult zero = run_tessera(sample + "--prompt lord --tokens 0");
+  EXPECT_EQ(zero.exit_code, 0) << zero.output;
+  EXPECT_EQ(zero.output, "lord\n");
 }
 
 TEST_F(TrainingProgram, EmptyCorpusIsRefused) {

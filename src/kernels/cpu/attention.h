@@ -17,6 +17,17 @@ void attention_forward(T* out /*[B,T,C]*/, T* lse /*[B,H,T]*/, const T* qkv /*[B
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int H);
 
+// Incremental attention for decoding, forward only (generation never trains). The Tn new tokens
+// of qkv[B,Tn,3C] sit at positions past .. past+Tn-1 of sequences whose keys and values at the
+// positions before `past` are already in k_cache and v_cache [B,S,C] (S >= past + Tn). Writes the
+// new tokens' keys and values into the caches at their positions, then
+//   out[b,i] = softmax_j(q_i · k_j / sqrt(D)) v_j over j <= past + i,
+// which is row past + i of attention_forward over the whole sequence. Each query runs an online
+// softmax over tiles of keys, so no scores are stored beyond one tile (stack scratch; D <= 256).
+template <class T>
+void attention_decode(T* out /*[B,Tn,C]*/, T* k_cache /*[B,S,C]*/, T* v_cache /*[B,S,C]*/, const T* qkv /*[B,Tn,3C]*/,
+                      int B, int Tn, int past, int S, int C, int H);
+
 // Naive reference: materializes att[B,H,T,T], the post-softmax probabilities (zeros above the
 // diagonal). For tests and small shapes.
 template <class T>

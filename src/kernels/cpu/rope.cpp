@@ -13,12 +13,14 @@ namespace {
 // Rotates by +angle (forward) or -angle (backward). Angles are computed in double for both
 // instantiations, so the float kernel's only error is the final rounding of cos and sin.
 template <class T>
-void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, bool inverse, const char* name) {
+void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int position0, bool inverse,
+            const char* name) {
   TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0, "{}: C={} must be a positive multiple of H={}", name, C,
            H);
   const int D = C / H;
   TS_CHECK(D % 2 == 0, "{}: head dimension D = C/H = {} must be even to rotate pairs (i, i + D/2)", name, D);
   TS_CHECK(theta > 0.0f, "{}: theta = {} must be positive", name, theta);
+  TS_CHECK(position0 >= 0, "{}: the first position {} must not be negative", name, position0);
   const int half = D / 2;
   const size_t row = 3 * static_cast<size_t>(C);
   const size_t t_stride = static_cast<size_t>(Tn) * row;
@@ -31,7 +33,7 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, bool
       T cos_t[kChunk], sin_t[kChunk];
       for (int i = 0; i < len; ++i) {
         const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * (i0 + i) / D);
-        const double angle = static_cast<double>(t) * inv_freq;
+        const double angle = static_cast<double>(position0 + t) * inv_freq;
         cos_t[i] = static_cast<T>(std::cos(angle));
         sin_t[i] = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
       }
@@ -61,18 +63,18 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, bool
 }  // namespace
 
 template <class T>
-void rope_forward(T* out, const T* inp, int B, int Tn, int C, int H, float theta) {
-  rotate(out, inp, B, Tn, C, H, theta, false, "rope_forward");
+void rope_forward(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int position0) {
+  rotate(out, inp, B, Tn, C, H, theta, position0, false, "rope_forward");
 }
 
 template <class T>
-void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int H, float theta) {
-  rotate(dinp, dout, B, Tn, C, H, theta, true, "rope_backward");
+void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int H, float theta, int position0) {
+  rotate(dinp, dout, B, Tn, C, H, theta, position0, true, "rope_backward");
 }
 
-template void rope_forward<float>(float*, const float*, int, int, int, int, float);
-template void rope_forward<double>(double*, const double*, int, int, int, int, float);
-template void rope_backward<float>(float*, const float*, int, int, int, int, float);
-template void rope_backward<double>(double*, const double*, int, int, int, int, float);
+template void rope_forward<float>(float*, const float*, int, int, int, int, float, int);
+template void rope_forward<double>(double*, const double*, int, int, int, int, float, int);
+template void rope_backward<float>(float*, const float*, int, int, int, int, float, int);
+template void rope_backward<double>(double*, const double*, int, int, int, int, float, int);
 
 }  // namespace tessera::kernels

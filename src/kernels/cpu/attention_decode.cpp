@@ -1,0 +1,111 @@
+// Incremental attention (decoding with a key/value cache). Each new token's query needs one pass
+// over the keys and values of the positions before it; with one token at a time that is a
+// matrix-vector product, so there is nothing for BLAS to gain and the kernel is plain loops:
+// per (batch, head, query) item an online softmax over tiles of kTile keys, with the scores of a
+// tile on the stack and the output accumulated in place. Items write disjoint rows of `out`, so
+// the OpenMP loop over them needs no synchronization, and each item's arithmetic is the same
+// whatever the number of threads.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+
+#include "core/check.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace tessera::kernels {
+
+namespace {
+
+constexpr int kTile = 128;
+// One token of one sequence against a context of a few hundred positions is some tens of
+// microseconds of work: less than waking the OpenMP team and, on a busy machine, far less than
+// waiting at the region's end for a descheduled thread. Larger batches and contexts go parallel.
+constexpr size_t kParallelWork = size_t{1} << 18;
+constexpr int kMaxHeadDim = 256;  // the tiled attention's cap, so every model that trains also decodes
+
+// out_row[D] = softmax(scale · q · K[0..L)ᵀ) V[0..L) for one head; K and V rows are `ld` apart.
+template <class T>
+void attend_one(T* out_row, const T* q, const T* k, const T* v, int L, int D, size_t ld, T scale) {
+  T scores[kTile];
+  T acc[kMaxHeadDim];
+  std::fill(acc, acc + D, T(0));
+  T row_max = -std::numeric_limits<T>::infinity(), row_sum = 0;
+  for (int j0 = 0; j0 < L; j0 += kTile) {
+    const int n = std::min(kTile, L - j0);
+    T tile_max = row_max;
+    for (int j = 0; j < n; ++j) {
+      const T* kr = k + static_cast<size_t>(j0 + j) * ld;
+      T s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int d = 0; d < D; ++d) s += q[d] * kr[d];
+      scores[j] = s * scale;
+      tile_max = scores[j] > tile_max ? scores[j] : tile_max;
+    }
+    // The first tile holds key 0, so the maximum is finite from then on; exp(-inf) = 0 makes the
+    // first rescale harmless.
+    const T alpha = detail::vexp<T>(row_max - tile_max);
+    row_sum *= alpha;
+    if (alpha != T(1)) {
+#pragma omp simd
+      for (int d = 0; d < D; ++d) acc[d] *= alpha;
+    }
+#pragma omp simd
+    for (int j = 0; j < n; ++j) scores[j] = detail::vexp<T>(scores[j] - tile_max);
+    for (int j = 0; j < n; ++j) {
+      const T p = scores[j];
+      row_sum += p;
+      const T* vr = v + static_cast<size_t>(j0 + j) * ld;
+#pragma omp simd
+      for (int d = 0; d < D; ++d) acc[d] += p * vr[d];
+    }
+    row_max = tile_max;
+  }
+  const T inv = T(1) / row_sum;
+#pragma omp simd
+  for (int d = 0; d < D; ++d) out_row[d] = acc[d] * inv;
+}
+
+}  // namespace
+
+template <class T>
+void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int Tn, int past, int S, int C, int H) {
+  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
+           "attention_decode: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", C, H, B, Tn);
+  TS_CHECK(past >= 0 && S >= 0 && static_cast<int64_t>(past) + Tn <= S,
+           "attention_decode: {} cached and {} new positions do not fit a cache of {} positions", past, Tn, S);
+  const int D = C / H;
+  TS_CHECK(D <= kMaxHeadDim, "attention_decode: head dimension D = C/H = {} is above the supported maximum of {}", D,
+           kMaxHeadDim);
+  const size_t c = static_cast<size_t>(C);
+  // Keys and values first: new token i attends to the new tokens before it.
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < Tn; ++i) {
+      const T* row = qkv + (static_cast<size_t>(b) * Tn + i) * 3 * c;
+      const size_t at = (static_cast<size_t>(b) * S + past + i) * c;
+      std::memcpy(k_cache + at, row + c, c * sizeof(T));
+      std::memcpy(v_cache + at, row + 2 * c, c * sizeof(T));
+    }
+  }
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  const long items = static_cast<long>(B) * H * Tn;
+  const size_t work = static_cast<size_t>(items) * (static_cast<size_t>(past) + Tn) * 2 * D;
+#pragma omp parallel for schedule(dynamic, 1) if (work >= kParallelWork && detail::worth_parallel(work))
+  for (long item = 0; item < items; ++item) {
+    const int i = static_cast<int>(item % Tn);
+    const int h = static_cast<int>(item / Tn % H);
+    const int b = static_cast<int>(item / (static_cast<long>(Tn) * H));
+    const size_t head = static_cast<size_t>(h) * D;
+    const size_t seq = static_cast<size_t>(b) * S * c;
+    attend_one(out + (static_cast<size_t>(b) * Tn + i) * c + head, qkv + (static_cast<size_t>(b) * Tn + i) * 3 * c + head,
+               k_cache + seq + head, v_cache + seq + head, past + i + 1, D, c, scale);
+  }
+}
+
+template void attention_decode<float>(float*, float*, float*, const float*, int, int, int, int, int, int);
+template void attention_decode<double>(double*, double*, double*, const double*, int, int, int, int, int, int);
+
+}  // namespace tessera::kernels

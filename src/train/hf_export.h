@@ -1,0 +1,40 @@
+#pragma once
+// Export of a checkpoint in the layout of Hugging Face transformers, so the model loads with
+// `AutoModelForCausalLM.from_pretrained(dir)` and the tools built on it:
+//   model.safetensors      the weights (f32), by the names of GPT2LMHeadModel or LlamaForCausalLM
+//   config.json            the architecture, sizes, context length, norm epsilon, rotary base,
+//                          tied or untied head, vocabulary size, BOS/EOS ids (from the tokenizer)
+//   tokenizer.model        the SentencePiece model the data was tokenized with, as it is
+//   tokenizer_config.json  special tokens and LlamaTokenizer, transformers' reader of SentencePiece
+//                          models (GPT-2's own tokenizer is byte-level BPE and cannot read one)
+//
+// Names and layouts:
+//   GPT-2: transformer.wte / wpe, transformer.h.N.ln_1 / attn.c_attn / attn.c_proj / ln_2 /
+//          mlp.c_fc / mlp.c_proj, transformer.ln_f, and lm_head.weight when the head is not tied.
+//          GPT-2's Conv1D stores its weight [in, out], the transpose of tessera's Linear [out, in];
+//          c_attn keeps tessera's q | k | v order of output columns. The HF model always has
+//          biases, so a model trained without them exports zero biases (the same function).
+//   Llama: model.embed_tokens, model.layers.N.input_layernorm / self_attn.{q,k,v,o}_proj /
+//          post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm, lm_head (untied). The
+//          fused qkv [3C, C] is split into q, k and v [C, C]. Rotary positions need no permutation:
+//          tessera rotates the pairs (i, i + D/2) of each head ("rotate half"), as HF Llama does.
+#include <string>
+#include <vector>
+
+namespace tessera::train {
+
+// The formats `tessera export --format` knows, and what each writes.
+std::vector<std::pair<std::string, std::string>> export_formats();
+
+struct ExportResult {
+  std::string checkpoint;          // the resolved step folder
+  std::string model_type;          // "gpt2" or "llama"
+  std::vector<std::string> files;  // written into the output folder
+};
+
+// Writes `checkpoint` (a run folder, its checkpoints/ folder or a step folder) into `out_dir` in
+// the Hugging Face layout. An existing output folder that is not empty is refused unless `force`
+// (then the export's files replace their namesakes; other files stay).
+ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir, bool force);
+
+}  // namespace tessera::train
