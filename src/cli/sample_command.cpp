@@ -18,7 +18,7 @@ void add_sample_command(CLI::App& app) {
     train::SamplingOptions sampling;
   };
   auto o = std::make_shared<Options>();
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint folder (or a run's checkpoints/ folder: its latest)")
+  cmd->add_option("--checkpoint", o->checkpoint, "a checkpoint folder, a run folder or its checkpoints/ folder (then its latest checkpoint)")
       ->required();
   cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", o->sampling.max_new_tokens, "tokens to generate")->capture_default_str();
@@ -26,12 +26,12 @@ void add_sample_command(CLI::App& app) {
   cmd->add_option("--top-k", o->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--seed", o->sampling.seed, "random seed")->capture_default_str();
   cmd->callback([o]() {
-    std::string path = o->checkpoint;
-    if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
-      path = *train::CheckpointStore(path, 1).latest();
-    }
-    nlohmann::json manifest = train::read_checkpoint_manifest(path);
-    train::RunConfig config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+    std::string note;
+    const std::string path = train::resolve_checkpoint(o->checkpoint, "", &note);
+    // On stderr: stdout carries only the generated text.
+    if (!note.empty()) fmt::print(stderr, "{}\n", note);
+    const train::CheckpointManifest manifest = train::read_checkpoint_manifest(path);
+    const train::RunConfig config = train::checkpoint_run_config(manifest, path);
     MemoryAccountant memory;
     nn::GPT model(config.model, memory, 0);
     train::load_checkpoint(path, config, {model.parameters(), model.parameters(), nullptr, {}});

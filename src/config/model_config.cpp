@@ -80,17 +80,21 @@ ModelConfig gpt2_124m() {
   return m;
 }
 
+toml::table parse_toml_text(std::string_view text, const std::string& name) {
+  try {
+    return toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    TS_FAIL("config file '{}' line {} column {}: {}", name, e.source().begin.line, e.source().begin.column,
+            e.description());
+  }
+}
+
 toml::table parse_toml_file(const std::string& path) {
   std::ifstream in(path);
   TS_CHECK(in.good(), "cannot open config file '{}'", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return toml::parse(ss.str(), path);
-  } catch (const toml::parse_error& e) {
-    TS_FAIL("config file '{}' line {} column {}: {}", path, e.source().begin.line, e.source().begin.column,
-            e.description());
-  }
+  return parse_toml_text(ss.str(), path);
 }
 
 }  // namespace tessera::config

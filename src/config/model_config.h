@@ -5,6 +5,7 @@
 //   V vocab_size, L = n_layer.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "config/toml_reader.h"
 
@@ -44,5 +45,7 @@ std::string architecture_name(Architecture a);
 
 // Parses a TOML file with a message that names the file, line and column on syntax errors.
 toml::table parse_toml_file(const std::string& path);
+// The same for text in memory; `name` stands for the file in messages.
+toml::table parse_toml_text(std::string_view text, const std::string& name);
 
 }  // namespace tessera::config

@@ -186,13 +186,9 @@ TrainResult Trainer::run() {
   int64_t step = 0;
   std::vector<double> val_history;
   if (!cfg.checkpoint.resume.empty()) {
-    std::string path = cfg.checkpoint.resume;
-    if (path == "latest") {
-      std::optional<std::string> latest = checkpoints.latest();
-      TS_CHECK(latest.has_value(), "checkpoint.resume = \"latest\" but '{}' holds no checkpoint; start without it",
-               checkpoints.dir());
-      path = *latest;
-    }
+    std::string note;
+    const std::string path = resolve_checkpoint(cfg.checkpoint.resume, checkpoints.dir(), &note);
+    if (leader && !note.empty()) fmt::print("{}\n", note);
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     LoadedCheckpoint loaded = load_checkpoint(path, cfg, model_state(model, engine, full), dp_comm);
     full.write_back();

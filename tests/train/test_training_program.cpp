@@ -209,6 +209,37 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
 
+// --checkpoint.resume and sample --checkpoint take a run folder, its checkpoints/ folder or a step
+// folder; a missing `latest` falls back to the newest complete checkpoint, and says so.
+TEST_F(TrainingProgram, ResumeFindsTheCheckpointFromARunOrCheckpointsFolder) {
+  const fs::path run = g_root / "resolve";
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 6 --train.exit_after 2 --checkpoint.every 1")).exit_code, 0);
+  fs::remove(run / "checkpoints" / "latest");
+  CliResult r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume latest"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("using the newest complete checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step_00000002 at step 2"), std::string::npos) << r.output;
+  r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " + run.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 3"), std::string::npos) << r.output;
+  r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " +
+                                      (run / "checkpoints").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
+  for (const fs::path& given : {run, run / "checkpoints", run / "checkpoints" / "step_00000004"}) {
+    CliResult s = run_tessera("sample --checkpoint " + given.string() + " --tokens 2");
+    EXPECT_EQ(s.exit_code, 0) << given << "\n" << s.output;
+  }
+  // A manifest edited by hand is refused, naming what happened.
+  const fs::path manifest = run / "checkpoints" / "step_00000005" / "manifest.json";
+  std::string text = read_file(manifest.string());
+  text.replace(text.find("\"step\": 5"), 9, "\"step\": 4");
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << text;
+  r = run_tessera(train_args(run, "--train.steps 6 --checkpoint.resume latest"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("was modified after it was saved"), std::string::npos) << r.output;
+}
+
 TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
   const fs::path run = g_root / "killed";
   // A checkpoint every step, so saves take much of the time and kills land inside them.
