@@ -227,6 +227,25 @@ TEST_F(SafeTensors, MissingFileOrFolder) {
   expect_open_error(dir_.string(), "not a regular file");
 }
 
+TEST_F(SafeTensors, BytesInMemoryGetTheSameChecksAsAFile) {
+  const std::string bytes = read_bytes(small_valid_file());
+  SafeTensorsFile f = SafeTensorsFile::from_bytes(std::vector<char>(bytes.begin(), bytes.end()), "memory.safetensors");
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(f.metadata_value("step"), "7");
+  SafeTensorsFile moved = std::move(f);  // the bytes move with it
+  MemoryAccountant acc;
+  Tensor a = Tensor::empty({2, 3}, DType::F32, MemoryTag::Workspace, acc);
+  moved.copy_to("a", a);
+  EXPECT_EQ(a.data<float>()[5], 2.5f);
+  try {
+    SafeTensorsFile::from_bytes(std::vector<char>(bytes.begin(), bytes.end() - 1), "memory.safetensors");
+    ADD_FAILURE() << "a truncated buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(SafeTensorsFile::from_bytes({}, "memory.safetensors"), Error);
+}
+
 TEST_F(SafeTensors, EmptyAndTinyFiles) {
   write_bytes(path("empty"), "");
   expect_open_error(path("empty"), "too short");
