@@ -63,11 +63,15 @@ SafeTensorEntry parse_entry(const std::string& path, const std::string& name, co
            name, shape_json.size());
   Shape shape;
   uint64_t numel = 1;
+  // The product with empty dimensions counted as 1 bounds the strides of a tensor of this shape:
+  // [0, 2^62, 2^62] has no element, but no tensor can have its strides.
+  uint64_t span = 1;
   bool overflow = false;
   for (const json& d : shape_json) {
     uint64_t dim = read_unsigned(d, path, name, "shape");
     overflow = overflow || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-               __builtin_mul_overflow(numel, dim, &numel);
+               __builtin_mul_overflow(numel, dim, &numel) || __builtin_mul_overflow(span, std::max<uint64_t>(dim, 1), &span) ||
+               span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     shape.push_back(static_cast<int64_t>(std::min<uint64_t>(dim, std::numeric_limits<int64_t>::max())));
   }
   uint64_t bytes = 0;

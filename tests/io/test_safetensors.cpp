@@ -313,6 +313,10 @@ TEST_F(SafeTensors, ShapeOverflow) {
   expect_open_error(raw_file("ovf", h, ""), "overflows");
   h = "{" + entry_json("a", "F32", "[18446744073709551615]", 0, 0) + "}";
   expect_open_error(raw_file("ovf2", h, ""), "overflows");
+  // No element, yet no tensor can have this shape's strides: viewing it overflowed (found reviewing
+  // the fuzz targets; tests/fuzz/corpus/fuzz_safetensors/regression_empty_shape_stride_overflow.safetensors).
+  h = "{" + entry_json("a", "F32", "[0,4611686018427387904,4611686018427387904]", 0, 0) + "}";
+  expect_open_error(raw_file("ovf3", h, ""), "overflows");
 }
 
 TEST_F(SafeTensors, UnknownAndUnsupportedDtypes) {
