@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/json_input.h"
 
 namespace tessera::data {
 
@@ -105,7 +106,7 @@ DatasetInfo parse_dataset_info(std::string_view text, const fs::path& path) {
   const std::string file = path.string();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end());
+    j = parse_json_bounded(text, file);
   } catch (const nlohmann::json::exception& e) {
     TS_FAIL("{} is not valid JSON ({}); prepare the data again", file, e.what());
   }

@@ -10,6 +10,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "io/safetensors.h"
 
 namespace tessera::io {
@@ -151,7 +152,8 @@ void SafeTensorsFile::parse(const char* base, uint64_t file_bytes) {
 
   json header;
   try {
-    header = json::parse(base + 8, base + 8 + header_bytes);
+    header = parse_json_bounded(std::string_view(base + 8, header_bytes),
+                                fmt::format("safetensors file '{}': the header", path_));
   } catch (const json::exception& e) {
     TS_FAIL("safetensors file '{}': the header is not valid JSON: {}", path_, e.what());
   }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/json_input.h"
 #include "data/loader.h"
 
 namespace tessera::train {
@@ -144,7 +145,7 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
                                              std::optional<int64_t> folder_step) {
   json root;
   try {
-    root = json::parse(text.begin(), text.end());
+    root = parse_json_bounded(text, fmt::format("checkpoint manifest '{}'", source));
   } catch (const json::exception& e) {
     TS_FAIL("checkpoint manifest '{}' is not valid JSON ({}); {}", source, e.what(), kFix);
   }

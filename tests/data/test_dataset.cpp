@@ -197,6 +197,11 @@ TEST_F(PreparedDataset, ImpossibleClaimsInDataJsonAreRefused) {
   EXPECT_ERROR_WITH(parse_dataset_info("{\"format\": \"tessera-dataset\"}", "memory/data.json"), "memory/data.json",
                     "no \"vocab_size\"");
   EXPECT_ERROR_WITH(parse_dataset_info("[]", "memory/data.json"), "not a tessera dataset description");
+  // A value nested this deep would overflow the stack when an error message prints it.
+  EXPECT_ERROR_WITH(parse_dataset_info("{\"format\": \"tessera-dataset\", \"vocab_size\": " + std::string(200000, '[') +
+                                           std::string(200000, ']') + "}",
+                                       "memory/data.json"),
+                    "memory/data.json", "nests JSON more than 64 levels");
 }
 
 TEST_F(PreparedDataset, BadOptionsAndEmptyCorpusAreClearErrors) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/json_input.h"
 #include "train/checkpoint_manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -18,7 +19,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     train::parse_checkpoint_manifest(text, "fuzz/step_00000003/manifest.json", train::step_of_folder_name("step_00000003"));
   } catch (const Error&) {
   }
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j;
+  try {
+    j = parse_json_bounded(text, "fuzz input");
+  } catch (const Error&) {
+    return 0;
+  } catch (const nlohmann::json::exception&) {
+    return 0;
+  }
   if (!j.is_object()) return 0;
   j.erase("manifest_xxh3");
   try {

@@ -270,7 +270,10 @@ TEST_F(SafeTensors, InvalidJson) {
 
 TEST_F(SafeTensors, DeeplyNestedJsonFailsCleanly) {
   std::string nested = "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
-  expect_open_error(raw_file("nested", nested, ""), "expected an object");
+  expect_open_error(raw_file("nested", nested, ""), "nests JSON more than 64 levels");
+  // Where an error message would print the value (metadata must be strings).
+  nested = "{\"__metadata__\":{\"k\":" + std::string(200000, '[') + std::string(200000, ']') + "}}";
+  expect_open_error(raw_file("nested_meta", nested, ""), "nests JSON");
 }
 
 TEST_F(SafeTensors, OffsetsOutsideTheBuffer) {
