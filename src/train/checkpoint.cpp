@@ -180,7 +180,8 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   const std::string tmp = tmp_of(owner);
 
   if (sharded) {
-    saving(dir_, tmp, final_path, [&] {
+    // Only rank 0, which made the temporary folder, removes it; the others report their failure.
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
       write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
     });
   }
