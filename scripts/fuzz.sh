@@ -26,9 +26,14 @@ for target in "${targets[@]}"; do
   scratch="build/fuzz-corpus/$target"
   mkdir -p "$scratch"
   echo "fuzz: $target for ${seconds} s"
+  # The words each parser looks for, where a dictionary lists them.
+  dict=()
+  if [ -f "tests/fuzz/$target.dict" ]; then
+    dict=(-dict="tests/fuzz/$target.dict")
+  fi
   # The first corpus folder receives new inputs; the seeds are read after it.
   if ! build/fuzz/tests/fuzz/"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-      -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build/fuzz-findings/$target-" \
+      -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="build/fuzz-findings/$target-" "${dict[@]}" \
       "$scratch" "tests/fuzz/corpus/$target" > "build/fuzz-findings/$target.log" 2>&1; then
     echo "fuzz: $target FOUND A PROBLEM (log: build/fuzz-findings/$target.log):"
     grep -E "ERROR|SUMMARY|Test unit written|terminate|what\(\)" "build/fuzz-findings/$target.log" | head -20 || true
