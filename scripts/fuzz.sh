@@ -17,8 +17,10 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(fuzz_run_config fuzz_manifest fuzz_safetensors fuzz_token_file fuzz_data_json)
 fi
 
+start=$SECONDS
 cmake --preset fuzz -G Ninja > /dev/null
 cmake --build --preset fuzz -j "$(nproc)"
+echo "fuzz: targets built in $((SECONDS - start)) s"
 
 mkdir -p build/fuzz-findings
 status=0
@@ -42,4 +44,5 @@ for target in "${targets[@]}"; do
     grep -E "stat::number_of_executed_units|cov: " "build/fuzz-findings/$target.log" | tail -2 | sed 's/^/  /'
   fi
 done
+echo "fuzz: ${#targets[@]} targets in $((SECONDS - start)) s, $([ "$status" = 0 ] && echo "no findings" || echo "FINDINGS")"
 exit "$status"
