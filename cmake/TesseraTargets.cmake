@@ -14,6 +14,16 @@ if(TESSERA_SANITIZE)
                          -fno-sanitize-recover=undefined)
   target_link_options(tessera_options INTERFACE -fsanitize=address,undefined)
 endif()
+if(TESSERA_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "TESSERA_FUZZ needs clang (libFuzzer): configure with the fuzz preset")
+  endif()
+  # Every library is instrumented for coverage and checked by ASan and UBSan; only the fuzz
+  # targets themselves link libFuzzer's main (tests/fuzz).
+  target_compile_options(tessera_options INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+                         -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(tessera_options INTERFACE -fsanitize=address,undefined)
+endif()
 target_include_directories(tessera_options INTERFACE ${PROJECT_SOURCE_DIR}/src)
 
 # tessera_library(NAME DIR <dir> DEPS <targets...>): a static library from every .cpp under DIR.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tessera needs, only those missing. Safe to run repeatedly.
+# clang with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev)
+# build the fuzz targets of tests/fuzz; everything else is built with GCC.
 set -euo pipefail
 
 packages=(
@@ -8,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libxxhash-dev libsentencepiece-dev sentencepiece
   openmpi-bin libopenmpi-dev bible-kjv
   python3-torch python3-numpy
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

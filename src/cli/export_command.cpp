@@ -30,6 +30,7 @@ void add_export_command(CLI::App& app) {
     }
     TS_CHECK(found, "export: unknown --format '{}'; the formats are:{}", o->format, known);
     const train::ExportResult r = train::export_hf(o->checkpoint, o->out, o->force);
+    if (!r.note.empty()) fmt::print("{}\n", r.note);
     fmt::print("exported {} ({}) to {}: {}\n", r.checkpoint, r.model_type, o->out, fmt::join(r.files, ", "));
   });
 }

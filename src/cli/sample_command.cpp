@@ -52,16 +52,12 @@ void add_sample_command(CLI::App& app) {
              "the --prompt text is not valid UTF-8: the byte 0x{:02X} at offset {} does not start a valid character; "
              "give the prompt in UTF-8 (check the terminal's or the file's encoding)",
              static_cast<unsigned>(static_cast<unsigned char>(o->prompt[bad])), bad);
-    const std::string path = train::resolve_checkpoint(o->checkpoint);
-    nlohmann::json manifest = train::read_checkpoint_manifest(path);
-    train::RunConfig config;
-    try {
-      config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
-    } catch (const nlohmann::json::exception& e) {
-      TS_FAIL("checkpoint manifest of '{}' has no readable config: {}", path, e.what());
-    } catch (const toml::parse_error& e) {
-      TS_FAIL("checkpoint manifest of '{}' holds a config that does not parse: {}", path, e.what());
-    }
+    std::string note;
+    const std::string path = train::resolve_checkpoint(o->checkpoint, "", &note);
+    // On stderr: stdout carries only the generated text.
+    if (!note.empty()) fmt::print(stderr, "{}\n", note);
+    const train::CheckpointManifest manifest = train::read_checkpoint_manifest(path);
+    const train::RunConfig config = train::checkpoint_run_config(manifest, path);
     const std::filesystem::path tokenizer_path = std::filesystem::path(path) / "tokenizer.model";
     TS_CHECK(std::filesystem::exists(tokenizer_path),
              "checkpoint '{}' has no tokenizer.model, so its text cannot be encoded or decoded; copy the dataset's "

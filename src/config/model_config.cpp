@@ -112,6 +112,19 @@ std::string describe_folder_given_as_toml(const std::string& path, const std::st
                      example.empty() ? std::string(" (such as configs/default.toml)") : " such as " + example);
 }
 
+toml::table parse_toml_text(std::string_view text, const std::string& name) {
+  try {
+    return toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    // The line itself, since the parser's description ("expected ']'") rarely names the key.
+    std::istringstream lines{std::string(text)};
+    std::string line;
+    for (auto n = e.source().begin.line; n > 0 && std::getline(lines, line);) --n;
+    TS_FAIL("config file '{}' line {} column {}: {}{}", name, e.source().begin.line, e.source().begin.column,
+            e.description(), line.empty() ? std::string() : fmt::format(" (the line: {})", line));
+  }
+}
+
 toml::table parse_toml_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -124,17 +137,7 @@ toml::table parse_toml_file(const std::string& path) {
   TS_CHECK(in.good(), "cannot read config file '{}': {}", path, std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
-  try {
-    return toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    // The line itself, since the parser's description ("expected ']'") rarely names the key.
-    std::istringstream lines(text);
-    std::string line;
-    for (auto n = e.source().begin.line; n > 0 && std::getline(lines, line);) --n;
-    TS_FAIL("config file '{}' line {} column {}: {}{}", path, e.source().begin.line, e.source().begin.column,
-            e.description(), line.empty() ? std::string() : fmt::format(" (the line: {})", line));
-  }
+  return parse_toml_text(ss.str(), path);
 }
 
 }  // namespace tessera::config

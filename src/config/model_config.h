@@ -5,6 +5,7 @@
 //   V vocab_size, L = n_layer.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "config/toml_reader.h"
 
@@ -47,5 +48,7 @@ std::string architecture_name(Architecture a);
 toml::table parse_toml_file(const std::string& path);
 // "'configs' is a folder; --config takes a TOML file such as configs/default.toml".
 std::string describe_folder_given_as_toml(const std::string& path, const std::string& option);
+// The same for text in memory; `name` stands for the file in messages.
+toml::table parse_toml_text(std::string_view text, const std::string& name);
 
 }  // namespace tessera::config

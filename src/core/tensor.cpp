@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tessera {
@@ -36,7 +37,14 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 void check_shape_valid(const Shape& shape) {
-  for (int64_t d : shape) TS_CHECK(d >= 0, "negative dimension in shape {}", shape_to_string(shape));
+  // The product of the dimensions, an empty one counted as 1, bounds every stride: a shape such as
+  // [0, 2^62, 2^62] holds no element yet its strides would overflow.
+  int64_t span = 1;
+  for (int64_t d : shape) {
+    TS_CHECK(d >= 0, "negative dimension in shape {}", shape_to_string(shape));
+    TS_CHECK(!__builtin_mul_overflow(span, std::max<int64_t>(d, 1), &span),
+             "shape {} is too large: its strides do not fit 64 bits", shape_to_string(shape));
+  }
 }
 }  // namespace
 

@@ -60,10 +60,15 @@ struct Dataset {
   std::shared_ptr<const TokenFile> val;
 };
 
-// Opens a prepared folder and checks it: data.json readable and complete, the tokenizer intact
-// (checksum), token files valid with every token inside the vocabulary and the recorded counts.
+// Opens a prepared folder and checks it: data.json readable, complete and possible, the tokenizer
+// intact (checksum) with the recorded bos/eos ids, token files valid with every token inside the
+// vocabulary and the recorded counts, versions and documents (one end-of-sequence token each).
 Dataset open_dataset(const std::filesystem::path& dir);
 DatasetInfo read_dataset_info(const std::filesystem::path& dir);
+// Parses and checks data.json's text (`path` names it in messages): every field of its type and
+// range, and what the numbers claim possible (ids inside the vocabulary, a known token-file
+// version, a split that matches val_fraction, documents that fit the tokens).
+DatasetInfo parse_dataset_info(std::string_view text, const std::filesystem::path& path);
 // Writes DIR/data.json atomically.
 void write_dataset_info(const std::filesystem::path& dir, const DatasetInfo& info);
 

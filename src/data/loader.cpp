@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -22,22 +23,33 @@ nlohmann::json to_json(const LoaderState& state) {
 }
 
 LoaderState loader_state_from_json(const nlohmann::json& j) {
-  LoaderState s;
-  auto get = [&](const char* key, auto& field) {
-    TS_CHECK(j.is_object() && j.contains(key), "the saved data position has no \"{}\"; the checkpoint is incomplete",
-             key);
-    try {
-      j.at(key).get_to(field);
-    } catch (const nlohmann::json::exception& e) {
-      TS_FAIL("the saved data position's \"{}\" has the wrong type: {}", key, e.what());
-    }
+  TS_CHECK(j.is_object(), "the saved data position is {}, expected an object of the loader's fields; the checkpoint is "
+           "damaged", j.type_name());
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    TS_CHECK(j.contains(key) && !j.at(key).is_null(),
+             "the saved data position has no \"{}\"; the checkpoint is incomplete", key);
+    return j.at(key);
   };
-  get("sequences", s.sequences);
-  get("steps", s.steps);
-  get("seed", s.seed);
-  get("seq_len", s.seq_len);
-  get("tokens", s.tokens);
-  get("shuffle", s.shuffle);
+  // nlohmann converts -3 to a huge unsigned and 2.5 to 2 without a word, so the types are checked
+  // here: a position that is not a count is refused, not reinterpreted.
+  auto count = [&](const char* key, uint64_t max) -> uint64_t {
+    const nlohmann::json& v = field(key);
+    const bool ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    TS_CHECK(ok && v.get<uint64_t>() <= max, "the saved data position's \"{}\" must be a non-negative integer, got {}",
+             key, v.dump());
+    return v.get<uint64_t>();
+  };
+  constexpr uint64_t kAny = std::numeric_limits<uint64_t>::max();
+  constexpr auto kInt64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  LoaderState s;
+  s.sequences = count("sequences", kAny);
+  s.steps = count("steps", kAny);
+  s.seed = count("seed", kAny);
+  s.seq_len = static_cast<int64_t>(count("seq_len", kInt64));
+  s.tokens = static_cast<int64_t>(count("tokens", kInt64));
+  const nlohmann::json& shuffle = field("shuffle");
+  TS_CHECK(shuffle.is_boolean(), "the saved data position's \"shuffle\" must be true or false, got {}", shuffle.dump());
+  s.shuffle = shuffle.get<bool>();
   return s;
 }
 

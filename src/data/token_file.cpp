@@ -70,20 +70,40 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::filesystem::path& pa
   TS_CHECK(fd >= 0, "cannot open token file {}: {}; run `tessera data prepare` to make it", name, std::strerror(errno));
   struct stat st {};
   const int stat_rc = ::fstat(fd, &st);
-  if (stat_rc != 0 || st.st_size < kTokenFileHeaderBytes) {
+  if (stat_rc != 0 || !S_ISREG(st.st_mode) || st.st_size < kTokenFileHeaderBytes) {
+    const int stat_errno = errno;
     ::close(fd);
-    TS_CHECK(stat_rc == 0, "cannot stat token file {}: {}", name, std::strerror(errno));
+    TS_CHECK(stat_rc == 0, "cannot stat token file {}: {}", name, std::strerror(stat_errno));
+    TS_CHECK(S_ISREG(st.st_mode), "token file {} is not a regular file; give the path of a .bin file", name);
     TS_FAIL("token file {} is truncated: {} bytes, less than its {}-byte header; prepare the data again", name,
             static_cast<int64_t>(st.st_size), kTokenFileHeaderBytes);
   }
   file->map_bytes_ = static_cast<size_t>(st.st_size);
   void* map = ::mmap(nullptr, file->map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file alive
-  TS_CHECK(map != MAP_FAILED, "cannot map token file {} ({} bytes): {}", name, file->map_bytes_, std::strerror(errno));
+  TS_CHECK(map != MAP_FAILED, "cannot map token file {} ({} bytes): {}", name, file->map_bytes_,
+           std::strerror(map_errno));
   file->map_ = map;
+  file->check(static_cast<const unsigned char*>(map), file->map_bytes_, vocab_size);
+  return file;
+}
 
+std::shared_ptr<const TokenFile> TokenFile::from_bytes(std::string bytes, const std::string& name, int64_t vocab_size) {
+  std::shared_ptr<TokenFile> file(new TokenFile());
+  file->path_ = name;
+  file->owned_ = std::move(bytes);
+  TS_CHECK(static_cast<int64_t>(file->owned_.size()) >= kTokenFileHeaderBytes,
+           "token file {} is truncated: {} bytes, less than its {}-byte header; prepare the data again", name,
+           file->owned_.size(), kTokenFileHeaderBytes);
+  file->check(reinterpret_cast<const unsigned char*>(file->owned_.data()), file->owned_.size(), vocab_size);
+  return file;
+}
+
+void TokenFile::check(const unsigned char* data, size_t bytes, int64_t vocab_size) {
+  const std::string name = path_.string();
   int32_t header[256];
-  std::memcpy(header, map, sizeof header);
+  std::memcpy(header, data, sizeof header);
   TS_CHECK(header[0] == kTokenFileMagic,
            "token file {} has bad magic {} (expected {}): it is not an llm.c/tessera token file, or it is corrupt",
            name, header[0], kTokenFileMagic);
@@ -91,34 +111,33 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::filesystem::path& pa
            "token file {} has unsupported version {}: known are 1 (uint16 tokens) and 2 (uint32 tokens)", name,
            header[1]);
   TS_CHECK(header[2] >= 0, "token file {} has a negative token count {}: the header is corrupt", name, header[2]);
-  file->version_ = header[1];
-  file->count_ = header[2];
-  file->recorded_vocab_ = header[3];
-  TS_CHECK(file->recorded_vocab_ >= 0, "token file {} records a negative vocabulary size {}: the header is corrupt",
-           name, file->recorded_vocab_);
-  const int64_t expected = kTokenFileHeaderBytes + file->count_ * file->token_bytes();
-  TS_CHECK(static_cast<int64_t>(file->map_bytes_) == expected,
+  version_ = header[1];
+  count_ = header[2];
+  recorded_vocab_ = header[3];
+  TS_CHECK(recorded_vocab_ >= 0, "token file {} records a negative vocabulary size {}: the header is corrupt", name,
+           recorded_vocab_);
+  const int64_t expected = kTokenFileHeaderBytes + count_ * token_bytes();
+  TS_CHECK(static_cast<int64_t>(bytes) == expected,
            "token file {} is {} bytes but its header promises {} tokens of {} bytes ({} bytes in all): the file is {}; "
            "prepare the data again",
-           name, file->map_bytes_, file->count_, file->token_bytes(), expected,
-           static_cast<int64_t>(file->map_bytes_) < expected ? "truncated" : "longer than its header says (corrupt)");
-  file->body_ = static_cast<const unsigned char*>(map) + kTokenFileHeaderBytes;
+           name, bytes, count_, token_bytes(), expected,
+           static_cast<int64_t>(bytes) < expected ? "truncated" : "longer than its header says (corrupt)");
+  body_ = data + kTokenFileHeaderBytes;
 
   if (vocab_size > 0) {
-    TS_CHECK(file->recorded_vocab_ <= vocab_size,
+    TS_CHECK(recorded_vocab_ <= vocab_size,
              "token file {} was made with a vocabulary of {} ids but the tokenizer/model has {}; use the tokenizer the "
-             "file was prepared with", name, file->recorded_vocab_, vocab_size);
+             "file was prepared with", name, recorded_vocab_, vocab_size);
     std::vector<int32_t> block(1 << 16);
-    for (int64_t begin = 0; begin < file->count_; begin += static_cast<int64_t>(block.size())) {
-      const int64_t n = std::min<int64_t>(static_cast<int64_t>(block.size()), file->count_ - begin);
-      file->read(begin, std::span<int32_t>(block.data(), static_cast<size_t>(n)));
+    for (int64_t begin = 0; begin < count_; begin += static_cast<int64_t>(block.size())) {
+      const int64_t n = std::min<int64_t>(static_cast<int64_t>(block.size()), count_ - begin);
+      read(begin, std::span<int32_t>(block.data(), static_cast<size_t>(n)));
       for (int64_t i = 0; i < n; ++i) {
         TS_CHECK(block[i] >= 0 && block[i] < vocab_size, "token file {} holds token {} at position {}, outside the vocabulary [0, {}); "
                  "the file is corrupt or was made with another tokenizer", name, block[i], begin + i, vocab_size);
       }
     }
   }
-  return file;
 }
 
 TokenFile::~TokenFile() {

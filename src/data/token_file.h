@@ -33,6 +33,10 @@ class TokenFile {
   // plus count × token bytes. When vocab_size > 0 it also checks that every token is below it
   // (one pass over the file) and that a recorded vocabulary size is not larger.
   static std::shared_ptr<const TokenFile> open(const std::filesystem::path& path, int64_t vocab_size = 0);
+  // The same checks on a file's bytes in memory, which the TokenFile keeps; `name` stands for the
+  // file in messages.
+  static std::shared_ptr<const TokenFile> from_bytes(std::string bytes, const std::string& name,
+                                                     int64_t vocab_size = 0);
 
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
@@ -50,10 +54,13 @@ class TokenFile {
 
  private:
   TokenFile() = default;
+  // Checks the header against the size and sets the fields; with vocab_size > 0, every token.
+  void check(const unsigned char* data, size_t bytes, int64_t vocab_size);
 
   std::filesystem::path path_;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // the mapped file (open), or null
   size_t map_bytes_ = 0;
+  std::string owned_;    // the bytes (from_bytes)
   const unsigned char* body_ = nullptr;
   int64_t count_ = 0;
   int version_ = 0;

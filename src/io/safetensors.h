@@ -66,6 +66,9 @@ class SafeTensorsFile {
  public:
   // Maps and validates the whole header; throws tessera::Error on any inconsistency.
   static SafeTensorsFile open(const std::string& path);
+  // The same checks on a file's bytes in memory, which the object keeps; `name` stands for the
+  // file in messages.
+  static SafeTensorsFile from_bytes(std::vector<char> bytes, std::string name);
 
   SafeTensorsFile(SafeTensorsFile&&) noexcept;
   SafeTensorsFile& operator=(SafeTensorsFile&&) noexcept;
@@ -90,11 +93,14 @@ class SafeTensorsFile {
 
  private:
   SafeTensorsFile() = default;
+  // Validates the header of the whole file's bytes and fills entries_ and metadata_.
+  void parse(const char* base, uint64_t file_bytes);
   void release();
 
   std::string path_;
-  void* map_ = nullptr;
+  void* map_ = nullptr;     // the mapped file (open), or null
   size_t map_bytes_ = 0;
+  std::vector<char> owned_;  // the bytes (from_bytes); a vector keeps its buffer when moved
   std::vector<SafeTensorEntry> entries_;  // ascending offset
   std::map<std::string, size_t> index_;   // name -> position in entries_
   std::map<std::string, std::string> metadata_;

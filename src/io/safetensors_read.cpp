@@ -10,6 +10,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "io/safetensors.h"
 
 namespace tessera::io {
@@ -63,11 +64,15 @@ SafeTensorEntry parse_entry(const std::string& path, const std::string& name, co
            name, shape_json.size());
   Shape shape;
   uint64_t numel = 1;
+  // The product with empty dimensions counted as 1 bounds the strides of a tensor of this shape:
+  // [0, 2^62, 2^62] has no element, but no tensor can have its strides.
+  uint64_t span = 1;
   bool overflow = false;
   for (const json& d : shape_json) {
     uint64_t dim = read_unsigned(d, path, name, "shape");
     overflow = overflow || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-               __builtin_mul_overflow(numel, dim, &numel);
+               __builtin_mul_overflow(numel, dim, &numel) || __builtin_mul_overflow(span, std::max<uint64_t>(dim, 1), &span) ||
+               span > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     shape.push_back(static_cast<int64_t>(std::min<uint64_t>(dim, std::numeric_limits<int64_t>::max())));
   }
   uint64_t bytes = 0;
@@ -120,24 +125,39 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
   TS_CHECK(map != MAP_FAILED, "safetensors file '{}': cannot map {} bytes: {}", path, file_bytes, std::strerror(map_errno));
   file.map_ = map;
   file.map_bytes_ = file_bytes;
-  const char* base = static_cast<const char*>(map);
+  file.parse(static_cast<const char*>(map), file_bytes);
+  return file;
+}
 
+SafeTensorsFile SafeTensorsFile::from_bytes(std::vector<char> bytes, std::string name) {
+  SafeTensorsFile file;
+  file.path_ = std::move(name);
+  file.owned_ = std::move(bytes);
+  TS_CHECK(file.owned_.size() >= 8,
+           "safetensors file '{}': {} bytes, too short for the 8-byte header length (truncated or empty file)",
+           file.path_, file.owned_.size());
+  file.parse(file.owned_.data(), file.owned_.size());
+  return file;
+}
+
+void SafeTensorsFile::parse(const char* base, uint64_t file_bytes) {
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, base, 8);  // little-endian, as the host (checked where written)
   TS_CHECK(header_bytes <= kSafeTensorsMaxHeaderBytes,
            "safetensors file '{}': header length {} is absurdly large (limit {}); the file is corrupt or not safetensors",
-           path, header_bytes, kSafeTensorsMaxHeaderBytes);
+           path_, header_bytes, kSafeTensorsMaxHeaderBytes);
   TS_CHECK(header_bytes <= file_bytes - 8,
-           "safetensors file '{}': header length {} runs past the end of the {}-byte file (truncated file?)", path,
+           "safetensors file '{}': header length {} runs past the end of the {}-byte file (truncated file?)", path_,
            header_bytes, file_bytes);
 
   json header;
   try {
-    header = json::parse(base + 8, base + 8 + header_bytes);
+    header = parse_json_bounded(std::string_view(base + 8, header_bytes),
+                                fmt::format("safetensors file '{}': the header", path_));
   } catch (const json::exception& e) {
-    TS_FAIL("safetensors file '{}': the header is not valid JSON: {}", path, e.what());
+    TS_FAIL("safetensors file '{}': the header is not valid JSON: {}", path_, e.what());
   }
-  TS_CHECK(header.is_object(), "safetensors file '{}': the header is a JSON {}, expected an object", path,
+  TS_CHECK(header.is_object(), "safetensors file '{}': the header is a JSON {}, expected an object", path_,
            header.type_name());
 
   const char* data_begin = base + 8 + header_bytes;
@@ -145,17 +165,17 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
   std::vector<std::pair<uint64_t, SafeTensorEntry>> found;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {
-      TS_CHECK(value.is_object(), "safetensors file '{}': __metadata__ is a JSON {}, expected an object of strings", path,
+      TS_CHECK(value.is_object(), "safetensors file '{}': __metadata__ is a JSON {}, expected an object of strings", path_,
                value.type_name());
       for (const auto& [mkey, mvalue] : value.items()) {
-        TS_CHECK(mvalue.is_string(), "safetensors file '{}': metadata '{}' is {}, expected a string", path, mkey,
+        TS_CHECK(mvalue.is_string(), "safetensors file '{}': metadata '{}' is {}, expected a string", path_, mkey,
                  mvalue.dump());
-        file.metadata_[mkey] = mvalue.get<std::string>();
+        metadata_[mkey] = mvalue.get<std::string>();
       }
       continue;
     }
     uint64_t begin = 0;
-    SafeTensorEntry entry = parse_entry(path, key, value, data_begin, data_bytes, &begin);
+    SafeTensorEntry entry = parse_entry(path_, key, value, data_begin, data_bytes, &begin);
     found.emplace_back(begin, std::move(entry));
   }
 
@@ -167,20 +187,19 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
   std::string previous = "(start of the data buffer)";
   for (auto& [begin, entry] : found) {
     TS_CHECK(begin >= expected, "safetensors file '{}': tensor '{}' at offset {} overlaps tensor '{}' that ends at {}",
-             path, entry.name, begin, previous, expected);
+             path_, entry.name, begin, previous, expected);
     TS_CHECK(begin == expected,
              "safetensors file '{}': {} unused bytes between '{}' and tensor '{}' at offset {}; the data buffer must "
              "have no holes",
-             path, begin - expected, previous, entry.name, begin);
+             path_, begin - expected, previous, entry.name, begin);
     expected = begin + entry.bytes;
     previous = entry.name;
-    file.index_[entry.name] = file.entries_.size();
-    file.entries_.push_back(std::move(entry));
+    index_[entry.name] = entries_.size();
+    entries_.push_back(std::move(entry));
   }
   TS_CHECK(expected == data_bytes,
-           "safetensors file '{}': the tensors cover {} of the {} data bytes; the rest belongs to no tensor", path,
+           "safetensors file '{}': the tensors cover {} of the {} data bytes; the rest belongs to no tensor", path_,
            expected, data_bytes);
-  return file;
 }
 
 SafeTensorsFile::SafeTensorsFile(SafeTensorsFile&& other) noexcept { *this = std::move(other); }
@@ -191,6 +210,7 @@ SafeTensorsFile& SafeTensorsFile::operator=(SafeTensorsFile&& other) noexcept {
     path_ = std::move(other.path_);
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
+    owned_ = std::move(other.owned_);
     entries_ = std::move(other.entries_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);

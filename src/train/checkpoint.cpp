@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/model_config.h"
 #include "core/atomic_file.h"
 #include "io/safetensors.h"
 
@@ -20,10 +21,10 @@ namespace tessera::train {
 
 namespace {
 
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kTokenizerFile = "tokenizer.model";
-constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kModelFile = kCheckpointModelFile;
+constexpr const char* kOptimizerFile = kCheckpointOptimizerFile;
+constexpr const char* kTokenizerFile = kCheckpointTokenizerFile;
+constexpr const char* kManifestFile = kCheckpointManifestFile;
 constexpr const char* kLatestFile = "latest";
 
 std::string step_folder_name(int64_t step) { return fmt::format("step_{:08d}", step); }
@@ -65,7 +66,7 @@ CheckpointStore::CheckpointStore(std::string dir, int keep) : dir_(std::move(dir
 
 namespace {
 
-std::string shard_file_name(int rank) { return fmt::format("zero_shard.rank{:05d}.safetensors", rank); }
+std::string shard_file_name(int rank) { return zero_shard_file_name(rank); }
 
 int rank_in(dist::Communicator* comm) { return comm == nullptr ? 0 : comm->rank(); }
 int size_of(dist::Communicator* comm) { return comm == nullptr ? 1 : comm->size(); }
@@ -105,6 +106,58 @@ void write_shard(const std::string& path, const ModelState& model, int rank, int
 
 }  // namespace
 
+namespace {
+
+// Runs one part of a save. A failure (a filesystem error, a write that found the disk full or the
+// folder read-only) removes the save's temporary folder and becomes one error naming the checkpoint
+// and the fix; complete checkpoints are never touched on this path.
+template <class Body>
+void saving(const std::string& dir, const std::string& tmp, const std::string& final_path, Body&& body) {
+  std::string problem;
+  try {
+    body();
+    return;
+  } catch (const fs::filesystem_error& e) {
+    problem = e.code().message();
+    if (!e.path1().empty()) problem += fmt::format(" ('{}'", e.path1().string());
+    if (!e.path2().empty()) problem += fmt::format(" -> '{}'", e.path2().string());
+    if (!e.path1().empty()) problem += ")";
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  std::error_code ignored;
+  if (!tmp.empty()) fs::remove_all(tmp, ignored);
+  TS_FAIL("cannot save checkpoint '{}': {}. Free disk space, make '{}' writable, or set train.out_dir to a folder "
+          "that can be written; the checkpoints already saved are intact",
+          final_path, problem, dir);
+}
+
+bool is_complete_checkpoint(const fs::path& folder) {
+  std::error_code ec;
+  return fs::is_directory(folder, ec) && fs::is_regular_file(folder / kManifestFile, ec);
+}
+
+// The last component of a folder path, also when it ends in '/'.
+std::string folder_name(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// Complete step_<N> folders of `dir`, oldest first.
+std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::optional<int64_t> step = step_of_folder_name(it->path().filename().string());
+    if (step.has_value() && is_complete_checkpoint(it->path())) found.emplace_back(*step, it->path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
 std::string CheckpointStore::save(const RunConfig& config, const CheckpointState& state, const ModelState& model,
                                   const std::string& tokenizer_path, dist::Communicator* comm) const {
   TS_CHECK(model.optimizer != nullptr, "a checkpoint saves the optimizer state too");
@@ -116,25 +169,34 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   int32_t owner = ::getpid();
   const auto tmp_of = [&](int32_t pid) { return (fs::path(dir_) / fmt::format(".tmp.{}.{}", name, pid)).string(); };
   if (rank == 0) {
-    fs::create_directories(dir_);
-    fs::remove_all(tmp_of(owner));
-    fs::create_directories(tmp_of(owner));
+    saving(dir_, tmp_of(owner), final_path, [&] {
+      fs::create_directories(dir_);
+      fs::remove_all(tmp_of(owner));
+      fs::create_directories(tmp_of(owner));
+    });
   }
   // Also a barrier: the others learn the name only once rank 0 has created the folder.
   if (ranks > 1) comm->broadcast(std::span(&owner, 1), 0)->wait();
   const std::string tmp = tmp_of(owner);
 
-  if (sharded) write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
+  if (sharded) {
+    // Only rank 0, which made the temporary folder, removes it; the others report their failure.
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
+      write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
+    });
+  }
   if (rank == 0) {
-    io::SafeTensorsWriter values;
-    for (const auto& p : model.params.all()) values.add(p.name, model.values.weight(p));
-    values.set_metadata("format", "tessera-parameters");
-    values.write((fs::path(tmp) / kModelFile).string());
-    if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
-    if (!tokenizer_path.empty()) {
-      fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
-      sync_path(fs::path(tmp) / kTokenizerFile);
-    }
+    saving(dir_, tmp, final_path, [&] {
+      io::SafeTensorsWriter values;
+      for (const auto& p : model.params.all()) values.add(p.name, model.values.weight(p));
+      values.set_metadata("format", "tessera-parameters");
+      values.write((fs::path(tmp) / kModelFile).string());
+      if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
+      if (!tokenizer_path.empty()) {
+        fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
+        sync_path(fs::path(tmp) / kTokenizerFile);
+      }
+    });
   }
   barrier(comm);  // every shard is written and synced
   if (rank == 0) {
@@ -145,13 +207,14 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
         {"seed", state.seed},
         {"data_position", state.data_position},
         {"val_history", state.val_history},
+        {"elapsed_seconds", state.elapsed_seconds},
         {"model", model_json(config.model)},
         {"parameter_count", model.params.numel()},
         {"optimizer", {{"name", std::string(model.optimizer->name())}, {"steps_taken", model.optimizer->steps_taken()}}},
         {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}}},
         {"config", to_toml(config)},
     };
-    finalize(tmp, final_path, name, manifest);
+    saving(dir_, tmp, final_path, [&] { finalize(tmp, final_path, name, manifest); });
   }
   barrier(comm);  // no rank moves on (or exits) before the checkpoint is complete
   return final_path;
@@ -167,14 +230,21 @@ void CheckpointStore::finalize(const std::string& tmp, const std::string& final_
   nlohmann::json manifest = manifest_base;
   manifest["files"] = files;
   // The manifest is written last: a folder without one is never taken for a checkpoint.
-  write_file_atomically((fs::path(tmp) / kManifestFile).string(), manifest.dump(2));
+  write_file_atomically((fs::path(tmp) / kManifestFile).string(), checkpoint_manifest_text(manifest));
 
   if (fs::exists(final_path)) {
-    // A complete save of the same step exists (a rerun): swap it out, then drop it.
+    // A complete save of the same step exists (a rerun): swap it out, then drop it. If the new one
+    // cannot take its place, the old one goes back.
     const std::string old = final_path + fmt::format(".old.{}", ::getpid());
     fs::rename(final_path, old);
-    fs::rename(tmp, final_path);
-    fs::remove_all(old);
+    std::error_code ec;
+    fs::rename(tmp, final_path, ec);
+    if (ec) {
+      std::error_code restore_ec;
+      fs::rename(old, final_path, restore_ec);
+      throw fs::filesystem_error("cannot move the new checkpoint into place", tmp, final_path, ec);
+    }
+    fs::remove_all(old, ec);
   } else {
     fs::rename(tmp, final_path);
   }
@@ -183,76 +253,145 @@ void CheckpointStore::finalize(const std::string& tmp, const std::string& final_
   apply_retention(final_path);
 }
 
+// Best effort: the new checkpoint is complete, so a folder that cannot be removed now is left for
+// the next save rather than failing this one.
 void CheckpointStore::apply_retention(const std::string& keep_path) const {
-  std::vector<fs::path> complete;
-  for (const auto& entry : fs::directory_iterator(dir_)) {
-    const std::string file = entry.path().filename().string();
-    if (file.starts_with(".tmp.")) {
-      // Left by a save that died; only this process saves here now.
-      if (file.find(fmt::format(".{}", ::getpid())) == std::string::npos) fs::remove_all(entry.path());
-      continue;
-    }
-    if (entry.is_directory() && file.starts_with("step_") && fs::exists(entry.path() / kManifestFile)) {
-      complete.push_back(entry.path());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    // Left by a save that died; only this process saves here now.
+    if (file.starts_with(".tmp.") && file.find(fmt::format(".{}", ::getpid())) == std::string::npos) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
     }
   }
-  std::sort(complete.begin(), complete.end());
+  const std::vector<std::pair<int64_t, fs::path>> complete = complete_checkpoints(dir_);
   const auto keep = static_cast<size_t>(keep_);
   for (size_t i = 0; i + keep < complete.size(); ++i) {
-    if (complete[i].string() != keep_path) fs::remove_all(complete[i]);
+    std::error_code ignored;
+    if (complete[i].second.string() != keep_path) fs::remove_all(complete[i].second, ignored);
   }
 }
 
 std::optional<std::string> CheckpointStore::latest() const {
   const fs::path pointer = fs::path(dir_) / kLatestFile;
-  if (!fs::exists(pointer)) return std::nullopt;
+  std::error_code ec;
+  if (!fs::exists(pointer, ec)) return std::nullopt;
   std::string name = read_text(pointer.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-  TS_CHECK(!name.empty() && name.find('/') == std::string::npos, "the checkpoint pointer '{}' is corrupt",
-           pointer.string());
+  TS_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+           "the checkpoint pointer '{}' is corrupt", pointer.string());
   return (fs::path(dir_) / name).string();
 }
 
-nlohmann::json read_checkpoint_manifest(const std::string& path) {
-  const fs::path manifest_path = fs::path(path) / kManifestFile;
-  TS_CHECK(fs::is_directory(path), "checkpoint '{}' does not exist", path);
-  TS_CHECK(fs::exists(manifest_path),
-           "'{}' is not a complete checkpoint: it has no {} (a save that did not finish?)", path, kManifestFile);
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(read_text(manifest_path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    TS_FAIL("checkpoint manifest '{}' is corrupt: {}", manifest_path.string(), e.what());
-  }
-  TS_CHECK(manifest.is_object() && manifest.value("format", "") == "tessera-checkpoint",
-           "'{}' is not a tessera checkpoint manifest", manifest_path.string());
-  TS_CHECK(manifest.value("version", 0) == kCheckpointFormatVersion,
-           "checkpoint '{}' has format version {}, this tessera reads version {}", path, manifest.value("version", 0),
-           kCheckpointFormatVersion);
-  try {
-    for (const auto& [file, info] : manifest.at("files").items()) {
-      const fs::path fp = fs::path(path) / file;
-      TS_CHECK(fs::exists(fp), "checkpoint '{}' is missing its file '{}'", path, file);
-      TS_CHECK(fs::file_size(fp) == info.at("bytes").get<uint64_t>(),
-               "checkpoint file '{}' has {} bytes, its manifest says {}: the file is truncated or replaced",
-               fp.string(), fs::file_size(fp), info.at("bytes").get<uint64_t>());
-      const std::string sum = fmt::format("{:016x}", file_checksum(fp.string()));
-      TS_CHECK(sum == info.at("xxh3").get<std::string>(),
-               "checkpoint file '{}' is corrupt: checksum {} differs from the manifest's {}", fp.string(), sum,
-               info.at("xxh3").get<std::string>());
+std::optional<std::string> CheckpointStore::latest_complete(std::string* note) const {
+  if (note != nullptr) note->clear();
+  const fs::path pointer = fs::path(dir_) / kLatestFile;
+  std::string why;
+  std::error_code ec;
+  if (fs::exists(pointer, ec)) {
+    std::optional<std::string> target;
+    try {
+      target = latest();
+    } catch (const Error& e) {
+      why = e.what();
     }
-  } catch (const nlohmann::json::exception& e) {
-    TS_FAIL("checkpoint manifest '{}' is malformed: {}", manifest_path.string(), e.what());
+    if (target.has_value()) {
+      if (is_complete_checkpoint(*target)) return target;
+      why = fmt::format("'{}' points at {}, which is {}", pointer.string(), *target,
+                        fs::exists(*target, ec) ? "incomplete (it has no manifest.json)" : "gone");
+    }
+  } else {
+    why = fmt::format("'{}' has no 'latest' pointer", dir_);
+  }
+  const std::vector<std::pair<int64_t, fs::path>> complete = complete_checkpoints(dir_);
+  if (complete.empty()) return std::nullopt;
+  const std::string newest = complete.back().second.string();
+  if (note != nullptr) *note = fmt::format("{}; using the newest complete checkpoint, {}", why, newest);
+  return newest;
+}
+
+std::string resolve_checkpoint(const std::string& given, const std::string& run_checkpoints_dir, std::string* note) {
+  if (note != nullptr) note->clear();
+  TS_CHECK(!given.empty(), "no checkpoint given: name a checkpoint folder (step_...), a run folder or its checkpoints/ "
+           "folder");
+  if (given == "latest") {
+    TS_CHECK(!run_checkpoints_dir.empty(), "\"latest\" names the newest checkpoint of this run, and there is no run "
+             "here: give a run folder, its checkpoints/ folder or a checkpoint folder instead");
+    std::optional<std::string> found = CheckpointStore(run_checkpoints_dir, 1).latest_complete(note);
+    TS_CHECK(found.has_value(), "checkpoint.resume = \"latest\" but '{}' holds no complete checkpoint; start without it, or use "
+             "checkpoint.resume = \"auto\" to start fresh when there is none",
+             run_checkpoints_dir);
+    return *found;
+  }
+  const fs::path p(given);
+  std::error_code ec;
+  TS_CHECK(fs::exists(p, ec), "checkpoint '{}' does not exist; give a checkpoint folder (step_...), a run folder or its "
+           "checkpoints/ folder", given);
+  TS_CHECK(fs::is_directory(p, ec), "checkpoint '{}' is not a folder; give a checkpoint folder (step_...), a run folder "
+           "or its checkpoints/ folder", given);
+  // A checkpoint folder itself; read_checkpoint_manifest says so if it never got its manifest.
+  if (fs::exists(p / kManifestFile, ec) || step_of_folder_name(folder_name(given)).has_value()) return given;
+  std::string dir;
+  if (fs::is_directory(p / "checkpoints", ec)) {
+    dir = (p / "checkpoints").string();
+  } else if (fs::exists(p / kLatestFile, ec) || !complete_checkpoints(given).empty()) {
+    dir = given;
+  } else {
+    TS_FAIL("'{}' is not a checkpoint: it is neither a checkpoint folder (no {}), a run folder (no checkpoints/) nor a "
+            "run's checkpoints/ folder (no step_* folders); give one of those",
+            given, kManifestFile);
+  }
+  std::optional<std::string> found = CheckpointStore(dir, 1).latest_complete(note);
+  TS_CHECK(found.has_value(), "'{}' holds no complete checkpoint (only saves that never finished, if any); give "
+           "another checkpoint or start without one", dir);
+  return *found;
+}
+
+CheckpointManifest read_checkpoint_manifest(const std::string& path) {
+  const fs::path manifest_path = fs::path(path) / kManifestFile;
+  std::error_code ec;
+  TS_CHECK(fs::is_directory(path, ec), "checkpoint '{}' does not exist", path);
+  TS_CHECK(fs::is_regular_file(manifest_path, ec),
+           "'{}' is not a complete checkpoint: it has no {} (a save that did not finish?)", path, kManifestFile);
+  // Far above any real manifest (the config and one number per evaluation), so a damaged or
+  // foreign file cannot make the reader swallow gigabytes.
+  constexpr uintmax_t kMaxManifestBytes = 64u << 20;
+  const uintmax_t size = fs::file_size(manifest_path, ec);
+  TS_CHECK(!ec && size <= kMaxManifestBytes, "checkpoint manifest '{}' is {} bytes, more than any manifest ({} at most); "
+           "the checkpoint is damaged: resume from another one", manifest_path.string(), size, kMaxManifestBytes);
+  CheckpointManifest manifest = parse_checkpoint_manifest(read_text(manifest_path.string()), manifest_path.string(),
+                                                          step_of_folder_name(folder_name(path)));
+  for (const auto& [file, info] : manifest.files) {
+    const fs::path fp = fs::path(path) / file;
+    TS_CHECK(fs::is_regular_file(fp, ec), "checkpoint '{}' is missing its file '{}'", path, file);
+    const uintmax_t bytes = fs::file_size(fp, ec);
+    TS_CHECK(!ec && bytes == info.bytes,
+             "checkpoint file '{}' has {} bytes, its manifest says {}: the file is truncated or replaced", fp.string(),
+             bytes, info.bytes);
+    const std::string sum = fmt::format("{:016x}", file_checksum(fp.string()));
+    TS_CHECK(sum == info.xxh3, "checkpoint file '{}' is corrupt: checksum {} differs from the manifest's {}", fp.string(),
+             sum, info.xxh3);
   }
   return manifest;
 }
 
+RunConfig checkpoint_run_config(const CheckpointManifest& manifest, const std::string& path) {
+  const std::string source = (fs::path(path) / kManifestFile).string();
+  try {
+    return read_run_config(config::parse_toml_text(manifest.config_toml, source + " (field 'config')"));
+  } catch (const Error& e) {
+    TS_FAIL("checkpoint manifest '{}': field 'config' is not a valid run config: {}; the checkpoint is damaged: resume "
+            "from another checkpoint or start anew", source, e.what());
+  }
+}
+
 namespace {
 
-void load_shard(const std::string& path, const nlohmann::json& manifest, const ModelState& model,
+void load_shard(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
                 optim::StateDict& state, int rank, int ranks) {
   const std::string file = (fs::path(path) / shard_file_name(rank)).string();
-  TS_CHECK(manifest.at("files").contains(shard_file_name(rank)),
+  TS_CHECK(manifest.files.contains(shard_file_name(rank)),
            "checkpoint '{}' has no ZeRO shard for rank {} ({}): it was saved by another layout", path, rank,
            shard_file_name(rank));
   io::SafeTensorsFile shard = io::SafeTensorsFile::open(file);
@@ -283,9 +422,9 @@ void load_optimizer(const std::string& path, const ModelState& model, optim::Sta
 namespace {
 
 // "model.n_layer: checkpoint 4 vs config 6; ..." for every key of the model's shape that differs.
-std::string model_differences(const nlohmann::json& manifest, const config::ModelConfig& model) {
+std::string model_differences(const CheckpointManifest& manifest, const config::ModelConfig& model) {
   const nlohmann::json expected = model_json(model);
-  const nlohmann::json& saved = manifest.at("model");
+  const nlohmann::json& saved = manifest.model;
   std::string differences;
   for (const auto& [key, value] : expected.items()) {
     if (!saved.contains(key) || saved.at(key) != value) {
@@ -305,57 +444,16 @@ void load_parameters(const std::string& path, const ModelState& model) {
   }
 }
 
-bool is_complete_step(const fs::path& dir) {
-  return fs::is_directory(dir) && dir.filename().string().starts_with("step_") && fs::exists(dir / kManifestFile);
-}
-
-// The checkpoint a checkpoints/ folder stands for: the one `latest` names, or without that pointer
-// (lost, or a copy that left it behind) the newest complete step folder.
-std::optional<std::string> checkpoint_in(const fs::path& dir) {
-  if (fs::exists(dir / kLatestFile)) return CheckpointStore(dir.string(), 1).latest();
-  std::optional<fs::path> newest;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (is_complete_step(entry.path()) && (!newest || entry.path().filename() > newest->filename())) {
-      newest = entry.path();
-    }
-  }
-  if (!newest) return std::nullopt;
-  return newest->string();
-}
-
 }  // namespace
-
-std::string resolve_checkpoint(const std::string& path) {
-  TS_CHECK(!path.empty(), "no checkpoint given: name a run folder, its checkpoints/ folder or a step folder");
-  const fs::path p(path);
-  TS_CHECK(fs::exists(p), "checkpoint '{}' does not exist: name a run folder, its checkpoints/ folder or a step folder",
-           path);
-  TS_CHECK(fs::is_directory(p), "checkpoint '{}' is a file: name a run folder, its checkpoints/ folder or a step folder",
-           path);
-  if (fs::exists(p / kManifestFile)) return path;
-  fs::path named = p.lexically_normal();
-  if (!named.has_filename()) named = named.parent_path();  // "step_00000010/"
-  TS_CHECK(!named.filename().string().starts_with("step_") && !fs::exists(p / kModelFile),
-           "'{}' is not a complete checkpoint: it has no {} (a save that did not finish?); name a complete step "
-           "folder, or the run folder for its latest checkpoint",
-           path, kManifestFile);
-  for (const fs::path& dir : {p, p / "checkpoints"}) {
-    if (!fs::is_directory(dir)) continue;
-    if (std::optional<std::string> found = checkpoint_in(dir)) return *found;
-  }
-  TS_FAIL("'{}' holds no checkpoint: it is not a step folder (no {}), and neither it nor a checkpoints/ folder in it "
-          "holds a complete step_* checkpoint; train with checkpoints first, or name a step folder",
-          path, kManifestFile);
-}
 
 LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state) {
   LoadedWeights loaded;
-  loaded.path = resolve_checkpoint(checkpoint);
+  loaded.path = resolve_checkpoint(checkpoint, "", &loaded.note);
   loaded.manifest = read_checkpoint_manifest(loaded.path);
   try {
     const std::string differences = model_differences(loaded.manifest, model);
     if (!differences.empty()) {
-      const nlohmann::json& saved = loaded.manifest.at("model");
+      const nlohmann::json& saved = loaded.manifest.model;
       std::string fix = "set those model keys to the checkpoint's values";
       if (saved.value("vocab_size", -1) != model.vocab_size) {
         fix = fmt::format(
@@ -381,16 +479,16 @@ LoadedWeights load_weights(const std::string& checkpoint, const config::ModelCon
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
                                  dist::Communicator* comm) {
-  nlohmann::json manifest = read_checkpoint_manifest(path);
+  const CheckpointManifest manifest = read_checkpoint_manifest(path);
   const std::string differences = model_differences(manifest, config.model);
   TS_CHECK(differences.empty(), "checkpoint '{}' was saved by a different model shape ({}); resume with the config it "
            "was saved with, or start a new run", path, differences);
-  const int saved_dp = manifest.at("parallel").value("dp", 1);
+  const int saved_dp = manifest.dp;
   TS_CHECK(saved_dp == config.parallel.dp,
            "checkpoint '{}' was saved with parallel.dp = {} but this run has parallel.dp = {}; resharding across "
            "data-parallel sizes is not supported yet: resume with parallel.dp = {}",
            path, saved_dp, config.parallel.dp, saved_dp);
-  const int saved_stage = manifest.at("parallel").value("zero_stage", 0);
+  const int saved_stage = manifest.zero_stage;
   TS_CHECK(saved_stage == config.parallel.zero_stage,
            "checkpoint '{}' was saved with parallel.zero_stage = {} but this run has parallel.zero_stage = {}; "
            "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
@@ -405,16 +503,13 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
     } else {
       load_optimizer(path, model, state);
     }
-    state.steps = manifest.at("optimizer").at("steps_taken").get<int64_t>();
+    state.steps = manifest.optimizer_steps;
     model.optimizer->load_state_dict(state);
   }
   LoadedCheckpoint loaded;
   loaded.path = path;
-  loaded.state.step = manifest.at("step").get<int64_t>();
-  loaded.state.seed = manifest.at("seed").get<uint64_t>();
-  loaded.state.data_position = manifest.at("data_position");
-  loaded.state.val_history = manifest.value("val_history", std::vector<double>{});
-  loaded.config_toml = manifest.at("config").get<std::string>();
+  loaded.state = manifest.state;
+  loaded.config_toml = manifest.config_toml;
   return loaded;
 }
 

@@ -7,10 +7,13 @@
 //                          moments ("m", "v": the flat range [begin, end) named in its metadata)
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
-//                          optimizer step count, and the size and xxh64 checksum of every file
+//                          optimizer step count, elapsed time, the size and XXH3 checksum of every
+//                          file, and its own checksum (checkpoint_manifest.h)
 // A save is atomic: everything is written into a hidden temporary folder, synced, and renamed into
 // place; the `latest` pointer is replaced last; older checkpoints beyond `keep` are deleted only
-// after the new one is complete. A crash at any moment leaves the previous checkpoint loadable.
+// after the new one is complete. A crash at any moment leaves the previous checkpoint loadable, and
+// a save that fails (disk full, read-only folder) throws after removing its temporary folder,
+// leaving every complete checkpoint as it was.
 //
 // Data parallelism: every rank of the data-parallel group calls save() and load_checkpoint() with
 // the group's communicator. Rank 0 names the temporary folder; each rank writes its own shard file
@@ -29,18 +32,10 @@
 #include "dist/communicator.h"
 #include "nn/parameters.h"
 #include "optim/optimizer.h"
+#include "train/checkpoint_manifest.h"
 #include "train/run_config.h"
 
 namespace tessera::train {
-
-inline constexpr int kCheckpointFormatVersion = 1;
-
-struct CheckpointState {
-  int64_t step = 0;               // optimizer steps completed
-  nlohmann::json data_position;   // the loader's resumable position
-  uint64_t seed = 0;
-  std::vector<double> val_history;  // not needed for exactness; keeps the chart continuous
-};
 
 // What a checkpoint reads and writes of a rank's model and optimizer.
 struct ModelState {
@@ -61,6 +56,9 @@ class CheckpointStore {
                    const std::string& tokenizer_path, dist::Communicator* comm = nullptr) const;
   // The folder `latest` points to, if any.
   std::optional<std::string> latest() const;
+  // The folder `latest` points to when it is complete; else the newest complete checkpoint, with
+  // `note` saying so; nullopt when the folder holds no complete checkpoint.
+  std::optional<std::string> latest_complete(std::string* note) const;
   const std::string& dir() const { return dir_; }
 
  private:
@@ -82,13 +80,19 @@ struct LoadedCheckpoint {
 // and optimizer state (this rank's shard of it, with ZeRO) in place.
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
                                  dist::Communicator* comm = nullptr);
-// Reads and verifies only the manifest (for `tessera sample`, which builds the model from it).
-nlohmann::json read_checkpoint_manifest(const std::string& path);
+// Reads and checks the manifest (every field, its own checksum) and the size and checksum of every
+// file it lists (for `tessera sample`, which builds the model from it).
+CheckpointManifest read_checkpoint_manifest(const std::string& path);
+// The run config a checkpoint was saved with (its manifest's "config").
+RunConfig checkpoint_run_config(const CheckpointManifest& manifest, const std::string& path);
 
-// The checkpoint folder a path names: a step folder (it holds manifest.json), a checkpoints/
-// folder (the step its `latest` names, else its newest complete step) or a run folder (the same
-// in its checkpoints/). Throws naming the path and what to give instead.
-std::string resolve_checkpoint(const std::string& path);
+// The checkpoint folder `given` names: "latest" (the newest complete checkpoint of
+// `run_checkpoints_dir`), a run folder (holding checkpoints/), a checkpoints folder (its newest
+// complete checkpoint) or a checkpoint folder itself. When `latest` is missing or points at a
+// folder that is gone or incomplete, the newest complete checkpoint is used and `note` (if given)
+// says so; otherwise `note` is left empty. A name that leads to no checkpoint is an error saying why.
+std::string resolve_checkpoint(const std::string& given, const std::string& run_checkpoints_dir,
+                               std::string* note = nullptr);
 
 // A checkpoint's weights alone, into a model of the same shape: no optimizer state, step, data
 // position or seed (`train.init_from` starts a new run from them; `tessera sample` and `export`
@@ -98,11 +102,12 @@ std::string resolve_checkpoint(const std::string& path);
 struct LoadedWeights {
   std::string path;            // the resolved step folder
   std::string tokenizer_path;  // its tokenizer.model, or "" when it has none
-  nlohmann::json manifest;
+  std::string note;            // how the path was resolved, when not as named (resolve_checkpoint's note)
+  CheckpointManifest manifest;
 };
 LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state);
 
-// xxh64 of a whole file.
+// XXH3-64 of a whole file.
 uint64_t file_checksum(const std::string& path);
 
 }  // namespace tessera::train

@@ -198,16 +198,8 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   const fs::path out(out_dir);
   check_output_folder(out, force);
   ExportResult result;
-  result.checkpoint = resolve_checkpoint(checkpoint);
-  const nlohmann::json manifest = read_checkpoint_manifest(result.checkpoint);
-  RunConfig run;
-  try {
-    run = read_run_config(toml::parse(manifest.at("config").get<std::string>()));
-  } catch (const nlohmann::json::exception& e) {
-    TS_FAIL("checkpoint manifest of '{}' has no readable config: {}", result.checkpoint, e.what());
-  } catch (const toml::parse_error& e) {
-    TS_FAIL("checkpoint manifest of '{}' holds a config that does not parse: {}", result.checkpoint, e.what());
-  }
+  result.checkpoint = resolve_checkpoint(checkpoint, "", &result.note);
+  const RunConfig run = checkpoint_run_config(read_checkpoint_manifest(result.checkpoint), result.checkpoint);
   const config::ModelConfig& c = run.model;
   MemoryAccountant memory;
   nn::GPT model(c, memory, 0);

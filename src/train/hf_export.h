@@ -28,6 +28,7 @@ std::vector<std::pair<std::string, std::string>> export_formats();
 
 struct ExportResult {
   std::string checkpoint;          // the resolved step folder
+  std::string note;                // how it was resolved, when not as named (resolve_checkpoint)
   std::string model_type;          // "gpt2" or "llama"
   std::vector<std::string> files;  // written into the output folder
 };

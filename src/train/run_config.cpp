@@ -24,11 +24,12 @@ void RunConfig::validate() const {
            parallel.bucket_mb);
   TS_CHECK(parallel.timeout_seconds > 0.0f, "config: parallel.timeout_seconds must be positive, got {}",
            parallel.timeout_seconds);
-  TS_CHECK(train.batch_size % (train.micro_batch_size * parallel.dp) == 0,
+  // In 64 bits: each factor is in range, their product need not fit an int.
+  const int64_t per_round = int64_t{train.micro_batch_size} * parallel.dp;
+  TS_CHECK(train.batch_size % per_round == 0,
            "config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
            "for example set train.batch_size = {}",
-           train.batch_size, train.micro_batch_size, parallel.dp, train.micro_batch_size * parallel.dp,
-           (train.batch_size / (train.micro_batch_size * parallel.dp) + 1) * train.micro_batch_size * parallel.dp);
+           train.batch_size, train.micro_batch_size, parallel.dp, per_round, (train.batch_size / per_round + 1) * per_round);
   check_range("train.eval_every", train.eval_every, 0, 1 << 30);
   check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
   check_range("train.sample_every", train.sample_every, 0, 1 << 30);

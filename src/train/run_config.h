@@ -90,7 +90,9 @@ struct RunConfig {
   LogSection log;
 
   // Gradient-accumulation microbatches per step on one rank.
-  int accumulation_steps() const { return train.batch_size / (train.micro_batch_size * parallel.dp); }
+  int accumulation_steps() const {
+    return static_cast<int>(train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp));
+  }
   // The run's parallel layout, the one value the mesh, the schedule and the planner read (from
   // parallel.*, train.batch_size and train.micro_batch_size; pp = tp = ep = 1 for now).
   config::ParallelLayout layout() const;

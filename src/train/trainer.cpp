@@ -144,19 +144,13 @@ std::string choose_start(const RunConfig& cfg, RunFolder& folder, const Checkpoi
     return "";
   }
   if (resume == "auto") {
-    if (std::optional<std::string> latest = checkpoints.latest()) return *latest;
+    if (std::optional<std::string> latest = checkpoints.latest_complete(&note)) return *latest;
     if (earlier) folder.clear();  // an earlier attempt that died before its first checkpoint
     note = fmt::format("checkpoint.resume = \"auto\": no checkpoint in {}, starting fresh", checkpoints.dir());
     return "";
   }
-  if (resume == "latest") {
-    std::optional<std::string> latest = checkpoints.latest();
-    TS_CHECK(latest.has_value(), "checkpoint.resume = \"latest\" but '{}' holds no checkpoint; start without it, or "
-             "use checkpoint.resume = \"auto\" to start fresh when there is none",
-             checkpoints.dir());
-    return *latest;
-  }
-  return resolve_checkpoint(resume);  // a run folder, its checkpoints/ folder or a step folder
+  // "latest", a run folder, its checkpoints/ folder or a step folder.
+  return resolve_checkpoint(resume, checkpoints.dir(), &note);
 }
 
 }  // namespace
@@ -203,7 +197,7 @@ TrainResult Trainer::run() {
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
   if (!resume_path.empty()) {
     // A finished run resumed (a requeued job that already completed) has nothing to do: say so, no work.
-    const int64_t saved = read_checkpoint_manifest(resume_path).at("step").get<int64_t>();
+    const int64_t saved = read_checkpoint_manifest(resume_path).state.step;
     if (saved >= cfg.train.steps) {
       result.outcome = TrainResult::Outcome::NothingToDo;
       result.stop_reason = fmt::format("checkpoint '{}' is at step {} of train.steps = {}: nothing to do (raise "
@@ -223,12 +217,14 @@ TrainResult Trainer::run() {
 
   int64_t step = 0;
   std::vector<double> val_history;
+  double checkpoint_elapsed = 0;  // the run's wall time up to the resumed checkpoint (0: not recorded)
   if (resume_path.empty() && !cfg.train.init_from.empty()) {
     // Weights only: the step, optimizer state, data position and seed stay this run's own.
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     const LoadedWeights init = load_weights(cfg.train.init_from, cfg.model, {model.parameters(), full, nullptr, {}});
     full.write_back();
     if (leader) {
+      if (!init.note.empty()) fmt::print("{}\n", init.note);
       fmt::print("initialized from the weights of {}: a new run from step 0\n", init.path);
       if (!init.tokenizer_path.empty() && file_checksum(init.tokenizer_path) != file_checksum(tokenizer_path)) {
         fmt::print("warning: {}'s tokenizer differs from this data's ({}): the same ids may mean other text\n",
@@ -242,6 +238,7 @@ TrainResult Trainer::run() {
     full.write_back();
     step = loaded.state.step;
     val_history = loaded.state.val_history;
+    checkpoint_elapsed = loaded.state.elapsed_seconds;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
     TS_CHECK(loaded.state.seed == cfg.train.seed,
              "checkpoint '{}' was trained with train.seed = {} but this run has {}; resume with the same seed",
@@ -257,8 +254,9 @@ TrainResult Trainer::run() {
     if (step > 0) history = reload_history(result.metrics_path, step);
     result.unigram_entropy = unigram_entropy(*dataset.train, dataset.info.vocab_size);
   }
-  // Elapsed time continues across resumes: the earlier processes' time comes from the log.
-  const double elapsed_before = history.elapsed_seconds;
+  // Elapsed time continues across resumes: the earlier processes' time, as the checkpoint recorded
+  // it (the log's last line may be a few steps older), or from the log for checkpoints of format 1.
+  const double elapsed_before = checkpoint_elapsed > 0 ? checkpoint_elapsed : history.elapsed_seconds;
 
   const int64_t N = model.parameters().numel();
   const double flops_per_token = 6.0 * static_cast<double>(N) +
@@ -331,7 +329,8 @@ TrainResult Trainer::run() {
     return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
   };
   auto save = [&]() {
-    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history};
+    const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, dp_comm);
   };

@@ -47,6 +47,9 @@ TEST(Tensor, ClearErrors) {
   EXPECT_THROW(t.transpose(0, 1).reshape({24}), Error);
   EXPECT_THROW(t.slice(0, 2, 5), Error);
   EXPECT_THROW(t.data<int32_t>(), Error);
+  // An empty shape whose strides would not fit 64 bits.
+  EXPECT_THROW(Tensor::empty({0, int64_t{1} << 62, int64_t{1} << 62}, DType::F32, MemoryTag::Workspace, acc), Error);
+  EXPECT_NO_THROW(Tensor::empty({0, int64_t{1} << 62}, DType::F32, MemoryTag::Workspace, acc));
   try {
     t.expect_shape({4, 7}, "attention input");
     FAIL();

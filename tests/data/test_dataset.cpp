@@ -140,6 +140,70 @@ TEST_F(PreparedDataset, DamagedTokenFilesAndMetadataAreClearErrors) {
   EXPECT_ERROR_WITH(open_dataset(out), "not a prepared dataset", "tessera data prepare");
 }
 
+// What data.json claims must be possible and must match the files: each edit alone is refused,
+// naming the file and the field, before the dataset is called checked.
+TEST_F(PreparedDataset, ImpossibleClaimsInDataJsonAreRefused) {
+  const DatasetInfo info = prepare_dataset(options());
+  const std::filesystem::path out = dir_ / "out";
+  const std::string original = read_bytes(out / "data.json");
+  const auto good = nlohmann::json::parse(original);
+  struct Edit {
+    const char* key;
+    nlohmann::json value;
+    const char* message;
+  };
+  const int64_t total = info.train_tokens + info.val_tokens;
+  const std::vector<Edit> edits = {
+      {"eos_id", 320, "\"eos_id\" = 320 is outside the vocabulary"},
+      {"bos_id", 5000, "\"bos_id\" = 5000 is outside the vocabulary"},
+      {"eos_id", -2, "\"eos_id\" must be an integer in [-1"},
+      {"eos_id", 1e10, "\"eos_id\" must be an integer"},
+      {"bos_id", info.bos_id == 4 ? 5 : 4, "bos_id"},  // inside the vocabulary, not the tokenizer's
+      {"token_file_version", 3, "\"token_file_version\" = 3 is unknown"},
+      {"token_file_version", 2, "does not fit a vocabulary of 320 ids"},
+      {"documents", -1, "\"documents\" must be an integer"},
+      {"documents", 0, "at least one document"},
+      {"documents", total + 1, "is more than the"},
+      {"documents", 3, "end-of-sequence tokens"},  // possible, but not what the files hold
+      {"val_fraction", 0.0, "validation tokens, but \"val_tokens\" says"},
+      {"val_fraction", 1.5, "must be in [0, 1)"},
+      {"val_fraction", -0.1, "must be in [0, 1)"},
+      {"val_fraction", "a tenth", "\"val_fraction\" must be a number"},
+      {"val_pieces", 0, "\"val_pieces\" = 0 is impossible"},
+      {"train_tokens", 2.5, "\"train_tokens\" must be an integer"},
+      {"vocab_size", 0, "\"vocab_size\" must be an integer in [1"},
+      {"corpus_bytes", 0, "non-empty corpus"},
+      {"source", 7, "\"source\" must be a string"},
+      {"tokenizer", "tokenizer.model", "\"tokenizer\" must be an object"},
+  };
+  for (const Edit& e : edits) {
+    auto j = good;
+    j[e.key] = e.value;
+    write_bytes(out / "data.json", j.dump(2));
+    EXPECT_ERROR_WITH(open_dataset(out), "data.json", e.message);
+  }
+  // Counts that agree with each other but not with the files.
+  {
+    auto j = good;
+    j["train_tokens"] = info.train_tokens + 1;
+    j["val_fraction"] = static_cast<double>(info.val_tokens) / static_cast<double>(total + 1);
+    write_bytes(out / "data.json", j.dump(2));
+    EXPECT_ERROR_WITH(open_dataset(out), "data.json says");
+  }
+  write_bytes(out / "data.json", original);
+  EXPECT_NO_THROW(open_dataset(out));
+  // The same checks from text in memory.
+  EXPECT_EQ(parse_dataset_info(original, "memory/data.json").train_tokens, info.train_tokens);
+  EXPECT_ERROR_WITH(parse_dataset_info("{\"format\": \"tessera-dataset\"}", "memory/data.json"), "memory/data.json",
+                    "no \"vocab_size\"");
+  EXPECT_ERROR_WITH(parse_dataset_info("[]", "memory/data.json"), "not a tessera dataset description");
+  // A value nested this deep would overflow the stack when an error message prints it.
+  EXPECT_ERROR_WITH(parse_dataset_info("{\"format\": \"tessera-dataset\", \"vocab_size\": " + std::string(200000, '[') +
+                                           std::string(200000, ']') + "}",
+                                       "memory/data.json"),
+                    "memory/data.json", "nests JSON more than 64 levels");
+}
+
 TEST_F(PreparedDataset, BadOptionsAndEmptyCorpusAreClearErrors) {
   PrepareOptions o = options();
   o.val_fraction = 0.7;

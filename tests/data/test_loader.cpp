@@ -218,7 +218,22 @@ TEST(Loader, StateSurvivesJsonExactly) {
   j.erase("seed");
   EXPECT_ERROR_WITH(loader_state_from_json(j), "no \"seed\"");
   j["seed"] = "seven";
-  EXPECT_ERROR_WITH(loader_state_from_json(j), "\"seed\" has the wrong type");
+  EXPECT_ERROR_WITH(loader_state_from_json(j), "\"seed\" must be a non-negative integer", "\"seven\"");
+  // Values nlohmann would convert silently are refused, not reinterpreted.
+  for (const char* key : {"sequences", "steps", "seq_len", "tokens"}) {
+    for (const char* bad : {"-3", "2.5", "null", "true"}) {
+      auto k = nlohmann::json::parse(text);
+      k[key] = nlohmann::json::parse(bad);
+      EXPECT_ERROR_WITH(loader_state_from_json(k), key);
+    }
+  }
+  auto big = nlohmann::json::parse(text);
+  big["tokens"] = ~uint64_t{0};
+  EXPECT_ERROR_WITH(loader_state_from_json(big), "\"tokens\" must be a non-negative integer");
+  auto flag = nlohmann::json::parse(text);
+  flag["shuffle"] = 1;
+  EXPECT_ERROR_WITH(loader_state_from_json(flag), "\"shuffle\" must be true or false");
+  EXPECT_ERROR_WITH(loader_state_from_json(nlohmann::json::array()), "expected an object");
 }
 
 TEST(Loader, ResumeWithAnotherGlobalBatchContinuesTheSameStream) {

@@ -150,6 +150,23 @@ TEST_F(DamagedTokenFile, MissingFile) {
   EXPECT_ERROR_WITH(TokenFile::open(dir_ / "absent.bin"), "absent.bin", "tessera data prepare");
 }
 
+TEST_F(DamagedTokenFile, BytesInMemoryGetTheSameChecksAsAFile) {
+  const auto file = TokenFile::from_bytes(good_, "memory.bin", 1000);
+  const auto mapped = TokenFile::open(dir_ / "good.bin");
+  ASSERT_EQ(file->size(), 100);
+  std::vector<int32_t> a(100), b(100);
+  file->read(0, a);
+  mapped->read(0, b);
+  EXPECT_EQ(a, b);
+  EXPECT_ERROR_WITH(TokenFile::from_bytes(with_header(1, 3), "memory.bin"), "memory.bin", "unsupported version 3");
+  EXPECT_ERROR_WITH(TokenFile::from_bytes(good_.substr(0, 10), "memory.bin"), "truncated", "10 bytes");
+  EXPECT_ERROR_WITH(TokenFile::from_bytes(good_, "memory.bin", 999), "vocabulary of 1000");
+}
+
+TEST_F(DamagedTokenFile, AFolderIsNotATokenFile) {
+  EXPECT_ERROR_WITH(TokenFile::open(dir_.path()), "not a regular file");
+}
+
 TEST(TokenFile, ReadOutsideTheFileIsAnError) {
   ScratchDir dir;
   write_token_file(dir / "d.bin", random_tokens(10, 50, 3), 50);

@@ -227,6 +227,25 @@ TEST_F(SafeTensors, MissingFileOrFolder) {
   expect_open_error(dir_.string(), "not a regular file");
 }
 
+TEST_F(SafeTensors, BytesInMemoryGetTheSameChecksAsAFile) {
+  const std::string bytes = read_bytes(small_valid_file());
+  SafeTensorsFile f = SafeTensorsFile::from_bytes(std::vector<char>(bytes.begin(), bytes.end()), "memory.safetensors");
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(f.metadata_value("step"), "7");
+  SafeTensorsFile moved = std::move(f);  // the bytes move with it
+  MemoryAccountant acc;
+  Tensor a = Tensor::empty({2, 3}, DType::F32, MemoryTag::Workspace, acc);
+  moved.copy_to("a", a);
+  EXPECT_EQ(a.data<float>()[5], 2.5f);
+  try {
+    SafeTensorsFile::from_bytes(std::vector<char>(bytes.begin(), bytes.end() - 1), "memory.safetensors");
+    ADD_FAILURE() << "a truncated buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(SafeTensorsFile::from_bytes({}, "memory.safetensors"), Error);
+}
+
 TEST_F(SafeTensors, EmptyAndTinyFiles) {
   write_bytes(path("empty"), "");
   expect_open_error(path("empty"), "too short");
@@ -251,7 +270,10 @@ TEST_F(SafeTensors, InvalidJson) {
 
 TEST_F(SafeTensors, DeeplyNestedJsonFailsCleanly) {
   std::string nested = "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
-  expect_open_error(raw_file("nested", nested, ""), "expected an object");
+  expect_open_error(raw_file("nested", nested, ""), "nests JSON more than 64 levels");
+  // Where an error message would print the value (metadata must be strings).
+  nested = "{\"__metadata__\":{\"k\":" + std::string(200000, '[') + std::string(200000, ']') + "}}";
+  expect_open_error(raw_file("nested_meta", nested, ""), "nests JSON");
 }
 
 TEST_F(SafeTensors, OffsetsOutsideTheBuffer) {
@@ -294,6 +316,10 @@ TEST_F(SafeTensors, ShapeOverflow) {
   expect_open_error(raw_file("ovf", h, ""), "overflows");
   h = "{" + entry_json("a", "F32", "[18446744073709551615]", 0, 0) + "}";
   expect_open_error(raw_file("ovf2", h, ""), "overflows");
+  // No element, yet no tensor can have this shape's strides: viewing it overflowed (found reviewing
+  // the fuzz targets; tests/fuzz/corpus/fuzz_safetensors/regression_empty_shape_stride_overflow.safetensors).
+  h = "{" + entry_json("a", "F32", "[0,4611686018427387904,4611686018427387904]", 0, 0) + "}";
+  expect_open_error(raw_file("ovf3", h, ""), "overflows");
 }
 
 TEST_F(SafeTensors, UnknownAndUnsupportedDtypes) {

@@ -66,9 +66,8 @@ std::string run_command(const std::string& command, int* status) {
 
 // tessera's loss of the checkpoint on the first B validation windows, and the batch written for the reader.
 double tessera_loss(const fs::path& checkpoint, const fs::path& batch_path) {
-  const std::string path = train::resolve_checkpoint(checkpoint.string());
-  const nlohmann::json manifest = train::read_checkpoint_manifest(path);
-  const train::RunConfig config = train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+  const std::string path = train::resolve_checkpoint(checkpoint.string(), "");
+  const train::RunConfig config = train::checkpoint_run_config(train::read_checkpoint_manifest(path), path);
   MemoryAccountant memory;
   nn::GPT model(config.model, memory, 0);
   train::load_weights(path, config.model, {model.parameters(), model.parameters(), nullptr, {}});

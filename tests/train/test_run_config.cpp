@@ -53,6 +53,10 @@ TEST(RunConfig, ErrorsNameTheKeyAndTheFix) {
   std::string e = error_of("[train]\nbatch_size = 10\nmicro_batch_size = 4\n");
   EXPECT_NE(e.find("train.batch_size (10) must be a multiple of train.micro_batch_size × parallel.dp"), std::string::npos) << e;
   EXPECT_NE(e.find("set train.batch_size = 12"), std::string::npos) << e;
+  // Factors each in range whose product overflows an int (UBSan in the fuzz build; the input is in
+  // tests/fuzz/corpus/fuzz_run_config/regression_batch_product_overflow.toml).
+  e = error_of("[train]\nbatch_size = 16777216\nmicro_batch_size = 16777216\n[parallel]\ndp = 1048576\n");
+  EXPECT_NE(e.find("(16777216 × 1048576 = 17592186044416)"), std::string::npos) << e;
   EXPECT_NE(error_of("", {{"optim.lr", "-1"}}).find("optim.lr = -1 must be in (0, 10)"), std::string::npos);
   EXPECT_NE(error_of("[log]\nprogress = \"fancy\"\n").find("log.progress"), std::string::npos);
   EXPECT_NE(error_of("", {{"parallel.zero_stage", "4"}}).find("'parallel.zero_stage' = 4 is out of range"), std::string::npos);

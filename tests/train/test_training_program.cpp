@@ -214,6 +214,37 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   EXPECT_EQ(ok.exit_code, 3) << ok.output;
 }
 
+// --checkpoint.resume and sample --checkpoint take a run folder, its checkpoints/ folder or a step
+// folder; a missing `latest` falls back to the newest complete checkpoint, and says so.
+TEST_F(TrainingProgram, ResumeFindsTheCheckpointFromARunOrCheckpointsFolder) {
+  const fs::path run = g_root / "resolve";
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 6 --train.exit_after 2 --checkpoint.every 1")).exit_code, 0);
+  fs::remove(run / "checkpoints" / "latest");
+  CliResult r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume latest"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("using the newest complete checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step_00000002 at step 2"), std::string::npos) << r.output;
+  r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " + run.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 3"), std::string::npos) << r.output;
+  r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " +
+                                      (run / "checkpoints").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
+  for (const fs::path& given : {run, run / "checkpoints", run / "checkpoints" / "step_00000004"}) {
+    CliResult s = run_tessera("sample --checkpoint " + given.string() + " --tokens 2");
+    EXPECT_EQ(s.exit_code, 0) << given << "\n" << s.output;
+  }
+  // A manifest edited by hand is refused, naming what happened.
+  const fs::path manifest = run / "checkpoints" / "step_00000005" / "manifest.json";
+  std::string text = read_file(manifest.string());
+  text.replace(text.find("\"step\": 5"), 9, "\"step\": 4");
+  std::ofstream(manifest, std::ios::binary | std::ios::trunc) << text;
+  r = run_tessera(train_args(run, "--train.steps 6 --checkpoint.resume latest"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("was modified after it was saved"), std::string::npos) << r.output;
+}
+
 TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
   const fs::path run = g_root / "killed";
   // A checkpoint every step, so saves take much of the time and kills land inside them.
@@ -406,9 +437,9 @@ TEST_F(TrainingProgram, InitFromStartsANewRunFromACheckpointsWeights) {
   EXPECT_EQ(steps[0].rfind("1:", 0), 0u) << "a new run starts at step 0";
 
   // The loss of the base weights on the first batch of seed 5's order.
-  const nlohmann::json manifest = tessera::train::read_checkpoint_manifest((base / "checkpoints" / "step_00000006").string());
+  const std::string base_step = (base / "checkpoints" / "step_00000006").string();
   const tessera::train::RunConfig config =
-      tessera::train::read_run_config(toml::parse(manifest.at("config").get<std::string>()));
+      tessera::train::checkpoint_run_config(tessera::train::read_checkpoint_manifest(base_step), base_step);
   tessera::MemoryAccountant memory;
   tessera::nn::GPT model(config.model, memory, 0);
   tessera::train::load_weights(base.string(), config.model, {model.parameters(), model.parameters(), nullptr, {}});
@@ -457,7 +488,7 @@ TEST_F(TrainingProgram, InitFromIsRefusedWithTheReasonAndTheFix) {
       {from + " --model.vocab_size 400", "tessera data prepare --tokenizer " +
                                              (base / "checkpoints" / "step_00000001").string() + "/tokenizer.model"},
       {" --train.init_from " + (g_root / "nowhere").string(), "does not exist"},
-      {" --train.init_from " + g_dataset.string(), "holds no checkpoint"},
+      {" --train.init_from " + g_dataset.string(), "is not a checkpoint"},
   };
   for (const auto& c : cases) {
     CliResult r = run_tessera(train_args(g_root / "init_bad", "--train.steps 2" + c.extra));

@@ -1,0 +1,81 @@
+#pragma once
+// The manifest of a checkpoint (manifest.json): what a checkpoint claims about itself, and the
+// checks that make a damaged or hand-edited one a clear error instead of a run that resumes from
+// nonsense. Kept apart from the saving and loading of tensors so that it parses from text alone
+// (the fuzz target of tests/fuzz feeds it bytes).
+//
+// Format version 2 (written since the manifest protects itself):
+//   {"format": "tessera-checkpoint", "version": 2, "step": 3, "seed": 1337,
+//    "data_position": {loader state}, "val_history": [...], "elapsed_seconds": 12.5,
+//    "model": {...}, "parameter_count": N, "optimizer": {"name": "adamw", "steps_taken": 3},
+//    "parallel": {"dp": 1, "zero_stage": 0, "ranks": 1}, "config": "<resolved TOML>",
+//    "files": {"model.safetensors": {"bytes": N, "xxh3": "<16 hex digits>"}, ...},
+//    "manifest_xxh3": "<16 hex digits>"}
+// manifest_xxh3 is the XXH3-64 of the canonical text of the manifest without that field (compact
+// JSON with sorted keys, nlohmann's dump()): it is checked before anything else, so an edited
+// manifest is refused as modified rather than believed. Version 1 manifests (no self-checksum, no
+// elapsed_seconds) still load, with every other check.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::train {
+
+inline constexpr int kCheckpointFormatVersion = 2;
+// The oldest manifest version this tessera reads.
+inline constexpr int kOldestCheckpointFormatVersion = 1;
+
+// What the training loop saves besides tensors, and gets back on resume.
+struct CheckpointState {
+  int64_t step = 0;               // optimizer steps completed
+  nlohmann::json data_position;   // the loader's resumable position
+  uint64_t seed = 0;
+  std::vector<double> val_history;  // not needed for exactness; keeps the chart continuous
+  double elapsed_seconds = 0;     // wall time of the run up to this step, over every process that ran it
+};
+
+struct CheckpointFileEntry {
+  uint64_t bytes = 0;
+  std::string xxh3;  // 16 lowercase hex digits
+};
+
+// A manifest whose every field has been checked.
+struct CheckpointManifest {
+  int version = kCheckpointFormatVersion;
+  CheckpointState state;
+  nlohmann::json model;           // the model keys, each of its proper type
+  int64_t parameter_count = 0;
+  std::string optimizer_name;
+  int64_t optimizer_steps = 0;    // <= state.step (skipped steps do not count)
+  int dp = 1;
+  int zero_stage = 0;
+  int ranks = 1;
+  std::string config_toml;        // the resolved config of the run that saved it
+  std::map<std::string, CheckpointFileEntry> files;
+};
+
+// Parses and checks manifest text. `source` names the manifest in messages; `folder_step` is the
+// step the checkpoint folder's name says (step_00000003: 3), or nullopt when the folder is not
+// named that way. Every problem is a tessera::Error naming the manifest and the field.
+CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::string& source,
+                                             std::optional<int64_t> folder_step);
+
+// The manifest's text as written: `manifest` (without manifest_xxh3) plus its self-checksum.
+std::string checkpoint_manifest_text(const nlohmann::json& manifest);
+
+// The step named by a checkpoint folder called step_<digits>, or nullopt for any other name.
+std::optional<int64_t> step_of_folder_name(std::string_view name);
+
+// The names of the per-rank ZeRO shard files and of the fixed files of a checkpoint.
+std::string zero_shard_file_name(int rank);
+inline constexpr const char* kCheckpointModelFile = "model.safetensors";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";
+inline constexpr const char* kCheckpointManifestFile = "manifest.json";
+
+}  // namespace tessera::train
