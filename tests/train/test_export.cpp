@@ -185,5 +185,5 @@ TEST_F(Export, OutputFolderAndFormatAreChecked) {
   EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;
   CliResult empty_run = run_tessera("export " + g_dataset.string() + " " + (g_root / "out3").string());
   EXPECT_NE(empty_run.exit_code, 0);
-  EXPECT_NE(empty_run.output.find("holds no checkpoint"), std::string::npos) << empty_run.output;
+  EXPECT_NE(empty_run.output.find("is not a checkpoint"), std::string::npos) << empty_run.output;
 }
