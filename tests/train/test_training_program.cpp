@@ -419,6 +419,7 @@ TEST_F(TrainingProgram, RunsThatCannotFitAreRefusedAtOnce) {
   EXPECT_EQ(warm.exit_code, 0) << warm.output;
   EXPECT_NE(warm.output.find("warning: optim.warmup_steps = 5 is more than train.steps = 1"), std::string::npos)
       << warm.output;
+}
 
 // train.init_from: a new run from a checkpoint's weights alone. Its first step trains on the first
 // batch of its own data order with the checkpoint's weights, so its logged loss is the loss of
