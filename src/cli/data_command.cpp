@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "data/dataset.h"
+#include "train/checkpoint.h"
 
 namespace tessera::cli {
 
@@ -89,7 +90,9 @@ void add_data_command(CLI::App& app) {
   auto* vocab = prep->add_option("--vocab-size", prepare->options.vocab_size,
                                  "Vocabulary size of the tokenizer trained on the corpus")
                     ->capture_default_str();
-  prep->add_option("--tokenizer", prepare->tokenizer, "Use this SentencePiece .model instead of training one")
+  prep->add_option("--tokenizer", prepare->tokenizer,
+                   "Use this SentencePiece .model instead of training one, or the tokenizer of a checkpoint (a run "
+                   "folder, its checkpoints/ folder or a step folder)")
       ->excludes(vocab);
   prep->add_option("--val-fraction", prepare->options.val_fraction,
                    "Fraction of tokens held out for validation, above 0 and at most 0.5")
@@ -111,6 +114,20 @@ void add_data_command(CLI::App& app) {
     data::PrepareOptions options = prepare->options;
     options.out = prepare->out;
     options.tokenizer = prepare->tokenizer;
+    if (!options.tokenizer.empty() && std::filesystem::is_directory(options.tokenizer)) {
+      // A checkpoint: its own copy of the tokenizer it was trained with (for fine-tuning data).
+      std::string note, checkpoint;
+      try {
+        checkpoint = train::resolve_checkpoint(options.tokenizer.string(), "", &note);
+      } catch (const Error& e) {
+        TS_FAIL("tokenizer path {} is a folder, and not a checkpoint whose tokenizer could be taken ({}); give a "
+                "SentencePiece .model file or a checkpoint",
+                options.tokenizer.string(), e.what());
+      }
+      if (!note.empty()) print_line(note);
+      options.tokenizer = (std::filesystem::path(checkpoint) / "tokenizer.model").string();
+      print_line(fmt::format("tokenizer of checkpoint {}", checkpoint));
+    }
     data::prepare_dataset(options, print_line);
   });
 

@@ -29,6 +29,7 @@ SKIPPED = {
     "scripts/test.sh": "installs packages, builds and runs the whole suite (this test is part of it)",
     "scripts/install-deps.sh": "installs Debian packages",
     "scripts/fuzz.sh": "fuzzes for minutes",
+    "build/fuzz/": "replays a fuzz finding (needs the fuzz build and a finding)",
     "cmake": "builds the project (the test runs inside that build)",
     "bench/": "benchmarks take minutes on purpose",
     "build/release/bench/": "benchmarks take minutes on purpose",

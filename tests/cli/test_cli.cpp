@@ -59,7 +59,7 @@ TEST_F(Cli, AnUnknownCommandIsNamedWithASuggestion) {
   CliResult r = run_tessera("trian --config x.toml");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output,
-            "error: unknown command 'trian'; did you mean 'train'? commands: data, train, sample, plan, simulate, "
+            "error: unknown command 'trian'; did you mean 'train'? commands: data, train, sample, export, plan, simulate, "
             "launch\n");
   r = run_tessera("--debug data prep --input x");
   EXPECT_EQ(r.exit_code, 2) << r.output;

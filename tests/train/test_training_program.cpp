@@ -218,18 +218,18 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
 // folder; a missing `latest` falls back to the newest complete checkpoint, and says so.
 TEST_F(TrainingProgram, ResumeFindsTheCheckpointFromARunOrCheckpointsFolder) {
   const fs::path run = g_root / "resolve";
-  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 6 --train.exit_after 2 --checkpoint.every 1")).exit_code, 0);
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 6 --train.exit_after 2 --checkpoint.every 1")).exit_code, 3);
   fs::remove(run / "checkpoints" / "latest");
   CliResult r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume latest"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("using the newest complete checkpoint"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step_00000002 at step 2"), std::string::npos) << r.output;
   r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " + run.string()));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("at step 3"), std::string::npos) << r.output;
   r = run_tessera(train_args(run, "--train.steps 6 --train.exit_after 1 --checkpoint.resume " +
                                       (run / "checkpoints").string()));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("at step 4"), std::string::npos) << r.output;
   for (const fs::path& given : {run, run / "checkpoints", run / "checkpoints" / "step_00000004"}) {
     CliResult s = run_tessera("sample --checkpoint " + given.string() + " --tokens 2");
