@@ -3,8 +3,8 @@
 namespace tessera::exec {
 
 Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
-                         MemoryAccountant& memory)
-    : model_(model), ownership_(ownership), transforms_(transforms), memory_(memory) {}
+                         MemoryAccountant& memory, dist::Communicator* pipeline)
+    : model_(model), ownership_(ownership), transforms_(transforms), memory_(memory), pipeline_(pipeline) {}
 
 namespace {
 // Clears the event on every exit, so nothing reads a program that has gone.
@@ -13,6 +13,15 @@ struct EventScope {
   EventScope(ParameterOwnership& o, const Event* e) : ownership(o) { ownership.set_event(e); }
   ~EventScope() { ownership.set_event(nullptr); }
 };
+
+// Unique per step among the transfers of one pair of ranks: microbatch, boundary and payload. MPI
+// guarantees tags up to 32767; a larger pipeline is refused rather than risk a mismatch.
+int transfer_tag(const Program& program, const Action& a) {
+  const int64_t tag = (int64_t{a.microbatch} * program.stages + a.edge) * 2 + (a.payload == pipeline::Tensor::Gradient);
+  TS_CHECK(tag < 32768, "{}: {} microbatches across {} stages need more message tags than MPI guarantees (32767); "
+           "use fewer microbatches per step", describe(a), program.microbatches, program.stages);
+  return static_cast<int>(tag);
+}
 }  // namespace
 
 ProgramResult Interpreter::run(const Program& program, std::span<const MicrobatchInput> microbatches,
@@ -31,11 +40,19 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
   }
   ProgramResult result;
   bool finished = false;
+  // Receives indexed by action; sends in flight.
+  std::vector<Transfer> posted(program.actions.size()), sends;
+  auto complete_sends = [&] {
+    for (Transfer& t : sends) t.work->wait();
+    sends.clear();
+  };
   transforms_.begin(program);
+  post_receives_after(program, -1, microbatches, posted);
   for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
     const Action& a = program.actions[static_cast<size_t>(i)];
     if (a.kind == Action::Kind::OptimizerStep) {
       check_finished(program, states);
+      complete_sends();
       if (!finished) transforms_.finish(program);
       finished = true;
       if (optimizer_step) optimizer_step();
@@ -45,6 +62,11 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
              describe(a), a.microbatch, program.microbatches);
     TS_CHECK(a.unit >= 0 && a.unit < units, "action {} names unit {} of {}", describe(a), a.unit, units);
     MicrobatchState& s = states[static_cast<size_t>(a.microbatch)];
+    if (is_transfer(a)) {
+      transfer(program, i, s, posted, sends, microbatches);
+      continue;
+    }
+    post_receives_after(program, i, microbatches, posted);
     const MicrobatchInput& mb = microbatches[static_cast<size_t>(a.microbatch)];
     nn::StepContext step{memory_, ownership_};
     step.training = a.phase != Phase::Eval;
@@ -62,8 +84,62 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     transforms_.after(event);
   }
   check_finished(program, states);
+  complete_sends();
   if (!finished) transforms_.finish(program);
   return result;
+}
+
+void Interpreter::post_receives_after(const Program& program, int i, std::span<const MicrobatchInput> microbatches,
+                                      std::vector<Transfer>& posted) {
+  for (int j = i + 1; j < static_cast<int>(program.actions.size()); ++j) {
+    const Action& a = program.actions[static_cast<size_t>(j)];
+    if (!is_transfer(a)) return;
+    if (a.kind != Action::Kind::Recv || posted[static_cast<size_t>(j)].work) continue;
+    TS_CHECK(pipeline_ != nullptr, "{}: the program moves tensors between pipeline ranks but the interpreter has no "
+             "pipeline group", describe(a));
+    TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
+             describe(a), a.microbatch, program.microbatches);
+    const Tensor& tokens = microbatches[static_cast<size_t>(a.microbatch)].data.tokens;
+    Tensor buffer = Tensor::empty({tokens.size(0), tokens.size(1), model_.config().n_embd}, DType::F32,
+                                  MemoryTag::Activations, memory_);
+    dist::WorkPtr work = pipeline_->recv(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
+                                         transfer_tag(program, a));
+    posted[static_cast<size_t>(j)] = Transfer{std::move(work), std::move(buffer)};
+  }
+}
+
+void Interpreter::transfer(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
+                           std::vector<Transfer>& sends, std::span<const MicrobatchInput> microbatches) {
+  const Action& a = program.actions[static_cast<size_t>(i)];
+  const auto u = static_cast<size_t>(a.unit);
+  const bool activation = a.payload == pipeline::Tensor::Activation;
+  TS_CHECK(activation || a.payload == pipeline::Tensor::Gradient, "{}: nothing to move", describe(a));
+  if (a.kind == Action::Kind::Recv) {
+    post_receives_after(program, i - 1, microbatches, posted);
+    Transfer& t = posted[static_cast<size_t>(i)];
+    t.work->wait();
+    if (activation) {
+      TS_CHECK(!s.input[u].defined(), "{}: the input of unit {} is still stored", describe(a), a.unit);
+      s.input[u] = std::move(t.buffer);
+    } else {
+      TS_CHECK(!s.grad[u].defined(), "{}: a gradient for unit {} is still stored", describe(a), a.unit);
+      s.grad[u] = std::move(t.buffer);
+      s.backward_done = a.unit;  // the stages above have back-propagated this microbatch
+    }
+    t = Transfer{};
+    return;
+  }
+  TS_CHECK(pipeline_ != nullptr, "{}: the program moves tensors between pipeline ranks but the interpreter has no "
+           "pipeline group", describe(a));
+  Tensor& slot = activation ? s.input[u] : s.grad[u];
+  TS_CHECK(slot.defined(), "{}: there is no {} to send (its {} has not run)", describe(a),
+           activation ? "activation" : "gradient", activation ? "forward" : "backward");
+  Tensor buffer = std::move(slot);
+  slot = Tensor();
+  TS_CHECK(buffer.is_contiguous(), "{}: the tensor to send is not contiguous", describe(a));
+  dist::WorkPtr work = pipeline_->send(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
+                                       transfer_tag(program, a));
+  sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }
 
 void Interpreter::forward(const Action& a, MicrobatchState& s, const MicrobatchInput& mb, nn::StepContext& step,
@@ -128,7 +204,7 @@ void Interpreter::check_finished(const Program& program, const std::vector<Micro
   for (size_t m = 0; m < states.size(); ++m) {
     const MicrobatchState& s = states[m];
     if (program.training) {
-      TS_CHECK(s.backward_done == 0, "the program ended with microbatch {} not back-propagated below unit {}", m,
+      TS_CHECK(s.backward_done == program.first_unit, "the program ended with microbatch {} not back-propagated below unit {}", m,
                s.backward_done);
     }
     for (size_t u = 0; u < s.kept.size(); ++u) {

@@ -7,7 +7,11 @@
 // ownership, so transforms and storage owners act at the right moment.
 //
 // Plain training with gradient accumulation is the program of the one-stage 1F1B schedule
-// (F0 B0 F1 B1 ...); a pipeline rank runs the same interpreter on its own list.
+// (F0 B0 F1 B1 ...); a pipeline rank runs the same interpreter on its own list, whose Send and
+// Recv actions move activations and gradients over the pipeline group's point-to-point
+// operations. Receives are posted ahead: those that follow a unit action are posted before it
+// runs, so the transfer overlaps its compute; sends complete in the background and are waited for
+// before the program ends. Transfers are the interpreter's own: transforms see unit actions only.
 //
 // Memory follows memory/chain.h's rules exactly, so a recompute policy's predicted activation
 // peak is what the allocator measures: after a forward keeping All the unit's activations stay
@@ -20,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
 #include "exec/transform.h"
@@ -46,7 +51,9 @@ struct ProgramResult {
 
 class Interpreter {
  public:
-  Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory);
+  // `pipeline`: the pipeline group, for programs with transfers (nullptr: one stage).
+  Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory,
+              dist::Communicator* pipeline = nullptr);
 
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
   // called at the program's optimizer step, after the transform chain finished the program.
@@ -66,11 +73,21 @@ class Interpreter {
                ProgramResult& result);
   void backward(const Action& a, MicrobatchState& s, nn::StepContext& step);
   void check_finished(const Program& program, const std::vector<MicrobatchState>& states) const;
+  struct Transfer {
+    dist::WorkPtr work;
+    Tensor buffer;  // kept alive until the transfer completes
+  };
+  // Posts the receives of the transfer actions that follow action `i`.
+  void post_receives_after(const Program& program, int i, std::span<const MicrobatchInput> microbatches,
+                           std::vector<Transfer>& posted);
+  void transfer(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
+                std::vector<Transfer>& sends, std::span<const MicrobatchInput> microbatches);
 
   nn::GPT& model_;
   ParameterOwnership& ownership_;
   TransformChain& transforms_;
   MemoryAccountant& memory_;
+  dist::Communicator* pipeline_;
 };
 
 }  // namespace tessera::exec

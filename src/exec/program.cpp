@@ -1,5 +1,7 @@
 #include "exec/program.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "memory/recompute_policy.h"
 
@@ -23,8 +25,16 @@ bool writes_gradients(Phase phase) {
   return phase == Phase::Backward || phase == Phase::BackwardInput || phase == Phase::BackwardWeight;
 }
 
+bool is_transfer(const Action& a) { return a.kind == Action::Kind::Send || a.kind == Action::Kind::Recv; }
+
 std::string describe(const Action& a) {
   if (a.kind == Action::Kind::OptimizerStep) return fmt::format("optimizer step (chunk {})", a.chunk);
+  if (is_transfer(a)) {
+    const bool activation = a.payload == pipeline::Tensor::Activation;
+    return fmt::format("{} {} mb{} across stages {}|{} {} rank {}", a.kind == Action::Kind::Send ? "send" : "recv",
+                       activation ? "activation" : "gradient", a.microbatch, a.edge, a.edge + 1,
+                       a.kind == Action::Kind::Send ? "to" : "from", a.peer);
+  }
   std::string text = fmt::format("{} unit {} mb{}", phase_name(a.phase), a.unit, a.microbatch);
   if (a.chunk != 0) text += fmt::format(" chunk {}", a.chunk);
   if (is_forward(a.phase)) text += fmt::format(" (keep {}{})", memory::keep_name(a.keep), a.selective ? ", selective" : "");
@@ -92,10 +102,21 @@ void lower_instruction(const pipeline::Instruction& ins, const StagePlan::Stage&
       TS_FAIL("stage-level recompute instructions are not executed: recomputation comes from memory.recompute "
               "(generate the schedule without recompute)");
     case pipeline::Op::Send:
-    case pipeline::Op::Recv:
-      TS_FAIL("'{}': transfers between pipeline ranks need the pipeline executor; this program runs one rank "
-              "holding every stage",
-              pipeline::describe(ins));
+    case pipeline::Op::Recv: {
+      Action a;
+      a.kind = ins.op == pipeline::Op::Send ? Action::Kind::Send : Action::Kind::Recv;
+      a.chunk = ins.chunk;
+      a.microbatch = ins.microbatch;
+      a.payload = ins.tensor;
+      a.peer = ins.peer;
+      a.edge = pipeline::transfer_edge(ins);
+      // The stage is the producer of a Send and the consumer of a Recv: an activation crosses from
+      // the producer's last unit into the consumer's first, a gradient the other way.
+      const bool at_end = (ins.op == pipeline::Op::Send) == (ins.tensor == pipeline::Tensor::Activation);
+      a.unit = at_end ? stage.last : stage.first;
+      out.push_back(a);
+      return;
+    }
     case pipeline::Op::OptimizerStep:
       if (out.empty() || out.back().kind != Action::Kind::OptimizerStep) {
         Action a;
@@ -117,22 +138,48 @@ Program lower_training(const pipeline::Schedule& schedule, int rank, const Stage
   Program program;
   program.microbatches = schedule.microbatches;
   program.training = true;
+  program.stages = schedule.stages();
+  program.first_unit = plan.units;
+  for (int s = rank; s < schedule.stages(); s += schedule.ranks) {
+    program.first_unit = std::min(program.first_unit, plan.stages[static_cast<size_t>(s)].first);
+  }
   for (const pipeline::Instruction& ins : schedule.programs[static_cast<size_t>(rank)]) {
     lower_instruction(ins, plan.stages[static_cast<size_t>(ins.stage)], plan.units, program.actions);
   }
   return program;
 }
 
-Program lower_evaluation(int units) {
+Program lower_evaluation(const StagePlan& plan, int rank, int ranks) {
+  const int stages = static_cast<int>(plan.stages.size());
+  TS_CHECK(ranks >= 1 && rank >= 0 && rank < ranks && stages % ranks == 0,
+           "cannot lower an evaluation of {} stages for rank {} of {}", stages, rank, ranks);
   Program program;
   program.microbatches = 1;
   program.training = false;
-  for (int u = 0; u < units; ++u) {
+  program.stages = stages;
+  program.first_unit = plan.stages[static_cast<size_t>(rank)].first;
+  auto transfer = [&](Action::Kind kind, int unit, int peer, int edge) {
     Action a;
-    a.phase = Phase::Eval;
-    a.unit = u;
-    a.keep = memory::Keep::Nothing;
+    a.kind = kind;
+    a.unit = unit;
+    a.payload = pipeline::Tensor::Activation;
+    a.peer = peer;
+    a.edge = edge;
     program.actions.push_back(a);
+  };
+  // This rank's stages in order (stage s on rank s % ranks as chunk s / ranks).
+  for (int s = rank; s < stages; s += ranks) {
+    const StagePlan::Stage& stage = plan.stages[static_cast<size_t>(s)];
+    if (s > 0) transfer(Action::Kind::Recv, stage.first, (s - 1) % ranks, s - 1);
+    for (int u = stage.first; u < stage.last; ++u) {
+      Action a;
+      a.phase = Phase::Eval;
+      a.unit = u;
+      a.chunk = s / ranks;
+      a.keep = memory::Keep::Nothing;
+      program.actions.push_back(a);
+    }
+    if (s + 1 < stages) transfer(Action::Kind::Send, stage.last, (s + 1) % ranks, s);
   }
   return program;
 }

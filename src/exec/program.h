@@ -16,8 +16,10 @@
 //   BackwardInput(stage, mb)  the same with the input halves (BackwardInput)
 //   BackwardWeight(stage, mb) the weight halves of every unit of the stage, last unit first
 //   OptimizerStep(chunk)      an optimizer step (one for the run of consecutive OptimizerSteps)
-// Send and Recv come with the pipeline executor; stage-level Recompute instructions are expressed
-// by the recompute plans instead.
+//   Send(tensor, mb, peer)    a transfer between pipeline ranks: an activation is the output of
+//   Recv(tensor, mb, peer)    the stage's last unit (the next stage's input), a gradient that of the
+//                             stage's first unit's input; `unit` names that slot (see Action)
+// Stage-level Recompute instructions are expressed by the recompute plans instead.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -41,23 +43,35 @@ bool is_forward(Phase phase);              // Forward, Recompute, Eval
 bool writes_gradients(Phase phase);        // Backward, BackwardInput, BackwardWeight
 
 struct Action {
-  enum class Kind : uint8_t { Unit, OptimizerStep };
+  enum class Kind : uint8_t { Unit, OptimizerStep, Send, Recv };
   Kind kind = Kind::Unit;
   Phase phase = Phase::Forward;
+  // Unit actions: the unit run. Transfers: the unit whose slot the tensor leaves or fills: an
+  // activation is the input of `unit` (the first unit of the receiving stage), a gradient that of
+  // `unit`'s input (the first unit of the sending stage).
   int unit = 0;
   int chunk = 0;
   int microbatch = 0;
   memory::Keep keep = memory::Keep::All;  // forward phases: what stays after the unit ran
   bool selective = false;                 // forward phases of a block: drop what is cheap to rebuild
+  // Transfers: what moves, the pipeline rank at the other end, and the stage boundary crossed
+  // (edge e joins stages e and e + 1).
+  pipeline::Tensor payload = pipeline::Tensor::None;
+  int peer = -1;
+  int edge = -1;
 
   bool operator==(const Action&) const = default;
 };
 std::string describe(const Action& action);  // "recompute blocks.3 mb1 (keep all)"
 
+bool is_transfer(const Action& action);
+
 struct Program {
   std::vector<Action> actions;
   int microbatches = 0;
   bool training = true;
+  int first_unit = 0;  // the lowest unit this rank runs: a microbatch's backward ends there
+  int stages = 1;      // stages of the whole pipeline (transfer tags are unique per step)
 };
 
 // The units of each stage and how each stage recomputes. Stage s holds units [first[s], last[s])
@@ -82,7 +96,8 @@ StagePlan even_stages(int units, int stages);
 
 // The program of `rank` for one step of `schedule` (validated by the caller).
 Program lower_training(const pipeline::Schedule& schedule, int rank, const StagePlan& plan);
-// One evaluation microbatch through all `units`: each unit forward, keeping nothing.
-Program lower_evaluation(int units);
+// One evaluation microbatch through the units `rank` holds (all of them with one stage): each unit
+// forward, keeping nothing, with the activations received before and sent after each stage.
+Program lower_evaluation(const StagePlan& plan, int rank, int ranks);
 
 }  // namespace tessera::exec

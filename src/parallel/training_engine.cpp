@@ -8,11 +8,14 @@ namespace tessera::parallel {
 
 namespace {
 
-std::array<dist::Communicator*, config::kMeshDims.size()> dp_groups(dist::Communicator* dp) {
+std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Communicator* dp, dist::Communicator* pp) {
   std::array<dist::Communicator*, config::kMeshDims.size()> groups{};
   groups[static_cast<size_t>(config::MeshDim::DP)] = dp;
+  groups[static_cast<size_t>(config::MeshDim::PP)] = pp;
   return groups;
 }
+
+int size_of(dist::Communicator* group) { return group == nullptr ? 1 : group->size(); }
 
 // Every rank must run the same program (ZeRO's collectives follow it), so measured times are
 // rank 0's everywhere.
@@ -28,24 +31,30 @@ exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
 }  // namespace
 
 TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp,
-                               const EngineOptions& options)
+                               const EngineOptions& options, dist::Communicator* pp)
     : model_(model),
       memory_(memory),
       options_(options),
       ownership_(model.parameters()),
-      norms_(dp_groups(dp)),
-      interpreter_(model, ownership_, transforms_, memory) {
+      pp_(pp != nullptr && pp->size() > 1 ? pp : nullptr),
+      norms_(groups_of(dp, pp_)),
+      interpreter_(model, ownership_, transforms_, memory, pp_) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
-  TS_CHECK(layout.pp == 1 && layout.tp == 1 && layout.ep == 1,
-           "the training engine runs one rank of data parallelism holding the whole model; {} needs the pipeline, "
-           "tensor or expert parallel executors", layout.describe());
-  TS_CHECK(layout.dp == (dp == nullptr ? 1 : dp->size()), "the layout has dp {} but the data-parallel group {} ranks",
-           layout.dp, dp == nullptr ? 1 : dp->size());
+  TS_CHECK(layout.tp == 1 && layout.ep == 1,
+           "the training engine runs data and pipeline parallelism; {} needs the tensor or expert parallel executors",
+           layout.describe());
+  TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
+           size_of(dp));
+  TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
+  TS_CHECK(layout.pp == 1 || layout.zero_stage == 0,
+           "parallel.zero_stage = {} with parallel.pp = {}: ZeRO shards the optimizer state over the whole model, "
+           "and a pipeline rank updates its stages' parameters only; per-stage sharding is not built yet, so use "
+           "parallel.zero_stage = 0 with pipelining",
+           layout.zero_stage, layout.pp);
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory,
                                        DataParallelOptions{layout.zero_stage, options.bucket_bytes}, ownership_,
                                        transforms_);
-  optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
 
   const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
@@ -54,7 +63,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }
   plan(times_);
-  evaluation_ = exec::lower_evaluation(model.num_units());
+  if (pp_ != nullptr) {
+    // Claims the master copies of the other stages' parameters before the optimizer sizes its state.
+    stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *pp_, ownership_);
+  }
+  optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
+  evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
 
 void TrainingEngine::plan(const exec::UnitTimes& times) {
@@ -64,7 +78,7 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   stages_ = exec::even_stages(model_.num_units(), schedule_.stages());
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
                        times);
-  program_ = exec::lower_training(schedule_, 0, stages_);
+  program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }
 
 void TrainingEngine::set_microbatches(int microbatches) {
@@ -81,8 +95,9 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   dp_->zero_grads();
   const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&] {
     const std::vector<optim::Segment> segments = ownership_.master_segments();
+    if (stage_params_) stage_params_->sum_shared_gradients();
     if (max_grad_norm) {
-      result.grad_norm = norms_.compute(segments);
+      result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
       if (result.grad_norm.non_finite) {
         result.skipped = true;  // every rank sees the same norm, so every rank skips
         return;
@@ -92,17 +107,30 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
     optimizer_->step(lr, segments);
     dp_->after_optimizer_step();
   });
-  result.loss_sum = run.loss_sum;
-  result.counted = run.counted;
+  const exec::ProgramResult total = over_pipeline(run);
+  result.loss_sum = total.loss_sum;
+  result.counted = total.counted;
   return result;
 }
 
 exec::ProgramResult TrainingEngine::evaluate(const exec::MicrobatchInput& microbatch) {
-  return interpreter_.run(evaluation_, std::span(&microbatch, 1), {});
+  return over_pipeline(interpreter_.run(evaluation_, std::span(&microbatch, 1), {}));
+}
+
+exec::ProgramResult TrainingEngine::over_pipeline(const exec::ProgramResult& mine) const {
+  if (pp_ == nullptr) return mine;
+  // Only the last stage computes the loss; every pipeline rank reports it.
+  const std::vector<double> sums = sum_over_ranks(pp_, std::vector<double>{mine.loss_sum, double(mine.counted)});
+  return exec::ProgramResult{sums[0], static_cast<int64_t>(sums[1])};
+}
+
+DataParallel::FullParameters TrainingEngine::full_parameters() {
+  if (stage_params_) stage_params_->full_values();
+  return dp_->full_parameters();
 }
 
 std::optional<exec::ActivationPrediction> TrainingEngine::predicted_activations() const {
-  if (stages_.stages.size() != 1 || schedule_.split_backward) return std::nullopt;
+  if (stages_.stages.size() != 1 || schedule_.split_backward || pp_ != nullptr) return std::nullopt;
   return exec::predict_activations(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, alive_);
 }
 

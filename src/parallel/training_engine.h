@@ -19,14 +19,15 @@
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
+#include "parallel/pipeline_stages.h"
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
 
 namespace tessera::parallel {
 
 struct EngineOptions {
-  // dp, zero_stage, schedule, virtual_stages, micro_batch and global_batch are read (one pipeline
-  // rank holding the whole model: pp = tp = 1); microbatches per step = B / (dp × b).
+  // dp, pp, zero_stage, schedule, virtual_stages, micro_batch and global_batch are read (tp = 1);
+  // microbatches per step = B / (dp × b).
   config::ParallelLayout layout;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
   optim::AdamWConfig adam;
@@ -39,13 +40,16 @@ struct EngineOptions {
 
 class TrainingEngine {
  public:
-  // `dp` is the data-parallel group (nullptr: one process); collective over it.
-  TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options);
+  // `dp` is the data-parallel group and `pp` the pipeline group (nullptr: a group of one);
+  // collective over both. With pp > 1 this rank runs its pipeline rank's instruction list: its
+  // stages' units, with the transfers to and from its neighbours.
+  TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
+                 dist::Communicator* pp = nullptr);
   ~TrainingEngine();
 
   struct StepResult {
-    double loss_sum = 0;  // this rank's microbatches
-    int64_t counted = 0;  // this rank's targets that count
+    double loss_sum = 0;  // this rank's microbatches (summed over the pipeline group: the last stage's)
+    int64_t counted = 0;  // this rank's targets that count (likewise)
     GradNorm grad_norm;   // global, before clipping
     bool skipped = false;  // the gradient was not finite: no update on any rank
   };
@@ -61,7 +65,8 @@ class TrainingEngine {
   // with it; the same recompute options).
   void set_microbatches(int microbatches);
 
-  DataParallel::FullParameters full_parameters() { return dp_->full_parameters(); }
+  // Every parameter's current value (collective: under pipelining each comes from its stage).
+  DataParallel::FullParameters full_parameters();
   DataParallel& data_parallel() { return *dp_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   exec::ParameterOwnership& ownership() { return ownership_; }
@@ -75,13 +80,17 @@ class TrainingEngine {
 
  private:
   void plan(const exec::UnitTimes& times);
+  // The loss of a program summed over the pipeline group (the last stage computes it).
+  exec::ProgramResult over_pipeline(const exec::ProgramResult& mine) const;
 
   nn::GPT& model_;
   MemoryAccountant& memory_;
   EngineOptions options_;
   exec::ParameterOwnership ownership_;
   exec::TransformChain transforms_;
+  dist::Communicator* pp_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<PipelineStageParameters> stage_params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   GradNormService norms_;
   exec::Interpreter interpreter_;

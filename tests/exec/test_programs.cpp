@@ -29,6 +29,12 @@ config::ParallelLayout one_rank(config::ScheduleKind kind, int microbatches, int
 // eval, each with "/m<microbatch>"; "step" the optimizer step.
 std::string code(const exec::Action& a) {
   if (a.kind == exec::Action::Kind::OptimizerStep) return "step";
+  if (exec::is_transfer(a)) {
+    // "sA3/m0>1": send the activation into unit 3's slot, microbatch 0, to rank 1; "rG3/m0<1" receive a gradient.
+    const bool send = a.kind == exec::Action::Kind::Send;
+    return fmt::format("{}{}{}/m{}{}{}", send ? "s" : "r", a.payload == pipeline::Tensor::Activation ? "A" : "G", a.unit,
+                       a.microbatch, send ? ">" : "<", a.peer);
+  }
   const char* letter = "?";
   switch (a.phase) {
     case Phase::Forward: letter = "F"; break;
@@ -106,7 +112,7 @@ TEST(Programs, SplitBackwardAndGPipeAndEvaluation) {
   ASSERT_EQ(gpipe.actions.size(), 21u);
   EXPECT_EQ(code(gpipe.actions[5]), "F0/m1") << "GPipe runs every forward first";
   EXPECT_EQ(code(gpipe.actions[10]), "B4/m1") << "and then the backwards, last microbatch first";
-  EXPECT_EQ(codes(exec::lower_evaluation(kUnits)), (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "E3/m0", "E4/m0"}));
+  EXPECT_EQ(codes(exec::lower_evaluation(exec::even_stages(kUnits, 1), 0, 1)), (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "E3/m0", "E4/m0"}));
 }
 
 TEST(Programs, StagesSplitBlocksEvenlyWithTheEndsOnTheOuterStages) {
@@ -179,7 +185,7 @@ TEST(Interpreter, TellsTheChainAboutEveryActionInSlotOrder) {
   EXPECT_EQ(log, want);
 
   log.clear();
-  const exec::ProgramResult eval = interpreter.run(exec::lower_evaluation(model.num_units()), std::span(&mb, 1), {});
+  const exec::ProgramResult eval = interpreter.run(exec::lower_evaluation(exec::even_stages(model.num_units(), 1), 0, 1), std::span(&mb, 1), {});
   EXPECT_EQ(log.size(), 2u + 4u * 3u + 2u);
   EXPECT_EQ(log[2], "observer before E0/m0");
   EXPECT_EQ(eval.counted, 32);
@@ -218,3 +224,26 @@ TEST(Interpreter, RefusesProgramsThatBreakTheChain) {
   exec::Action f0;
   expect_refused({f0}, "not back-propagated");
 }
+
+// Two pipeline ranks of a 3-block model (stage 0: units 0-2, stage 1: units 3-4), 1F1B with two
+// microbatches: each rank's program runs its own units, with the transfers at the stage boundary
+// naming the slot of unit 3 (the activation into its input, the gradient of its input).
+TEST(Programs, PipelineRanksExchangeAtTheStageBoundary) {
+  config::ParallelLayout l = one_rank(config::ScheduleKind::OneFOneB, 2);
+  l.pp = 2;
+  const pipeline::Schedule schedule = pipeline::make_schedule(l);
+  const exec::StagePlan plan = exec::even_stages(kUnits, 2);
+  ASSERT_EQ(plan.stages[0].last, 3);
+  const exec::Program first = exec::lower_training(schedule, 0, plan);
+  const exec::Program last = exec::lower_training(schedule, 1, plan);
+  EXPECT_EQ(codes(first), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "sA3/m0>1", "F0/m1", "F1/m1", "F2/m1",
+                                                    "sA3/m1>1", "rG3/m0<1", "B2/m0", "B1/m0", "B0/m0", "rG3/m1<1",
+                                                    "B2/m1", "B1/m1", "B0/m1", "step"}));
+  EXPECT_EQ(codes(last), (std::vector<std::string>{"rA3/m0<0", "F3/m0", "F4/m0", "rA3/m1<0", "B4/m0", "B3/m0",
+                                                   "sG3/m0>0", "F3/m1", "F4/m1", "B4/m1", "B3/m1", "sG3/m1>0", "step"}));
+  EXPECT_EQ(first.first_unit, 0);
+  EXPECT_EQ(last.first_unit, 3);
+  EXPECT_EQ(codes(exec::lower_evaluation(plan, 1, 2)), (std::vector<std::string>{"rA3/m0<0", "E3/m0", "E4/m0"}));
+  EXPECT_EQ(codes(exec::lower_evaluation(plan, 0, 2)), (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "sA3/m0>1"}));
+}
+

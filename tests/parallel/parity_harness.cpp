@@ -164,13 +164,17 @@ RunRecord run_reference(const ParityCase& c) {
   return rec;
 }
 
-RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) {
+RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
+
+RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
   parallel::EngineOptions options;
   options.layout.dp = ranks;
+  options.layout.pp = pp ? pp->size() : 1;
+  options.layout.virtual_stages = c.virtual_stages;
   options.layout.zero_stage = c.zero_stage;
   options.layout.schedule = c.schedule;
   options.layout.micro_batch = static_cast<int>(mine.size() / c.micros);
@@ -180,7 +184,7 @@ RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) {
   options.seq_len = c.seq_len;
   options.recompute = c.recompute;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
-  parallel::TrainingEngine engine(model, memory, comm, options);
+  parallel::TrainingEngine engine(model, memory, comm, options, pp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);

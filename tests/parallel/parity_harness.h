@@ -27,6 +27,7 @@ struct ParityCase {
   uint64_t seed = 11;
   exec::RecomputeOptions recompute;  // how the data-parallel run recomputes (the reference never does)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
+  int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
 };
 
 struct StepRecord {
@@ -83,5 +84,8 @@ void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, 
 RunRecord run_reference(const ParityCase& c);
 // `comm` null: a group of one.
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
+// Data parallel over `dp` and pipelined over `pp` (either null: a group of one): each dp rank its
+// rows of the global batch, every pipeline rank of a dp rank the same rows.
+RunRecord run_parallel(const ParityCase& c, dist::Communicator* dp, dist::Communicator* pp);
 
 }  // namespace tessera::testing

@@ -1,0 +1,102 @@
+#include "parallel/pipeline_stages.h"
+
+#include <algorithm>
+
+#include "config/parallel_layout.h"
+
+namespace tessera::parallel {
+
+PipelineStageParameters::PipelineStageParameters(nn::GPT& model, const exec::StagePlan& plan,
+                                                 dist::Communicator& pipeline, exec::ParameterOwnership& ownership)
+    : store_(model.parameters()), pipeline_(pipeline), ownership_(ownership), rank_(pipeline.rank()) {
+  const int ranks = pipeline.size();
+  holders_.assign(store_.all().size(), {});
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const int rank = static_cast<int>(s) % ranks;
+    for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
+      for (const nn::ParamRange& range : model.units()[static_cast<size_t>(u)].params) {
+        for (const nn::Parameter& p : store_.all()) {
+          const auto begin = static_cast<int64_t>(p.offset);
+          std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
+          if (begin >= range.begin && begin + p.numel() <= range.end &&
+              std::find(h.begin(), h.end(), rank) == h.end()) {
+            h.push_back(rank);
+          }
+        }
+      }
+    }
+  }
+  std::vector<int> others;
+  for (const nn::Parameter& p : store_.all()) {
+    std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
+    std::sort(h.begin(), h.end());
+    TS_CHECK(!h.empty(), "pipeline: parameter '{}' is read by no stage", p.name);
+    TS_CHECK(h.size() <= 2, "pipeline: parameter '{}' is read on {} ranks; a parameter may be shared by two stages "
+             "(a tied embedding) at most", p.name, h.size());
+    if (std::find(h.begin(), h.end(), rank_) == h.end()) others.push_back(p.id);
+  }
+  ownership_.claim(exec::Role::Master, *this, others);
+}
+
+PipelineStageParameters::~PipelineStageParameters() { ownership_.release(*this); }
+
+void PipelineStageParameters::sum_shared_gradients() {
+  // Both holders send their gradient and add the other's: a + b on one, b + a on the other, which
+  // floating point makes equal, so both apply the same update.
+  struct Exchange {
+    Tensor grad;
+    std::vector<float> theirs;
+    dist::WorkPtr send, recv;
+  };
+  std::vector<Exchange> exchanges;
+  int tag = 0;
+  for (const nn::Parameter& p : store_.all()) {
+    const std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
+    ++tag;
+    if (h.size() != 2 || (h[0] != rank_ && h[1] != rank_)) continue;
+    const int peer = h[0] == rank_ ? h[1] : h[0];
+    Exchange e;
+    e.grad = ownership_.grad(p);
+    e.theirs.resize(static_cast<size_t>(p.numel()));
+    e.recv = pipeline_.recv(e.theirs.data(), e.theirs.size(), DType::F32, peer, tag);
+    e.send = pipeline_.send(e.grad.data<float>(), static_cast<size_t>(p.numel()), DType::F32, peer, tag);
+    exchanges.push_back(std::move(e));
+  }
+  for (Exchange& e : exchanges) {
+    e.recv->wait();
+    e.send->wait();
+    float* g = e.grad.data<float>();
+    for (size_t i = 0; i < e.theirs.size(); ++i) g[i] += e.theirs[i];
+  }
+}
+
+std::vector<optim::Segment> PipelineStageParameters::norm_segments(std::span<const optim::Segment> segments) const {
+  std::vector<optim::Segment> out;
+  for (optim::Segment s : segments) {
+    if (holders_[static_cast<size_t>(s.param->id)].front() != rank_) continue;  // counted by a lower rank
+    s.sharded_over |= 1u << static_cast<uint32_t>(config::MeshDim::PP);
+    out.push_back(s);
+  }
+  return out;
+}
+
+void PipelineStageParameters::full_values() {
+  // Runs of consecutive parameters with the same lowest holder, one broadcast each.
+  float* values = store_.flat_values().data<float>();
+  const std::deque<nn::Parameter>& all = store_.all();
+  for (size_t i = 0; i < all.size();) {
+    const int root = holders_[static_cast<size_t>(all[i].id)].front();
+    const auto begin = static_cast<int64_t>(all[i].offset);
+    int64_t end = begin + all[i].numel();
+    size_t j = i + 1;
+    while (j < all.size() && holders_[static_cast<size_t>(all[j].id)].front() == root &&
+           static_cast<int64_t>(all[j].offset) == end) {
+      end += all[j].numel();
+      ++j;
+    }
+    pipeline_.broadcast(values + begin, static_cast<size_t>(end - begin), DType::F32, root)->wait();
+    i = j;
+  }
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,48 @@
+#pragma once
+// The parameters of a pipeline rank: which it holds (those read by the units of its stages), and
+// the three things a pipeline needs of them beyond a one-stage run:
+//   - the master copies of every other parameter are claimed by this object, which answers for
+//     them with no segments, so the optimizer and the gradient norm see this rank's parameters only;
+//   - a parameter read on two ranks (GPT-2's tied embedding: the first stage's embedding and the
+//     last stage's head, Megatron's "embedding group") has its gradient summed between them
+//     before the optimizer step, and both apply the same update; the norm counts it once;
+//   - full_values() brings every rank the current values of all parameters (for checkpoints,
+//     sampling, tests), each from the lowest rank that holds it.
+// The model still allocates every parameter on every rank; only the work is divided.
+#include <vector>
+
+#include "dist/communicator.h"
+#include "exec/ownership.h"
+#include "exec/program.h"
+#include "nn/gpt.h"
+
+namespace tessera::parallel {
+
+class PipelineStageParameters final : public exec::StorageOwner {
+ public:
+  // Collective over `pipeline` in full_values() and shared_gradients(). Claims the master role of
+  // the parameters this rank does not hold.
+  PipelineStageParameters(nn::GPT& model, const exec::StagePlan& plan, dist::Communicator& pipeline,
+                          exec::ParameterOwnership& ownership);
+  ~PipelineStageParameters() override;
+
+  // Sums the gradients of parameters held by two ranks (call after the program, before the norm).
+  void sum_shared_gradients();
+  // Of `segments` (this rank's master segments), those the global norm counts here: all but the
+  // parameters another, lower rank also holds; each marked as summed over the pipeline group.
+  std::vector<optim::Segment> norm_segments(std::span<const optim::Segment> segments) const;
+  // Every parameter's current value on every rank, broadcast from the lowest rank holding it.
+  void full_values();
+
+  std::string_view owner_name() const override { return "another pipeline stage"; }
+  std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const>) override { return {}; }
+
+ private:
+  nn::ParameterStore& store_;
+  dist::Communicator& pipeline_;
+  exec::ParameterOwnership& ownership_;
+  int rank_ = 0;
+  std::vector<std::vector<int>> holders_;  // [parameter id]: the pipeline ranks whose units read it, ascending
+};
+
+}  // namespace tessera::parallel
