@@ -4,6 +4,7 @@
 // 3 stopped early with a checkpoint (train.exit_after, train.max_minutes, SIGINT or SIGTERM):
 // resume with --checkpoint.resume latest (or auto) to continue.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <chrono>
@@ -57,8 +58,12 @@ std::vector<std::pair<std::string, std::string>> parse_overrides(const std::vect
     }
     TS_CHECK(key.find('.') != std::string::npos,
              "unknown option '{}': config overrides name a section and a key, like --train.steps 100", a);
-    TS_CHECK(i + 1 < args.size(), "override '{}' has no value", a);
-    out.emplace_back(key, args[++i]);
+    TS_CHECK(i + 1 < args.size() && !args[i + 1].starts_with("--"), "override '{}' has no value", a);
+    // Several words up to the next option are an array: `--parallel.stage_layers 1 3` is [1, 3]
+    // (and the form a launcher's argument parser makes of '[1,3]').
+    std::vector<std::string> values;
+    while (i + 1 < args.size() && !args[i + 1].starts_with("--")) values.push_back(args[++i]);
+    out.emplace_back(key, values.size() == 1 ? values.front() : fmt::format("[{}]", fmt::join(values, ", ")));
   }
   return out;
 }

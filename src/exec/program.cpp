@@ -1,6 +1,9 @@
 #include "exec/program.h"
 
 #include <algorithm>
+#include <limits>
+
+#include <fmt/ranges.h>
 
 #include "core/check.h"
 #include "memory/recompute_policy.h"
@@ -58,6 +61,85 @@ StagePlan even_stages(int units, int stages) {
     plan.stages.push_back(std::move(stage));
   }
   return plan;
+}
+
+StagePlan stages_of_blocks(int units, std::span<const int64_t> blocks) {
+  TS_CHECK(!blocks.empty(), "a stage split needs at least one stage");
+  int64_t total = 0;
+  for (int64_t b : blocks) {
+    TS_CHECK(b >= 1, "every stage needs at least one block (a split of {} stages gives one {})", blocks.size(), b);
+    total += b;
+  }
+  TS_CHECK(total == units - 2, "the stages hold {} blocks but the model has {}", total, units - 2);
+  StagePlan plan;
+  plan.units = units;
+  int next = 1;  // the first block
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    StagePlan::Stage stage;
+    stage.first = s == 0 ? 0 : next;
+    next += static_cast<int>(blocks[s]);
+    stage.last = s + 1 == blocks.size() ? units : next;
+    stage.recompute = memory::none_schedule(stage.last - stage.chain_first());
+    plan.stages.push_back(std::move(stage));
+  }
+  return plan;
+}
+
+StagePlan balanced_stages(std::span<const double> unit_costs, int stages) {
+  const int units = static_cast<int>(unit_costs.size()), blocks = units - 2;
+  TS_CHECK(stages >= 1 && blocks >= stages,
+           "cannot split {} blocks into {} stages: every stage needs at least one block", blocks, stages);
+  // cost of blocks [i, j) (block b is unit b + 1), with the embedding on the first stage and the head on the last.
+  std::vector<double> prefix(static_cast<size_t>(blocks) + 1, 0.0);
+  for (int b = 0; b < blocks; ++b) prefix[static_cast<size_t>(b) + 1] = prefix[static_cast<size_t>(b)] + unit_costs[static_cast<size_t>(b) + 1];
+  auto cost = [&](int s, int i, int j) {
+    double c = prefix[static_cast<size_t>(j)] - prefix[static_cast<size_t>(i)];
+    if (s == 0) c += unit_costs.front();
+    if (s == stages - 1) c += unit_costs.back();
+    return c;
+  };
+  // best[s][j]: the smallest slowest stage of stages 0..s holding blocks [0, j); choice: where stage s starts.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages), std::vector<double>(static_cast<size_t>(blocks) + 1, inf));
+  std::vector<std::vector<int>> start(static_cast<size_t>(stages), std::vector<int>(static_cast<size_t>(blocks) + 1, 0));
+  for (int j = 1; j <= blocks; ++j) best[0][static_cast<size_t>(j)] = cost(0, 0, j);
+  for (int s = 1; s < stages; ++s) {
+    for (int j = s + 1; j <= blocks; ++j) {
+      // Scanning i upward and replacing only on a strict improvement keeps the earliest start of
+      // stage s among equals: it takes the blocks, the earlier stages get fewer.
+      for (int i = s; i < j; ++i) {
+        const double c = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(i)], cost(s, i, j));
+        if (c < best[static_cast<size_t>(s)][static_cast<size_t>(j)]) {
+          best[static_cast<size_t>(s)][static_cast<size_t>(j)] = c;
+          start[static_cast<size_t>(s)][static_cast<size_t>(j)] = i;
+        }
+      }
+    }
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(stages));
+  for (int s = stages - 1, j = blocks; s >= 0; --s) {
+    const int i = s == 0 ? 0 : start[static_cast<size_t>(s)][static_cast<size_t>(j)];
+    counts[static_cast<size_t>(s)] = j - i;
+    j = i;
+  }
+  return stages_of_blocks(units, counts);
+}
+
+std::string describe_stages(const StagePlan& plan) {
+  std::string text;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StagePlan::Stage& stage = plan.stages[s];
+    std::vector<std::string> parts;
+    if (stage.first == 0) parts.push_back("embedding");
+    const int first_block = stage.chain_first() - 1, last_block = std::min(stage.last, plan.units - 1) - 2;
+    if (last_block >= first_block) {
+      parts.push_back(first_block == last_block ? fmt::format("block {}", first_block)
+                                                : fmt::format("blocks {}-{}", first_block, last_block));
+    }
+    if (stage.last == plan.units) parts.push_back("head");
+    text += fmt::format("{}{}", s == 0 ? "" : " | ", fmt::join(parts, " + "));
+  }
+  return text;
 }
 
 namespace {

@@ -21,6 +21,7 @@
 //                             stage's first unit's input; `unit` names that slot (see Action)
 // Stage-level Recompute instructions are expressed by the recompute plans instead.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,15 @@ struct StagePlan {
 // evenly (the first stages take one more when they do not divide), the embedding on the first
 // and the head on the last. Every stage's recompute schedule is `none` until set.
 StagePlan even_stages(int units, int stages);
+// The same with the blocks of each stage given (stage 0 first; they must sum to units − 2).
+StagePlan stages_of_blocks(int units, std::span<const int64_t> blocks);
+// The split whose slowest stage is fastest, by each unit's cost (forward and backward time of
+// exec/recompute.h's UnitTimes, summed): the embedding goes with the first stage and the head with
+// the last, every stage holds at least one block. Ties go to the split that puts fewer blocks on
+// earlier stages, which under 1F1B hold the most microbatches at once.
+StagePlan balanced_stages(std::span<const double> unit_costs, int stages);
+// "embedding + blocks 0-1 | blocks 2-3 + head" (blocks numbered as the model's layers).
+std::string describe_stages(const StagePlan& plan);
 
 // The program of `rank` for one step of `schedule` (validated by the caller).
 Program lower_training(const pipeline::Schedule& schedule, int rank, const StagePlan& plan);

@@ -75,7 +75,18 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   schedule_ = pipeline::make_schedule(options_.layout);
   const pipeline::ValidationReport report = pipeline::check_valid(schedule_);
   alive_ = report.peak_alive_per_rank.front();
-  stages_ = exec::even_stages(model_.num_units(), schedule_.stages());
+  if (options_.stage_layers.empty()) {
+    // From FLOPs, not from measured times: every rank must cut the model at the same places.
+    const exec::UnitTimes nominal = exec::nominal_unit_times(model_.config(), options_.layout.micro_batch,
+                                                             options_.seq_len);
+    std::vector<double> costs(nominal.forward.size());
+    for (size_t u = 0; u < costs.size(); ++u) costs[u] = nominal.forward[u] + nominal.backward[u];
+    stages_ = exec::balanced_stages(costs, schedule_.stages());
+  } else {
+    TS_CHECK(static_cast<int>(options_.stage_layers.size()) == schedule_.stages(),
+             "{} stage sizes given for {} pipeline stages", options_.stage_layers.size(), schedule_.stages());
+    stages_ = exec::stages_of_blocks(model_.num_units(), options_.stage_layers);
+  }
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
                        times);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
@@ -122,6 +133,16 @@ exec::ProgramResult TrainingEngine::over_pipeline(const exec::ProgramResult& min
   // Only the last stage computes the loss; every pipeline rank reports it.
   const std::vector<double> sums = sum_over_ranks(pp_, std::vector<double>{mine.loss_sum, double(mine.counted)});
   return exec::ProgramResult{sums[0], static_cast<int64_t>(sums[1])};
+}
+
+std::vector<const nn::Parameter*> TrainingEngine::optimizer_parameters() {
+  std::vector<const nn::Parameter*> out;
+  for (const optim::Segment& s : ownership_.master_segments()) {
+    TS_CHECK(s.begin == 0 && s.end == s.param->numel(), "'{}': the optimizer holds part of it (ZeRO), not the whole",
+             s.param->name);
+    out.push_back(s.param);
+  }
+  return out;
 }
 
 DataParallel::FullParameters TrainingEngine::full_parameters() {

@@ -33,6 +33,9 @@ struct EngineOptions {
   optim::AdamWConfig adam;
   int seq_len = 1;
   exec::RecomputeOptions recompute;
+  // Blocks per pipeline stage (pp × virtual_stages entries, stage 0 first); empty: the split
+  // balanced by the FLOP model's unit times (exec::balanced_stages), the same on every rank.
+  std::vector<int64_t> stage_layers;
   // Optimal recomputation: time each unit's forward here (agreed over the data-parallel group) or,
   // when false, weigh units by their FLOPs.
   bool measure_unit_times = true;
@@ -68,6 +71,10 @@ class TrainingEngine {
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
   DataParallel& data_parallel() { return *dp_; }
+  // The pipeline group (nullptr with one pipeline rank).
+  dist::Communicator* pipeline() const { return pp_; }
+  // The parameters whose master copy this rank's optimizer updates, in its state's order.
+  std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
   exec::ParameterOwnership& ownership() { return ownership_; }
   exec::TransformChain& transforms() { return transforms_; }

@@ -89,6 +89,25 @@ void write_optimizer(const std::string& path, const ModelState& model) {
   opt.write(path);
 }
 
+// Under pipelining: the moments of this rank's stages' parameters, which follow each other in
+// store order in the state tensors.
+void write_stage_optimizer(const std::string& path, const ModelState& model) {
+  io::SafeTensorsWriter opt;
+  optim::StateDict state = model.optimizer->state_dict();
+  const Tensor& m = state.at("m");
+  const Tensor& v = state.at("v");
+  int64_t at = 0;
+  for (const nn::Parameter* p : model.stage_params) {
+    opt.add("m." + p->name, m.slice(0, at, at + p->numel()).reshape(p->shape));
+    opt.add("v." + p->name, v.slice(0, at, at + p->numel()).reshape(p->shape));
+    at += p->numel();
+  }
+  TS_CHECK(at == m.numel(), "the optimizer holds {} elements but the stages' parameters {}", m.numel(), at);
+  opt.set_metadata("format", "tessera-pipeline-stage");
+  opt.set_metadata("pipeline_rank", std::to_string(model.pipeline_rank));
+  opt.write(path);
+}
+
 // With ZeRO: this rank's flat range of the moments, and the range itself to check on load.
 void write_shard(const std::string& path, const ModelState& model, int rank, int ranks, int stage) {
   io::SafeTensorsWriter shard;
@@ -179,10 +198,16 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   if (ranks > 1) comm->broadcast(std::span(&owner, 1), 0)->wait();
   const std::string tmp = tmp_of(owner);
 
+  const bool pipelined = model.pipeline_rank >= 0;
   if (sharded) {
     // Only rank 0, which made the temporary folder, removes it; the others report their failure.
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
       write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
+    });
+  }
+  if (pipelined && model.writes_stage) {
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
+      write_stage_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
     });
   }
   if (rank == 0) {
@@ -191,7 +216,7 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       for (const auto& p : model.params.all()) values.add(p.name, model.values.weight(p));
       values.set_metadata("format", "tessera-parameters");
       values.write((fs::path(tmp) / kModelFile).string());
-      if (!sharded) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
+      if (!sharded && !pipelined) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
       if (!tokenizer_path.empty()) {
         fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
         sync_path(fs::path(tmp) / kTokenizerFile);
@@ -211,7 +236,8 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
         {"model", model_json(config.model)},
         {"parameter_count", model.params.numel()},
         {"optimizer", {{"name", std::string(model.optimizer->name())}, {"steps_taken", model.optimizer->steps_taken()}}},
-        {"parallel", {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}}},
+        {"parallel",
+         {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}, {"pp", config.parallel.pp}}},
         {"config", to_toml(config)},
     };
     saving(dir_, tmp, final_path, [&] { finalize(tmp, final_path, name, manifest); });
@@ -406,6 +432,22 @@ void load_shard(const std::string& path, const CheckpointManifest& manifest, con
   shard.copy_to("v", state.at("v"));
 }
 
+void load_stage_optimizer(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
+                          optim::StateDict& state) {
+  const std::string name = pipeline_stage_file_name(model.pipeline_rank);
+  TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no optimizer state for pipeline rank {} ({}): it was "
+           "saved by another layout", path, model.pipeline_rank, name);
+  io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / name).string());
+  int64_t at = 0;
+  for (const nn::Parameter* p : model.stage_params) {
+    Tensor m = state.at("m").slice(0, at, at + p->numel()).reshape(p->shape);
+    Tensor v = state.at("v").slice(0, at, at + p->numel()).reshape(p->shape);
+    opt.copy_to("m." + p->name, m);
+    opt.copy_to("v." + p->name, v);
+    at += p->numel();
+  }
+}
+
 void load_optimizer(const std::string& path, const ModelState& model, optim::StateDict& state) {
   io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
   for (const auto& p : model.params.all()) {
@@ -493,12 +535,19 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "checkpoint '{}' was saved with parallel.zero_stage = {} but this run has parallel.zero_stage = {}; "
            "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
            path, saved_stage, config.parallel.zero_stage, saved_stage);
+  TS_CHECK(manifest.pp == config.parallel.pp,
+           "checkpoint '{}' was saved with parallel.pp = {} but this run has parallel.pp = {}; the optimizer state is "
+           "saved per pipeline stage and moving it between stage splits is not supported yet: resume with "
+           "parallel.pp = {} (its weights alone load under any layout with train.init_from)",
+           path, manifest.pp, config.parallel.pp, manifest.pp);
 
   load_parameters(path, model);
   if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();
-    if (saved_stage >= 1) {
+    if (model.pipeline_rank >= 0) {
+      load_stage_optimizer(path, manifest, model, state);
+    } else if (saved_stage >= 1) {
       load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
     } else {
       load_optimizer(path, model, state);

@@ -45,6 +45,12 @@ struct ModelState {
   // The flat elements whose optimizer state this rank holds (all of them without ZeRO), laid out
   // in flat order in the optimizer's state tensors.
   nn::ParamRange owned;
+  // Under pipeline parallelism (pipeline_rank >= 0): the parameters of this rank's stages, whose
+  // moments follow each other in store order in the optimizer's state tensors. One rank of each
+  // stage's data-parallel group (writes_stage) saves them to the stage's own file.
+  int pipeline_rank = -1;
+  std::vector<const nn::Parameter*> stage_params;
+  bool writes_stage = false;
 };
 
 class CheckpointStore {

@@ -119,6 +119,10 @@ void check_model(const Fields& f, const json& model) {
 
 std::string zero_shard_file_name(int rank) { return fmt::format("zero_shard.rank{:05d}.safetensors", rank); }
 
+std::string pipeline_stage_file_name(int pipeline_rank) {
+  return fmt::format("optimizer.pipeline{:04d}.safetensors", pipeline_rank);
+}
+
 std::optional<int64_t> step_of_folder_name(std::string_view name) {
   constexpr std::string_view kPrefix = "step_";
   if (!name.starts_with(kPrefix) || name.size() == kPrefix.size() || name.size() > kPrefix.size() + 18) {
@@ -244,6 +248,9 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   m.dp = static_cast<int>(f.integer(parallel, "parallel", "dp", 1, 1 << 20, "an integer of at least 1"));
   m.zero_stage = static_cast<int>(f.integer(parallel, "parallel", "zero_stage", 0, 3, "0, 1, 2 or 3"));
   m.ranks = static_cast<int>(f.integer(parallel, "parallel", "ranks", 1, 1 << 20, "an integer of at least 1"));
+  if (parallel.contains("pp")) {
+    m.pp = static_cast<int>(f.integer(parallel, "parallel", "pp", 1, 1 << 10, "an integer of at least 1"));
+  }
 
   m.config_toml = f.string(root, "", "config");
   if (m.config_toml.empty()) f.fail("config", "is empty (it holds the run's resolved config)");
@@ -267,7 +274,14 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (!m.files.contains(kCheckpointModelFile)) {
     f.fail("files", fmt::format("does not list {}: every checkpoint holds the parameters", kCheckpointModelFile));
   }
-  if (m.zero_stage == 0) {
+  if (m.pp > 1) {
+    for (int r = 0; r < m.pp; ++r) {
+      if (!m.files.contains(pipeline_stage_file_name(r))) {
+        f.fail("files", fmt::format("does not list {}: a checkpoint of {} pipeline ranks holds the optimizer state of "
+                                    "each", pipeline_stage_file_name(r), m.pp));
+      }
+    }
+  } else if (m.zero_stage == 0) {
     if (!m.files.contains(kCheckpointOptimizerFile)) {
       f.fail("files", fmt::format("does not list {}, which a checkpoint saved without ZeRO holds",
                                   kCheckpointOptimizerFile));

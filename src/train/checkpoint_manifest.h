@@ -8,7 +8,7 @@
 //   {"format": "tessera-checkpoint", "version": 2, "step": 3, "seed": 1337,
 //    "data_position": {loader state}, "val_history": [...], "elapsed_seconds": 12.5,
 //    "model": {...}, "parameter_count": N, "optimizer": {"name": "adamw", "steps_taken": 3},
-//    "parallel": {"dp": 1, "zero_stage": 0, "ranks": 1}, "config": "<resolved TOML>",
+//    "parallel": {"dp": 1, "zero_stage": 0, "ranks": 1, "pp": 1}, "config": "<resolved TOML>",
 //    "files": {"model.safetensors": {"bytes": N, "xxh3": "<16 hex digits>"}, ...},
 //    "manifest_xxh3": "<16 hex digits>"}
 // manifest_xxh3 is the XXH3-64 of the canonical text of the manifest without that field (compact
@@ -55,6 +55,7 @@ struct CheckpointManifest {
   int dp = 1;
   int zero_stage = 0;
   int ranks = 1;
+  int pp = 1;                     // pipeline ranks (absent before pipelining: 1)
   std::string config_toml;        // the resolved config of the run that saved it
   std::map<std::string, CheckpointFileEntry> files;
 };
@@ -73,6 +74,8 @@ std::optional<int64_t> step_of_folder_name(std::string_view name);
 
 // The names of the per-rank ZeRO shard files and of the fixed files of a checkpoint.
 std::string zero_shard_file_name(int rank);
+// The optimizer state of one pipeline rank's stages.
+std::string pipeline_stage_file_name(int pipeline_rank);
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";

@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -18,6 +20,7 @@ void RunConfig::validate() const {
   check_range("train.batch_size", train.batch_size, 1, 1 << 24);
   check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
   check_range("parallel.dp", parallel.dp, 1, 1 << 20);
+  check_range("parallel.pp", parallel.pp, 1, 1 << 10);
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
   TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
            "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
@@ -65,6 +68,42 @@ void RunConfig::validate() const {
            "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
            parallel.virtual_stages, model.n_layer);
   {
+    // In 64 bits: both factors are in range, their product need not be.
+    const int64_t stages = int64_t{parallel.pp} * parallel.virtual_stages;
+    TS_CHECK(stages <= model.n_layer,
+             "config: parallel.pp × parallel.virtual_stages = {} × {} = {} stages, but model.n_layer = {}: every stage "
+             "needs at least one block; use fewer stages or more layers",
+             parallel.pp, parallel.virtual_stages, stages, model.n_layer);
+    if (!parallel.stage_layers.empty()) {
+      int64_t sum = 0;
+      for (int64_t blocks : parallel.stage_layers) {
+        TS_CHECK(blocks >= 1 && blocks <= model.n_layer,
+                 "config: parallel.stage_layers holds {}: every stage needs between 1 and model.n_layer = {} blocks",
+                 blocks, model.n_layer);
+        sum += blocks;
+      }
+      TS_CHECK(static_cast<int64_t>(parallel.stage_layers.size()) == stages && sum == model.n_layer,
+               "config: parallel.stage_layers = {} gives {} stages of {} blocks in all, but the layout has pp × "
+               "virtual_stages = {} stages and the model {} blocks; list one block count per stage, summing to "
+               "model.n_layer (or leave it out for a split balanced by the cost model)",
+               fmt::format("[{}]", fmt::join(parallel.stage_layers, ", ")), parallel.stage_layers.size(), sum, stages,
+               model.n_layer);
+    }
+    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
+    TS_CHECK(parallel.pp == 1 || parallel.schedule != "interleaved" || microbatches % parallel.pp == 0,
+             "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
+             "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
+             "train.batch_size = {}",
+             parallel.pp, microbatches,
+             (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
+    TS_CHECK(parallel.pp == 1 || parallel.zero_stage == 0,
+             "config: parallel.zero_stage = {} with parallel.pp = {}: ZeRO shards the optimizer state over the whole "
+             "model while a pipeline rank updates only its stages' parameters, and per-stage sharding is not built "
+             "yet; use parallel.zero_stage = 0 with pipelining (data parallelism still reduces each stage's "
+             "gradients over its dp group)",
+             parallel.zero_stage, parallel.pp);
+  }
+  {
     const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
     TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
              "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\" or "
@@ -105,6 +144,7 @@ void RunConfig::validate() const {
 config::ParallelLayout RunConfig::layout() const {
   config::ParallelLayout l;
   l.dp = parallel.dp;
+  l.pp = parallel.pp;
   l.zero_stage = parallel.zero_stage;
   l.schedule = config::parse_schedule_kind(parallel.schedule);
   l.virtual_stages = parallel.virtual_stages;
@@ -200,6 +240,8 @@ RunConfig read_run_config(const toml::table& table) {
   {
     TableReader r = root.table("parallel");
     c.parallel.dp = r.get("dp", c.parallel.dp);
+    c.parallel.pp = r.get("pp", c.parallel.pp);
+    c.parallel.stage_layers = r.get("stage_layers", c.parallel.stage_layers);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
     c.parallel.schedule = r.get("schedule", c.parallel.schedule);
     c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
@@ -243,6 +285,12 @@ namespace {
 // The shortest decimal that reads back as the same float, so 1e-3f is written 0.001 rather than
 // 0.0010000000474974513.
 double shortest(float f) { return std::stod(fmt::format("{}", f)); }
+
+toml::array int_array(const std::vector<int64_t>& values) {
+  toml::array a;
+  for (int64_t v : values) a.push_back(v);
+  return a;
+}
 }  // namespace
 
 std::string to_toml(const RunConfig& c) {
@@ -291,6 +339,8 @@ std::string to_toml(const RunConfig& c) {
                    {"train", train},
                    {"optim", optim},
                    {"parallel", toml::table{{"dp", c.parallel.dp},
+                                            {"pp", c.parallel.pp},
+                                            {"stage_layers", int_array(c.parallel.stage_layers)},
                                             {"zero_stage", c.parallel.zero_stage},
                                             {"schedule", c.parallel.schedule},
                                             {"virtual_stages", c.parallel.virtual_stages},

@@ -52,7 +52,11 @@ struct OptimSection {
 };
 
 struct ParallelSection {
-  int dp = 1;                       // data-parallel ranks; the world size must equal it (pp = tp = ep = 1)
+  int dp = 1;                       // data-parallel ranks; the world size must equal dp × pp
+  int pp = 1;                       // pipeline ranks: the model's layers split into consecutive stages
+  // Blocks per stage, first stage first (pp × virtual_stages entries); empty: balanced by the
+  // cost model's per-unit time.
+  std::vector<int64_t> stage_layers;
   int zero_stage = 0;               // 0: plain data parallel; 1, 2, 3: ZeRO (optimizer, + gradients, + parameters sharded)
   std::string schedule = "1f1b";    // the order of microbatches' forwards and backwards on each rank
   int virtual_stages = 1;           // model chunks per rank (the interleaved schedule)

@@ -44,8 +44,8 @@ std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* wo
   try {
     layout.validate_world(world_size);
   } catch (const Error& e) {
-    TS_FAIL("{}. tessera train runs one process per data-parallel rank: start it with `tessera launch -n {} -- train "
-            "...` (or mpirun -n {}), or set parallel.dp = {}",
+    TS_FAIL("{}. tessera train runs parallel.dp × parallel.pp processes: start it with `tessera launch -n {} -- "
+            "train ...` (or mpirun -n {}), or set parallel.dp × parallel.pp = {}",
             e.what(), layout.world_size(), layout.world_size(), world_size);
   }
   if (world == nullptr) return std::nullopt;
@@ -58,6 +58,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.bucket_bytes = static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0);
   o.adam = {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   o.seq_len = cfg.model.seq_len;
+  o.stage_layers = cfg.parallel.stage_layers;
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
@@ -65,7 +66,13 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
 }
 
 ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values) {
-  return {model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
+  ModelState state{model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
+  if (engine.pipeline() != nullptr) {
+    state.pipeline_rank = engine.pipeline()->rank();
+    state.stage_params = engine.optimizer_parameters();
+    state.writes_stage = engine.data_parallel().rank() == 0;
+  }
+  return state;
 }
 
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -83,6 +90,12 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   }
   if (cfg.memory.recompute == "optimal") text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
   text += fmt::format(": {} unit forwards recomputed per step", recomputed);
+  if (cfg.parallel.pp > 1) {
+    text += fmt::format("\npipeline: pp {} × {} chunk{} per rank; stages (stage s on rank s mod pp): {}{}", cfg.parallel.pp,
+                        cfg.parallel.virtual_stages, cfg.parallel.virtual_stages == 1 ? "" : "s",
+                        exec::describe_stages(engine.stages()),
+                        cfg.parallel.stage_layers.empty() ? " (balanced by the FLOP model)" : " (parallel.stage_layers)");
+  }
   if (const auto predicted = engine.predicted_activations()) {
     text += fmt::format("; predicted activation peak {}", mib(static_cast<double>(predicted->peak)));
   }
@@ -163,9 +176,12 @@ TrainResult Trainer::run() {
   TrainResult result;
   std::optional<dist::Mesh> mesh = make_mesh(cfg, world_);
   dist::Communicator* dp_comm = mesh ? &mesh->dp() : nullptr;
+  dist::Communicator* pp_comm = mesh ? &mesh->pp() : nullptr;
+  // The data-parallel rank picks the rows; the ranks of one pipeline read the same rows.
   const int rank = dp_comm ? dp_comm->rank() : 0, ranks = dp_comm ? dp_comm->size() : 1;
-  // Rank 0 alone prints and writes the run folder; every rank computes.
-  const bool leader = rank == 0;
+  const int world_size = world_ ? world_->size() : 1;
+  // World rank 0 alone prints and writes the run folder; every rank computes.
+  const bool leader = world_ == nullptr || world_->rank() == 0;
   const auto run_start = Clock::now();
 
   // Data first: a bad dataset fails before any memory is spent on the model.
@@ -177,7 +193,7 @@ TrainResult Trainer::run() {
   }
   cfg.validate();
   const MemoryEstimate estimate = estimate_run_memory(cfg);
-  check_memory_fits(cfg, estimate, processes_on_this_machine(dp_comm), available_memory_bytes());
+  check_memory_fits(cfg, estimate, processes_on_this_machine(world_), available_memory_bytes());
   const int T = cfg.model.seq_len;
   const int micro = cfg.train.micro_batch_size;
   const int accumulation = cfg.accumulation_steps();
@@ -191,7 +207,7 @@ TrainResult Trainer::run() {
     folder.emplace(cfg.train.out_dir);
     resume_path = choose_start(cfg, *folder, checkpoints, start_note);
   }
-  resume_path = broadcast_string(dp_comm, resume_path);
+  resume_path = broadcast_string(world_, resume_path);
   result.run_dir = cfg.train.out_dir;
   result.metrics_path = (fs::path(cfg.train.out_dir) / "metrics.jsonl").string();
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
@@ -211,7 +227,7 @@ TrainResult Trainer::run() {
 
   MemoryAccountant memory;
   nn::GPT model(cfg.model, memory, cfg.train.seed);
-  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg));
+  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm);
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 
@@ -234,7 +250,7 @@ TrainResult Trainer::run() {
   }
   if (!resume_path.empty()) {
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), dp_comm);
+    LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), world_);
     full.write_back();
     step = loaded.state.step;
     val_history = loaded.state.val_history;
@@ -332,7 +348,7 @@ TrainResult Trainer::run() {
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, dp_comm);
+    return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, world_);
   };
   auto message = [&](Progress* progress, const std::string& text) {
     if (progress != nullptr) progress->message(text);
@@ -340,7 +356,8 @@ TrainResult Trainer::run() {
 
   std::optional<Progress> progress_holder;
   if (leader) {
-    progress_holder.emplace(step, cfg.train.steps, cfg.log.every, cfg.log.progress, flops_per_token, peak_flops, ranks);
+    progress_holder.emplace(step, cfg.train.steps, cfg.log.every, cfg.log.progress, flops_per_token, peak_flops,
+                            world_size);
   }
   Progress* progress = progress_holder ? &*progress_holder : nullptr;
   const data::RowRange my_rows = data::split_rows(cfg.train.batch_size, rank, ranks);
@@ -369,13 +386,14 @@ TrainResult Trainer::run() {
     const MemoryStats step_memory = memory.stats();
     loader.advance();
     // Loss sum, counted targets, and whether this rank must stop (a signal, the time limit): summed
-    // over the ranks in the one message the step sends anyway, so they all stop at the same step.
+    // over all ranks in the one message the step sends anyway, so they all stop at the same step.
+    // Every rank of a pipeline reports its pipeline's loss, so the ratio is the global batch's mean.
     const double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0;
     const int signal_number = stop_ != nullptr ? stop_->load() : 0;
     const bool out_of_time = cfg.train.max_minutes > 0 && minutes >= cfg.train.max_minutes;
     const double local[4] = {stepped.loss_sum, static_cast<double>(stepped.counted), signal_number != 0 ? 1.0 : 0.0,
                              out_of_time ? 1.0 : 0.0};
-    const std::vector<double> global = parallel::sum_over_ranks(dp_comm, local);
+    const std::vector<double> global = parallel::sum_over_ranks(world_, local);
     const double loss = global[0] / global[1];
     TS_CHECK(std::isfinite(loss),
              "the training loss became {} at step {}: training diverged. Lower optim.lr (now {}), raise "
@@ -396,7 +414,7 @@ TrainResult Trainer::run() {
     history.train.y.push_back(loss);
     if (metrics) {
       const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
-      const double mfu = model_flops_utilization(tokens_per_second / ranks * flops_per_token, peak_flops);
+      const double mfu = model_flops_utilization(tokens_per_second / world_size * flops_per_token, peak_flops);
       metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                       {"tokens_per_second", tokens_per_second},
                       {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},

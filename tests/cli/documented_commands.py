@@ -44,7 +44,7 @@ MULTI_HOST = re.compile(r"tessera launch (.*?)(--hosts|--hostfile)")
 TINY = """
 [model]
 arch = "gpt2"
-n_layer = 1
+n_layer = 2
 n_head = 2
 n_embd = 32
 seq_len = 32

@@ -247,3 +247,27 @@ TEST(Programs, PipelineRanksExchangeAtTheStageBoundary) {
   EXPECT_EQ(codes(exec::lower_evaluation(plan, 0, 2)), (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "sA3/m0>1"}));
 }
 
+
+// Stage splits: given block counts, and the split whose slowest stage is fastest by unit cost.
+TEST(Programs, StageSplitsAreGivenOrBalancedByCost) {
+  // 6 blocks (units 1..6), embedding unit 0, head unit 7.
+  const std::vector<int64_t> given = {1, 3, 2};
+  const exec::StagePlan plan = exec::stages_of_blocks(8, given);
+  ASSERT_EQ(plan.stages.size(), 3u);
+  EXPECT_EQ(plan.stages[0].first, 0);
+  EXPECT_EQ(plan.stages[0].last, 2);
+  EXPECT_EQ(plan.stages[1].first, 2);
+  EXPECT_EQ(plan.stages[1].last, 5);
+  EXPECT_EQ(plan.stages[2].last, 8);
+  EXPECT_EQ(exec::describe_stages(plan), "embedding + block 0 | blocks 1-3 | blocks 4-5 + head");
+  // Uniform blocks and a head as costly as two blocks: the last stage takes fewer blocks.
+  const std::vector<double> costs = {0.1, 1, 1, 1, 1, 1, 1, 2};
+  EXPECT_EQ(exec::describe_stages(exec::balanced_stages(costs, 2)), "embedding + blocks 0-3 | blocks 4-5 + head");
+  // Equal costs either way: the earlier stage gets the fewer blocks (it holds the most microbatches).
+  const std::vector<double> even = {0, 1, 1, 1, 0};
+  EXPECT_EQ(exec::describe_stages(exec::balanced_stages(even, 2)), "embedding + block 0 | blocks 1-2 + head");
+  EXPECT_EQ(exec::describe_stages(exec::balanced_stages(costs, 1)), "embedding + blocks 0-5 + head");
+  EXPECT_THROW(exec::balanced_stages(costs, 7), tessera::Error);
+  const std::vector<int64_t> short_split = {1, 2};
+  EXPECT_THROW(exec::stages_of_blocks(8, short_split), tessera::Error);
+}
