@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "io/safetensors.h"
+#include "reference_metadata.h"
 #include "nn/gpt.h"
 #include "optim/adamw.h"
 
@@ -81,17 +82,7 @@ void run_case(const Case& tc) {
   writer.add("batch.tokens", DType::I32, {B, T}, tokens.data(), tokens.size() * 4);
   writer.add("batch.targets", DType::I32, {B, T}, targets.data(), targets.size() * 4);
   auto meta = [&](const char* k, const std::string& v) { writer.set_metadata(k, v); };
-  meta("arch", config::architecture_name(c.arch));
-  meta("n_layer", std::to_string(c.n_layer));
-  meta("n_head", std::to_string(c.n_head));
-  meta("n_embd", std::to_string(c.n_embd));
-  meta("vocab_size", std::to_string(c.vocab_size));
-  meta("seq_len", std::to_string(c.seq_len));
-  meta("ffn_hidden", std::to_string(c.ffn()));
-  meta("bias", c.bias ? "true" : "false");
-  meta("tied_embeddings", c.tied_embeddings ? "true" : "false");
-  meta("norm_eps", fmt::format("{:.9g}", c.norm_eps));
-  meta("rope_theta", fmt::format("{:.9g}", c.rope_theta));
+  tessera::testing::write_model_metadata(writer, c);
   meta("lr", fmt::format("{:.9g}", kLr));
   meta("beta1", fmt::format("{:.9g}", adam.beta1));
   meta("beta2", fmt::format("{:.9g}", adam.beta2));

@@ -42,6 +42,10 @@ namespace {
 constexpr int kBlockQ = 64;
 constexpr int kBlockK = 128;
 constexpr int kMaxHeadDim = 256;
+// The backward sums a query's exponentials in float over chunks of this many keys, the chunks in
+// double. Σ_j P dP and Σ_j P run in double throughout: with values that share a large component,
+// P dP cancels, and float partial sums even over 16 keys lose what dQ needs.
+constexpr int kSumChunk = 16;
 
 struct Shape {
   int B, Tn, C, H, D;
@@ -83,10 +87,14 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
 
   T qt[kMaxHeadDim * kBlockQ];  // Qᵀ [D, kBlockQ]
   T pt[kBlockK * kBlockQ];      // Sᵀ, then Pᵀ in place [kBlockK, kBlockQ]
-  T row_max[kBlockQ], row_sum[kBlockQ], tile_max[kBlockQ], tile_sum[kBlockQ], alpha[kBlockQ];
+  T row_max[kBlockQ], tile_max[kBlockQ], tile_sum[kBlockQ], alpha[kBlockQ];
+  // A tile's sum of exponentials (up to 128 keys) in float, the row's over tiles in double: one
+  // float sum over all keys of a long row would carry a relative error of many ulps into every
+  // output of the row.
+  double row_sum[kBlockQ];
   transpose_block(qt, qkv + s.token(b, q0) * s.ld_qkv + head, nq, s.D, s.ld_qkv);
   std::fill(row_max, row_max + kBlockQ, -std::numeric_limits<T>::infinity());
-  std::fill(row_sum, row_sum + kBlockQ, T(0));
+  std::fill(row_sum, row_sum + kBlockQ, 0.0);
 
   for (int k0 = 0; k0 < q_end; k0 += kBlockK) {
     const int nk = std::min(kBlockK, q_end - k0);  // no key past the block's last query
@@ -117,7 +125,7 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
       }
     }
     for (int i = 0; i < nq; ++i) {
-      row_sum[i] = row_sum[i] * alpha[i] + tile_sum[i];
+      row_sum[i] = row_sum[i] * static_cast<double>(alpha[i]) + static_cast<double>(tile_sum[i]);
       row_max[i] = tile_max[i];
       if (k0 > 0 && alpha[i] != T(1)) {
         T* orow = o + static_cast<size_t>(i) * s.ld_out;
@@ -132,26 +140,30 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
   }
   T* l = lse + (static_cast<size_t>(b) * s.H + h) * s.Tn + q0;
   for (int i = 0; i < nq; ++i) {
-    const T inv = T(1) / row_sum[i];
+    const T inv = static_cast<T>(1.0 / row_sum[i]);
     T* orow = o + static_cast<size_t>(i) * s.ld_out;
 #pragma omp simd
     for (int d = 0; d < s.D; ++d) orow[d] *= inv;
-    l[i] = row_max[i] + std::log(row_sum[i]);
+    l[i] = static_cast<T>(static_cast<double>(row_max[i]) + std::log(row_sum[i]));
   }
 }
 
 // All query blocks of one (b, h). The item owns its head's slice of dqkv, so dQ, dK and dV
 // accumulate in place with no partial buffers. Per query block, the scores against every key the
-// block sees are recomputed into the item's scratch, and the softmax is redone from them exactly
-// as a materialized one would: row maxima, exponentials, sums, normalization, then
-// delta = Σ_j P dP from those probabilities. The forward's saved log-sum-exp is not used: a
-// float lse holds the row's scale only to its own rounding (|lse| · 2^-24), which would come back
-// as a relative error of that size in every probability of the row, and rowsum(dO ∘ O) from the
-// forward's rounded output would break Σ_j dS = 0 at the level of that rounding, which dQ = dS K
-// multiplies by the keys' common component. Both grow with the scores, so an ill-conditioned
-// state (large logits, saturated attention) showed them as gradients many times further from
-// float64 than a materialized softmax's. Same five GEMMs as a tiled backward, one per operand
-// for all keys at once.
+// block sees are recomputed into the item's scratch and the softmax is redone from them as a
+// materialized one would be: row maxima, exponentials, sums, normalization; then
+// delta = Σ_j P dP / Σ_j P from those very probabilities, so that every row of dS = P (dP - delta)
+// sums to zero up to the rounding of its terms. That zero matters: dQ = dS K multiplies a row's
+// sum by the component all keys share, which in a trained model can be many times larger than
+// what tells them apart. Hence also the sums in double (kSumChunk): a float sum of a row's
+// exponentials, one key after another, is off by several ulps, and P dP cancels where the values
+// share a large component. Two earlier shortcuts broke the
+// zero, and grew with the scores: probabilities recomputed as exp(S - lse) from the forward's float
+// log-sum-exp (its rounding, |lse| 2^-24, a relative error of every probability of the row, where
+// a materialized softmax has 1 ulp on the peak), and delta = rowsum(dO ∘ O) from the forward's
+// rounded output. In an ill-conditioned state (large scores, saturated attention) they put the
+// gradients of the attention weights many times further from float64 than PyTorch's float32.
+// Same five GEMMs as a tiled backward, one per operand for all keys at once.
 template <class T>
 void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, int h, T scale, T* pt, T* dst) {
   const size_t head = static_cast<size_t>(h) * s.D;
@@ -163,8 +175,10 @@ void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, 
   }
   T qt[kMaxHeadDim * kBlockQ];   // Qᵀ
   T dyt[kMaxHeadDim * kBlockQ];  // dOᵀ
-  T row_max[kBlockQ], row_sum[kBlockQ], inv_sum[kBlockQ];
-  T delta[kBlockQ];  // Σ_j P dP, the softmax backward's correction
+  T row_max[kBlockQ], inv_sum[kBlockQ];
+  T delta[kBlockQ];  // Σ_j P dP / Σ_j P, the softmax backward's correction
+  // Sums over keys in double (see the comment above the function).
+  double row_sum[kBlockQ], p_dp[kBlockQ], p_sum[kBlockQ];
   const T* k = qkv + s.token(b, 0) * s.ld_qkv + s.C + head;
   const T* v = k + s.C;
   T* dk = dqkv + s.token(b, 0) * s.ld_qkv + s.C + head;
@@ -188,32 +202,40 @@ void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, 
 #pragma omp simd
       for (int i = first_query(q0, 0, j, nq); i < nq; ++i) row_max[i] = sr[i] > row_max[i] ? sr[i] : row_max[i];
     }
-    // Pᵀ = exp(S - max), zero in a query's future; summed per query.
-    std::fill(row_sum, row_sum + kBlockQ, T(0));
-    for (int j = 0; j < q_end; ++j) {
-      T* pr = pt + static_cast<size_t>(j) * kBlockQ;
-      const int first = first_query(q0, 0, j, nq);
-      for (int i = 0; i < first; ++i) pr[i] = 0;
+    // Pᵀ = exp(S - max), zero in a query's future; summed per query (kSumChunk keys in float).
+    std::fill(row_sum, row_sum + kBlockQ, 0.0);
+    for (int j0 = 0; j0 < q_end; j0 += kSumChunk) {
+      T part[kBlockQ] = {};
+      for (int j = j0; j < std::min(q_end, j0 + kSumChunk); ++j) {
+        T* pr = pt + static_cast<size_t>(j) * kBlockQ;
+        const int first = first_query(q0, 0, j, nq);
+        for (int i = 0; i < first; ++i) pr[i] = 0;
 #pragma omp simd
-      for (int i = first; i < nq; ++i) {
-        pr[i] = detail::vexp<T>(pr[i] - row_max[i]);
-        row_sum[i] += pr[i];
+        for (int i = first; i < nq; ++i) {
+          pr[i] = detail::vexp<T>(pr[i] - row_max[i]);
+          part[i] += pr[i];
+        }
       }
+#pragma omp simd
+      for (int i = 0; i < nq; ++i) row_sum[i] += static_cast<double>(part[i]);
     }
     // Every query sees at least key q0 + i itself, whose term is exp(0) = 1: sums are >= 1.
-    for (int i = 0; i < nq; ++i) inv_sum[i] = T(1) / row_sum[i];
-    // dPᵀ = V dOᵀ; then P normalized in place and delta = Σ_j P dP.
+    for (int i = 0; i < nq; ++i) inv_sum[i] = static_cast<T>(1.0 / row_sum[i]);
+    // dPᵀ = V dOᵀ; then P normalized in place and delta = Σ_j P dP / Σ_j P.
     gemm<T>(Transpose::No, Transpose::No, q_end, nq, s.D, T(1), v, s.ld_qkv, dyt, kBlockQ, T(0), dst, kBlockQ);
-    std::fill(delta, delta + kBlockQ, T(0));
+    std::fill(p_dp, p_dp + kBlockQ, 0.0);
+    std::fill(p_sum, p_sum + kBlockQ, 0.0);
     for (int j = 0; j < q_end; ++j) {
       T* pr = pt + static_cast<size_t>(j) * kBlockQ;
       const T* dr = dst + static_cast<size_t>(j) * kBlockQ;
 #pragma omp simd
       for (int i = first_query(q0, 0, j, nq); i < nq; ++i) {
         pr[i] *= inv_sum[i];
-        delta[i] += pr[i] * dr[i];
+        p_dp[i] += static_cast<double>(pr[i]) * static_cast<double>(dr[i]);
+        p_sum[i] += static_cast<double>(pr[i]);
       }
     }
+    for (int i = 0; i < nq; ++i) delta[i] = static_cast<T>(p_dp[i] / p_sum[i]);
     // dV += Pᵀ dO;  dSᵀ = Pᵀ ∘ (dPᵀ - delta) · scale, zero where P is.
     gemm<T>(Transpose::No, Transpose::No, q_end, s.D, nq, T(1), pt, kBlockQ, dy, s.ld_out, T(1), dv, s.ld_qkv);
     for (int j = 0; j < q_end; ++j) {

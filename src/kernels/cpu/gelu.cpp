@@ -10,29 +10,35 @@ constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kCubic = 0.044715;
 }  // namespace
 
+// GELU with the tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+// written as x σ(2u): the same function (1 + tanh(u) = 2σ(2u)), without the cancellation of
+// 1 + tanh(u) for negative x, which leaves no correct digit below x = -5 (PyTorch's float GELU
+// has it). Its derivative σ(2u) + x σ(2u) (1 - σ(2u)) 2u' likewise takes 1 - σ from
+// vsigmoid_pair, not from 1 - tanh^2. What remains is the rounding of the argument 2u itself:
+// a relative error of 2^-24 there moves exp(-2|u|) by |2u| 2^-24.
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
-  const T s = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kCubic);
+  const T s2 = static_cast<T>(2 * kSqrt2OverPi), a = static_cast<T>(kCubic);
   detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
 #pragma omp simd
     for (size_t i = lo; i < hi; ++i) {
       const T x = inp[i];
-      const T t = detail::vtanh<T>(s * (x + a * x * x * x));
-      out[i] = T(0.5) * x * (T(1) + t);
+      const detail::SigmoidPair<T> sg = detail::vsigmoid_pair<T>(s2 * (x + a * x * x * x));
+      out[i] = x * sg.s;
     }
   });
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  const T s = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kCubic);
+  const T s2 = static_cast<T>(2 * kSqrt2OverPi), a = static_cast<T>(kCubic), a3 = static_cast<T>(3 * kCubic);
   detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
 #pragma omp simd
     for (size_t i = lo; i < hi; ++i) {
       const T x = inp[i];
-      const T t = detail::vtanh<T>(s * (x + a * x * x * x));
-      const T dtanh = s * (T(1) + T(3) * a * x * x) * (T(1) - t * t);
-      dinp[i] = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * dtanh);
+      const detail::SigmoidPair<T> sg = detail::vsigmoid_pair<T>(s2 * (x + a * x * x * x));
+      const T dz = s2 * (T(1) + a3 * x * x);  // d(2u)/dx
+      dinp[i] = dout[i] * (sg.s + x * dz * (sg.s * sg.c));
     }
   });
 }

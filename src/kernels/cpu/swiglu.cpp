@@ -22,11 +22,12 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 #pragma omp simd
     for (size_t i = lo; i < hi; ++i) {
       const T g = gate[i];
-      const T sig = detail::vsigmoid<T>(g);
+      const detail::SigmoidPair<T> sg = detail::vsigmoid_pair<T>(g);
       const T dy = dout[i];
-      // silu'(g) = sig + g * sig * (1 - sig)
-      dgate[i] = dy * up[i] * sig * (T(1) + g * (T(1) - sig));
-      dup[i] = dy * g * sig;
+      // silu'(g) = σ (1 + g (1 - σ)), with 1 - σ from vsigmoid_pair: as a difference it would
+      // have no correct digit left for large g.
+      dgate[i] = dy * up[i] * sg.s * (T(1) + g * sg.c);
+      dup[i] = dy * g * sg.s;
     }
   });
 }
