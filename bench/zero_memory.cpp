@@ -55,10 +55,10 @@ class StandInGroup final : public dist::Communicator {
   dist::WorkPtr all_to_all(const void*, std::span<const size_t> send, void*, std::span<const size_t>, DType dtype) override {
     return done(dist::OpKind::AllToAll, dist::all_to_all_bytes(send, dtype_size(dtype), rank_));
   }
-  dist::WorkPtr send(const void*, size_t count, DType dtype, int, int) override {
+  dist::WorkPtr send(const void*, size_t count, DType dtype, int, int, std::string) override {
     return done(dist::OpKind::Send, count * dtype_size(dtype));
   }
-  dist::WorkPtr recv(void*, size_t, DType, int, int) override { return done(dist::OpKind::Recv, 0); }
+  dist::WorkPtr recv(void*, size_t, DType, int, int, std::string) override { return done(dist::OpKind::Recv, 0); }
   dist::WorkPtr barrier() override { return done(dist::OpKind::Barrier, 0); }
   std::unique_ptr<Communicator> split(int, int, const std::string&) override {
     TS_FAIL("the stand-in group cannot split");

@@ -97,9 +97,11 @@ class Communicator {
                              std::span<const size_t> recv_counts, DType dtype) = 0;
 
   // Point to point; `peer` is a rank of this communicator. Posted sends and receives progress
-  // together, so two ranks may each post a send to the other before their receives.
-  virtual WorkPtr send(const void* data, size_t count, DType dtype, int peer, int tag = 0) = 0;
-  virtual WorkPtr recv(void* data, size_t count, DType dtype, int peer, int tag = 0) = 0;
+  // together, so two ranks may each post a send to the other before their receives. `label` says
+  // what the transfer is for ("pipeline stage 1: recv activation mb3 ..."): the watchdog names it
+  // when the transfer is late.
+  virtual WorkPtr send(const void* data, size_t count, DType dtype, int peer, int tag = 0, std::string label = {}) = 0;
+  virtual WorkPtr recv(void* data, size_t count, DType dtype, int peer, int tag = 0, std::string label = {}) = 0;
 
   virtual WorkPtr barrier() = 0;
 

@@ -100,9 +100,11 @@ CommStats MpiCommunicator::stats() const {
 }
 
 WorkPtr MpiCommunicator::post(OpKind kind, int peer, uint64_t bytes, std::array<int64_t, 5> sig,
-                              std::function<void(std::vector<MPI_Request>&)> start, std::function<void()> finish) {
+                              std::function<void(std::vector<MPI_Request>&)> start, std::function<void()> finish,
+                              std::string label) {
   auto op = std::make_unique<Op>();
   op->kind = kind;
+  op->label = std::move(label);
   op->peer = peer;
   op->signature = sig;
   op->start = std::move(start);
@@ -266,7 +268,7 @@ WorkPtr MpiCommunicator::all_to_all(const void* input, std::span<const size_t> s
               });
 }
 
-WorkPtr MpiCommunicator::send(const void* data, size_t count, DType dtype, int peer, int tag) {
+WorkPtr MpiCommunicator::send(const void* data, size_t count, DType dtype, int peer, int tag, std::string label) {
   TS_CHECK(peer >= 0 && peer < size_, "send on '{}': peer {} is not a rank of a group of {}", name(), peer, size_);
   TS_CHECK(tag >= 0 && tag <= 32767, "send on '{}': tag {} outside 0..32767 (MPI's guaranteed range)", name(), tag);
   const int n = to_int(count, "send", name());
@@ -277,21 +279,25 @@ WorkPtr MpiCommunicator::send(const void* data, size_t count, DType dtype, int p
                 MPI_Request r;
                 TS_MPI_CHECK(MPI_Isend(data, n, type, peer, tag, comm, &r));
                 requests.push_back(r);
-              });
+              },
+              {}, std::move(label));
 }
 
-WorkPtr MpiCommunicator::recv(void* data, size_t count, DType dtype, int peer, int tag) {
+WorkPtr MpiCommunicator::recv(void* data, size_t count, DType dtype, int peer, int tag, std::string label) {
   TS_CHECK(peer >= 0 && peer < size_, "recv on '{}': peer {} is not a rank of a group of {}", name(), peer, size_);
   TS_CHECK(tag >= 0 && tag <= 32767, "recv on '{}': tag {} outside 0..32767 (MPI's guaranteed range)", name(), tag);
   const int n = to_int(count, "recv", name());
   const MPI_Datatype type = mpi_datatype(dtype);
   const MPI_Comm comm = comm_;
   // The expected count rides in the signature; the progress thread checks the message against it.
-  return post(OpKind::Recv, peer, 0, signature(dtype, count, -1, ReduceOp::Sum), [=](std::vector<MPI_Request>& requests) {
-    MPI_Request r;
-    TS_MPI_CHECK(MPI_Irecv(data, n, type, peer, tag, comm, &r));
-    requests.push_back(r);
-  });
+  return post(
+      OpKind::Recv, peer, 0, signature(dtype, count, -1, ReduceOp::Sum),
+      [=](std::vector<MPI_Request>& requests) {
+        MPI_Request r;
+        TS_MPI_CHECK(MPI_Irecv(data, n, type, peer, tag, comm, &r));
+        requests.push_back(r);
+      },
+      {}, std::move(label));
 }
 
 WorkPtr MpiCommunicator::barrier() {

@@ -93,8 +93,8 @@ class MpiCommunicator final : public Communicator {
   WorkPtr broadcast(void* data, size_t count, DType dtype, int root) override;
   WorkPtr all_to_all(const void* input, std::span<const size_t> send_counts, void* output,
                      std::span<const size_t> recv_counts, DType dtype) override;
-  WorkPtr send(const void* data, size_t count, DType dtype, int peer, int tag) override;
-  WorkPtr recv(void* data, size_t count, DType dtype, int peer, int tag) override;
+  WorkPtr send(const void* data, size_t count, DType dtype, int peer, int tag, std::string label) override;
+  WorkPtr recv(void* data, size_t count, DType dtype, int peer, int tag, std::string label) override;
   WorkPtr barrier() override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
@@ -112,11 +112,13 @@ class MpiCommunicator final : public Communicator {
     std::function<void()> finish;
     std::vector<MPI_Request> requests;
     uint64_t watch_token = 0;
+    std::string label;  // send/recv: what the transfer is for (named by the watchdog)
   };
 
  private:
   WorkPtr post(OpKind kind, int peer, uint64_t bytes, std::array<int64_t, 5> signature,
-               std::function<void(std::vector<MPI_Request>&)> start, std::function<void()> finish = {});
+               std::function<void(std::vector<MPI_Request>&)> start, std::function<void()> finish = {},
+               std::string label = {});
   void progress_loop();
   bool begin_op(Op& op);                    // false: failed before any request was posted
   bool poll_op(Op& op);                     // true: done (completed or failed)

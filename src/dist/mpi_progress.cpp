@@ -63,7 +63,7 @@ void MpiCommunicator::check_in_step(const Op& op) {
 }
 
 bool MpiCommunicator::begin_op(Op& op) {
-  op.watch_token = watchdog_->begin(group_, op.kind, op.seq, op.peer);
+  op.watch_token = watchdog_->begin(group_, op.kind, op.seq, op.peer, op.label);
   try {
     if (options_.check_sequence && is_collective(op.kind)) check_in_step(op);
     op.start(op.requests);

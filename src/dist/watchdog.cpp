@@ -25,7 +25,8 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-uint64_t Watchdog::begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer) {
+uint64_t Watchdog::begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer,
+                         std::string label) {
   std::lock_guard lock(mutex_);
   const uint64_t token = next_token_++;
   if (is_collective(kind)) {
@@ -34,7 +35,7 @@ uint64_t Watchdog::begin(std::shared_ptr<const GroupInfo> group, OpKind kind, ui
     p.seq = seq;
     ++p.in_flight;
   }
-  entries_.emplace(token, Entry{std::move(group), kind, seq, peer, std::chrono::steady_clock::now()});
+  entries_.emplace(token, Entry{std::move(group), kind, seq, peer, std::move(label), std::chrono::steady_clock::now()});
   return token;
 }
 
@@ -68,6 +69,7 @@ std::string Watchdog::message(const Entry& e) const {
   std::string op = fmt::format("{} #{}", op_name(e.kind), e.seq);
   if (e.kind == OpKind::Send) op += fmt::format(" to rank {}", e.peer);
   if (e.kind == OpKind::Recv) op += fmt::format(" from rank {}", e.peer);
+  if (!e.label.empty()) op += fmt::format(" ({})", e.label);
   return fmt::format("tessera watchdog: rank {} of {}: {} on {} (group ranks {}) did not complete within {:.1f} s; "
                      "aborting the job",
                      world_rank_, world_size_, op, e.group->name, format_ranks(e.group->ranks), timeout_);

@@ -45,7 +45,9 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // An operation starts / ends; begin returns the token for end. `peer` is for send/recv.
-  uint64_t begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer = -1);
+  // `label` (send/recv) says what the operation is for; the report names it.
+  uint64_t begin(std::shared_ptr<const GroupInfo> group, OpKind kind, uint64_t seq, int peer = -1,
+                 std::string label = {});
   void end(uint64_t token);
 
   double timeout_seconds() const { return timeout_; }
@@ -68,6 +70,7 @@ class Watchdog {
     OpKind kind;
     uint64_t seq;
     int peer;
+    std::string label;
     std::chrono::steady_clock::time_point start;
     bool reported = false;
   };

@@ -67,6 +67,13 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
       continue;
     }
     post_receives_after(program, i, microbatches, posted);
+    // Sends the peer has taken free their tensors here rather than at the end of the program, so
+    // a rank does not hold every microbatch's sent activation (GPipe's m of them) until the step ends.
+    std::erase_if(sends, [](Transfer& t) {
+      if (!t.work->is_completed()) return false;
+      t.work->wait();  // rethrows a failed transfer
+      return true;
+    });
     const MicrobatchInput& mb = microbatches[static_cast<size_t>(a.microbatch)];
     nn::StepContext step{memory_, ownership_};
     step.training = a.phase != Phase::Eval;
@@ -103,7 +110,7 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
     Tensor buffer = Tensor::empty({tokens.size(0), tokens.size(1), model_.config().n_embd}, DType::F32,
                                   MemoryTag::Activations, memory_);
     dist::WorkPtr work = pipeline_->recv(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
-                                         transfer_tag(program, a));
+                                         transfer_tag(program, a), "pipeline instruction: " + describe(a));
     posted[static_cast<size_t>(j)] = Transfer{std::move(work), std::move(buffer)};
   }
 }
@@ -138,7 +145,7 @@ void Interpreter::transfer(const Program& program, int i, MicrobatchState& s, st
   slot = Tensor();
   TS_CHECK(buffer.is_contiguous(), "{}: the tensor to send is not contiguous", describe(a));
   dist::WorkPtr work = pipeline_->send(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
-                                       transfer_tag(program, a));
+                                       transfer_tag(program, a), "pipeline instruction: " + describe(a));
   sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }
 

@@ -5,10 +5,16 @@
 // gradient clipping; and with 4 ranks, dp 2 × pp 2. Each run matches the single-process reference:
 // losses and gradient norms within 1e-5 relative, parameters within 1e-4 after 5 steps.
 // A plain main: every failed check prints its rank; the ranks agree on the count of failures.
+// With `--stall R` pipeline rank R sleeps before its first step instead, and the job must end
+// through the watchdog, which names the waiting rank's instruction (tests/parallel/CMakeLists.txt).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
 
 #include "../common/rank_checks.h"
 #include "dist/mesh.h"
@@ -47,15 +53,30 @@ void check_reference(const RunRecord& run, const RunRecord& ref, const std::stri
 
 }  // namespace
 
+// Pipeline rank `victim` never takes its step; the others wait for its transfers.
+void stall(dist::Communicator& world, int victim) {
+  ParityCase c;
+  c.model = gpt2_odd_config();
+  c.micros = world.size();
+  c.global_batch = 2 * c.micros;
+  if (world.rank() == victim) std::this_thread::sleep_for(std::chrono::seconds(120));
+  run_parallel(c, nullptr, &world);
+}
+
 int main(int argc, char** argv) {
   dist::MpiRuntime mpi(&argc, &argv);
   Checks t;
   t.rank = mpi.world_rank();
+  const int victim = argc >= 3 && std::strcmp(argv[1], "--stall") == 0 ? std::stoi(argv[2]) : -1;
   try {
     dist::CommOptions options;
-    options.timeout_seconds = 60;
+    options.timeout_seconds = victim >= 0 ? 2 : 60;
     options.check_sequence = true;
     auto world = mpi.world(options);
+    if (victim >= 0) {
+      stall(*world, victim);
+      return 1;  // the watchdog should have ended the job
+    }
     const int p = world->size();
     const config::ScheduleKind schedules[] = {config::ScheduleKind::GPipe, config::ScheduleKind::OneFOneB,
                                               config::ScheduleKind::Interleaved, config::ScheduleKind::ZeroBubbleH1};

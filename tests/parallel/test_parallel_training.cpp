@@ -229,7 +229,7 @@ TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   CliResult alone = run_tessera(train_args(g_root / "bad", "--train.steps 2 --parallel.dp 2"));
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.output.find("≠ world size 1"), std::string::npos) << alone.output;
-  EXPECT_NE(alone.output.find("set parallel.dp = 1"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("set parallel.dp × parallel.pp = 1"), std::string::npos) << alone.output;
 }
 
 // A rank killed mid-run: mpirun ends the job, non-zero, and no process of it remains.
