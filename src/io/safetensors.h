@@ -12,6 +12,7 @@
 // costs no copy and writes through a view never reach the file.
 #include <cstddef>
 #include <map>
+#include <unordered_set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,7 @@ class SafeTensorsWriter {
     Tensor keep_alive;
   };
   std::vector<Item> items_;
+  std::unordered_set<std::string> names_;  // a model of many thousand layers has as many tensors
   std::map<std::string, std::string> metadata_;
 };
 

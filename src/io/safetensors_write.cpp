@@ -43,13 +43,14 @@ void SafeTensorsWriter::add(const std::string& name, const Tensor& tensor) {
 void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t bytes) {
   TS_CHECK(!name.empty(), "safetensors: a tensor needs a non-empty name");
   TS_CHECK(name != "__metadata__", "safetensors: '__metadata__' is reserved for the metadata; rename the tensor");
-  for (const Item& item : items_) TS_CHECK(item.name != name, "safetensors: tensor '{}' added twice", name);
+  TS_CHECK(!names_.contains(name), "safetensors: tensor '{}' added twice", name);
   for (int64_t d : shape) TS_CHECK(d >= 0, "safetensors: tensor '{}' has a negative dimension in {}", name, shape_to_string(shape));
   size_t expected = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   TS_CHECK(bytes == expected, "safetensors: tensor '{}' {} {} needs {} bytes, got {}", name, dtype_name(dtype),
            shape_to_string(shape), expected, bytes);
   TS_CHECK(data != nullptr || bytes == 0, "safetensors: tensor '{}' has no data", name);
   items_.push_back(Item{name, dtype, shape, data, bytes, Tensor()});
+  names_.insert(name);
 }
 
 void SafeTensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
