@@ -6,7 +6,7 @@
 # New inputs worth keeping land in build/fuzz-corpus/<target>/ (the checked-in seeds in
 # tests/fuzz/corpus/<target>/ are only read); copy a useful one into the seeds by hand.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (targets: fuzz_run_config fuzz_manifest
-#        fuzz_safetensors fuzz_token_file fuzz_data_json; default all)
+#        fuzz_safetensors fuzz_token_file fuzz_data_json fuzz_timeline_json; default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ seconds="${1:-600}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_run_config fuzz_manifest fuzz_safetensors fuzz_token_file fuzz_data_json)
+  targets=(fuzz_run_config fuzz_manifest fuzz_safetensors fuzz_token_file fuzz_data_json fuzz_timeline_json)
 fi
 
 start=$SECONDS

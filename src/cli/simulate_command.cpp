@@ -1,10 +1,13 @@
 // `tessera simulate`: generate a pipeline schedule, validate it, simulate it with uniform costs,
-// print the bubble next to its closed form, and optionally draw the timeline.
+// print the bubble next to its closed form, and optionally draw the timeline. With --timeline, the
+// schedule and its costs come from a step measured in a run (timeline.json): it is drawn above its
+// simulation with the measured costs, and both bubbles are printed.
 #include <fmt/format.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -14,7 +17,9 @@
 #include "core/check.h"
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
+#include "parallel/pipeline/measured_timeline.h"
 #include "plan/pipeline/closed_form.h"
+#include "plan/pipeline/measured_run.h"
 #include "plan/pipeline/schedule_timeline.h"
 #include "plan/pipeline/simulation_report.h"
 #include "plan/pipeline/simulator.h"
@@ -38,6 +43,7 @@ struct SimulateOptions {
   bool blocking = false;
   std::string svg;
   bool grid = false;
+  std::string timeline;  // a measured timeline.json: replaces the schedule and cost options
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -102,6 +108,19 @@ void run(const SimulateOptions& o) {
   }
 }
 
+// A measured step beside its simulation; the picture goes next to the timeline unless --svg says where.
+void run_measured(const SimulateOptions& o) {
+  const pipeline::MeasuredTimeline timeline = pipeline::read_measured_timeline(o.timeline);
+  const plan::MeasuredComparison comparison = plan::compare_with_simulation(timeline);
+  fmt::print("{}", plan::comparison_report(comparison));
+  const plan::Timeline picture = plan::comparison_timeline(timeline, comparison);
+  if (o.grid) fmt::print("\n{}", plan::render_grid(picture));
+  const std::string svg =
+      o.svg.empty() ? std::filesystem::path(o.timeline).replace_extension(".svg").string() : o.svg;
+  write_file(svg, plan::render_svg(picture));
+  fmt::print("\nwrote {}\n", svg);
+}
+
 }  // namespace
 
 void add_simulate_command(CLI::App& app) {
@@ -129,7 +148,15 @@ void add_simulate_command(CLI::App& app) {
                 "simulate blocking send/recv (default: isend/irecv, the consumer waits for the data)");
   cmd->add_option("--svg", options->svg, "write the timeline picture to this SVG file");
   cmd->add_flag("--grid", options->grid, "print the timeline as a text grid");
-  cmd->callback([options] { run(*options); });
+  CLI::Option* timeline = cmd->add_option(
+      "--timeline", options->timeline,
+      "a step measured in a run (timeline.json, log.timeline = true): draw it beside its simulation with the "
+      "measured costs (SVG next to it unless --svg), print both bubbles");
+  for (const char* name : {"--schedule", "--stages", "--microbatches", "--chunks", "--steps", "--forward-time",
+                           "--backward-time", "--weight-time", "--p2p-time", "--recompute", "--blocking"}) {
+    timeline->excludes(cmd->get_option(name));
+  }
+  cmd->callback([options] { options->timeline.empty() ? run(*options) : run_measured(*options); });
 }
 
 }  // namespace tessera::cli

@@ -14,6 +14,23 @@ struct EventScope {
   ~EventScope() { ownership.set_event(nullptr); }
 };
 
+// Times one action for the recorder, if there is one, on every way out of the loop body.
+class ActionTimer {
+ public:
+  ActionTimer(TimelineRecorder* recorder, int index) : recorder_(recorder), index_(static_cast<size_t>(index)) {
+    if (recorder_) recorder_->start(index_);
+  }
+  ~ActionTimer() {
+    if (recorder_) recorder_->end(index_);
+  }
+  ActionTimer(const ActionTimer&) = delete;
+  ActionTimer& operator=(const ActionTimer&) = delete;
+
+ private:
+  TimelineRecorder* recorder_;
+  size_t index_;
+};
+
 // Unique per step among the transfers of one pair of ranks: microbatch, boundary and payload. MPI
 // guarantees tags up to 32767; a larger pipeline is refused rather than risk a mismatch.
 int transfer_tag(const Program& program, const Action& a) {
@@ -46,10 +63,16 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     for (Transfer& t : sends) t.work->wait();
     sends.clear();
   };
+  if (options.timeline) options.timeline->begin(program.actions.size());
   transforms_.begin(program);
   post_receives_after(program, -1, microbatches, posted);
+  // Sends of a run of transfers posted before a receive of the run was waited for.
+  std::vector<bool> sent_ahead(program.actions.size(), false);
   for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
+    if (sent_ahead[static_cast<size_t>(i)]) continue;
     const Action& a = program.actions[static_cast<size_t>(i)];
+    if (a.kind == Action::Kind::Recv) send_ahead(program, i, states, sends, sent_ahead, options.timeline);
+    const ActionTimer timer(options.timeline, i);
     if (a.kind == Action::Kind::OptimizerStep) {
       check_finished(program, states);
       complete_sends();
@@ -62,8 +85,12 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
              describe(a), a.microbatch, program.microbatches);
     TS_CHECK(a.unit >= 0 && a.unit < units, "action {} names unit {} of {}", describe(a), a.unit, units);
     MicrobatchState& s = states[static_cast<size_t>(a.microbatch)];
-    if (is_transfer(a)) {
-      transfer(program, i, s, posted, sends, microbatches);
+    if (a.kind == Action::Kind::Send) {
+      send(program, i, s, sends);
+      continue;
+    }
+    if (a.kind == Action::Kind::Recv) {
+      receive(program, i, s, posted, microbatches);
       continue;
     }
     post_receives_after(program, i, microbatches, posted);
@@ -115,29 +142,49 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
   }
 }
 
-void Interpreter::transfer(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
-                           std::vector<Transfer>& sends, std::span<const MicrobatchInput> microbatches) {
+void Interpreter::send_ahead(const Program& program, int i, std::vector<MicrobatchState>& states,
+                             std::vector<Transfer>& sends, std::vector<bool>& sent_ahead, TimelineRecorder* timeline) {
+  for (int j = i + 1; j < static_cast<int>(program.actions.size()) && is_transfer(program.actions[static_cast<size_t>(j)]);
+       ++j) {
+    const Action& a = program.actions[static_cast<size_t>(j)];
+    if (a.kind != Action::Kind::Send || sent_ahead[static_cast<size_t>(j)]) continue;
+    TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
+             describe(a), a.microbatch, program.microbatches);
+    const ActionTimer timer(timeline, j);
+    send(program, j, states[static_cast<size_t>(a.microbatch)], sends);
+    sent_ahead[static_cast<size_t>(j)] = true;
+  }
+}
+
+void Interpreter::receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
+                          std::span<const MicrobatchInput> microbatches) {
   const Action& a = program.actions[static_cast<size_t>(i)];
   const auto u = static_cast<size_t>(a.unit);
   const bool activation = a.payload == pipeline::Tensor::Activation;
   TS_CHECK(activation || a.payload == pipeline::Tensor::Gradient, "{}: nothing to move", describe(a));
-  if (a.kind == Action::Kind::Recv) {
-    post_receives_after(program, i - 1, microbatches, posted);
-    Transfer& t = posted[static_cast<size_t>(i)];
-    t.work->wait();
-    if (activation) {
-      TS_CHECK(!s.input[u].defined(), "{}: the input of unit {} is still stored", describe(a), a.unit);
-      s.input[u] = std::move(t.buffer);
-    } else {
-      TS_CHECK(!s.grad[u].defined(), "{}: a gradient for unit {} is still stored", describe(a), a.unit);
-      s.grad[u] = std::move(t.buffer);
-      s.backward_done = a.unit;  // the stages above have back-propagated this microbatch
-    }
-    t = Transfer{};
-    return;
+  post_receives_after(program, i - 1, microbatches, posted);
+  Transfer& t = posted[static_cast<size_t>(i)];
+  t.work->wait();
+  if (activation) {
+    TS_CHECK(!s.input[u].defined(), "{}: the input of unit {} is still stored", describe(a), a.unit);
+    s.input[u] = std::move(t.buffer);
+  } else {
+    TS_CHECK(!s.grad[u].defined(), "{}: a gradient for unit {} is still stored", describe(a), a.unit);
+    s.grad[u] = std::move(t.buffer);
+    s.backward_done = a.unit;  // the stages above have back-propagated this microbatch
   }
+  t = Transfer{};
+}
+
+void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& sends) {
+  const Action& a = program.actions[static_cast<size_t>(i)];
+  const auto u = static_cast<size_t>(a.unit);
+  const bool activation = a.payload == pipeline::Tensor::Activation;
+  TS_CHECK(activation || a.payload == pipeline::Tensor::Gradient, "{}: nothing to move", describe(a));
   TS_CHECK(pipeline_ != nullptr, "{}: the program moves tensors between pipeline ranks but the interpreter has no "
            "pipeline group", describe(a));
+  TS_CHECK(a.unit >= 0 && a.unit < model_.num_units(), "action {} names unit {} of {}", describe(a), a.unit,
+           model_.num_units());
   Tensor& slot = activation ? s.input[u] : s.grad[u];
   TS_CHECK(slot.defined(), "{}: there is no {} to send (its {} has not run)", describe(a),
            activation ? "activation" : "gradient", activation ? "forward" : "backward");

@@ -11,7 +11,11 @@
 // Recv actions move activations and gradients over the pipeline group's point-to-point
 // operations. Receives are posted ahead: those that follow a unit action are posted before it
 // runs, so the transfer overlaps its compute; sends complete in the background and are waited for
-// before the program ends. Transfers are the interpreter's own: transforms see unit actions only.
+// before the program ends. A send never waits, so within a run of consecutive transfers the sends
+// are posted before any receive of the run is waited for: the lists are ordered for rendezvous
+// semantics (pipeline/validator.h), where a receive placed first would hold back a neighbour
+// waiting for the send behind it. Transfers are the interpreter's own: transforms see unit
+// actions only.
 //
 // Memory follows memory/chain.h's rules exactly, so a recompute policy's predicted activation
 // peak is what the allocator measures: after a forward keeping All the unit's activations stay
@@ -27,6 +31,7 @@
 #include "dist/communicator.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
+#include "exec/timeline_recorder.h"
 #include "exec/transform.h"
 #include "nn/gpt.h"
 
@@ -42,6 +47,8 @@ struct MicrobatchInput {
 struct StepOptions {
   uint64_t seed = 0;  // dropout
   uint64_t step = 0;  // optimizer step (dropout masks differ per step)
+  // Records each action's start and end (exec/timeline_recorder.h); null: nothing recorded.
+  TimelineRecorder* timeline = nullptr;
 };
 
 struct ProgramResult {
@@ -80,8 +87,15 @@ class Interpreter {
   // Posts the receives of the transfer actions that follow action `i`.
   void post_receives_after(const Program& program, int i, std::span<const MicrobatchInput> microbatches,
                            std::vector<Transfer>& posted);
-  void transfer(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
-                std::vector<Transfer>& sends, std::span<const MicrobatchInput> microbatches);
+  // Posts the sends of the run of transfers after the receive of action i (a send never waits, so
+  // they go before the receive is waited for: the neighbour may be waiting for them) and marks them.
+  void send_ahead(const Program& program, int i, std::vector<MicrobatchState>& states, std::vector<Transfer>& sends,
+                  std::vector<bool>& sent_ahead, TimelineRecorder* timeline);
+  // Waits for the receive of action i and puts the tensor into its slot.
+  void receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
+               std::span<const MicrobatchInput> microbatches);
+  // Posts the send of action i, taking the tensor from its slot; it completes in the background.
+  void send(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& sends);
 
   nn::GPT& model_;
   ParameterOwnership& ownership_;

@@ -225,8 +225,12 @@ Program lower_training(const pipeline::Schedule& schedule, int rank, const Stage
   for (int s = rank; s < schedule.stages(); s += schedule.ranks) {
     program.first_unit = std::min(program.first_unit, plan.stages[static_cast<size_t>(s)].first);
   }
-  for (const pipeline::Instruction& ins : schedule.programs[static_cast<size_t>(rank)]) {
-    lower_instruction(ins, plan.stages[static_cast<size_t>(ins.stage)], plan.units, program.actions);
+  const std::vector<pipeline::Instruction>& instructions = schedule.programs[static_cast<size_t>(rank)];
+  for (size_t i = 0; i < instructions.size(); ++i) {
+    const size_t first = program.actions.size();
+    lower_instruction(instructions[i], plan.stages[static_cast<size_t>(instructions[i].stage)], plan.units,
+                      program.actions);
+    for (size_t a = first; a < program.actions.size(); ++a) program.actions[a].instruction = static_cast<int>(i);
   }
   return program;
 }

@@ -60,6 +60,10 @@ struct Action {
   pipeline::Tensor payload = pipeline::Tensor::None;
   int peer = -1;
   int edge = -1;
+  // The position in the rank's instruction list of the instruction this action was lowered from
+  // (a run of consecutive optimizer steps: the first); -1 when it comes from no schedule
+  // (evaluation). Timelines group the actions of one instruction by it.
+  int instruction = -1;
 
   bool operator==(const Action&) const = default;
 };

@@ -11,17 +11,19 @@ PipelineStageParameters::PipelineStageParameters(nn::GPT& model, const exec::Sta
     : store_(model.parameters()), pipeline_(pipeline), ownership_(ownership), rank_(pipeline.rank()) {
   const int ranks = pipeline.size();
   holders_.assign(store_.all().size(), {});
+  // Parameters by flat offset, to find those inside a unit's ranges without a scan of them all.
+  std::vector<const nn::Parameter*> by_offset;
+  for (const nn::Parameter& p : store_.all()) by_offset.push_back(&p);
+  std::sort(by_offset.begin(), by_offset.end(), [](const nn::Parameter* a, const nn::Parameter* b) { return a->offset < b->offset; });
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const int rank = static_cast<int>(s) % ranks;
     for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
       for (const nn::ParamRange& range : model.units()[static_cast<size_t>(u)].params) {
-        for (const nn::Parameter& p : store_.all()) {
-          const auto begin = static_cast<int64_t>(p.offset);
-          std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
-          if (begin >= range.begin && begin + p.numel() <= range.end &&
-              std::find(h.begin(), h.end(), rank) == h.end()) {
-            h.push_back(rank);
-          }
+        auto it = std::lower_bound(by_offset.begin(), by_offset.end(), range.begin,
+                                   [](const nn::Parameter* p, int64_t at) { return static_cast<int64_t>(p->offset) < at; });
+        for (; it != by_offset.end() && static_cast<int64_t>((*it)->offset) + (*it)->numel() <= range.end; ++it) {
+          std::vector<int>& h = holders_[static_cast<size_t>((*it)->id)];
+          if (std::find(h.begin(), h.end(), rank) == h.end()) h.push_back(rank);
         }
       }
     }

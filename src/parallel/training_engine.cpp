@@ -2,6 +2,7 @@
 
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
+#include "parallel/pipeline_timeline.h"
 #include "parallel/rank_sum.h"
 
 namespace tessera::parallel {
@@ -122,6 +123,10 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   result.loss_sum = total.loss_sum;
   result.counted = total.counted;
   return result;
+}
+
+pipeline::MeasuredTimeline TrainingEngine::measured_timeline(const exec::TimelineRecorder& recorder) const {
+  return gather_timeline(schedule_, program_, recorder, pp_);
 }
 
 exec::ProgramResult TrainingEngine::evaluate(const exec::MicrobatchInput& microbatch) {

@@ -22,6 +22,7 @@
 #include "parallel/pipeline_stages.h"
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
+#include "parallel/pipeline/measured_timeline.h"
 
 namespace tessera::parallel {
 
@@ -61,6 +62,9 @@ class TrainingEngine {
   // nullopt skips it altogether (benchmarks against frameworks whose step does not measure it).
   StepResult train_step(std::span<const exec::MicrobatchInput> microbatches, const exec::StepOptions& options, float lr,
                         std::optional<double> max_grad_norm);
+  // The timeline of the last step run with `recorder` in its StepOptions, every pipeline rank's on
+  // one clock (parallel/pipeline_timeline.h). Collective over the pipeline group.
+  pipeline::MeasuredTimeline measured_timeline(const exec::TimelineRecorder& recorder) const;
   // Loss sum and count of one evaluation microbatch (nothing kept). Collective under ZeRO-3.
   exec::ProgramResult evaluate(const exec::MicrobatchInput& microbatch);
 

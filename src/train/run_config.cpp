@@ -268,6 +268,7 @@ RunConfig read_run_config(const toml::table& table) {
     c.log.every = r.get("every", c.log.every);
     c.log.progress = r.get("progress", c.log.progress);
     c.log.peak_gflops = r.get("peak_gflops", c.log.peak_gflops);
+    c.log.timeline = r.get("timeline", c.log.timeline);
     r.finish();
   }
   root.finish();
@@ -354,7 +355,8 @@ std::string to_toml(const RunConfig& c) {
                                               {"resume", c.checkpoint.resume}}},
                    {"log", toml::table{{"every", c.log.every},
                                        {"progress", c.log.progress},
-                                       {"peak_gflops", shortest(c.log.peak_gflops)}}}};
+                                       {"peak_gflops", shortest(c.log.peak_gflops)},
+                                       {"timeline", c.log.timeline}}}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

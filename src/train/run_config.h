@@ -80,6 +80,7 @@ struct LogSection {
   int every = 10;
   std::string progress = "auto";  // auto (bar on a terminal), bar, plain
   float peak_gflops = 0;          // matmul peak of one process for MFU; 0: calibrated once per machine and stored
+  bool timeline = false;          // write timeline.json: when each instruction of one step ran on each pipeline rank
 };
 
 struct RunConfig {

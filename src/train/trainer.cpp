@@ -361,6 +361,10 @@ TrainResult Trainer::run() {
   }
   Progress* progress = progress_holder ? &*progress_holder : nullptr;
   const data::RowRange my_rows = data::split_rows(cfg.train.batch_size, rank, ranks);
+  // log.timeline: the second step this process runs is recorded (the first pays one-time costs:
+  // page faults, buffers), or its only step; the recorder is handed to each step until then.
+  exec::TimelineRecorder timeline;
+  bool timeline_pending = cfg.log.timeline;
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
@@ -382,7 +386,8 @@ TrainResult Trainer::run() {
     }
     memory.reset_peaks();
     const parallel::TrainingEngine::StepResult stepped =
-        engine.train_step(inputs, {cfg.train.seed, static_cast<uint64_t>(step)}, lr, cfg.optim.grad_clip);
+        engine.train_step(inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr},
+                          lr, cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
     loader.advance();
     // Loss sum, counted targets, and whether this rank must stop (a signal, the time limit): summed
@@ -437,6 +442,14 @@ TrainResult Trainer::run() {
     if (!stop_reason.empty() && step < cfg.train.steps) {
       result.outcome = TrainResult::Outcome::StoppedEarly;
       result.stop_reason = stop_reason;
+    }
+    if (timeline_pending && (step - result.first_step == 2 || last)) {
+      const pipeline::MeasuredTimeline measured = engine.measured_timeline(timeline);  // collective
+      if (leader) {
+        pipeline::write_measured_timeline(measured, folder->timeline_path());
+        message(progress, fmt::format("step {}: wrote {}", step, folder->timeline_path()));
+      }
+      timeline_pending = false;
     }
     // A stop signal asks for a prompt exit: the checkpoint, not an evaluation.
     const bool signalled = global[2] > 0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -183,6 +184,46 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
     EXPECT_FALSE(contains(r.output, "not in range")) << args << "\n" << r.output;
   }
   EXPECT_FALSE(fs::exists(g_root / "never"));
+}
+
+// `simulate --timeline`: a step recorded by the pipeline benchmark (ZB-H1, p = 2, m = 4, a tiny
+// model) drawn beside its simulation with both bubbles printed; a step recorded by `train` with
+// log.timeline; the schedule options refused beside it.
+TEST_F(Cli, SimulateDrawsAMeasuredTimelineBesideItsSimulation) {
+  const char* source = std::getenv("TESSERA_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "ctest sets TESSERA_SOURCE_DIR";
+  const std::string recorded = std::string(source) + "/tests/cli/data/timeline_zb-h1_p2_m4.json";
+  const fs::path svg = g_root / "zb.svg";
+  CliResult r = run_tessera("simulate --timeline " + recorded + " --svg " + svg.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "zero bubble ZB-H1 (p = 2, m = 4), measured")) << r.output;
+  EXPECT_TRUE(contains(r.output, "bubble       measured 0.5304, simulated 0.3904")) << r.output;
+  const std::string picture = tessera::testing::read_file(svg.string());
+  EXPECT_TRUE(picture.starts_with("<svg")) << picture.substr(0, 100);
+  for (const char* row : {"measured, rank 0", "measured, rank 1", "simulated, rank 0", "simulated, rank 1"}) {
+    EXPECT_TRUE(contains(picture, row)) << row;
+  }
+
+  const fs::path run = g_root / "timed_run";
+  const std::string train = "train --data.dir " + g_dataset.string() + " --train.out_dir " + run.string() +
+                            " --model.n_layer 1 --model.n_head 2 --model.n_embd 16 --model.seq_len 16"
+                            " --train.batch_size 4 --train.micro_batch_size 2 --train.steps 3 --train.sample_tokens 0"
+                            " --log.progress plain --log.peak_gflops 100 --log.timeline true";
+  r = run_tessera(train);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "step 2: wrote " + (run / "timeline.json").string())) << r.output;
+  r = run_tessera("simulate --timeline " + (run / "timeline.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "1F1B (PipeDream-Flush) (p = 1, m = 2), measured")) << r.output;
+  EXPECT_TRUE(contains(r.output, "bubble       measured ")) << r.output;
+  EXPECT_TRUE(fs::exists(run / "timeline.svg")) << "the picture goes next to the timeline";
+
+  r = run_tessera("simulate --timeline " + recorded + " --stages 2");
+  expect_clean_failure(r, "simulate --timeline --stages");
+  EXPECT_TRUE(contains(r.output, "error: --stages excludes --timeline")) << r.output;
+  r = run_tessera("simulate --timeline " + (g_root / "none.json").string());
+  expect_clean_failure(r, "simulate --timeline none.json");
+  EXPECT_TRUE(contains(r.output, "error: cannot read the timeline")) << r.output;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -373,4 +374,23 @@ TEST_F(SafeTensors, FlippedBytesNeverCrash) {
   // Flips inside the data buffer leave a valid file; flips in the length or structure do not.
   EXPECT_GT(opened, 0);
   EXPECT_GT(rejected, 0);
+}
+
+// A model of many thousand layers has as many tensors: writing and opening stay linear in their
+// count (a name check that scanned every earlier tensor, and the JSON parser's nesting callback,
+// each made 240 000 tensors take many minutes). 200 000 here take about a second either way.
+TEST_F(SafeTensors, ManyTensorsWriteAndOpenInLinearTime) {
+  constexpr int kTensors = 200000;
+  std::vector<float> values(kTensors);
+  const auto t0 = std::chrono::steady_clock::now();
+  SafeTensorsWriter w;
+  for (int i = 0; i < kTensors; ++i) {
+    values[static_cast<size_t>(i)] = static_cast<float>(i);
+    w.add("blocks." + std::to_string(i) + ".w", DType::F32, {1}, &values[static_cast<size_t>(i)], sizeof(float));
+  }
+  w.write(path("many.safetensors"));
+  SafeTensorsFile f = SafeTensorsFile::open(path("many.safetensors"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(f.has("blocks.199999.w"));
+  EXPECT_LT(seconds, 30.0);
 }

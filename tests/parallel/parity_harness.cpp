@@ -196,6 +196,8 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   for (const exec::Action& a : engine.program().actions) {
     if (a.kind == exec::Action::Kind::Unit) rec.program_units.push_back(a.unit);
   }
+  rec.program = engine.program();
+  exec::TimelineRecorder timeline;
   std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(c.micros)), targets(static_cast<size_t>(c.micros));
   for (int step = 0; step < c.steps; ++step) {
     memory.reset_peaks();
@@ -210,8 +212,13 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
                                nn::token_tensor(targets[static_cast<size_t>(m)].data(), B, c.seq_len), scale},
                               mine.begin + rows.begin});
     }
-    const parallel::TrainingEngine::StepResult r =
-        engine.train_step(microbatches, {c.seed, static_cast<uint64_t>(step)}, c.lr, c.grad_clip);
+    const bool record = c.record_timeline && step + 1 == c.steps;
+    const parallel::TrainingEngine::StepResult r = engine.train_step(
+        microbatches, {c.seed, static_cast<uint64_t>(step), record ? &timeline : nullptr}, c.lr, c.grad_clip);
+    if (record) {
+      rec.spans = timeline.spans();
+      rec.timeline = engine.measured_timeline(timeline);  // collective over the pipeline group
+    }
     StepRecord s;
     s.loss = parallel::sum_over_ranks(comm, std::span(&r.loss_sum, 1))[0] * static_cast<double>(scale);
     s.grad_norm = r.grad_norm.norm;

@@ -28,6 +28,7 @@ struct ParityCase {
   exec::RecomputeOptions recompute;  // how the data-parallel run recomputes (the reference never does)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
+  bool record_timeline = false;  // record the last step's timeline (RunRecord::spans and ::timeline)
 };
 
 struct StepRecord {
@@ -52,6 +53,11 @@ struct RunRecord {
   size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
   size_t buckets = 0;
   std::vector<int> program_units;  // the unit of each unit action of a step's program, in order
+  exec::Program program;           // this rank's program of a step
+  // With ParityCase::record_timeline: the recorder's spans of the last step on this rank, and the
+  // pipeline's timeline of that step gathered from every pipeline rank.
+  std::vector<exec::TimelineRecorder::Span> spans;
+  pipeline::MeasuredTimeline timeline;
 };
 
 // Writes +inf into element 0 of `p`'s gradient right before the embedding's backward of the

@@ -3,12 +3,14 @@
 // them (interleaved: multiples of p), GPT-2 with a tied embedding (the first and last stages share
 // it) and Llama untied, blocks that divide the stages and blocks that do not, with dropout and
 // gradient clipping; and with 4 ranks, dp 2 × pp 2. Each run matches the single-process reference:
-// losses and gradient norms within 1e-5 relative, parameters within 1e-4 after 5 steps.
+// losses and gradient norms within 1e-5 relative, parameters within 1e-4 after 5 steps; and the
+// timeline of its last step, gathered from every rank, is one of its schedule on one clock.
 // A plain main: every failed check prints its rank; the ranks agree on the count of failures.
 // With `--stall R` pipeline rank R sleeps before its first step instead, and the job must end
 // through the watchdog, which names the waiting rank's instruction (tests/parallel/CMakeLists.txt).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "../common/rank_checks.h"
 #include "dist/mesh.h"
 #include "dist/mpi_runtime.h"
+#include "parallel/pipeline/generators.h"
 #include "parallel/rank_sum.h"
 #include "parity_harness.h"
 
@@ -49,6 +52,53 @@ void check_reference(const RunRecord& run, const RunRecord& ref, const std::stri
   }
   t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
            fmt::format("{}: parameters differ from the single-process run by {:.3g}", what, worst));
+}
+
+// The timeline of the last step, gathered from every pipeline rank: each rank's records follow its
+// list, never overlap, and no receive ends before its send began (on the common clock, within
+// the clock alignment's stated uncertainty): the clocks were aligned and nothing was left out.
+void check_timeline(const RunRecord& run, const ParityCase& c, int p, const std::string& what, Checks& t) {
+  const pipeline::MeasuredTimeline& tl = run.timeline;
+  config::ParallelLayout layout;
+  layout.pp = p;
+  layout.virtual_stages = c.virtual_stages;
+  layout.schedule = c.schedule;
+  layout.global_batch = c.micros;
+  std::string follows;
+  try {
+    pipeline::check_follows(tl, pipeline::make_schedule(layout));
+  } catch (const Error& e) {
+    follows = e.what();
+  }
+  t.expect(follows.empty(), fmt::format("{}: the timeline does not follow the schedule: {}", what, follows));
+  if (!follows.empty()) return;
+  const double slack = 1e-6;  // rounding of the shifted times
+  int overlaps = 0, early = 0;
+  std::string first_problem;
+  for (size_t r = 0; r < tl.records.size(); ++r) {
+    std::vector<std::pair<double, double>> spans;
+    for (const pipeline::MeasuredInstruction& m : tl.records[r]) spans.emplace_back(m.start, m.end);
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) overlaps += spans[i].first < spans[i - 1].second - slack;
+    for (const pipeline::MeasuredInstruction& m : tl.records[r]) {
+      if (m.op != pipeline::Op::Recv) continue;
+      for (const pipeline::MeasuredInstruction& s : tl.records[static_cast<size_t>(m.peer)]) {
+        if (s.op != pipeline::Op::Send || s.microbatch != m.microbatch || s.tensor != m.tensor) continue;
+        if (pipeline::transfer_edge(pipeline::instruction_of(s)) != pipeline::transfer_edge(pipeline::instruction_of(m)))
+          continue;
+        const double uncertainty = tl.clock_uncertainty[r] + tl.clock_uncertainty[static_cast<size_t>(m.peer)];
+        if (m.end < s.start - uncertainty - slack) {
+          ++early;
+          if (first_problem.empty())
+            first_problem = fmt::format("'{}' on rank {} ended at {} s, before its send began at {} s (clocks within "
+                                        "{} s)", pipeline::describe(pipeline::instruction_of(m)), r, m.end, s.start,
+                                        uncertainty);
+        }
+      }
+    }
+  }
+  t.expect(overlaps == 0, fmt::format("{}: {} records overlap another of their rank", what, overlaps));
+  t.expect(early == 0, fmt::format("{}: {} receives ended before their sends began: {}", what, early, first_problem));
 }
 
 }  // namespace
@@ -98,9 +148,11 @@ int main(int argc, char** argv) {
             c.micros = m;
             c.global_batch = 2 * m;
             c.steps = 5;
+            c.record_timeline = true;
             const RunRecord reference = run_reference(c);
             const RunRecord run = run_parallel(c, nullptr, world.get());
             check_reference(run, reference, describe(c, 1, p), t);
+            check_timeline(run, c, p, describe(c, 1, p), t);
             if (t.rank == 0) fmt::print("{}: checked\n", describe(c, 1, p));
           }
         }

@@ -8,7 +8,6 @@ namespace tessera::plan {
 
 using pipeline::Op;
 
-namespace {
 BoxKind box_kind(Op op) {
   switch (op) {
     case Op::Forward: return BoxKind::Forward;
@@ -22,9 +21,8 @@ BoxKind box_kind(Op op) {
   }
   return BoxKind::Other;
 }
-}  // namespace
 
-Timeline schedule_timeline(const pipeline::Schedule& schedule, const SimulationResult& result) {
+Timeline schedule_timeline(const pipeline::Schedule& schedule, const SimulationResult& result, const TimeAxis& axis) {
   TS_CHECK(result.timeline.size() == schedule.programs.size(),
            "simulation result has {} ranks but the schedule has {}", result.timeline.size(), schedule.programs.size());
   Timeline t;
@@ -32,7 +30,7 @@ Timeline schedule_timeline(const pipeline::Schedule& schedule, const SimulationR
                         schedule.microbatches);
   if (schedule.chunks > 1) t.title += fmt::format(", v = {}", schedule.chunks);
   if (schedule.steps > 1) t.title += fmt::format(", {} steps", schedule.steps);
-  t.time_unit = "time units";
+  t.time_unit = axis.unit;
   const bool double_buffered = schedule.kind == pipeline::ScheduleKind::PipeDream2BW;
   if (double_buffered)
     t.shade_meaning = "weight buffer";
@@ -47,14 +45,14 @@ Timeline schedule_timeline(const pipeline::Schedule& schedule, const SimulationR
       // show where each step's update lands.
       if (timed.end <= timed.start && ins.op != Op::OptimizerStep) continue;
       TimedBox box;
-      box.start = timed.start;
-      box.end = timed.end;
+      box.start = timed.start * axis.scale;
+      box.end = timed.end * axis.scale;
       box.kind = box_kind(ins.op);
       // Shade what differs between boxes of the same microbatch: the model chunk, or for 2BW the
       // weight buffer the instruction reads.
       box.shade = double_buffered ? ins.weight_version % 2 : ins.chunk;
       if (ins.op != Op::OptimizerStep && !pipeline::is_transfer(ins.op)) box.label = fmt::format("{}", ins.microbatch);
-      box.detail = fmt::format("{} [{:g}, {:g}]", pipeline::describe(ins), timed.start, timed.end);
+      box.detail = fmt::format("{} [{:g}, {:g}]", pipeline::describe(ins), box.start, box.end);
       row.boxes.push_back(std::move(box));
     }
     t.rows.push_back(std::move(row));
