@@ -56,7 +56,7 @@ void RunConfig::validate() const {
     const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1"};
     TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
              "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\" "
-             "(\"2bw\" needs the pipeline executor: its weight versions are not run yet)",
+             "(\"2bw\", PipeDream-2BW, is simulated by `tessera simulate` but its weight versions are not executed yet)",
              parallel.schedule);
   }
   check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
