@@ -94,7 +94,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
       continue;
     }
     post_receives_after(program, i, microbatches, posted);
-    // Sends the peer has taken free their tensors here rather than at the end of the program, so
+    // Sends the peer has taken free their buffers here rather than at the end of the program, so
     // a rank does not hold every microbatch's sent activation (GPipe's m of them) until the step ends.
     std::erase_if(sends, [](Transfer& t) {
       if (!t.work->is_completed()) return false;
@@ -188,9 +188,13 @@ void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::v
   Tensor& slot = activation ? s.input[u] : s.grad[u];
   TS_CHECK(slot.defined(), "{}: there is no {} to send (its {} has not run)", describe(a),
            activation ? "activation" : "gradient", activation ? "forward" : "backward");
-  Tensor buffer = std::move(slot);
+  // The tensor leaves the stage's activations here, at a fixed point of the program, and travels
+  // in a communication buffer that lives until the peer has taken it: when that happens depends on
+  // the peer, so the stage's activation peak would otherwise depend on timing. A copy of one
+  // [B, T, C] tensor, small next to the compute that produced it.
+  Tensor buffer = Tensor::empty(slot.shape(), DType::F32, MemoryTag::Comm, memory_);
+  buffer.copy_from(slot);
   slot = Tensor();
-  TS_CHECK(buffer.is_contiguous(), "{}: the tensor to send is not contiguous", describe(a));
   dist::WorkPtr work = pipeline_->send(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
                                        transfer_tag(program, a), "pipeline instruction: " + describe(a));
   sends.push_back(Transfer{std::move(work), std::move(buffer)});

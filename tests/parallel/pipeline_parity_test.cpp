@@ -102,6 +102,38 @@ void check_timeline(const RunRecord& run, const ParityCase& c, int p, const std:
   t.expect(early == 0, fmt::format("{}: {} receives ended before their sends began: {}", what, early, first_problem));
 }
 
+// Activation memory follows the schedule (sent tensors leave the activations at their Send, so
+// the peaks do not depend on timing): under 1F1B a stage holds at most p microbatches whatever m,
+// so m = p and m = 2p + 1 peak alike, within p times one microbatch's peak; under GPipe every
+// microbatch is alive at once, so more microbatches peak higher.
+void check_memory_follows_the_schedule(dist::Communicator& world, Checks& t) {
+  const int p = world.size();
+  auto peak = [&](config::ScheduleKind kind, int m) {
+    ParityCase c;
+    c.model = gpt2_odd_config();
+    c.model.n_layer = p;
+    c.schedule = kind;
+    c.micros = m;
+    c.global_batch = 2 * m;
+    c.steps = 1;
+    return static_cast<int64_t>(run_parallel(c, nullptr, &world).steps[0].memory.peak_of(MemoryTag::Activations));
+  };
+  const int64_t one = peak(config::ScheduleKind::OneFOneB, 1);
+  const int64_t at_p = peak(config::ScheduleKind::OneFOneB, p), beyond = peak(config::ScheduleKind::OneFOneB, 2 * p + 1);
+  const int64_t gpipe_p = peak(config::ScheduleKind::GPipe, p), gpipe_beyond = peak(config::ScheduleKind::GPipe, 2 * p + 1);
+  std::printf("stage %d: activation peak (bytes) 1F1B m=1 %lld, m=%d %lld, m=%d %lld; GPipe m=%d %lld, m=%d %lld\n",
+              world.rank(), static_cast<long long>(one), p, static_cast<long long>(at_p), 2 * p + 1,
+              static_cast<long long>(beyond), p, static_cast<long long>(gpipe_p), 2 * p + 1,
+              static_cast<long long>(gpipe_beyond));
+  t.expect(at_p == beyond, fmt::format("stage {}: 1F1B's activation peak is {} bytes at m = {} but {} at m = {}",
+                                       world.rank(), at_p, p, beyond, 2 * p + 1));
+  t.expect(beyond <= p * one, fmt::format("stage {}: 1F1B's activation peak {} exceeds {} microbatches of {}",
+                                          world.rank(), beyond, p, one));
+  t.expect(gpipe_beyond > gpipe_p && gpipe_beyond > beyond,
+           fmt::format("stage {}: GPipe's activation peak {} at m = {} is not above its {} at m = {} and 1F1B's {}",
+                       world.rank(), gpipe_beyond, 2 * p + 1, gpipe_p, p, beyond));
+}
+
 }  // namespace
 
 // Pipeline rank `victim` never takes its step; the others wait for its transfers.
@@ -181,6 +213,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    check_memory_follows_the_schedule(*world, t);
     if (p == 4) {
       // dp 2 × pp 2: each pipeline's gradients reduced over its stage's data-parallel group.
       config::ParallelLayout layout;
