@@ -134,8 +134,10 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
     TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
              describe(a), a.microbatch, program.microbatches);
     const Tensor& tokens = microbatches[static_cast<size_t>(a.microbatch)].data.tokens;
-    Tensor buffer = Tensor::empty({tokens.size(0), tokens.size(1), model_.config().n_embd}, DType::F32,
-                                  MemoryTag::Activations, memory_);
+    // An activation becomes the stage's input (an activation); a gradient is what a backward
+    // passes down, which the model keeps in workspace.
+    const MemoryTag tag = a.payload == pipeline::Tensor::Activation ? MemoryTag::Activations : MemoryTag::Workspace;
+    Tensor buffer = Tensor::empty({tokens.size(0), tokens.size(1), model_.config().n_embd}, DType::F32, tag, memory_);
     dist::WorkPtr work = pipeline_->recv(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
                                          transfer_tag(program, a), "pipeline instruction: " + describe(a));
     posted[static_cast<size_t>(j)] = Transfer{std::move(work), std::move(buffer)};
