@@ -43,9 +43,7 @@ endfunction()
 # tessera_test(NAME SOURCES <files...> DEPS <targets...> [LABELS <labels...>]): a GoogleTest
 # executable whose cases become ctest tests.
 function(tessera_test name)
-  # RUN_SERIAL: the test spreads its work over every core (OpenMP and a PyTorch subprocess), so
-  # running it beside others oversubscribes the cores and it slows down many times over.
-  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE tessera_options ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   if(NOT ARG_TIMEOUT)
@@ -55,9 +53,6 @@ function(tessera_test name)
   set(properties TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "TESSERA_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
   if(ARG_LABELS)
     list(APPEND properties LABELS "${ARG_LABELS}")
-  endif()
-  if(ARG_RUN_SERIAL)
-    list(APPEND properties RUN_SERIAL TRUE)
   endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES ${properties})
 endfunction()

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "../common/random_weights.h"
 #include "nn/gpt.h"
 
 using namespace tessera;
@@ -30,18 +31,6 @@ ModelConfig small_config(Architecture arch) {
   return c;
 }
 
-// Every parameter random: gains near 1, everything else N(0, 0.2).
-void randomize(nn::ParameterStore& store) {
-  for (const auto& p : store.all()) {
-    float* v = store.value(p).data<float>();
-    const bool gain = p.name.find("norm") != std::string::npos && p.name.ends_with(".weight");
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      const double z = normal(3, stream_id(p.name.c_str()), static_cast<uint64_t>(i));
-      v[i] = static_cast<float>(gain ? 1.0 + 0.1 * z : 0.2 * z);
-    }
-  }
-}
-
 double row_relative_error(const float* a, const float* b, int n) {
   double diff = 0, ref = 0;
   for (int i = 0; i < n; ++i) {
@@ -55,7 +44,7 @@ void expect_decode_matches_logits(Architecture arch, int prefill, int chunk) {
   const ModelConfig c = small_config(arch);
   MemoryAccountant mem;
   nn::GPT model(c, mem, 1);
-  randomize(model.parameters());
+  tessera::testing::randomize_weights(model.parameters(), 3, 0.2);
   const int B = 2, T = c.seq_len, V = c.vocab_size;
   std::vector<int32_t> tokens(static_cast<size_t>(B * T));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(uniform(8, 1, i) * static_cast<float>(V));

@@ -17,6 +17,7 @@
 // kernels/cpu/attention.cpp) the geometric means were 1.34 and 1.19, and one group was 6.4 times
 // worse.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -128,7 +129,7 @@ std::map<std::string, Errors> measure(const ModelConfig& c, uint64_t seed) {
   tessera::testing::write_model_metadata(writer, c);
   writer.write(in_path);
 
-  const std::string command = fmt::format("OMP_NUM_THREADS=2 /usr/bin/python3 {}/tests/nn/float64_reference.py {} {}",
+  const std::string command = fmt::format("OMP_NUM_THREADS=1 /usr/bin/python3 {}/tests/nn/float64_reference.py {} {}",
                                           source, in_path, out_path);
   EXPECT_EQ(std::system(command.c_str()), 0) << "the float64 reference failed: " << command;
   if (!std::filesystem::exists(out_path)) return errors;
@@ -159,6 +160,9 @@ std::map<std::string, Errors> by_group(const std::map<std::string, Errors>& para
 }
 
 void check(Architecture arch) {
+  // One thread here and in PyTorch: spinning OpenMP teams slow down many times over when anything
+  // else runs on the cores, and one thread per side takes about as long on an idle machine.
+  omp_set_num_threads(1);
   const ModelConfig c = make(arch);
   double log_sum = 0, worst = 0;
   int count = 0;

@@ -1,5 +1,7 @@
 #include "parity_harness.h"
 
+#include <fmt/format.h>
+
 #include <limits>
 
 #include "core/rng.h"
@@ -132,6 +134,15 @@ void PoisonGradient::before(const exec::Event& e) {
   if (enabled_ && seen_ == program_ && e.unit == 0 && !exec::is_forward(e.phase)) {
     ownership_.grad(p_).data<float>()[0] = std::numeric_limits<float>::infinity();
   }
+}
+
+int agree_on_failures(const RankChecks& checks, dist::Communicator& world) {
+  const double mine = checks.failures;
+  const double total = parallel::sum_over_ranks(&world, std::span(&mine, 1))[0];
+  if (checks.rank == 0) {
+    fmt::print("{} checks passed on rank 0; {} failures over {} ranks\n", checks.passed, total, world.size());
+  }
+  return total == 0 ? 0 : 1;
 }
 
 RunRecord run_reference(const ParityCase& c) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/rank_checks.h"
 #include "config/model_config.h"
 #include "dist/communicator.h"
 #include "exec/recompute.h"
@@ -88,6 +89,10 @@ void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, 
 
 // The single-process reference: the whole global batch in one straight forward and backward.
 RunRecord run_reference(const ParityCase& c);
+// The end of an mpirun test's main: the failures of every rank of `world` summed (so every rank
+// exits alike), a line from rank 0, and the exit code (0 when no rank failed).
+int agree_on_failures(const RankChecks& checks, dist::Communicator& world);
+
 // `comm` null: a group of one.
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
 // Data parallel over `dp` and pipelined over `pp` (either null: a group of one): each dp rank its

@@ -236,11 +236,9 @@ int main(int argc, char** argv) {
         }
       }
     }
-    const double mine = t.failures;
-    const double total = parallel::sum_over_ranks(world.get(), std::span(&mine, 1))[0];
-    if (t.rank == 0) fmt::print("{} checks passed on rank 0; {} failures over {} ranks\n", t.passed, total, world->size());
+    const int code = agree_on_failures(t, *world);
     world.reset();
-    return total == 0 ? 0 : 1;
+    return code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
     mpi.abort_job(1);

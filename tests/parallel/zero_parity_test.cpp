@@ -213,11 +213,9 @@ int main(int argc, char** argv) {
       if (t.rank == 0) fmt::print("{}: {} parameters, shard {}, {} buckets; checked\n", c.name, run.numel, run.shard, run.buckets);
     }
     // The ranks agree on the outcome.
-    const double mine = t.failures;
-    const double total = parallel::sum_over_ranks(world.get(), std::span(&mine, 1))[0];
-    if (t.rank == 0) fmt::print("{} checks passed on rank 0; {} failures over {} ranks\n", t.passed, total, ranks);
+    const int code = agree_on_failures(t, *world);
     world.reset();
-    return total == 0 ? 0 : 1;
+    return code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
     mpi.abort_job(1);

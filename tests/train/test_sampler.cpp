@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "../common/random_weights.h"
 #include "train/sampler.h"
 
 using namespace tessera;
@@ -29,20 +30,10 @@ config::ModelConfig small_config(Architecture arch) {
   return c;
 }
 
-// Far from the initial weights, so the next-token distributions are peaked and differ by context.
-void randomize(nn::ParameterStore& store) {
-  for (const auto& p : store.all()) {
-    float* v = store.value(p).data<float>();
-    const bool gain = p.name.find("norm") != std::string::npos && p.name.ends_with(".weight");
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      const double z = normal(4, stream_id(p.name.c_str()), static_cast<uint64_t>(i));
-      v[i] = static_cast<float>(gain ? 1.0 + 0.1 * z : 0.3 * z);
-    }
-  }
-}
-
 struct Model {
-  explicit Model(Architecture arch) : model(small_config(arch), memory, 1) { randomize(model.parameters()); }
+  explicit Model(Architecture arch) : model(small_config(arch), memory, 1) {
+    tessera::testing::randomize_weights(model.parameters(), 4, 0.3);
+  }
   std::vector<int32_t> generate(const std::vector<int32_t>& prompt, train::SamplingOptions o) {
     return train::generate(model, memory, model.parameters(), prompt, o);
   }
