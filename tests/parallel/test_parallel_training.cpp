@@ -57,11 +57,8 @@ class ParallelTraining : public ::testing::Test {
     // runs of the same code are leak-checked by the training-program tests.
     ::setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
     g_root = fs::temp_directory_path() / ("tessera_parallel_" + std::to_string(::getpid()));
-    fs::create_directories(g_root);
-    std::ofstream(g_root / "corpus.txt") << make_test_corpus(40000);
     g_dataset = g_root / "data";
-    CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
-                              g_dataset.string() + " --vocab-size 300 --val-fraction 0.1");
+    CliResult r = prepare_test_dataset(g_root.string(), 40000, 300);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { fs::remove_all(g_root); }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -56,6 +57,14 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+CliResult prepare_test_dataset(const std::string& root, size_t corpus_bytes, int vocab_size) {
+  const std::filesystem::path dir(root);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "corpus.txt") << make_test_corpus(corpus_bytes);
+  return run_tessera("data prepare --input " + (dir / "corpus.txt").string() + " --out " + (dir / "data").string() +
+                     " --vocab-size " + std::to_string(vocab_size) + " --val-fraction 0.1");
 }
 
 }  // namespace tessera::testing

@@ -18,5 +18,8 @@ std::string tessera_exe();
 std::string read_file(const std::string& path);
 // Deterministic English-like text (sentences over a small vocabulary) for a tokenizer and a tiny model.
 std::string make_test_corpus(size_t bytes);
+// Writes `corpus_bytes` of that text into `root` and prepares it as the dataset `root`/data with a
+// vocabulary of `vocab_size` and a tenth held out; the result of `tessera data prepare`.
+CliResult prepare_test_dataset(const std::string& root, size_t corpus_bytes, int vocab_size);
 
 }  // namespace tessera::testing

@@ -51,11 +51,8 @@ class TrainingProgram : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     g_root = fs::temp_directory_path() / ("tessera_program_" + std::to_string(::getpid()));
-    fs::create_directories(g_root);
-    std::ofstream(g_root / "corpus.txt") << make_test_corpus(60000);
     g_dataset = g_root / "data";
-    CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " +
-                              g_dataset.string() + " --vocab-size 320 --val-fraction 0.1");
+    CliResult r = prepare_test_dataset(g_root.string(), 60000, 320);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { fs::remove_all(g_root); }
