@@ -134,11 +134,10 @@ int predict(const config::ModelConfig& model_config, int B, int T, const std::ve
     parallel::EngineOptions options = engine_options(B, T, p.options);
     options.measure_unit_times = false;  // a prediction needs no timing: peaks do not depend on it
     parallel::TrainingEngine engine(gpt, memory, nullptr, options);
-    const auto predicted = engine.predicted_activations();
-    TS_CHECK(predicted.has_value(), "the engine gives no activation prediction for this layout");
-    fmt::print("{:12s} predicted activation peak {:10.2f} MiB ({} bytes)\n", p.name,
-               mib(static_cast<double>(predicted->peak)), predicted->peak);
-    out["predicted"][p.name] = predicted->peak;
+    const int64_t predicted = engine.predicted_activation_peak();
+    fmt::print("{:12s} predicted activation peak {:10.2f} MiB ({} bytes)\n", p.name, mib(static_cast<double>(predicted)),
+               predicted);
+    out["predicted"][p.name] = predicted;
   }
   fmt::print("{}\n", out.dump());
   return 0;
@@ -153,8 +152,7 @@ int run(const config::ModelConfig& model_config, int B, int T, const std::string
   const auto t_build = Clock::now();
   parallel::TrainingEngine engine(gpt, memory, nullptr, engine_options(B, T, p.options));
   const double plan_seconds = seconds_between(t_build, Clock::now());
-  const auto predicted = engine.predicted_activations();
-  TS_CHECK(predicted.has_value(), "the engine gives no activation prediction for this layout");
+  const int64_t predicted = engine.predicted_activation_peak();
   int recomputes = 0;
   for (const exec::Action& a : engine.program().actions) recomputes += a.phase == exec::Phase::Recompute;
   const double modelled = model_time_ratio(gpt, engine.stages(), B, T);
@@ -199,12 +197,12 @@ int run(const config::ModelConfig& model_config, int B, int T, const std::string
   engine.transforms().remove(exec::TransformSlot::Observer);
 
   const auto [lo, hi] = std::minmax_element(peaks.begin(), peaks.end());
-  const bool exact = *lo == predicted->peak && *hi == predicted->peak;
+  const bool exact = *lo == predicted && *hi == predicted;
   const double ms = 1e3 * median(step_s);
   fmt::print("{:14s} {:9.1f} ms/step (fwd {:.1f}, recompute {:.1f}, bwd {:.1f}, opt {:.1f}); activations {:.2f} MiB "
              "measured, {:.2f} predicted{}; {} recomputed unit forwards; loss {:.6f}\n",
              p.name, ms, 1e3 * median(forward_s), 1e3 * median(recompute_s), 1e3 * median(backward_s),
-             1e3 * median(optimizer_s), mib(static_cast<double>(*hi)), mib(static_cast<double>(predicted->peak)),
+             1e3 * median(optimizer_s), mib(static_cast<double>(*hi)), mib(static_cast<double>(predicted)),
              exact ? "" : " (NOT EQUAL)", recomputes, losses.back());
   nlohmann::json out = shape_json(model_config, B, T, gpt.parameters().numel());
   out.update({{"bench", "recompute"},
@@ -225,9 +223,7 @@ int run(const config::ModelConfig& model_config, int B, int T, const std::string
               {"model_time_ratio", modelled},
               {"activation_peak", *hi},
               {"activation_peak_min", *lo},
-              {"predicted_peak", predicted->peak},
-              {"predicted_per_microbatch_peak", predicted->per_microbatch_peak},
-              {"predicted_after_forward", predicted->per_microbatch_after_forward},
+              {"predicted_peak", predicted},
               {"measured_equals_predicted", exact},
               {"losses", losses}});
   fmt::print("{}\n", out.dump());

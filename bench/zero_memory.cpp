@@ -109,7 +109,7 @@ Row measure(int stage, int dp, int tokens) {
                                      1.0f / static_cast<float>(tokens)},
                                     0};
   engine.train_step(std::span(&input, 1), {}, 1e-4f, 1.0);
-  Row row{stage, dp, model.parameters().numel(), engine.data_parallel().layout().shard(0).size(), memory.stats(), {}, 0, 0};
+  Row row{stage, dp, model.parameters().numel(), engine.data_parallel().layout().shard_size(0), memory.stats(), {}, 0, 0};
   row.formula = parallel::zero_bytes(stage, row.numel, row.shard);
   row.comm_bound = engine.data_parallel().comm_bound_bytes();
   row.bytes_sent = group.stats().bytes_sent;

@@ -201,17 +201,21 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   //                 holding the activation F only while its forward runs
   //   head: final norm out C + rstd 1 (+ mean 1 for LayerNorm); logits (then their gradient) V;
   //         losses 1; no output
+  // Between the halves of a split backward a unit keeps what its weight gradients read: the
+  // embedding its token ids 1; a block the inputs of its linears, norm1 out C, attention out C,
+  // norm2 out C and the MLP's activation F (the selective halves rebuild the dropped ones first);
+  // the head its final norm out C and the logits' gradient V.
   const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size;
   const int64_t tokens = int64_t{B} * T * 4;
   const bool gpt2 = c.arch == config::Architecture::Gpt2;
   std::vector<UnitBytes> bytes;
-  bytes.push_back({1 * tokens, C * tokens, 0, 0});
+  bytes.push_back({1 * tokens, C * tokens, 0, 0, 1 * tokens});
   const int64_t block = gpt2 ? 7 * C + 2 * F + H + 4 : 7 * C + 3 * F + H + 2;
   for (int l = 0; l < c.n_layer; ++l) {
     bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c) * tokens,
-                     Block::selective_forward_values_per_token(c) * tokens});
+                     Block::selective_forward_values_per_token(c) * tokens, (3 * C + F) * tokens});
   }
-  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0, 0});
+  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0, 0, (C + V) * tokens});
   return bytes;
 }
 

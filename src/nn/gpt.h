@@ -111,6 +111,9 @@ class GPT {
     int64_t output = 0;        // the output [B, T, C] (0 for the head)
     int64_t recomputable = 0;  // of `own`, what Save::Selective drops and the backward rebuilds
     int64_t selective_forward = 0;  // of that, what a Save::Selective forward holds while it runs
+    // Kept from the input half of a split backward to the weight half: what the weight gradients
+    // read (the inputs of the unit's linear layers; the head's also the logits' gradient).
+    int64_t weight_half = 0;
   };
   static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T);
   // Bytes a training forward keeps alive for backward: the sum over units of own + output.

@@ -12,6 +12,7 @@ struct ParamRange {
   int64_t begin = 0;  // element offsets in the flat parameter/gradient buffers
   int64_t end = 0;
   int64_t size() const { return end - begin; }
+  bool operator==(const ParamRange&) const = default;
 };
 
 enum class UnitKind { Embedding, Block, Head };

@@ -25,6 +25,11 @@ struct Bucket {
 };
 
 // Buckets in the order backward completes them (the end of the buffer first). `bucket_elems` >= 1.
-std::vector<Bucket> plan_buckets(const std::vector<nn::Unit>& units, int64_t bucket_elems);
+// `domain`: the flat ranges to reduce, in flat order (empty: the whole buffer). A bucket lies inside
+// one of them, so a ZeRO shard layout over the same pieces can reduce-scatter it in place; where a
+// piece starts inside a unit (a pipeline rank holds the tied embedding but not the position
+// table), the unit's range is cut there.
+std::vector<Bucket> plan_buckets(const std::vector<nn::Unit>& units, int64_t bucket_elems,
+                                 const std::vector<nn::ParamRange>& domain = {});
 
 }  // namespace tessera::parallel

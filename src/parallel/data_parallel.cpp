@@ -18,24 +18,38 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
       comm_(comm),
       options_(options),
       rank_(rank_of(comm)),
-      layout_(params.numel(), size_of(comm)),
+      layout_(options.domain.empty() ? ShardLayout(params.numel(), size_of(comm))
+                                     : ShardLayout(options.domain, size_of(comm))),
       ownership_(ownership),
       transforms_(transforms) {
   TS_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, "ZeRO stage must be 0, 1, 2 or 3, got {}",
            options.zero_stage);
   TS_CHECK(options.bucket_bytes >= 4, "the gradient bucket size must be at least one f32 element, got {} bytes",
            options.bucket_bytes);
-  if (options.zero_stage >= 1) ownership.claim(exec::Role::Master, *this);
+  for (const nn::Parameter& p : params.all()) {
+    const auto begin = static_cast<int64_t>(p.offset);
+    bool inside = false, crossing = false;
+    for (const nn::ParamRange& piece : layout_.pieces()) {
+      const int64_t common = intersect(piece, {begin, begin + p.numel()}).size();
+      inside |= common == p.numel();
+      crossing |= common > 0 && common < p.numel();
+    }
+    TS_CHECK(!crossing, "data parallelism: parameter '{}' lies partly inside the reduced domain", p.name);
+    if (inside || p.numel() == 0) domain_ids_.push_back(p.id);
+  }
+  if (options.zero_stage >= 1) ownership.claim(exec::Role::Master, *this, domain_ids_);
   if (options.zero_stage >= 2) {
-    grad_shard_ = Tensor::zeros({layout_.shard(rank_).size()}, DType::F32, MemoryTag::Grads, memory);
+    grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
   }
   if (options.zero_stage == 3) {
+    TS_CHECK(options.domain.empty(), "ZeRO-3 shards the whole model: it takes no domain of pipeline stages");
     gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership);
     transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
   }
   reducer_ = std::make_unique<GradientReducer>(params, units, layout_, rank_, comm, memory, options.zero_stage,
                                                options.bucket_bytes / 4,
-                                               grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership);
+                                               grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership,
+                                               domain_ids_);
   transforms.add(exec::TransformSlot::GradientReduction, *reducer_);
 }
 
@@ -49,22 +63,22 @@ DataParallel::~DataParallel() {
   }
 }
 
-nn::ParamRange DataParallel::owned() const {
-  return options_.zero_stage == 0 ? nn::ParamRange{0, layout_.numel()} : layout_.shard(rank_);
+std::vector<nn::ParamRange> DataParallel::owned() const {
+  return options_.zero_stage == 0 ? layout_.pieces() : layout_.shards(rank_);
 }
 
 size_t DataParallel::comm_bound_bytes() const {
   return reducer_->storage_bound_bytes() + (gatherer_ ? 2 * gatherer_->largest_unit_bytes() : 0);
 }
 
-float* DataParallel::values_of_owned() {
-  if (gatherer_) return gatherer_->shard();
-  return params_.flat_values().data<float>() + owned().begin;
+float* DataParallel::values_of(nn::ParamRange part) {
+  if (gatherer_) return gatherer_->shard() + (part.begin - layout_.shard(rank_).begin);
+  return params_.flat_values().data<float>() + part.begin;
 }
 
-float* DataParallel::grads_of_owned() {
-  if (grad_shard_.defined()) return grad_shard_.data<float>();
-  return params_.flat_grads().data<float>() + owned().begin;
+float* DataParallel::grads_of(nn::ParamRange part) {
+  if (grad_shard_.defined()) return grad_shard_.data<float>() + layout_.shard_offset(rank_, part.begin);
+  return params_.flat_grads().data<float>() + part.begin;
 }
 
 void DataParallel::zero_grads() {
@@ -76,19 +90,30 @@ void DataParallel::zero_grads() {
 }
 
 std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Parameter* const> params) {
-  TS_CHECK(static_cast<int>(params.size()) == params_.size(), "ZeRO shards the whole flat buffer: it must own the "
-           "master copy of every parameter, not {} of {}", params.size(), params_.size());
+  TS_CHECK(params.size() == domain_ids_.size(), "ZeRO shards its whole domain: it must own the master copy of every "
+           "parameter in it ({}), not {}", domain_ids_.size(), params.size());
   // The shards of one parameter are spread over the dp group: its norm sums over dp.
   const uint32_t over_dp = 1u << static_cast<int>(config::MeshDim::DP);
-  return optim::segments_of_range(params_, owned(), values_of_owned(), grads_of_owned(), over_dp);
+  std::vector<optim::Segment> out;
+  for (const nn::ParamRange& part : owned()) {
+    for (optim::Segment& s : optim::segments_of_range(params_, part, values_of(part), grads_of(part), over_dp)) {
+      out.push_back(s);
+    }
+  }
+  return out;
 }
 
 void DataParallel::after_optimizer_step() {
   if (options_.zero_stage == 1 || options_.zero_stage == 2) {
     if (comm_ != nullptr && comm_->size() > 1) {
-      // In place: each rank's updated shard is already where it belongs in the full buffer.
+      // In place, piece by piece: each rank's updated part is already where it belongs.
       float* values = params_.flat_values().data<float>();
-      comm_->all_gather(values + owned().begin, values, layout_.counts({0, layout_.numel()}), DType::F32)->wait();
+      std::vector<dist::WorkPtr> works;
+      for (const nn::ParamRange& piece : layout_.pieces()) {
+        const nn::ParamRange mine = layout_.part(piece, rank_);
+        works.push_back(comm_->all_gather(values + mine.begin, values + piece.begin, layout_.counts(piece), DType::F32));
+      }
+      dist::wait_all(works);
     }
   }
 }

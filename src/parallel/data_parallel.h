@@ -42,6 +42,10 @@ namespace tessera::parallel {
 struct DataParallelOptions {
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient bucket size (PyTorch DDP's default)
+  // The flat ranges this group reduces and shards, in flat order (shard_layout.h); empty: the whole
+  // buffer. A pipeline rank gives the parameters of its stages (PipelineStageParameters::domain),
+  // so its data-parallel group — the same stages on other replicas — shards only those.
+  std::vector<nn::ParamRange> domain;
 };
 
 class DataParallel final : public exec::StorageOwner {
@@ -61,8 +65,8 @@ class DataParallel final : public exec::StorageOwner {
   int zero_stage() const { return options_.zero_stage; }
   dist::Communicator* comm() const { return comm_; }
   const ShardLayout& layout() const { return layout_; }
-  // The flat elements whose master copy this rank updates.
-  nn::ParamRange owned() const;
+  // The flat elements whose master copy this rank updates, in flat order.
+  std::vector<nn::ParamRange> owned() const;
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
   // Upper bound of live 'comm' bytes during a step (bucket storage and gathered parameters).
   size_t comm_bound_bytes() const;
@@ -95,14 +99,16 @@ class DataParallel final : public exec::StorageOwner {
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) override;
 
  private:
-  float* values_of_owned();
-  float* grads_of_owned();
+  // Where the elements of `part` (inside this rank's shard) live: the values and the reduced gradients.
+  float* values_of(nn::ParamRange part);
+  float* grads_of(nn::ParamRange part);
 
   nn::ParameterStore& params_;
   dist::Communicator* comm_;
   DataParallelOptions options_;
   int rank_;
   ShardLayout layout_;
+  std::vector<int> domain_ids_;  // the parameters inside the domain, in store order
   exec::ParameterOwnership& ownership_;
   exec::TransformChain& transforms_;
   Tensor grad_shard_;  // stages 2 and 3: [shard size], tag grads

@@ -7,7 +7,7 @@ namespace tessera::parallel {
 GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                  const ShardLayout& layout, int rank, dist::Communicator* comm,
                                  MemoryAccountant& memory, int stage, int64_t bucket_elems, float* grad_shard,
-                                 exec::ParameterOwnership& ownership)
+                                 exec::ParameterOwnership& ownership, std::span<const int> ids)
     : params_(params),
       layout_(layout),
       rank_(rank),
@@ -15,7 +15,7 @@ GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<n
       memory_(memory),
       stage_(stage),
       grad_shard_(grad_shard),
-      buckets_(plan_buckets(units, bucket_elems)) {
+      buckets_(plan_buckets(units, bucket_elems, layout.pieces())) {
   bucket_of_.assign(static_cast<size_t>(params.size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& p : params.all()) {
@@ -31,7 +31,7 @@ GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<n
   }
   if (sharded_grads()) {
     // From here on gradients exist only in bucket storage while the program fills it.
-    ownership.claim(exec::Role::Gradient, *this);
+    ownership.claim(exec::Role::Gradient, *this, ids);
     params.release_grads("ZeRO-2/3 (bucket storage per microbatch, then this rank's gradient shard)");
   }
 }
@@ -156,7 +156,8 @@ void GradientReducer::complete(InFlight& f) {
   const Bucket& b = buckets_[static_cast<size_t>(f.window.first)];
   const nn::ParamRange part = layout_.part(b.range, rank_);
   const float* src = f.storage.data<float>() + (part.begin - b.range.begin);
-  float* dst = grad_shard_ + (part.begin - layout_.shard(rank_).begin);
+  if (part.size() == 0) return;
+  float* dst = grad_shard_ + layout_.shard_offset(rank_, part.begin);
   for (int64_t i = 0; i < part.size(); ++i) dst[i] += src[i];
 }
 

@@ -21,6 +21,7 @@
 //                   one waits for the oldest beyond that.
 #include <deque>
 #include <map>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -37,11 +38,12 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
  public:
   static constexpr size_t kMaxInFlight = 2;
 
-  // `grad_shard` ([shard size], stages 2 and 3 only) receives this rank's reduced gradients; then
-  // the reducer claims the gradient role of every parameter from `ownership`.
+  // Buckets cover the layout's pieces. `grad_shard` ([shard size], stages 2 and 3 only) receives
+  // this rank's reduced gradients; then the reducer claims the gradient role of the parameters
+  // `ids` (those inside the pieces) from `ownership`.
   GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
                   dist::Communicator* comm, MemoryAccountant& memory, int stage, int64_t bucket_elems,
-                  float* grad_shard, exec::ParameterOwnership& ownership);
+                  float* grad_shard, exec::ParameterOwnership& ownership, std::span<const int> ids);
   ~GradientReducer() override;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }

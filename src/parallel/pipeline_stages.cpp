@@ -42,33 +42,54 @@ PipelineStageParameters::PipelineStageParameters(nn::GPT& model, const exec::Sta
 
 PipelineStageParameters::~PipelineStageParameters() { ownership_.release(*this); }
 
-void PipelineStageParameters::sum_shared_gradients() {
-  // Both holders send their gradient and add the other's: a + b on one, b + a on the other, which
+std::vector<nn::ParamRange> PipelineStageParameters::domain() const {
+  std::vector<const nn::Parameter*> held;
+  for (const nn::Parameter& p : store_.all()) {
+    const std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
+    if (p.numel() > 0 && std::find(h.begin(), h.end(), rank_) != h.end()) held.push_back(&p);
+  }
+  std::sort(held.begin(), held.end(), [](const nn::Parameter* a, const nn::Parameter* b) { return a->offset < b->offset; });
+  std::vector<nn::ParamRange> pieces;
+  bool last_shared = true;
+  for (const nn::Parameter* p : held) {
+    const auto begin = static_cast<int64_t>(p->offset);
+    const bool shared = holders_[static_cast<size_t>(p->id)].size() == 2;
+    if (!shared && !last_shared && pieces.back().end == begin) {
+      pieces.back().end = begin + p->numel();
+    } else {
+      pieces.push_back({begin, begin + p->numel()});
+    }
+    last_shared = shared;
+  }
+  return pieces;
+}
+
+void PipelineStageParameters::sum_shared_gradients(std::span<const optim::Segment> segments) {
+  // Both holders send their part and add the other's: a + b on one, b + a on the other, which
   // floating point makes equal, so both apply the same update.
   struct Exchange {
-    Tensor grad;
+    float* grad = nullptr;
     std::vector<float> theirs;
     dist::WorkPtr send, recv;
   };
   std::vector<Exchange> exchanges;
-  int tag = 0;
-  for (const nn::Parameter& p : store_.all()) {
-    const std::vector<int>& h = holders_[static_cast<size_t>(p.id)];
-    ++tag;
-    if (h.size() != 2 || (h[0] != rank_ && h[1] != rank_)) continue;
+  for (const optim::Segment& s : segments) {
+    const std::vector<int>& h = holders_[static_cast<size_t>(s.param->id)];
+    if (h.size() != 2 || s.size() == 0) continue;
     const int peer = h[0] == rank_ ? h[1] : h[0];
+    // One segment per shared parameter on each side: the parameter is a piece of its own.
+    const int tag = s.param->id;
     Exchange e;
-    e.grad = ownership_.grad(p);
-    e.theirs.resize(static_cast<size_t>(p.numel()));
+    e.grad = s.grad;
+    e.theirs.resize(static_cast<size_t>(s.size()));
     e.recv = pipeline_.recv(e.theirs.data(), e.theirs.size(), DType::F32, peer, tag);
-    e.send = pipeline_.send(e.grad.data<float>(), static_cast<size_t>(p.numel()), DType::F32, peer, tag);
+    e.send = pipeline_.send(s.grad, static_cast<size_t>(s.size()), DType::F32, peer, tag);
     exchanges.push_back(std::move(e));
   }
   for (Exchange& e : exchanges) {
     e.recv->wait();
     e.send->wait();
-    float* g = e.grad.data<float>();
-    for (size_t i = 0; i < e.theirs.size(); ++i) g[i] += e.theirs[i];
+    for (size_t i = 0; i < e.theirs.size(); ++i) e.grad[i] += e.theirs[i];
   }
 }
 

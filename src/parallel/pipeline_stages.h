@@ -6,9 +6,13 @@
 //   - a parameter read on two ranks (GPT-2's tied embedding: the first stage's embedding and the
 //     last stage's head, Megatron's "embedding group") has its gradient summed between them
 //     before the optimizer step, and both apply the same update; the norm counts it once;
+//   - the domain of the stage's data-parallel group: what it reduces and, under ZeRO-1/2, shards
+//     (parallel/shard_layout.h). A shared parameter is a piece of its own, so the two holders'
+//     groups split it alike and rank d of one sums its part with rank d of the other;
 //   - full_values() brings every rank the current values of all parameters (for checkpoints,
 //     sampling, tests), each from the lowest rank that holds it.
 // The model still allocates every parameter on every rank; only the work is divided.
+#include <span>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -26,8 +30,13 @@ class PipelineStageParameters final : public exec::StorageOwner {
                           exec::ParameterOwnership& ownership);
   ~PipelineStageParameters() override;
 
-  // Sums the gradients of parameters held by two ranks (call after the program, before the norm).
-  void sum_shared_gradients();
+  // The flat ranges of the parameters this rank holds, in flat order: a piece per shared
+  // parameter, one per run of the others.
+  std::vector<nn::ParamRange> domain() const;
+  // Sums the gradients of parameters held by two ranks, over `segments` (this rank's master
+  // segments, after the data-parallel reduction; under ZeRO the part of each this rank updates,
+  // which is the same part on the other holder). Call after the program, before the norm.
+  void sum_shared_gradients(std::span<const optim::Segment> segments);
   // Of `segments` (this rank's master segments), those the global norm counts here: all but the
   // parameters another, lower rank also holds; each marked as summed over the pipeline group.
   std::vector<optim::Segment> norm_segments(std::span<const optim::Segment> segments) const;

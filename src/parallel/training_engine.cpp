@@ -1,5 +1,7 @@
 #include "parallel/training_engine.h"
 
+#include "exec/program_memory.h"
+
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
 #include "parallel/pipeline_timeline.h"
@@ -48,13 +50,17 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
-  TS_CHECK(layout.pp == 1 || layout.zero_stage == 0,
-           "parallel.zero_stage = {} with parallel.pp = {}: ZeRO shards the optimizer state over the whole model, "
-           "and a pipeline rank updates its stages' parameters only; per-stage sharding is not built yet, so use "
-           "parallel.zero_stage = 0 with pipelining",
-           layout.zero_stage, layout.pp);
-  dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory,
-                                       DataParallelOptions{layout.zero_stage, options.bucket_bytes}, ownership_,
+  TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", zero3_with_pipelining_refusal(layout));
+  schedule_ = pipeline::make_schedule(layout);
+  stages_ = split_stages();
+  DataParallelOptions dp_options{layout.zero_stage, options.bucket_bytes, {}};
+  if (pp_ != nullptr) {
+    // Claims the master copies of the other stages' parameters, and says which are this rank's:
+    // the data-parallel group of this stage reduces and shards only those.
+    stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *pp_, ownership_);
+    dp_options.domain = stage_params_->domain();
+  }
+  dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
 
   const int B = layout.micro_batch, T = options.seq_len;
@@ -64,30 +70,38 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }
   plan(times_);
-  if (pp_ != nullptr) {
-    // Claims the master copies of the other stages' parameters before the optimizer sizes its state.
-    stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *pp_, ownership_);
-  }
   optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
 
-void TrainingEngine::plan(const exec::UnitTimes& times) {
-  schedule_ = pipeline::make_schedule(options_.layout);
-  const pipeline::ValidationReport report = pipeline::check_valid(schedule_);
-  alive_ = report.peak_alive_per_rank.front();
+std::string zero3_with_pipelining_refusal(const config::ParallelLayout& layout) {
+  return fmt::format(
+      "parallel.zero_stage = 3 with parallel.pp = {}: ZeRO-3 gathers each unit's parameters for every action that "
+      "runs it, and a pipeline runs each unit once per microbatch in forward and again in backward, so it would "
+      "gather them 2m times a step (torchtitan keeps them gathered across microbatches instead, which gives back "
+      "ZeRO-3's saving); use parallel.zero_stage = 1 or 2, which shard each stage's optimizer state (and "
+      "gradients) over its data-parallel group",
+      layout.pp);
+}
+
+exec::StagePlan TrainingEngine::split_stages() const {
   if (options_.stage_layers.empty()) {
     // From FLOPs, not from measured times: every rank must cut the model at the same places.
     const exec::UnitTimes nominal = exec::nominal_unit_times(model_.config(), options_.layout.micro_batch,
                                                              options_.seq_len);
     std::vector<double> costs(nominal.forward.size());
     for (size_t u = 0; u < costs.size(); ++u) costs[u] = nominal.forward[u] + nominal.backward[u];
-    stages_ = exec::balanced_stages(costs, schedule_.stages());
-  } else {
-    TS_CHECK(static_cast<int>(options_.stage_layers.size()) == schedule_.stages(),
-             "{} stage sizes given for {} pipeline stages", options_.stage_layers.size(), schedule_.stages());
-    stages_ = exec::stages_of_blocks(model_.num_units(), options_.stage_layers);
+    return exec::balanced_stages(costs, schedule_.stages());
   }
+  TS_CHECK(static_cast<int>(options_.stage_layers.size()) == schedule_.stages(),
+           "{} stage sizes given for {} pipeline stages", options_.stage_layers.size(), schedule_.stages());
+  return exec::stages_of_blocks(model_.num_units(), options_.stage_layers);
+}
+
+void TrainingEngine::plan(const exec::UnitTimes& times) {
+  // The split does not change with the number of microbatches: the stages keep their parameters.
+  schedule_ = pipeline::make_schedule(options_.layout);
+  pipeline::check_valid(schedule_);
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
                        times);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
@@ -107,7 +121,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   dp_->zero_grads();
   const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&] {
     const std::vector<optim::Segment> segments = ownership_.master_segments();
-    if (stage_params_) stage_params_->sum_shared_gradients();
+    if (stage_params_) stage_params_->sum_shared_gradients(segments);
     if (max_grad_norm) {
       result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
       if (result.grad_norm.non_finite) {
@@ -155,9 +169,8 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
   return dp_->full_parameters();
 }
 
-std::optional<exec::ActivationPrediction> TrainingEngine::predicted_activations() const {
-  if (stages_.stages.size() != 1 || schedule_.split_backward || pp_ != nullptr) return std::nullopt;
-  return exec::predict_activations(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, alive_);
+int64_t TrainingEngine::predicted_activation_peak() const {
+  return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len).peak;
 }
 
 }  // namespace tessera::parallel

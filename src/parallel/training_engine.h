@@ -42,6 +42,9 @@ struct EngineOptions {
   bool measure_unit_times = true;
 };
 
+// Why ZeRO-3 and pipelining are not combined, and what to use instead (also the config's message).
+std::string zero3_with_pipelining_refusal(const config::ParallelLayout& layout);
+
 class TrainingEngine {
  public:
   // `dp` is the data-parallel group and `pp` the pipeline group (nullptr: a group of one);
@@ -85,11 +88,14 @@ class TrainingEngine {
   const pipeline::Schedule& schedule() const { return schedule_; }
   const exec::StagePlan& stages() const { return stages_; }
   const exec::Program& program() const { return program_; }
-  // The activation peak the plan predicts for a step, where the prediction is exact: one stage on
-  // this rank and backwards that are not split (memory/chain.h models neither chunks nor halves).
-  std::optional<exec::ActivationPrediction> predicted_activations() const;
+  // The activation peak of a step on this rank, predicted by walking its program
+  // (exec/program_memory.h): exact for every schedule and recompute policy, pipelined or not.
+  int64_t predicted_activation_peak() const;
 
  private:
+  // The stages of the model: stage_layers, or balanced by the FLOP model.
+  exec::StagePlan split_stages() const;
+  // The schedule, each stage's recompute plan and this rank's program.
   void plan(const exec::UnitTimes& times);
   // The loss of a program summed over the pipeline group (the last stage computes it).
   exec::ProgramResult over_pipeline(const exec::ProgramResult& mine) const;
@@ -110,7 +116,6 @@ class TrainingEngine {
   exec::Program program_;
   exec::Program evaluation_;
   exec::UnitTimes times_;
-  int alive_ = 1;  // microbatches alive at once in the schedule
 };
 
 }  // namespace tessera::parallel

@@ -183,8 +183,9 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            l.microbatches(), l.pp);
   TS_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero_stage);
   TS_CHECK(l.zero_stage <= 1 || l.pp == 1,
-           "layout: ZeRO stage {} shards gradients (and parameters) every microbatch, which pipeline parallelism (pp={}) "
-           "cannot interleave; use zero=0 or zero=1 with pp > 1", l.zero_stage, l.pp);
+           "layout: ZeRO stage {} with pipeline parallelism (pp={}) reduce-scatters gradients every microbatch (and "
+           "stage 3 gathers parameters for every action), which the cost model does not describe; use zero=0 or zero=1 "
+           "with pp > 1", l.zero_stage, l.pp);
   // A parameter the chosen policy ignores is almost always a policy typed wrong, so it is refused
   // rather than silently dropped.
   TS_CHECK(l.recompute_every >= 0, "layout: recompute_every={} must be 0 (ceil(sqrt(layers per chunk))) or a segment "

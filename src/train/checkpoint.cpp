@@ -108,15 +108,23 @@ void write_stage_optimizer(const std::string& path, const ModelState& model) {
   opt.write(path);
 }
 
-// With ZeRO: this rank's flat range of the moments, and the range itself to check on load.
+// "0-10,20-30": flat ranges as a shard file records them, to be compared on load.
+std::string ranges_text(const std::vector<nn::ParamRange>& ranges) {
+  std::string text;
+  for (const nn::ParamRange& r : ranges) text += fmt::format("{}{}-{}", text.empty() ? "" : ",", r.begin, r.end);
+  return text;
+}
+
+// With ZeRO: this rank's flat ranges of the moments, and the ranges themselves to check on load.
 void write_shard(const std::string& path, const ModelState& model, int rank, int ranks, int stage) {
   io::SafeTensorsWriter shard;
   optim::StateDict state = model.optimizer->state_dict();
   shard.add("m", state.at("m"));
   shard.add("v", state.at("v"));
   shard.set_metadata("format", "tessera-zero-shard");
-  shard.set_metadata("begin", std::to_string(model.owned.begin));
-  shard.set_metadata("end", std::to_string(model.owned.end));
+  shard.set_metadata("begin", std::to_string(model.owned.empty() ? 0 : model.owned.front().begin));
+  shard.set_metadata("end", std::to_string(model.owned.empty() ? 0 : model.owned.back().end));
+  shard.set_metadata("ranges", ranges_text(model.owned));
   shard.set_metadata("rank", std::to_string(rank));
   shard.set_metadata("ranks", std::to_string(ranks));
   shard.set_metadata("zero_stage", std::to_string(stage));
@@ -205,7 +213,7 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
     });
   }
-  if (pipelined && model.writes_stage) {
+  if (pipelined && !sharded && model.writes_stage) {
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
       write_stage_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
     });
@@ -421,13 +429,15 @@ void load_shard(const std::string& path, const CheckpointManifest& manifest, con
            "checkpoint '{}' has no ZeRO shard for rank {} ({}): it was saved by another layout", path, rank,
            shard_file_name(rank));
   io::SafeTensorsFile shard = io::SafeTensorsFile::open(file);
-  const nn::ParamRange owned = model.owned;
-  const std::string begin = shard.metadata_value("begin"), end = shard.metadata_value("end");
-  TS_CHECK(begin == std::to_string(owned.begin) && end == std::to_string(owned.end) &&
-               shard.metadata_value("ranks") == std::to_string(ranks),
-           "checkpoint shard '{}' holds elements [{}, {}) of a group of {}, but this rank owns [{}, {}) of a group of "
-           "{}; resharding is not supported yet: resume with the layout it was saved with",
-           file, begin, end, shard.metadata_value("ranks"), owned.begin, owned.end, ranks);
+  // Shards written before a shard could be several ranges record begin and end only.
+  const bool ranged = shard.metadata().contains("ranges");
+  const std::string saved = ranged ? shard.metadata_value("ranges")
+                                   : shard.metadata_value("begin") + "-" + shard.metadata_value("end");
+  const std::string mine = ranges_text(model.owned);
+  TS_CHECK(saved == mine && shard.metadata_value("ranks") == std::to_string(ranks),
+           "checkpoint shard '{}' holds elements {} of a group of {}, but this rank owns {} of a group of {}; "
+           "resharding is not supported yet: resume with the layout it was saved with",
+           file, saved, shard.metadata_value("ranks"), mine, ranks);
   shard.copy_to("m", state.at("m"));
   shard.copy_to("v", state.at("v"));
 }
@@ -545,10 +555,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
   if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();
-    if (model.pipeline_rank >= 0) {
-      load_stage_optimizer(path, manifest, model, state);
-    } else if (saved_stage >= 1) {
+    if (saved_stage >= 1) {
       load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
+    } else if (model.pipeline_rank >= 0) {
+      load_stage_optimizer(path, manifest, model, state);
     } else {
       load_optimizer(path, model, state);
     }

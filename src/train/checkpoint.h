@@ -42,12 +42,14 @@ struct ModelState {
   const nn::ParameterStore& params;   // names, shapes and flat offsets
   nn::ParameterAccess& values;        // every parameter's value (ZeRO-3: gathered for the occasion)
   optim::Optimizer* optimizer = nullptr;  // null: parameters only
-  // The flat elements whose optimizer state this rank holds (all of them without ZeRO), laid out
-  // in flat order in the optimizer's state tensors.
-  nn::ParamRange owned;
-  // Under pipeline parallelism (pipeline_rank >= 0): the parameters of this rank's stages, whose
-  // moments follow each other in store order in the optimizer's state tensors. One rank of each
-  // stage's data-parallel group (writes_stage) saves them to the stage's own file.
+  // The flat elements whose optimizer state this rank holds (all of them without ZeRO; under
+  // pipelining its stages' parameters, or its shard of them), laid out in flat order in the
+  // optimizer's state tensors.
+  std::vector<nn::ParamRange> owned;
+  // Under pipeline parallelism (pipeline_rank >= 0) without ZeRO: the parameters of this rank's
+  // stages, whose moments follow each other in store order in the optimizer's state tensors. One
+  // rank of each stage's data-parallel group (writes_stage) saves them to the stage's own file.
+  // With ZeRO every rank saves its shard, as without pipelining.
   int pipeline_rank = -1;
   std::vector<const nn::Parameter*> stage_params;
   bool writes_stage = false;

@@ -274,7 +274,7 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (!m.files.contains(kCheckpointModelFile)) {
     f.fail("files", fmt::format("does not list {}: every checkpoint holds the parameters", kCheckpointModelFile));
   }
-  if (m.pp > 1) {
+  if (m.pp > 1 && m.zero_stage == 0) {
     for (int r = 0; r < m.pp; ++r) {
       if (!m.files.contains(pipeline_stage_file_name(r))) {
         f.fail("files", fmt::format("does not list {}: a checkpoint of {} pipeline ranks holds the optimizer state of "
@@ -289,7 +289,8 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   } else {
     for (int r = 0; r < m.ranks; ++r) {
       if (!m.files.contains(zero_shard_file_name(r))) {
-        f.fail("files", fmt::format("does not list {}: a ZeRO checkpoint of {} ranks holds one shard per rank",
+        f.fail("files", fmt::format("does not list {}: a ZeRO checkpoint of {} ranks holds one shard per rank (of "
+                                    "its pipeline stage's parameters under pipelining)",
                                     zero_shard_file_name(r), m.ranks));
       }
     }

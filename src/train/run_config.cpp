@@ -6,6 +6,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "parallel/training_engine.h"
+
 namespace tessera::train {
 
 using config::TableReader;
@@ -96,12 +98,8 @@ void RunConfig::validate() const {
              "train.batch_size = {}",
              parallel.pp, microbatches,
              (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.pp == 1 || parallel.zero_stage == 0,
-             "config: parallel.zero_stage = {} with parallel.pp = {}: ZeRO shards the optimizer state over the whole "
-             "model while a pipeline rank updates only its stages' parameters, and per-stage sharding is not built "
-             "yet; use parallel.zero_stage = 0 with pipelining (data parallelism still reduces each stage's "
-             "gradients over its dp group)",
-             parallel.zero_stage, parallel.pp);
+    TS_CHECK(parallel.pp == 1 || parallel.zero_stage <= 2, "config: {}",
+             parallel::zero3_with_pipelining_refusal(layout()));
   }
   {
     const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};

@@ -69,7 +69,7 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   ModelState state{model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
   if (engine.pipeline() != nullptr) {
     state.pipeline_rank = engine.pipeline()->rank();
-    state.stage_params = engine.optimizer_parameters();
+    if (engine.data_parallel().zero_stage() == 0) state.stage_params = engine.optimizer_parameters();
     state.writes_stage = engine.data_parallel().rank() == 0;
   }
   return state;
@@ -96,9 +96,8 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
                         exec::describe_stages(engine.stages()),
                         cfg.parallel.stage_layers.empty() ? " (balanced by the FLOP model)" : " (parallel.stage_layers)");
   }
-  if (const auto predicted = engine.predicted_activations()) {
-    text += fmt::format("; predicted activation peak {}", mib(static_cast<double>(predicted->peak)));
-  }
+  text += fmt::format("; predicted activation peak {}{}", mib(static_cast<double>(engine.predicted_activation_peak())),
+                      cfg.parallel.pp > 1 ? " on this rank" : "");
   return text;
 }
 

@@ -7,6 +7,7 @@
 
 #include "exec/interpreter.h"
 #include "exec/program.h"
+#include "exec/program_memory.h"
 #include "exec/recompute.h"
 #include "exec/transform.h"
 #include "parallel/pipeline/generators.h"
@@ -270,4 +271,27 @@ TEST(Programs, StageSplitsAreGivenOrBalancedByCost) {
   EXPECT_THROW(exec::balanced_stages(costs, 7), tessera::Error);
   const std::vector<int64_t> short_split = {1, 2};
   EXPECT_THROW(exec::stages_of_blocks(8, short_split), tessera::Error);
+}
+
+// On one stage the program walk gives the chain simulator's closed form: with I microbatches alive
+// at once, (I − 1)·R + P, for every recompute policy; the pipelined programs are checked against
+// the allocator on every rank by pipeline_parity_test.
+TEST(ProgramMemory, OneStageWalkEqualsTheChainFormula) {
+  const config::ModelConfig model = tessera::testing::gpt2_odd_config();
+  const int units = model.n_layer + 2, B = 2, T = 8;
+  for (memory::RecomputePolicy policy : {memory::RecomputePolicy::None, memory::RecomputePolicy::Full,
+                                         memory::RecomputePolicy::EveryK, memory::RecomputePolicy::Selective}) {
+    exec::StagePlan plan = exec::even_stages(units, 1);
+    exec::RecomputeOptions options;
+    options.policy = policy;
+    exec::plan_recompute(plan, model, B, T, options, exec::nominal_unit_times(model, B, T));
+    for (const auto& [kind, alive] : {std::pair{config::ScheduleKind::OneFOneB, 1}, std::pair{config::ScheduleKind::GPipe, 3}}) {
+      const exec::Program program = exec::lower_training(pipeline::make_schedule(one_rank(kind, 3)), 0, plan);
+      const exec::ProgramMemory walk = exec::predict_program_memory(program, model, B, T);
+      EXPECT_EQ(walk.peak, exec::predict_activations(plan, model, B, T, alive).peak)
+          << memory::recompute_policy_name(policy) << " " << config::schedule_name(kind);
+      EXPECT_EQ(walk.after.back(), 0) << "every activation is freed by the end of the step";
+      ASSERT_EQ(walk.during.size(), program.actions.size());
+    }
+  }
 }

@@ -201,7 +201,10 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
   RunRecord rec;
   rec.numel = model.parameters().numel();
-  rec.shard = engine.data_parallel().layout().shard(rank).size();
+  rec.shard = engine.data_parallel().layout().shard_size(rank);
+  rec.domain = engine.data_parallel().layout().numel();
+  rec.domain_pieces = engine.data_parallel().layout().pieces().size();
+  rec.master = optim::total_elements(engine.ownership().master_segments());
   rec.comm_bound = engine.data_parallel().comm_bound_bytes();
   rec.buckets = engine.data_parallel().buckets().size();
   for (const exec::Action& a : engine.program().actions) {
@@ -237,7 +240,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     if (comm) s.comm = delta(comm->stats(), before);
     s.micro_bytes = recorder.micro_bytes;
     s.reductions_after_unit = recorder.after_unit;
-    if (const auto predicted = engine.predicted_activations()) s.predicted_activations = predicted->peak;
+    s.predicted_activations = engine.predicted_activation_peak();
     rec.steps.push_back(s);
   }
   engine.transforms().remove(exec::TransformSlot::Observer);

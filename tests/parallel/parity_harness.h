@@ -51,6 +51,9 @@ struct RunRecord {
   std::vector<float> params;  // all parameters at the end, flat order
   int64_t numel = 0;
   int64_t shard = 0;           // this rank's shard size
+  int64_t domain = 0;          // elements its data-parallel group reduces (its stages' under pipelining)
+  size_t domain_pieces = 0;    // contiguous ranges of them
+  int64_t master = 0;          // elements whose master copy this rank's optimizer updates
   size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
   size_t buckets = 0;
   std::vector<int> program_units;  // the unit of each unit action of a step's program, in order

@@ -3,7 +3,7 @@
 // them (interleaved: multiples of p), GPT-2 with a tied embedding (the first and last stages share
 // it) and Llama untied, blocks that divide the stages and blocks that do not, with dropout and
 // gradient clipping; 1F1B and ZB-H1 with full, selective and every-k recomputation in each stage;
-// and with 4 ranks, dp 2 × pp 2. Each run matches the single-process reference:
+// and with 4 ranks, dp 2 × pp 2 without ZeRO and with ZeRO-1 and 2. Each run matches the single-process reference:
 // losses and gradient norms within 1e-5 relative, parameters within 1e-4 after 5 steps; and the
 // timeline of its last step, gathered from every rank, is one of its schedule on one clock.
 // A plain main: every failed check prints its rank; the ranks agree on the count of failures.
@@ -53,6 +53,16 @@ void check_reference(const RunRecord& run, const RunRecord& ref, const std::stri
   }
   t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
            fmt::format("{}: parameters differ from the single-process run by {:.3g}", what, worst));
+}
+
+// Every step's measured activation peak on this rank is the one predicted by walking its program.
+void check_activation_prediction(const RunRecord& run, const std::string& what, Checks& t) {
+  for (size_t s = 0; s < run.steps.size(); ++s) {
+    const auto measured = static_cast<int64_t>(run.steps[s].memory.peak_of(MemoryTag::Activations));
+    t.expect(measured == run.steps[s].predicted_activations,
+             fmt::format("{}: step {} activation peak on rank {}: measured {} bytes, predicted {}", what, s + 1, t.rank,
+                         measured, run.steps[s].predicted_activations));
+  }
 }
 
 // The timeline of the last step, gathered from every pipeline rank: each rank's records follow its
@@ -185,6 +195,7 @@ int main(int argc, char** argv) {
             const RunRecord reference = run_reference(c);
             const RunRecord run = run_parallel(c, nullptr, world.get());
             check_reference(run, reference, describe(c, 1, p), t);
+            check_activation_prediction(run, describe(c, 1, p), t);
             check_timeline(run, c, p, describe(c, 1, p), t);
             if (t.rank == 0) fmt::print("{}: checked\n", describe(c, 1, p));
           }
@@ -209,30 +220,48 @@ int main(int argc, char** argv) {
           const RunRecord run = run_parallel(c, nullptr, world.get());
           const std::string what = describe(c, 1, p) + " recompute " + std::string(memory::recompute_policy_name(policy));
           check_reference(run, reference, what, t);
+          check_activation_prediction(run, what, t);
           if (t.rank == 0) fmt::print("{}: checked\n", what);
         }
       }
     }
     check_memory_follows_the_schedule(*world, t);
     if (p == 4) {
-      // dp 2 × pp 2: each pipeline's gradients reduced over its stage's data-parallel group.
+      // dp 2 × pp 2: each pipeline's gradients reduced over its stage's data-parallel group, which
+      // under ZeRO-1/2 also shards the stage's optimizer state (and gradients); the tied embedding's
+      // two holders split it alike and sum their parts.
       config::ParallelLayout layout;
       layout.dp = 2;
       layout.pp = 2;
       dist::Mesh mesh(*world, layout);
-      for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
-        for (config::ScheduleKind kind : {config::ScheduleKind::OneFOneB, config::ScheduleKind::ZeroBubbleH1}) {
-          ParityCase c;
-          c.model = model;
-          c.model.n_layer = 3;
-          c.model.dropout = 0.1f;
-          c.schedule = kind;
-          c.micros = 3;
-          c.global_batch = 12;
-          const RunRecord reference = run_reference(c);
-          const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
-          check_reference(run, reference, describe(c, 2, 2), t);
-          if (t.rank == 0) fmt::print("{}: checked\n", describe(c, 2, 2));
+      for (int zero_stage : {0, 1, 2}) {
+        for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
+          for (config::ScheduleKind kind : {config::ScheduleKind::OneFOneB, config::ScheduleKind::ZeroBubbleH1,
+                                            config::ScheduleKind::Interleaved}) {
+            ParityCase c;
+            c.model = model;
+            c.model.n_layer = kind == config::ScheduleKind::Interleaved ? 4 : 3;
+            c.model.dropout = 0.1f;
+            c.zero_stage = zero_stage;
+            c.schedule = kind;
+            c.virtual_stages = kind == config::ScheduleKind::Interleaved ? 2 : 1;
+            c.micros = kind == config::ScheduleKind::Interleaved ? 2 : 3;
+            c.global_batch = 4 * c.micros;
+            const RunRecord reference = run_reference(c);
+            const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
+            const std::string what = describe(c, 2, 2) + fmt::format(" ZeRO-{}", zero_stage);
+            check_reference(run, reference, what, t);
+            check_activation_prediction(run, what, t);
+            // The stage's group reduces its stages' parameters only, and ZeRO halves what each updates.
+            t.expect(run.domain < run.numel, fmt::format("{}: the data-parallel group reduces {} elements, the whole "
+                                                         "model ({})", what, run.domain, run.numel));
+            const int64_t want_master = zero_stage == 0 ? run.domain : run.shard;
+            t.expect(run.master == want_master &&
+                         std::abs(2 * run.shard - run.domain) <= static_cast<int64_t>(run.domain_pieces),
+                     fmt::format("{}: the optimizer updates {} elements (shard {}) of a domain of {} in {} pieces", what,
+                                 run.master, run.shard, run.domain, run.domain_pieces));
+            if (t.rank == 0) fmt::print("{}: checked\n", what);
+          }
         }
       }
     }

@@ -173,6 +173,9 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
       {2, "--parallel.pp 2 --parallel.schedule zb-h1 --memory.recompute full"},
       {2, "--parallel.pp 2 --parallel.schedule interleaved --parallel.virtual_stages 2"},
       {4, "--parallel.pp 2 --parallel.dp 2 --train.micro_batch_size 1"},
+      {4, "--parallel.pp 2 --parallel.dp 2 --train.micro_batch_size 1 --parallel.zero_stage 1"},
+      {4, "--parallel.pp 2 --parallel.dp 2 --train.micro_batch_size 1 --parallel.zero_stage 2 "
+          "--parallel.schedule interleaved --parallel.virtual_stages 2"},
   };
   int n = 0;
   for (const Layout& l : layouts) {
@@ -206,9 +209,27 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.output.find("saved with parallel.pp = 2 but this run has parallel.pp = 1"), std::string::npos)
       << other.output;
+  // With ZeRO each rank of each stage saves its shard of the stage's optimizer state; resuming
+  // from them is bitwise too.
+  const std::string sharded = model + " --parallel.pp 2 --parallel.dp 2 --train.micro_batch_size 1 "
+                                      "--parallel.zero_stage 1";
+  const fs::path zero_whole = g_root / "pp_zero_whole", zero_split = g_root / "pp_zero_split";
+  ASSERT_EQ(run_tessera(launch(4, zero_whole, sharded)).exit_code, 0);
+  ASSERT_EQ(run_tessera(launch(4, zero_split, sharded + " --train.exit_after 2")).exit_code, 3);
+  CliResult zero_resumed = run_tessera(launch(4, zero_split, sharded + " --checkpoint.resume latest"));
+  ASSERT_EQ(zero_resumed.exit_code, 0) << zero_resumed.output;
+  EXPECT_EQ(losses(zero_whole / "metrics.jsonl"), losses(zero_split / "metrics.jsonl"));
+  for (const char* file : {"model.safetensors", "optimizer.shard0000.safetensors", "optimizer.shard0003.safetensors"}) {
+    EXPECT_EQ(read_file((zero_whole / "checkpoints" / "step_00000004" / file).string()),
+              read_file((zero_split / "checkpoints" / "step_00000004" / file).string()))
+        << file << " differs between the whole run and the resumed one";
+  }
   // Shapes the pipeline cannot run are refused with the key and the fix.
-  CliResult zero = run_tessera(launch(2, g_root / "pp_zero", pipelined + " --parallel.zero_stage 1"));
-  EXPECT_NE(zero.output.find("use parallel.zero_stage = 0 with pipelining"), std::string::npos) << zero.output;
+  CliResult zero = run_tessera(launch(2, g_root / "pp_zero", pipelined + " --parallel.zero_stage 3"));
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.output.find("ZeRO-3 gathers each unit's parameters for every action that runs it"), std::string::npos)
+      << zero.output;
+  EXPECT_NE(zero.output.find("use parallel.zero_stage = 1 or 2"), std::string::npos) << zero.output;
   CliResult odd = run_tessera(launch(2, g_root / "pp_odd", pipelined + " --parallel.schedule interleaved "
                                                                          "--parallel.virtual_stages 2 --train.batch_size 6"));
   EXPECT_NE(odd.output.find("to be a multiple of parallel.pp; for example set train.batch_size = 8"), std::string::npos)

@@ -37,6 +37,43 @@ TEST(ShardLayout, ShardsAreContiguousAndDifferByAtMostOne) {
   EXPECT_THROW(layout.shard(4), Error);
 }
 
+// A pipeline rank's domain: each piece split on its own, so two layouts that share a piece (the
+// tied embedding on the first and the last stage) give rank r the same part of it.
+TEST(ShardLayout, PiecesAreSplitEachOnItsOwn) {
+  ShardLayout layout({{0, 10}, {20, 23}, {30, 31}}, 2);  // parts [0,5) [5,10) | [20,21) [21,23) | [] [30,31)
+  EXPECT_EQ(layout.numel(), 14);
+  EXPECT_EQ(layout.shards(0), (std::vector<nn::ParamRange>{{0, 5}, {20, 21}}));
+  EXPECT_EQ(layout.shards(1), (std::vector<nn::ParamRange>{{5, 10}, {21, 23}, {30, 31}}));
+  EXPECT_EQ(layout.shard_size(0), 6);
+  EXPECT_EQ(layout.shard_size(1), 8);
+  EXPECT_EQ(layout.largest_shard(), 8);
+  EXPECT_EQ(layout.shard_offset(1, 22), 6);  // after [5,10) and [21,22)
+  EXPECT_EQ(layout.counts({8, 10}), (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(layout.part({20, 23}, 1).begin, 21);
+  EXPECT_THROW(layout.counts({9, 21}), Error);  // across two pieces: no single collective
+  EXPECT_THROW(layout.shard(0), Error);         // no single contiguous shard
+  EXPECT_THROW(layout.shard_offset(0, 7), Error);
+  EXPECT_THROW(ShardLayout({{5, 10}, {8, 12}}, 2), Error);
+  const ShardLayout first({{0, 10}, {10, 40}}, 3), last({{0, 10}, {60, 90}}, 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(first.part({0, 10}, r), last.part({0, 10}, r));
+}
+
+TEST(Buckets, StayInsideTheirPieceOfTheDomain) {
+  MemoryAccountant mem;
+  nn::GPT model(tessera::testing::gpt2_odd_config(), mem, 1);
+  const auto& units = model.units();
+  const nn::Parameter& wte = model.parameters().get("embed.tokens.weight");
+  const auto wte_end = static_cast<int64_t>(wte.offset) + wte.numel();
+  // The last stage of a tied GPT-2: the head's unit and the shared embedding table alone.
+  const nn::ParamRange head = units[static_cast<size_t>(model.head_unit())].owned;
+  const std::vector<nn::ParamRange> domain = {{static_cast<int64_t>(wte.offset), wte_end}, head};
+  const std::vector<Bucket> buckets = plan_buckets(units, int64_t{1} << 40, domain);
+  ASSERT_EQ(buckets.size(), 2u) << "one bucket per piece even when the size would take both";
+  EXPECT_EQ(buckets[0].range, head);
+  EXPECT_EQ(buckets[1].range, domain[0]) << "the embedding unit is cut where the shared table ends";
+  EXPECT_EQ(buckets[1].complete_unit, 0);
+}
+
 TEST(Buckets, FillFromTheEndAndCompleteAfterTheLastWriter) {
   MemoryAccountant mem;
   nn::GPT model(tessera::testing::gpt2_odd_config(), mem, 1);  // tied: the head writes the embedding's gradient

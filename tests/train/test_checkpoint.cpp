@@ -70,7 +70,7 @@ class Checkpoint : public ::testing::Test {
   }
 
   ModelState state() {
-    return {model_->parameters(), model_->parameters(), &*optimizer_, {0, model_->parameters().numel()}};
+    return {model_->parameters(), model_->parameters(), &*optimizer_, {{0, model_->parameters().numel()}}};
   }
   CheckpointState at_step(int64_t step, double elapsed = 0) const {
     data::LoaderState position;

@@ -1,0 +1,145 @@
+#include "exec/program_memory.h"
+
+#include <algorithm>
+
+#include "nn/gpt.h"
+
+namespace tessera::exec {
+
+namespace {
+
+// The live activation bytes of one rank while its program runs, state by state.
+class ActivationWalk {
+ public:
+  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T)
+      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T)) {
+    const size_t units = bytes_.size();
+    for (int m = 0; m < program.microbatches; ++m) {
+      states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
+                         static_cast<int>(units)});
+    }
+    posted_.assign(program.actions.size(), false);
+  }
+
+  ProgramMemory run() {
+    ProgramMemory out;
+    post_receives_after(-1);
+    for (int i = 0; i < static_cast<int>(program_.actions.size()); ++i) {
+      const Action& a = program_.actions[static_cast<size_t>(i)];
+      int64_t during = live_;
+      switch (a.kind) {
+        case Action::Kind::OptimizerStep:
+          break;
+        case Action::Kind::Recv:
+          if (a.payload == pipeline::Tensor::Activation) {
+            if (!posted_[static_cast<size_t>(i)]) live_ += input_bytes(a.unit);  // posted when reached
+            state(a).input[static_cast<size_t>(a.unit)] = true;
+          } else {
+            state(a).backward_done = a.unit;
+          }
+          during = live_;
+          break;
+        case Action::Kind::Send:
+          if (a.payload == pipeline::Tensor::Activation) drop_input(state(a), a.unit);
+          break;
+        case Action::Kind::Unit:
+          post_receives_after(i);
+          during = unit(a);
+          break;
+      }
+      out.during.push_back(std::max(during, live_));
+      out.after.push_back(live_);
+      out.peak = std::max(out.peak, out.during.back());
+    }
+    return out;
+  }
+
+ private:
+  struct MicrobatchState {
+    std::vector<bool> input;    // [unit]: x_u is stored (in its slot or the unit's context)
+    std::vector<int64_t> kept;  // [unit]: bytes the unit's context holds beyond its input
+    std::vector<int64_t> rebuilt;  // [unit]: what its backward rebuilds (a selective forward dropped)
+    int backward_done;          // the lowest unit whose backward (input half) ran
+  };
+
+  MicrobatchState& state(const Action& a) { return states_[static_cast<size_t>(a.microbatch)]; }
+  int64_t input_bytes(int unit) const { return unit == 0 ? 0 : bytes_[static_cast<size_t>(unit - 1)].output; }
+  void drop_input(MicrobatchState& s, int unit) {
+    if (!s.input[static_cast<size_t>(unit)]) return;
+    s.input[static_cast<size_t>(unit)] = false;
+    live_ -= input_bytes(unit);
+  }
+
+  // Receives are posted before the unit action that precedes their run of transfers.
+  void post_receives_after(int i) {
+    for (int j = i + 1; j < static_cast<int>(program_.actions.size()); ++j) {
+      const Action& a = program_.actions[static_cast<size_t>(j)];
+      if (!is_transfer(a)) return;
+      if (a.kind != Action::Kind::Recv || posted_[static_cast<size_t>(j)]) continue;
+      posted_[static_cast<size_t>(j)] = true;
+      if (a.payload != pipeline::Tensor::Activation) continue;  // gradients arrive in workspace
+      live_ += input_bytes(a.unit);
+    }
+  }
+
+  // Runs a unit action; returns the live bytes at its peak.
+  int64_t unit(const Action& a) {
+    MicrobatchState& s = state(a);
+    const auto u = static_cast<size_t>(a.unit);
+    const nn::GPT::UnitBytes& b = bytes_[u];
+    const int64_t dropped = a.selective ? b.recomputable : 0;
+    const bool last_unit = u + 1 == bytes_.size();
+    switch (a.phase) {
+      case Phase::Forward:
+      case Phase::Recompute:
+      case Phase::Eval: {
+        const int64_t own = b.own - dropped;
+        const int64_t during = live_ + own + b.output + (a.selective ? b.selective_forward : 0);
+        const bool keeps_all = a.keep == memory::Keep::All && a.phase != Phase::Eval;
+        if (keeps_all) {
+          s.kept[u] = own;
+          s.rebuilt[u] = dropped;
+          live_ += own;
+        }
+        if (!keeps_all && (a.keep == memory::Keep::Nothing || a.phase == Phase::Eval)) drop_input(s, a.unit);
+        if (!last_unit && static_cast<int>(u + 1) < s.backward_done) {
+          s.input[u + 1] = true;
+          live_ += b.output;
+        }
+        return during;
+      }
+      case Phase::Backward:
+      case Phase::BackwardInput: {
+        const int64_t during = live_ + s.rebuilt[u];
+        live_ -= s.kept[u];
+        s.kept[u] = 0;
+        drop_input(s, a.unit);
+        s.backward_done = a.unit;
+        if (a.phase == Phase::BackwardInput) {
+          s.kept[u] = b.weight_half;
+          live_ += b.weight_half;
+        }
+        return during;
+      }
+      case Phase::BackwardWeight:
+        live_ -= s.kept[u];
+        s.kept[u] = 0;
+        return live_;
+    }
+    return live_;
+  }
+
+  const Program& program_;
+  std::vector<nn::GPT::UnitBytes> bytes_;
+  std::vector<MicrobatchState> states_;
+  std::vector<bool> posted_;  // [action]: its receive is posted
+  int64_t live_ = 0;
+};
+
+}  // namespace
+
+ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T) {
+  return ActivationWalk(program, model, B, T).run();
+}
+
+}  // namespace tessera::exec

@@ -1,0 +1,39 @@
+#pragma once
+// The activation peak of a rank's program, predicted by walking its actions with the interpreter's
+// rules (exec/interpreter.h) and each unit's bytes (nn::GPT::unit_activation_bytes): the one
+// prediction for any schedule, pipelined or not, recomputing or not, so that the planner and the
+// trainer's start line state what the allocator will measure for the 'activations' tag.
+//
+// What the walk counts, as the interpreter allocates it:
+//   - a unit's kept activations (its own bytes) from its forward keeping All to its backward; the
+//     embedding's are its token ids;
+//   - each stored unit input x_u: produced by the forward of unit u - 1 (when u - 1's output is
+//     still wanted) or received from the previous stage, dropped by u's backward, by a forward that
+//     keeps Nothing, or by the Send that hands it to the next stage (sent tensors travel in
+//     communication buffers, not activations);
+//   - a receive buffer from the moment it is posted (before the unit action that precedes its run
+//     of transfers, so the transfer overlaps that compute);
+//   - during a forward, its own bytes, its output and what it holds only while it runs; during a
+//     backward, what it rebuilds (a selective block's dropped tensors);
+//   - between the input half of a split backward and the weight half, what the weight half reads:
+//     the inputs of the unit's linear layers (nn::GPT::UnitBytes::weight_half).
+// Gradients flowing down are workspace, not activations, and are not counted.
+#include <cstdint>
+#include <vector>
+
+#include "config/model_config.h"
+#include "exec/program.h"
+
+namespace tessera::exec {
+
+struct ProgramMemory {
+  int64_t peak = 0;                 // the largest live activation bytes at any point of the program
+  std::vector<int64_t> after;       // [action]: live bytes once the action is done
+  std::vector<int64_t> during;      // [action]: the largest live bytes while it runs
+};
+
+// For `program` over microbatches of [B, T] tokens, the units forwarding with the keep and
+// selective flags their actions carry.
+ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T);
+
+}  // namespace tessera::exec
