@@ -51,6 +51,8 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
                                                grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership,
                                                domain_ids_);
   transforms.add(exec::TransformSlot::GradientReduction, *reducer_);
+  compressor_ = make_compressor(options.compression, reducer_->bucket_shapes(), memory, rank_);
+  reducer_->set_compressor(compressor_.get(), options.compression.warmup_steps);
 }
 
 DataParallel::~DataParallel() {

@@ -46,6 +46,7 @@ struct DataParallelOptions {
   // buffer. A pipeline rank gives the parameters of its stages (PipelineStageParameters::domain),
   // so its data-parallel group — the same stages on other replicas — shards only those.
   std::vector<nn::ParamRange> domain;
+  CompressionOptions compression;  // how buckets are reduced (parallel/compression/compressor.h)
 };
 
 class DataParallel final : public exec::StorageOwner {
@@ -68,6 +69,8 @@ class DataParallel final : public exec::StorageOwner {
   // The flat elements whose master copy this rank updates, in flat order.
   std::vector<nn::ParamRange> owned() const;
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
+  // The gradient compressor (null without compression): its state persists across steps.
+  GradientCompressor* compressor() const { return compressor_.get(); }
   // Upper bound of live 'comm' bytes during a step (bucket storage and gathered parameters).
   size_t comm_bound_bytes() const;
 
@@ -114,6 +117,7 @@ class DataParallel final : public exec::StorageOwner {
   Tensor grad_shard_;  // stages 2 and 3: [shard size], tag grads
   std::unique_ptr<ParameterGatherer> gatherer_;  // stage 3
   std::unique_ptr<GradientReducer> reducer_;
+  std::unique_ptr<GradientCompressor> compressor_;  // null without compression
 };
 
 }  // namespace tessera::parallel

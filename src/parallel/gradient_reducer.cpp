@@ -63,11 +63,28 @@ size_t GradientReducer::storage_bound_bytes() const {
   return (kMaxInFlight + filling) * sizeof(float) * static_cast<size_t>(largest);
 }
 
+std::vector<BucketShape> GradientReducer::bucket_shapes() const {
+  std::vector<BucketShape> shapes;
+  for (const Bucket& b : buckets_) {
+    BucketShape shape;
+    shape.elements = b.range.size();
+    for (const nn::Parameter& p : params_.all()) {
+      const auto begin = static_cast<int64_t>(p.offset);
+      if (p.shape.size() == 2 && begin >= b.range.begin && begin + p.numel() <= b.range.end) {
+        shape.matrices.push_back({begin - b.range.begin, p.shape[0], p.shape[1]});
+      }
+    }
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
+}
+
 void GradientReducer::begin(const exec::Program& program) {
   TS_CHECK(in_flight_.empty() && filling_.empty(), "gradient reduction: a program began before the last finished");
   open_before_.clear();
   post_after_.clear();
   if (!program.training) return;
+  if (compressor_ != nullptr) compressor_->begin_step();
   std::map<Window, std::pair<int, int>> span;  // window -> first and last writing action
   for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
     const exec::Action& a = program.actions[static_cast<size_t>(i)];
@@ -137,7 +154,10 @@ void GradientReducer::post(Window w) {
   } else {
     data = params_.flat_grads().data<float>() + b.range.begin;
   }
-  if (!alone) {
+  if (!alone && compressor_ != nullptr && compressor_->active(warmup_steps_)) {
+    // The whole decompressed sum lands in the bucket; under ZeRO this rank keeps its part of it.
+    compressor_->reduce(w.first, std::span(data, static_cast<size_t>(b.range.size())), *comm_);
+  } else if (!alone) {
     if (stage_ == 0) {
       f.work = comm_->all_reduce(data, static_cast<size_t>(b.range.size()), DType::F32, dist::ReduceOp::Sum);
     } else {

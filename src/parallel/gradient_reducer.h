@@ -30,6 +30,7 @@
 #include "exec/transform.h"
 #include "nn/parameters.h"
 #include "parallel/buckets.h"
+#include "parallel/compression/compressor.h"
 #include "parallel/shard_layout.h"
 
 namespace tessera::parallel {
@@ -47,6 +48,14 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   ~GradientReducer() override;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Each bucket's elements and the matrices inside it, for a compressor.
+  std::vector<BucketShape> bucket_shapes() const;
+  // From the step after `warmup_steps`, buckets are reduced by `compressor` instead of the dense
+  // collective (synchronously, when the bucket completes). Null: dense reductions.
+  void set_compressor(GradientCompressor* compressor, int64_t warmup_steps) {
+    compressor_ = compressor;
+    warmup_steps_ = warmup_steps;
+  }
   // Upper bound of the 'comm' bytes live at once for bucket storage (stages 2 and 3), for a program
   // of one microbatch in flight: (kMaxInFlight + most buckets filling at once) × the largest bucket.
   size_t storage_bound_bytes() const;
@@ -90,6 +99,8 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   std::map<int, std::vector<Window>> post_after_;   // action index -> windows complete after it
   std::map<Window, Tensor> filling_;                // allocated and not yet posted
   std::deque<InFlight> in_flight_;
+  GradientCompressor* compressor_ = nullptr;
+  int64_t warmup_steps_ = 0;
 };
 
 }  // namespace tessera::parallel

@@ -53,7 +53,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", zero3_with_pipelining_refusal(layout));
   schedule_ = pipeline::make_schedule(layout);
   stages_ = split_stages();
-  DataParallelOptions dp_options{layout.zero_stage, options.bucket_bytes, {}};
+  DataParallelOptions dp_options{layout.zero_stage, options.bucket_bytes, {}, options.compression};
   if (pp_ != nullptr) {
     // Claims the master copies of the other stages' parameters, and says which are this rank's:
     // the data-parallel group of this stage reduces and shards only those.

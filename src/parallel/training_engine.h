@@ -31,6 +31,7 @@ struct EngineOptions {
   // microbatches per step = B / (dp × b).
   config::ParallelLayout layout;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
+  CompressionOptions compression;             // how the buckets are reduced (dense: none)
   optim::AdamWConfig adam;
   int seq_len = 1;
   exec::RecomputeOptions recompute;

@@ -108,6 +108,16 @@ void write_stage_optimizer(const std::string& path, const ModelState& model) {
   opt.write(path);
 }
 
+// The compressor's state tensors, and the step it has reached (its random rounding is keyed by it).
+void write_compression_state(const std::string& path, parallel::GradientCompressor& compressor) {
+  io::SafeTensorsWriter file;
+  for (auto& [name, tensor] : compressor.state()) file.add(name, tensor);
+  file.set_metadata("format", "tessera-compression-state");
+  file.set_metadata("method", std::string(compressor.name()));
+  file.set_metadata("step", std::to_string(compressor.step()));
+  file.write(path);
+}
+
 // "0-10,20-30": flat ranges as a shard file records them, to be compared on load.
 std::string ranges_text(const std::vector<nn::ParamRange>& ranges) {
   std::string text;
@@ -211,6 +221,11 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
     // Only rank 0, which made the temporary folder, removes it; the others report their failure.
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
       write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
+    });
+  }
+  if (model.compressor != nullptr) {
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
+      write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.compressor);
     });
   }
   if (pipelined && !sharded && model.writes_stage) {
@@ -458,6 +473,20 @@ void load_stage_optimizer(const std::string& path, const CheckpointManifest& man
   }
 }
 
+void load_compression_state(const std::string& path, const CheckpointManifest& manifest,
+                            parallel::GradientCompressor& compressor, int rank) {
+  const std::string name = compression_state_file_name(rank);
+  TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no gradient-compression state for rank {} ({}): it was "
+           "saved without parallel.compression = \"{}\"; resume with the compression it was saved with, or start anew "
+           "from its weights with train.init_from",
+           path, rank, name, compressor.name());
+  io::SafeTensorsFile file = io::SafeTensorsFile::open((fs::path(path) / name).string());
+  TS_CHECK(file.metadata_value("method") == compressor.name(), "checkpoint '{}' holds the state of compression '{}', "
+           "but this run uses '{}'", path, file.metadata_value("method"), compressor.name());
+  for (auto& [key, tensor] : compressor.state()) file.copy_to(key, tensor);
+  compressor.set_step(std::stoll(file.metadata_value("step")));
+}
+
 void load_optimizer(const std::string& path, const ModelState& model, optim::StateDict& state) {
   io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
   for (const auto& p : model.params.all()) {
@@ -565,9 +594,14 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
     state.steps = manifest.optimizer_steps;
     model.optimizer->load_state_dict(state);
   }
+  if (model.compressor != nullptr) load_compression_state(path, manifest, *model.compressor, rank_in(comm));
+  const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
   LoadedCheckpoint loaded;
   loaded.path = path;
   loaded.state = manifest.state;
+  if (has_compression_state && model.compressor == nullptr) {
+    loaded.unused = "its gradient-compression state (the error not yet sent): this run reduces gradients densely";
+  }
   loaded.config_toml = manifest.config_toml;
   return loaded;
 }

@@ -51,6 +51,8 @@ struct ModelState {
   // rank of each stage's data-parallel group (writes_stage) saves them to the stage's own file.
   // With ZeRO every rank saves its shard, as without pipelining.
   int pipeline_rank = -1;
+  // With gradient compression: its persistent state, saved and loaded by every rank.
+  parallel::GradientCompressor* compressor = nullptr;
   std::vector<const nn::Parameter*> stage_params;
   bool writes_stage = false;
 };
@@ -81,6 +83,9 @@ struct LoadedCheckpoint {
   std::string path;
   CheckpointState state;
   std::string config_toml;
+  // What of the checkpoint this run does not use (e.g. a compressor's unsent error when the run
+  // reduces densely), for the log; empty when it uses everything.
+  std::string unused;
 };
 
 // Verifies checksums, that the checkpoint's model equals `config.model` (an error lists the

@@ -119,6 +119,10 @@ void check_model(const Fields& f, const json& model) {
 
 std::string zero_shard_file_name(int rank) { return fmt::format("zero_shard.rank{:05d}.safetensors", rank); }
 
+std::string compression_state_file_name(int rank) {
+  return fmt::format("compression.rank{:05d}.safetensors", rank);
+}
+
 std::string pipeline_stage_file_name(int pipeline_rank) {
   return fmt::format("optimizer.pipeline{:04d}.safetensors", pipeline_rank);
 }

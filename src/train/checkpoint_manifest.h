@@ -76,6 +76,8 @@ std::optional<int64_t> step_of_folder_name(std::string_view name);
 std::string zero_shard_file_name(int rank);
 // The optimizer state of one pipeline rank's stages.
 std::string pipeline_stage_file_name(int pipeline_rank);
+// A rank's gradient-compression state (error feedback, PowerSGD's Q), with parallel.compression.
+std::string compression_state_file_name(int rank);
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";

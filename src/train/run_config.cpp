@@ -102,6 +102,23 @@ void RunConfig::validate() const {
              parallel::zero3_with_pipelining_refusal(layout()));
   }
   {
+    const parallel::CompressionMethod method = parallel::parse_compression(parallel.compression);
+    const auto refuse_unread = [&](bool given, std::string_view key, parallel::CompressionMethod reader) {
+      TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
+               "is \"{}\")", key, parallel::compression_name(reader), parallel.compression);
+    };
+    refuse_unread(compression.ratio != 0, "ratio", parallel::CompressionMethod::TopK);
+    refuse_unread(compression.levels != 0, "levels", parallel::CompressionMethod::Qsgd);
+    refuse_unread(compression.rank != 0, "rank", parallel::CompressionMethod::PowerSgd);
+    TS_CHECK(std::isfinite(compression.ratio) && compression.ratio >= 0 && compression.ratio <= 1,
+             "config: compression.ratio = {} must be a fraction of each bucket in (0, 1]", compression.ratio);
+    check_range("compression.levels", compression.levels, 0, 127);
+    check_range("compression.rank", compression.rank, 0, 1 << 16);
+    check_range<int64_t>("compression.warmup_steps", compression.warmup_steps, 0, int64_t{1} << 40);
+    TS_CHECK(method != parallel::CompressionMethod::None || compression.warmup_steps == 0,
+             "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
+  }
+  {
     const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
     TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
              "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\" or "
@@ -245,6 +262,15 @@ RunConfig read_run_config(const toml::table& table) {
     c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
     c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
+    c.parallel.compression = r.get("compression", c.parallel.compression);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("compression");
+    c.compression.ratio = r.get("ratio", c.compression.ratio);
+    c.compression.levels = r.get("levels", c.compression.levels);
+    c.compression.rank = r.get("rank", c.compression.rank);
+    c.compression.warmup_steps = r.get("warmup_steps", c.compression.warmup_steps);
     r.finish();
   }
   {
@@ -344,7 +370,12 @@ std::string to_toml(const RunConfig& c) {
                                             {"schedule", c.parallel.schedule},
                                             {"virtual_stages", c.parallel.virtual_stages},
                                             {"bucket_mb", shortest(c.parallel.bucket_mb)},
-                                            {"timeout_seconds", shortest(c.parallel.timeout_seconds)}}},
+                                            {"timeout_seconds", shortest(c.parallel.timeout_seconds)},
+                                            {"compression", c.parallel.compression}}},
+                   {"compression", toml::table{{"ratio", c.compression.ratio},
+                                               {"levels", c.compression.levels},
+                                               {"rank", c.compression.rank},
+                                               {"warmup_steps", c.compression.warmup_steps}}},
                    {"memory", toml::table{{"recompute", c.memory.recompute},
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)}}},
@@ -358,6 +389,17 @@ std::string to_toml(const RunConfig& c) {
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();
+}
+
+parallel::CompressionOptions RunConfig::compression_options() const {
+  parallel::CompressionOptions o;
+  o.method = parallel::parse_compression(parallel.compression);
+  if (compression.ratio != 0) o.ratio = compression.ratio;
+  if (compression.levels != 0) o.levels = compression.levels;
+  if (compression.rank != 0) o.rank = compression.rank;
+  o.warmup_steps = compression.warmup_steps;
+  o.seed = train.seed;
+  return o;
 }
 
 }  // namespace tessera::train

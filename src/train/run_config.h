@@ -11,6 +11,7 @@
 
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
+#include "parallel/compression/compressor.h"
 
 namespace tessera::train {
 
@@ -62,6 +63,16 @@ struct ParallelSection {
   int virtual_stages = 1;           // model chunks per rank (the interleaved schedule)
   float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
   float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
+  std::string compression = "none"; // how gradient buckets are reduced: none, topk, qsgd, onebit, powersgd
+};
+
+// The keys of the gradient compressor chosen by parallel.compression; 0 is the method's default,
+// and a key the method does not read is refused.
+struct CompressionSection {
+  double ratio = 0;           // topk: fraction of each bucket's elements sent (0: 0.01)
+  int levels = 0;             // qsgd: quantization levels, 1 to 127 (0: 127)
+  int rank = 0;               // powersgd: rank of each matrix's approximation (0: 4)
+  int64_t warmup_steps = 0;   // steps reduced exactly before compression starts
 };
 
 struct MemorySection {
@@ -90,6 +101,7 @@ struct RunConfig {
   TrainSection train;
   OptimSection optim;
   ParallelSection parallel;
+  CompressionSection compression;
   MemorySection memory;
   CheckpointSection checkpoint;
   LogSection log;
@@ -101,6 +113,8 @@ struct RunConfig {
   // The run's parallel layout, the one value the mesh, the schedule and the planner read (from
   // parallel.*, train.batch_size and train.micro_batch_size; pp = tp = ep = 1 for now).
   config::ParallelLayout layout() const;
+  // The compressor's options (parallel.compression and compression.*), defaults filled in.
+  parallel::CompressionOptions compression_options() const;
   // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.
   void validate() const;
 };

@@ -59,6 +59,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.adam = {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
   o.seq_len = cfg.model.seq_len;
   o.stage_layers = cfg.parallel.stage_layers;
+  o.compression = cfg.compression_options();
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
@@ -67,6 +68,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
 
 ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values) {
   ModelState state{model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
+  state.compressor = engine.data_parallel().compressor();
   if (engine.pipeline() != nullptr) {
     state.pipeline_rank = engine.pipeline()->rank();
     if (engine.data_parallel().zero_stage() == 0) state.stage_params = engine.optimizer_parameters();
@@ -258,6 +260,7 @@ TrainResult Trainer::run() {
     TS_CHECK(loaded.state.seed == cfg.train.seed,
              "checkpoint '{}' was trained with train.seed = {} but this run has {}; resume with the same seed",
              resume_path, loaded.state.seed, cfg.train.seed);
+    if (leader && !loaded.unused.empty()) fmt::print("note: resuming from {} without {}\n", resume_path, loaded.unused);
     if (leader) truncate_history(result.metrics_path, step);
   }
   result.first_step = step;

@@ -194,6 +194,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.adam = adam();
   options.seq_len = c.seq_len;
   options.recompute = c.recompute;
+  options.compression = c.compression;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
   parallel::TrainingEngine engine(model, memory, comm, options, pp);
   Recorder recorder(comm, c.zero_stage, model.units().size());

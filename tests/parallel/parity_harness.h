@@ -30,6 +30,7 @@ struct ParityCase {
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   bool record_timeline = false;  // record the last step's timeline (RunRecord::spans and ::timeline)
+  parallel::CompressionOptions compression;  // how the data-parallel run reduces its buckets
 };
 
 struct StepRecord {

@@ -239,6 +239,49 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
   EXPECT_NE(many.output.find("every stage needs at least one block"), std::string::npos) << many.output;
 }
 
+// parallel.compression: each rank saves its compressor's state (error feedback, PowerSGD's Q, the
+// step its rounding is keyed by), so a resumed compressed run equals the uninterrupted one bitwise;
+// keys the chosen method does not read, and resuming without the state, are refused.
+TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
+  for (const std::string method : {"--parallel.compression qsgd", "--parallel.compression powersgd --compression.rank 2",
+                                   "--parallel.compression topk --compression.ratio 0.05 --parallel.zero_stage 1"}) {
+    const std::string layout = "--parallel.dp 2 --train.steps 4 --compression.warmup_steps 1 " + method;
+    const fs::path whole = g_root / "compressed_whole", split = g_root / "compressed_split";
+    fs::remove_all(whole);
+    fs::remove_all(split);
+    CliResult a = run_tessera(launch(2, whole, layout));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(run_tessera(launch(2, split, layout + " --train.exit_after 2")).exit_code, 3);
+    CliResult b = run_tessera(launch(2, split, layout + " --checkpoint.resume latest"));
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl")) << method;
+    for (const char* file : {"model.safetensors", "compression.rank00000.safetensors", "compression.rank00001.safetensors"}) {
+      EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000004" / file).string()),
+                read_file((split / "checkpoints" / "step_00000004" / file).string()))
+          << file << " differs between the whole run and the resumed one (" << method << ")";
+    }
+  }
+  CliResult dense = run_tessera(launch(2, g_root / "compressed_dense", "--parallel.dp 2 --parallel.zero_stage 1 --train.steps 5 "
+                                                                       "--checkpoint.resume " +
+                                                                       (g_root / "compressed_split").string()));
+  ASSERT_EQ(dense.exit_code, 0) << dense.output;
+  EXPECT_NE(dense.output.find("without its gradient-compression state (the error not yet sent)"), std::string::npos)
+      << dense.output;
+  CliResult other = run_tessera(launch(2, g_root / "compressed_other", "--parallel.dp 2 --train.steps 5 --parallel.zero_stage 1 "
+                                       "--parallel.compression onebit --checkpoint.resume " +
+                                       (g_root / "compressed_split").string()));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("holds the state of compression 'topk', but this run uses 'onebit'"), std::string::npos)
+      << other.output;
+  CliResult unread = run_tessera(train_args(g_root / "compressed_bad", "--train.steps 2 --parallel.compression topk "
+                                                                       "--compression.rank 2"));
+  EXPECT_NE(unread.exit_code, 0);
+  EXPECT_NE(unread.output.find("compression.rank is read by parallel.compression = \"powersgd\" only"), std::string::npos)
+      << unread.output;
+  CliResult unknown = run_tessera(train_args(g_root / "compressed_bad", "--train.steps 2 --parallel.compression gzip"));
+  EXPECT_NE(unknown.output.find("parallel.compression = 'gzip' is not known"), std::string::npos) << unknown.output;
+}
+
 TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   CliResult r = run_tessera(launch(2, g_root / "bad", "--train.steps 2 --parallel.dp 4"));
   EXPECT_NE(r.exit_code, 0);

@@ -1,0 +1,96 @@
+#pragma once
+// Gradient compression: a strategy of the data-parallel gradient reducer (parallel/
+// gradient_reducer.h). Where the reducer would all-reduce (or reduce-scatter) a bucket, a
+// compressor replaces the bucket's local gradient with an approximation of the SUM over the group,
+// exchanging less than the dense gradient:
+//
+//   topk      the largest |g| (compression.ratio of each bucket) with error feedback: what is not
+//             sent is kept and added to the next step's gradient (Lin et al. 2018; Stich et al.
+//             2018); values and indices all-gathered
+//   qsgd      each element stochastically rounded to one of compression.levels levels of the
+//             bucket's norm (Alistarh et al. 2017): unbiased, one byte an element, all-gathered;
+//             the rounding is keyed by (seed, step, rank, bucket, element), so reruns are identical
+//   onebit    the sign of each element times the bucket's mean |g|, with error feedback (Seide et
+//             al. 2014; Bernstein et al. 2018): one bit an element, all-gathered
+//   powersgd  each matrix of the bucket as P Qᵀ of rank compression.rank by one power iteration on
+//             the group's sum, Q warm-started from the previous step, with error feedback (Vogels
+//             et al. 2019); vectors, and matrices too small to gain, are all-reduced exactly
+//
+// The reduction is synchronous: a compressed bucket is exchanged when the reducer posts it (the
+// decompression needs every rank's part). The state that persists across steps (error feedback,
+// PowerSGD's Q) lives here, per bucket, so ZeRO-2/3's transient bucket storage does not lose it;
+// under ZeRO the reducer then keeps this rank's part of the decompressed sum, as after a
+// reduce-scatter. The first compression.warmup_steps steps reduce exactly.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/tensor.h"
+#include "dist/communicator.h"
+
+namespace tessera::parallel {
+
+enum class CompressionMethod : uint8_t { None, TopK, Qsgd, OneBit, PowerSgd };
+std::string_view compression_name(CompressionMethod method);  // "none", "topk", "qsgd", "onebit", "powersgd"
+// Refuses an unknown name, listing the known ones.
+CompressionMethod parse_compression(std::string_view name);
+
+struct CompressionOptions {
+  CompressionMethod method = CompressionMethod::None;
+  double ratio = 0.01;        // topk: the fraction of each bucket's elements sent
+  int levels = 127;           // qsgd: quantization levels s (1 to 127: a signed byte)
+  int rank = 4;               // powersgd: rank of each matrix's approximation
+  int64_t warmup_steps = 0;   // steps reduced exactly before compression starts
+  uint64_t seed = 0;          // qsgd's rounding, powersgd's first Q
+};
+
+// A bucket as a compressor sees it: its elements, and the matrices inside it (PowerSGD
+// approximates those; everything else of the bucket is reduced exactly).
+struct BucketShape {
+  struct Matrix {
+    int64_t offset = 0;  // first element inside the bucket
+    int64_t rows = 0;
+    int64_t cols = 0;
+  };
+  int64_t elements = 0;
+  std::vector<Matrix> matrices;
+};
+
+class GradientCompressor {
+ public:
+  virtual ~GradientCompressor() = default;
+  virtual std::string_view name() const = 0;
+  // Replaces `grad`, this rank's gradient of bucket `bucket`, by the approximation of the sum over
+  // `comm` of every member's. Collective over `comm`; every member calls it with the same bucket.
+  virtual void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) = 0;
+  // The bytes this rank sends to reduce `bucket` in a group of `ranks` (the communicator's
+  // counters show exactly this; `rank` is this rank's place in the group).
+  virtual uint64_t wire_bytes(int bucket, int ranks, int rank) const = 0;
+  // Its persistent state as named tensors (views of its storage), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor>> state() { return {}; }
+
+  // A training step begins; the first `warmup_steps` reduce exactly.
+  void begin_step() { ++step_; }
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  bool active(int64_t warmup_steps) const { return step_ > warmup_steps; }
+
+ private:
+  int64_t step_ = 0;  // training steps begun (1 during the first)
+};
+
+// The compressor of `options.method` for these buckets (nullptr for None). `rank` is this rank's
+// place in the data-parallel group (it keys QSGD's random rounding).
+std::unique_ptr<GradientCompressor> make_compressor(const CompressionOptions& options,
+                                                    std::vector<BucketShape> buckets, MemoryAccountant& memory,
+                                                    int rank);
+
+// Compressed elements a bucket of `elements` sends under top-k at `ratio`: ⌈ratio·n⌉, at least 1.
+int64_t top_k_count(int64_t elements, double ratio);
+
+}  // namespace tessera::parallel

@@ -1,0 +1,199 @@
+// PowerSGD: each matrix of a bucket approximated as P Qᵀ (rank r) by one power iteration on the
+// group's summed gradient, with error feedback and Q warm-started from the previous step.
+//
+// With M_i rank i's gradient plus its error and S = Σ_i M_i:
+//   P = Σ_i M_i Q  = S Q            (all-reduce of every matrix's P in one buffer)
+//   P̂ = orthonormal columns of P    (Gram-Schmidt, the same on every rank)
+//   Q = Σ_i M_iᵀ P̂ = Sᵀ P̂           (all-reduce of every Q in one buffer)
+//   S ≈ P̂ Qᵀ = P̂ P̂ᵀ S              (exact when r reaches the matrix's rank)
+// and rank i keeps M_i − P̂ Qᵀ / R as its error, so the errors sum to what the group did not send.
+// Matrices where r (rows + cols) ≥ rows·cols would not gain, and everything that is not a matrix,
+// are summed exactly in one all-reduce.
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "dist/ops.h"
+#include "parallel/compression/methods.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+struct Compressed {
+  BucketShape::Matrix m;
+  int64_t rank = 0;
+  Tensor q;  // [cols, rank], kept across steps (the warm start)
+};
+
+struct BucketPlan {
+  std::vector<Compressed> matrices;
+  std::vector<std::pair<int64_t, int64_t>> exact;  // [begin, end) runs of the bucket summed exactly
+  int64_t exact_elements = 0;
+  int64_t p_elements = 0;  // Σ rows·rank
+  int64_t q_elements = 0;  // Σ cols·rank
+};
+
+// Orthonormal columns, in place: P is [rows, r] row-major. A column that vanishes stays zero.
+void orthonormalize(float* p, int64_t rows, int64_t r) {
+  for (int64_t c = 0; c < r; ++c) {
+    for (int64_t prev = 0; prev < c; ++prev) {
+      double dot = 0;
+      for (int64_t i = 0; i < rows; ++i) dot += double(p[i * r + c]) * p[i * r + prev];
+      for (int64_t i = 0; i < rows; ++i) p[i * r + c] -= static_cast<float>(dot) * p[i * r + prev];
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < rows; ++i) norm += double(p[i * r + c]) * p[i * r + c];
+    norm = std::sqrt(norm);
+    const float inv = norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.0f;
+    for (int64_t i = 0; i < rows; ++i) p[i * r + c] *= inv;
+  }
+}
+
+class PowerSgd final : public GradientCompressor {
+ public:
+  PowerSgd(const CompressionOptions& options, std::vector<BucketShape> buckets, MemoryAccountant& memory)
+      : rank_(options.rank) {
+    TS_CHECK(rank_ >= 1, "compression.rank = {} must be at least 1", rank_);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      const BucketShape& shape = buckets[b];
+      BucketPlan plan;
+      int64_t at = 0;
+      std::vector<BucketShape::Matrix> matrices = shape.matrices;
+      std::sort(matrices.begin(), matrices.end(), [](const auto& x, const auto& y) { return x.offset < y.offset; });
+      for (const BucketShape::Matrix& m : matrices) {
+        const int64_t r = std::min<int64_t>({rank_, m.rows, m.cols});
+        if (r * (m.rows + m.cols) >= m.rows * m.cols) continue;  // no gain: summed exactly below
+        if (m.offset > at) plan.exact.emplace_back(at, m.offset);
+        at = m.offset + m.rows * m.cols;
+        Compressed c{m, r, Tensor::empty({m.cols, r}, DType::F32, MemoryTag::Optimizer, memory)};
+        // A random start, the same on every rank (then warm-started from each step's Q).
+        float* q = c.q.data<float>();
+        const uint64_t stream = stream_id("compression:powersgd") ^ (uint64_t{b} << 32) ^ static_cast<uint64_t>(m.offset);
+        for (int64_t i = 0; i < m.cols * r; ++i) q[i] = normal(options.seed, stream, static_cast<uint64_t>(i));
+        plan.p_elements += m.rows * r;
+        plan.q_elements += m.cols * r;
+        plan.matrices.push_back(std::move(c));
+      }
+      if (shape.elements > at) plan.exact.emplace_back(at, shape.elements);
+      for (const auto& [lo, hi] : plan.exact) plan.exact_elements += hi - lo;
+      residuals_.push_back(Tensor::zeros({shape.elements}, DType::F32, MemoryTag::Optimizer, memory));
+      plans_.push_back(std::move(plan));
+    }
+  }
+
+  std::string_view name() const override { return "powersgd"; }
+
+  void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
+    BucketPlan& plan = plans_.at(static_cast<size_t>(bucket));
+    float* error = residuals_.at(static_cast<size_t>(bucket)).data<float>();
+    const float R = static_cast<float>(comm.size());
+    // Exact part: one all-reduce of the runs between the compressed matrices.
+    if (plan.exact_elements > 0) {
+      std::vector<float> exact;
+      exact.reserve(static_cast<size_t>(plan.exact_elements));
+      for (const auto& [lo, hi] : plan.exact) exact.insert(exact.end(), grad.begin() + lo, grad.begin() + hi);
+      comm.all_reduce(exact.data(), exact.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+      size_t at = 0;
+      for (const auto& [lo, hi] : plan.exact) {
+        std::copy(exact.begin() + static_cast<std::ptrdiff_t>(at), exact.begin() + static_cast<std::ptrdiff_t>(at + (hi - lo)),
+                  grad.begin() + lo);
+        at += static_cast<size_t>(hi - lo);
+      }
+    }
+    if (plan.matrices.empty()) return;
+    // M = gradient + error, in place in the gradient.
+    for (const Compressed& c : plan.matrices) {
+      const int64_t n = c.m.rows * c.m.cols;
+      for (int64_t i = 0; i < n; ++i) grad[static_cast<size_t>(c.m.offset + i)] += error[c.m.offset + i];
+    }
+    std::vector<float> p(static_cast<size_t>(plan.p_elements), 0.0f), q(static_cast<size_t>(plan.q_elements), 0.0f);
+    size_t p_at = 0;
+    for (const Compressed& c : plan.matrices) {  // P = M Q
+      const float* M = grad.data() + c.m.offset;
+      const float* Q = c.q.data<float>();
+      float* P = p.data() + p_at;
+      for (int64_t i = 0; i < c.m.rows; ++i) {
+        for (int64_t j = 0; j < c.m.cols; ++j) {
+          const float mij = M[i * c.m.cols + j];
+          for (int64_t k = 0; k < c.rank; ++k) P[i * c.rank + k] += mij * Q[j * c.rank + k];
+        }
+      }
+      p_at += static_cast<size_t>(c.m.rows * c.rank);
+    }
+    comm.all_reduce(p.data(), p.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+    p_at = 0;
+    size_t q_at = 0;
+    for (const Compressed& c : plan.matrices) {  // P̂, then Q = Mᵀ P̂
+      float* P = p.data() + p_at;
+      orthonormalize(P, c.m.rows, c.rank);
+      const float* M = grad.data() + c.m.offset;
+      float* Q = q.data() + q_at;
+      for (int64_t i = 0; i < c.m.rows; ++i) {
+        for (int64_t j = 0; j < c.m.cols; ++j) {
+          const float mij = M[i * c.m.cols + j];
+          for (int64_t k = 0; k < c.rank; ++k) Q[j * c.rank + k] += mij * P[i * c.rank + k];
+        }
+      }
+      p_at += static_cast<size_t>(c.m.rows * c.rank);
+      q_at += static_cast<size_t>(c.m.cols * c.rank);
+    }
+    comm.all_reduce(q.data(), q.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+    p_at = 0;
+    q_at = 0;
+    for (Compressed& c : plan.matrices) {  // S ≈ P̂ Qᵀ; error = M − P̂ Qᵀ / R; Q kept for next step
+      const float* P = p.data() + p_at;
+      const float* Q = q.data() + q_at;
+      float* M = grad.data() + c.m.offset;
+      float* E = error + c.m.offset;
+      for (int64_t i = 0; i < c.m.rows; ++i) {
+        for (int64_t j = 0; j < c.m.cols; ++j) {
+          float approx = 0;
+          for (int64_t k = 0; k < c.rank; ++k) approx += P[i * c.rank + k] * Q[j * c.rank + k];
+          E[i * c.m.cols + j] = M[i * c.m.cols + j] - approx / R;
+          M[i * c.m.cols + j] = approx;
+        }
+      }
+      std::copy(Q, Q + c.m.cols * c.rank, c.q.data<float>());
+      p_at += static_cast<size_t>(c.m.rows * c.rank);
+      q_at += static_cast<size_t>(c.m.cols * c.rank);
+    }
+  }
+
+  uint64_t wire_bytes(int bucket, int ranks, int /*rank*/) const override {
+    const BucketPlan& plan = plans_.at(static_cast<size_t>(bucket));
+    uint64_t bytes = 0;
+    if (plan.exact_elements > 0) bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.exact_elements), 4, ranks);
+    if (!plan.matrices.empty()) {
+      bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.p_elements), 4, ranks);
+      bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.q_elements), 4, ranks);
+    }
+    return bytes;
+  }
+
+  std::vector<std::pair<std::string, Tensor>> state() override {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (size_t b = 0; b < plans_.size(); ++b) {
+      out.emplace_back("powersgd.residual." + std::to_string(b), residuals_[b]);
+      for (size_t m = 0; m < plans_[b].matrices.size(); ++m) {
+        out.emplace_back("powersgd.q." + std::to_string(b) + "." + std::to_string(m), plans_[b].matrices[m].q);
+      }
+    }
+    return out;
+  }
+
+ private:
+  int rank_;
+  std::vector<BucketPlan> plans_;
+  std::vector<Tensor> residuals_;  // [bucket]: [elements], the error of the compressed matrices
+};
+
+}  // namespace
+
+std::unique_ptr<GradientCompressor> make_power_sgd(const CompressionOptions& options, std::vector<BucketShape> buckets,
+                                                   MemoryAccountant& memory) {
+  return std::make_unique<PowerSgd>(options, std::move(buckets), memory);
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,83 @@
+// Top-k sparsification with error feedback.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+#include "dist/ops.h"
+#include "parallel/compression/methods.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+class TopK final : public GradientCompressor {
+ public:
+  TopK(const CompressionOptions& options, std::vector<BucketShape> buckets, MemoryAccountant& memory)
+      : ratio_(options.ratio), buckets_(std::move(buckets)) {
+    TS_CHECK(ratio_ > 0 && ratio_ <= 1, "compression.ratio = {} must be in (0, 1]", ratio_);
+    for (const BucketShape& b : buckets_) {
+      residuals_.push_back(Tensor::zeros({b.elements}, DType::F32, MemoryTag::Optimizer, memory));
+    }
+  }
+
+  std::string_view name() const override { return "topk"; }
+
+  void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
+    Tensor& residual = residuals_.at(static_cast<size_t>(bucket));
+    TS_CHECK(residual.numel() == static_cast<int64_t>(grad.size()), "topk: bucket {} has {} elements, not {}", bucket,
+             residual.numel(), grad.size());
+    float* acc = residual.data<float>();
+    const auto n = static_cast<int64_t>(grad.size());
+    for (int64_t i = 0; i < n; ++i) acc[i] += grad[static_cast<size_t>(i)];
+    // The k largest magnitudes, ties to the lower index so every rerun picks the same.
+    const int64_t k = top_k_count(n, ratio_);
+    std::vector<int32_t> index(static_cast<size_t>(n));
+    std::iota(index.begin(), index.end(), 0);
+    const auto larger = [acc](int32_t a, int32_t b) {
+      const float fa = std::fabs(acc[a]), fb = std::fabs(acc[b]);
+      return fa > fb || (fa == fb && a < b);
+    };
+    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(), larger);
+    index.resize(static_cast<size_t>(k));
+    std::sort(index.begin(), index.end());
+    std::vector<float> values(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      values[static_cast<size_t>(j)] = acc[index[static_cast<size_t>(j)]];
+      acc[index[static_cast<size_t>(j)]] = 0;  // sent: what stays is the error fed back next step
+    }
+    const auto R = static_cast<size_t>(comm.size());
+    std::vector<float> all_values(R * static_cast<size_t>(k));
+    std::vector<int32_t> all_index(R * static_cast<size_t>(k));
+    gather_equal(comm, values.data(), all_values.data(), static_cast<size_t>(k), DType::F32);
+    gather_equal(comm, index.data(), all_index.data(), static_cast<size_t>(k), DType::I32);
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    for (size_t j = 0; j < all_values.size(); ++j) grad[static_cast<size_t>(all_index[j])] += all_values[j];
+  }
+
+  uint64_t wire_bytes(int bucket, int ranks, int rank) const override {
+    const auto k = static_cast<size_t>(top_k_count(buckets_.at(static_cast<size_t>(bucket)).elements, ratio_));
+    const std::vector<size_t> counts(static_cast<size_t>(ranks), k);
+    return dist::all_gather_bytes(counts, 4, rank) * 2;  // values and indices
+  }
+
+  std::vector<std::pair<std::string, Tensor>> state() override {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (size_t b = 0; b < residuals_.size(); ++b) out.emplace_back("topk.residual." + std::to_string(b), residuals_[b]);
+    return out;
+  }
+
+ private:
+  double ratio_;
+  std::vector<BucketShape> buckets_;
+  std::vector<Tensor> residuals_;  // [bucket]: [elements], what was not sent yet
+};
+
+}  // namespace
+
+std::unique_ptr<GradientCompressor> make_top_k(const CompressionOptions& options, std::vector<BucketShape> buckets,
+                                               MemoryAccountant& memory) {
+  return std::make_unique<TopK>(options, std::move(buckets), memory);
+}
+
+}  // namespace tessera::parallel
