@@ -76,6 +76,9 @@ std::optional<int64_t> step_of_folder_name(std::string_view name);
 std::string zero_shard_file_name(int rank);
 // The optimizer state of one pipeline rank's stages.
 std::string pipeline_stage_file_name(int pipeline_rank);
+// PipeDream-2BW: the previous weight version of one pipeline rank's parameters (the next batch
+// reads it), by parameter name.
+std::string previous_weights_file_name(int pipeline_rank);
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";

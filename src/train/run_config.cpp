@@ -53,10 +53,10 @@ void RunConfig::validate() const {
   TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
            optim.grad_clip);
   {
-    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1"};
+    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
     TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
-             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\" "
-             "(\"2bw\", PipeDream-2BW, is simulated by `tessera simulate` but its weight versions are not executed yet)",
+             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
+             "or \"2bw\"",
              parallel.schedule);
   }
   check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
