@@ -242,8 +242,10 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   rec.comm_bound = engine.data_parallel().comm_bound_bytes();
   rec.buckets = engine.data_parallel().buckets().size();
   rec.weight_stash_bytes = memory.stats().live_of(MemoryTag::WeightStash);
-  for (const nn::Parameter* p : engine.optimizer_parameters()) {
-    rec.optimizer_param_bytes += static_cast<size_t>(p->numel()) * sizeof(float);
+  if (c.zero_stage == 0) {  // under ZeRO the optimizer holds parts of parameters
+    for (const nn::Parameter* p : engine.optimizer_parameters()) {
+      rec.optimizer_param_bytes += static_cast<size_t>(p->numel()) * sizeof(float);
+    }
   }
   for (const exec::Action& a : engine.program().actions) {
     if (a.kind == exec::Action::Kind::Unit) rec.program_units.push_back(a.unit);

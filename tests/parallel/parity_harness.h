@@ -57,7 +57,7 @@ struct RunRecord {
   size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
   size_t buckets = 0;
   size_t weight_stash_bytes = 0;      // live under MemoryTag::WeightStash after the engine was built
-  size_t optimizer_param_bytes = 0;   // f32 bytes of the parameters this rank's optimizer updates
+  size_t optimizer_param_bytes = 0;   // f32 bytes of the parameters this rank's optimizer updates (ZeRO 0)
   std::vector<int> program_units;  // the unit of each unit action of a step's program, in order
   exec::Program program;           // this rank's program of a step
   // With ParityCase::record_timeline: the recorder's spans of the last step on this rank, and the
