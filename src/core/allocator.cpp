@@ -14,6 +14,7 @@ std::string_view memory_tag_name(MemoryTag tag) {
     case MemoryTag::Activations: return "activations";
     case MemoryTag::Comm: return "comm";
     case MemoryTag::Workspace: return "workspace";
+    case MemoryTag::WeightStash: return "weight_stash";
   }
   return "?";
 }
@@ -35,10 +36,10 @@ void* MemoryAccountant::allocate(size_t bytes, MemoryTag tag) {
     if (budget_ != 0 && stats_.live_total + bytes > budget_) {
       TS_FAIL(
           "out of memory: allocating {} bytes for '{}' would bring live memory to {} bytes, over the budget of {} "
-          "bytes (live: params {}, grads {}, optimizer {}, activations {}, comm {}, workspace {}). Reduce the "
-          "batch or sequence length, enable recomputation or ZeRO, or raise the memory budget",
+          "bytes (live: params {}, grads {}, optimizer {}, activations {}, comm {}, workspace {}, weight stash {}). "
+          "Reduce the batch or sequence length, enable recomputation or ZeRO, or raise the memory budget",
           bytes, memory_tag_name(tag), stats_.live_total + bytes, budget_, stats_.live[0], stats_.live[1],
-          stats_.live[2], stats_.live[3], stats_.live[4], stats_.live[5]);
+          stats_.live[2], stats_.live[3], stats_.live[4], stats_.live[5], stats_.live[6]);
     }
     auto it = cache_.find(rounded);
     if (it != cache_.end()) {

@@ -17,8 +17,9 @@
 
 namespace tessera {
 
-enum class MemoryTag : uint8_t { Params, Grads, Optimizer, Activations, Comm, Workspace };
-inline constexpr size_t kMemoryTagCount = 6;
+// WeightStash: PipeDream-2BW's previous weight version, a second copy of a rank's parameters.
+enum class MemoryTag : uint8_t { Params, Grads, Optimizer, Activations, Comm, Workspace, WeightStash };
+inline constexpr size_t kMemoryTagCount = 7;
 std::string_view memory_tag_name(MemoryTag tag);
 
 struct MemoryStats {

@@ -32,19 +32,28 @@ class ActionTimer {
 };
 
 // Unique per step among the transfers of one pair of ranks: microbatch, boundary and payload. MPI
-// guarantees tags up to 32767; a larger pipeline is refused rather than risk a mismatch.
+// guarantees tags up to 32767; a larger pipeline is refused rather than risk a mismatch. A program
+// of several batches reuses its tags every two batches, so its length is not bounded by them: MPI
+// matches messages of one tag between two ranks in the order they were posted, and both ends
+// post each kind of transfer across one boundary in microbatch order.
 int transfer_tag(const Program& program, const Action& a) {
-  const int64_t tag = (int64_t{a.microbatch} * program.stages + a.edge) * 2 + (a.payload == pipeline::Tensor::Gradient);
+  const int per_batch = program.microbatches / program.batches;
+  const int cycle = program.batches == 1 ? per_batch : 2 * per_batch;
+  const int64_t tag =
+      (int64_t{a.microbatch % cycle} * program.stages + a.edge) * 2 + (a.payload == pipeline::Tensor::Gradient);
   TS_CHECK(tag < 32768, "{}: {} microbatches across {} stages need more message tags than MPI guarantees (32767); "
-           "use fewer microbatches per step", describe(a), program.microbatches, program.stages);
+           "use fewer microbatches per step", describe(a), cycle, program.stages);
   return static_cast<int>(tag);
 }
 }  // namespace
 
 ProgramResult Interpreter::run(const Program& program, std::span<const MicrobatchInput> microbatches,
-                               const StepOptions& options, const std::function<void()>& optimizer_step) {
+                               const StepOptions& options, const std::function<void(int batch)>& optimizer_step) {
   TS_CHECK(static_cast<int>(microbatches.size()) >= program.microbatches,
            "the program runs {} microbatches but {} were given", program.microbatches, microbatches.size());
+  TS_CHECK(program.batches >= 1 && program.microbatches % program.batches == 0,
+           "a program of {} batches cannot hold {} microbatches", program.batches, program.microbatches);
+  const int per_batch = program.microbatches / program.batches;
   const int units = model_.num_units();
   std::vector<MicrobatchState> states(static_cast<size_t>(program.microbatches));
   for (MicrobatchState& s : states) {
@@ -56,7 +65,11 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     s.backward_done = units;
   }
   ProgramResult result;
-  bool finished = false;
+  if (program.training) {
+    result.batch_loss_sums.assign(static_cast<size_t>(program.batches), 0.0);
+    result.batch_counted.assign(static_cast<size_t>(program.batches), 0);
+  }
+  bool finished = false;  // the transforms finished everything run so far
   // Receives indexed by action; sends in flight.
   std::vector<Transfer> posted(program.actions.size()), sends;
   auto complete_sends = [&] {
@@ -74,11 +87,16 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     if (a.kind == Action::Kind::Recv) send_ahead(program, i, states, sends, sent_ahead, options.timeline);
     const ActionTimer timer(options.timeline, i);
     if (a.kind == Action::Kind::OptimizerStep) {
-      check_finished(program, states);
-      complete_sends();
+      TS_CHECK(a.batch >= 0 && a.batch < program.batches, "{} names batch {} of {}", describe(a), a.batch,
+               program.batches);
+      check_finished(program, states, a.batch * per_batch, (a.batch + 1) * per_batch);
+      // Only the last step waits for this rank's sends. Under PipeDream-2BW the next batch's
+      // activations are already on their way, and the peer receives them after its own step of this
+      // batch, which waits for this rank in the gradient norm: waiting here could hang both.
+      if (a.batch + 1 == program.batches) complete_sends();
       if (!finished) transforms_.finish(program);
       finished = true;
-      if (optimizer_step) optimizer_step();
+      if (optimizer_step) optimizer_step(a.batch);
       continue;
     }
     TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
@@ -93,6 +111,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
       receive(program, i, s, posted, microbatches);
       continue;
     }
+    finished = false;
     post_receives_after(program, i, microbatches, posted);
     // Sends the peer has taken free their buffers here rather than at the end of the program, so
     // a rank does not hold every microbatch's sent activation (GPipe's m of them) until the step ends.
@@ -105,7 +124,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     nn::StepContext step{memory_, ownership_};
     step.training = a.phase != Phase::Eval;
     step.seed = options.seed;
-    step.step = options.step;
+    step.step = options.step + static_cast<uint64_t>(a.batch);
     step.sample_offset = mb.sample_offset;
     const Event event = event_of(program, i);
     EventScope scope(ownership_, &event);
@@ -117,7 +136,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     }
     transforms_.after(event);
   }
-  check_finished(program, states);
+  check_finished(program, states, 0, program.microbatches);
   complete_sends();
   if (!finished) transforms_.finish(program);
   return result;
@@ -217,6 +236,10 @@ void Interpreter::forward(const Action& a, MicrobatchState& s, const MicrobatchI
   if (a.phase == Phase::Forward || a.phase == Phase::Eval) {
     result.loss_sum += out.loss_sum;
     result.counted += out.counted;
+    if (!result.batch_loss_sums.empty()) {
+      result.batch_loss_sums[static_cast<size_t>(a.batch)] += out.loss_sum;
+      result.batch_counted[static_cast<size_t>(a.batch)] += out.counted;
+    }
   }
   const bool keeps_all = a.keep == memory::Keep::All && a.phase != Phase::Eval;
   s.kept[u] = keeps_all;
@@ -260,8 +283,9 @@ void Interpreter::backward(const Action& a, MicrobatchState& s, nn::StepContext&
   }
 }
 
-void Interpreter::check_finished(const Program& program, const std::vector<MicrobatchState>& states) const {
-  for (size_t m = 0; m < states.size(); ++m) {
+void Interpreter::check_finished(const Program& program, const std::vector<MicrobatchState>& states, int first,
+                                 int end) const {
+  for (auto m = static_cast<size_t>(first); m < static_cast<size_t>(end); ++m) {
     const MicrobatchState& s = states[m];
     if (program.training) {
       TS_CHECK(s.backward_done == program.first_unit, "the program ended with microbatch {} not back-propagated below unit {}", m,

@@ -46,7 +46,9 @@ struct MicrobatchInput {
 
 struct StepOptions {
   uint64_t seed = 0;  // dropout
-  uint64_t step = 0;  // optimizer step (dropout masks differ per step)
+  // Optimizer step (dropout masks differ per step): that of the program's first batch; batch b of a
+  // program of several runs as step + b.
+  uint64_t step = 0;
   // Records each action's start and end (exec/timeline_recorder.h); null: nothing recorded.
   TimelineRecorder* timeline = nullptr;
 };
@@ -54,6 +56,9 @@ struct StepOptions {
 struct ProgramResult {
   double loss_sum = 0;  // over the program's microbatches
   int64_t counted = 0;  // targets that count
+  // The same, batch by batch ([program.batches]; filled for training programs).
+  std::vector<double> batch_loss_sums;
+  std::vector<int64_t> batch_counted;
 };
 
 class Interpreter {
@@ -63,9 +68,10 @@ class Interpreter {
               dist::Communicator* pipeline = nullptr);
 
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
-  // called at the program's optimizer step, after the transform chain finished the program.
+  // called with the batch at each of the program's optimizer steps, after every microbatch of that
+  // batch is back-propagated on this rank and the transform chain finished it.
   ProgramResult run(const Program& program, std::span<const MicrobatchInput> microbatches, const StepOptions& options,
-                    const std::function<void()>& optimizer_step = {});
+                    const std::function<void(int batch)>& optimizer_step = {});
 
  private:
   struct MicrobatchState {
@@ -79,7 +85,8 @@ class Interpreter {
   void forward(const Action& a, MicrobatchState& s, const MicrobatchInput& mb, nn::StepContext& step,
                ProgramResult& result);
   void backward(const Action& a, MicrobatchState& s, nn::StepContext& step);
-  void check_finished(const Program& program, const std::vector<MicrobatchState>& states) const;
+  // Microbatches [first, end) hold nothing more and, in training, were back-propagated.
+  void check_finished(const Program& program, const std::vector<MicrobatchState>& states, int first, int end) const;
   struct Transfer {
     dist::WorkPtr work;
     Tensor buffer;  // kept alive until the transfer completes

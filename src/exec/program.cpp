@@ -31,7 +31,10 @@ bool writes_gradients(Phase phase) {
 bool is_transfer(const Action& a) { return a.kind == Action::Kind::Send || a.kind == Action::Kind::Recv; }
 
 std::string describe(const Action& a) {
-  if (a.kind == Action::Kind::OptimizerStep) return fmt::format("optimizer step (chunk {})", a.chunk);
+  if (a.kind == Action::Kind::OptimizerStep) {
+    return a.batch == 0 ? fmt::format("optimizer step (chunk {})", a.chunk)
+                        : fmt::format("optimizer step of batch {} (chunk {})", a.batch, a.chunk);
+  }
   if (is_transfer(a)) {
     const bool activation = a.payload == pipeline::Tensor::Activation;
     return fmt::format("{} {} mb{} across stages {}|{} {} rank {}", a.kind == Action::Kind::Send ? "send" : "recv",
@@ -40,6 +43,7 @@ std::string describe(const Action& a) {
   }
   std::string text = fmt::format("{} unit {} mb{}", phase_name(a.phase), a.unit, a.microbatch);
   if (a.chunk != 0) text += fmt::format(" chunk {}", a.chunk);
+  if (a.weight_version >= 0) text += fmt::format(" weights v{}", a.weight_version);
   if (is_forward(a.phase)) text += fmt::format(" (keep {}{})", memory::keep_name(a.keep), a.selective ? ", selective" : "");
   return text;
 }
@@ -145,10 +149,12 @@ std::string describe_stages(const StagePlan& plan) {
 namespace {
 
 // Appends the actions of one stage instruction.
-void lower_instruction(const pipeline::Instruction& ins, const StagePlan::Stage& stage, int units,
-                       std::vector<Action>& out) {
+void lower_instruction(const pipeline::Schedule& schedule, const pipeline::Instruction& ins,
+                       const StagePlan::Stage& stage, int units, std::vector<Action>& out) {
   const int first = stage.chain_first();
   const bool has_embedding = stage.first == 0;
+  const int batch = ins.op == pipeline::Op::OptimizerStep ? ins.weight_version - schedule.first_step - 1
+                                                          : ins.microbatch / schedule.microbatches;
   auto unit_action = [&](Phase phase, int unit, memory::Keep keep = memory::Keep::All) {
     Action a;
     a.phase = phase;
@@ -156,6 +162,8 @@ void lower_instruction(const pipeline::Instruction& ins, const StagePlan::Stage&
     a.chunk = ins.chunk;
     a.microbatch = ins.microbatch;
     a.keep = keep;
+    a.batch = batch;
+    a.weight_version = schedule.flush ? -1 : ins.weight_version;
     out.push_back(a);
     return &out.back();
   };
@@ -192,6 +200,7 @@ void lower_instruction(const pipeline::Instruction& ins, const StagePlan::Stage&
       a.payload = ins.tensor;
       a.peer = ins.peer;
       a.edge = pipeline::transfer_edge(ins);
+      a.batch = batch;
       // The stage is the producer of a Send and the consumer of a Recv: an activation crosses from
       // the producer's last unit into the consumer's first, a gradient the other way.
       const bool at_end = (ins.op == pipeline::Op::Send) == (ins.tensor == pipeline::Tensor::Activation);
@@ -205,6 +214,7 @@ void lower_instruction(const pipeline::Instruction& ins, const StagePlan::Stage&
         a.kind = Action::Kind::OptimizerStep;
         a.chunk = ins.chunk;
         a.microbatch = -1;
+        a.batch = batch;
         out.push_back(a);
       }
       return;
@@ -218,7 +228,8 @@ Program lower_training(const pipeline::Schedule& schedule, int rank, const Stage
   TS_CHECK(static_cast<int>(plan.stages.size()) == schedule.stages(),
            "the stage plan has {} stages but the schedule {}", plan.stages.size(), schedule.stages());
   Program program;
-  program.microbatches = schedule.microbatches;
+  program.microbatches = schedule.total_microbatches();
+  program.batches = schedule.steps;
   program.training = true;
   program.stages = schedule.stages();
   program.first_unit = plan.units;
@@ -228,7 +239,7 @@ Program lower_training(const pipeline::Schedule& schedule, int rank, const Stage
   const std::vector<pipeline::Instruction>& instructions = schedule.programs[static_cast<size_t>(rank)];
   for (size_t i = 0; i < instructions.size(); ++i) {
     const size_t first = program.actions.size();
-    lower_instruction(instructions[i], plan.stages[static_cast<size_t>(instructions[i].stage)], plan.units,
+    lower_instruction(schedule, instructions[i], plan.stages[static_cast<size_t>(instructions[i].stage)], plan.units,
                       program.actions);
     for (size_t a = first; a < program.actions.size(); ++a) program.actions[a].instruction = static_cast<int>(i);
   }

@@ -16,6 +16,8 @@
 //   BackwardInput(stage, mb)  the same with the input halves (BackwardInput)
 //   BackwardWeight(stage, mb) the weight halves of every unit of the stage, last unit first
 //   OptimizerStep(chunk)      an optimizer step (one for the run of consecutive OptimizerSteps)
+// A PipeDream-2BW program covers several batches (optimizer steps) without a flush: each unit
+// action names the weight version it reads, and each optimizer step the batch it applies.
 //   Send(tensor, mb, peer)    a transfer between pipeline ranks: an activation is the output of
 //   Recv(tensor, mb, peer)    the stage's last unit (the next stage's input), a gradient that of the
 //                             stage's first unit's input; `unit` names that slot (see Action)
@@ -64,6 +66,13 @@ struct Action {
   // (a run of consecutive optimizer steps: the first); -1 when it comes from no schedule
   // (evaluation). Timelines group the actions of one instruction by it.
   int instruction = -1;
+  // The batch of the program the action belongs to (0 for programs of one batch); an optimizer
+  // step: the batch whose gradients it applies.
+  int batch = 0;
+  // Unit actions of a PipeDream-2BW program: the weight version the unit reads, in optimizer steps
+  // since training began (pipeline::Instruction::weight_version). -1: the newest, whatever it is
+  // (flushing schedules and evaluation).
+  int weight_version = -1;
 
   bool operator==(const Action&) const = default;
 };
@@ -73,7 +82,8 @@ bool is_transfer(const Action& action);
 
 struct Program {
   std::vector<Action> actions;
-  int microbatches = 0;
+  int microbatches = 0;  // of all its batches: batch b holds microbatches [b m, (b + 1) m)
+  int batches = 1;       // optimizer steps (several for PipeDream-2BW)
   bool training = true;
   int first_unit = 0;  // the lowest unit this rank runs: a microbatch's backward ends there
   int stages = 1;      // stages of the whole pipeline (transfer tags are unique per step)
@@ -108,7 +118,8 @@ StagePlan balanced_stages(std::span<const double> unit_costs, int stages);
 // "embedding + blocks 0-1 | blocks 2-3 + head" (blocks numbered as the model's layers).
 std::string describe_stages(const StagePlan& plan);
 
-// The program of `rank` for one step of `schedule` (validated by the caller).
+// The program of `rank` for the schedule's steps (one, or several for PipeDream-2BW; validated by
+// the caller).
 Program lower_training(const pipeline::Schedule& schedule, int rank, const StagePlan& plan);
 // One evaluation microbatch through the units `rank` holds (all of them with one stage): each unit
 // forward, keeping nothing, with the activations received before and sent after each stage.

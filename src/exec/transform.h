@@ -44,7 +44,9 @@ class Transform {
   virtual void begin(const Program& program) {}
   virtual void before(const Event& event) {}
   virtual void after(const Event& event) {}
-  // Every unit action of the program ran; the optimizer step (if any) comes next.
+  // Every unit action of the program ran; the optimizer step (if any) comes next. A program of
+  // several batches (PipeDream-2BW) finishes at each of its optimizer steps, its later batches'
+  // actions following.
   virtual void finish(const Program& program) {}
 };
 

@@ -91,7 +91,7 @@ void GradientReducer::begin(const exec::Program& program) {
     if (a.kind != exec::Action::Kind::Unit || !exec::writes_gradients(a.phase)) continue;
     for (size_t b = 0; b < buckets_.size(); ++b) {
       if (!writes_bucket_[static_cast<size_t>(a.unit)][b]) continue;
-      const Window w{static_cast<int>(b), sharded_grads() ? a.microbatch : -1};
+      const Window w{static_cast<int>(b), sharded_grads() ? a.microbatch : -1 - a.batch};
       auto [it, fresh] = span.try_emplace(w, i, i);
       if (!fresh) it->second.second = i;
     }

@@ -72,7 +72,8 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   Tensor gradient_target(const nn::Parameter& p, const exec::Event* event) override;
 
  private:
-  // A bucket's reduction window: one per step (stages 0, 1: microbatch -1) or per microbatch.
+  // A bucket's reduction window: one per step (stages 0, 1: -1 - the batch, for programs of several
+  // batches) or per microbatch.
   using Window = std::pair<int, int>;  // (bucket, microbatch)
   struct InFlight {
     Window window;

@@ -55,9 +55,16 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   stages_ = split_stages();
   DataParallelOptions dp_options{layout.zero_stage, options.bucket_bytes, {}, options.compression};
   if (pp_ != nullptr) {
+    // 2BW's steps fall inside its programs, among transfers whose tags the tied-gradient exchange
+    // could match: that exchange gets a communicator of its own.
+    dist::Communicator* shared = pp_;
+    if (!schedule_.flush) {
+      shared_params_comm_ = pp_->split(0, pp_->rank(), "pp-shared");
+      shared = shared_params_comm_.get();
+    }
     // Claims the master copies of the other stages' parameters, and says which are this rank's:
     // the data-parallel group of this stage reduces and shards only those.
-    stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *pp_, ownership_);
+    stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *shared, ownership_);
     dp_options.domain = stage_params_->domain();
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
@@ -70,6 +77,23 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }
   plan(times_);
+  if (!schedule_.flush) {
+    TS_CHECK(options.compression.method == CompressionMethod::None,
+             "PipeDream-2BW with gradient compression: the compressor's state advances per step and a 2BW program "
+             "holds several; use no compression with 2bw");
+    TS_CHECK(layout.zero_stage <= 2,
+             "parallel.schedule = \"2bw\" with parallel.zero_stage = 3: ZeRO-3 gathers the working copies of the "
+             "parameters and 2BW keeps a second version of them; the two are not composed yet, so use zero_stage 0, "
+             "1 or 2 with 2bw");
+    std::vector<int> units;
+    const int rank = pp_ ? pp_->rank() : 0, ranks = size_of(pp_);
+    for (size_t s = 0; s < stages_.stages.size(); ++s) {
+      if (static_cast<int>(s) % ranks != rank) continue;
+      for (int u = stages_.stages[s].first; u < stages_.stages[s].last; ++u) units.push_back(u);
+    }
+    weight_versions_ = std::make_unique<WeightVersions>(
+        model.parameters(), parameters_of_units(model.parameters(), model.units(), units), memory, ownership_);
+  }
   optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
@@ -107,6 +131,13 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }
 
+void TrainingEngine::plan_program(int first_step, int batches) {
+  if (schedule_.first_step == first_step && schedule_.steps == batches) return;
+  schedule_ = pipeline::make_schedule(options_.layout, {.steps = batches, .first_step = first_step});
+  pipeline::check_valid(schedule_);
+  program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
+}
+
 void TrainingEngine::set_microbatches(int microbatches) {
   options_.layout.global_batch = int64_t{microbatches} * options_.layout.dp * options_.layout.micro_batch;
   plan(times_);
@@ -117,26 +148,90 @@ TrainingEngine::~TrainingEngine() = default;
 TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::MicrobatchInput> microbatches,
                                                       const exec::StepOptions& options, float lr,
                                                       std::optional<double> max_grad_norm) {
+  if (weight_versions_) return train_batches(microbatches, options, std::span(&lr, 1), max_grad_norm).front();
+  plan_program(0, 1);
   StepResult result;
   dp_->zero_grads();
-  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&] {
-    const std::vector<optim::Segment> segments = ownership_.master_segments();
-    if (stage_params_) stage_params_->sum_shared_gradients(segments);
-    if (max_grad_norm) {
-      result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
-      if (result.grad_norm.non_finite) {
-        result.skipped = true;  // every rank sees the same norm, so every rank skips
-        return;
-      }
-      GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
-    }
-    optimizer_->step(lr, segments);
-    dp_->after_optimizer_step();
-  });
+  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options,
+                                                   [&](int) { optimizer_step(result, lr, max_grad_norm); });
   const exec::ProgramResult total = over_pipeline(run);
   result.loss_sum = total.loss_sum;
   result.counted = total.counted;
   return result;
+}
+
+std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
+    std::span<const exec::MicrobatchInput> microbatches, const exec::StepOptions& options, std::span<const float> lrs,
+    std::optional<double> max_grad_norm) {
+  const int batches = static_cast<int>(lrs.size());
+  const int m = schedule_.microbatches;
+  TS_CHECK(batches >= 1, "train_batches needs at least one batch (one learning rate per batch)");
+  TS_CHECK(static_cast<int64_t>(microbatches.size()) == int64_t{batches} * m,
+           "{} batches of {} microbatches need {} microbatches, {} were given", batches, m, int64_t{batches} * m,
+           microbatches.size());
+  std::vector<StepResult> results(static_cast<size_t>(batches));
+  if (!weight_versions_) {
+    for (int b = 0; b < batches; ++b) {
+      exec::StepOptions one = options;
+      one.step = options.step + static_cast<uint64_t>(b);
+      if (b + 1 < batches) one.timeline = nullptr;
+      results[static_cast<size_t>(b)] =
+          train_step(microbatches.subspan(static_cast<size_t>(b) * m, static_cast<size_t>(m)), one,
+                     lrs[static_cast<size_t>(b)], max_grad_norm);
+    }
+    return results;
+  }
+  TS_CHECK(static_cast<int64_t>(options.step) == weight_versions_->newest(),
+           "PipeDream-2BW: batch {} follows {} optimizer steps, but the parameters are weight version {}; a resumed "
+           "run must restore its weight versions from the checkpoint (restore_weight_versions)",
+           options.step, options.step, weight_versions_->newest());
+  plan_program(static_cast<int>(options.step), batches);
+  dp_->zero_grads();
+  // Each rank reaches batch b's step at its own point of its list, so the step's collectives over
+  // the pipeline group (the tied-gradient exchange, the norm) and the data-parallel group (the
+  // gradient buckets, the norm) must not wait on anything a peer does only after its own step b.
+  // They do not: a rank's actions before its step b need activations and gradients its neighbours
+  // produce before their step b (the first stage runs the most forwards ahead, the last stage's
+  // backwards come first), sends never wait, and the interpreter waits for this rank's sends only
+  // at the program's last step. Every rank calls the collectives of steps 0, 1, ... in that order.
+  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&](int batch) {
+    weight_versions_->before_step();  // batch + 1 still reads the weights this step replaces
+    optimizer_step(results[static_cast<size_t>(batch)], lrs[static_cast<size_t>(batch)], max_grad_norm);
+    // The gradient buffers start over for the next batch: all of this batch's backwards on this
+    // rank came before its step, and none of the next batch's.
+    dp_->zero_grads();
+  });
+  std::vector<double> sums;
+  for (int b = 0; b < batches; ++b) {
+    sums.push_back(run.batch_loss_sums[static_cast<size_t>(b)]);
+    sums.push_back(static_cast<double>(run.batch_counted[static_cast<size_t>(b)]));
+  }
+  // Only the last stage computes the loss; every pipeline rank reports it.
+  if (pp_ != nullptr) sums = sum_over_ranks(pp_, sums);
+  for (int b = 0; b < batches; ++b) {
+    results[static_cast<size_t>(b)].loss_sum = sums[2 * static_cast<size_t>(b)];
+    results[static_cast<size_t>(b)].counted = static_cast<int64_t>(sums[2 * static_cast<size_t>(b) + 1]);
+  }
+  return results;
+}
+
+void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
+  const std::vector<optim::Segment> segments = ownership_.master_segments();
+  if (stage_params_) stage_params_->sum_shared_gradients(segments);
+  if (max_grad_norm) {
+    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
+    if (result.grad_norm.non_finite) {
+      result.skipped = true;  // every rank sees the same norm, so every rank skips
+      return;
+    }
+    GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+  }
+  optimizer_->step(lr, segments);
+  dp_->after_optimizer_step();
+}
+
+void TrainingEngine::restore_weight_versions(int64_t step) {
+  if (weight_versions_) weight_versions_->restore(step);
 }
 
 pipeline::MeasuredTimeline TrainingEngine::measured_timeline(const exec::TimelineRecorder& recorder) const {
@@ -151,7 +246,10 @@ exec::ProgramResult TrainingEngine::over_pipeline(const exec::ProgramResult& min
   if (pp_ == nullptr) return mine;
   // Only the last stage computes the loss; every pipeline rank reports it.
   const std::vector<double> sums = sum_over_ranks(pp_, std::vector<double>{mine.loss_sum, double(mine.counted)});
-  return exec::ProgramResult{sums[0], static_cast<int64_t>(sums[1])};
+  exec::ProgramResult total;
+  total.loss_sum = sums[0];
+  total.counted = static_cast<int64_t>(sums[1]);
+  return total;
 }
 
 std::vector<const nn::Parameter*> TrainingEngine::optimizer_parameters() {

@@ -5,6 +5,12 @@
 // in its chain (parallel/data_parallel.h), the optimizer over the master segments, and the global
 // gradient norm (parallel/grad_norm.h). The trainer, the parity tests and the benchmarks all step
 // through it, so they run the same code.
+//
+// PipeDream-2BW (parallel.schedule = "2bw") runs several batches as one program without a flush
+// (train_batches): the pipeline drains only where the program ends. Batch b computes its gradient
+// on weight version max(0, b - 1) and its step makes version b + 1 from version b, whatever the
+// programs' lengths, so a run's numbers do not depend on where it drained. This rank's previous
+// version is stashed by parallel/weight_versions.h.
 #include <memory>
 #include <optional>
 #include <span>
@@ -20,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
 #include "parallel/pipeline_stages.h"
+#include "parallel/weight_versions.h"
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
 #include "parallel/pipeline/measured_timeline.h"
@@ -66,6 +73,15 @@ class TrainingEngine {
   // nullopt skips it altogether (benchmarks against frameworks whose step does not measure it).
   StepResult train_step(std::span<const exec::MicrobatchInput> microbatches, const exec::StepOptions& options, float lr,
                         std::optional<double> max_grad_norm);
+  // lrs.size() optimizer steps, one per batch of microbatches (batch b's are [b m, (b + 1) m)),
+  // batch b as step options.step + b (its learning rate lrs[b]). Under PipeDream-2BW one program
+  // runs them all without a flush, each batch's step (tied gradient sum, global norm, clipping, the
+  // update) at its OptimizerStep action; options.step must be the weight version the parameters
+  // are (the optimizer steps taken, restore_weight_versions after a load). Flushing schedules run
+  // one program per batch. The timeline, if any, records the last program. Collective.
+  std::vector<StepResult> train_batches(std::span<const exec::MicrobatchInput> microbatches,
+                                        const exec::StepOptions& options, std::span<const float> lrs,
+                                        std::optional<double> max_grad_norm);
   // The timeline of the last step run with `recorder` in its StepOptions, every pipeline rank's on
   // one clock (parallel/pipeline_timeline.h). Collective over the pipeline group.
   pipeline::MeasuredTimeline measured_timeline(const exec::TimelineRecorder& recorder) const;
@@ -78,6 +94,11 @@ class TrainingEngine {
 
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
+  // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).
+  WeightVersions* weight_versions() { return weight_versions_.get(); }
+  // After a checkpoint load at `step`: the parameters are weight version `step` and, under
+  // PipeDream-2BW, the stash (loaded through weight_versions()->previous()) version step - 1.
+  void restore_weight_versions(int64_t step);
   DataParallel& data_parallel() { return *dp_; }
   // The pipeline group (nullptr with one pipeline rank).
   dist::Communicator* pipeline() const { return pp_; }
@@ -98,6 +119,11 @@ class TrainingEngine {
   exec::StagePlan split_stages() const;
   // The schedule, each stage's recompute plan and this rank's program.
   void plan(const exec::UnitTimes& times);
+  // The schedule and this rank's program for `batches` batches after `first_step` optimizer steps
+  // (PipeDream-2BW: several batches; flushing kinds: (0, 1)).
+  void plan_program(int first_step, int batches);
+  // The optimizer step of one batch, at its OptimizerStep action.
+  void optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm);
   // The loss of a program summed over the pipeline group (the last stage computes it).
   exec::ProgramResult over_pipeline(const exec::ProgramResult& mine) const;
 
@@ -108,7 +134,11 @@ class TrainingEngine {
   exec::TransformChain transforms_;
   dist::Communicator* pp_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
+  // Under 2BW the tied-gradient exchange runs while the next batch's transfers are in flight on
+  // the pipeline group; on a communicator of its own their message tags cannot meet.
+  std::unique_ptr<dist::Communicator> shared_params_comm_;
   std::unique_ptr<PipelineStageParameters> stage_params_;
+  std::unique_ptr<WeightVersions> weight_versions_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   GradNormService norms_;
   exec::Interpreter interpreter_;

@@ -233,6 +233,16 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       write_stage_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
     });
   }
+  if (!model.previous_weights.empty() && model.writes_previous_weights) {
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
+      io::SafeTensorsWriter previous;
+      for (const auto& [p, value] : model.previous_weights) previous.add(p->name, value);
+      previous.set_metadata("format", "tessera-previous-weights");
+      previous.set_metadata("pipeline_rank", std::to_string(model.previous_weights_rank));
+      previous.set_metadata("step", std::to_string(state.step - 1));
+      previous.write((fs::path(tmp) / previous_weights_file_name(model.previous_weights_rank)).string());
+    });
+  }
   if (rank == 0) {
     saving(dir_, tmp, final_path, [&] {
       io::SafeTensorsWriter values;
@@ -596,6 +606,19 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
   }
   if (model.compressor != nullptr) load_compression_state(path, manifest, *model.compressor, rank_in(comm));
   const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
+  if (!model.previous_weights.empty() && manifest.state.step > 0) {
+    const std::string name = previous_weights_file_name(model.previous_weights_rank);
+    TS_CHECK(manifest.files.contains(name),
+             "checkpoint '{}' has no previous weight version for pipeline rank {} ({}): it was saved by a schedule "
+             "that flushes, and PipeDream-2BW's next batch reads the version before the newest. Resume with the "
+             "schedule it was saved with, or start a new 2bw run from its weights with train.init_from",
+             path, model.previous_weights_rank, name);
+    io::SafeTensorsFile previous = io::SafeTensorsFile::open((fs::path(path) / name).string());
+    for (const auto& [p, value] : model.previous_weights) {
+      Tensor into = value;  // a view of the stash: loading into it loads the stash
+      previous.copy_to(p->name, into);
+    }
+  }
   LoadedCheckpoint loaded;
   loaded.path = path;
   loaded.state = manifest.state;

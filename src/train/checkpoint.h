@@ -5,6 +5,9 @@
 //   zero_shard.rank<r>.safetensors
 //                          with ZeRO (parallel.zero_stage >= 1): rank r's shard of the AdamW
 //                          moments ("m", "v": the flat range [begin, end) named in its metadata)
+//   previous_weights.pipeline<r>.safetensors
+//                          PipeDream-2BW (parallel.schedule = "2bw"): pipeline rank r's previous
+//                          weight version by name, which the next batch still reads
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
 //                          optimizer step count, elapsed time, the size and XXH3 checksum of every
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +59,12 @@ struct ModelState {
   parallel::GradientCompressor* compressor = nullptr;
   std::vector<const nn::Parameter*> stage_params;
   bool writes_stage = false;
+  // PipeDream-2BW: this rank's previous weight version, parameter by parameter (views of the
+  // stash, [the parameter's shape]): saved by one rank of each stage's data-parallel group
+  // (writes_previous_weights) and loaded back into the views. Empty: the schedule keeps none.
+  std::vector<std::pair<const nn::Parameter*, Tensor>> previous_weights;
+  int previous_weights_rank = 0;  // the pipeline rank they belong to (0 without pipelining)
+  bool writes_previous_weights = false;
 };
 
 class CheckpointStore {

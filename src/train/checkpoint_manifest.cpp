@@ -127,6 +127,10 @@ std::string pipeline_stage_file_name(int pipeline_rank) {
   return fmt::format("optimizer.pipeline{:04d}.safetensors", pipeline_rank);
 }
 
+std::string previous_weights_file_name(int pipeline_rank) {
+  return fmt::format("previous_weights.pipeline{:04d}.safetensors", pipeline_rank);
+}
+
 std::optional<int64_t> step_of_folder_name(std::string_view name) {
   constexpr std::string_view kPrefix = "step_";
   if (!name.starts_with(kPrefix) || name.size() == kPrefix.size() || name.size() > kPrefix.size() + 18) {

@@ -78,6 +78,9 @@ std::string zero_shard_file_name(int rank);
 std::string pipeline_stage_file_name(int pipeline_rank);
 // A rank's gradient-compression state (error feedback, PowerSGD's Q), with parallel.compression.
 std::string compression_state_file_name(int rank);
+// PipeDream-2BW: the previous weight version of one pipeline rank's parameters (the next batch
+// reads it), by parameter name.
+std::string previous_weights_file_name(int pipeline_rank);
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";

@@ -26,6 +26,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   e.params = static_cast<double>(states.params);
   e.grads = static_cast<double>(states.grads);
   e.optimizer = static_cast<double>(states.optimizer);
+  // PipeDream-2BW's stash of the previous weight version: one more f32 copy (of the whole model, a
+  // bound: a pipeline rank stashes its stages' share).
+  if (c.parallel.schedule == "2bw") e.params += 4.0 * static_cast<double>(psi);
   // Activations by the recompute plan, as the engine will run it (FLOP-proportional unit times;
   // the optimal policy is bounded by its budget anyway).
   const int B = c.train.micro_batch_size, T = c.model.seq_len;

@@ -55,10 +55,10 @@ void RunConfig::validate() const {
   TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
            optim.grad_clip);
   {
-    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1"};
+    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
     TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
-             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\" "
-             "(\"2bw\", PipeDream-2BW, is simulated by `tessera simulate` but its weight versions are not executed yet)",
+             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
+             "or \"2bw\"",
              parallel.schedule);
   }
   check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
@@ -115,6 +115,11 @@ void RunConfig::validate() const {
     check_range("compression.levels", compression.levels, 0, 127);
     check_range("compression.rank", compression.rank, 0, 1 << 16);
     check_range<int64_t>("compression.warmup_steps", compression.warmup_steps, 0, int64_t{1} << 40);
+    TS_CHECK(method == parallel::CompressionMethod::None || parallel.schedule != "2bw",
+             "config: parallel.compression = \"{}\" with parallel.schedule = \"2bw\": a 2BW program holds several "
+             "steps, and the compressor's state and random rounding advance per step, which the two do not agree on "
+             "yet; use parallel.compression = \"none\" with 2bw, or another schedule",
+             parallel.compression);
     TS_CHECK(method != parallel::CompressionMethod::None || compression.warmup_steps == 0,
              "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
   }

@@ -74,6 +74,11 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
     if (engine.data_parallel().zero_stage() == 0) state.stage_params = engine.optimizer_parameters();
     state.writes_stage = engine.data_parallel().rank() == 0;
   }
+  if (parallel::WeightVersions* versions = engine.weight_versions()) {
+    state.previous_weights = versions->previous();
+    state.previous_weights_rank = engine.pipeline() != nullptr ? engine.pipeline()->rank() : 0;
+    state.writes_previous_weights = engine.data_parallel().rank() == 0;
+  }
   return state;
 }
 
@@ -254,6 +259,7 @@ TrainResult Trainer::run() {
     LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), world_);
     full.write_back();
     step = loaded.state.step;
+    engine.restore_weight_versions(step);
     val_history = loaded.state.val_history;
     checkpoint_elapsed = loaded.state.elapsed_seconds;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
@@ -367,75 +373,107 @@ TrainResult Trainer::run() {
   // page faults, buffers), or its only step; the recorder is handed to each step until then.
   exec::TimelineRecorder timeline;
   bool timeline_pending = cfg.log.timeline;
+  // How many steps the next engine call runs. A flushing schedule drains the pipeline at every
+  // step. PipeDream-2BW runs without a flush up to the next step that needs the pipeline drained,
+  // with the newest weights in place and no batch in flight: a progress line (where the stop and
+  // time-limit checks are agreed on), an evaluation, a sample, a checkpoint, the recorded
+  // timeline, the end of the run. Where it drains does not change the numbers (training_engine.h).
+  const bool two_versions = engine.weight_versions() != nullptr;
+  auto steps_until_drained = [&](int64_t from) {
+    if (!two_versions) return int64_t{1};
+    int64_t end = cfg.train.steps;
+    for (const int64_t every : {int64_t{cfg.log.every}, int64_t{cfg.train.eval_every}, int64_t{cfg.train.sample_every},
+                                int64_t{cfg.checkpoint.every}}) {
+      if (every > 0) end = std::min(end, (from / every + 1) * every);
+    }
+    if (cfg.train.exit_after > 0) end = std::min(end, result.first_step + cfg.train.exit_after);
+    if (timeline_pending) end = from + 1;  // the recorded step is a program of its own
+    return std::max<int64_t>(end - from, 1);
+  };
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
-    const float lr = schedule.at(step);
-    const uint64_t first_sequence = loader.state().sequences;
+    const int64_t count = steps_until_drained(step);
+    std::vector<float> lrs;
     std::vector<data::Batch> batches;
     std::vector<exec::MicrobatchInput> inputs;
-    for (int m = 0; m < accumulation; ++m) batches.push_back(loader.microbatch(rank, ranks, m, accumulation));
-    for (int m = 0; m < accumulation; ++m) {
-      const data::Batch& batch = batches[static_cast<size_t>(m)];
-      const int rows = static_cast<int>(batch.rows);
-      // Every target of the global batch counts once: the gradient is that of the batch's mean loss.
-      // The global index of the microbatch's first sequence keys the dropout masks, so they do not
-      // depend on the layout.
-      inputs.push_back({{nn::token_tensor(batch.inputs.data(), rows, T), nn::token_tensor(batch.targets.data(), rows, T),
-                         1.0f / static_cast<float>(tokens_per_step)},
-                        static_cast<int64_t>(first_sequence) + my_rows.begin +
-                            data::split_rows(my_rows.size(), m, accumulation).begin});
+    batches.reserve(static_cast<size_t>(count * accumulation));  // the inputs point into the batches' rows
+    for (int64_t s = 0; s < count; ++s) {
+      lrs.push_back(schedule.at(step + s));
+      const uint64_t first_sequence = loader.state().sequences;
+      for (int m = 0; m < accumulation; ++m) {
+        const data::Batch& batch = batches.emplace_back(loader.microbatch(rank, ranks, m, accumulation));
+        const int rows = static_cast<int>(batch.rows);
+        // Every target of the global batch counts once: the gradient is that of the batch's mean
+        // loss. The global index of the microbatch's first sequence keys the dropout masks, so they
+        // do not depend on the layout.
+        inputs.push_back({{nn::token_tensor(batch.inputs.data(), rows, T),
+                           nn::token_tensor(batch.targets.data(), rows, T), 1.0f / static_cast<float>(tokens_per_step)},
+                          static_cast<int64_t>(first_sequence) + my_rows.begin +
+                              data::split_rows(my_rows.size(), m, accumulation).begin});
+      }
+      loader.advance();
     }
     memory.reset_peaks();
-    const parallel::TrainingEngine::StepResult stepped =
-        engine.train_step(inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr},
-                          lr, cfg.optim.grad_clip);
+    const std::vector<parallel::TrainingEngine::StepResult> stepped = engine.train_batches(
+        inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr}, lrs,
+        cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
-    loader.advance();
-    // Loss sum, counted targets, and whether this rank must stop (a signal, the time limit): summed
-    // over all ranks in the one message the step sends anyway, so they all stop at the same step.
+    // Loss sums, counted targets, and whether this rank must stop (a signal, the time limit): summed
+    // over all ranks in the one message the steps send anyway, so they all stop at the same step.
     // Every rank of a pipeline reports its pipeline's loss, so the ratio is the global batch's mean.
     const double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0;
     const int signal_number = stop_ != nullptr ? stop_->load() : 0;
     const bool out_of_time = cfg.train.max_minutes > 0 && minutes >= cfg.train.max_minutes;
-    const double local[4] = {stepped.loss_sum, static_cast<double>(stepped.counted), signal_number != 0 ? 1.0 : 0.0,
-                             out_of_time ? 1.0 : 0.0};
-    const std::vector<double> global = parallel::sum_over_ranks(world_, local);
-    const double loss = global[0] / global[1];
-    TS_CHECK(std::isfinite(loss),
-             "the training loss became {} at step {}: training diverged. Lower optim.lr (now {}), raise "
-             "optim.warmup_steps or keep optim.grad_clip on; resume from the last checkpoint with checkpoint.resume = "
-             "\"latest\"",
-             loss, step + 1, cfg.optim.lr);
-    const double grad_norm = stepped.grad_norm.norm;
-    if (stepped.skipped) {
-      message(progress, fmt::format("step {}: the gradient norm is {}: no update on any rank (step skipped)", step + 1,
-                                    grad_norm));
+    std::vector<double> local;
+    for (const parallel::TrainingEngine::StepResult& r : stepped) {
+      local.push_back(r.loss_sum);
+      local.push_back(static_cast<double>(r.counted));
     }
-    ++step;
+    local.push_back(signal_number != 0 ? 1.0 : 0.0);
+    local.push_back(out_of_time ? 1.0 : 0.0);
+    const std::vector<double> global = parallel::sum_over_ranks(world_, local);
+    const size_t flags = 2 * static_cast<size_t>(count);
+    // The steps of one engine call share its time: each is reported with the mean.
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(count);
+    for (int64_t s = 0; s < count; ++s) {
+      const parallel::TrainingEngine::StepResult& r = stepped[static_cast<size_t>(s)];
+      const float lr = lrs[static_cast<size_t>(s)];
+      const double loss = global[2 * static_cast<size_t>(s)] / global[2 * static_cast<size_t>(s) + 1];
+      TS_CHECK(std::isfinite(loss),
+               "the training loss became {} at step {}: training diverged. Lower optim.lr (now {}), raise "
+               "optim.warmup_steps or keep optim.grad_clip on; resume from the last checkpoint with "
+               "checkpoint.resume = \"latest\"",
+               loss, step + 1, cfg.optim.lr);
+      const double grad_norm = r.grad_norm.norm;
+      if (r.skipped) {
+        message(progress, fmt::format("step {}: the gradient norm is {}: no update on any rank (step skipped)",
+                                      step + 1, grad_norm));
+      }
+      ++step;
 
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (progress) progress->update({step, loss, lr, grad_norm, tokens_per_step, seconds, step_memory.peak_total});
-    result.losses.push_back(loss);
-    history.train.x.push_back(static_cast<double>(step));
-    history.train.y.push_back(loss);
-    if (metrics) {
-      const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
-      const double mfu = model_flops_utilization(tokens_per_second / world_size * flops_per_token, peak_flops);
-      metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                      {"tokens_per_second", tokens_per_second},
-                      {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
-                      {"skipped", stepped.skipped}, {"memory", memory_json(step_memory)}, {"time", unix_time()},
-                      {"elapsed_seconds",
-                       elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});
+      if (progress) progress->update({step, loss, lr, grad_norm, tokens_per_step, seconds, step_memory.peak_total});
+      result.losses.push_back(loss);
+      history.train.x.push_back(static_cast<double>(step));
+      history.train.y.push_back(loss);
+      if (metrics) {
+        const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
+        const double mfu = model_flops_utilization(tokens_per_second / world_size * flops_per_token, peak_flops);
+        metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                        {"tokens_per_second", tokens_per_second},
+                        {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
+                        {"skipped", r.skipped}, {"memory", memory_json(step_memory)}, {"time", unix_time()},
+                        {"elapsed_seconds",
+                         elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});
+      }
     }
 
     // A job stopped before train.steps ends like the last step, with a checkpoint to resume from.
     std::string stop_reason;
-    if (global[2] > 0) {
+    if (global[flags] > 0) {
       stop_reason = signal_number != 0 ? fmt::format("stopped by signal {} ({})", signal_number, ::strsignal(signal_number))
                                        : std::string("stopped by a signal on another rank");
-    } else if (global[3] > 0) {
+    } else if (global[flags + 1] > 0) {
       stop_reason = fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
     } else if (cfg.train.exit_after > 0 && step - result.first_step == cfg.train.exit_after) {
       stop_reason = fmt::format("train.exit_after = {} steps done in this process", cfg.train.exit_after);
@@ -454,7 +492,7 @@ TrainResult Trainer::run() {
       timeline_pending = false;
     }
     // A stop signal asks for a prompt exit: the checkpoint, not an evaluation.
-    const bool signalled = global[2] > 0;
+    const bool signalled = global[flags] > 0;
     if ((last && !signalled) || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0)) {
       result.val_loss = evaluate();
       val_history.push_back(result.val_loss);
@@ -462,7 +500,7 @@ TrainResult Trainer::run() {
       history.val.y.push_back(result.val_loss);
       if (metrics) metrics->write({{"kind", "val"}, {"step", step}, {"loss", result.val_loss}, {"time", unix_time()}});
       message(progress, fmt::format("step {}: val loss {:.4f} (train {:.4f}, unigram baseline {:.3f})", step,
-                                    result.val_loss, loss, result.unigram_entropy));
+                                    result.val_loss, result.losses.back(), result.unigram_entropy));
       draw_chart();
     } else if (step % cfg.log.every == 0 || step == result.first_step + 1) {
       draw_chart();  // the chart follows training from the first log line, not only at evaluations

@@ -169,7 +169,7 @@ TEST(Interpreter, TellsTheChainAboutEveryActionInSlotOrder) {
   const exec::Program full = exec::lower_training(
       pipeline::make_schedule(one_rank(config::ScheduleKind::ZeroBubbleH1, 1)), 0, plan);
   bool stepped = false;
-  interpreter.run(full, std::span(&mb, 1), {}, [&] {
+  interpreter.run(full, std::span(&mb, 1), {}, [&](int) {
     log.push_back("optimizer step");
     stepped = true;
   });

@@ -175,6 +175,43 @@ RunRecord run_reference(const ParityCase& c) {
   return rec;
 }
 
+RunRecord run_reference_2bw(const ParityCase& c) {
+  MemoryAccountant memory;
+  nn::GPT model(c.model, memory, c.seed);
+  nn::ParameterStore& store = model.parameters();
+  optim::AdamW opt(memory, adam(), store.numel());
+  const int64_t N = store.numel();
+  const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
+  float* values = store.flat_values().data<float>();
+  // W(max(0, t - 1)) at step t: W(0) for the first two steps.
+  std::vector<float> older(values, values + N);
+  RunRecord rec;
+  rec.numel = rec.shard = N;
+  std::vector<int32_t> inputs, targets;
+  for (int step = 0; step < c.steps; ++step) {
+    const std::vector<float> newest(values, values + N);  // W(step)
+    std::copy(older.begin(), older.end(), values);
+    store.zero_grads();
+    synthetic_rows(c, step, 0, c.global_batch, inputs, targets);
+    nn::StepContext ctx{memory, store};
+    ctx.seed = c.seed;
+    ctx.step = static_cast<uint64_t>(step);
+    nn::GPT::Ctx fwd;
+    const double sum = model.forward(ctx, fwd, inputs.data(), targets.data(), c.global_batch, c.seq_len, scale);
+    model.backward(ctx, fwd);
+    std::copy(newest.begin(), newest.end(), values);
+    const std::pair<float*, size_t> all{store.flat_grads().data<float>(), static_cast<size_t>(N)};
+    StepRecord s;
+    s.loss = sum * static_cast<double>(scale);
+    s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
+    opt.step(c.lr, optim::whole_parameters(store));
+    older = newest;
+    rec.steps.push_back(s);
+  }
+  rec.params = flat_copy(store, store);
+  return rec;
+}
+
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
 
 RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp) {
@@ -208,13 +245,50 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   rec.master = optim::total_elements(engine.ownership().master_segments());
   rec.comm_bound = engine.data_parallel().comm_bound_bytes();
   rec.buckets = engine.data_parallel().buckets().size();
+  rec.weight_stash_bytes = memory.stats().live_of(MemoryTag::WeightStash);
+  if (c.zero_stage == 0) {  // under ZeRO the optimizer holds parts of parameters
+    for (const nn::Parameter* p : engine.optimizer_parameters()) {
+      rec.optimizer_param_bytes += static_cast<size_t>(p->numel()) * sizeof(float);
+    }
+  }
   for (const exec::Action& a : engine.program().actions) {
     if (a.kind == exec::Action::Kind::Unit) rec.program_units.push_back(a.unit);
   }
   rec.program = engine.program();
   exec::TimelineRecorder timeline;
+  if (!c.steps_per_call.empty()) {
+    int step = 0;
+    for (const int count : c.steps_per_call) {
+      std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(count * c.micros)), targets(inputs.size());
+      std::vector<exec::MicrobatchInput> microbatches;
+      std::vector<float> lrs(static_cast<size_t>(count), c.lr);
+      for (int b = 0; b < count; ++b) {
+        for (int m = 0; m < c.micros; ++m) {
+          const size_t k = static_cast<size_t>(b * c.micros + m);
+          const data::RowRange rows = data::split_rows(mine.size(), m, c.micros);
+          synthetic_rows(c, step + b, mine.begin + rows.begin, rows.size(), inputs[k], targets[k]);
+          const int B = static_cast<int>(rows.size());
+          microbatches.push_back({{nn::token_tensor(inputs[k].data(), B, c.seq_len),
+                                   nn::token_tensor(targets[k].data(), B, c.seq_len), scale},
+                                  mine.begin + rows.begin});
+        }
+      }
+      memory.reset_peaks();
+      const std::vector<parallel::TrainingEngine::StepResult> results =
+          engine.train_batches(microbatches, {c.seed, static_cast<uint64_t>(step)}, lrs, c.grad_clip);
+      for (const parallel::TrainingEngine::StepResult& r : results) {
+        StepRecord s;
+        s.loss = parallel::sum_over_ranks(comm, std::span(&r.loss_sum, 1))[0] * static_cast<double>(scale);
+        s.grad_norm = r.grad_norm.norm;
+        s.memory = memory.stats();
+        rec.steps.push_back(s);
+      }
+      step += count;
+    }
+    TS_CHECK(step == c.steps, "the test's calls cover {} steps, not {}", step, c.steps);
+  }
   std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(c.micros)), targets(static_cast<size_t>(c.micros));
-  for (int step = 0; step < c.steps; ++step) {
+  for (int step = 0; step < c.steps && c.steps_per_call.empty(); ++step) {
     memory.reset_peaks();
     const dist::CommStats before = comm ? comm->stats() : dist::CommStats{};
     std::vector<exec::MicrobatchInput> microbatches;

@@ -31,6 +31,9 @@ struct ParityCase {
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   bool record_timeline = false;  // record the last step's timeline (RunRecord::spans and ::timeline)
   parallel::CompressionOptions compression;  // how the data-parallel run reduces its buckets
+  // Steps per engine call (TrainingEngine::train_batches), summing to `steps`; empty: one
+  // train_step per step. Under PipeDream-2BW the pipeline drains between calls only.
+  std::vector<int> steps_per_call;
 };
 
 struct StepRecord {
@@ -57,6 +60,8 @@ struct RunRecord {
   int64_t master = 0;          // elements whose master copy this rank's optimizer updates
   size_t comm_bound = 0;       // the engine's bound on transient 'comm' bytes
   size_t buckets = 0;
+  size_t weight_stash_bytes = 0;      // live under MemoryTag::WeightStash after the engine was built
+  size_t optimizer_param_bytes = 0;   // f32 bytes of the parameters this rank's optimizer updates (ZeRO 0)
   std::vector<int> program_units;  // the unit of each unit action of a step's program, in order
   exec::Program program;           // this rank's program of a step
   // With ParityCase::record_timeline: the recorder's spans of the last step on this rank, and the
@@ -93,6 +98,9 @@ void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, 
 
 // The single-process reference: the whole global batch in one straight forward and backward.
 RunRecord run_reference(const ParityCase& c);
+// The same with PipeDream-2BW's delayed gradient, written out by hand with two copies of the
+// weights: step t's gradient is taken at W(max(0, t - 1)) and AdamW applies it to W(t).
+RunRecord run_reference_2bw(const ParityCase& c);
 // The end of an mpirun test's main: the failures of every rank of `world` summed (so every rank
 // exits alike), a line from rank 0, and the exit code (0 when no rank failed).
 int agree_on_failures(const RankChecks& checks, dist::Communicator& world);

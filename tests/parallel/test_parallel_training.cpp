@@ -282,6 +282,44 @@ TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
   EXPECT_NE(unknown.output.find("parallel.compression = 'gzip' is not known"), std::string::npos) << unknown.output;
 }
 
+// parallel.schedule = "2bw": the pipeline drains only where the trainer needs it (here every third
+// step, at the progress line), yet every step's loss follows the one-process 2BW run that drains
+// at every step; a run stopped at step 2 and resumed equals the uninterrupted one bitwise, the
+// previous weight version travelling in the checkpoint. A checkpoint without it is refused.
+TEST_F(ParallelTraining, TwoBWRunsFollowTheOneProcessRunAndResumeBitwise) {
+  const std::string model = "--model.n_layer 4 --train.steps 6 --model.dropout 0.1 --parallel.schedule 2bw";
+  CliResult one = run_tessera(train_args(g_root / "bw_one", model));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> want = losses(g_root / "bw_one" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 6u);
+  const std::string pipelined = model + " --parallel.pp 2 --log.every 3";
+  const fs::path whole = g_root / "bw_whole", split = g_root / "bw_split";
+  CliResult a = run_tessera(launch(2, whole, pipelined));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::vector<double> got = losses(whole / "metrics.jsonl");
+  ASSERT_EQ(got.size(), want.size()) << a.output;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
+
+  ASSERT_EQ(run_tessera(launch(2, split, pipelined + " --train.exit_after 2")).exit_code, 3);
+  CliResult resumed = run_tessera(launch(2, split, pipelined + " --checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
+  for (const char* file : {"model.safetensors", "optimizer.pipeline0000.safetensors", "optimizer.pipeline0001.safetensors",
+                           "previous_weights.pipeline0000.safetensors", "previous_weights.pipeline0001.safetensors"}) {
+    EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
+              read_file((split / "checkpoints" / "step_00000006" / file).string()))
+        << file << " differs between the whole run and the resumed one";
+  }
+  // A 1F1B checkpoint holds no previous version for 2BW's next batch to read.
+  const fs::path flushing = g_root / "bw_flushing";
+  const std::string one_f_one_b = "--model.n_layer 4 --train.steps 2 --parallel.pp 2";
+  ASSERT_EQ(run_tessera(launch(2, flushing, one_f_one_b)).exit_code, 0);
+  CliResult refused = run_tessera(launch(2, flushing, "--model.n_layer 4 --train.steps 4 --parallel.pp 2 "
+                                                      "--parallel.schedule 2bw --checkpoint.resume latest"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("has no previous weight version"), std::string::npos) << refused.output;
+}
+
 TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   CliResult r = run_tessera(launch(2, g_root / "bad", "--train.steps 2 --parallel.dp 4"));
   EXPECT_NE(r.exit_code, 0);

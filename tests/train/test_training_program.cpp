@@ -162,7 +162,7 @@ TEST_F(TrainingProgram, BadRecomputeSettingsAreRefused) {
       {"--memory.recompute optimal --memory.activation_budget_mb 0.001", "is below the"},
       {"--memory.recompute full --memory.recompute_every 2", "read by memory.recompute = \"every_k\" only"},
       {"--memory.activation_budget_mb -1", "memory.activation_budget_mb"},
-      {"--parallel.schedule 2bw", "parallel.schedule = '2bw'"},
+      {"--parallel.schedule 3bw", "parallel.schedule = '3bw' is not known"},
       {"--parallel.virtual_stages 2", "only the interleaved schedule runs"},
   };
   for (const auto& c : cases) {

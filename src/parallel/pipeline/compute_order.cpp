@@ -18,6 +18,7 @@ Schedule start_schedule(ScheduleKind kind, const config::ParallelLayout& layout,
   s.microbatches = static_cast<int>(layout.microbatches());
   s.chunks = layout.virtual_stages;
   s.steps = options.steps;
+  s.first_step = options.first_step;
   s.flush = kind != ScheduleKind::PipeDream2BW;
   s.split_backward = kind == ScheduleKind::ZeroBubbleH1;
   s.recompute = options.recompute;

@@ -11,6 +11,7 @@ namespace tessera::pipeline {
 // What a schedule needs beyond the layout.
 struct GeneratorOptions {
   int steps = 1;           // optimizer steps in one list (PipeDream-2BW only; flushing kinds use 1)
+  int first_step = 0;      // optimizer steps before the list (PipeDream-2BW only; Schedule::first_step)
   bool recompute = false;  // activation checkpointing: Recompute right before each backward
 };
 
@@ -30,9 +31,10 @@ Schedule make_one_f_one_b(const config::ParallelLayout& layout, const GeneratorO
 // Megatron PTD-P interleaved 1F1B: v chunks per rank, stage s on rank s % p. Bubble divided by v
 // at v times the point-to-point traffic; m must be a multiple of p when v > 1.
 Schedule make_interleaved(const config::ParallelLayout& layout, const GeneratorOptions& options = {});
-// PipeDream-2BW: 1F1B without flushes over `steps` batches of m microbatches. Batch b reads weight
-// version max(0, b - 1); the optimizer step after batch b makes version b + 1, so at most two
-// versions are alive (double buffering) when m >= p.
+// PipeDream-2BW: 1F1B without flushes over `steps` batches of m microbatches. Batch b (counted
+// from the start of training: the list's first is options.first_step) reads weight version
+// max(0, b - 1); the optimizer step after batch b makes version b + 1, so at most two versions
+// are alive (double buffering) when m >= p.
 Schedule make_pipedream_2bw(const config::ParallelLayout& layout, const GeneratorOptions& options = {});
 // Zero bubble ZB-H1 (Qi et al. 2023): backward split into B (input gradient) and W (weight
 // gradient); rank r runs, for x = 0, 1, ...: F(x), B(x - (p - 1 - r)), W(x - (p - 1)). W fills the

@@ -43,7 +43,8 @@ struct Instruction {
   int peer = -1;  // Send/Recv: the other rank
   // Weight version read by Forward/Backward/Recompute (weight stashing, PipeDream-2BW), or the
   // version an OptimizerStep produces. Flushing schedules use version 0 for all compute and
-  // produce version 1.
+  // produce version 1; PipeDream-2BW counts optimizer steps since training began
+  // (Schedule::first_step).
   int weight_version = 0;
 
   bool operator==(const Instruction&) const = default;
@@ -69,6 +70,11 @@ struct Schedule {
   int microbatches = 1;  // m: microbatches per optimizer step (per batch)
   int chunks = 1;        // v: model chunks per rank
   int steps = 1;         // optimizer steps covered by the lists (PipeDream-2BW runs several)
+  // PipeDream-2BW: optimizer steps taken before the lists begin. Weight versions count optimizer
+  // steps from the start of training, so lists that continue a run where an earlier one drained
+  // name the same versions as one list over the whole run would (batch b always reads
+  // max(0, b - 1)). Flushing kinds: 0.
+  int first_step = 0;
   bool flush = true;     // synchronous: all gradients of a step are applied together
   bool split_backward = false;  // backward appears as BackwardInput + BackwardWeight
   bool recompute = false;       // a Recompute precedes each backward

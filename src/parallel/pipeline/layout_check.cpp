@@ -39,6 +39,13 @@ void check_layout_for(ScheduleKind kind, const config::ParallelLayout& layout, c
              "{} flushes the pipeline at every optimizer step, so one list covers one step (got steps = {}); "
              "only 2bw runs several steps without a flush",
              name, options.steps);
+  TS_CHECK(options.first_step >= 0, "{}: the optimizer steps before the list cannot be negative (got {})", name,
+           options.first_step);
+  if (kind != ScheduleKind::PipeDream2BW)
+    TS_CHECK(options.first_step == 0,
+             "{} flushes the pipeline, so its lists do not depend on the steps before them (got first_step = {}); "
+             "only 2bw numbers weight versions across lists",
+             name, options.first_step);
   if (kind == ScheduleKind::Interleaved && v > 1) {
     const int64_t below = m / p * p, above = below + p;
     TS_CHECK(m % p == 0,

@@ -5,6 +5,9 @@
 // delay of one step: batch b computes its gradients on version max(0, b - 1), and the step after
 // batch b produces version b + 1 = version b - lr * grad(version b - 1). A microbatch's forward and
 // backward read the same (stashed) version, so the version is written on every instruction.
+// Versions count optimizer steps from the start of training (options.first_step), so a list that
+// continues a run where an earlier one drained has its first batch read the version before the
+// newest, exactly as one list over the whole run would.
 #include <algorithm>
 
 #include "parallel/pipeline/compute_order.h"
@@ -14,8 +17,8 @@ namespace tessera::pipeline {
 
 Schedule make_pipedream_2bw(const config::ParallelLayout& layout, const GeneratorOptions& options) {
   Schedule s = start_schedule(ScheduleKind::PipeDream2BW, layout, options);
-  const int p = s.ranks, m = s.microbatches, n = s.total_microbatches();
-  const auto version = [&](int mb) { return std::max(0, mb / m - 1); };
+  const int p = s.ranks, m = s.microbatches, n = s.total_microbatches(), first = s.first_step;
+  const auto version = [&](int mb) { return std::max(0, first + mb / m - 1); };
   for (int r = 0; r < p; ++r) {
     auto& order = s.programs[r];
     for (int x = 0; x < n + p - 1; ++x) {
@@ -24,7 +27,7 @@ Schedule make_pipedream_2bw(const config::ParallelLayout& layout, const Generato
       if (b < 0 || b >= n) continue;
       push_compute(order, s, Op::Backward, r, b, version(b));
       // m >= p guarantees this comes before the first forward that reads the new version.
-      if ((b + 1) % m == 0) push_optimizer_steps(order, s, r, (b + 1) / m);
+      if ((b + 1) % m == 0) push_optimizer_steps(order, s, r, first + (b + 1) / m);
     }
   }
   place_transfers(s);

@@ -34,9 +34,10 @@ class Checker {
         mbs_(s.total_microbatches()),
         flags_(static_cast<std::size_t>(stages_) * mbs_, 0),
         version_(flags_.size(), -1),
-        current_version_(stages_, 0),
+        oldest_version_(std::max(0, s.first_step - 1)),
+        current_version_(stages_, s.first_step),
         alive_(stages_, 0),
-        version_users_(stages_, std::vector<int>(s.steps + 2, 0)) {
+        version_users_(stages_, std::vector<int>(s.first_step + s.steps + 1 - oldest_version_, 0)) {
     report_.peak_alive_per_stage.assign(stages_, 0);
     report_.peak_alive_per_rank.assign(s.ranks, 0);
     report_.peak_weight_versions.assign(stages_, 1);
@@ -61,9 +62,11 @@ class Checker {
   int stages_, mbs_;
   std::vector<std::uint16_t> flags_;
   std::vector<int> version_;          // weight version a (stage, microbatch) reads
+  int oldest_version_;                // the lowest version the lists may read
   std::vector<int> current_version_;  // newest weight version of each stage
   std::vector<int> alive_;            // microbatches alive per stage
-  std::vector<std::vector<int>> version_users_;  // [stage][version]: alive microbatches reading it
+  // [stage][version - oldest_version_]: alive microbatches reading it
+  std::vector<std::vector<int>> version_users_;
   ValidationReport report_;
   std::size_t dropped_ = 0;
 
@@ -106,7 +109,8 @@ class Checker {
       return bad("this schedule does not split backward");
     if (is_compute(ins.op)) {
       if (ins.tensor != Tensor::None || ins.peer != -1) return bad("a compute instruction has no tensor or peer");
-      if (ins.weight_version < 0 || ins.weight_version > s_.steps) return bad("weight version out of range");
+      if (ins.weight_version < oldest_version_ || ins.weight_version > s_.first_step + s_.steps)
+        return bad("weight version out of range");
       return true;
     }
     if (ins.tensor == Tensor::None) return bad("a transfer must name its tensor");
@@ -125,7 +129,7 @@ class Checker {
     const auto& users = version_users_[stage];
     int distinct = 0;
     for (std::size_t v = 0; v < users.size(); ++v)
-      distinct += (users[v] > 0 || static_cast<int>(v) == current_version_[stage]) ? 1 : 0;
+      distinct += (users[v] > 0 || static_cast<int>(v) + oldest_version_ == current_version_[stage]) ? 1 : 0;
     report_.peak_weight_versions[stage] = std::max(report_.peak_weight_versions[stage], distinct);
     if (s_.kind == ScheduleKind::PipeDream2BW && distinct > 2)
       problem(fmt::format("stage {}: {} weight versions alive at once; double buffering holds two", stage, distinct));
@@ -134,7 +138,7 @@ class Checker {
   void release(int stage, int mb, int& rank_alive) {
     --alive_[stage];
     --rank_alive;
-    --version_users_[stage][version_[slot(stage, mb)]];
+    --version_users_[stage][version_[slot(stage, mb)] - oldest_version_];
   }
 
   void walk_rank(int r) {
@@ -178,7 +182,7 @@ class Checker {
           version_[slot(st, mb)] = ins.weight_version;
           ++alive_[st];
           ++rank_alive;
-          ++version_users_[st][ins.weight_version];
+          ++version_users_[st][ins.weight_version - oldest_version_];
           report_.peak_alive_per_stage[st] = std::max(report_.peak_alive_per_stage[st], alive_[st]);
           report_.peak_alive_per_rank[r] = std::max(report_.peak_alive_per_rank[r], rank_alive);
           update_versions(st);
@@ -251,7 +255,7 @@ class Checker {
       return;
     }
     // A flushing step applies every microbatch; a 2BW step applies batch (version - 1).
-    const int first = s_.flush ? 0 : (ins.weight_version - 1) * s_.microbatches;
+    const int first = s_.flush ? 0 : (ins.weight_version - 1 - s_.first_step) * s_.microbatches;
     const int last = s_.flush ? mbs_ : first + s_.microbatches;
     const std::uint16_t needed = s_.split_backward ? (kBackward | kWeight) : kBackward;
     for (int mb = first; mb < last; ++mb)
@@ -265,7 +269,7 @@ class Checker {
 
   void check_completion() {
     for (int st = 0; st < stages_; ++st) {
-      const int expected_steps = s_.flush ? 1 : s_.steps;
+      const int expected_steps = s_.flush ? 1 : s_.first_step + s_.steps;
       if (current_version_[st] != expected_steps)
         problem(fmt::format("stage {} (rank {}): {} optimizer steps, expected {}", st, s_.rank_of_stage(st),
                             current_version_[st], expected_steps));
@@ -370,6 +374,9 @@ ValidationReport validate(const Schedule& schedule) {
   TS_CHECK(schedule.ranks >= 1 && schedule.chunks >= 1 && schedule.microbatches >= 1 && schedule.steps >= 1,
            "schedule shape p = {}, v = {}, m = {}, steps = {}: each must be at least 1", schedule.ranks,
            schedule.chunks, schedule.microbatches, schedule.steps);
+  TS_CHECK(schedule.first_step >= 0 && (schedule.first_step == 0 || !schedule.flush),
+           "schedule with {} optimizer steps before it: only a schedule without flushes (2bw) continues a run",
+           schedule.first_step);
   return Checker(schedule).run();
 }
 
