@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "plan/collectives.h"
+#include "plan/compression_model.h"
 #include "plan/device_time.h"
 #include "plan/recompute_model.h"
 
@@ -131,22 +132,32 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
   };
   double per_microbatch_exposed = 0;  // ZeRO-2/3 traffic of every microbatch left on the critical path
   double dp_exposed = 0;
+  // A compressor replaces the gradient reduction (all-reduce or reduce-scatter) of each window:
+  // once a step under stages 0-1, every microbatch under 2-3; it is synchronous (never hidden).
+  const int rank_stage = stage_params(m, l, 0).total() >= stage_params(m, l, l.pp - 1).total() ? 0 : l.pp - 1;
+  const double compressed = compressed_reduction_seconds(l, c, groups.dp, rank_params, stage_matrices(m, l, rank_stage));
+  const bool compressing = compressed > 0;
   if (l.dp > 1) {
     switch (l.zero_stage) {
-      case 0: dp_exposed = hidden(all_reduce_seconds(groups.dp, grad_bytes), st.backward); break;
+      case 0:
+        dp_exposed = compressing ? compressed : hidden(all_reduce_seconds(groups.dp, grad_bytes), st.backward);
+        break;
       case 1:
-        dp_exposed = hidden(reduce_scatter_seconds(groups.dp, grad_bytes), st.backward) + all_gather_seconds(groups.dp, grad_bytes);
+        dp_exposed = (compressing ? compressed : hidden(reduce_scatter_seconds(groups.dp, grad_bytes), st.backward)) +
+                     all_gather_seconds(groups.dp, grad_bytes);
         break;
       case 2:
         // Without the whole gradient kept, every microbatch's gradients are reduce-scattered.
-        per_microbatch_exposed = hidden(per_layer(reduce_scatter_seconds), st.backward);
+        per_microbatch_exposed = compressing ? compressed : hidden(per_layer(reduce_scatter_seconds), st.backward);
         dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
         break;
       default:
         // Stage 3 gathers the weights for forward and again for backward, and reduce-scatters the
         // gradients, every microbatch (1.5x the traffic of plain data parallelism).
-        per_microbatch_exposed = hidden(per_layer(all_gather_seconds), st.forward) +
-                                 hidden(per_layer(all_gather_seconds) + per_layer(reduce_scatter_seconds), st.backward);
+        per_microbatch_exposed =
+            hidden(per_layer(all_gather_seconds), st.forward) +
+            (compressing ? hidden(per_layer(all_gather_seconds), st.backward) + compressed
+                         : hidden(per_layer(all_gather_seconds) + per_layer(reduce_scatter_seconds), st.backward));
     }
   }
   if (l.pp > 1 && m.tied_embeddings) {

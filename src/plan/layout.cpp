@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "plan/compression_model.h"
 #include "plan/pipeline_model.h"
 
 namespace tessera::plan {
@@ -13,7 +14,8 @@ namespace tessera::plan {
 namespace {
 
 constexpr const char* kLayoutKeys =
-    "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, overlap";
+    "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, "
+    "overlap, compression, compression_ratio, compression_rank";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -39,6 +41,14 @@ double parse_mib(std::string_view key, std::string_view value) {
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
   TS_CHECK(ec == std::errc() && ptr == value.data() + value.size() && std::isfinite(out) && out >= 0,
            "layout: '{}={}' needs a number of MiB, 0 or more (for example {}=4096)", key, value, key);
+  return out;
+}
+
+double parse_fraction(std::string_view key, std::string_view value) {
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  TS_CHECK(ec == std::errc() && ptr == value.data() + value.size() && out > 0 && out <= 1,
+           "layout: '{}={}' needs a fraction in (0, 1] (for example {}=0.01)", key, value, key);
   return out;
 }
 
@@ -117,6 +127,14 @@ Layout parse_layout(std::string_view text, Layout l) {
       if (value == "bf16") l.precision = Precision::Bf16;
       else if (value == "fp32") l.precision = Precision::Fp32;
       else TS_FAIL("layout: 'precision={}' must be bf16 (with fp32 master weights) or fp32", value);
+    } else if (key == "compression") {
+      TS_CHECK(known_compression(value), "layout: 'compression={}' must be none, topk (with compression_ratio=X), "
+               "qsgd, onebit or powersgd (with compression_rank=R)", value);
+      l.compression = std::string(value);
+    } else if (key == "compression_ratio") {
+      l.compression_ratio = parse_fraction(key, value);
+    } else if (key == "compression_rank") {
+      l.compression_rank = parse_small(key, value);
     } else if (key == "schedule") {
       const std::optional<config::ScheduleKind> kind = config::find_schedule_kind(value);
       TS_CHECK(kind.has_value(), "layout: 'schedule={}' must be one of {} (1f1b with v > 1 is interleaved)", value,
@@ -124,7 +142,8 @@ Layout parse_layout(std::string_view text, Layout l) {
       l.schedule = *kind;
     } else {
       std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "recompute_every",
-                                       "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap"};
+                                       "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap",
+                                       "compression", "compression_ratio", "compression_rank"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
@@ -143,10 +162,18 @@ std::string to_string(const Layout& l) {
   std::string recompute = recompute_name(l.recompute);
   if (l.recompute_every != 0) recompute += fmt::format(",recompute_every={}", l.recompute_every);
   if (l.activation_budget_mb != 0) recompute += fmt::format(",activation_budget_mb={}", l.activation_budget_mb);
+  // Compression likewise, only when on: layouts without it print as before.
+  std::string compression;
+  if (l.compression != "none") {
+    compression = ",compression=" + l.compression;
+    if (l.compression == "topk") compression += fmt::format(",compression_ratio={}", l.compression_ratio);
+    if (l.compression == "powersgd") compression += fmt::format(",compression_rank={}", l.compression_rank);
+  }
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}",
                      l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
-                     l.flash_attention ? "true" : "false", l.overlap ? "true" : "false");
+                     l.flash_attention ? "true" : "false", l.overlap ? "true" : "false") +
+         compression;
 }
 
 void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices) {

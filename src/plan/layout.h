@@ -36,6 +36,11 @@ struct Layout : config::ParallelLayout {
   // chunk's chain plus the embedding's and head's tensors of that stage). Only optimal reads it,
   // and optimal needs it: there is no budget that would be right for every device.
   double activation_budget_mb = 0;
+  // Gradient compression of the data-parallel reduction (plan/compression_model.h): "none",
+  // "topk" (compression_ratio of the elements), "qsgd", "onebit" or "powersgd" (compression_rank).
+  std::string compression = "none";
+  double compression_ratio = 0.01;
+  int compression_rank = 4;
 
   int64_t devices() const { return int64_t{dp} * tp * pp; }  // widened: device counts are multiplied further
   bool operator==(const Layout&) const = default;

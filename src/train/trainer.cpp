@@ -415,10 +415,17 @@ TrainResult Trainer::run() {
       loader.advance();
     }
     memory.reset_peaks();
+    // What this rank sends over its data-parallel group: the gradient reduction's traffic, which
+    // compression shrinks (metrics.jsonl: dp_bytes_sent).
+    dist::Communicator* dp_group = engine.data_parallel().comm();
+    const uint64_t dp_bytes_before = dp_group != nullptr ? dp_group->stats().bytes_sent : 0;
     const std::vector<parallel::TrainingEngine::StepResult> stepped = engine.train_batches(
         inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr}, lrs,
         cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
+    const double dp_bytes_per_step =
+        static_cast<double>((dp_group != nullptr ? dp_group->stats().bytes_sent : 0) - dp_bytes_before) /
+        static_cast<double>(count);
     // Loss sums, counted targets, and whether this rank must stop (a signal, the time limit): summed
     // over all ranks in the one message the steps send anyway, so they all stop at the same step.
     // Every rank of a pipeline reports its pipeline's loss, so the ratio is the global batch's mean.
@@ -462,7 +469,8 @@ TrainResult Trainer::run() {
         metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                         {"tokens_per_second", tokens_per_second},
                         {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
-                        {"skipped", r.skipped}, {"memory", memory_json(step_memory)}, {"time", unix_time()},
+                        {"skipped", r.skipped}, {"memory", memory_json(step_memory)},
+                        {"dp_bytes_sent", dp_bytes_per_step}, {"time", unix_time()},
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});
       }

@@ -158,3 +158,36 @@ TEST(PlanEstimate, CpuMachinePredictsAGpt2SmallStep) {
   EXPECT_LT(e.time.step, 3 * lower);
   EXPECT_LE(e.mfu, 1.0);
 }
+
+// Gradient compression in the plan: on 64 data-parallel ranks with one 25 GB/s NIC each, the
+// all-gather-based compressors pay for the group's size (each rank receives every other rank's
+// part) while PowerSGD's all-reduces of P and Q do not; top-k becomes cheaper as its ratio falls,
+// and the step changes only by the data-parallel term.
+TEST(PlanCompression, CompressedReductionsFollowTheirVolumes) {
+  ClusterSpec c = test_util::a100();
+  c.devices_per_node = 1;  // every rank on its own 25 GB/s link
+  c.max_nodes = 0;
+  const config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
+  Layout base = parse_layout("dp=64,mb=8,gb=512");
+  const auto dp_time = [&](const std::string& extra) {
+    return estimate(m, parse_layout(extra, base), c, closed_form_pipeline()).time;
+  };
+  const TimeBreakdown dense = dp_time("");
+  const TimeBreakdown power = dp_time("compression=powersgd,compression_rank=4");
+  const TimeBreakdown sparse = dp_time("compression=topk,compression_ratio=0.001");
+  const TimeBreakdown sparser = dp_time("compression=topk,compression_ratio=0.0001");
+  const TimeBreakdown qsgd = dp_time("compression=qsgd");
+  const TimeBreakdown signs = dp_time("compression=onebit");
+  EXPECT_LT(power.dp_comm, dense.dp_comm / 5) << "PowerSGD rank 4 sends a few percent of the gradient";
+  EXPECT_LT(sparser.dp_comm, sparse.dp_comm);
+  EXPECT_GT(qsgd.dp_comm, dense.dp_comm) << "a byte per element from each of 63 peers outweighs one all-reduce";
+  EXPECT_LT(signs.dp_comm, qsgd.dp_comm);
+  EXPECT_DOUBLE_EQ(power.compute, dense.compute);
+  EXPECT_NEAR(power.step - dense.step, power.dp_comm - dense.dp_comm, 1e-12);
+  EXPECT_EQ(to_string(parse_layout("compression=topk,compression_ratio=0.05")).find("compression=topk,compression_ratio=0.05") !=
+                std::string::npos,
+            true);
+  EXPECT_NE(test_util::error_of([] { parse_layout("compression=gzip"); }).find("must be none, topk"), std::string::npos);
+  EXPECT_NE(test_util::error_of([] { parse_layout("compression_ratio=2"); }).find("needs a fraction in (0, 1]"),
+            std::string::npos);
+}

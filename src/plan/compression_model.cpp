@@ -1,0 +1,62 @@
+#include "plan/compression_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plan/device_time.h"
+
+namespace tessera::plan {
+
+bool known_compression(std::string_view name) {
+  return name == "none" || name == "topk" || name == "qsgd" || name == "onebit" || name == "powersgd";
+}
+
+MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int stage) {
+  const double C = m.n_embd, F = m.ffn(), V = m.vocab_size, T = m.seq_len, t = l.tp;
+  const double r = std::max(1, l.compression_rank);
+  MatrixShare share;
+  // A matrix enters only when rank r gains on it (r (rows + cols) < rows·cols), as at run time.
+  const auto add = [&](double rows, double cols, double count) {
+    if (r * (rows + cols) >= rows * cols) return;
+    share.elements += count * rows * cols;
+    share.rows_and_cols += count * (rows + cols);
+  };
+  const double layers = static_cast<double>(m.n_layer) / l.pp;
+  const bool llama = m.arch == config::Architecture::Llama;
+  add(C, 3 * C / t, layers);  // q, k, v (column-parallel)
+  add(C / t, C, layers);      // attention output (row-parallel)
+  add(C, F / t, layers * (llama ? 2 : 1));  // first MLP projection(s)
+  add(F / t, C, layers);      // second MLP projection
+  if (stage == 0) {
+    add(V / t, C, 1);         // token embedding (vocabulary-parallel)
+    if (!llama) add(T, C, 1); // learned positions
+  }
+  if (stage == l.pp - 1 && !m.tied_embeddings) add(V / t, C, 1);  // untied head
+  return share;
+}
+
+double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,
+                                    const MatrixShare& matrices) {
+  if (l.compression == "none" || dp.size <= 1 || elements <= 0) return 0;
+  const double n = dp.size;
+  // Reading the gradient and its error, writing both back.
+  double seconds = stream_seconds(c, 16 * elements);
+  if (l.compression == "topk") {
+    const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
+    seconds += 2 * all_gather_seconds(dp, n * k * 4);
+  } else if (l.compression == "qsgd") {
+    seconds += all_gather_seconds(dp, n * elements) + all_gather_seconds(dp, n * 4);
+  } else if (l.compression == "onebit") {
+    seconds += all_gather_seconds(dp, n * std::ceil(elements / 8)) + all_gather_seconds(dp, n * 4);
+  } else {  // powersgd
+    const double r = std::max(1, l.compression_rank);
+    const double rest = std::max(0.0, elements - matrices.elements);
+    // P = M Q and Q = Mᵀ P̂ (the rows × cols products with r columns), then P̂ Qᵀ.
+    const double p_and_q = 4 * r * matrices.rows_and_cols;  // bytes of P and Q
+    seconds += all_reduce_seconds(dp, p_and_q) + (rest > 0 ? all_reduce_seconds(dp, 4 * rest) : 0);
+    seconds += fused_seconds(c, Precision::Fp32, 6 * r * matrices.elements);
+  }
+  return seconds;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,37 @@
+#pragma once
+// What gradient compression (parallel.compression) costs and saves in the data-parallel reduction,
+// by the same formulas the runtime's compressors send (src/parallel/compression/compressor.h):
+// per step and rank, for Ψ gradient elements over a group of n,
+//   topk      all-gathers of k = ⌈ratio·Ψ⌉ values and k indices (4 bytes each)
+//   qsgd      an all-gather of Ψ signed bytes (and one norm)
+//   onebit    an all-gather of ⌈Ψ/8⌉ bytes of signs (and one scale)
+//   powersgd  all-reduces of P (Σ rows·r), Q (Σ cols·r) and the elements of no compressed matrix
+// plus a pass over the gradient and its error feedback in memory (PowerSGD also its products).
+// A compressed reduction is synchronous: nothing of it hides behind backward.
+#include <string>
+#include <string_view>
+
+#include "config/model_config.h"
+#include "plan/cluster.h"
+#include "plan/collectives.h"
+#include "plan/layout.h"
+
+namespace tessera::plan {
+
+// The compressor names a layout accepts: "none", "topk", "qsgd", "onebit", "powersgd".
+bool known_compression(std::string_view name);
+
+// Seconds one compressed reduction of `elements` gradient elements of the rank's stage takes on
+// `dp`, on cluster `c` (0 for "none" or a group of one). `matrices` are Σ rows·cols and
+// Σ (rows + cols) of the stage's weight matrices (PowerSGD's share).
+struct MatrixShare {
+  double elements = 0;      // Σ rows·cols
+  double rows_and_cols = 0; // Σ (rows + cols)
+};
+double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,
+                                    const MatrixShare& matrices);
+
+// The weight matrices of pipeline stage `stage` (tensor-parallel splits applied).
+MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int stage);
+
+}  // namespace tessera::plan
