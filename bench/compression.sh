@@ -38,16 +38,16 @@ export OMP_NUM_THREADS=1  # one thread per rank: the two ranks share the machine
 val_loss() { grep '"kind":"val"' "$1/metrics.jsonl" | tail -n 1 | sed -E 's/.*"loss":([-0-9.eE+]+).*/\1/'; }
 # Mean bytes per step sent over the data-parallel group, after the warm-up (the dense steps).
 bytes_per_step() {
-  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +11 |
+  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +51 |
     sed -E 's/.*"dp_bytes_sent":([-0-9.eE+]+).*/\1/' | awk '{ s += $1; n++ } END { printf "%.0f", s / n }'
 }
 
 declare -A ARGS=(
   [none]="--parallel.compression none"
-  [topk]="--parallel.compression topk --compression.ratio 0.01 --compression.warmup_steps 10"
-  [qsgd]="--parallel.compression qsgd --compression.warmup_steps 10"
-  [onebit]="--parallel.compression onebit --compression.warmup_steps 10"
-  [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps 10"
+  [topk]="--parallel.compression topk --compression.ratio 0.01 --compression.warmup_steps 25"
+  [qsgd]="--parallel.compression qsgd --compression.warmup_steps 25"
+  [onebit]="--parallel.compression onebit --compression.warmup_steps 25"
+  [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps 25"
 )
 METHODS=(none topk qsgd onebit powersgd)
 for method in "${METHODS[@]}"; do

@@ -45,9 +45,9 @@ double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const
     const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
     seconds += 2 * all_gather_seconds(dp, n * k * 4);
   } else if (l.compression == "qsgd") {
-    seconds += all_gather_seconds(dp, n * elements) + all_gather_seconds(dp, n * 4);
+    seconds += all_gather_seconds(dp, n * elements) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));
   } else if (l.compression == "onebit") {
-    seconds += all_gather_seconds(dp, n * std::ceil(elements / 8)) + all_gather_seconds(dp, n * 4);
+    seconds += all_gather_seconds(dp, n * std::ceil(elements / 8)) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));
   } else {  // powersgd
     const double r = std::max(1, l.compression_rank);
     const double rest = std::max(0.0, elements - matrices.elements);

@@ -3,8 +3,8 @@
 // by the same formulas the runtime's compressors send (src/parallel/compression/compressor.h):
 // per step and rank, for Ψ gradient elements over a group of n,
 //   topk      all-gathers of k = ⌈ratio·Ψ⌉ values and k indices (4 bytes each)
-//   qsgd      an all-gather of Ψ signed bytes (and one norm)
-//   onebit    an all-gather of ⌈Ψ/8⌉ bytes of signs (and one scale)
+//   qsgd      an all-gather of Ψ signed bytes (and a norm per 512 elements)
+//   onebit    an all-gather of ⌈Ψ/8⌉ bytes of signs (and a scale per 512 elements)
 //   powersgd  all-reduces of P (Σ rows·r), Q (Σ cols·r) and the elements of no compressed matrix
 // plus a pass over the gradient and its error feedback in memory (PowerSGD also its products).
 // A compressed reduction is synchronous: nothing of it hides behind backward.

@@ -114,6 +114,21 @@ void check_compressors(dist::Communicator& comm, RankChecks& t) {
     const std::vector<float> again = reduce_counted(*c, local(me, n, 8), comm, t, "second step");
     t.expect(std::isfinite(again[0]), "second step finite");
   }
+  // Top-k's ratio ramps from 1 to its target over as many steps as the dense warm-up, then stays.
+  {
+    CompressionOptions o;
+    o.method = CompressionMethod::TopK;
+    o.ratio = 0.01;
+    o.warmup_steps = 4;
+    auto c = make_compressor(o, {BucketShape{n, {}}}, memory, me);
+    const auto sent_at = [&](int64_t step) {
+      c->set_step(step);
+      return c->wire_bytes(0, R, me) / (2 * 4 * static_cast<uint64_t>(R - 1));  // k, from 2 (R - 1) k 4 bytes
+    };
+    t.expect(sent_at(5) == static_cast<uint64_t>(std::ceil(std::pow(0.01, 0.25) * n)), "topk ramp: first step");
+    t.expect(sent_at(6) == static_cast<uint64_t>(std::ceil(std::pow(0.01, 0.5) * n)), "topk ramp: second step");
+    t.expect(sent_at(8) == 10 && sent_at(100) == 10, "topk ramp: the target ratio from the ramp's end on");
+  }
   // QSGD: within one level of the norm per rank; the same seed rounds the same; unbiased.
   {
     const std::vector<float> g = local(me, n);

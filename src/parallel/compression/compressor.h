@@ -6,12 +6,15 @@
 //
 //   topk      the largest |g| (compression.ratio of each bucket) with error feedback: what is not
 //             sent is kept and added to the next step's gradient (Lin et al. 2018; Stich et al.
-//             2018); values and indices all-gathered
-//   qsgd      each element stochastically rounded to one of compression.levels levels of the
-//             bucket's norm (Alistarh et al. 2017): unbiased, one byte an element, all-gathered;
-//             the rounding is keyed by (seed, step, rank, bucket, element), so reruns are identical
-//   onebit    the sign of each element times the bucket's mean |g|, with error feedback (Seide et
-//             al. 2014; Bernstein et al. 2018): one bit an element, all-gathered
+//             2018); values and indices all-gathered; after a dense warm-up the ratio ramps down
+//             geometrically over as many steps
+//   qsgd      each element stochastically rounded to one of compression.levels levels of its
+//             512-element block's norm (Alistarh et al. 2017): unbiased, one byte an element and a
+//             norm a block, all-gathered; the rounding is keyed by (seed, step, rank, bucket,
+//             element), so reruns are identical
+//   onebit    the sign of each element times its 512-element block's mean |g|, with error
+//             feedback (Seide et al. 2014; Bernstein et al. 2018): one bit an element and a scale
+//             a block, all-gathered
 //   powersgd  each matrix of the bucket as P Qᵀ of rank compression.rank by one power iteration on
 //             the group's sum, Q warm-started from the previous step, with error feedback (Vogels
 //             et al. 2019); vectors, and matrices too small to gain, are all-reduced exactly

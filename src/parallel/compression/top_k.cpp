@@ -1,4 +1,7 @@
-// Top-k sparsification with error feedback.
+// Top-k sparsification with error feedback. After the dense warm-up (compression.warmup_steps) the
+// fraction sent falls geometrically from 1 to compression.ratio over as many steps again, as Deep
+// Gradient Compression ramps its sparsity: the error feedback then starts from small residuals
+// instead of swallowing 99 % of the large early gradients at once.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,7 +17,7 @@ namespace {
 class TopK final : public GradientCompressor {
  public:
   TopK(const CompressionOptions& options, std::vector<BucketShape> buckets, MemoryAccountant& memory)
-      : ratio_(options.ratio), buckets_(std::move(buckets)) {
+      : ratio_(options.ratio), ramp_steps_(options.warmup_steps), buckets_(std::move(buckets)) {
     TS_CHECK(ratio_ > 0 && ratio_ <= 1, "compression.ratio = {} must be in (0, 1]", ratio_);
     for (const BucketShape& b : buckets_) {
       residuals_.push_back(Tensor::zeros({b.elements}, DType::F32, MemoryTag::Optimizer, memory));
@@ -31,7 +34,7 @@ class TopK final : public GradientCompressor {
     const auto n = static_cast<int64_t>(grad.size());
     for (int64_t i = 0; i < n; ++i) acc[i] += grad[static_cast<size_t>(i)];
     // The k largest magnitudes, ties to the lower index so every rerun picks the same.
-    const int64_t k = top_k_count(n, ratio_);
+    const int64_t k = top_k_count(n, ratio_now());
     std::vector<int32_t> index(static_cast<size_t>(n));
     std::iota(index.begin(), index.end(), 0);
     const auto larger = [acc](int32_t a, int32_t b) {
@@ -56,7 +59,7 @@ class TopK final : public GradientCompressor {
   }
 
   uint64_t wire_bytes(int bucket, int ranks, int rank) const override {
-    const auto k = static_cast<size_t>(top_k_count(buckets_.at(static_cast<size_t>(bucket)).elements, ratio_));
+    const auto k = static_cast<size_t>(top_k_count(buckets_.at(static_cast<size_t>(bucket)).elements, ratio_now()));
     const std::vector<size_t> counts(static_cast<size_t>(ranks), k);
     return dist::all_gather_bytes(counts, 4, rank) * 2;  // values and indices
   }
@@ -68,7 +71,15 @@ class TopK final : public GradientCompressor {
   }
 
  private:
+  // The fraction sent this step: ratio^(s / ramp) in the s-th compressed step of the ramp.
+  double ratio_now() const {
+    const int64_t compressed = step() - ramp_steps_;
+    if (ramp_steps_ <= 0 || compressed >= ramp_steps_) return ratio_;
+    return std::pow(ratio_, static_cast<double>(std::max<int64_t>(compressed, 1)) / static_cast<double>(ramp_steps_));
+  }
+
   double ratio_;
+  int64_t ramp_steps_;  // the dense warm-up's length: the ramp takes as many steps
   std::vector<BucketShape> buckets_;
   std::vector<Tensor> residuals_;  // [bucket]: [elements], what was not sent yet
 };
