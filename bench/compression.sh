@@ -9,7 +9,7 @@
 #   bench/compression.sh               # 600 steps each
 #   STEPS=300 bench/compression.sh
 #
-# Environment: STEPS (default 600), TESSERA (the binary; default build/release/src/cli/tessera),
+# Environment: STEPS (default 600), METHODS (default "none topk qsgd onebit powersgd"; none first), TESSERA (the binary; default build/release/src/cli/tessera),
 # DATA (the prepared corpus; default data/kjv, prepared when missing), OUT (run folders; default
 # build/bench/compression).
 #
@@ -49,7 +49,8 @@ declare -A ARGS=(
   [onebit]="--parallel.compression onebit --compression.warmup_steps 25"
   [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps 25"
 )
-METHODS=(none topk qsgd onebit powersgd)
+read -r -a METHODS <<< "${METHODS:-none topk qsgd onebit powersgd}"
+[[ ${METHODS[0]} == none ]] || { echo "METHODS must start with none (the dense run the others are compared with)" >&2; exit 2; }
 for method in "${METHODS[@]}"; do
   echo "== $method: $STEPS steps, dp 2"
   # shellcheck disable=SC2086
