@@ -16,9 +16,10 @@
 #include "exec/recompute.h"
 #include "exec/transform.h"
 #include "nn/gpt.h"
-#include "optim/adamw.h"
+#include "optim/optimizer_config.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
+#include "parallel/shard_reduction.h"
 #include "parallel/pipeline_stages.h"
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
@@ -31,7 +32,7 @@ struct EngineOptions {
   // microbatches per step = B / (dp × b).
   config::ParallelLayout layout;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
-  optim::AdamWConfig adam;
+  optim::OptimizerConfig optimizer;  // optim/make_optimizer.h
   int seq_len = 1;
   exec::RecomputeOptions recompute;
   // Blocks per pipeline stage (pp × virtual_stages entries, stage 0 first); empty: the split
@@ -108,6 +109,8 @@ class TrainingEngine {
   dist::Communicator* pp_ = nullptr;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<PipelineStageParameters> stage_params_;
+  // Per-tensor optimizer statistics summed over the ZeRO shards (null without ZeRO).
+  std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   GradNormService norms_;
   exec::Interpreter interpreter_;

@@ -1,10 +1,14 @@
 #pragma once
 // Checkpoints: a folder per save (checkpoints/step_00000100/) holding
 //   model.safetensors      parameters by name (f32)
-//   optimizer.safetensors  AdamW moments by name ("m.<name>", "v.<name>") (without ZeRO)
+//   optimizer.safetensors  the optimizer's state by parameter (without ZeRO): each state tensor's
+//                          part for a parameter as "<tensor>.<name>" ("m.<name>", "v.<name>" for
+//                          AdamW; "row.<name>", "col.<name>" for Adafactor's factored statistics;
+//                          "m8.<name>" codes and "m_absmax.<name>" scales for adam8bit), shaped
+//                          like the parameter when it holds one value per element
 //   zero_shard.rank<r>.safetensors
-//                          with ZeRO (parallel.zero_stage >= 1): rank r's shard of the AdamW
-//                          moments ("m", "v": the flat range [begin, end) named in its metadata)
+//                          with ZeRO (parallel.zero_stage >= 1): rank r's optimizer state tensors
+//                          as its optimizer holds them (for the flat ranges named in its metadata)
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
 //                          optimizer step count, elapsed time, the size and XXH3 checksum of every
