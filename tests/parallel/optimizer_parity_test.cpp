@@ -4,7 +4,7 @@
 //    the group, and its shard equals the same elements of the whole update run on one process —
 //    bit for bit for the elementwise and 8-bit optimizers (block maxima are exact), within 1e-6
 //    relative where a norm or a row sum adds partial sums in another order (LAMB, LARS, Adafactor);
-//  - the training engine at ZeRO 1 and 2: losses and parameters against the one-process run (the
+//  - the training engine at ZeRO 1, 2 and 3: losses and parameters against the one-process run (the
 //    tolerance of the ZeRO parity test: gradients are reduced in another order), and the state
 //    bytes the allocator holds under 'optimizer' equal to the optimizer's formula.
 #include <fmt/format.h>
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     auto world = mpi.world(options);
     for (const OptimizerCase& c : optimizer_cases()) check_optimizer_exactness(c, *world, t);
     for (const OptimizerCase& c : optimizer_cases()) {
-      for (int stage : {1, 2}) check_engine(c, stage, *world, t);
+      for (int stage : {1, 2, 3}) check_engine(c, stage, *world, t);
     }
     const int code = agree_on_failures(t, *world);
     world.reset();
