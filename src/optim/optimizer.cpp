@@ -59,12 +59,6 @@ int64_t total_elements(std::span<const Segment> segments) {
   return n;
 }
 
-std::vector<int64_t> element_offsets(std::span<const Segment> segments) {
-  std::vector<int64_t> out{0};
-  for (const Segment& s : segments) out.push_back(out.back() + s.size());
-  return out;
-}
-
 bool same_layout(std::span<const Segment> a, std::span<const Segment> b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -78,8 +78,6 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store);
 std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::ParamRange owned, float* values,
                                        float* grads, uint32_t sharded_over);
 int64_t total_elements(std::span<const Segment> segments);
-// The first element of each segment in the owned order, and the total last: segments + 1 entries.
-std::vector<int64_t> element_offsets(std::span<const Segment> segments);
 // Whether two lists of segments cover the same parameters' same elements in the same order (an
 // optimizer with per-tensor state checks each step's segments against the layout it was built for).
 bool same_layout(std::span<const Segment> a, std::span<const Segment> b);

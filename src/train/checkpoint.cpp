@@ -84,7 +84,7 @@ std::vector<const nn::Parameter*> whole_parameters_of(const ModelState& model) {
   return out;
 }
 
-// Each of the optimizer's state tensors split by parameter: `visit(key, part, parameter)` for every
+// Each of the optimizer's state tensors split by parameter: `visit(key, part)` for every
 // non-empty part, keyed "<tensor>.<parameter>" ("m.<name>", "row.<name>", ...) and shaped like
 // the parameter when it holds one value per element, flat otherwise (per-tensor statistics).
 template <class Visit>
