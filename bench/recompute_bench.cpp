@@ -98,7 +98,7 @@ PolicySpec parse_policy(const std::string& spec, int n_layer) {
 
 parallel::EngineOptions engine_options(int B, int T, const exec::RecomputeOptions& recompute) {
   parallel::EngineOptions options;
-  options.adam = {0.9f, 0.95f, 1e-8f, 0.1f};
+  options.optimizer = {};  // AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1
   options.layout.micro_batch = B;
   options.layout.global_batch = B;
   options.seq_len = T;

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     tessera::nn::GPT gpt(model, memory, 1234);
     // The step the trainer runs: one microbatch through the interpreter, then clipping and AdamW.
     tessera::parallel::EngineOptions options;
-    options.adam = {0.9f, 0.95f, 1e-8f, 0.1f};
+    options.optimizer = {};  // AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1
     options.layout.micro_batch = B;
     options.layout.global_batch = B;
     options.seq_len = T;

@@ -27,7 +27,7 @@ void AdamW::step(float lr, std::span<const Segment> segments) {
   }
 }
 
-StateDict AdamW::state_dict() { return {step_, {{"m", m_}, {"v", v_}}}; }
+StateDict AdamW::state_dict() { return {step_, {{"m", m_, {}}, {"v", v_, {}}}}; }
 
 void AdamW::load_state_dict(StateDict state) {
   for (auto [name, mine] : {std::pair<const char*, Tensor*>{"m", &m_}, {"v", &v_}}) {

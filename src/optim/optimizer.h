@@ -31,13 +31,30 @@ struct Segment {
   int64_t size() const { return end - begin; }
 };
 
-// The optimizer's state, over the owned elements in segment order: named tensors (views of the
-// optimizer's own storage) and the number of steps taken.
+// One tensor of an optimizer's state: a view of the optimizer's own storage, flat.
+struct StateTensor {
+  std::string name;
+  Tensor values;
+  // Where segment i's part of it begins: segments + 1 offsets. Empty: one entry per owned element
+  // in segment order (AdamW's moments); per-tensor state (Adafactor's row and column statistics,
+  // 8-bit block scales) has parts of other sizes, and segments with no part of it (a factored
+  // matrix has no per-element second moment) have empty parts.
+  std::vector<int64_t> segment_offsets;
+};
+
+// The optimizer's state over the owned elements, in segment order, and the number of steps taken.
 struct StateDict {
   int64_t steps = 0;
-  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::vector<StateTensor> tensors;
   Tensor& at(std::string_view name);
+  // Segment `index`'s part of `tensor`, where `element_offsets` are the segments' first elements
+  // in the owned order (segments + 1 entries, for per-element tensors).
+  static Tensor part(const StateTensor& tensor, size_t index, std::span<const int64_t> element_offsets);
 };
+
+// Copies `state`'s tensor `name` into `into` (same number of elements and dtype), unless it is
+// already `into`'s storage; `optimizer` names the optimizer in the error.
+void load_state_tensor(StateDict& state, std::string_view name, Tensor& into, std::string_view optimizer);
 
 class Optimizer {
  public:
@@ -61,5 +78,11 @@ std::vector<Segment> whole_parameters(nn::ParameterStore& store);
 std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::ParamRange owned, float* values,
                                        float* grads, uint32_t sharded_over);
 int64_t total_elements(std::span<const Segment> segments);
+// Whether two lists of segments cover the same parameters' same elements in the same order (an
+// optimizer with per-tensor state checks each step's segments against the layout it was built for).
+bool same_layout(std::span<const Segment> a, std::span<const Segment> b);
+// Matrices and embeddings (two or more dimensions in the one-process model) are decayed and
+// adapted; biases and norm gains are not (the GPT-2 recipe, and LAMB's and LARS' exclusions).
+inline bool is_matrix(const nn::Parameter& p) { return p.spec.global_shape.size() >= 2; }
 
 }  // namespace tessera::optim

@@ -1,6 +1,7 @@
 #include "parallel/training_engine.h"
 
 #include "exec/program_memory.h"
+#include "optim/make_optimizer.h"
 
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
@@ -94,7 +95,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     weight_versions_ = std::make_unique<WeightVersions>(
         model.parameters(), parameters_of_units(model.parameters(), model.units(), units), memory, ownership_);
   }
-  optimizer_ = std::make_unique<optim::AdamW>(memory, options.adam, optim::total_elements(ownership_.master_segments()));
+  if (layout.zero_stage >= 1) {
+    // ZeRO splits tensors over the data-parallel group: per-tensor statistics are summed over it.
+    shard_reduction_ = std::make_unique<GroupShardReduction>(groups_of(dp, nullptr));
+  }
+  optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
+                                     shard_reduction_.get());
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
 

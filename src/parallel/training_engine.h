@@ -22,9 +22,10 @@
 #include "exec/recompute.h"
 #include "exec/transform.h"
 #include "nn/gpt.h"
-#include "optim/adamw.h"
+#include "optim/optimizer_config.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
+#include "parallel/shard_reduction.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/weight_versions.h"
 #include "config/parallel_layout.h"
@@ -39,7 +40,7 @@ struct EngineOptions {
   config::ParallelLayout layout;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
   CompressionOptions compression;             // how the buckets are reduced (dense: none)
-  optim::AdamWConfig adam;
+  optim::OptimizerConfig optimizer;  // optim/make_optimizer.h
   int seq_len = 1;
   exec::RecomputeOptions recompute;
   // Blocks per pipeline stage (pp × virtual_stages entries, stage 0 first); empty: the split
@@ -139,6 +140,8 @@ class TrainingEngine {
   std::unique_ptr<dist::Communicator> shared_params_comm_;
   std::unique_ptr<PipelineStageParameters> stage_params_;
   std::unique_ptr<WeightVersions> weight_versions_;
+  // Per-tensor optimizer statistics summed over the ZeRO shards (null without ZeRO).
+  std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   GradNormService norms_;
   exec::Interpreter interpreter_;

@@ -1,11 +1,15 @@
 #include "plan/layout.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "core/check.h"
+#include "optim/make_optimizer.h"
 #include "plan/compression_model.h"
 #include "plan/pipeline_model.h"
 
@@ -15,7 +19,7 @@ namespace {
 
 constexpr const char* kLayoutKeys =
     "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, "
-    "overlap, compression, compression_ratio, compression_rank";
+    "overlap, compression, compression_ratio, compression_rank, optimizer";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -111,6 +115,11 @@ Layout parse_layout(std::string_view text, Layout l) {
       l.flash_attention = parse_bool(key, value);
     } else if (key == "overlap") {
       l.overlap = parse_bool(key, value);
+    } else if (key == "optimizer") {
+      const std::span<const std::string_view> names = optim::optimizer_names();
+      TS_CHECK(std::find(names.begin(), names.end(), value) != names.end(), "layout: 'optimizer={}' must be one of {}",
+               value, fmt::join(names, ", "));
+      l.optimizer = std::string(value);
     } else if (key == "recompute") {
       if (value == "none") l.recompute = Recompute::None;
       else if (value == "selective") l.recompute = Recompute::Selective;
@@ -143,7 +152,7 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else {
       std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "recompute_every",
                                        "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap",
-                                       "compression", "compression_ratio", "compression_rank"};
+                                       "compression", "compression_ratio", "compression_rank", "optimizer"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
@@ -162,18 +171,19 @@ std::string to_string(const Layout& l) {
   std::string recompute = recompute_name(l.recompute);
   if (l.recompute_every != 0) recompute += fmt::format(",recompute_every={}", l.recompute_every);
   if (l.activation_budget_mb != 0) recompute += fmt::format(",activation_budget_mb={}", l.activation_budget_mb);
-  // Compression likewise, only when on: layouts without it print as before.
-  std::string compression;
+  // Compression and the optimizer likewise, only when not the default: layouts without them
+  // print as before.
+  std::string extras;
   if (l.compression != "none") {
-    compression = ",compression=" + l.compression;
-    if (l.compression == "topk") compression += fmt::format(",compression_ratio={}", l.compression_ratio);
-    if (l.compression == "powersgd") compression += fmt::format(",compression_rank={}", l.compression_rank);
+    extras = ",compression=" + l.compression;
+    if (l.compression == "topk") extras += fmt::format(",compression_ratio={}", l.compression_ratio);
+    if (l.compression == "powersgd") extras += fmt::format(",compression_rank={}", l.compression_rank);
   }
-  return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}",
+  if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
+  return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}{}",
                      l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
-                     l.flash_attention ? "true" : "false", l.overlap ? "true" : "false") +
-         compression;
+                     l.flash_attention ? "true" : "false", l.overlap ? "true" : "false", extras);
 }
 
 void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices) {

@@ -41,6 +41,8 @@ struct Layout : config::ParallelLayout {
   std::string compression = "none";
   double compression_ratio = 0.01;
   int compression_rank = 4;
+  // The optimizer whose state the memory model counts (optim.name); Adam's moments by default.
+  std::string optimizer = "adamw";
 
   int64_t devices() const { return int64_t{dp} * tp * pp; }  // widened: device counts are multiplied further
   bool operator==(const Layout&) const = default;
@@ -50,7 +52,8 @@ std::string recompute_name(Recompute r);
 
 // "tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16": keys tp, pp, dp, v
 // (virtual_stages), mb, gb, zero (zero_stage), recompute (none, selective, full, every_k, optimal),
-// recompute_every, activation_budget_mb, sp, precision, schedule (any kind name), flash, overlap.
+// recompute_every, activation_budget_mb, sp, precision, schedule (any kind name), flash, overlap,
+// optimizer (an optim.name; written only when not adamw).
 // Keys not given keep their value in `base`. v > 1 with the 1f1b schedule (the
 // default) means interleaved 1F1B, so a layout that names no schedule keeps its meaning; the result
 // then says schedule=interleaved. Unknown keys and bad values throw with the list of known keys.

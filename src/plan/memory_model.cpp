@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "optim/make_optimizer.h"
 #include "plan/model_costs.h"
 #include "plan/recompute_model.h"
 
@@ -33,10 +34,13 @@ double MemoryBreakdown::by_tag(std::string_view tag) const {
   TS_FAIL("plan: '{}' is not a memory tag; tags are params, grads, optimizer, activations, comm, workspace", tag);
 }
 
-MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp) {
+MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp, std::string_view optimizer) {
   TS_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "plan: ZeRO stage {} over dp={} is not valid", zero, dp);
   const double e = element_bytes(precision);
-  const double K = precision == Precision::Bf16 ? 12 : 8;  // fp32 master + m + v, or just m + v
+  optim::OptimizerConfig settings;
+  settings.name = std::string(optimizer);
+  // fp32 master + the optimizer's state (Adam: m + v), or the state alone.
+  const double K = (precision == Precision::Bf16 ? 4 : 0) + optim::state_bytes_per_parameter(settings);
   MemoryBreakdown mem;
   mem.params = e * params / (zero >= 3 ? dp : 1);
   mem.grads = e * params / (zero >= 2 ? dp : 1);
@@ -88,7 +92,7 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
   const double bsh = d(b) * s * h;
   const bool first = stage == 0, last = stage == l.pp - 1;
 
-  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp);
+  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp, l.optimizer);
 
   // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
   const int64_t chunks = pipeline.inflight_chunks(l, stage);

@@ -29,7 +29,10 @@ struct MemoryBreakdown {
 //   fp32 Adam: 4 + 4 + 8.  Stage 1 shards the optimizer state over dp, stage 2 also the gradients,
 //   stage 3 also the parameters: stage 1 = 4 Psi + K Psi/N_d, stage 2 = 2 Psi + (2 + K) Psi/N_d,
 //   stage 3 = (4 + K) Psi/N_d (bf16).
-MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp);
+// Another optimizer replaces Adam's 8 bytes of moments in K by its own state per parameter
+// (optim::state_bytes_per_parameter of the named optimizer with its default settings).
+MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp,
+                                  std::string_view optimizer = "adamw");
 
 // Activation bytes one layer keeps for backward, for a microbatch of b sequences on one of t
 // tensor-parallel ranks, derived tensor by tensor. With e = 2, dropout on and F = 4h these are

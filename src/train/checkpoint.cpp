@@ -75,36 +75,46 @@ void barrier(dist::Communicator* comm) {
   if (comm != nullptr && comm->size() > 1) comm->barrier()->wait();
 }
 
-// Without ZeRO: every moment by parameter name, so the file reads like the model file.
+// The parameters of `model`'s optimizer segments when it holds them whole (without ZeRO): the
+// whole store, or under pipelining its stages' parameters.
+std::vector<const nn::Parameter*> whole_parameters_of(const ModelState& model) {
+  if (model.pipeline_rank >= 0) return model.stage_params;
+  std::vector<const nn::Parameter*> out;
+  for (const auto& p : model.params.all()) out.push_back(&p);
+  return out;
+}
+
+// Each of the optimizer's state tensors split by parameter: `visit(key, part)` for every
+// non-empty part, keyed "<tensor>.<parameter>" ("m.<name>", "row.<name>", ...) and shaped like
+// the parameter when it holds one value per element, flat otherwise (per-tensor statistics).
+template <class Visit>
+void for_each_state_part(const ModelState& model, optim::StateDict& state, Visit visit) {
+  const std::vector<const nn::Parameter*> params = whole_parameters_of(model);
+  std::vector<int64_t> offsets{0};
+  for (const nn::Parameter* p : params) offsets.push_back(offsets.back() + p->numel());
+  TS_CHECK(offsets.back() == model.optimizer->owned_elements(),
+           "the optimizer holds {} elements but the parameters it is saved by hold {}",
+           model.optimizer->owned_elements(), offsets.back());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter& p = *params[i];
+    for (const optim::StateTensor& t : state.tensors) {
+      Tensor part = optim::StateDict::part(t, i, offsets);
+      if (part.numel() == 0) continue;
+      visit(t.name + "." + p.name, part.numel() == p.numel() ? part.reshape(p.shape) : part);
+    }
+  }
+}
+
+// Without ZeRO: the optimizer state by parameter name, so the file reads like the model file.
+// Under pipelining each stage writes the state of its parameters to a file of its own.
 void write_optimizer(const std::string& path, const ModelState& model) {
   io::SafeTensorsWriter opt;
   optim::StateDict state = model.optimizer->state_dict();
-  const Tensor& m = state.at("m");
-  const Tensor& v = state.at("v");
-  for (const auto& p : model.params.all()) {
-    const auto begin = static_cast<int64_t>(p.offset);
-    opt.add("m." + p.name, m.slice(0, begin, begin + p.numel()).reshape(p.shape));
-    opt.add("v." + p.name, v.slice(0, begin, begin + p.numel()).reshape(p.shape));
+  for_each_state_part(model, state, [&](const std::string& key, const Tensor& part) { opt.add(key, part); });
+  if (model.pipeline_rank >= 0) {
+    opt.set_metadata("format", "tessera-pipeline-stage");
+    opt.set_metadata("pipeline_rank", std::to_string(model.pipeline_rank));
   }
-  opt.write(path);
-}
-
-// Under pipelining: the moments of this rank's stages' parameters, which follow each other in
-// store order in the state tensors.
-void write_stage_optimizer(const std::string& path, const ModelState& model) {
-  io::SafeTensorsWriter opt;
-  optim::StateDict state = model.optimizer->state_dict();
-  const Tensor& m = state.at("m");
-  const Tensor& v = state.at("v");
-  int64_t at = 0;
-  for (const nn::Parameter* p : model.stage_params) {
-    opt.add("m." + p->name, m.slice(0, at, at + p->numel()).reshape(p->shape));
-    opt.add("v." + p->name, v.slice(0, at, at + p->numel()).reshape(p->shape));
-    at += p->numel();
-  }
-  TS_CHECK(at == m.numel(), "the optimizer holds {} elements but the stages' parameters {}", m.numel(), at);
-  opt.set_metadata("format", "tessera-pipeline-stage");
-  opt.set_metadata("pipeline_rank", std::to_string(model.pipeline_rank));
   opt.write(path);
 }
 
@@ -129,8 +139,7 @@ std::string ranges_text(const std::vector<nn::ParamRange>& ranges) {
 void write_shard(const std::string& path, const ModelState& model, int rank, int ranks, int stage) {
   io::SafeTensorsWriter shard;
   optim::StateDict state = model.optimizer->state_dict();
-  shard.add("m", state.at("m"));
-  shard.add("v", state.at("v"));
+  for (const optim::StateTensor& t : state.tensors) shard.add(t.name, t.values);
   shard.set_metadata("format", "tessera-zero-shard");
   shard.set_metadata("begin", std::to_string(model.owned.empty() ? 0 : model.owned.front().begin));
   shard.set_metadata("end", std::to_string(model.owned.empty() ? 0 : model.owned.back().end));
@@ -230,7 +239,7 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   }
   if (pipelined && !sharded && model.writes_stage) {
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
-      write_stage_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
+      write_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
     });
   }
   if (!model.previous_weights.empty() && model.writes_previous_weights) {
@@ -463,24 +472,19 @@ void load_shard(const std::string& path, const CheckpointManifest& manifest, con
            "checkpoint shard '{}' holds elements {} of a group of {}, but this rank owns {} of a group of {}; "
            "resharding is not supported yet: resume with the layout it was saved with",
            file, saved, shard.metadata_value("ranks"), mine, ranks);
-  shard.copy_to("m", state.at("m"));
-  shard.copy_to("v", state.at("v"));
+  for (optim::StateTensor& t : state.tensors) shard.copy_to(t.name, t.values);
 }
 
-void load_stage_optimizer(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
-                          optim::StateDict& state) {
-  const std::string name = pipeline_stage_file_name(model.pipeline_rank);
-  TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no optimizer state for pipeline rank {} ({}): it was "
-           "saved by another layout", path, model.pipeline_rank, name);
+// The optimizer state by parameter name (without ZeRO): optimizer.safetensors, or under
+// pipelining this stage's file.
+void load_optimizer(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
+                    optim::StateDict& state) {
+  const std::string name = model.pipeline_rank >= 0 ? pipeline_stage_file_name(model.pipeline_rank) : kOptimizerFile;
+  TS_CHECK(model.pipeline_rank < 0 || manifest.files.contains(name),
+           "checkpoint '{}' has no optimizer state for pipeline rank {} ({}): it was saved by another layout", path,
+           model.pipeline_rank, name);
   io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / name).string());
-  int64_t at = 0;
-  for (const nn::Parameter* p : model.stage_params) {
-    Tensor m = state.at("m").slice(0, at, at + p->numel()).reshape(p->shape);
-    Tensor v = state.at("v").slice(0, at, at + p->numel()).reshape(p->shape);
-    opt.copy_to("m." + p->name, m);
-    opt.copy_to("v." + p->name, v);
-    at += p->numel();
-  }
+  for_each_state_part(model, state, [&](const std::string& key, Tensor part) { opt.copy_to(key, part); });
 }
 
 void load_compression_state(const std::string& path, const CheckpointManifest& manifest,
@@ -495,17 +499,6 @@ void load_compression_state(const std::string& path, const CheckpointManifest& m
            "but this run uses '{}'", path, file.metadata_value("method"), compressor.name());
   for (auto& [key, tensor] : compressor.state()) file.copy_to(key, tensor);
   compressor.set_step(std::stoll(file.metadata_value("step")));
-}
-
-void load_optimizer(const std::string& path, const ModelState& model, optim::StateDict& state) {
-  io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / kOptimizerFile).string());
-  for (const auto& p : model.params.all()) {
-    const auto begin = static_cast<int64_t>(p.offset);
-    Tensor m = state.at("m").slice(0, begin, begin + p.numel()).reshape(p.shape);
-    Tensor v = state.at("v").slice(0, begin, begin + p.numel()).reshape(p.shape);
-    opt.copy_to("m." + p.name, m);
-    opt.copy_to("v." + p.name, v);
-  }
 }
 
 }  // namespace
@@ -590,16 +583,18 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "parallel.pp = {} (its weights alone load under any layout with train.init_from)",
            path, manifest.pp, config.parallel.pp, manifest.pp);
 
+  TS_CHECK(model.optimizer == nullptr || manifest.optimizer_name == model.optimizer->name(),
+           "checkpoint '{}' holds the state of optim.name = \"{}\" but this run has optim.name = \"{}\": resume with "
+           "optim.name = \"{}\", or start a new run from its weights alone with train.init_from",
+           path, manifest.optimizer_name, model.optimizer->name(), manifest.optimizer_name);
   load_parameters(path, model);
   if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();
     if (saved_stage >= 1) {
       load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
-    } else if (model.pipeline_rank >= 0) {
-      load_stage_optimizer(path, manifest, model, state);
     } else {
-      load_optimizer(path, model, state);
+      load_optimizer(path, manifest, model, state);
     }
     state.steps = manifest.optimizer_steps;
     model.optimizer->load_state_dict(state);

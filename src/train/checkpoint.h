@@ -1,10 +1,14 @@
 #pragma once
 // Checkpoints: a folder per save (checkpoints/step_00000100/) holding
 //   model.safetensors      parameters by name (f32)
-//   optimizer.safetensors  AdamW moments by name ("m.<name>", "v.<name>") (without ZeRO)
+//   optimizer.safetensors  the optimizer's state by parameter (without ZeRO): each state tensor's
+//                          part for a parameter as "<tensor>.<name>" ("m.<name>", "v.<name>" for
+//                          AdamW; "row.<name>", "col.<name>" for Adafactor's factored statistics;
+//                          "m8.<name>" codes and "m_absmax.<name>" scales for adam8bit), shaped
+//                          like the parameter when it holds one value per element
 //   zero_shard.rank<r>.safetensors
-//                          with ZeRO (parallel.zero_stage >= 1): rank r's shard of the AdamW
-//                          moments ("m", "v": the flat range [begin, end) named in its metadata)
+//                          with ZeRO (parallel.zero_stage >= 1): rank r's optimizer state tensors
+//                          as its optimizer holds them (for the flat ranges named in its metadata)
 //   previous_weights.pipeline<r>.safetensors
 //                          PipeDream-2BW (parallel.schedule = "2bw"): pipeline rank r's previous
 //                          weight version by name, which the next batch still reads

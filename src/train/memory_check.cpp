@@ -5,6 +5,7 @@
 
 #include "exec/recompute.h"
 #include "nn/gpt.h"
+#include "optim/make_optimizer.h"
 #include "parallel/zero_memory.h"
 
 namespace tessera::train {
@@ -25,7 +26,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   const parallel::ZeroBytes states = parallel::zero_bytes(c.parallel.zero_stage, psi, (psi + dp - 1) / dp);
   e.params = static_cast<double>(states.params);
   e.grads = static_cast<double>(states.grads);
-  e.optimizer = static_cast<double>(states.optimizer);
+  // The optimizer's own state per parameter (zero_bytes counts Adam's 8 bytes).
+  e.optimizer = static_cast<double>(states.optimizer) / 8.0 * optim::state_bytes_per_parameter(c.optim);
   // PipeDream-2BW's stash of the previous weight version: one more f32 copy (of the whole model, a
   // bound: a pipeline rank stashes its stages' share).
   if (c.parallel.schedule == "2bw") e.params += 4.0 * static_cast<double>(psi);

@@ -6,12 +6,78 @@
 #include <cmath>
 #include <sstream>
 
+#include "optim/make_optimizer.h"
 #include "parallel/training_engine.h"
 
 namespace tessera::train {
 
 using config::TableReader;
 using config::check_range;
+
+namespace {
+
+std::string quoted_list(std::span<const std::string_view> names, std::string_view last_join) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    out += fmt::format("{}\"{}\"", i == 0 ? "" : i + 1 == names.size() ? last_join : ", ", names[i]);
+  }
+  return out;
+}
+
+// The optimizer's own keys: known name, ranges, and no key that the chosen optimizer would ignore
+// (set away from its default), as the recompute keys are refused for the policies that ignore them.
+void validate_optimizer(const OptimSection& o) {
+  const std::span<const std::string_view> names = optim::optimizer_names();
+  TS_CHECK(std::find(names.begin(), names.end(), o.name) != names.end(),
+           "config: optim.name = '{}' is not known; use {}", o.name, quoted_list(names, " or "));
+  const optim::OptimizerConfig defaults;
+  struct Key {
+    const char* name;
+    bool is_default;
+    std::vector<std::string_view> readers;
+  };
+  const bool adafactor_beta1 = o.name == "adafactor" && o.first_moment;
+  const std::vector<Key> keys = {
+      {"beta1", o.beta1 == defaults.beta1,
+       adafactor_beta1 ? std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "adafactor"}
+                       : std::vector<std::string_view>{"adamw", "adam8bit", "lamb"}},
+      {"beta2", o.beta2 == defaults.beta2, {"adamw", "adam8bit", "lamb"}},
+      {"eps", o.eps == defaults.eps, {"adamw", "adam8bit", "lamb", "lars"}},
+      {"momentum", o.momentum == defaults.momentum, {"sgd", "lars"}},
+      {"nesterov", o.nesterov == defaults.nesterov, {"sgd"}},
+      {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {"sgd"}},
+      {"trust_coefficient", o.trust_coefficient == defaults.trust_coefficient, {"lars"}},
+      {"first_moment", o.first_moment == defaults.first_moment, {"adafactor"}},
+      {"relative_step", o.relative_step == defaults.relative_step, {"adafactor"}},
+      {"decay_rate", o.decay_rate == defaults.decay_rate, {"adafactor"}},
+      {"clip_threshold", o.clip_threshold == defaults.clip_threshold, {"adafactor"}},
+      {"block_size", o.block_size == defaults.block_size, {"adam8bit"}},
+      {"quantization", o.quantization == defaults.quantization, {"adam8bit"}},
+  };
+  for (const Key& k : keys) {
+    if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.name) != k.readers.end()) continue;
+    TS_CHECK(!(o.name == "adafactor" && std::string_view(k.name) == "beta1"),
+             "config: optim.beta1 is read by optim.name = \"adafactor\" only with optim.first_moment = true (the "
+             "paper's Adafactor keeps no first moment); set optim.first_moment = true or remove optim.beta1");
+    TS_FAIL("config: optim.{} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those",
+            k.name, quoted_list(k.readers, " or "), o.name);
+  }
+  TS_CHECK(o.momentum >= 0.0f && o.momentum < 1.0f, "config: optim.momentum = {} must be in [0, 1)", o.momentum);
+  TS_CHECK(!o.nesterov || o.momentum > 0.0f,
+           "config: optim.nesterov = true needs momentum: set optim.momentum (for example 0.9)");
+  TS_CHECK(o.trust_coefficient > 0.0f && o.trust_coefficient <= 1.0f,
+           "config: optim.trust_coefficient = {} must be in (0, 1] (LARS uses 0.001)", o.trust_coefficient);
+  TS_CHECK(o.decay_rate > 0.0f && o.decay_rate <= 1.0f,
+           "config: optim.decay_rate = {} must be in (0, 1] (Adafactor's beta2 at step t is 1 - t^-decay_rate; the "
+           "paper uses 0.8)", o.decay_rate);
+  TS_CHECK(o.clip_threshold > 0.0f, "config: optim.clip_threshold must be positive (the paper uses 1), got {}",
+           o.clip_threshold);
+  check_range<int64_t>("optim.block_size", o.block_size, 16, int64_t{1} << 24);
+  TS_CHECK(o.quantization == "dynamic" || o.quantization == "linear",
+           "config: optim.quantization = '{}' is not known; use \"dynamic\" or \"linear\"", o.quantization);
+}
+
+}  // namespace
 
 void RunConfig::validate() const {
   model.validate();
@@ -43,7 +109,7 @@ void RunConfig::validate() const {
            "config: train.sample_temperature = {} must be a finite number >= 0 (0: the likeliest token every time)",
            train.sample_temperature);
   check_range("train.sample_top_k", train.sample_top_k, 0, 1 << 24);
-  TS_CHECK(optim.name == "adamw", "config: optim.name = '{}' is not known; use \"adamw\"", optim.name);
+  validate_optimizer(optim);
   TS_CHECK(optim.lr > 0.0f && optim.lr < 10.0f, "config: optim.lr = {} must be in (0, 10)", optim.lr);
   TS_CHECK(optim.min_lr >= 0.0f && optim.min_lr <= optim.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]",
            optim.min_lr, optim.lr);
@@ -255,6 +321,16 @@ RunConfig read_run_config(const toml::table& table) {
     o.beta2 = r.get("beta2", o.beta2);
     o.eps = r.get("eps", o.eps);
     o.grad_clip = r.get("grad_clip", o.grad_clip);
+    o.momentum = r.get("momentum", o.momentum);
+    o.nesterov = r.get("nesterov", o.nesterov);
+    o.decoupled_weight_decay = r.get("decoupled_weight_decay", o.decoupled_weight_decay);
+    o.trust_coefficient = r.get("trust_coefficient", o.trust_coefficient);
+    o.first_moment = r.get("first_moment", o.first_moment);
+    o.relative_step = r.get("relative_step", o.relative_step);
+    o.decay_rate = r.get("decay_rate", o.decay_rate);
+    o.clip_threshold = r.get("clip_threshold", o.clip_threshold);
+    o.block_size = r.get("block_size", o.block_size);
+    o.quantization = r.get("quantization", o.quantization);
     r.finish();
   }
   {
@@ -363,7 +439,17 @@ std::string to_toml(const RunConfig& c) {
                     {"beta1", shortest(o.beta1)},
                     {"beta2", shortest(o.beta2)},
                     {"eps", shortest(o.eps)},
-                    {"grad_clip", shortest(o.grad_clip)}};
+                    {"grad_clip", shortest(o.grad_clip)},
+                    {"momentum", shortest(o.momentum)},
+                    {"nesterov", o.nesterov},
+                    {"decoupled_weight_decay", o.decoupled_weight_decay},
+                    {"trust_coefficient", shortest(o.trust_coefficient)},
+                    {"first_moment", o.first_moment},
+                    {"relative_step", o.relative_step},
+                    {"decay_rate", shortest(o.decay_rate)},
+                    {"clip_threshold", shortest(o.clip_threshold)},
+                    {"block_size", o.block_size},
+                    {"quantization", o.quantization}};
   toml::table root{{"model", model},
                    {"data", toml::table{{"dir", c.data.dir}}},
                    {"train", train},

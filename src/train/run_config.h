@@ -11,6 +11,7 @@
 
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
+#include "optim/optimizer_config.h"
 #include "parallel/compression/compressor.h"
 
 namespace tessera::train {
@@ -40,15 +41,12 @@ struct TrainSection {
   std::string init_from;
 };
 
-struct OptimSection {
-  std::string name = "adamw";
+// The optimizer (optim::OptimizerConfig: its fields and which optimizer reads each) and the
+// learning-rate schedule and clipping, which every optimizer shares.
+struct OptimSection : optim::OptimizerConfig {
   float lr = 1e-3f;
   float min_lr = 1e-4f;
   int64_t warmup_steps = 100;
-  float weight_decay = 0.1f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
   float grad_clip = 1.0f;  // 0: no clipping
 };
 

@@ -18,6 +18,7 @@
 #include "io/metrics.h"
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
+#include "optim/make_optimizer.h"
 #include "parallel/rank_sum.h"
 #include "parallel/training_engine.h"
 #include "train/checkpoint.h"
@@ -56,7 +57,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   parallel::EngineOptions o;
   o.layout = cfg.layout();
   o.bucket_bytes = static_cast<int64_t>(static_cast<double>(cfg.parallel.bucket_mb) * 1048576.0);
-  o.adam = {cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay};
+  o.optimizer = cfg.optim;  // the optimizer part of optim.*
   o.seq_len = cfg.model.seq_len;
   o.stage_layers = cfg.parallel.stage_layers;
   o.compression = cfg.compression_options();
@@ -301,6 +302,8 @@ TrainResult Trainer::run() {
                  cfg.parallel.zero_stage, engine.data_parallel().buckets().size(), cfg.parallel.bucket_mb);
     }
     fmt::print("{}\n", describe_plan(cfg, engine));
+    fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
+               mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
     fmt::print("memory: about {} per process predicted ({})\n", mib(estimate.total()), estimate.describe());
     fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.1f} MFLOP per token; unigram "
                "baseline {:.3f} nats\n",

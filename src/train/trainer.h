@@ -1,8 +1,8 @@
 #pragma once
 // The training loop: it assembles the parts (dataset, model, training engine, checkpoints,
 // metrics, progress) from one RunConfig and runs steps — the schedule's program of microbatches
-// (gradient accumulation, recomputation) through the interpreter, the global norm, AdamW with
-// warmup + cosine — with periodic evaluation on the validation split, text samples and checkpoints.
+// (gradient accumulation, recomputation) through the interpreter, the global norm, the optimizer
+// of optim.name with warmup + cosine — with periodic evaluation on the validation split, text samples and checkpoints.
 //
 // Data parallelism: started under MPI with a world of parallel.dp ranks, each rank trains on its
 // shard of every global batch (ZeRO stage parallel.zero_stage). Rank 0 alone prints, holds the

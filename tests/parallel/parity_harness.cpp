@@ -8,7 +8,7 @@
 #include "data/loader.h"
 #include "kernels/cpu/grad_norm.h"
 #include "nn/gpt.h"
-#include "optim/adamw.h"
+#include "optim/make_optimizer.h"
 #include "parallel/rank_sum.h"
 
 namespace tessera::testing {
@@ -55,7 +55,6 @@ void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, 
 
 namespace {
 
-optim::AdamWConfig adam() { return {0.9f, 0.95f, 1e-8f, 0.1f}; }
 
 std::vector<float> flat_copy(nn::ParameterStore& params, nn::ParameterAccess& values) {
   std::vector<float> out(static_cast<size_t>(params.numel()));
@@ -149,7 +148,8 @@ RunRecord run_reference(const ParityCase& c) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
   nn::ParameterStore& store = model.parameters();
-  optim::AdamW opt(memory, adam(), store.numel());
+  const std::vector<optim::Segment> whole = optim::whole_parameters(store);
+  std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(memory, c.optimizer, store, whole, nullptr);
   const int64_t N = store.numel();
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
   RunRecord rec;
@@ -168,7 +168,7 @@ RunRecord run_reference(const ParityCase& c) {
     StepRecord s;
     s.loss = sum * static_cast<double>(scale);
     s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
-    opt.step(c.lr, optim::whole_parameters(store));
+    opt->step(c.lr, whole);
     rec.steps.push_back(s);
   }
   rec.params = flat_copy(store, store);
@@ -179,7 +179,8 @@ RunRecord run_reference_2bw(const ParityCase& c) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
   nn::ParameterStore& store = model.parameters();
-  optim::AdamW opt(memory, adam(), store.numel());
+  const std::vector<optim::Segment> whole = optim::whole_parameters(store);
+  std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(memory, c.optimizer, store, whole, nullptr);
   const int64_t N = store.numel();
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
   float* values = store.flat_values().data<float>();
@@ -204,7 +205,7 @@ RunRecord run_reference_2bw(const ParityCase& c) {
     StepRecord s;
     s.loss = sum * static_cast<double>(scale);
     s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
-    opt.step(c.lr, optim::whole_parameters(store));
+    opt->step(c.lr, whole);
     older = newest;
     rec.steps.push_back(s);
   }
@@ -228,7 +229,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.layout.micro_batch = static_cast<int>(mine.size() / c.micros);
   options.layout.global_batch = c.global_batch;
   options.bucket_bytes = c.bucket_bytes;
-  options.adam = adam();
+  options.optimizer = c.optimizer;
   options.seq_len = c.seq_len;
   options.recompute = c.recompute;
   options.compression = c.compression;

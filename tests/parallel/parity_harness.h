@@ -10,6 +10,7 @@
 #include "config/model_config.h"
 #include "dist/communicator.h"
 #include "exec/recompute.h"
+#include "optim/optimizer_config.h"
 #include "parallel/training_engine.h"
 
 namespace tessera::testing {
@@ -26,6 +27,7 @@ struct ParityCase {
   float lr = 3e-3f;
   float grad_clip = 0.05f;  // small enough that clipping acts on these random batches
   uint64_t seed = 11;
+  optim::OptimizerConfig optimizer;  // AdamW unless a test chooses another
   exec::RecomputeOptions recompute;  // how the data-parallel run recomputes (the reference never does)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "nn/gpt.h"
+#include "optim/adamw.h"
 #include "parallel/buckets.h"
 #include "parallel/zero_memory.h"
 #include "parity_harness.h"

@@ -45,6 +45,27 @@ TEST(PlanMemoryModel, ZeroPaperExample) {
   EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 1, 64).optimizer, 8 * psi / 64);
 }
 
+TEST(PlanMemoryModel, OptimizerStateFollowsTheChosenOptimizer) {
+  // K = the fp32 master (bf16 training) + the optimizer's own bytes per parameter.
+  const double psi = 1e9;
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, "sgd").optimizer, 0.0);  // no momentum by default
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 1, 8, "lamb").optimizer, 12 * psi / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, "adam8bit").optimizer, (2 + 8.0 / 2048) * psi);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 0, 1, "adafactor").optimizer, 4 * psi);
+  // The layout names it, and round-trips it.
+  Layout l = parse_layout("dp=8,zero=1,gb=8,optimizer=adam8bit");
+  EXPECT_EQ(l.optimizer, "adam8bit");
+  EXPECT_EQ(parse_layout(to_string(l)), l);
+  EXPECT_EQ(to_string(parse_layout("dp=8,gb=8")).find("optimizer"), std::string::npos);
+  config::ModelConfig m = published_model(megatron_table1()[2]);
+  Layout adam = parse_layout("dp=64,gb=64,zero=1");
+  const double adam_bytes = peak_rank_memory(m, adam, closed_form_pipeline()).memory.optimizer;
+  l = parse_layout("dp=64,gb=64,zero=1,optimizer=adam8bit");
+  EXPECT_NEAR(peak_rank_memory(m, l, closed_form_pipeline()).memory.optimizer / adam_bytes, (4 + 2 + 8.0 / 2048) / 12,
+              1e-12);
+  EXPECT_THROW(parse_layout("optimizer=adagrad"), Error);
+}
+
 TEST(PlanMemoryModel, LayoutModelStatesUseTheZeroFormulas) {
   // The planner's rank of a dp=64 layout of the 7.5B Table 1 model holds exactly the ZeRO bytes of its parameters.
   config::ModelConfig m = published_model(megatron_table1()[2]);

@@ -121,3 +121,35 @@ TEST(RunConfig, OverridesTooLargeForAnIntegerAreOutOfRangeNotStrings) {
   // Text that is not a number stays text, for keys that take text.
   EXPECT_EQ(error_of("", {{"data.dir", "123456789012345678901234"}}), "");
 }
+
+TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
+  toml::table t = toml::parse(
+      "[optim]\nname = \"sgd\"\nmomentum = 0.9\nnesterov = true\ndecoupled_weight_decay = true\n");
+  RunConfig c = read_run_config(t);
+  EXPECT_EQ(c.optim.name, "sgd");
+  EXPECT_FLOAT_EQ(c.optim.momentum, 0.9f);
+  EXPECT_TRUE(c.optim.nesterov);
+  // The resolved config, every key written, reads back.
+  RunConfig again = read_run_config(toml::parse(to_toml(c)));
+  EXPECT_TRUE(again.optim.decoupled_weight_decay);
+  EXPECT_EQ(read_run_config(toml::parse("[optim]\nname = \"adam8bit\"\nblock_size = 256\nquantization = \"linear\"\n"))
+                .optim.block_size,
+            256);
+
+  const std::string unknown = error_of("[optim]\nname = \"adagrad\"\n");
+  EXPECT_NE(unknown.find("\"adamw\", \"sgd\", \"adafactor\", \"adam8bit\", \"lamb\" or \"lars\""), std::string::npos)
+      << unknown;
+  const std::string ignored = error_of("[optim]\nmomentum = 0.9\n");
+  EXPECT_NE(ignored.find("optim.momentum is read by optim.name = \"sgd\" or \"lars\" only (it is \"adamw\")"),
+            std::string::npos)
+      << ignored;
+  EXPECT_NE(error_of("[optim]\nname = \"sgd\"\nbeta2 = 0.99\n").find("optim.beta2 is read by"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"lamb\"\nblock_size = 64\n").find("\"adam8bit\" only"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"adafactor\"\nbeta1 = 0.8\n").find("optim.first_moment = true"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[optim]\nname = \"adafactor\"\nfirst_moment = true\nbeta1 = 0.8\n"), "");
+  EXPECT_NE(error_of("[optim]\nname = \"sgd\"\nnesterov = true\n").find("needs momentum"), std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"adam8bit\"\nquantization = \"log\"\n").find("\"dynamic\" or \"linear\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"adafactor\"\ndecay_rate = 1.5\n").find("optim.decay_rate"), std::string::npos);
+}

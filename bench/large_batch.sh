@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Large-batch training with LAMB: the same number of tokens of the King James Bible seen by AdamW
+# at a small batch and by LAMB at K times that batch (K times fewer steps, the learning rate
+# scaled by √K and warmed up over a fixed share of the steps), each from the same initial weights;
+# the validation losses at the end compared. LAMB's per-tensor trust ratio is what lets the step
+# grow with the batch (You et al. 2020).
+#
+#   bench/large_batch.sh
+#   STEPS=480 SCALE=8 LAMB_BASE_LR=5e-3 bench/large_batch.sh
+#
+# Environment: STEPS (AdamW's steps at the small batch; default 960), BATCH (the small batch in
+# sequences; default 8), SCALE (LAMB's batch multiple K; default 8), ADAMW_LR (default 2e-3),
+# LAMB_BASE_LR (LAMB's rate at the small batch, before √K scaling; default 1.77e-2, so 0.05 at
+# K = 8), WARMUP_SHARE (the share of each run's steps spent warming up; default 0.1), DATA (the
+# prepared dataset; default data/kjv, prepared when missing), BUILD_DIR (default build/release),
+# OUT (run folders; default $BUILD_DIR/large_batch), THREADS (default 2).
+#
+# Prints both runs' final validation losses and
+#   RESULT large_batch optimizer=lamb batch=<K·B> val_loss=… adamw_val_loss=… rel_diff=…
+# where rel_diff = (lamb − adamw) / adamw; the goal is |rel_diff| ≤ 0.02.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build/release}"
+OUT="${OUT:-$BUILD_DIR/large_batch}"
+DATA="${DATA:-$ROOT/data/kjv}"
+STEPS="${STEPS:-960}"
+BATCH="${BATCH:-8}"
+SCALE="${SCALE:-8}"
+ADAMW_LR="${ADAMW_LR:-2e-3}"
+LAMB_BASE_LR="${LAMB_BASE_LR:-1.77e-2}"
+WARMUP_SHARE="${WARMUP_SHARE:-0.1}"
+THREADS="${THREADS:-2}"
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
+
+if (( STEPS % SCALE != 0 )); then
+  echo "STEPS ($STEPS) must be a multiple of SCALE ($SCALE): both runs see the same number of tokens" >&2
+  exit 2
+fi
+
+echo "== building tessera (Release) in $BUILD_DIR"
+if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$BUILD_DIR" --target tessera >/dev/null
+tessera="$BUILD_DIR/src/cli/tessera"
+
+if [[ ! -f $DATA/data.json ]]; then
+  echo "== preparing the King James Bible in $DATA"
+  "$tessera" data prepare --input kjv --out "$DATA" --vocab-size 4096
+fi
+
+lamb_steps=$((STEPS / SCALE))
+lamb_batch=$((BATCH * SCALE))
+# awk for the arithmetic: bash has integers only.
+lamb_lr=$(awk -v b="$LAMB_BASE_LR" -v k="$SCALE" 'BEGIN { printf "%.6g", b * sqrt(k) }')
+warmup() { awk -v s="$1" -v f="$WARMUP_SHARE" 'BEGIN { w = int(s * f + 0.5); if (w < 1) w = 1; print w }'; }
+
+# The default config's model and data; every sequence of a step in one microbatch of at most 16.
+common=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.overwrite true --train.eval_every 0
+        --train.eval_batches 32 --train.sample_tokens 0 --train.sample_every 0 --checkpoint.every 0
+        --log.progress plain --log.every 20 --log.peak_gflops 1000)
+micro() { local b=$1; (( b > 16 )) && echo 16 || echo "$b"; }
+
+run() {
+  local name=$1; shift
+  echo "== $name: $*"
+  local started=$SECONDS
+  "$tessera" train "${common[@]}" --train.out_dir "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1 ||
+    { echo "the $name run failed; its output:" >&2; tail -n 30 "$OUT/$name.log" >&2; exit 1; }
+  echo "   $((SECONDS - started)) s"
+}
+
+final_val_loss() {
+  /usr/bin/python3 -c "
+import json, sys
+vals = [r for r in map(json.loads, open(sys.argv[1])) if r.get('kind') == 'val']
+print(repr(vals[-1]['loss']))" "$OUT/$1/metrics.jsonl"
+}
+
+mkdir -p "$OUT"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
+run adamw --optim.name adamw --optim.lr "$ADAMW_LR" --optim.min_lr "$(awk -v l="$ADAMW_LR" 'BEGIN { print l / 10 }')" \
+  --train.steps "$STEPS" --train.batch_size "$BATCH" --train.micro_batch_size "$(micro "$BATCH")" \
+  --optim.warmup_steps "$(warmup "$STEPS")"
+run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
+  --train.steps "$lamb_steps" --train.batch_size "$lamb_batch" --train.micro_batch_size "$(micro "$lamb_batch")" \
+  --optim.warmup_steps "$(warmup "$lamb_steps")"
+
+adamw_val=$(final_val_loss adamw)
+lamb_val=$(final_val_loss lamb)
+rel=$(awk -v a="$adamw_val" -v l="$lamb_val" 'BEGIN { printf "%.4f", (l - a) / a }')
+echo "adamw: batch $BATCH, $STEPS steps, lr $ADAMW_LR: val loss $adamw_val"
+echo "lamb:  batch $lamb_batch, $lamb_steps steps, lr $lamb_lr: val loss $lamb_val"
+echo "RESULT large_batch optimizer=lamb batch=$lamb_batch val_loss=$lamb_val adamw_val_loss=$adamw_val rel_diff=$rel"

@@ -1,0 +1,169 @@
+#include "optim/adafactor.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::optim {
+
+Adafactor::Factors Adafactor::factors_of(const nn::Parameter& p) {
+  if (p.shape.size() < 2) return {};
+  const int64_t cols = p.shape.back();
+  return {p.numel() / cols, cols};
+}
+
+namespace {
+
+std::vector<int64_t> statistics_slots(const nn::ParameterStore& store) {
+  std::vector<int64_t> slots;
+  for (const nn::Parameter& p : store.all()) {
+    const Adafactor::Factors f = Adafactor::factors_of(p);
+    slots.push_back(f.rows + f.cols + 1);
+  }
+  return slots;
+}
+
+}  // namespace
+
+Adafactor::Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
+                     std::span<const Segment> layout, const ShardReduction* reduction)
+    : config_(config),
+      reduction_(reduction),
+      layout_(layout.begin(), layout.end()),
+      owned_(total_elements(layout)),
+      sums_(statistics_slots(store)),
+      updates_(std::vector<int64_t>(store.all().size(), 1)) {
+  TS_CHECK(config.decay_rate > 0.0f && config.decay_rate <= 1.0f,
+           "Adafactor: decay_rate = {} must be in (0, 1] (β2 at step t is 1 − t^−decay_rate)", config.decay_rate);
+  TS_CHECK(config.clip_threshold > 0.0f, "Adafactor: clip_threshold must be positive, got {}", config.clip_threshold);
+  TS_CHECK(!config.first_moment || (config.beta1 >= 0.0f && config.beta1 < 1.0f),
+           "Adafactor: beta1 = {} must be in [0, 1)", config.beta1);
+  row_at_ = col_at_ = v_at_ = {0};
+  for (const Segment& s : layout_) {
+    const Factors f = factors_of(*s.param);
+    row_at_.push_back(row_at_.back() + f.rows);
+    col_at_.push_back(col_at_.back() + f.cols);
+    v_at_.push_back(v_at_.back() + (f.factored() ? 0 : s.size()));
+  }
+  row_ = Tensor::zeros({row_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
+  col_ = Tensor::zeros({col_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
+  v_ = Tensor::zeros({v_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
+  if (config.first_moment) m_ = Tensor::zeros({owned_}, DType::F32, MemoryTag::Optimizer, memory);
+}
+
+void Adafactor::step(float lr, std::span<const Segment> segments) {
+  TS_CHECK(same_layout(segments, layout_),
+           "Adafactor: the segments differ from those its state was built for: the owned elements changed");
+  ++step_;
+  const double beta2 = 1.0 - std::pow(double(step_), -double(config_.decay_rate));
+  const auto new_weight = static_cast<float>(1.0 - beta2), old_weight = static_cast<float>(beta2);
+
+  // Row and column sums of G² + ε1 (or nothing, for an unfactored tensor) and Σ W².
+  sums_.clear();
+  for (const Segment& s : segments) {
+    const Factors f = factors_of(*s.param);
+    std::span<double> sums = sums_.of(*s.param);
+    double w_squares = 0;
+    for (int64_t i = 0; i < s.size(); ++i) {
+      w_squares += double(s.value[i]) * double(s.value[i]);
+      if (f.factored()) {
+        const int64_t element = s.begin + i;
+        const double square = double(s.grad[i]) * double(s.grad[i]) + kEps1;
+        sums[static_cast<size_t>(element / f.cols)] += square;
+        sums[static_cast<size_t>(f.rows + element % f.cols)] += square;
+      }
+    }
+    sums.back() += w_squares;
+  }
+  sums_.reduce(reduction_, segments);
+
+  // The second moment: R and C of the whole matrix (the same on every holder), or V per element.
+  float* row = row_.data<float>();
+  float* col = col_.data<float>();
+  float* v = v_.data<float>();
+  std::vector<double> row_total(segments.size(), 0.0);
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Segment& s = segments[k];
+    const Factors f = factors_of(*s.param);
+    if (f.factored()) {
+      std::span<const double> sums = sums_.of(*s.param);
+      float* r = row + row_at_[k];
+      float* c = col + col_at_[k];
+      for (int64_t i = 0; i < f.rows; ++i) {
+        r[i] = old_weight * r[i] + new_weight * static_cast<float>(sums[size_t(i)]);
+        row_total[k] += r[i];
+      }
+      for (int64_t j = 0; j < f.cols; ++j) {
+        c[j] = old_weight * c[j] + new_weight * static_cast<float>(sums[size_t(f.rows + j)]);
+      }
+    } else {
+      float* vs = v + v_at_[k];
+      for (int64_t i = 0; i < s.size(); ++i) {
+        const float square = s.grad[i] * s.grad[i] + static_cast<float>(kEps1);
+        vs[i] = old_weight * vs[i] + new_weight * square;
+      }
+    }
+  }
+  // U = G / √V̂, the same expression in both passes below.
+  auto unclipped = [&](size_t k, const Segment& s, const Factors& f, int64_t i) {
+    double second;
+    if (f.factored()) {
+      const int64_t element = s.begin + i;
+      second = double(row[row_at_[k] + element / f.cols]) * double(col[col_at_[k] + element % f.cols]) / row_total[k];
+    } else {
+      second = double(v[v_at_[k] + i]);
+    }
+    return double(s.grad[i]) / std::sqrt(second);
+  };
+
+  updates_.clear();
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Segment& s = segments[k];
+    const Factors f = factors_of(*s.param);
+    double squares = 0;
+    for (int64_t i = 0; i < s.size(); ++i) {
+      const double u = unclipped(k, s, f, i);
+      squares += u * u;
+    }
+    updates_.of(*s.param)[0] += squares;
+  }
+  updates_.reduce(reduction_, segments);
+
+  float* m = config_.first_moment ? m_.data<float>() : nullptr;
+  const auto b1 = static_cast<double>(config_.beta1);
+  int64_t at = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Segment& s = segments[k];
+    const Factors f = factors_of(*s.param);
+    const auto numel = static_cast<double>(s.param->numel());
+    const double update_rms = std::sqrt(updates_.of(*s.param)[0] / numel);
+    const double clip = std::max(1.0, update_rms / double(config_.clip_threshold));
+    double alpha = lr;
+    if (config_.relative_step) alpha *= std::max(kEps2, std::sqrt(sums_.of(*s.param).back() / numel));
+    const double decay = 1.0 - alpha * (is_matrix(*s.param) ? double(config_.weight_decay) : 0.0);
+    for (int64_t i = 0; i < s.size(); ++i) {
+      double u = unclipped(k, s, f, i) / clip;
+      if (m != nullptr) {
+        m[at + i] = static_cast<float>(b1 * double(m[at + i]) + (1.0 - b1) * u);
+        u = m[at + i];
+      }
+      s.value[i] = static_cast<float>(decay * double(s.value[i]) - alpha * u);
+    }
+    at += s.size();
+  }
+}
+
+StateDict Adafactor::state_dict() {
+  StateDict out{step_, {{"row", row_, row_at_}, {"col", col_, col_at_}, {"v", v_, v_at_}}};
+  if (config_.first_moment) out.tensors.push_back({"m", m_, {}});
+  return out;
+}
+
+void Adafactor::load_state_dict(StateDict state) {
+  load_state_tensor(state, "row", row_, name());
+  load_state_tensor(state, "col", col_, name());
+  load_state_tensor(state, "v", v_, name());
+  if (config_.first_moment) load_state_tensor(state, "m", m_, name());
+  step_ = state.steps;
+}
+
+}  // namespace tessera::optim

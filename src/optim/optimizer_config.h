@@ -1,0 +1,28 @@
+#pragma once
+// What `optim.*` chooses: the optimizer and its hyperparameters. Each optimizer reads the fields
+// its comment names (the run config refuses the others when they are set); the learning rate and
+// its schedule are the trainer's and arrive with each step.
+#include <cstdint>
+#include <string>
+
+namespace tessera::optim {
+
+struct OptimizerConfig {
+  std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars
+  float weight_decay = 0.1f;   // every optimizer, on matrices and embeddings only
+  float beta1 = 0.9f;          // adamw, adam8bit, lamb; adafactor with first_moment
+  float beta2 = 0.95f;         // adamw, adam8bit, lamb
+  float eps = 1e-8f;           // adamw, adam8bit, lamb, lars
+  float momentum = 0.0f;       // sgd, lars
+  bool nesterov = false;       // sgd
+  bool decoupled_weight_decay = false;  // sgd: p -= lr·wd·p instead of adding wd·p to the gradient
+  float trust_coefficient = 0.001f;     // lars: η in η‖w‖ / (‖g‖ + wd‖w‖)
+  bool first_moment = false;   // adafactor: keep a momentum of the clipped update (beta1)
+  bool relative_step = false;  // adafactor: the step is lr × max(1e-3, RMS(w)) per tensor
+  float decay_rate = 0.8f;     // adafactor: β2 at step t is 1 − t^−decay_rate
+  float clip_threshold = 1.0f; // adafactor: the update's RMS is clipped to this (d)
+  int64_t block_size = 2048;   // adam8bit: elements per quantization block
+  std::string quantization = "dynamic";  // adam8bit: "dynamic" (tree) or "linear" codes
+};
+
+}  // namespace tessera::optim
