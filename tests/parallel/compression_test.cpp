@@ -246,21 +246,8 @@ void check_training(dist::Communicator& comm, RankChecks& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::MpiRuntime mpi(&argc, &argv);
-  RankChecks t;
-  t.rank = mpi.world_rank();
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = 60;
-    options.check_sequence = true;
-    auto world = mpi.world(options);
-    check_compressors(*world, t);
-    check_training(*world, t);
-    const int code = tessera::testing::agree_on_failures(t, *world);
-    world.reset();
-    return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
-    mpi.abort_job(1);
-  }
+  return tessera::testing::run_rank_checks(argc, argv, [](dist::Communicator& world, RankChecks& t) {
+    check_compressors(world, t);
+    check_training(world, t);
+  });
 }

@@ -233,24 +233,11 @@ void check_pipelined(const OptimizerCase& oc, dist::Communicator& world, RankChe
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::MpiRuntime mpi(&argc, &argv);
-  RankChecks t;
-  t.rank = mpi.world_rank();
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = 60;
-    options.check_sequence = true;  // a rank out of step fails loudly instead of hanging
-    auto world = mpi.world(options);
-    for (const OptimizerCase& c : optimizer_cases()) check_optimizer_exactness(c, *world, t);
+  return run_rank_checks(argc, argv, [](dist::Communicator& world, RankChecks& t) {
+    for (const OptimizerCase& c : optimizer_cases()) check_optimizer_exactness(c, world, t);
     for (const OptimizerCase& c : optimizer_cases()) {
-      for (int stage : {1, 2, 3}) check_engine(c, stage, *world, t);
-      if (c.per_tensor()) check_pipelined(c, *world, t);
+      for (int stage : {1, 2, 3}) check_engine(c, stage, world, t);
+      if (c.per_tensor()) check_pipelined(c, world, t);
     }
-    const int code = agree_on_failures(t, *world);
-    world.reset();
-    return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
-    mpi.abort_job(1);
-  }
+  });
 }

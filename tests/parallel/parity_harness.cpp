@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <limits>
 
 #include "core/rng.h"
 #include "data/loader.h"
 #include "kernels/cpu/grad_norm.h"
+#include "dist/mpi_runtime.h"
 #include "nn/gpt.h"
 #include "optim/make_optimizer.h"
 #include "parallel/rank_sum.h"
@@ -142,6 +144,26 @@ int agree_on_failures(const RankChecks& checks, dist::Communicator& world) {
     fmt::print("{} checks passed on rank 0; {} failures over {} ranks\n", checks.passed, total, world.size());
   }
   return total == 0 ? 0 : 1;
+}
+
+int run_rank_checks(int argc, char** argv, const std::function<void(dist::Communicator& world, RankChecks& t)>& body,
+                    bool check_sequence) {
+  dist::MpiRuntime mpi(&argc, &argv);
+  RankChecks t;
+  t.rank = mpi.world_rank();
+  try {
+    dist::CommOptions options;
+    options.timeout_seconds = 60;
+    options.check_sequence = check_sequence;  // a rank out of step fails loudly instead of hanging
+    auto world = mpi.world(options);
+    body(*world, t);
+    const int code = agree_on_failures(t, *world);
+    world.reset();
+    return code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
+    mpi.abort_job(1);
+  }
 }
 
 RunRecord run_reference(const ParityCase& c) {

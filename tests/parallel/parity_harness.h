@@ -3,6 +3,7 @@
 // reference (the whole global batch in one forward) or data-parallel with a ZeRO stage (each rank
 // its rows of the same global batch, in microbatches), and records what the tests compare.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,12 @@ RunRecord run_reference_2bw(const ParityCase& c);
 // The end of an mpirun test's main: the failures of every rank of `world` summed (so every rank
 // exits alike), a line from rank 0, and the exit code (0 when no rank failed).
 int agree_on_failures(const RankChecks& checks, dist::Communicator& world);
+
+// The main of a check program under mpirun: MPI up, the world communicator (watchdog at 60 s,
+// sequence numbers checked unless `check_sequence` is false), `body`'s checks on every rank, and
+// the exit code the ranks agree on; an exception on any rank prints it and aborts the job.
+int run_rank_checks(int argc, char** argv, const std::function<void(dist::Communicator& world, RankChecks& t)>& body,
+                    bool check_sequence = true);
 
 // `comm` null: a group of one.
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);

@@ -76,14 +76,8 @@ void check_stash(const RunRecord& run, const std::string& what, int rank, Checks
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::MpiRuntime mpi(&argc, &argv);
-  Checks t;
-  t.rank = mpi.world_rank();
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = 60;
-    auto world = mpi.world(options);
-    const int p = world->size();
+  return run_rank_checks(argc, argv, [](dist::Communicator& world, Checks& t) {
+    const int p = world.size();
     for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
       for (int m : {p, 2 * p + 1}) {
         ParityCase c;
@@ -97,12 +91,12 @@ int main(int argc, char** argv) {
         // Drained after the second step: the third batch must still read the second's weights.
         c.steps_per_call = {2, 3};
         const std::string what = describe(c, 1, p);
-        const RunRecord run = run_parallel(c, nullptr, world.get());
+        const RunRecord run = run_parallel(c, nullptr, &world);
         check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
         ParityCase one_call = c;
         one_call.steps_per_call = {5};
         check_against(run, run_parallel(one_call, nullptr, nullptr), what + " vs the engine at pp 1", t);
-        check_stash(run, what, world->rank(), t);
+        check_stash(run, what, world.rank(), t);
         if (m == p) check_differs_from_synchronous(run, c, what, t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
       }
@@ -120,7 +114,7 @@ int main(int argc, char** argv) {
       c.steps = 5;
       c.steps_per_call = {2, 3};
       const std::string what = fmt::format("2bw gpt2 dp{} pp1 zero{}", p, stage);
-      const RunRecord run = run_parallel(c, world.get(), nullptr);
+      const RunRecord run = run_parallel(c, &world, nullptr);
       check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
       t.expect(run.weight_stash_bytes == static_cast<size_t>(run.numel) * sizeof(float),
                fmt::format("{}: the stash holds {} bytes, not one copy of the model's {} parameters", what,
@@ -132,7 +126,7 @@ int main(int argc, char** argv) {
       config::ParallelLayout layout;
       layout.dp = 2;
       layout.pp = 2;
-      dist::Mesh mesh(*world, layout);
+      dist::Mesh mesh(world, layout);
       for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
         ParityCase c;
         c.model = model;
@@ -146,15 +140,9 @@ int main(int argc, char** argv) {
         const std::string what = describe(c, 2, 2);
         const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
         check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
-        check_stash(run, what, world->rank(), t);
+        check_stash(run, what, world.rank(), t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
       }
     }
-    const int code = agree_on_failures(t, *world);
-    world.reset();
-    return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
-    mpi.abort_job(1);
-  }
+  }, /*check_sequence=*/false);
 }

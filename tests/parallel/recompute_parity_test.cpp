@@ -101,14 +101,7 @@ void check_skip_everywhere(int stage, dist::Communicator& world, Checks& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::MpiRuntime mpi(&argc, &argv);
-  Checks t;
-  t.rank = mpi.world_rank();
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = 60;
-    options.check_sequence = true;
-    auto world = mpi.world(options);
+  return run_rank_checks(argc, argv, [](dist::Communicator& world, Checks& t) {
     for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
       ParityCase base;
       base.model = model;
@@ -121,12 +114,12 @@ int main(int argc, char** argv) {
       for (int stage = 0; stage <= 3; ++stage) {
         ParityCase none = base;
         none.zero_stage = stage;
-        const RunRecord plain = run_data_parallel(none, world.get());
+        const RunRecord plain = run_data_parallel(none, &world);
         check_reference(plain, reference, describe(none), t);
         check_memory(plain, describe(none), t);
         ParityCase full = none;
         full.recompute.policy = memory::RecomputePolicy::Full;
-        const int64_t full_peak = run_data_parallel(full, world.get()).steps[0].predicted_activations;
+        const int64_t full_peak = run_data_parallel(full, &world).steps[0].predicted_activations;
         std::vector<ParityCase> policies = {full};
         ParityCase every = none;
         every.recompute = {memory::RecomputePolicy::EveryK, 2, 0};
@@ -141,7 +134,7 @@ int main(int argc, char** argv) {
         split.schedule = config::ScheduleKind::ZeroBubbleH1;
         policies.insert(policies.end(), {every, selective, optimal, split});
         for (const ParityCase& c : policies) {
-          const RunRecord run = run_data_parallel(c, world.get());
+          const RunRecord run = run_data_parallel(c, &world);
           check_same_bits(run, plain, describe(c), t);
           check_reference(run, reference, describe(c), t);
           if (c.schedule != config::ScheduleKind::ZeroBubbleH1) check_memory(run, describe(c), t);
@@ -149,12 +142,6 @@ int main(int argc, char** argv) {
         }
       }
     }
-    for (int stage : {0, 1, 3}) check_skip_everywhere(stage, *world, t);
-    const int code = agree_on_failures(t, *world);
-    world.reset();
-    return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
-    mpi.abort_job(1);
-  }
+    for (int stage : {0, 1, 3}) check_skip_everywhere(stage, world, t);
+  });
 }

@@ -183,24 +183,17 @@ std::vector<ParityCase> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dist::MpiRuntime mpi(&argc, &argv);
-  Checks t;
-  t.rank = mpi.world_rank();
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = 60;
-    options.check_sequence = true;  // any rank out of step fails loudly instead of hanging
-    auto world = mpi.world(options);
-    const int ranks = world->size();
+  return run_rank_checks(argc, argv, [](dist::Communicator& world, Checks& t) {
+    const int ranks = world.size();
     t.expect(gpt2_odd_config().parameter_count() % ranks != 0 || ranks == 1,
              "the GPT-2 test model must not divide evenly over the ranks");
     std::map<std::string, RunRecord> references;
     for (const ParityCase& c : cases()) {
       const std::string key = c.model.arch == config::Architecture::Gpt2 ? "gpt2" : "llama";
       if (!references.count(key)) references[key] = run_reference(c);
-      RunRecord run = run_data_parallel(c, world.get());
+      RunRecord run = run_data_parallel(c, &world);
       check_parity(c, references[key], run, t);
-      const std::vector<uint64_t> hashes = gather_u64(*world, hash_floats(run.params));
+      const std::vector<uint64_t> hashes = gather_u64(world, hash_floats(run.params));
       for (int r = 1; r < ranks; ++r) {
         t.expect(hashes[static_cast<size_t>(r)] == hashes[0],
                  fmt::format("{}: rank {}'s parameters differ from rank 0's", c.name, r));
@@ -208,16 +201,10 @@ int main(int argc, char** argv) {
       MemoryAccountant scratch;
       nn::GPT model(c.model, scratch, c.seed);
       check_memory(c, run, t);
-      check_comm(c, run, model.units(), world->rank(), ranks, t);
+      check_comm(c, run, model.units(), world.rank(), ranks, t);
       check_posted_during_backward(c, run, parallel::plan_buckets(model.units(), c.bucket_bytes / 4), t);
       if (t.rank == 0) fmt::print("{}: {} parameters, shard {}, {} buckets; checked\n", c.name, run.numel, run.shard, run.buckets);
     }
     // The ranks agree on the outcome.
-    const int code = agree_on_failures(t, *world);
-    world.reset();
-    return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", t.rank, e.what());
-    mpi.abort_job(1);
-  }
+  });
 }
