@@ -8,7 +8,8 @@
 #   bench/pipeline_2bw.sh                  # 600 steps each, as configs/default.toml
 #   STEPS=300 bench/pipeline_2bw.sh
 #
-# Environment: STEPS (default 600), MICRO (micro batch; default 4, so 16 / 4 = 4 microbatches per
+# Environment: STEPS (default 600), LR and MIN_LR (both runs' optim.lr and optim.min_lr; default
+# the config's), MICRO (micro batch; default 4, so 16 / 4 = 4 microbatches per
 # step, 2BW needs at least as many as stages), TESSERA (the binary; default
 # build/release/src/cli/tessera), DATA (the prepared corpus; default data/kjv, prepared when
 # missing), OUT (run folders; default build/bench/pipeline_2bw).
@@ -22,6 +23,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/release/src/cli/tessera}"
 STEPS="${STEPS:-600}"
 MICRO="${MICRO:-4}"
+# The learning rate (and the floor of its cosine) of both runs: the config's unless given.
+LR_ARGS=()
+[[ -n ${LR:-} ]] && LR_ARGS+=(--optim.lr "$LR")
+[[ -n ${MIN_LR:-} ]] && LR_ARGS+=(--optim.min_lr "$MIN_LR")
 DATA="${DATA:-$ROOT/data/kjv}"
 OUT="${OUT:-$ROOT/build/bench/pipeline_2bw}"
 
@@ -44,7 +49,8 @@ for schedule in 1f1b 2bw; do
   echo "== $schedule: $STEPS steps, pp 2, micro batch $MICRO"
   "$TESSERA" launch -n 2 -- train --config "$ROOT/configs/default.toml" --data.dir "$DATA" \
     --train.out_dir "$OUT/$schedule" --train.overwrite true --train.steps "$STEPS" --train.micro_batch_size "$MICRO" \
-    --parallel.pp 2 --parallel.schedule "$schedule" --checkpoint.every 0 --train.sample_tokens 0 --log.progress plain
+    --parallel.pp 2 --parallel.schedule "$schedule" --checkpoint.every 0 --train.sample_tokens 0 --log.progress plain \
+    "${LR_ARGS[@]}"
 done
 one=$(awk -v x="$(val_loss "$OUT/1f1b")" 'BEGIN { printf "%.4f", x }')
 two=$(awk -v x="$(val_loss "$OUT/2bw")" 'BEGIN { printf "%.4f", x }')

@@ -54,7 +54,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", zero3_with_pipelining_refusal(layout));
   schedule_ = pipeline::make_schedule(layout);
   stages_ = split_stages();
-  DataParallelOptions dp_options{layout.zero_stage, options.bucket_bytes, {}, options.compression};
+  DataParallelOptions dp_options;
+  dp_options.zero_stage = layout.zero_stage;
+  dp_options.bucket_bytes = options.bucket_bytes;
+  dp_options.compression = options.compression;
   if (pp_ != nullptr) {
     // 2BW's steps fall inside its programs, among transfers whose tags the tied-gradient exchange
     // could match: that exchange gets a communicator of its own.

@@ -47,6 +47,10 @@ namespace tessera::train {
 
 // What a checkpoint reads and writes of a rank's model and optimizer.
 struct ModelState {
+  ModelState(const nn::ParameterStore& store, nn::ParameterAccess& access, optim::Optimizer* state_owner = nullptr,
+             std::vector<nn::ParamRange> owned_ranges = {})
+      : params(store), values(access), optimizer(state_owner), owned(std::move(owned_ranges)) {}
+
   const nn::ParameterStore& params;   // names, shapes and flat offsets
   nn::ParameterAccess& values;        // every parameter's value (ZeRO-3: gathered for the occasion)
   optim::Optimizer* optimizer = nullptr;  // null: parameters only

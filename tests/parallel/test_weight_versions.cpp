@@ -89,7 +89,9 @@ TEST(PipeDream2BWLists, ProgramsCarryVersionsAndBatches) {
         continue;
       }
       EXPECT_EQ(a.batch, a.microbatch / m) << exec::describe(a);
-      if (a.kind == exec::Action::Kind::Unit) EXPECT_EQ(a.weight_version, first + a.batch - 1) << exec::describe(a);
+      if (a.kind == exec::Action::Kind::Unit) {
+        EXPECT_EQ(a.weight_version, first + a.batch - 1) << exec::describe(a);
+      }
     }
     EXPECT_EQ(step_batches, (std::vector<int>{0, 1, 2}));
   }

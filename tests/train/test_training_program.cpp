@@ -132,7 +132,9 @@ TEST_F(TrainingProgram, RecomputePoliciesFromTheCommandLineLogTheSameLosses) {
     ASSERT_EQ(r.exit_code, 0) << extra << "\n" << r.output;
     EXPECT_NE(r.output.find("execution: schedule"), std::string::npos) << r.output;
     const bool same_order = extra.find("gpipe") == std::string::npos;  // GPipe adds microbatches the other way round
-    if (same_order) EXPECT_EQ(train_losses(out / "metrics.jsonl"), want) << extra;
+    if (same_order) {
+      EXPECT_EQ(train_losses(out / "metrics.jsonl"), want) << extra;
+    }
     std::ifstream in(out / "metrics.jsonl");
     std::string line;
     while (std::getline(in, line)) {
@@ -363,7 +365,9 @@ TEST_F(TrainingProgram, FiguresInTheLogAreHonest) {
     EXPECT_TRUE(j.contains("time") && j["time"].get<double>() > 1.7e9) << line;
     if (j["kind"] != "train") continue;
     elapsed.push_back(j["elapsed_seconds"].get<double>());
-    if (j["step"] == 1) EXPECT_TRUE(j["mfu"].is_null()) << "an impossible MFU is not logged: " << line;
+    if (j["step"] == 1) {
+      EXPECT_TRUE(j["mfu"].is_null()) << "an impossible MFU is not logged: " << line;
+    }
   }
   ASSERT_EQ(elapsed.size(), 2u);
   EXPECT_GT(elapsed[1], elapsed[0]) << "elapsed time continues across the resume";
