@@ -13,12 +13,6 @@
 
 namespace tessera::optim {
 
-namespace {
-constexpr std::array<std::string_view, 6> kNames = {"adamw", "sgd", "adafactor", "adam8bit", "lamb", "lars"};
-}  // namespace
-
-std::span<const std::string_view> optimizer_names() { return kNames; }
-
 std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const OptimizerConfig& config,
                                           const nn::ParameterStore& store, std::span<const Segment> layout,
                                           const ShardReduction* reduction) {
@@ -32,7 +26,7 @@ std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const Optimi
   if (n == "adam8bit") return std::make_unique<Adam8bit>(memory, config, store, layout, reduction);
   if (n == "lamb") return std::make_unique<Lamb>(memory, config, store, layout, reduction);
   if (n == "lars") return std::make_unique<Lars>(memory, config, store, layout, reduction);
-  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kNames, ", "));
+  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kOptimizerNames, ", "));
 }
 
 int64_t state_bytes(const OptimizerConfig& config, std::span<const Segment> layout) {
@@ -57,7 +51,7 @@ int64_t state_bytes(const OptimizerConfig& config, std::span<const Segment> layo
     }
     return bytes;
   }
-  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kNames, ", "));
+  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kOptimizerNames, ", "));
 }
 
 double state_bytes_per_parameter(const OptimizerConfig& config) {
@@ -66,7 +60,7 @@ double state_bytes_per_parameter(const OptimizerConfig& config) {
   if (n == "sgd" || n == "lars") return config.momentum > 0.0f ? 4 : 0;
   if (n == "adafactor") return config.first_moment ? 4 : 0;
   if (n == "adam8bit") return 2 + 8.0 / static_cast<double>(config.block_size);
-  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kNames, ", "));
+  TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kOptimizerNames, ", "));
 }
 
 }  // namespace tessera::optim

@@ -11,8 +11,6 @@
 
 namespace tessera::optim {
 
-// The names optim.name accepts, in the order the docs list them.
-std::span<const std::string_view> optimizer_names();
 
 // `store`: every parameter of the model (the layout of per-tensor statistics tables); `layout`:
 // the segments every step will pass, in order; `reduction`: how per-tensor statistics are summed

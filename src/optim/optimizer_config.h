@@ -2,10 +2,19 @@
 // What `optim.*` chooses: the optimizer and its hyperparameters. Each optimizer reads the fields
 // its comment names (the run config refuses the others when they are set); the learning rate and
 // its schedule are the trainer's and arrive with each step.
+#include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 namespace tessera::optim {
+
+// The names optim.name accepts, in the order messages list them. Here, beside the config, so that
+// what reads configs need not link the optimizers.
+inline constexpr std::array<std::string_view, 6> kOptimizerNames = {"adamw", "sgd", "adafactor", "adam8bit", "lamb",
+                                                                     "lars"};
+inline std::span<const std::string_view> optimizer_names() { return kOptimizerNames; }
 
 struct OptimizerConfig {
   std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars

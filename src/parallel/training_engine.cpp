@@ -51,7 +51,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
-  TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", zero3_with_pipelining_refusal(layout));
+  TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", config::zero3_with_pipelining_refusal(layout));
   schedule_ = pipeline::make_schedule(layout);
   stages_ = split_stages();
   DataParallelOptions dp_options;
@@ -105,16 +105,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
                                      shard_reduction_.get());
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
-}
-
-std::string zero3_with_pipelining_refusal(const config::ParallelLayout& layout) {
-  return fmt::format(
-      "parallel.zero_stage = 3 with parallel.pp = {}: ZeRO-3 gathers each unit's parameters for every action that "
-      "runs it, and a pipeline runs each unit once per microbatch in forward and again in backward, so it would "
-      "gather them 2m times a step (torchtitan keeps them gathered across microbatches instead, which gives back "
-      "ZeRO-3's saving); use parallel.zero_stage = 1 or 2, which shard each stage's optimizer state (and "
-      "gradients) over its data-parallel group",
-      layout.pp);
 }
 
 exec::StagePlan TrainingEngine::split_stages() const {

@@ -51,9 +51,6 @@ struct EngineOptions {
   bool measure_unit_times = true;
 };
 
-// Why ZeRO-3 and pipelining are not combined, and what to use instead (also the config's message).
-std::string zero3_with_pipelining_refusal(const config::ParallelLayout& layout);
-
 class TrainingEngine {
  public:
   // `dp` is the data-parallel group and `pp` the pipeline group (nullptr: a group of one);

@@ -40,6 +40,7 @@
 #include "dist/communicator.h"
 #include "nn/parameters.h"
 #include "optim/optimizer.h"
+#include "parallel/compression/compressor.h"
 #include "train/checkpoint_manifest.h"
 #include "train/run_config.h"
 

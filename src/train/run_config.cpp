@@ -6,8 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "optim/make_optimizer.h"
-#include "parallel/training_engine.h"
+#include "optim/optimizer_config.h"
 
 namespace tessera::train {
 
@@ -165,28 +164,28 @@ void RunConfig::validate() const {
              parallel.pp, microbatches,
              (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
     TS_CHECK(parallel.pp == 1 || parallel.zero_stage <= 2, "config: {}",
-             parallel::zero3_with_pipelining_refusal(layout()));
+             config::zero3_with_pipelining_refusal(layout()));
   }
   {
-    const parallel::CompressionMethod method = parallel::parse_compression(parallel.compression);
-    const auto refuse_unread = [&](bool given, std::string_view key, parallel::CompressionMethod reader) {
+    const config::CompressionMethod method = config::parse_compression(parallel.compression);
+    const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
       TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
-               "is \"{}\")", key, parallel::compression_name(reader), parallel.compression);
+               "is \"{}\")", key, config::compression_name(reader), parallel.compression);
     };
-    refuse_unread(compression.ratio != 0, "ratio", parallel::CompressionMethod::TopK);
-    refuse_unread(compression.levels != 0, "levels", parallel::CompressionMethod::Qsgd);
-    refuse_unread(compression.rank != 0, "rank", parallel::CompressionMethod::PowerSgd);
+    refuse_unread(compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
+    refuse_unread(compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
+    refuse_unread(compression.rank != 0, "rank", config::CompressionMethod::PowerSgd);
     TS_CHECK(std::isfinite(compression.ratio) && compression.ratio >= 0 && compression.ratio <= 1,
              "config: compression.ratio = {} must be a fraction of each bucket in (0, 1]", compression.ratio);
     check_range("compression.levels", compression.levels, 0, 127);
     check_range("compression.rank", compression.rank, 0, 1 << 16);
     check_range<int64_t>("compression.warmup_steps", compression.warmup_steps, 0, int64_t{1} << 40);
-    TS_CHECK(method == parallel::CompressionMethod::None || parallel.schedule != "2bw",
+    TS_CHECK(method == config::CompressionMethod::None || parallel.schedule != "2bw",
              "config: parallel.compression = \"{}\" with parallel.schedule = \"2bw\": a 2BW program holds several "
              "steps, and the compressor's state and random rounding advance per step, which the two do not agree on "
              "yet; use parallel.compression = \"none\" with 2bw, or another schedule",
              parallel.compression);
-    TS_CHECK(method != parallel::CompressionMethod::None || compression.warmup_steps == 0,
+    TS_CHECK(method != config::CompressionMethod::None || compression.warmup_steps == 0,
              "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
   }
   {
@@ -482,9 +481,9 @@ std::string to_toml(const RunConfig& c) {
   return ss.str();
 }
 
-parallel::CompressionOptions RunConfig::compression_options() const {
-  parallel::CompressionOptions o;
-  o.method = parallel::parse_compression(parallel.compression);
+config::CompressionOptions RunConfig::compression_options() const {
+  config::CompressionOptions o;
+  o.method = config::parse_compression(parallel.compression);
   if (compression.ratio != 0) o.ratio = compression.ratio;
   if (compression.levels != 0) o.levels = compression.levels;
   if (compression.rank != 0) o.rank = compression.rank;

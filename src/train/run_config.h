@@ -12,7 +12,7 @@
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
 #include "optim/optimizer_config.h"
-#include "parallel/compression/compressor.h"
+#include "config/compression_method.h"
 
 namespace tessera::train {
 
@@ -112,7 +112,7 @@ struct RunConfig {
   // parallel.*, train.batch_size and train.micro_batch_size; pp = tp = ep = 1 for now).
   config::ParallelLayout layout() const;
   // The compressor's options (parallel.compression and compression.*), defaults filled in.
-  parallel::CompressionOptions compression_options() const;
+  config::CompressionOptions compression_options() const;
   // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.
   void validate() const;
 };

@@ -80,7 +80,9 @@ TEST(Programs, OneFOneBWithoutRecomputeIsTheStraightChainPerMicrobatch) {
                                                 "B2/m0", "B1/m0", "B0/m0", "F0/m1", "F1/m1", "F2/m1", "F3/m1",
                                                 "F4/m1", "B4/m1", "B3/m1", "B2/m1", "B1/m1", "B0/m1", "step"}));
   for (const exec::Action& a : p.actions) {
-    if (a.kind == exec::Action::Kind::Unit && a.phase == Phase::Forward) EXPECT_EQ(a.keep, memory::Keep::All);
+    if (a.kind == exec::Action::Kind::Unit && a.phase == Phase::Forward) {
+      EXPECT_EQ(a.keep, memory::Keep::All);
+    }
   }
 }
 

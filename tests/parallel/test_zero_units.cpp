@@ -183,7 +183,10 @@ TEST(DataParallel, ZeroThreeParametersExistOnlyWhileGathered) {
   nn::GPT model(c, mem, 1);
   exec::ParameterOwnership ownership(model.parameters());
   exec::TransformChain chain;
-  DataParallel dp(model.parameters(), model.units(), nullptr, mem, {3, 1024}, ownership, chain);
+  DataParallelOptions options;
+  options.zero_stage = 3;
+  options.bucket_bytes = 1024;
+  DataParallel dp(model.parameters(), model.units(), nullptr, mem, options, ownership, chain);
   const nn::Parameter& qkv = model.parameters().get("blocks.0.attn.qkv.weight");
   EXPECT_FALSE(model.parameters().holds_values());
   EXPECT_THROW(model.parameters().value(qkv), Error);

@@ -8,28 +8,6 @@
 
 namespace tessera::parallel {
 
-namespace {
-constexpr std::pair<CompressionMethod, std::string_view> kNames[] = {
-    {CompressionMethod::None, "none"},     {CompressionMethod::TopK, "topk"},
-    {CompressionMethod::Qsgd, "qsgd"},     {CompressionMethod::OneBit, "onebit"},
-    {CompressionMethod::PowerSgd, "powersgd"},
-};
-}  // namespace
-
-std::string_view compression_name(CompressionMethod method) {
-  for (const auto& [m, name] : kNames) {
-    if (m == method) return name;
-  }
-  TS_FAIL("unknown compression method {}", static_cast<int>(method));
-}
-
-CompressionMethod parse_compression(std::string_view name) {
-  for (const auto& [m, known] : kNames) {
-    if (known == name) return m;
-  }
-  TS_FAIL("parallel.compression = '{}' is not known; use \"none\", \"topk\", \"qsgd\", \"onebit\" or \"powersgd\"", name);
-}
-
 int64_t top_k_count(int64_t elements, double ratio) {
   if (elements <= 0) return 0;
   const auto k = static_cast<int64_t>(std::ceil(ratio * static_cast<double>(elements)));

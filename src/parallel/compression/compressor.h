@@ -32,25 +32,18 @@
 #include <utility>
 #include <vector>
 
+#include "config/compression_method.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
 
 namespace tessera::parallel {
 
-enum class CompressionMethod : uint8_t { None, TopK, Qsgd, OneBit, PowerSgd };
-std::string_view compression_name(CompressionMethod method);  // "none", "topk", "qsgd", "onebit", "powersgd"
-// Refuses an unknown name, listing the known ones.
-CompressionMethod parse_compression(std::string_view name);
-
-struct CompressionOptions {
-  CompressionMethod method = CompressionMethod::None;
-  double ratio = 0.01;        // topk: the fraction of each bucket's elements sent
-  int levels = 127;           // qsgd: quantization levels s (1 to 127: a signed byte)
-  int rank = 4;               // powersgd: rank of each matrix's approximation
-  int64_t warmup_steps = 0;   // steps reduced exactly before compression starts
-  uint64_t seed = 0;          // qsgd's rounding, powersgd's first Q
-};
+// The method and its options are part of the run config (config/compression_method.h).
+using config::compression_name;
+using config::CompressionMethod;
+using config::CompressionOptions;
+using config::parse_compression;
 
 // A bucket as a compressor sees it: its elements, and the matrices inside it (PowerSGD
 // approximates those; everything else of the bucket is reduced exactly).
