@@ -166,38 +166,11 @@ int run_rank_checks(int argc, char** argv, const std::function<void(dist::Commun
   }
 }
 
-RunRecord run_reference(const ParityCase& c) {
-  MemoryAccountant memory;
-  nn::GPT model(c.model, memory, c.seed);
-  nn::ParameterStore& store = model.parameters();
-  const std::vector<optim::Segment> whole = optim::whole_parameters(store);
-  std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(memory, c.optimizer, store, whole, nullptr);
-  const int64_t N = store.numel();
-  const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
-  RunRecord rec;
-  rec.numel = rec.shard = N;
-  std::vector<int32_t> inputs, targets;
-  for (int step = 0; step < c.steps; ++step) {
-    store.zero_grads();
-    synthetic_rows(c, step, 0, c.global_batch, inputs, targets);
-    nn::StepContext ctx{memory, store};
-    ctx.seed = c.seed;
-    ctx.step = static_cast<uint64_t>(step);
-    nn::GPT::Ctx fwd;
-    const double sum = model.forward(ctx, fwd, inputs.data(), targets.data(), c.global_batch, c.seq_len, scale);
-    model.backward(ctx, fwd);
-    const std::pair<float*, size_t> all{store.flat_grads().data<float>(), static_cast<size_t>(N)};
-    StepRecord s;
-    s.loss = sum * static_cast<double>(scale);
-    s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
-    opt->step(c.lr, whole);
-    rec.steps.push_back(s);
-  }
-  rec.params = flat_copy(store, store);
-  return rec;
-}
+namespace {
 
-RunRecord run_reference_2bw(const ParityCase& c) {
+// The one-process run both references share. `delayed`: PipeDream-2BW's update, step t's gradient
+// taken at W(max(0, t - 1)) and applied to W(t) (two copies of the weights kept by hand).
+RunRecord run_one_process(const ParityCase& c, bool delayed) {
   MemoryAccountant memory;
   nn::GPT model(c.model, memory, c.seed);
   nn::ParameterStore& store = model.parameters();
@@ -206,14 +179,16 @@ RunRecord run_reference_2bw(const ParityCase& c) {
   const int64_t N = store.numel();
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
   float* values = store.flat_values().data<float>();
-  // W(max(0, t - 1)) at step t: W(0) for the first two steps.
-  std::vector<float> older(values, values + N);
+  std::vector<float> older(values, values + N);  // W(max(0, t - 1)) at step t
   RunRecord rec;
   rec.numel = rec.shard = N;
   std::vector<int32_t> inputs, targets;
   for (int step = 0; step < c.steps; ++step) {
-    const std::vector<float> newest(values, values + N);  // W(step)
-    std::copy(older.begin(), older.end(), values);
+    std::vector<float> newest;  // W(step), while the gradient is taken at the older weights
+    if (delayed) {
+      newest.assign(values, values + N);
+      std::copy(older.begin(), older.end(), values);
+    }
     store.zero_grads();
     synthetic_rows(c, step, 0, c.global_batch, inputs, targets);
     nn::StepContext ctx{memory, store};
@@ -222,18 +197,24 @@ RunRecord run_reference_2bw(const ParityCase& c) {
     nn::GPT::Ctx fwd;
     const double sum = model.forward(ctx, fwd, inputs.data(), targets.data(), c.global_batch, c.seq_len, scale);
     model.backward(ctx, fwd);
-    std::copy(newest.begin(), newest.end(), values);
+    if (delayed) std::copy(newest.begin(), newest.end(), values);
     const std::pair<float*, size_t> all{store.flat_grads().data<float>(), static_cast<size_t>(N)};
     StepRecord s;
     s.loss = sum * static_cast<double>(scale);
     s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
     opt->step(c.lr, whole);
-    older = newest;
+    if (delayed) older = std::move(newest);
     rec.steps.push_back(s);
   }
   rec.params = flat_copy(store, store);
   return rec;
 }
+
+}  // namespace
+
+RunRecord run_reference(const ParityCase& c) { return run_one_process(c, false); }
+
+RunRecord run_reference_2bw(const ParityCase& c) { return run_one_process(c, true); }
 
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
 

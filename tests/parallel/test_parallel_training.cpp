@@ -38,16 +38,7 @@ std::string launch(int ranks, const fs::path& out, const std::string& extra) {
   return "launch -n " + std::to_string(ranks) + " -- " + train_args(out, extra);
 }
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> losses(const fs::path& metrics) { return train_losses_of(metrics.string()); }
 
 class ParallelTraining : public ::testing::Test {
  protected:

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/rng.h"
 
 namespace tessera::testing {
@@ -65,6 +67,17 @@ CliResult prepare_test_dataset(const std::string& root, size_t corpus_bytes, int
   std::ofstream(dir / "corpus.txt") << make_test_corpus(corpus_bytes);
   return run_tessera("data prepare --input " + (dir / "corpus.txt").string() + " --out " + (dir / "data").string() +
                      " --vocab-size " + std::to_string(vocab_size) + " --val-fraction 0.1");
+}
+
+std::vector<double> train_losses_of(const std::string& metrics_path) {
+  std::vector<double> out;
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") out.push_back(j["loss"].get<double>());
+  }
+  return out;
 }
 
 }  // namespace tessera::testing

@@ -1,6 +1,7 @@
 #pragma once
 // Runs the tessera program in a fresh process for tests: exit code and everything it printed.
 #include <string>
+#include <vector>
 #include <sys/types.h>
 
 namespace tessera::testing {
@@ -16,6 +17,8 @@ CliResult run_tessera(const std::string& args);
 pid_t spawn_tessera(const std::string& args, const std::string& log_path);
 std::string tessera_exe();
 std::string read_file(const std::string& path);
+// The loss of every "train" line of a run's metrics.jsonl, in order.
+std::vector<double> train_losses_of(const std::string& metrics_path);
 // Deterministic English-like text (sentences over a small vocabulary) for a tokenizer and a tiny model.
 std::string make_test_corpus(size_t bytes);
 // Writes `corpus_bytes` of that text into `root` and prepares it as the dataset `root`/data with a

@@ -44,16 +44,7 @@ std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
 }
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> losses(const fs::path& metrics) { return train_losses_of(metrics.string()); }
 
 class OptimizerResume : public ::testing::Test {
  protected:
