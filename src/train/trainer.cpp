@@ -83,6 +83,21 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   return state;
 }
 
+// "; reduced by powersgd (rank 2) after 2 exact steps", or nothing without compression.
+std::string describe_compression(const config::CompressionOptions& o) {
+  std::string text;
+  switch (o.method) {
+    case config::CompressionMethod::None: return text;
+    case config::CompressionMethod::TopK: text = fmt::format("topk ({:g} of each bucket)", o.ratio); break;
+    case config::CompressionMethod::Qsgd: text = fmt::format("qsgd ({} levels)", o.levels); break;
+    case config::CompressionMethod::OneBit: text = "onebit"; break;
+    case config::CompressionMethod::PowerSgd: text = fmt::format("powersgd (rank {})", o.rank); break;
+  }
+  text = "; reduced by " + text;
+  if (o.warmup_steps > 0) text += fmt::format(" after {} exact steps", o.warmup_steps);
+  return text;
+}
+
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
 // One line on how the step runs: the schedule, the recompute policy and what it costs.
@@ -298,8 +313,10 @@ TrainResult Trainer::run() {
     fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
                dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
     if (ranks > 1) {
-      fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient buckets of up to {} MiB\n", ranks,
-                 cfg.parallel.zero_stage, engine.data_parallel().buckets().size(), cfg.parallel.bucket_mb);
+      const size_t buckets = engine.data_parallel().buckets().size();
+      fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient bucket{} of up to {} MiB{}\n", ranks,
+                 cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
+                 describe_compression(cfg.compression_options()));
     }
     fmt::print("{}\n", describe_plan(cfg, engine));
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
