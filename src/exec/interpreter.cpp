@@ -3,8 +3,13 @@
 namespace tessera::exec {
 
 Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
-                         MemoryAccountant& memory, dist::Communicator* pipeline)
-    : model_(model), ownership_(ownership), transforms_(transforms), memory_(memory), pipeline_(pipeline) {}
+                         MemoryAccountant& memory, dist::Communicator* pipeline, nn::TensorRegion* region)
+    : model_(model),
+      ownership_(ownership),
+      transforms_(transforms),
+      memory_(memory),
+      pipeline_(pipeline),
+      region_(region) {}
 
 namespace {
 // Clears the event on every exit, so nothing reads a program that has gone.
@@ -126,6 +131,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     step.seed = options.seed;
     step.step = options.step + static_cast<uint64_t>(a.batch);
     step.sample_offset = mb.sample_offset;
+    step.region = region_;
     const Event event = event_of(program, i);
     EventScope scope(ownership_, &event);
     transforms_.before(event);

@@ -64,8 +64,9 @@ struct ProgramResult {
 class Interpreter {
  public:
   // `pipeline`: the pipeline group, for programs with transfers (nullptr: one stage).
+  // `region`: the tensor-parallel marks every unit runs with (nn/tensor_region.h; null: none).
   Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory,
-              dist::Communicator* pipeline = nullptr);
+              dist::Communicator* pipeline = nullptr, nn::TensorRegion* region = nullptr);
 
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
   // called with the batch at each of the program's optimizer steps, after every microbatch of that
@@ -109,6 +110,7 @@ class Interpreter {
   TransformChain& transforms_;
   MemoryAccountant& memory_;
   dist::Communicator* pipeline_;
+  nn::TensorRegion* region_;
 };
 
 }  // namespace tessera::exec

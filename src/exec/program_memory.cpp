@@ -11,8 +11,8 @@ namespace {
 // The live activation bytes of one rank while its program runs, state by state.
 class ActivationWalk {
  public:
-  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T)
-      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T)) {
+  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp)
+      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
@@ -138,8 +138,8 @@ class ActivationWalk {
 
 }  // namespace
 
-ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T) {
-  return ActivationWalk(program, model, B, T).run();
+ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T, int tp) {
+  return ActivationWalk(program, model, B, T, tp).run();
 }
 
 }  // namespace tessera::exec

@@ -34,6 +34,8 @@ struct ProgramMemory {
 
 // For `program` over microbatches of [B, T] tokens, the units forwarding with the keep and
 // selective flags their actions carry.
-ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T);
+// On a rank of `tp` tensor-parallel ranks (nn::GPT::unit_activation_bytes).
+ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T,
+                                     int tp = 1);
 
 }  // namespace tessera::exec

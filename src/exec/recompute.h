@@ -42,13 +42,14 @@ UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
 UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
 
 // The recompute chain of `stage` for microbatches [B, T].
+// The recompute chain of `stage` for microbatches [B, T] on a rank of `tp` tensor-parallel ranks.
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
-                                           int T, bool selective, const UnitTimes& times);
+                                           int T, bool selective, const UnitTimes& times, int tp = 1);
 
 // Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
 // whole microbatch's activation peak; the embedding's token ids come off it first.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
-                    const UnitTimes& times);
+                    const UnitTimes& times, int tp = 1);
 
 struct ActivationPrediction {
   int64_t per_microbatch_peak = 0;   // P

@@ -17,50 +17,56 @@ Attention::Attention(ParameterStore& store, const std::string& name, const confi
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   qkv_ = Linear(store, name + ".qkv", C, 3 * C, config.bias, 0.02f);
   proj_ = Linear(store, name + ".proj", C, C, config.bias, residual_std);
+  // A tensor-parallel plan gives this rank a block of the heads (of q's, k's and v's rows alike).
+  n_head_ = config.n_head / qkv_.weight().spec.parts(0);
+  width_ = n_head_ * (C / config.n_head);
+  TS_CHECK(qkv_.out_features() == 3 * width_ && proj_.in_features() == width_,
+           "attention '{}': {} heads of this rank do not match its projections ({} and {} features)", name, n_head_,
+           qkv_.out_features(), proj_.in_features());
 }
 
 Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   x.expect_shape({-1, -1, channels_}, "attention input");
-  const int64_t B = x.size(0), T = x.size(1), C = channels_, H = n_head_;
-  Tensor qkv = qkv_.forward(step, ctx.qkv_proj, x);  // [B, T, 3C]
+  const int64_t B = x.size(0), T = x.size(1), W = width_, H = n_head_;
+  Tensor qkv = qkv_.forward(step, ctx.qkv_proj, step.enter_region(x));  // [B, T, 3W]
   if (rotary_) {
-    Tensor rotated = step.activation({B, T, 3 * C});
+    Tensor rotated = step.activation({B, T, 3 * W});
     ops::rope_forward(rotated, qkv, n_head_, rope_theta_);
     qkv = rotated;  // the unrotated projection is freed here: backward needs only what attention read
   }
   ctx.qkv = qkv;
-  ctx.out = step.activation({B, T, C});
+  ctx.out = step.activation({B, T, W});
   ctx.lse = step.activation({B, H, T});
   ops::attention_forward(ctx.out, ctx.lse, qkv, n_head_);
-  return proj_.forward(step, ctx.out_proj, ctx.out);  // [B, T, C]
+  return proj_.forward_leaving(step, ctx.out_proj, ctx.out);  // [B, T, C]
 }
 
 Tensor Attention::decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past) {
   x.expect_shape({-1, -1, channels_}, "attention input");
-  const int64_t B = x.size(0), T = x.size(1), C = channels_;
+  const int64_t B = x.size(0), T = x.size(1), W = width_;
   Linear::Ctx scratch;
-  Tensor qkv = qkv_.forward(step, scratch, x);  // [B, T, 3C]
+  Tensor qkv = qkv_.forward(step, scratch, step.enter_region(x));  // [B, T, 3W]
   if (rotary_) ops::rope_forward(qkv, qkv, n_head_, rope_theta_, past);  // in place: nothing else reads it
-  Tensor out = step.activation({B, T, C});
+  Tensor out = step.activation({B, T, W});
   ops::attention_decode(out, keys, values, qkv, past, n_head_);
-  return proj_.forward(step, scratch, out);  // [B, T, C]
+  return proj_.forward_leaving(step, scratch, out);  // [B, T, C]
 }
 
 Tensor Attention::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
   if (part == BackwardPart::Weight) {
-    proj_.backward(step, ctx.out_proj, Tensor(), part);
+    proj_.backward_leaving(step, ctx.out_proj, Tensor(), part);
     qkv_.backward(step, ctx.qkv_proj, Tensor(), part);
     return Tensor();
   }
-  const int64_t B = ctx.qkv.size(0), T = ctx.qkv.size(1), C = channels_;
-  Tensor dout = proj_.backward(step, ctx.out_proj, dy, part);  // [B, T, C]
-  Tensor dqkv = step.workspace({B, T, 3 * C});
+  const int64_t B = ctx.qkv.size(0), T = ctx.qkv.size(1), W = width_;
+  Tensor dout = proj_.backward_leaving(step, ctx.out_proj, dy, part);  // [B, T, W]
+  Tensor dqkv = step.workspace({B, T, 3 * W});
   ops::attention_backward(dqkv, dout, ctx.qkv, ctx.out, ctx.lse, n_head_);
   if (rotary_) ops::rope_backward(dqkv, dqkv, n_head_, rope_theta_);  // in place: the rotation is orthogonal
   ctx.qkv = Tensor();
   ctx.out = Tensor();
   ctx.lse = Tensor();
-  return qkv_.backward(step, ctx.qkv_proj, dqkv, part);  // [B, T, C]
+  return step.enter_region_backward(qkv_.backward(step, ctx.qkv_proj, dqkv, part));  // [B, T, C]
 }
 
 }  // namespace tessera::nn

@@ -14,11 +14,12 @@ class Attention {
   Attention() = default;
   Attention(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
 
+  // Under tensor parallelism a rank runs H/tp of the heads: W = (H/tp)·hd below (W = C in one process).
   struct Ctx {
     Linear::Ctx qkv_proj;  // inp: the attention's input x [B, T, C]
-    Tensor qkv;            // [B, T, 3C] after rotary positions (Llama): what attention read
-    Tensor out;            // [B, T, C] attention output before the projection
-    Tensor lse;            // [B, H, T] log-sum-exp of the scaled scores
+    Tensor qkv;            // [B, T, 3W] after rotary positions (Llama): what attention read
+    Tensor out;            // [B, T, W] attention output before the projection
+    Tensor lse;            // [B, H/tp, T] log-sum-exp of the scaled scores
     Linear::Ctx out_proj;
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]
@@ -31,9 +32,10 @@ class Attention {
   Tensor decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past);
 
  private:
-  Linear qkv_;   // C -> 3C
-  Linear proj_;  // C -> C
-  int n_head_ = 0, channels_ = 0;
+  Linear qkv_;   // C -> 3W
+  Linear proj_;  // W -> C
+  int n_head_ = 0, channels_ = 0;  // this rank's heads; C
+  int width_ = 0;                  // W
   bool rotary_ = false;
   float rope_theta_ = 10000.0f;
 };

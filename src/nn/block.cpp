@@ -54,8 +54,8 @@ Tensor Block::decode(StepContext& step, const Tensor& x, const Tensor& keys, con
   return x2;
 }
 
-int64_t Block::recomputable_values_per_token(const config::ModelConfig& config) {
-  return 2 * int64_t{config.n_embd} + config.ffn();
+int64_t Block::recomputable_values_per_token(const config::ModelConfig& config, int tp) {
+  return 2 * int64_t{config.n_embd} + config.ffn() / tp;
 }
 
 void Block::restore_recomputable(StepContext& step, Ctx& ctx) {

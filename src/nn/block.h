@@ -35,10 +35,13 @@ class Block {
   // What selective recomputation drops: the tensors that are large and cost one elementwise pass to
   // rebuild — the two norm outputs and the MLP activation, 2C + F values per token (the tiled
   // attention keeps no T×T scores, so these are the big cheap part here).
-  static int64_t recomputable_values_per_token(const config::ModelConfig& config);
+  // On a rank of tp tensor-parallel ranks the activation is its F/tp hidden units.
+  static int64_t recomputable_values_per_token(const config::ModelConfig& config, int tp = 1);
   // Of those, what a selective forward still holds while it runs: the MLP activation, F per token,
   // until the down projection has read it.
-  static int64_t selective_forward_values_per_token(const config::ModelConfig& config) { return config.ffn(); }
+  static int64_t selective_forward_values_per_token(const config::ModelConfig& config, int tp = 1) {
+    return config.ffn() / tp;
+  }
 
  private:
   void restore_recomputable(StepContext& step, Ctx& ctx);

@@ -11,6 +11,7 @@ Embedding::Embedding(ParameterStore& store, const config::ModelConfig& config)
   if (config.arch == config::Architecture::Gpt2) {
     positions_ = &store.declare("embed.positions.weight", {max_T_, channels_}, Init::Normal, 0.02f);
   }
+  first_row_ = tokens_->spec.start(0);
 }
 
 Tensor Embedding::forward(StepContext& step, Ctx& ctx, const Tensor& tokens) {
@@ -18,7 +19,9 @@ Tensor Embedding::forward(StepContext& step, Ctx& ctx, const Tensor& tokens) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   TS_CHECK(T >= 1 && T <= max_T_, "sequence length {} exceeds the model's seq_len {}", T, max_T_);
   Tensor out = step.activation({B, T, channels_});
-  ops::embedding_forward(out, tokens, step.weight(*tokens_), positions_ ? step.weight(*positions_) : Tensor());
+  ops::embedding_rows_forward(out, tokens, step.weight(*tokens_), first_row_, vocab_);
+  out = step.leave_region(out);
+  if (positions_) ops::positions_forward(out, step.weight(*positions_));
   ctx.tokens = step.activation({B, T}, DType::I32);
   ctx.tokens.copy_from(tokens);
   return out;
@@ -43,8 +46,9 @@ void Embedding::backward(StepContext& step, Ctx& ctx, const Tensor& dy, Backward
     ctx.dy = dy;
     return;
   }
-  const Tensor& grad = part == BackwardPart::Weight ? ctx.dy : dy;
-  ops::embedding_backward(step.grad(*tokens_), positions_ ? step.grad(*positions_) : Tensor(), grad, ctx.tokens);
+  const Tensor& grad = part == BackwardPart::Weight ? ctx.dy : dy;  // [B, T, C]
+  if (positions_) ops::positions_backward(step.grad(*positions_), grad);
+  ops::embedding_rows_backward(step.grad(*tokens_), step.leave_region_backward(grad), ctx.tokens, first_row_);
   ctx = Ctx{};
 }
 

@@ -1,5 +1,8 @@
 #pragma once
 // Token embedding plus learned positions (GPT-2) or tokens only (Llama: positions are rotary).
+// A tensor-parallel plan may split the token table by vocabulary rows (Megatron's vocabulary-
+// parallel embedding): each rank looks up the tokens it holds, the lookups are summed where the
+// region says (StepContext::leave_region), and the positions, which every rank holds, join once.
 #include "config/model_config.h"
 #include "nn/parameters.h"
 #include "nn/step_context.h"
@@ -27,9 +30,10 @@ class Embedding {
   const Parameter& token_weight() const { return *tokens_; }
 
  private:
-  const Parameter* tokens_ = nullptr;     // [V, C]
+  const Parameter* tokens_ = nullptr;     // [V, C] (this rank's rows of it)
   const Parameter* positions_ = nullptr;  // [Tmax, C] or null
   int vocab_ = 0, channels_ = 0, max_T_ = 0;
+  int64_t first_row_ = 0;  // the token id of this rank's first row
 };
 
 }  // namespace tessera::nn

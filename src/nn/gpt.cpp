@@ -1,5 +1,7 @@
 #include "nn/gpt.h"
 
+#include <algorithm>
+
 #include "ops/loss.h"
 
 namespace tessera::nn {
@@ -8,7 +10,8 @@ Tensor token_tensor(const int32_t* tokens, int B, int T) {
   return Tensor::from_external(const_cast<int32_t*>(tokens), {B, T}, DType::I32);
 }
 
-GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed) : config_(config) {
+GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed, const ShardingRules* sharding)
+    : config_(config), params_(sharding) {
   config_.validate();
   // Each unit owns the parameters declared while it is built: a contiguous range of the flat buffer.
   auto unit = [this](std::string name, UnitKind kind, auto&& build) {
@@ -24,7 +27,7 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
   unit("head", UnitKind::Head, [&] {
     norm_ = Norm(params_, "norm", config_.n_embd, Norm::kind_for(config_.arch), config_.bias, config_.norm_eps);
     if (config_.tied_embeddings) {
-      head_ = Linear(embed_.token_weight(), config_.n_embd, config_.vocab_size);
+      head_ = Linear(embed_.token_weight());
     } else {
       head_ = Linear(params_, "head", config_.n_embd, config_.vocab_size, false, 0.02f);
     }
@@ -34,9 +37,10 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
     const auto begin = static_cast<int64_t>(wte.offset);
     units_.back().params.push_back({begin, begin + wte.numel()});
   }
-  TS_CHECK(params_.numel() == config_.parameter_count(),
-           "the model declares {} parameters but the config formula counts {}", params_.numel(),
-           config_.parameter_count());
+  int64_t declared = 0;  // in the one-process model, whatever block of each parameter this rank holds
+  for (const Parameter& p : params_.all()) declared += shape_numel(p.spec.unpadded_shape());
+  TS_CHECK(declared == config_.parameter_count(), "the model declares {} parameters but the config formula counts {}",
+           declared, config_.parameter_count());
   params_.allocate(memory);
   params_.initialize(seed);
 }
@@ -46,18 +50,26 @@ GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor&
   UnitOutput out;
   const int32_t* targets = mb.targets.data<int32_t>();
   for (int64_t i = 0; i < B * T; ++i) out.counted += targets[i] != kIgnoreIndex;
-  Tensor h = norm_.forward(step, ctx.norm, x);  // [B, T, C]
+  Tensor h = step.enter_region(norm_.forward(step, ctx.norm, x));  // [B, T, C]
+  // The head's rows may be a block of the vocabulary (a tensor-parallel plan's): the loss combines
+  // its row statistics over the region instead of gathering the logits.
+  const Parameter& w = head_.weight();
+  const int64_t rows = w.shape[0], first = w.spec.start(0);
+  const ops::VocabBlock block{first, std::clamp<int64_t>(config_.vocab_size - first, 0, rows), config_.vocab_size};
+  ops::VocabReductions reductions;
+  if (step.region != nullptr) {
+    reductions.max = [&](std::span<float> v) { step.region->max_over_group(v); };
+    reductions.sum = [&](std::span<float> v) { step.region->sum_over_group(v); };
+  }
   if (step.training) {
     ctx.dlogits = head_.forward(step, ctx.proj, h);  // [B, T, V] logits, turned into their gradient below
     ctx.losses = step.activation({B, T});
-    out.loss_sum =
-        ops::cross_entropy_forward_backward(ctx.dlogits, ctx.losses, mb.targets, kIgnoreIndex, mb.grad_scale);
+    out.loss_sum = ops::vocab_parallel_cross_entropy(ctx.dlogits, ctx.losses, mb.targets, kIgnoreIndex, mb.grad_scale,
+                                                     block, reductions);
   } else {
     Tensor logits = head_.forward(step, ctx.proj, h);  // [B, T, V]
     Tensor losses = step.workspace({B, T});
-    int64_t count = 0;
-    out.loss_sum = ops::cross_entropy_forward(losses, logits, mb.targets, kIgnoreIndex, &count) *
-                   static_cast<double>(count);
+    out.loss_sum = ops::vocab_parallel_cross_entropy(logits, losses, mb.targets, kIgnoreIndex, 1.0f, block, reductions);
     ctx = HeadCtx{};
   }
   return out;
@@ -97,7 +109,7 @@ Tensor GPT::backward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tenso
       Tensor dh = head_.backward(step, head.proj, head.dlogits, part);  // [B, T, C]; dW_head (or dwte) +=
       head.dlogits = Tensor();
       head.losses = Tensor();
-      return norm_.backward(step, head.norm, dh);
+      return norm_.backward(step, head.norm, step.enter_region_backward(dh));
     }
   }
   TS_FAIL("unit {} has no kind", unit);
@@ -189,7 +201,7 @@ Tensor GPT::decode(StepContext& step, KVCache& cache, const int32_t* tokens, int
   return head_.forward(eval, head.proj, h).reshape({B, config_.vocab_size});  // [B, V]
 }
 
-std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T) {
+std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T, int tp) {
   // Values kept per token, each 4 bytes (f32 activations, i32 token ids):
   //   embedding: its own copy of the token ids 1; output C (the first block's input)
   //   block, GPT-2: norm1 out C + mean 1 + rstd 1; qkv 3C; attention out C + lse H; residual x1 C;
@@ -205,23 +217,30 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   // embedding its token ids 1; a block the inputs of its linears, norm1 out C, attention out C,
   // norm2 out C and the MLP's activation F (the selective halves rebuild the dropped ones first);
   // the head its final norm out C and the logits' gradient V.
-  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size;
+  // Under tensor parallelism (t ranks) what lies between a region's entry and exit holds this
+  // rank's heads and hidden units only: qkv, the attention output, lse and the MLP's F-wide tensors
+  // divide by t, and the logits hold V padded to a multiple of t, divided by t. The residual stream,
+  // the norms' outputs and statistics stay whole on every rank (sequence parallelism would split them).
+  TS_CHECK(tp >= 1 && c.n_head % tp == 0 && c.ffn() % tp == 0, "activation bytes for tp {} of a model with {} heads "
+           "and an MLP width of {}", tp, c.n_head, c.ffn());
+  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size, t = tp;
+  const int64_t Vt = (V + t - 1) / t;  // this rank's logits, padding included
   const int64_t tokens = int64_t{B} * T * 4;
   const bool gpt2 = c.arch == config::Architecture::Gpt2;
   std::vector<UnitBytes> bytes;
   bytes.push_back({1 * tokens, C * tokens, 0, 0, 1 * tokens});
-  const int64_t block = gpt2 ? 7 * C + 2 * F + H + 4 : 7 * C + 3 * F + H + 2;
+  const int64_t block = gpt2 ? 3 * C + 4 + (4 * C + H + 2 * F) / t : 3 * C + 2 + (4 * C + H + 3 * F) / t;
   for (int l = 0; l < c.n_layer; ++l) {
-    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c) * tokens,
-                     Block::selective_forward_values_per_token(c) * tokens, (3 * C + F) * tokens});
+    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c, tp) * tokens,
+                     Block::selective_forward_values_per_token(c, tp) * tokens, (2 * C + (C + F) / t) * tokens});
   }
-  bytes.push_back({(C + (gpt2 ? 2 : 1) + V + 1) * tokens, 0, 0, 0, (C + V) * tokens});
+  bytes.push_back({(C + (gpt2 ? 2 : 1) + Vt + 1) * tokens, 0, 0, 0, (C + Vt) * tokens});
   return bytes;
 }
 
-int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T) {
+int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T, int tp) {
   int64_t total = 0;
-  for (const UnitBytes& u : unit_activation_bytes(c, B, T)) total += u.own + u.output;
+  for (const UnitBytes& u : unit_activation_bytes(c, B, T, tp)) total += u.own + u.output;
   return total;
 }
 

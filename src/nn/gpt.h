@@ -22,8 +22,12 @@ namespace tessera::nn {
 class GPT {
  public:
   // Declares every parameter, allocates the flat parameter and gradient buffers from `memory`
-  // and initializes them GPT-2 style from `seed`.
-  GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed);
+  // and initializes them GPT-2 style from `seed`. `sharding` (kept; may be null) gives this rank
+  // its blocks of the parameters a tensor-parallel plan splits (parallel/tensor_parallel_plan.h):
+  // the model declares the one-process shapes and runs on the blocks it gets; the values are
+  // those of the one-process model's elements at their global index.
+  GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed,
+      const ShardingRules* sharding = nullptr);
 
   static constexpr int kIgnoreIndex = -1;
 
@@ -105,7 +109,8 @@ class GPT {
   const config::ModelConfig& config() const { return config_; }
 
   // Activation bytes of one unit for a microbatch [B, T] (f32 = 4 bytes, i32 tokens = 4 bytes), from
-  // the shapes alone. Written out in gpt.cpp; tests hold the allocator's measured peak to them.
+  // the shapes alone, on a rank of `tp` tensor-parallel ranks (the model built with its plan).
+  // Written out in gpt.cpp; tests hold the allocator's measured peak to them.
   struct UnitBytes {
     int64_t own = 0;           // kept by a training forward besides the unit's input and output
     int64_t output = 0;        // the output [B, T, C] (0 for the head)
@@ -115,9 +120,9 @@ class GPT {
     // read (the inputs of the unit's linear layers; the head's also the logits' gradient).
     int64_t weight_half = 0;
   };
-  static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T);
+  static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1);
   // Bytes a training forward keeps alive for backward: the sum over units of own + output.
-  static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T);
+  static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1);
 
  private:
   UnitOutput head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb);

@@ -1,5 +1,6 @@
 #include "nn/linear.h"
 
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 
 namespace tessera::nn {
@@ -12,15 +13,15 @@ Shape with_last_dim(const Shape& shape, int64_t last) {
 
 Linear::Linear(ParameterStore& store, const std::string& name, int in_features, int out_features, bool bias,
                float init_std)
-    : in_(in_features), out_(out_features) {
-  weight_ = &store.declare(name + ".weight", {out_features, in_features}, Init::Normal, init_std);
+    : Linear(store.declare(name + ".weight", {out_features, in_features}, Init::Normal, init_std)) {
   if (bias) bias_ = &store.declare(name + ".bias", {out_features}, Init::Zeros);
 }
 
-Linear::Linear(const Parameter& weight, int in_features, int out_features)
-    : weight_(&weight), in_(in_features), out_(out_features) {
-  TS_CHECK(weight.shape == Shape({out_features, in_features}), "tied weight '{}' has shape {}, expected [{}, {}]",
-           weight.name, shape_to_string(weight.shape), out_features, in_features);
+Linear::Linear(const Parameter& weight) : weight_(&weight) {
+  TS_CHECK(weight.shape.size() == 2, "linear weight '{}' has shape {}, expected [OC, IC]", weight.name,
+           shape_to_string(weight.shape));
+  out_ = static_cast<int>(weight.shape[0]);
+  in_ = static_cast<int>(weight.shape[1]);
 }
 
 Tensor Linear::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
@@ -28,6 +29,19 @@ Tensor Linear::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   ops::linear_forward(y, x, step.weight(*weight_), bias_ ? step.weight(*bias_) : Tensor());
   ctx.inp = x;
   return y;
+}
+
+Tensor Linear::forward_leaving(StepContext& step, Ctx& ctx, const Tensor& x) {
+  Tensor y = step.activation(with_last_dim(x.shape(), out_));  // [N.., OC]
+  ops::linear_forward(y, x, step.weight(*weight_), Tensor());
+  ctx.inp = x;
+  y = step.leave_region(y);
+  if (bias_) ops::add_bias(y, step.weight(*bias_));
+  return y;
+}
+
+Tensor Linear::backward_leaving(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  return backward(step, ctx, part == BackwardPart::Weight ? dy : step.leave_region_backward(dy), part);
 }
 
 Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {

@@ -1,5 +1,7 @@
 #pragma once
-// Linear layer y = x·Wᵀ + b, W stored [OC, IC] like PyTorch.
+// Linear layer y = x·Wᵀ + b, W stored [OC, IC] like PyTorch. Declared with its one-process sizes;
+// when a tensor-parallel plan splits it, IC and OC below are those of this rank's block: the
+// output dimension for a column-parallel layer, the input dimension for a row-parallel one.
 #include <string>
 
 #include "nn/parameters.h"
@@ -11,8 +13,8 @@ class Linear {
  public:
   Linear() = default;
   Linear(ParameterStore& store, const std::string& name, int in_features, int out_features, bool bias, float init_std);
-  // A linear layer over an existing weight (a head tied to the token embedding).
-  Linear(const Parameter& weight, int in_features, int out_features);
+  // A linear layer over an existing weight (a head tied to the token embedding): [OC, IC].
+  explicit Linear(const Parameter& weight);
 
   struct Ctx {
     Tensor inp;  // [N.., IC]
@@ -21,6 +23,14 @@ class Linear {
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // x [N.., IC] -> [N.., OC]
   // dy [N.., OC] -> dx [N.., IC] (input half and both; undefined for the weight half); dW, db +=.
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part = BackwardPart::Both);
+
+  // The last layer of a tensor-parallel region (row-parallel when the region is split):
+  // y = leave(x·Wᵀ) + b, so the partial products are summed first and the bias, which every rank
+  // holds, joins once. x [N.., IC] -> [N.., OC].
+  Tensor forward_leaving(StepContext& step, Ctx& ctx, const Tensor& x);
+  // Its backward: dy [N.., OC] of the residual stream -> dx [N.., IC].
+  Tensor backward_leaving(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
+  const Parameter& weight() const { return *weight_; }
 
   int in_features() const { return in_; }
   int out_features() const { return out_; }

@@ -22,6 +22,7 @@ Mlp::Mlp(ParameterStore& store, const std::string& name, const config::ModelConf
 }
 
 Tensor Mlp::forward(StepContext& step, Ctx& ctx, Tensor x, bool keep_recomputable) {
+  x = step.enter_region(x);
   ctx.pre = fc_.forward(step, ctx.fc, x);  // [N.., F]
   if (swiglu_) ctx.up_out = up_.forward(step, ctx.up, x);  // [N.., F]
   if (!keep_recomputable) {
@@ -29,7 +30,7 @@ Tensor Mlp::forward(StepContext& step, Ctx& ctx, Tensor x, bool keep_recomputabl
     ctx.fc.inp = Tensor();
     ctx.up.inp = Tensor();
   }
-  Tensor y = proj_.forward(step, ctx.proj, recompute_activation(step, ctx));  // [N.., C]
+  Tensor y = proj_.forward_leaving(step, ctx.proj, recompute_activation(step, ctx));  // [N.., C]
   if (!keep_recomputable) ctx.proj.inp = Tensor();
   return y;
 }
@@ -46,12 +47,12 @@ Tensor Mlp::recompute_activation(StepContext& step, const Ctx& ctx) const {
 
 Tensor Mlp::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
   if (part == BackwardPart::Weight) {
-    proj_.backward(step, ctx.proj, Tensor(), part);
+    proj_.backward_leaving(step, ctx.proj, Tensor(), part);
     if (swiglu_) up_.backward(step, ctx.up, Tensor(), part);
     fc_.backward(step, ctx.fc, Tensor(), part);
     return Tensor();
   }
-  Tensor dact = proj_.backward(step, ctx.proj, dy, part);  // [N.., F]
+  Tensor dact = proj_.backward_leaving(step, ctx.proj, dy, part);  // [N.., F]
   Tensor dpre = step.workspace(dact.shape());
   Tensor dx;
   if (swiglu_) {
@@ -67,7 +68,7 @@ Tensor Mlp::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart
     ctx.pre = Tensor();
     dx = fc_.backward(step, ctx.fc, dpre, part);
   }
-  return dx;
+  return step.enter_region_backward(dx);
 }
 
 }  // namespace tessera::nn

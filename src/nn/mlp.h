@@ -1,6 +1,7 @@
 #pragma once
 // The block's feed-forward network: GELU MLP (GPT-2: proj(gelu(fc(x)))) or SwiGLU (Llama:
-// down(silu(gate(x)) * up(x))), chosen by the architecture.
+// down(silu(gate(x)) * up(x))), chosen by the architecture. Under tensor parallelism F below is
+// this rank's part of the hidden width.
 #include <string>
 
 #include "config/model_config.h"

@@ -18,16 +18,64 @@ uint32_t ShardSpec::split_mask() const {
   return mask;
 }
 
+int ShardSpec::parts(int dim) const {
+  for (const Split& s : splits) {
+    if (s.dim == dim) return s.parts;
+  }
+  return 1;
+}
+
+int ShardSpec::parts_over(config::MeshDim over) const {
+  for (const Split& s : splits) {
+    if (s.over == over) return s.parts;
+  }
+  return 1;
+}
+
+int64_t ShardSpec::start(int dim) const {
+  for (const Split& s : splits) {
+    if (s.dim != dim) continue;
+    const int64_t first_block = s.blocks.empty() ? global_shape[static_cast<size_t>(dim)] : s.blocks.front();
+    return static_cast<int64_t>(s.index) * (first_block / s.parts);
+  }
+  return 0;
+}
+
+Shape ShardSpec::unpadded_shape() const {
+  Shape shape = global_shape;
+  if (!shape.empty()) shape[0] -= padding_rows;
+  return shape;
+}
+
+bool ShardSpec::is_padding(int64_t global) const {
+  return padding_rows > 0 && global >= shape_numel(unpadded_shape());
+}
+
+namespace {
+// The global coordinate along a split dimension of local coordinate `local`.
+int64_t global_coordinate(const ShardSpec::Split& s, int64_t local, int64_t local_size) {
+  if (s.blocks.empty()) return local + static_cast<int64_t>(s.index) * local_size;
+  int64_t global_start = 0;
+  for (const int64_t block : s.blocks) {
+    const int64_t piece = block / s.parts;
+    if (local < piece) return global_start + static_cast<int64_t>(s.index) * piece + local;
+    local -= piece;
+    global_start += block;
+  }
+  TS_FAIL("local coordinate past the blocks of split dimension {}", s.dim);
+}
+}  // namespace
+
 int64_t ShardSpec::global_index(int64_t local) const {
   if (splits.empty()) return local;
   const Shape shape = local_shape();
-  // Unravel in the local block, shift the split dimensions to the held piece, ravel globally.
+  // Unravel in the local block, move the split dimensions to the held pieces, ravel globally.
   int64_t global = 0, stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     int64_t coordinate = local % shape[d];
     local /= shape[d];
     for (const Split& s : splits) {
-      if (static_cast<size_t>(s.dim) == d) coordinate += static_cast<int64_t>(s.index) * shape[d];
+      if (static_cast<size_t>(s.dim) == d) coordinate = global_coordinate(s, coordinate, shape[d]);
     }
     global += coordinate * stride;
     stride *= global_shape[d];
@@ -44,6 +92,18 @@ void ShardSpec::validate(const std::string& name) const {
     TS_CHECK(global_shape[static_cast<size_t>(s.dim)] % s.parts == 0,
              "parameter '{}': dimension {} of size {} does not split into {} equal pieces", name, s.dim,
              global_shape[static_cast<size_t>(s.dim)], s.parts);
+    if (!s.blocks.empty()) {
+      int64_t total = 0;
+      for (const int64_t block : s.blocks) {
+        TS_CHECK(block > 0 && block % s.parts == 0,
+                 "parameter '{}': a block of {} rows along dimension {} does not split into {} equal pieces", name,
+                 block, s.dim, s.parts);
+        total += block;
+      }
+      TS_CHECK(total == global_shape[static_cast<size_t>(s.dim)],
+               "parameter '{}': blocks summing to {} along dimension {} of size {}", name, total, s.dim,
+               global_shape[static_cast<size_t>(s.dim)]);
+    }
     int same = 0, same_mesh = 0;
     for (const Split& t : splits) {
       same += t.dim == s.dim;
@@ -52,9 +112,16 @@ void ShardSpec::validate(const std::string& name) const {
     TS_CHECK(same == 1, "parameter '{}': dimension {} is split twice", name, s.dim);
     TS_CHECK(same_mesh == 1, "parameter '{}': two dimensions are split over {}", name, config::mesh_dim_name(s.over));
   }
+  TS_CHECK(padding_rows >= 0 && (padding_rows == 0 || (!global_shape.empty() && padding_rows < global_shape[0])),
+           "parameter '{}': {} padding rows in a shape {}", name, padding_rows, shape_to_string(global_shape));
 }
 
 Parameter& ParameterStore::declare(std::string name, Shape shape, Init init, float init_std) {
+  if (sharding_ != nullptr) {
+    if (std::optional<ShardSpec> spec = sharding_->spec_for(name, shape)) {
+      return declare_sharded(std::move(name), std::move(*spec), init, init_std);
+    }
+  }
   ShardSpec whole;
   whole.global_shape = std::move(shape);
   return declare_sharded(std::move(name), std::move(whole), init, init_std);
@@ -107,7 +174,8 @@ void ParameterStore::initialize(uint64_t seed) {
         const ShardSpec& spec = p.spec;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) {
-          v[i] = p.init_std * normal(seed, stream, static_cast<uint64_t>(spec.global_index(i)));
+          const int64_t g = spec.global_index(i);
+          v[i] = spec.is_padding(g) ? 0.0f : p.init_std * normal(seed, stream, static_cast<uint64_t>(g));
         }
         break;
       }

@@ -11,6 +11,7 @@
 // ZeRO-3 that keeps only a shard and gathers the rest (exec/ownership.h). So no transform ever
 // rewrites a module's view of its weights.
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,15 +34,36 @@ enum class Init {
 // dimension replicates it, except where a transform shards its storage flat (ZeRO over dp, which
 // the parameter itself does not see). Initialization reads the random number of each element's
 // GLOBAL index, so any sharding starts from exactly the one-process weights.
+//
+// A dimension may be a concatenation of blocks that are cut separately (`blocks`): a fused q, k, v
+// projection holds q's rows, then k's, then v's, and a tensor-parallel rank takes its heads of
+// each. The global shape may also carry padding rows that the one-process model does not have (a
+// vocabulary padded to a multiple of tp): they are the last `padding_rows` rows of dimension 0,
+// start at zero and take no part in the model's function.
 struct ShardSpec {
   struct Split {
     int dim = 0;                                  // which dimension of the global shape is cut
     config::MeshDim over = config::MeshDim::TP;   // over which mesh dimension's ranks
     int parts = 1;                                // into how many equal pieces
     int index = 0;                                // the piece this rank holds
+    // Sizes of consecutive blocks along `dim` (summing to its size), each cut into `parts`; the
+    // held piece is piece `index` of every block, in order. Empty: the dimension is one block.
+    std::vector<int64_t> blocks;
+    bool operator==(const Split&) const = default;
   };
   Shape global_shape;
   std::vector<Split> splits;
+  int64_t padding_rows = 0;
+
+  // The parts dimension `dim` is cut into (1: whole), and the global coordinate of this rank's first
+  // element along it (0: whole; for a dimension of blocks, that of the first block).
+  int parts(int dim) const;
+  int64_t start(int dim) const;
+  // The parts it is cut into over mesh dimension `over` (1: replicated over it).
+  int parts_over(config::MeshDim over) const;
+  // The shape of the parameter in the one-process model: the global shape without its padding.
+  Shape unpadded_shape() const;
+  bool operator==(const ShardSpec&) const = default;
 
   Shape local_shape() const;
   // The mesh dimensions that split it, a bit per config::MeshDim (a global norm sums its squares
@@ -50,7 +72,19 @@ struct ShardSpec {
   bool replicated_over(config::MeshDim dim) const { return (split_mask() >> static_cast<int>(dim) & 1u) == 0; }
   // Index in the global parameter (row-major) of element `local` (row-major in the local block).
   int64_t global_index(int64_t local) const;
+  // Whether global element `global` (row-major) lies in the padding rows.
+  bool is_padding(int64_t global) const;
   void validate(const std::string& name) const;
+};
+
+// Says how a parameter is split when the model declares it: a tensor-parallel plan
+// (parallel/tensor_parallel_plan.h) is one. The model itself declares every parameter by its
+// one-process shape and reads the shapes it was given back.
+class ShardingRules {
+ public:
+  virtual ~ShardingRules() = default;
+  // The spec of parameter `name` whose one-process shape is `shape`; nullopt: not split.
+  virtual std::optional<ShardSpec> spec_for(const std::string& name, const Shape& shape) const = 0;
 };
 
 struct Parameter {
@@ -66,7 +100,11 @@ struct Parameter {
 
 class ParameterStore final : public ParameterAccess {
  public:
-  // References stay valid: parameters live in a deque.
+  // `sharding` (kept by reference, may be null: nothing split) splits what the model declares.
+  explicit ParameterStore(const ShardingRules* sharding = nullptr) : sharding_(sharding) {}
+
+  // References stay valid: parameters live in a deque. `shape` is the one-process shape; the
+  // sharding rules may give the parameter a block of it (read p.shape back).
   Parameter& declare(std::string name, Shape shape, Init init, float init_std = 0.0f);
   // Declares the local block of a parameter split as `spec` says (its shape is spec.local_shape()).
   Parameter& declare_sharded(std::string name, ShardSpec spec, Init init, float init_std = 0.0f);
@@ -103,6 +141,7 @@ class ParameterStore final : public ParameterAccess {
   Tensor grad(const Parameter& p) override { return grad_of(p); }
 
  private:
+  const ShardingRules* sharding_ = nullptr;
   std::deque<Parameter> params_;
   int64_t total_ = 0;
   bool allocated_ = false;

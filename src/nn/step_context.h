@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "nn/parameter_access.h"
+#include "nn/tensor_region.h"
 
 namespace tessera::nn {
 
@@ -25,6 +26,8 @@ struct StepContext {
   uint64_t seed = 0;          // run seed (dropout masks)
   uint64_t step = 0;          // optimizer step, so masks differ from step to step
   int64_t sample_offset = 0;  // global index of this microbatch's first sequence: masks do not depend on the layout
+  // The tensor-parallel group's marks (nn/tensor_region.h); null: the identity.
+  TensorRegion* region = nullptr;
 
   Tensor weight(const Parameter& p) const { return params.weight(p); }
   Tensor grad(const Parameter& p) const { return params.grad(p); }
@@ -36,6 +39,12 @@ struct StepContext {
   Tensor workspace(const Shape& shape, DType dtype = DType::F32) const {
     return Tensor::empty(shape, dtype, MemoryTag::Workspace, memory);
   }
+
+  // The marks of nn/tensor_region.h, the identity without a region.
+  Tensor enter_region(const Tensor& x) { return region ? region->enter(*this, x) : x; }
+  Tensor enter_region_backward(const Tensor& dx) { return region ? region->enter_backward(*this, dx) : dx; }
+  Tensor leave_region(const Tensor& partial) { return region ? region->leave(*this, partial) : partial; }
+  Tensor leave_region_backward(const Tensor& dy) { return region ? region->leave_backward(*this, dy) : dy; }
 };
 
 }  // namespace tessera::nn

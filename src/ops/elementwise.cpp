@@ -24,6 +24,16 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   call.dispatch([&]<class T>(Cpu<T>) { kernels::add_inplace<T>(y.data<T>(), x.data<T>(), n); });
 }
 
+void add_bias(const Tensor& y, const Tensor& b) {
+  OpCall call("ops::add_bias");
+  call.operands({{y, "y"}, {b, "b"}});
+  const int64_t C = call.last_dim(y, "y", "C");
+  call.rank(b, "b", 1, "[C]");
+  TS_CHECK(b.size(0) == C, "{}: b has shape {}, expected [C={}] (C from y)", call.op(), b.shape_string(), C);
+  const auto rows = static_cast<size_t>(C == 0 ? 0 : y.numel() / C);
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::add_bias<T>(y.data<T>(), b.data<T>(), rows, static_cast<size_t>(C)); });
+}
+
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t stream, uint64_t offset) {
   OpCall call("ops::dropout_forward");
   call.operands({{y, "y"}, {x, "x"}});

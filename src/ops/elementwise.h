@@ -9,6 +9,8 @@ namespace tessera::ops {
 
 // y += x.
 void add_inplace(const Tensor& y, const Tensor& x);
+// y [N.., C] += b [C] on every row.
+void add_bias(const Tensor& y, const Tensor& b);
 
 // Inverted dropout with the counter-based RNG: element i of x is kept iff
 // uniform(seed, stream, offset + i) >= p and then scaled by 1 / (1 - p); p in [0, 1]. No mask is

@@ -59,4 +59,68 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dy
   });
 }
 
+void embedding_rows_forward(const Tensor& y, const Tensor& tokens, const Tensor& table, int64_t first_row,
+                            int64_t vocab) {
+  OpCall call("ops::embedding_rows_forward");
+  call.operands({{y, "y"}, {table, "table"}}).indices(tokens, "tokens");
+  const Lookup s = check_lookup(call, tokens, table, "table", Tensor(), "");
+  call.shape(y, "y", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "table"}});
+  TS_CHECK(first_row >= 0 && vocab > 0, "{}: rows {}..{} of a vocabulary of {}", call.op(), first_row,
+           first_row + s.V, vocab);
+  const int32_t* ids = tokens.data<int32_t>();
+  for (int64_t i = 0; i < tokens.numel(); ++i) {
+    TS_CHECK(ids[i] >= 0 && ids[i] < vocab,
+             "embedding: token id {} at position (b={}, t={}) is outside the vocabulary [0, {}); the data was "
+             "tokenized with a different vocabulary than the model's vocab_size",
+             ids[i], i / s.T, i % s.T, vocab);
+  }
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::embedding_rows_forward<T>(y.data<T>(), ids, table.data<T>(), s.B, s.T, s.C,
+                                       call.to_int(first_row, "first_row"), s.V);
+  });
+}
+
+void embedding_rows_backward(const Tensor& dtable, const Tensor& dy, const Tensor& tokens, int64_t first_row) {
+  OpCall call("ops::embedding_rows_backward");
+  call.operands({{dtable, "dtable"}, {dy, "dy"}}).indices(tokens, "tokens");
+  const Lookup s = check_lookup(call, tokens, dtable, "dtable", Tensor(), "");
+  call.shape(dy, "dy", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "dtable"}});
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::embedding_rows_backward<T>(dtable.data<T>(), dy.data<T>(), tokens.data<int32_t>(), s.B, s.T, s.C,
+                                        call.to_int(first_row, "first_row"), s.V);
+  });
+}
+
+namespace {
+// y or dy [B, T, C] against a position table [maxT, C], maxT >= T.
+void check_positions(const OpCall& call, const Tensor& x, const char* x_name, const Tensor& table,
+                     const char* table_name) {
+  call.rank(x, x_name, 3, "[B, T, C]");
+  call.rank(table, table_name, 2, "[maxT, C]");
+  TS_CHECK(table.size(0) >= x.size(1) && table.size(1) == x.size(2),
+           "{}: {} has shape {}, expected [maxT, C={}] with maxT >= T={} (from {})", call.op(), table_name,
+           table.shape_string(), x.size(2), x.size(1), x_name);
+}
+}  // namespace
+
+void positions_forward(const Tensor& y, const Tensor& wpe) {
+  OpCall call("ops::positions_forward");
+  call.operands({{y, "y"}, {wpe, "wpe"}});
+  check_positions(call, y, "y", wpe, "wpe");
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::positions_forward<T>(y.data<T>(), wpe.data<T>(), call.to_int(y.size(0), "B"), call.to_int(y.size(1), "T"),
+                                  call.to_int(y.size(2), "C"));
+  });
+}
+
+void positions_backward(const Tensor& dwpe, const Tensor& dy) {
+  OpCall call("ops::positions_backward");
+  call.operands({{dwpe, "dwpe"}, {dy, "dy"}});
+  check_positions(call, dy, "dy", dwpe, "dwpe");
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::positions_backward<T>(dwpe.data<T>(), dy.data<T>(), call.to_int(dy.size(0), "B"),
+                                   call.to_int(dy.size(1), "T"), call.to_int(dy.size(2), "C"));
+  });
+}
+
 }  // namespace tessera::ops

@@ -14,7 +14,19 @@ GradNormService::GradNormService(std::array<dist::Communicator*, config::kMeshDi
 GradNorm GradNormService::compute(std::span<const optim::Segment> segments) const {
   // Squares by sharding class. Segments that follow each other in memory are summed as one run, so
   // a whole flat buffer (or a ZeRO shard) gives the bits of one pass over it.
+  // A class is keyed by the dimensions its squares are summed over; a dimension with one rank
+  // sums nothing. Every rank reduces every class the layout allows, in the same order, even where
+  // it holds none of it: under ZeRO a rank's shard may hold only split parameters and its peer's
+  // only replicated ones, and the two must still call the same collectives.
+  uint32_t reducing = 0;
+  for (size_t d = 0; d < groups_.size(); ++d) {
+    if (groups_[d] != nullptr && groups_[d]->size() > 1) reducing |= 1u << d;
+  }
   std::map<uint32_t, double> by_class;
+  for (uint32_t mask = reducing;; mask = (mask - 1) & reducing) {  // every subset of `reducing`
+    by_class[mask] = 0.0;
+    if (mask == 0) break;
+  }
   for (size_t i = 0; i < segments.size();) {
     size_t j = i + 1;
     int64_t n = segments[i].size();
@@ -23,7 +35,7 @@ GradNorm GradNormService::compute(std::span<const optim::Segment> segments) cons
       n += segments[j].size();
       ++j;
     }
-    by_class[segments[i].sharded_over] += kernels::sum_of_squares(segments[i].grad, static_cast<size_t>(n));
+    by_class[segments[i].sharded_over & reducing] += kernels::sum_of_squares(segments[i].grad, static_cast<size_t>(n));
     i = j;
   }
   double total = 0;

@@ -12,14 +12,24 @@ namespace tessera::parallel {
 
 namespace {
 
-std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Communicator* dp, dist::Communicator* pp) {
+std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Communicator* dp, dist::Communicator* pp,
+                                                                   dist::Communicator* tp) {
   std::array<dist::Communicator*, config::kMeshDims.size()> groups{};
   groups[static_cast<size_t>(config::MeshDim::DP)] = dp;
   groups[static_cast<size_t>(config::MeshDim::PP)] = pp;
+  groups[static_cast<size_t>(config::MeshDim::TP)] = tp;
   return groups;
 }
 
 int size_of(dist::Communicator* group) { return group == nullptr ? 1 : group->size(); }
+
+dist::Communicator* unless_alone(dist::Communicator* group) {
+  return group != nullptr && group->size() > 1 ? group : nullptr;
+}
+
+std::unique_ptr<TensorParallelRegion> region_over(dist::Communicator* tp) {
+  return tp != nullptr ? std::make_unique<TensorParallelRegion>(*tp) : nullptr;
+}
 
 // Every rank must run the same program (ZeRO's collectives follow it), so measured times are
 // rank 0's everywhere.
@@ -35,19 +45,30 @@ exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
 }  // namespace
 
 TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp,
-                               const EngineOptions& options, dist::Communicator* pp)
+                               const EngineOptions& options, dist::Communicator* pp, dist::Communicator* tp)
     : model_(model),
       memory_(memory),
       options_(options),
       ownership_(model.parameters()),
-      pp_(pp != nullptr && pp->size() > 1 ? pp : nullptr),
-      norms_(groups_of(dp, pp_)),
-      interpreter_(model, ownership_, transforms_, memory, pp_) {
+      pp_(unless_alone(pp)),
+      tp_(unless_alone(tp)),
+      region_(region_over(tp_)),
+      // Only ZeRO splits elements over the data-parallel group; without it no square is summed there.
+      norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_)),
+      interpreter_(model, ownership_, transforms_, memory, pp_, region_.get()) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
-  TS_CHECK(layout.tp == 1 && layout.ep == 1,
-           "the training engine runs data and pipeline parallelism; {} needs the tensor or expert parallel executors",
-           layout.describe());
+  TS_CHECK(layout.ep == 1, "the training engine runs data, tensor and pipeline parallelism; {} needs the expert "
+           "parallel executor", layout.describe());
+  TS_CHECK(layout.tp == size_of(tp), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
+           size_of(tp));
+  TS_CHECK(!layout.sp, "sequence parallelism is not built yet: run tensor parallelism with sp = false");
+  if (tp_ != nullptr) {
+    bool split = false;
+    for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::TP);
+    TS_CHECK(split, "tensor parallelism over {} ranks with a model none of whose parameters is split: build the model "
+             "with this rank's TensorParallelPlan", tp_->size());
+  }
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
@@ -98,9 +119,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     weight_versions_ = std::make_unique<WeightVersions>(
         model.parameters(), parameters_of_units(model.parameters(), model.units(), units), memory, ownership_);
   }
-  if (layout.zero_stage >= 1) {
-    // ZeRO splits tensors over the data-parallel group: per-tensor statistics are summed over it.
-    shard_reduction_ = std::make_unique<GroupShardReduction>(groups_of(dp, nullptr));
+  if (layout.zero_stage >= 1 || tp_ != nullptr) {
+    // ZeRO splits tensors over the data-parallel group, tensor parallelism over its group: per-tensor
+    // statistics are summed over them.
+    shard_reduction_ = std::make_unique<GroupShardReduction>(groups_of(layout.zero_stage >= 1 ? dp : nullptr, nullptr,
+                                                                       tp_));
   }
   optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
                                      shard_reduction_.get());
@@ -126,7 +149,7 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   schedule_ = pipeline::make_schedule(options_.layout);
   pipeline::check_valid(schedule_);
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
-                       times);
+                       times, options_.layout.tp);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }
 
@@ -267,7 +290,9 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
 }
 
 int64_t TrainingEngine::predicted_activation_peak() const {
-  return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len).peak;
+  return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len,
+                                      options_.layout.tp)
+      .peak;
 }
 
 }  // namespace tessera::parallel

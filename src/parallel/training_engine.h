@@ -26,6 +26,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
 #include "parallel/shard_reduction.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/weight_versions.h"
 #include "config/parallel_layout.h"
@@ -35,7 +36,7 @@
 namespace tessera::parallel {
 
 struct EngineOptions {
-  // dp, pp, zero_stage, schedule, virtual_stages, micro_batch and global_batch are read (tp = 1);
+  // dp, tp, pp, zero_stage, schedule, virtual_stages, micro_batch and global_batch are read;
   // microbatches per step = B / (dp × b).
   config::ParallelLayout layout;
   int64_t bucket_bytes = int64_t{25} << 20;  // gradient buckets (PyTorch DDP's default)
@@ -53,11 +54,14 @@ struct EngineOptions {
 
 class TrainingEngine {
  public:
-  // `dp` is the data-parallel group and `pp` the pipeline group (nullptr: a group of one);
-  // collective over both. With pp > 1 this rank runs its pipeline rank's instruction list: its
-  // stages' units, with the transfers to and from its neighbours.
+  // `dp` is the data-parallel group, `pp` the pipeline group and `tp` the tensor-parallel group
+  // (nullptr: a group of one); collective over all. With pp > 1 this rank runs its pipeline rank's
+  // instruction list: its stages' units, with the transfers to and from its neighbours. With
+  // tp > 1 the model must have been built with this rank's TensorParallelPlan
+  // (parallel/tensor_parallel.h): its units run with the tensor-parallel region, and the gradient
+  // norm and per-tensor optimizer statistics sum split parameters over the group.
   TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
-                 dist::Communicator* pp = nullptr);
+                 dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr);
   ~TrainingEngine();
 
   struct StepResult {
@@ -100,6 +104,8 @@ class TrainingEngine {
   DataParallel& data_parallel() { return *dp_; }
   // The pipeline group (nullptr with one pipeline rank).
   dist::Communicator* pipeline() const { return pp_; }
+  // The tensor-parallel group (nullptr with one tensor-parallel rank).
+  dist::Communicator* tensor_parallel() const { return tp_; }
   // The parameters whose master copy this rank's optimizer updates, in its state's order.
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -131,6 +137,8 @@ class TrainingEngine {
   exec::ParameterOwnership ownership_;
   exec::TransformChain transforms_;
   dist::Communicator* pp_ = nullptr;
+  dist::Communicator* tp_ = nullptr;
+  std::unique_ptr<TensorParallelRegion> region_;
   std::unique_ptr<DataParallel> dp_;
   // Under 2BW the tied-gradient exchange runs while the next batch's transfers are in flight on
   // the pipeline group; on a communicator of its own their message tags cannot meet.

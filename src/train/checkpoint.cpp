@@ -14,6 +14,7 @@
 #include "config/model_config.h"
 #include "core/atomic_file.h"
 #include "io/safetensors.h"
+#include "parallel/tensor_parallel.h"
 
 namespace fs = std::filesystem;
 
@@ -115,7 +116,25 @@ void write_optimizer(const std::string& path, const ModelState& model) {
     opt.set_metadata("format", "tessera-pipeline-stage");
     opt.set_metadata("pipeline_rank", std::to_string(model.pipeline_rank));
   }
+  if (model.tensor_parallel != nullptr) opt.set_metadata("tensor_parallel_rank", std::to_string(model.tensor_parallel->rank()));
   opt.write(path);
+}
+
+// Without ZeRO: the file of this rank's optimizer state.
+std::string optimizer_file_of(const ModelState& model) {
+  return optimizer_file_name(model.pipeline_rank, model.tensor_parallel_rank());
+}
+
+// The whole value of every parameter (row-major [p.spec.unpadded_shape()]), gathered from the
+// tensor-parallel blocks (collective over the group).
+std::vector<std::vector<float>> whole_parameters(const ModelState& model) {
+  std::vector<std::vector<float>> out;
+  for (const auto& p : model.params.all()) {
+    const Tensor block = model.values.weight(p);
+    out.push_back(parallel::gather_parameter(model.tensor_parallel, p,
+                                             std::span(block.data<float>(), static_cast<size_t>(p.numel()))));
+  }
+  return out;
 }
 
 // The compressor's state tensors, and the step it has reached (its random rounding is keyed by it).
@@ -226,6 +245,11 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   const std::string tmp = tmp_of(owner);
 
   const bool pipelined = model.pipeline_rank >= 0;
+  // Optimizer state per pipeline rank or tensor-parallel rank, written by one rank of each data-parallel group.
+  const bool per_rank_optimizer = pipelined || model.tensor_parallel != nullptr;
+  // The model file holds whole parameters: under tensor parallelism they are gathered first (every rank takes part).
+  std::vector<std::vector<float>> gathered;
+  if (model.tensor_parallel != nullptr) gathered = whole_parameters(model);
   if (sharded) {
     // Only rank 0, which made the temporary folder, removes it; the others report their failure.
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
@@ -237,10 +261,9 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.compressor);
     });
   }
-  if (pipelined && !sharded && model.writes_stage) {
-    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
-      write_optimizer((fs::path(tmp) / pipeline_stage_file_name(model.pipeline_rank)).string(), model);
-    });
+  if (per_rank_optimizer && !sharded && model.writes_stage) {
+    saving(dir_, rank == 0 ? tmp : std::string(), final_path,
+           [&] { write_optimizer((fs::path(tmp) / optimizer_file_of(model)).string(), model); });
   }
   if (!model.previous_weights.empty() && model.writes_previous_weights) {
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
@@ -249,16 +272,22 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       previous.set_metadata("format", "tessera-previous-weights");
       previous.set_metadata("pipeline_rank", std::to_string(model.previous_weights_rank));
       previous.set_metadata("step", std::to_string(state.step - 1));
-      previous.write((fs::path(tmp) / previous_weights_file_name(model.previous_weights_rank)).string());
+      previous.write(
+          (fs::path(tmp) / previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank()))
+              .string());
     });
   }
   if (rank == 0) {
     saving(dir_, tmp, final_path, [&] {
       io::SafeTensorsWriter values;
-      for (const auto& p : model.params.all()) values.add(p.name, model.values.weight(p));
+      for (const auto& p : model.params.all()) {
+        values.add(p.name, gathered.empty() ? model.values.weight(p)
+                                            : Tensor::from_external(gathered[static_cast<size_t>(p.id)].data(),
+                                                                    p.spec.unpadded_shape(), DType::F32));
+      }
       values.set_metadata("format", "tessera-parameters");
       values.write((fs::path(tmp) / kModelFile).string());
-      if (!sharded && !pipelined) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
+      if (!sharded && !per_rank_optimizer) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
       if (!tokenizer_path.empty()) {
         fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
         sync_path(fs::path(tmp) / kTokenizerFile);
@@ -279,7 +308,11 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
         {"parameter_count", model.params.numel()},
         {"optimizer", {{"name", std::string(model.optimizer->name())}, {"steps_taken", model.optimizer->steps_taken()}}},
         {"parallel",
-         {{"dp", config.parallel.dp}, {"zero_stage", config.parallel.zero_stage}, {"ranks", ranks}, {"pp", config.parallel.pp}}},
+         {{"dp", config.parallel.dp},
+          {"zero_stage", config.parallel.zero_stage},
+          {"ranks", ranks},
+          {"pp", config.parallel.pp},
+          {"tp", config.parallel.tp}}},
         {"config", to_toml(config)},
     };
     saving(dir_, tmp, final_path, [&] { finalize(tmp, final_path, name, manifest); });
@@ -479,10 +512,10 @@ void load_shard(const std::string& path, const CheckpointManifest& manifest, con
 // pipelining this stage's file.
 void load_optimizer(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
                     optim::StateDict& state) {
-  const std::string name = model.pipeline_rank >= 0 ? pipeline_stage_file_name(model.pipeline_rank) : kOptimizerFile;
-  TS_CHECK(model.pipeline_rank < 0 || manifest.files.contains(name),
-           "checkpoint '{}' has no optimizer state for pipeline rank {} ({}): it was saved by another layout", path,
-           model.pipeline_rank, name);
+  const std::string name = optimizer_file_of(model);
+  TS_CHECK(manifest.files.contains(name),
+           "checkpoint '{}' has no optimizer state for pipeline rank {} and tensor-parallel rank {} ({}): it was saved "
+           "by another layout", path, model.pipeline_rank, model.tensor_parallel_rank(), name);
   io::SafeTensorsFile opt = io::SafeTensorsFile::open((fs::path(path) / name).string());
   for_each_state_part(model, state, [&](const std::string& key, Tensor part) { opt.copy_to(key, part); });
 }
@@ -519,12 +552,26 @@ std::string model_differences(const CheckpointManifest& manifest, const config::
   return differences;
 }
 
+// The model file holds whole parameters; a rank that holds blocks of them (tensor parallelism)
+// cuts its block out, its padding rows zero.
 void load_parameters(const std::string& path, const ModelState& model) {
   io::SafeTensorsFile values = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
   for (const auto& p : model.params.all()) {
     TS_CHECK(values.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
     Tensor value = model.values.weight(p);
-    values.copy_to(p.name, value);
+    if (p.spec.splits.empty() && p.spec.padding_rows == 0) {
+      values.copy_to(p.name, value);
+      continue;
+    }
+    std::vector<float> storage(static_cast<size_t>(shape_numel(p.spec.unpadded_shape())));
+    Tensor whole = Tensor::from_external(storage.data(), p.spec.unpadded_shape(), DType::F32);
+    values.copy_to(p.name, whole);
+    const float* from = storage.data();
+    float* into = value.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const int64_t g = p.spec.global_index(i);
+      into[i] = p.spec.is_padding(g) ? 0.0f : from[g];
+    }
   }
 }
 
@@ -577,6 +624,11 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
            "checkpoint '{}' was saved with parallel.zero_stage = {} but this run has parallel.zero_stage = {}; "
            "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
            path, saved_stage, config.parallel.zero_stage, saved_stage);
+  TS_CHECK(manifest.tp == config.parallel.tp,
+           "checkpoint '{}' was saved with parallel.tp = {} but this run has parallel.tp = {}; the optimizer state is "
+           "saved per tensor-parallel rank and moving it between tensor-parallel sizes is not supported yet: resume "
+           "with parallel.tp = {} (its weights alone load under any layout with train.init_from)",
+           path, manifest.tp, config.parallel.tp, manifest.tp);
   TS_CHECK(manifest.pp == config.parallel.pp,
            "checkpoint '{}' was saved with parallel.pp = {} but this run has parallel.pp = {}; the optimizer state is "
            "saved per pipeline stage and moving it between stage splits is not supported yet: resume with "
@@ -602,7 +654,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
   if (model.compressor != nullptr) load_compression_state(path, manifest, *model.compressor, rank_in(comm));
   const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
   if (!model.previous_weights.empty() && manifest.state.step > 0) {
-    const std::string name = previous_weights_file_name(model.previous_weights_rank);
+    const std::string name = previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank());
     TS_CHECK(manifest.files.contains(name),
              "checkpoint '{}' has no previous weight version for pipeline rank {} ({}): it was saved by a schedule "
              "that flushes, and PipeDream-2BW's next batch reads the version before the newest. Resume with the "

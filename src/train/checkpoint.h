@@ -12,6 +12,9 @@
 //   previous_weights.pipeline<r>.safetensors
 //                          PipeDream-2BW (parallel.schedule = "2bw"): pipeline rank r's previous
 //                          weight version by name, which the next batch still reads
+//   optimizer.tp<t>.safetensors (optimizer.pipeline<r>.tp<t>..., previous_weights....tp<t>...)
+//                          under tensor parallelism: tensor-parallel rank t's blocks; the model
+//                          file holds the whole parameters all the same
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
 //                          optimizer step count, elapsed time, the size and XXH3 checksum of every
@@ -74,6 +77,12 @@ struct ModelState {
   std::vector<std::pair<const nn::Parameter*, Tensor>> previous_weights;
   int previous_weights_rank = 0;  // the pipeline rank they belong to (0 without pipelining)
   bool writes_previous_weights = false;
+  // Under tensor parallelism: the group, over which this rank's blocks of the parameters are
+  // gathered into whole tensors for model.safetensors (and cut back out on load); the optimizer
+  // state and the previous weight version are files per tensor-parallel rank, written (without
+  // ZeRO) by one rank of each data-parallel group (writes_stage).
+  dist::Communicator* tensor_parallel = nullptr;
+  int tensor_parallel_rank() const { return tensor_parallel ? tensor_parallel->rank() : -1; }
 };
 
 class CheckpointStore {

@@ -123,12 +123,22 @@ std::string compression_state_file_name(int rank) {
   return fmt::format("compression.rank{:05d}.safetensors", rank);
 }
 
-std::string pipeline_stage_file_name(int pipeline_rank) {
-  return fmt::format("optimizer.pipeline{:04d}.safetensors", pipeline_rank);
+std::string pipeline_stage_file_name(int pipeline_rank) { return optimizer_file_name(pipeline_rank, -1); }
+
+namespace {
+std::string tensor_parallel_part(int tensor_parallel_rank) {
+  return tensor_parallel_rank >= 0 ? fmt::format(".tp{:04d}", tensor_parallel_rank) : std::string();
+}
+}  // namespace
+
+std::string optimizer_file_name(int pipeline_rank, int tensor_parallel_rank) {
+  const std::string pipeline = pipeline_rank >= 0 ? fmt::format(".pipeline{:04d}", pipeline_rank) : std::string();
+  return fmt::format("optimizer{}{}.safetensors", pipeline, tensor_parallel_part(tensor_parallel_rank));
 }
 
-std::string previous_weights_file_name(int pipeline_rank) {
-  return fmt::format("previous_weights.pipeline{:04d}.safetensors", pipeline_rank);
+std::string previous_weights_file_name(int pipeline_rank, int tensor_parallel_rank) {
+  return fmt::format("previous_weights.pipeline{:04d}{}.safetensors", pipeline_rank,
+                     tensor_parallel_part(tensor_parallel_rank));
 }
 
 std::optional<int64_t> step_of_folder_name(std::string_view name) {
@@ -259,6 +269,9 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (parallel.contains("pp")) {
     m.pp = static_cast<int>(f.integer(parallel, "parallel", "pp", 1, 1 << 10, "an integer of at least 1"));
   }
+  if (parallel.contains("tp")) {
+    m.tp = static_cast<int>(f.integer(parallel, "parallel", "tp", 1, 1 << 10, "an integer of at least 1"));
+  }
 
   m.config_toml = f.string(root, "", "config");
   if (m.config_toml.empty()) f.fail("config", "is empty (it holds the run's resolved config)");
@@ -282,11 +295,14 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (!m.files.contains(kCheckpointModelFile)) {
     f.fail("files", fmt::format("does not list {}: every checkpoint holds the parameters", kCheckpointModelFile));
   }
-  if (m.pp > 1 && m.zero_stage == 0) {
+  if ((m.pp > 1 || m.tp > 1) && m.zero_stage == 0) {
     for (int r = 0; r < m.pp; ++r) {
-      if (!m.files.contains(pipeline_stage_file_name(r))) {
-        f.fail("files", fmt::format("does not list {}: a checkpoint of {} pipeline ranks holds the optimizer state of "
-                                    "each", pipeline_stage_file_name(r), m.pp));
+      for (int t = 0; t < m.tp; ++t) {
+        const std::string name = optimizer_file_name(m.pp > 1 ? r : -1, m.tp > 1 ? t : -1);
+        if (!m.files.contains(name)) {
+          f.fail("files", fmt::format("does not list {}: a checkpoint of {} pipeline and {} tensor-parallel ranks "
+                                      "holds the optimizer state of each", name, m.pp, m.tp));
+        }
       }
     }
   } else if (m.zero_stage == 0) {

@@ -56,6 +56,7 @@ struct CheckpointManifest {
   int zero_stage = 0;
   int ranks = 1;
   int pp = 1;                     // pipeline ranks (absent before pipelining: 1)
+  int tp = 1;                     // tensor-parallel ranks (absent before tensor parallelism: 1)
   std::string config_toml;        // the resolved config of the run that saved it
   std::map<std::string, CheckpointFileEntry> files;
 };
@@ -76,11 +77,16 @@ std::optional<int64_t> step_of_folder_name(std::string_view name);
 std::string zero_shard_file_name(int rank);
 // The optimizer state of one pipeline rank's stages.
 std::string pipeline_stage_file_name(int pipeline_rank);
+// Without ZeRO, the optimizer state of the ranks at one pipeline rank and one tensor-parallel rank
+// (-1: the layout does not split that way): optimizer.safetensors, optimizer.pipeline0001.safetensors,
+// optimizer.tp0001.safetensors or optimizer.pipeline0001.tp0001.safetensors.
+std::string optimizer_file_name(int pipeline_rank, int tensor_parallel_rank);
 // A rank's gradient-compression state (error feedback, PowerSGD's Q), with parallel.compression.
 std::string compression_state_file_name(int rank);
 // PipeDream-2BW: the previous weight version of one pipeline rank's parameters (the next batch
 // reads it), by parameter name.
-std::string previous_weights_file_name(int pipeline_rank);
+// Under tensor parallelism each tensor-parallel rank's blocks have a file of their own (".tp0001").
+std::string previous_weights_file_name(int pipeline_rank, int tensor_parallel_rank = -1);
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.model";

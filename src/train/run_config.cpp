@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include "config/tensor_parallel_shape.h"
+
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -88,6 +90,15 @@ void RunConfig::validate() const {
   check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
   check_range("parallel.dp", parallel.dp, 1, 1 << 20);
   check_range("parallel.pp", parallel.pp, 1, 1 << 10);
+  check_range("parallel.tp", parallel.tp, 1, 1 << 10);
+  if (const auto refusal = config::tensor_parallel_refusal(model, parallel.tp)) TS_FAIL("config: {}", *refusal);
+  TS_CHECK(!parallel.sp || parallel.tp > 1,
+           "config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
+           "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
+           fmt::join(config::tensor_parallel_sizes(model, 16), ", "));
+  TS_CHECK(!parallel.sp, "config: parallel.sp = true: sequence parallelism is not built yet; tensor parallelism "
+           "(parallel.tp) runs without it, each rank holding the whole sequence's norms and residuals: set "
+           "parallel.sp = false");
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
   TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
            "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
@@ -229,6 +240,8 @@ void RunConfig::validate() const {
 config::ParallelLayout RunConfig::layout() const {
   config::ParallelLayout l;
   l.dp = parallel.dp;
+  l.tp = parallel.tp;
+  l.sp = parallel.sp;
   l.pp = parallel.pp;
   l.zero_stage = parallel.zero_stage;
   l.schedule = config::parse_schedule_kind(parallel.schedule);
@@ -335,6 +348,8 @@ RunConfig read_run_config(const toml::table& table) {
   {
     TableReader r = root.table("parallel");
     c.parallel.dp = r.get("dp", c.parallel.dp);
+    c.parallel.tp = r.get("tp", c.parallel.tp);
+    c.parallel.sp = r.get("sp", c.parallel.sp);
     c.parallel.pp = r.get("pp", c.parallel.pp);
     c.parallel.stage_layers = r.get("stage_layers", c.parallel.stage_layers);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
@@ -454,6 +469,8 @@ std::string to_toml(const RunConfig& c) {
                    {"train", train},
                    {"optim", optim},
                    {"parallel", toml::table{{"dp", c.parallel.dp},
+                                            {"tp", c.parallel.tp},
+                                            {"sp", c.parallel.sp},
                                             {"pp", c.parallel.pp},
                                             {"stage_layers", int_array(c.parallel.stage_layers)},
                                             {"zero_stage", c.parallel.zero_stage},

@@ -51,7 +51,9 @@ struct OptimSection : optim::OptimizerConfig {
 };
 
 struct ParallelSection {
-  int dp = 1;                       // data-parallel ranks; the world size must equal dp × pp
+  int dp = 1;                       // data-parallel ranks; the world size must equal dp × tp × pp
+  int tp = 1;                       // tensor-parallel ranks: heads, MLP width and vocabulary split (Megatron)
+  bool sp = false;                  // sequence parallelism over the tensor-parallel ranks
   int pp = 1;                       // pipeline ranks: the model's layers split into consecutive stages
   // Blocks per stage, first stage first (pp × virtual_stages entries); empty: balanced by the
   // cost model's per-unit time.

@@ -37,16 +37,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The data-parallel group: the world itself for now (pp = tp = ep = 1). Checks the layout first,
-// so a wrong world size fails on every rank with the factors named.
+// The groups of the layout (Megatron's rank order: tp fastest, then dp, then pp). Checks the layout
+// first, so a wrong world size fails on every rank with the factors named.
 std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* world) {
   const config::ParallelLayout layout = cfg.layout();
   const int world_size = world == nullptr ? 1 : world->size();
   try {
     layout.validate_world(world_size);
   } catch (const Error& e) {
-    TS_FAIL("{}. tessera train runs parallel.dp × parallel.pp processes: start it with `tessera launch -n {} -- "
-            "train ...` (or mpirun -n {}), or set parallel.dp × parallel.pp = {}",
+    TS_FAIL("{}. tessera train runs parallel.dp × parallel.tp × parallel.pp processes: start it with `tessera launch "
+            "-n {} -- train ...` (or mpirun -n {}), or set parallel.dp × parallel.tp × parallel.pp = {}",
             e.what(), layout.world_size(), layout.world_size(), world_size);
   }
   if (world == nullptr) return std::nullopt;
@@ -75,9 +75,14 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
     if (engine.data_parallel().zero_stage() == 0) state.stage_params = engine.optimizer_parameters();
     state.writes_stage = engine.data_parallel().rank() == 0;
   }
+  if (engine.tensor_parallel() != nullptr) {
+    state.tensor_parallel = engine.tensor_parallel();
+    state.writes_stage = engine.data_parallel().rank() == 0;
+  }
   if (parallel::WeightVersions* versions = engine.weight_versions()) {
     state.previous_weights = versions->previous();
     state.previous_weights_rank = engine.pipeline() != nullptr ? engine.pipeline()->rank() : 0;
+    state.tensor_parallel = engine.tensor_parallel();
     state.writes_previous_weights = engine.data_parallel().rank() == 0;
   }
   return state;
@@ -199,6 +204,7 @@ TrainResult Trainer::run() {
   std::optional<dist::Mesh> mesh = make_mesh(cfg, world_);
   dist::Communicator* dp_comm = mesh ? &mesh->dp() : nullptr;
   dist::Communicator* pp_comm = mesh ? &mesh->pp() : nullptr;
+  dist::Communicator* tp_comm = mesh ? &mesh->tp() : nullptr;
   // The data-parallel rank picks the rows; the ranks of one pipeline read the same rows.
   const int rank = dp_comm ? dp_comm->rank() : 0, ranks = dp_comm ? dp_comm->size() : 1;
   const int world_size = world_ ? world_->size() : 1;
@@ -248,8 +254,10 @@ TrainResult Trainer::run() {
   if (leader) write_file_atomically(folder->config_path(), to_toml(cfg));
 
   MemoryAccountant memory;
-  nn::GPT model(cfg.model, memory, cfg.train.seed);
-  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm);
+  // This rank's blocks of the parameters under tensor parallelism (none split at tp 1).
+  const parallel::TensorParallelPlan tensor_plan(cfg.model, cfg.parallel.tp, tp_comm ? tp_comm->rank() : 0);
+  nn::GPT model(cfg.model, memory, cfg.train.seed, &tensor_plan);
+  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm, tp_comm);
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 
@@ -318,6 +326,7 @@ TrainResult Trainer::run() {
                  cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
                  describe_compression(cfg.compression_options()));
     }
+    if (cfg.parallel.tp > 1) fmt::print("{}\n", tensor_plan.describe());
     fmt::print("{}\n", describe_plan(cfg, engine));
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
@@ -370,7 +379,12 @@ TrainResult Trainer::run() {
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
+    if (engine.tensor_parallel() == nullptr) return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
+    // Sampling runs the one-process model: its parameters are gathered from the blocks.
+    MemoryAccountant scratch;
+    nn::GPT whole(cfg.model, scratch, cfg.train.seed);
+    parallel::gather_parameters(engine.tensor_parallel(), model.parameters(), full, whole.parameters());
+    return dataset.tokenizer.decode(generate(whole, scratch, whole.parameters(), prompt, options));
   };
   auto save = [&]() {
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "config/parallel_layout.h"
+#include "config/tensor_parallel_shape.h"
 #include "core/check.h"
 
 using namespace tessera;
@@ -66,4 +67,23 @@ TEST(ParallelLayout, ScheduleNamesRoundTrip) {
   EXPECT_EQ(find_schedule_kind("chimera"), std::nullopt);
   EXPECT_EQ(schedule_kind_names(), "gpipe, 1f1b, interleaved, 2bw, zb-h1");
   for (MeshDim dim : kMeshDims) EXPECT_FALSE(mesh_dim_name(dim).empty());
+}
+
+// Tensor parallelism must split the heads and the MLP width; the message names the values that do.
+TEST(TensorParallelShape, RefusesATpThatDoesNotSplitTheModelWithTheValuesThatWork) {
+  config::ModelConfig m;
+  m.n_head = 6;
+  m.n_embd = 96;  // GPT-2 MLP width 384
+  EXPECT_FALSE(config::tensor_parallel_refusal(m, 1));
+  EXPECT_FALSE(config::tensor_parallel_refusal(m, 3));
+  EXPECT_FALSE(config::tensor_parallel_refusal(m, 6));
+  const std::optional<std::string> four = config::tensor_parallel_refusal(m, 4);
+  ASSERT_TRUE(four);
+  EXPECT_NE(four->find("model.n_head = 6"), std::string::npos) << *four;
+  EXPECT_NE(four->find("tp values that work: 1, 2, 3, 6"), std::string::npos) << *four;
+  EXPECT_EQ(config::tensor_parallel_sizes(m, 8), (std::vector<int>{1, 2, 3, 6}));
+  m.ffn_hidden = 100;  // 6 heads, but a width of 100 splits only in 1 and 2
+  const std::optional<std::string> three = config::tensor_parallel_refusal(m, 3);
+  ASSERT_TRUE(three);
+  EXPECT_NE(three->find("hidden width 100"), std::string::npos) << *three;
 }

@@ -198,6 +198,57 @@ TEST(Optimizer, StateDictRoundTrip) {
   EXPECT_THROW(smaller.load_state_dict(first.state_dict()), Error);
 }
 
+// A fused q, k, v weight split by heads: each rank holds its rows of q, of k and of v, and they
+// initialize to exactly those rows of the whole one; padding rows start at zero.
+TEST(Parameters, BlockedSplitsAndPaddingRowsInitializeFromGlobalIndices) {
+  MemoryAccountant memory;
+  nn::ParameterStore whole;
+  whole.declare("qkv", {12, 2}, nn::Init::Normal, 0.02f);
+  whole.declare("table", {5, 2}, nn::Init::Normal, 0.02f);
+  whole.allocate(memory);
+  whole.initialize(9);
+  const float* w = whole.value(whole.get("qkv")).data<float>();
+  const float* table = whole.value(whole.get("table")).data<float>();
+  for (int index : {0, 1}) {
+    nn::ParameterStore part;
+    nn::ShardSpec qkv;
+    qkv.global_shape = {12, 2};
+    qkv.splits = {{0, config::MeshDim::TP, 2, index, {4, 4, 4}}};
+    nn::ShardSpec padded;  // 5 rows padded to 6, in pieces of 3: rank 1 holds rows 3, 4 and the padding
+    padded.global_shape = {6, 2};
+    padded.padding_rows = 1;
+    padded.splits = {{0, config::MeshDim::TP, 2, index}};
+    const nn::Parameter& p = part.declare_sharded("qkv", qkv, nn::Init::Normal, 0.02f);
+    const nn::Parameter& t = part.declare_sharded("table", padded, nn::Init::Normal, 0.02f);
+    part.allocate(memory);
+    part.initialize(9);
+    ASSERT_EQ(p.shape, (Shape{6, 2}));
+    EXPECT_EQ(t.spec.unpadded_shape(), (Shape{5, 2}));
+    EXPECT_EQ(t.spec.start(0), 3 * index);
+    const float* v = part.value(p).data<float>();
+    for (int block = 0; block < 3; ++block) {
+      for (int r = 0; r < 2; ++r) {
+        const int global_row = block * 4 + index * 2 + r;
+        for (int c = 0; c < 2; ++c) {
+          EXPECT_EQ(v[(block * 2 + r) * 2 + c], w[global_row * 2 + c]) << "piece " << index << " block " << block;
+        }
+      }
+    }
+    const float* tv = part.value(t).data<float>();
+    for (int r = 0; r < 3; ++r) {
+      const int global_row = 3 * index + r;
+      for (int c = 0; c < 2; ++c) {
+        EXPECT_EQ(tv[r * 2 + c], global_row < 5 ? table[global_row * 2 + c] : 0.0f) << "row " << global_row;
+      }
+    }
+  }
+  nn::ParameterStore bad;
+  nn::ShardSpec uneven;
+  uneven.global_shape = {12, 2};
+  uneven.splits = {{0, config::MeshDim::TP, 2, 0, {3, 3, 6}}};
+  EXPECT_THROW(bad.declare_sharded("qkv", uneven, nn::Init::Normal, 0.02f), Error) << "blocks of 3 rows in 2 pieces";
+}
+
 // A parameter split over a mesh dimension initializes to exactly its block of the whole one.
 TEST(Parameters, ShardsInitializeFromGlobalIndices) {
   MemoryAccountant memory;

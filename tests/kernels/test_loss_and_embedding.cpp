@@ -2,6 +2,7 @@
 // that bad token ids and targets must raise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -98,6 +99,88 @@ TEST(KernelCrossEntropy, TargetOutsideTheVocabularyThrowsAndNamesIt) {
       [&] { cross_entropy_forward_backward(inout.data(), losses.data(), negative.data(), 3, 5, kIgnore, 1.0f); });
   EXPECT_NE(msg2.find("target -1 at row 0"), std::string::npos) << msg2;
   EXPECT_EQ(inout, logits) << "nothing is written before the check";
+}
+
+// The vocabulary-parallel loss: on the whole vocabulary it is the fused cross-entropy bit for bit;
+// split into column blocks whose row statistics are combined (here by hand, as the ranks would),
+// every block's losses and gradient match the whole one's, and padding columns get no gradient.
+TEST(KernelCrossEntropy, VocabularyBlocksGiveTheWholeVocabularysLossAndGradient) {
+  constexpr int N = 6, V = 11, kBlocks = 2, kBlock = 6;  // 12 columns: the last is padding
+  const std::vector<float> logits = cast<float>(random_normal(N * V, 1, "ce:vocab", 0.0, 3.0));
+  const std::vector<int32_t> targets{3, kIgnore, 0, 10, 5, 6};
+  std::vector<float> whole = logits, losses(N);
+  const double sum = cross_entropy_forward_backward(whole.data(), losses.data(), targets.data(), N, V, kIgnore, 0.5f);
+  std::vector<float> same = logits, same_losses(N);
+  const double same_sum = vocab_parallel_cross_entropy(same.data(), same_losses.data(), targets.data(), N, V, V, 0, V,
+                                                       kIgnore, 0.5f, {}, {});
+  EXPECT_EQ(same_sum, sum);
+  EXPECT_EQ(same, whole);
+  EXPECT_EQ(same_losses, losses);
+
+  // Each block's per-row values, combined as an all-reduce would, after both blocks produced theirs.
+  std::vector<std::vector<float>> blocks(kBlocks, std::vector<float>(N * kBlock, 123.0f)), block_losses(kBlocks,
+                                                                                                      std::vector<float>(N));
+  for (int b = 0; b < kBlocks; ++b) {
+    for (int n = 0; n < N; ++n) {
+      for (int v = 0; v < kBlock && b * kBlock + v < V; ++v) blocks[b][n * kBlock + v] = logits[n * V + b * kBlock + v];
+    }
+  }
+  // What the reductions over the ranks would give: the whole vocabulary's values, from the logits.
+  std::vector<float> row_max(N), target_logit(N), sum_exp(N);
+  for (int n = 0; n < N; ++n) {
+    row_max[n] = *std::max_element(logits.begin() + n * V, logits.begin() + (n + 1) * V);
+    target_logit[n] = targets[n] == kIgnore ? 0.0f : logits[n * V + targets[n]];
+  }
+  for (int b = 0; b < kBlocks; ++b) {
+    const int first = b * kBlock, real = std::min(kBlock, V - first);
+    int sums_seen = 0;
+    const RowReduce<float> max_over = [&](float* values, int n) { std::copy(row_max.begin(), row_max.begin() + n, values); };
+    const RowReduce<float> sum_over = [&](float* values, int n) {
+      // First the target's logit (this block's part replaced by the whole), then the sum of exponentials.
+      if (sums_seen++ == 0) {
+        std::copy(target_logit.begin(), target_logit.begin() + n, values);
+        return;
+      }
+      for (int r = 0; r < n; ++r) {
+        double s = 0;
+        for (int v = 0; v < V; ++v) s += std::exp(double(logits[r * V + v]) - row_max[r]);
+        values[r] = static_cast<float>(s);
+      }
+    };
+    vocab_parallel_cross_entropy(blocks[b].data(), block_losses[b].data(), targets.data(), N, kBlock, real, first, V,
+                                 kIgnore, 0.5f, max_over, sum_over);
+    for (int n = 0; n < N; ++n) {
+      EXPECT_NEAR(block_losses[b][n], losses[n], 1e-5f) << "block " << b << " row " << n;
+      for (int v = 0; v < kBlock; ++v) {
+        const float want = first + v < V ? whole[n * V + first + v] : 0.0f;
+        EXPECT_NEAR(blocks[b][n * kBlock + v], want, 1e-6f) << "block " << b << " row " << n << " column " << v;
+      }
+    }
+  }
+}
+
+// A table of rows [first, first + V): the ids it holds find their rows, the others zeros; the
+// gradient goes to the held rows only. Two halves summed are the whole lookup.
+TEST(KernelEmbedding, RowBlocksSumToTheWholeLookup) {
+  constexpr int B = 2, T = 3, C = 4, V = 6;
+  const std::vector<float> table = cast<float>(random_normal(V * C, 1, "emb:rows", 0.0, 1.0));
+  const std::vector<int32_t> tokens{0, 5, 2, 3, 3, 1};
+  std::vector<float> whole(B * T * C);
+  embedding_forward(whole.data(), tokens.data(), table.data(), static_cast<const float*>(nullptr), B, T, C, V);
+  std::vector<float> sum(B * T * C, 0.0f);
+  std::vector<float> dtable(V * C, 0.0f);
+  const std::vector<float> dy(B * T * C, 1.0f);
+  for (int first : {0, 3}) {
+    std::vector<float> part(B * T * C, -1.0f);
+    embedding_rows_forward(part.data(), tokens.data(), table.data() + first * C, B, T, C, first, 3);
+    for (size_t i = 0; i < part.size(); ++i) sum[i] += part[i];
+    embedding_rows_backward(dtable.data() + first * C, dy.data(), tokens.data(), B, T, C, first, 3);
+  }
+  EXPECT_EQ(sum, whole);
+  // Token 3 appears twice: its row gathers two ones per channel; token 4 none.
+  EXPECT_EQ(dtable[3 * C], 2.0f);
+  EXPECT_EQ(dtable[4 * C], 0.0f);
+  EXPECT_EQ(dtable[5 * C], 1.0f);
 }
 
 TEST(KernelEmbedding, TokenOutsideTheVocabularyThrowsWithItsPosition) {

@@ -186,10 +186,12 @@ void check(Architecture arch) {
   std::printf("%s: geometric mean of tessera / PyTorch float32 error over %d groups: %.2f; worst %.2f (%s)\n",
               config::architecture_name(arch).c_str(), count, geometric_mean, worst, worst_at.c_str());
   // The defect this guards against put every group 10-15 times further from float64 than PyTorch.
-  // Between two equally good implementations the geometric mean stays near 1 (measured 0.95 for
-  // GPT-2, 0.99 for Llama; 1.1 leaves room for other thread counts' summation orders) and one group
-  // scatters by up to 4 (measured: Llama, seed 6, layer 1).
-  EXPECT_LT(geometric_mean, 1.1) << "tessera's float32 gradients are further from float64 than PyTorch's";
+  // Between two equally good implementations the geometric mean stays near 1 and one group scatters
+  // by up to 4 (measured: Llama, seed 6, layer 1). The states themselves are reached by training,
+  // so they move with every rounding of the machine's GEMM: measured 0.95 (GPT-2) and 0.99 (Llama)
+  // on one CPU; 0.85 and 1.17 on another, where Llama's seeds scatter from 0.18 to 3.4 per group.
+  // 1.25 leaves that spread room and stays far below the defect's 10.
+  EXPECT_LT(geometric_mean, 1.25) << "tessera's float32 gradients are further from float64 than PyTorch's";
   EXPECT_LT(worst, 6.0) << worst_at;
 }
 

@@ -105,6 +105,7 @@ constexpr int kPosition0 = 5;  // rope: the first token's position (decoding pla
 constexpr float kDropout = 0.25f;
 constexpr uint64_t kSeed = 7, kStream = 11, kOffset = 100;
 constexpr float kGradScale = 1.0f / 6.0f;
+constexpr int64_t kEmbeddingVocab = 11;  // the embedding cases' V: the table holds the whole vocabulary
 
 int rows(const Args& a) { return a.n("B") * a.n("T"); }
 size_t numel(const Args& a, std::string_view name) { return static_cast<size_t>(a[name].numel()); }
@@ -278,6 +279,52 @@ std::vector<OpCase> op_cases() {
                                                     kIgnoreIndex, a.count());
             }),
             {"V"}),
+      entry("vocab_parallel_cross_entropy", loss,
+            {arg("logits_inout", {"B", "T", "V"}, 0.0, 2.0), arg("losses", {"B", "T"}),
+             ints("targets", {"B", "T"}, Fill::Targets)},
+            run([](const Args& a) {
+              const int64_t V = a["logits_inout"].shape().empty() ? 1 : a["logits_inout"].shape().back();
+              return vocab_parallel_cross_entropy(a["logits_inout"], a["losses"], a["targets"], kIgnoreIndex,
+                                                  kGradScale, {0, V, V}, {});
+            }),
+            run([](const Args& a) {
+              return kernels::vocab_parallel_cross_entropy(a.f("logits_inout"), a.f("losses"), a.i("targets"), rows(a),
+                                                           a.n("V"), a.n("V"), 0, a.n("V"), kIgnoreIndex, kGradScale,
+                                                           {}, {});
+            }),
+            {"V"}),
+      entry("embedding_rows_forward", embedding,
+            {arg("y", {"B", "T", "C"}), ints("tokens", {"B", "T"}, Fill::Tokens), arg("table", {"V", "C"})},
+            run([](const Args& a) { embedding_rows_forward(a["y"], a["tokens"], a["table"], 0, kEmbeddingVocab); }),
+            run([](const Args& a) {
+              kernels::embedding_rows_forward(a.f("y"), a.i("tokens"), a.f("table"), a.n("B"), a.n("T"), a.n("C"), 0,
+                                              a.n("V"));
+            }),
+            {"V"}),
+      entry("embedding_rows_backward", embedding,
+            {arg("dtable", {"V", "C"}), arg("dy", {"B", "T", "C"}), ints("tokens", {"B", "T"}, Fill::Tokens)},
+            run([](const Args& a) { embedding_rows_backward(a["dtable"], a["dy"], a["tokens"], 0); }),
+            run([](const Args& a) {
+              kernels::embedding_rows_backward(a.f("dtable"), a.f("dy"), a.i("tokens"), a.n("B"), a.n("T"), a.n("C"),
+                                               0, a.n("V"));
+            }),
+            {"V"}),
+      entry("positions_forward", embedding, {arg("y", {"B", "T", "C"}), arg("wpe", {"maxT", "C"})},
+            run([](const Args& a) { positions_forward(a["y"], a["wpe"]); }),
+            run([](const Args& a) { kernels::positions_forward(a.f("y"), a.f("wpe"), a.n("B"), a.n("T"), a.n("C")); }),
+            {"maxT", "B", "T"}),
+      entry("positions_backward", embedding, {arg("dwpe", {"maxT", "C"}), arg("dy", {"B", "T", "C"})},
+            run([](const Args& a) { positions_backward(a["dwpe"], a["dy"]); }),
+            run([](const Args& a) {
+              kernels::positions_backward(a.f("dwpe"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"));
+            }),
+            {"maxT", "B", "T"}),
+      entry("add_bias", residual, {arg("y", {"B", "T", "C"}), arg("b", {"C"})},
+            run([](const Args& a) { add_bias(a["y"], a["b"]); }),
+            run([](const Args& a) {
+              kernels::add_bias(a.f("y"), a.f("b"), static_cast<size_t>(rows(a)), static_cast<size_t>(a.n("C")));
+            }),
+            {"B", "T"}),
       entry("add_inplace", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { add_inplace(a["y"], a["x"]); }),
             run([](const Args& a) { kernels::add_inplace(a.f("y"), a.f("x"), numel(a, "y")); })),

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -12,6 +14,7 @@
 #include "nn/gpt.h"
 #include "optim/make_optimizer.h"
 #include "parallel/rank_sum.h"
+#include "parallel/tensor_parallel.h"
 
 namespace tessera::testing {
 
@@ -63,6 +66,19 @@ std::vector<float> flat_copy(nn::ParameterStore& params, nn::ParameterAccess& va
   for (const auto& p : params.all()) {
     const float* v = values.weight(p).data<float>();
     std::copy(v, v + p.numel(), out.begin() + static_cast<int64_t>(p.offset));
+  }
+  return out;
+}
+
+// Every parameter's one-process value, in the one-process model's flat order (the store's
+// declaration order, each without its padding), gathered over the tensor-parallel group.
+std::vector<float> gathered_copy(nn::ParameterStore& params, nn::ParameterAccess& values, dist::Communicator* tp) {
+  std::vector<float> out;
+  for (const auto& p : params.all()) {
+    const Tensor v = values.weight(p);
+    const std::vector<float> whole =
+        parallel::gather_parameter(tp, p, std::span(v.data<float>(), static_cast<size_t>(p.numel())));
+    out.insert(out.end(), whole.begin(), whole.end());
   }
   return out;
 }
@@ -134,6 +150,35 @@ class Recorder final : public exec::Transform {
 void PoisonGradient::before(const exec::Event& e) {
   if (enabled_ && seen_ == program_ && e.unit == 0 && !exec::is_forward(e.phase)) {
     ownership_.grad(p_).data<float>()[0] = std::numeric_limits<float>::infinity();
+  }
+}
+
+void check_matches_reference(const RunRecord& run, const RunRecord& ref, const std::string& what, RankChecks& t) {
+  t.expect(run.steps.size() == ref.steps.size(),
+           fmt::format("{}: {} steps recorded, the reference {}", what, run.steps.size(), ref.steps.size()));
+  for (size_t s = 0; s < std::min(run.steps.size(), ref.steps.size()); ++s) {
+    t.expect(std::abs(run.steps[s].loss - ref.steps[s].loss) <= 1e-5 * std::abs(ref.steps[s].loss),
+             fmt::format("{}: step {} loss {:.9g} vs single-process {:.9g}", what, s + 1, run.steps[s].loss,
+                         ref.steps[s].loss));
+    t.expect(std::abs(run.steps[s].grad_norm - ref.steps[s].grad_norm) <= 1e-5 * std::abs(ref.steps[s].grad_norm),
+             fmt::format("{}: step {} gradient norm {:.9g} vs single-process {:.9g}", what, s + 1,
+                         run.steps[s].grad_norm, ref.steps[s].grad_norm));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < std::min(run.params.size(), ref.params.size()); ++i) {
+    worst = std::max(worst, std::abs(double(run.params[i]) - ref.params[i]) / std::max(1.0, std::abs(double(ref.params[i]))));
+  }
+  t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
+           fmt::format("{}: {} parameters differ from the single-process run's {} by {:.3g}", what, run.params.size(),
+                       ref.params.size(), worst));
+}
+
+void check_activation_prediction(const RunRecord& run, const std::string& what, RankChecks& t) {
+  for (size_t s = 0; s < run.steps.size(); ++s) {
+    const auto measured = static_cast<int64_t>(run.steps[s].memory.peak_of(MemoryTag::Activations));
+    t.expect(measured == run.steps[s].predicted_activations,
+             fmt::format("{}: step {} activation peak on rank {}: measured {} bytes, predicted {}", what, s + 1, t.rank,
+                         measured, run.steps[s].predicted_activations));
   }
 }
 
@@ -218,14 +263,24 @@ RunRecord run_reference_2bw(const ParityCase& c) { return run_one_process(c, tru
 
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
 
-RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp) {
+std::vector<float> initial_parameters(const config::ModelConfig& model_config, uint64_t seed, dist::Communicator& tp) {
   MemoryAccountant memory;
-  nn::GPT model(c.model, memory, c.seed);
+  const parallel::TensorParallelPlan plan(model_config, tp.size(), tp.rank());
+  nn::GPT model(model_config, memory, seed, &plan);
+  return gathered_copy(model.parameters(), model.parameters(), &tp);
+}
+
+RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp, dist::Communicator* tp) {
+  MemoryAccountant memory;
+  const int tp_size = tp ? tp->size() : 1;
+  const parallel::TensorParallelPlan plan(c.model, tp_size, tp ? tp->rank() : 0);
+  nn::GPT model(c.model, memory, c.seed, &plan);
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
   parallel::EngineOptions options;
   options.layout.dp = ranks;
   options.layout.pp = pp ? pp->size() : 1;
+  options.layout.tp = tp_size;
   options.layout.virtual_stages = c.virtual_stages;
   options.layout.zero_stage = c.zero_stage;
   options.layout.schedule = c.schedule;
@@ -237,7 +292,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.recompute = c.recompute;
   options.compression = c.compression;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
-  parallel::TrainingEngine engine(model, memory, comm, options, pp);
+  parallel::TrainingEngine engine(model, memory, comm, options, pp, tp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
@@ -295,6 +350,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   for (int step = 0; step < c.steps && c.steps_per_call.empty(); ++step) {
     memory.reset_peaks();
     const dist::CommStats before = comm ? comm->stats() : dist::CommStats{};
+    const dist::CommStats tensor_before = tp ? tp->stats() : dist::CommStats{};
     std::vector<exec::MicrobatchInput> microbatches;
     for (int m = 0; m < c.micros; ++m) {
       const data::RowRange rows = data::split_rows(mine.size(), m, c.micros);
@@ -317,6 +373,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     s.grad_norm = r.grad_norm.norm;
     s.memory = memory.stats();
     if (comm) s.comm = delta(comm->stats(), before);
+    if (tp) s.tensor_comm = delta(tp->stats(), tensor_before);
     s.micro_bytes = recorder.micro_bytes;
     s.reductions_after_unit = recorder.after_unit;
     s.predicted_activations = engine.predicted_activation_peak();
@@ -324,7 +381,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   }
   engine.transforms().remove(exec::TransformSlot::Observer);
   parallel::DataParallel::FullParameters full = engine.full_parameters();
-  rec.params = flat_copy(model.parameters(), full);
+  rec.params = tp_size > 1 ? gathered_copy(model.parameters(), full, tp) : flat_copy(model.parameters(), full);
   return rec;
 }
 

@@ -44,6 +44,7 @@ struct StepRecord {
   double grad_norm = 0;
   MemoryStats memory;       // right after the step, peaks since the step began
   dist::CommStats comm;     // counters' change over the step
+  dist::CommStats tensor_comm;  // the same on the tensor-parallel group
   // Bytes sent during each microbatch's forward and backward (posted by the hooks).
   std::vector<uint64_t> micro_bytes;
   // Gradient reductions (all-reduce or reduce-scatter) posted so far in the last microbatch, right
@@ -114,10 +115,22 @@ int agree_on_failures(const RankChecks& checks, dist::Communicator& world);
 int run_rank_checks(int argc, char** argv, const std::function<void(dist::Communicator& world, RankChecks& t)>& body,
                     bool check_sequence = true);
 
+// The proof of parity with one process: every step's loss and gradient norm within 1e-5 relative
+// of the reference's, and the parameters at the end within 1e-4 (relative above 1).
+void check_matches_reference(const RunRecord& run, const RunRecord& ref, const std::string& what, RankChecks& t);
+
+// Every step's measured activation peak on this rank is the one predicted by walking its program.
+void check_activation_prediction(const RunRecord& run, const std::string& what, RankChecks& t);
+
 // `comm` null: a group of one.
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
-// Data parallel over `dp` and pipelined over `pp` (either null: a group of one): each dp rank its
-// rows of the global batch, every pipeline rank of a dp rank the same rows.
-RunRecord run_parallel(const ParityCase& c, dist::Communicator* dp, dist::Communicator* pp);
+// Data parallel over `dp`, pipelined over `pp` and tensor parallel over `tp` (any null: a group of
+// one): each dp rank its rows of the global batch, every pipeline and tensor-parallel rank of a dp
+// rank the same rows. RunRecord::params are the one-process model's (gathered over tp).
+RunRecord run_parallel(const ParityCase& c, dist::Communicator* dp, dist::Communicator* pp,
+                       dist::Communicator* tp = nullptr);
+// The parameters of a model built with this rank's tensor-parallel plan over `tp`, right after
+// initialization, gathered into the one-process model's flat order.
+std::vector<float> initial_parameters(const config::ModelConfig& model, uint64_t seed, dist::Communicator& tp);
 
 }  // namespace tessera::testing

@@ -32,24 +32,6 @@ std::string describe(const ParityCase& c, int dp, int pp) {
                      c.micros);
 }
 
-void check_against(const RunRecord& run, const RunRecord& ref, const std::string& what, Checks& t) {
-  t.expect(run.steps.size() == ref.steps.size(),
-           fmt::format("{}: {} steps recorded, the reference {}", what, run.steps.size(), ref.steps.size()));
-  for (size_t s = 0; s < std::min(run.steps.size(), ref.steps.size()); ++s) {
-    t.expect(std::abs(run.steps[s].loss - ref.steps[s].loss) <= 1e-5 * std::abs(ref.steps[s].loss),
-             fmt::format("{}: step {} loss {:.9g} vs {:.9g}", what, s + 1, run.steps[s].loss, ref.steps[s].loss));
-    t.expect(std::abs(run.steps[s].grad_norm - ref.steps[s].grad_norm) <= 1e-5 * std::abs(ref.steps[s].grad_norm),
-             fmt::format("{}: step {} gradient norm {:.9g} vs {:.9g}", what, s + 1, run.steps[s].grad_norm,
-                         ref.steps[s].grad_norm));
-  }
-  double worst = 0;
-  for (size_t i = 0; i < std::min(run.params.size(), ref.params.size()); ++i) {
-    worst = std::max(worst, std::abs(double(run.params[i]) - ref.params[i]) / std::max(1.0, std::abs(double(ref.params[i]))));
-  }
-  t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
-           fmt::format("{}: parameters differ by {:.3g}", what, worst));
-}
-
 // The delayed gradient must matter on these cases, or agreeing with the 2BW references would not
 // tell 2BW from a synchronous schedule.
 void check_differs_from_synchronous(const RunRecord& run, const ParityCase& c, const std::string& what, Checks& t) {
@@ -92,10 +74,10 @@ int main(int argc, char** argv) {
         c.steps_per_call = {2, 3};
         const std::string what = describe(c, 1, p);
         const RunRecord run = run_parallel(c, nullptr, &world);
-        check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
+        check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
         ParityCase one_call = c;
         one_call.steps_per_call = {5};
-        check_against(run, run_parallel(one_call, nullptr, nullptr), what + " vs the engine at pp 1", t);
+        check_matches_reference(run, run_parallel(one_call, nullptr, nullptr), what + " vs the engine at pp 1", t);
         check_stash(run, what, world.rank(), t);
         if (m == p) check_differs_from_synchronous(run, c, what, t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
@@ -115,7 +97,7 @@ int main(int argc, char** argv) {
       c.steps_per_call = {2, 3};
       const std::string what = fmt::format("2bw gpt2 dp{} pp1 zero{}", p, stage);
       const RunRecord run = run_parallel(c, &world, nullptr);
-      check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
+      check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
       t.expect(run.weight_stash_bytes == static_cast<size_t>(run.numel) * sizeof(float),
                fmt::format("{}: the stash holds {} bytes, not one copy of the model's {} parameters", what,
                            run.weight_stash_bytes, run.numel));
@@ -139,7 +121,7 @@ int main(int argc, char** argv) {
         c.steps_per_call = {3, 2};
         const std::string what = describe(c, 2, 2);
         const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
-        check_against(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
+        check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
         check_stash(run, what, world.rank(), t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
       }

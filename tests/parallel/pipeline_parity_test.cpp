@@ -38,33 +38,6 @@ std::string describe(const ParityCase& c, int dp, int pp) {
                      config::schedule_name(c.schedule), c.virtual_stages, c.micros);
 }
 
-void check_reference(const RunRecord& run, const RunRecord& ref, const std::string& what, Checks& t) {
-  for (size_t s = 0; s < ref.steps.size(); ++s) {
-    t.expect(std::abs(run.steps[s].loss - ref.steps[s].loss) <= 1e-5 * std::abs(ref.steps[s].loss),
-             fmt::format("{}: step {} loss {:.9g} vs single-process {:.9g}", what, s + 1, run.steps[s].loss,
-                         ref.steps[s].loss));
-    t.expect(std::abs(run.steps[s].grad_norm - ref.steps[s].grad_norm) <= 1e-5 * std::abs(ref.steps[s].grad_norm),
-             fmt::format("{}: step {} gradient norm {:.9g} vs single-process {:.9g}", what, s + 1,
-                         run.steps[s].grad_norm, ref.steps[s].grad_norm));
-  }
-  double worst = 0;
-  for (size_t i = 0; i < ref.params.size(); ++i) {
-    worst = std::max(worst, std::abs(double(run.params[i]) - ref.params[i]) / std::max(1.0, std::abs(double(ref.params[i]))));
-  }
-  t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
-           fmt::format("{}: parameters differ from the single-process run by {:.3g}", what, worst));
-}
-
-// Every step's measured activation peak on this rank is the one predicted by walking its program.
-void check_activation_prediction(const RunRecord& run, const std::string& what, Checks& t) {
-  for (size_t s = 0; s < run.steps.size(); ++s) {
-    const auto measured = static_cast<int64_t>(run.steps[s].memory.peak_of(MemoryTag::Activations));
-    t.expect(measured == run.steps[s].predicted_activations,
-             fmt::format("{}: step {} activation peak on rank {}: measured {} bytes, predicted {}", what, s + 1, t.rank,
-                         measured, run.steps[s].predicted_activations));
-  }
-}
-
 // The timeline of the last step, gathered from every pipeline rank: each rank's records follow its
 // list, never overlap, and no receive ends before its send began (on the common clock, within
 // the clock alignment's stated uncertainty): the clocks were aligned and nothing was left out.
@@ -194,7 +167,7 @@ int main(int argc, char** argv) {
             c.record_timeline = true;
             const RunRecord reference = run_reference(c);
             const RunRecord run = run_parallel(c, nullptr, world.get());
-            check_reference(run, reference, describe(c, 1, p), t);
+            check_matches_reference(run, reference, describe(c, 1, p), t);
             check_activation_prediction(run, describe(c, 1, p), t);
             check_timeline(run, c, p, describe(c, 1, p), t);
             if (t.rank == 0) fmt::print("{}: checked\n", describe(c, 1, p));
@@ -219,7 +192,7 @@ int main(int argc, char** argv) {
           const RunRecord reference = run_reference(c);
           const RunRecord run = run_parallel(c, nullptr, world.get());
           const std::string what = describe(c, 1, p) + " recompute " + std::string(memory::recompute_policy_name(policy));
-          check_reference(run, reference, what, t);
+          check_matches_reference(run, reference, what, t);
           check_activation_prediction(run, what, t);
           if (t.rank == 0) fmt::print("{}: checked\n", what);
         }
@@ -250,7 +223,7 @@ int main(int argc, char** argv) {
             const RunRecord reference = run_reference(c);
             const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
             const std::string what = describe(c, 2, 2) + fmt::format(" ZeRO-{}", zero_stage);
-            check_reference(run, reference, what, t);
+            check_matches_reference(run, reference, what, t);
             check_activation_prediction(run, what, t);
             // The stage's group reduces its stages' parameters only, and ZeRO halves what each updates.
             t.expect(run.domain < run.numel, fmt::format("{}: the data-parallel group reduces {} elements, the whole "

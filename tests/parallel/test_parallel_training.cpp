@@ -230,6 +230,65 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
   EXPECT_NE(many.output.find("every stage needs at least one block"), std::string::npos) << many.output;
 }
 
+// parallel.tp: tensor-parallel runs, alone and with data parallelism (ZeRO 0 and 2) and pipelining,
+// follow the one-process run; the plan is printed at start; a resumed run equals the uninterrupted
+// one bitwise, its model file holds the whole parameters (the one-process sampler reads it), and
+// a tp that does not split the model, or a checkpoint of another tp, is refused with the fix.
+TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise) {
+  const std::string model = "--train.steps 4 --model.dropout 0.1";
+  CliResult one = run_tessera(train_args(g_root / "tp_one", model));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> want = losses(g_root / "tp_one" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  struct Layout {
+    int ranks;
+    std::string args;
+  } layouts[] = {
+      {2, "--parallel.tp 2"},
+      {4, "--parallel.tp 2 --parallel.dp 2"},
+      {4, "--parallel.tp 2 --parallel.dp 2 --parallel.zero_stage 2"},
+      {4, "--parallel.tp 2 --parallel.pp 2"},
+  };
+  int n = 0;
+  for (const Layout& l : layouts) {
+    const fs::path out = g_root / ("tp_" + std::to_string(n++));
+    CliResult r = run_tessera(launch(l.ranks, out, model + " " + l.args));
+    ASSERT_EQ(r.exit_code, 0) << l.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("tensor parallel: tp 2; embed.tokens vocabulary rows, attn.qkv column (by heads)"),
+              std::string::npos) << r.output;
+    const std::vector<double> got = losses(out / "metrics.jsonl");
+    ASSERT_EQ(got.size(), want.size()) << r.output;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << l.args << " step " << i + 1;
+  }
+  const std::string split_args = model + " --parallel.tp 2";
+  const fs::path whole = g_root / "tp_whole", split = g_root / "tp_split";
+  ASSERT_EQ(run_tessera(launch(2, whole, split_args)).exit_code, 0);
+  ASSERT_EQ(run_tessera(launch(2, split, split_args + " --train.exit_after 2")).exit_code, 3);
+  CliResult resumed = run_tessera(launch(2, split, split_args + " --checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
+  for (const char* file : {"model.safetensors", "optimizer.tp0000.safetensors", "optimizer.tp0001.safetensors"}) {
+    const std::string a = read_file((whole / "checkpoints" / "step_00000004" / file).string());
+    EXPECT_FALSE(a.empty()) << file;
+    EXPECT_EQ(a, read_file((split / "checkpoints" / "step_00000004" / file).string()))
+        << file << " differs between the whole run and the resumed one";
+  }
+  CliResult sampled = run_tessera("sample --checkpoint " + (whole / "checkpoints" / "step_00000004").string() +
+                                  " --tokens 4");
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  CliResult other = run_tessera(train_args(g_root / "tp_other", model + " --checkpoint.resume " +
+                                                                   (split / "checkpoints" / "step_00000002").string()));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("saved with parallel.tp = 2 but this run has parallel.tp = 1"), std::string::npos)
+      << other.output;
+  CliResult three = run_tessera(launch(2, g_root / "tp_three", model + " --parallel.tp 3 --parallel.dp 1"));
+  EXPECT_NE(three.exit_code, 0);
+  EXPECT_NE(three.output.find("parallel.tp = 3 does not split the model: model.n_head = 2 heads do not divide among 3 "
+                              "ranks"),
+            std::string::npos) << three.output;
+  EXPECT_NE(three.output.find("tp values that work: 1, 2"), std::string::npos) << three.output;
+}
+
 // parallel.compression: each rank saves its compressor's state (error feedback, PowerSGD's Q, the
 // step its rounding is keyed by), so a resumed compressed run equals the uninterrupted one bitwise;
 // keys the chosen method does not read, and resuming without the state, are refused.
@@ -319,7 +378,7 @@ TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   CliResult alone = run_tessera(train_args(g_root / "bad", "--train.steps 2 --parallel.dp 2"));
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.output.find("≠ world size 1"), std::string::npos) << alone.output;
-  EXPECT_NE(alone.output.find("set parallel.dp × parallel.pp = 1"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("set parallel.dp × parallel.tp × parallel.pp = 1"), std::string::npos) << alone.output;
 }
 
 // A rank killed mid-run: mpirun ends the job, non-zero, and no process of it remains.

@@ -16,4 +16,21 @@ void embedding_forward(T* out, const int32_t* tokens /*[B,T]*/, const T* wte, co
 template <class T>
 void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C);
 
+// A table holding rows [first, first + V) of the vocabulary (vocabulary-parallel embedding):
+// out[B,T,C] = table[tokens[b,t] - first] for the ids it holds, 0 for the others. The caller has
+// checked the ids against the whole vocabulary.
+template <class T>
+void embedding_rows_forward(T* out, const int32_t* tokens /*[B,T]*/, const T* table /*[V,C]*/, int B, int Tn, int C,
+                            int first, int V);
+// dtable[V,C] += dout[B,T,C] scattered by the ids it holds.
+template <class T>
+void embedding_rows_backward(T* dtable, const T* dout, const int32_t* tokens, int B, int Tn, int C, int first, int V);
+
+// Learned positions added to a sum of token rows: out[b,t] += wpe[t]; and their gradient,
+// dwpe[t] += Σ_b dout[b,t]. wpe: [maxT,C], maxT >= Tn.
+template <class T>
+void positions_forward(T* out, const T* wpe, int B, int Tn, int C);
+template <class T>
+void positions_backward(T* dwpe, const T* dout, int B, int Tn, int C);
+
 }  // namespace tessera::kernels

@@ -67,6 +67,46 @@ void matvec_columns(T* out, const T* a, const T* b, int N, int K, bool accumulat
     columns(0, N);
   }
 }
+// OpenBLAS splits a product among its threads by itself, and the tiles at the edges of its split
+// run other micro-kernels than the inner ones, which round differently: the bits of C depended on
+// the number of threads (seen with OpenBLAS 0.3.21's Haswell kernels at 300 x 70 x 64, on 2 and 3
+// threads against 1). So the split is tessera's: C cut into blocks along its longer side, the cut
+// a function of the shape alone, each block one BLAS call. Inside an active OpenMP region the BLAS
+// runs single-threaded, so each block is computed the same way whatever the thread count. Blocks
+// of about 256 rows (or columns) keep the cost of repacking the other operand per block small;
+// their count is rounded up to an even number so two threads get equal shares.
+constexpr int kGemmBlock = 256;
+
+int gemm_blocks(int size) {
+  int blocks = (size + kGemmBlock - 1) / kGemmBlock;
+  if (size >= 2 * 16 && blocks % 2 == 1) ++blocks;
+  return std::max(1, std::min(blocks, size / 16));
+}
+
+template <class T>
+void blocked_gemm(Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b, int ldb, T beta,
+                  T* c) {
+  const bool by_rows = M >= N;
+  const int size = by_rows ? M : N;
+  const int blocks = gemm_blocks(size);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < blocks; ++i) {
+    // Block edges on multiples of 16, the micro-kernels' widths.
+    const int begin = std::min(size, (static_cast<int>(int64_t{size} * i / blocks) + 15) / 16 * 16);
+    const int end = i + 1 == blocks ? size : std::min(size, (static_cast<int>(int64_t{size} * (i + 1) / blocks) + 15) / 16 * 16);
+    if (begin >= end) continue;
+    if (by_rows) {
+      // Rows [begin, end) of C and of op(a): a is [M, K] (row offset) or [K, M] (column offset).
+      const T* a_block = ta == Transpose::No ? a + static_cast<size_t>(begin) * lda : a + begin;
+      blas_gemm(to_cblas(ta), to_cblas(tb), end - begin, N, K, T(1), a_block, lda, b, ldb, beta,
+                c + static_cast<size_t>(begin) * N, N);
+    } else {
+      // Columns [begin, end) of C and of op(b): b is [K, N] (column offset) or [N, K] (row offset).
+      const T* b_block = tb == Transpose::No ? b + begin : b + static_cast<size_t>(begin) * ldb;
+      blas_gemm(to_cblas(ta), to_cblas(tb), M, end - begin, K, T(1), a, lda, b_block, ldb, beta, c + begin, N);
+    }
+  }
+}
 }  // namespace
 
 template <class T>
@@ -118,8 +158,7 @@ void matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, 
   // Row-major leading dimensions are the stored row lengths: [M,K] or [K,M] for a, [K,N] or [N,K] for b.
   const int lda = ta == Transpose::No ? K : M;
   const int ldb = tb == Transpose::No ? N : K;
-  gemm<T>(ta, tb, M, N, K, T(1), a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out,
-          std::max(1, N));
+  blocked_gemm<T>(ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
 }
 
 template void gemm<float>(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float,

@@ -30,6 +30,19 @@ void scale_inplace(T* y, T s, size_t n) {
   });
 }
 
+template <class T>
+void add_bias(T* y, const T* bias, size_t rows, size_t width) {
+  detail::for_element_blocks(rows, width, [&](size_t lo, size_t hi) {
+    for (size_t r = lo; r < hi; ++r) {
+      T* row = y + r * width;
+#pragma omp simd
+      for (size_t c = 0; c < width; ++c) row[c] += bias[c];
+    }
+  });
+}
+
+template void add_bias<float>(float*, const float*, size_t, size_t);
+template void add_bias<double>(double*, const double*, size_t, size_t);
 template void add<float>(float*, const float*, const float*, size_t);
 template void add<double>(double*, const double*, const double*, size_t);
 template void add_inplace<float>(float*, const float*, size_t);

@@ -13,4 +13,7 @@ void add_inplace(T* y, const T* x, size_t n);  // y += x
 template <class T>
 void scale_inplace(T* y, T s, size_t n);  // y *= s
 
+template <class T>
+void add_bias(T* y, const T* bias, size_t rows, size_t width);  // y[r, c] += bias[c]
+
 }  // namespace tessera::kernels

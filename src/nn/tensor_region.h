@@ -1,0 +1,37 @@
+#pragma once
+// Where the model leaves the residual stream, which every rank of a tensor-parallel group holds
+// whole, for a computation split over the group, and where it comes back: Megatron's conjugate
+// operators f (entering: attention's and the MLP's first projections, the head) and g (leaving:
+// their last projections, the vocabulary-parallel embedding). The model marks these places; what
+// happens there is the tensor-parallel transform's business (parallel/tensor_parallel.h). With no
+// region installed — one process, or a layout without tensor parallelism — every mark is the
+// identity, so the one-process model runs the same code.
+//
+// Shapes: B batch, T sequence, C n_embd.
+#include <span>
+
+#include "core/tensor.h"
+
+namespace tessera::nn {
+
+struct StepContext;
+
+class TensorRegion {
+ public:
+  virtual ~TensorRegion() = default;
+  // f forward: x [B, T, C] of the residual stream -> the split computation's input [B, T, C].
+  virtual Tensor enter(StepContext& step, const Tensor& x) = 0;
+  // f backward: the split computation's input gradient [B, T, C], a partial sum on each rank ->
+  // the residual stream's.
+  virtual Tensor enter_backward(StepContext& step, const Tensor& dx) = 0;
+  // g forward: a partial sum [B, T, C] on each rank -> the residual stream's value.
+  virtual Tensor leave(StepContext& step, const Tensor& partial) = 0;
+  // g backward: the residual stream's gradient [B, T, C] -> the split computation's output gradient.
+  virtual Tensor leave_backward(StepContext& step, const Tensor& dy) = 0;
+  // Per-row statistics of a vocabulary split over the group (the loss needs the row maximum, the
+  // sum of exponentials and the target's logit of the whole vocabulary), reduced in place.
+  virtual void max_over_group(std::span<float> values) = 0;
+  virtual void sum_over_group(std::span<float> values) = 0;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,159 @@
+#include "parallel/tensor_parallel.h"
+
+#include "config/tensor_parallel_shape.h"
+#include "core/check.h"
+
+namespace tessera::parallel {
+
+std::string_view tensor_split_name(TensorSplit split) {
+  switch (split) {
+    case TensorSplit::ColumnByHeads: return "column (by heads)";
+    case TensorSplit::Column: return "column";
+    case TensorSplit::Row: return "row";
+    case TensorSplit::VocabRows: return "vocabulary rows";
+  }
+  return "?";
+}
+
+std::vector<TensorParallelRule> TensorParallelPlan::megatron_rules() {
+  return {
+      {"embed.tokens", TensorSplit::VocabRows},
+      {"attn.qkv", TensorSplit::ColumnByHeads},
+      {"attn.proj", TensorSplit::Row},
+      {"mlp.fc", TensorSplit::Column},    // GPT-2
+      {"mlp.proj", TensorSplit::Row},     // GPT-2
+      {"mlp.gate", TensorSplit::Column},  // Llama
+      {"mlp.up", TensorSplit::Column},    // Llama
+      {"mlp.down", TensorSplit::Row},     // Llama
+      {"head", TensorSplit::VocabRows},   // untied
+  };
+}
+
+TensorParallelPlan::TensorParallelPlan(const config::ModelConfig& model, int tp, int rank,
+                                       std::vector<TensorParallelRule> rules)
+    : model_(model), tp_(tp), rank_(rank), rules_(std::move(rules)) {
+  if (const auto refusal = config::tensor_parallel_refusal(model, tp)) TS_FAIL("{}", *refusal);
+  TS_CHECK(rank >= 0 && rank < tp, "tensor-parallel rank {} of {}", rank, tp);
+  padded_vocab_ = (int64_t{model.vocab_size} + tp - 1) / tp * tp;
+}
+
+const TensorParallelRule* TensorParallelPlan::rule_for(const std::string& layer) const {
+  for (const TensorParallelRule& r : rules_) {
+    if (layer == r.layer || (layer.size() > r.layer.size() && layer.ends_with("." + r.layer))) return &r;
+  }
+  return nullptr;
+}
+
+std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& name, const Shape& shape) const {
+  if (tp_ == 1) return std::nullopt;
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string layer = name.substr(0, dot), kind = name.substr(dot + 1);
+  const TensorParallelRule* rule = rule_for(layer);
+  if (rule == nullptr) return std::nullopt;
+  const bool weight = kind == "weight";
+  TS_CHECK(weight || kind == "bias", "tensor-parallel plan: '{}' is neither a weight nor a bias of layer '{}'", name,
+           layer);
+  nn::ShardSpec spec;
+  spec.global_shape = shape;
+  auto split = [&](int dim, std::vector<int64_t> blocks = {}) {
+    spec.splits.push_back({dim, config::MeshDim::TP, tp_, rank_, std::move(blocks)});
+  };
+  switch (rule->split) {
+    case TensorSplit::ColumnByHeads: {
+      const int64_t q = int64_t{model_.n_head} * model_.head_dim();
+      split(0, {q, q, q});
+      break;
+    }
+    case TensorSplit::Column: split(0); break;
+    case TensorSplit::Row:
+      if (!weight) return std::nullopt;  // every rank adds the whole bias after the reduction
+      split(1);
+      break;
+    case TensorSplit::VocabRows:
+      TS_CHECK(weight && shape.size() == 2 && shape[0] == model_.vocab_size,
+               "tensor-parallel plan: '{}' of shape {} is not a [V = {}, C] table", name, shape_to_string(shape),
+               model_.vocab_size);
+      spec.global_shape[0] = padded_vocab_;
+      spec.padding_rows = padded_vocab_ - model_.vocab_size;
+      split(0);
+      break;
+  }
+  return spec;
+}
+
+std::string TensorParallelPlan::describe() const {
+  std::string text = fmt::format("tensor parallel: tp {}", tp_);
+  const char* separator = "; ";
+  for (const TensorParallelRule& r : rules_) {
+    text += fmt::format("{}{} {}", separator, r.layer, tensor_split_name(r.split));
+    separator = ", ";
+  }
+  if (vocab_padding() > 0) {
+    text += fmt::format("; vocabulary padded from {} to {} (the padding never wins)", model_.vocab_size, padded_vocab_);
+  }
+  return text;
+}
+
+std::vector<float> gather_parameter(dist::Communicator* group, const nn::Parameter& p, std::span<const float> block) {
+  TS_CHECK(static_cast<int64_t>(block.size()) == p.numel(), "gather_parameter '{}': a block of {} values for {}",
+           p.name, block.size(), p.numel());
+  if (p.spec.replicated_over(config::MeshDim::TP)) return {block.begin(), block.end()};
+  TS_CHECK(group != nullptr && group->size() == p.spec.parts_over(config::MeshDim::TP),
+           "gather_parameter '{}': split into {} parts over tp but gathered over {} ranks", p.name,
+           p.spec.parts_over(config::MeshDim::TP), group ? group->size() : 1);
+  const size_t n = block.size();
+  std::vector<float> all(n * static_cast<size_t>(group->size()));
+  const std::vector<size_t> counts(static_cast<size_t>(group->size()), n);
+  group->all_gather(block.data(), all.data(), counts, DType::F32)->wait();
+  std::vector<float> whole(static_cast<size_t>(shape_numel(p.spec.unpadded_shape())));
+  for (int r = 0; r < group->size(); ++r) {
+    nn::ShardSpec theirs = p.spec;
+    for (nn::ShardSpec::Split& s : theirs.splits) {
+      if (s.over == config::MeshDim::TP) s.index = r;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t g = theirs.global_index(static_cast<int64_t>(i));
+      if (!theirs.is_padding(g)) whole[static_cast<size_t>(g)] = all[static_cast<size_t>(r) * n + i];
+    }
+  }
+  return whole;
+}
+
+void gather_parameters(dist::Communicator* group, const nn::ParameterStore& blocks, nn::ParameterAccess& values,
+                       nn::ParameterStore& whole) {
+  for (const nn::Parameter& p : blocks.all()) {
+    const Tensor block = values.weight(p);
+    const std::vector<float> value =
+        gather_parameter(group, p, std::span(block.data<float>(), static_cast<size_t>(p.numel())));
+    const nn::Parameter& target = whole.get(p.name);
+    TS_CHECK(target.numel() == static_cast<int64_t>(value.size()),
+             "gather_parameters: '{}' has {} elements in the one-process model, {} gathered", p.name, target.numel(),
+             value.size());
+    std::copy(value.begin(), value.end(), whole.value(target).data<float>());
+  }
+}
+
+Tensor TensorParallelRegion::enter(nn::StepContext&, const Tensor& x) { return x; }
+
+Tensor TensorParallelRegion::enter_backward(nn::StepContext&, const Tensor& dx) {
+  group_.all_reduce(dx, dist::ReduceOp::Sum)->wait();
+  return dx;
+}
+
+Tensor TensorParallelRegion::leave(nn::StepContext&, const Tensor& partial) {
+  group_.all_reduce(partial, dist::ReduceOp::Sum)->wait();
+  return partial;
+}
+
+Tensor TensorParallelRegion::leave_backward(nn::StepContext&, const Tensor& dy) { return dy; }
+
+void TensorParallelRegion::max_over_group(std::span<float> values) {
+  group_.all_reduce(values, dist::ReduceOp::Max)->wait();
+}
+
+void TensorParallelRegion::sum_over_group(std::span<float> values) {
+  group_.all_reduce(values, dist::ReduceOp::Sum)->wait();
+}
+
+}  // namespace tessera::parallel
