@@ -34,6 +34,30 @@ T row_max(const T* x, int V) {
   for (int v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
   return mx;
 }
+
+// x[0, real) becomes exp(x - mx) in place; returns the sum of those.
+template <class T>
+T exp_and_sum(T* x, int real, T mx) {
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int v = 0; v < real; ++v) {
+    const T e = detail::vexp<T>(x[v] - mx);
+    x[v] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// The row's gradient from its exponentials: (softmax - onehot) · grad_scale over x[0, real), zero
+// in the padding [real, V); target_column < 0 when the target lies in another rank's block.
+template <class T>
+void row_gradient(T* x, int V, int real, T sum, T grad_scale, int target_column) {
+  const T k = grad_scale / sum;
+#pragma omp simd
+  for (int v = 0; v < real; ++v) x[v] *= k;
+  for (int v = real; v < V; ++v) x[v] = 0;
+  if (target_column >= 0) x[target_column] -= grad_scale;
+}
 }  // namespace
 
 template <class T>
@@ -66,37 +90,7 @@ template <class T>
 double cross_entropy_forward_backward(T* logits_inout, T* losses, const int32_t* targets, int N, int V,
                                       int ignore_index, T grad_scale) {
   TS_CHECK(N >= 0 && V > 0, "cross_entropy_forward_backward: bad shape N={} V={}", N, V);
-  check_targets(targets, N, V, ignore_index);
-  const size_t v_size = static_cast<size_t>(V);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(static_cast<size_t>(N) * v_size))
-  for (int n = 0; n < N; ++n) {
-    T* x = logits_inout + n * v_size;
-    const int32_t target = targets[n];
-    if (target == ignore_index) {
-#pragma omp simd
-      for (int v = 0; v < V; ++v) x[v] = 0;
-      losses[n] = 0;
-      continue;
-    }
-    // Three passes over a row that stays in L2: max, exp (stored in place) and sum, then scale.
-    const T mx = row_max(x, V);
-    const T x_target = x[target];
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int v = 0; v < V; ++v) {
-      const T e = detail::vexp<T>(x[v] - mx);
-      x[v] = e;
-      sum += e;
-    }
-    losses[n] = (mx - x_target) + std::log(sum);
-    const T k = grad_scale / sum;
-#pragma omp simd
-    for (int v = 0; v < V; ++v) x[v] *= k;
-    x[target] -= grad_scale;
-  }
-  double total = 0;
-  for (int n = 0; n < N; ++n) total += static_cast<double>(losses[n]);
-  return total;
+  return vocab_parallel_cross_entropy<T>(logits_inout, losses, targets, N, V, V, 0, V, ignore_index, grad_scale, {}, {});
 }
 
 template <class T>
@@ -111,47 +105,56 @@ double vocab_parallel_cross_entropy(T* logits_inout, T* losses, const int32_t* t
   const bool parallel = detail::worth_parallel(n_size * v_size);
   // Per row: the maximum, then the target's logit, then the sum of exponentials, each combined
   // over the ranks before the next pass needs it.
-  std::vector<T> mx(n_size), target_logit(n_size), sum(n_size);
   auto holds = [&](int32_t t) { return t != ignore_index && t >= first && t < first + real; };
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int n = 0; n < N; ++n) {
-    const T* x = logits_inout + n * v_size;
-    mx[static_cast<size_t>(n)] = real > 0 ? row_max(x, real) : -std::numeric_limits<T>::infinity();
-    target_logit[static_cast<size_t>(n)] = holds(targets[n]) ? x[targets[n] - first] : T(0);
-  }
-  if (max_over) max_over(mx.data(), N);
-  if (sum_over) sum_over(target_logit.data(), N);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int n = 0; n < N; ++n) {
+  auto ignored_row = [&](int n) {
     T* x = logits_inout + n * v_size;
-    const T m = mx[static_cast<size_t>(n)];
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int v = 0; v < real; ++v) {
-      const T e = detail::vexp<T>(x[v] - m);
-      x[v] = e;
-      s += e;
-    }
-    sum[static_cast<size_t>(n)] = s;
-  }
-  if (sum_over) sum_over(sum.data(), N);
+#pragma omp simd
+    for (int v = 0; v < V; ++v) x[v] = 0;
+    losses[n] = 0;
+  };
+  if (!max_over && !sum_over) {
+    // The whole vocabulary here: each row's three passes (max, exp and sum, scale) while it stays in L2.
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int n = 0; n < N; ++n) {
-    T* x = logits_inout + n * v_size;
-    const int32_t target = targets[n];
-    if (target == ignore_index) {
-#pragma omp simd
-      for (int v = 0; v < V; ++v) x[v] = 0;
-      losses[n] = 0;
-      continue;
+    for (int n = 0; n < N; ++n) {
+      const int32_t target = targets[n];
+      if (target == ignore_index) {
+        ignored_row(n);
+        continue;
+      }
+      T* x = logits_inout + n * v_size;
+      const T mx = real > 0 ? row_max(x, real) : -std::numeric_limits<T>::infinity();
+      const T x_target = holds(target) ? x[target - first] : T(0);
+      const T sum = exp_and_sum(x, real, mx);
+      losses[n] = (mx - x_target) + std::log(sum);
+      row_gradient(x, V, real, sum, grad_scale, holds(target) ? target - first : -1);
     }
-    const size_t i = static_cast<size_t>(n);
-    losses[n] = (mx[i] - target_logit[i]) + std::log(sum[i]);
-    const T k = grad_scale / sum[i];
-#pragma omp simd
-    for (int v = 0; v < real; ++v) x[v] *= k;
-    for (int v = real; v < V; ++v) x[v] = 0;
-    if (holds(target)) x[target - first] -= grad_scale;
+  } else {
+    // Split over ranks: each per-row value combined over them before the next pass needs it.
+    std::vector<T> mx(n_size), target_logit(n_size), sum(n_size);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int n = 0; n < N; ++n) {
+      const T* x = logits_inout + n * v_size;
+      mx[static_cast<size_t>(n)] = real > 0 ? row_max(x, real) : -std::numeric_limits<T>::infinity();
+      target_logit[static_cast<size_t>(n)] = holds(targets[n]) ? x[targets[n] - first] : T(0);
+    }
+    if (max_over) max_over(mx.data(), N);
+    if (sum_over) sum_over(target_logit.data(), N);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int n = 0; n < N; ++n) {
+      sum[static_cast<size_t>(n)] = exp_and_sum(logits_inout + n * v_size, real, mx[static_cast<size_t>(n)]);
+    }
+    if (sum_over) sum_over(sum.data(), N);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int n = 0; n < N; ++n) {
+      const int32_t target = targets[n];
+      if (target == ignore_index) {
+        ignored_row(n);
+        continue;
+      }
+      const size_t i = static_cast<size_t>(n);
+      losses[n] = (mx[i] - target_logit[i]) + std::log(sum[i]);
+      row_gradient(logits_inout + n * v_size, V, real, sum[i], grad_scale, holds(target) ? target - first : -1);
+    }
   }
   double total = 0;
   for (int n = 0; n < N; ++n) total += static_cast<double>(losses[n]);
