@@ -34,6 +34,18 @@ void add_bias(const Tensor& y, const Tensor& b) {
   call.dispatch([&]<class T>(Cpu<T>) { kernels::add_bias<T>(y.data<T>(), b.data<T>(), rows, static_cast<size_t>(C)); });
 }
 
+void add_bias_backward(const Tensor& db, const Tensor& dy) {
+  OpCall call("ops::add_bias_backward");
+  call.operands({{db, "db"}, {dy, "dy"}});
+  const int64_t C = call.last_dim(dy, "dy", "C");
+  call.rank(db, "db", 1, "[C]");
+  TS_CHECK(db.size(0) == C, "{}: db has shape {}, expected [C={}] (C from dy)", call.op(), db.shape_string(), C);
+  const auto rows = static_cast<size_t>(C == 0 ? 0 : dy.numel() / C);
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::add_bias_backward<T>(db.data<T>(), dy.data<T>(), rows, static_cast<size_t>(C));
+  });
+}
+
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t stream, uint64_t offset) {
   OpCall call("ops::dropout_forward");
   call.operands({{y, "y"}, {x, "x"}});

@@ -11,6 +11,8 @@ namespace tessera::ops {
 void add_inplace(const Tensor& y, const Tensor& x);
 // y [N.., C] += b [C] on every row.
 void add_bias(const Tensor& y, const Tensor& b);
+// add_bias's backward for the bias: db [C] += dy [N.., C] summed over its rows.
+void add_bias_backward(const Tensor& db, const Tensor& dy);
 
 // Inverted dropout with the counter-based RNG: element i of x is kept iff
 // uniform(seed, stream, offset + i) >= p and then scaled by 1 / (1 - p); p in [0, 1]. No mask is

@@ -1,5 +1,6 @@
 // The ops the harness checks, each with its shapes. Shapes are chosen to break naive code: one
 // row, odd channel counts (13 is no multiple of any vector width), sizes past a tile boundary.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/swiglu.h"
@@ -49,6 +51,30 @@ struct LinearOp {
         for (int i = 0; i < IC; ++i) s += in[0][sz(n, IC) + i] * in[1][sz(o, IC) + i];
         out[sz(n, OC) + o] = s;
       }
+    }
+  }
+};
+
+// y = x + b on every row: the bias a row-parallel layer adds after its reduction.
+struct AddBiasOp {
+  static constexpr bool kScalarUpstream = false, kHasReference = true;
+  int N, C;
+  std::vector<Input> inputs() const { return {{"inp", sz(N, C), Grad::Written}, {"bias", sz(C), Grad::Accumulated}}; }
+  size_t output_size() const { return sz(N, C); }
+  template <class T>
+  void forward(const Buffers<T>& in, std::vector<T>& out, Buffers<T>&) const {
+    std::copy(in[0].begin(), in[0].end(), out.begin());
+    add_bias(out.data(), in[1].data(), sz(N), sz(C));
+  }
+  template <class T>
+  void backward(const Buffers<T>&, const std::vector<T>&, const std::vector<T>& dout, const Buffers<T>&,
+                Buffers<T>& din) const {
+    std::copy(dout.begin(), dout.end(), din[0].begin());
+    add_bias_backward(din[1].data(), dout.data(), sz(N), sz(C));
+  }
+  void reference(const Buffers<double>& in, std::vector<double>& out) const {
+    for (int n = 0; n < N; ++n) {
+      for (int c = 0; c < C; ++c) out[sz(n, C) + c] = in[0][sz(n, C) + c] + in[1][c];
     }
   }
 };
@@ -285,6 +311,8 @@ std::vector<std::shared_ptr<const OpCase>> dense_cases() {
       make_case("linear_N1_IC13_OC7_bias", LinearOp{1, 13, 7, true}),
       make_case("linear_N67_IC13_OC5", LinearOp{67, 13, 5, false}),
       make_case("linear_N33_IC40_OC24_bias", LinearOp{33, 40, 24, true}),
+      make_case("add_bias_N1_C13", AddBiasOp{1, 13}),
+      make_case("add_bias_N67_C13", AddBiasOp{67, 13}),
       make_case("layernorm_N1_C13", LayerNormOp{1, 13, true}),
       make_case("layernorm_N67_C13", LayerNormOp{67, 13, true}),
       make_case("layernorm_N5_C64_nobias", LayerNormOp{5, 64, false}),
@@ -306,6 +334,7 @@ std::vector<std::shared_ptr<const OpCase>> dense_cases() {
       make_case("dropout_n13_p0", DropoutOp{13, 0.0f}),
       // Large enough to take the multithreaded paths (detail::kParallelMinWork).
       make_case("linear_N300_IC64_OC70_bias", LinearOp{300, 64, 70, true}),
+      make_case("add_bias_N300_C77", AddBiasOp{300, 77}),
       make_case("layernorm_N300_C77", LayerNormOp{300, 77, true}),
       make_case("rmsnorm_N300_C77", RmsNormOp{300, 77}),
       make_case("gelu_n40000", GeluOp{40000}),

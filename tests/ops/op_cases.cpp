@@ -325,6 +325,13 @@ std::vector<OpCase> op_cases() {
               kernels::add_bias(a.f("y"), a.f("b"), static_cast<size_t>(rows(a)), static_cast<size_t>(a.n("C")));
             }),
             {"B", "T"}),
+      entry("add_bias_backward", residual, {arg("db", {"C"}), arg("dy", {"B", "T", "C"})},
+            run([](const Args& a) { add_bias_backward(a["db"], a["dy"]); }),
+            run([](const Args& a) {
+              kernels::add_bias_backward(a.f("db"), a.f("dy"), static_cast<size_t>(rows(a)),
+                                         static_cast<size_t>(a.n("C")));
+            }),
+            {"B", "T"}),
       entry("add_inplace", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { add_inplace(a["y"], a["x"]); }),
             run([](const Args& a) { kernels::add_inplace(a.f("y"), a.f("x"), numel(a, "y")); })),

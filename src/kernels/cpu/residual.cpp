@@ -43,6 +43,20 @@ void add_bias(T* y, const T* bias, size_t rows, size_t width) {
 
 template void add_bias<float>(float*, const float*, size_t, size_t);
 template void add_bias<double>(double*, const double*, size_t, size_t);
+
+template <class T>
+void add_bias_backward(T* dbias, const T* dy, size_t rows, size_t width) {
+  detail::for_column_ranges(static_cast<int>(width), rows * width, [&](int c0, int c1) {
+    for (size_t r = 0; r < rows; ++r) {
+      const T* row = dy + r * width;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) dbias[c] += row[c];
+    }
+  });
+}
+
+template void add_bias_backward<float>(float*, const float*, size_t, size_t);
+template void add_bias_backward<double>(double*, const double*, size_t, size_t);
 template void add<float>(float*, const float*, const float*, size_t);
 template void add<double>(double*, const double*, const double*, size_t);
 template void add_inplace<float>(float*, const float*, size_t);

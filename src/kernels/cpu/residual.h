@@ -16,4 +16,9 @@ void scale_inplace(T* y, T s, size_t n);  // y *= s
 template <class T>
 void add_bias(T* y, const T* bias, size_t rows, size_t width);  // y[r, c] += bias[c]
 
+// Its backward for the bias: dbias[c] += Σ_r dy[r, c], rows summed in order (the same bits for
+// any thread count).
+template <class T>
+void add_bias_backward(T* dbias, const T* dy, size_t rows, size_t width);
+
 }  // namespace tessera::kernels
