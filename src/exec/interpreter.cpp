@@ -162,7 +162,10 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
     // An activation becomes the stage's input (an activation); a gradient is what a backward
     // passes down, which the model keeps in workspace.
     const MemoryTag tag = a.payload == pipeline::Tensor::Activation ? MemoryTag::Activations : MemoryTag::Workspace;
-    Tensor buffer = Tensor::empty({tokens.size(0), tokens.size(1), model_.config().n_embd}, DType::F32, tag, memory_);
+    // What crosses a stage boundary is the residual stream: this rank's part of each sequence.
+    const int parts = region_ != nullptr ? region_->sequence_shard().parts : 1;
+    Tensor buffer =
+        Tensor::empty({tokens.size(0), tokens.size(1) / parts, model_.config().n_embd}, DType::F32, tag, memory_);
     dist::WorkPtr work = pipeline_->recv(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
                                          transfer_tag(program, a), "pipeline instruction: " + describe(a));
     posted[static_cast<size_t>(j)] = Transfer{std::move(work), std::move(buffer)};

@@ -11,8 +11,8 @@ namespace {
 // The live activation bytes of one rank while its program runs, state by state.
 class ActivationWalk {
  public:
-  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp)
-      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp)) {
+  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp, bool sp)
+      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp, sp)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
@@ -58,7 +58,7 @@ class ActivationWalk {
   struct MicrobatchState {
     std::vector<bool> input;    // [unit]: x_u is stored (in its slot or the unit's context)
     std::vector<int64_t> kept;  // [unit]: bytes the unit's context holds beyond its input
-    std::vector<int64_t> rebuilt;  // [unit]: what its backward rebuilds (a selective forward dropped)
+    std::vector<int64_t> rebuilt;  // [unit]: the most its backward holds rebuilding what a selective forward dropped
     int backward_done;          // the lowest unit whose backward (input half) ran
   };
 
@@ -94,11 +94,11 @@ class ActivationWalk {
       case Phase::Recompute:
       case Phase::Eval: {
         const int64_t own = b.own - dropped;
-        const int64_t during = live_ + own + b.output + (a.selective ? b.selective_forward : 0);
+        const int64_t during = live_ + own + b.output + b.forward_transient + (a.selective ? b.selective_forward : 0);
         const bool keeps_all = a.keep == memory::Keep::All && a.phase != Phase::Eval;
         if (keeps_all) {
           s.kept[u] = own;
-          s.rebuilt[u] = dropped;
+          s.rebuilt[u] = a.selective ? b.rebuild_peak : 0;
           live_ += own;
         }
         if (!keeps_all && (a.keep == memory::Keep::Nothing || a.phase == Phase::Eval)) drop_input(s, a.unit);
@@ -138,8 +138,9 @@ class ActivationWalk {
 
 }  // namespace
 
-ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T, int tp) {
-  return ActivationWalk(program, model, B, T, tp).run();
+ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T, int tp,
+                                     bool sp) {
+  return ActivationWalk(program, model, B, T, tp, sp).run();
 }
 
 }  // namespace tessera::exec

@@ -58,8 +58,8 @@ UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, Memory
 }
 
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
-                                           int T, bool selective, const UnitTimes& times, int tp) {
-  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T, tp);
+                                           int T, bool selective, const UnitTimes& times, int tp, bool sp) {
+  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T, tp, sp);
   std::vector<memory::ChainUnit> chain;
   for (int u = stage.chain_first(); u < stage.last; ++u) {
     const nn::GPT::UnitBytes& b = bytes[static_cast<size_t>(u)];
@@ -67,8 +67,8 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
     c.input_bytes = bytes[static_cast<size_t>(u - 1)].output;
     const int64_t dropped = selective ? b.recomputable : 0;
     c.own_bytes = b.own - dropped;
-    c.backward_extra_bytes = dropped;
-    c.forward_extra_bytes = selective ? b.selective_forward : 0;
+    c.backward_extra_bytes = selective ? b.rebuild_peak : 0;
+    c.forward_extra_bytes = b.forward_transient + (selective ? b.selective_forward : 0);
     c.output_bytes = b.output;
     c.forward_time = times.forward[static_cast<size_t>(u)];
     c.backward_time = times.backward[static_cast<size_t>(u)];
@@ -78,11 +78,11 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
 }
 
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
-                    const UnitTimes& times, int tp) {
+                    const UnitTimes& times, int tp, bool sp) {
   const bool selective = options.policy == memory::RecomputePolicy::Selective;
   const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.n_layer);
   for (StagePlan::Stage& stage : plan.stages) {
-    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times, tp);
+    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times, tp, sp);
     int64_t budget = options.budget_bytes;
     if (stage.first == 0) budget -= embedding_bytes(model, B, T);
     stage.selective = selective;

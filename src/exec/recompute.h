@@ -41,15 +41,15 @@ UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
 // FLOPs; every schedule runs each backward once, so it does not change which schedule is best).
 UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
 
-// The recompute chain of `stage` for microbatches [B, T].
-// The recompute chain of `stage` for microbatches [B, T] on a rank of `tp` tensor-parallel ranks.
+// The recompute chain of `stage` for microbatches [B, T] on a rank of `tp` tensor-parallel ranks,
+// with sequence parallelism when `sp`.
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
-                                           int T, bool selective, const UnitTimes& times, int tp = 1);
+                                           int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false);
 
 // Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
 // whole microbatch's activation peak; the embedding's token ids come off it first.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
-                    const UnitTimes& times, int tp = 1);
+                    const UnitTimes& times, int tp = 1, bool sp = false);
 
 struct ActivationPrediction {
   int64_t per_microbatch_peak = 0;   // P

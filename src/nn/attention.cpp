@@ -27,8 +27,9 @@ Attention::Attention(ParameterStore& store, const std::string& name, const confi
 
 Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   x.expect_shape({-1, -1, channels_}, "attention input");
-  const int64_t B = x.size(0), T = x.size(1), W = width_, H = n_head_;
-  Tensor qkv = qkv_.forward(step, ctx.qkv_proj, step.enter_region(x));  // [B, T, 3W]
+  const Tensor whole = step.enter_region(x);  // [B, T, C]: the whole sequences (x may be a part of each)
+  const int64_t B = whole.size(0), T = whole.size(1), W = width_, H = n_head_;
+  Tensor qkv = qkv_.forward(step, ctx.qkv_proj, whole);  // [B, T, 3W]
   if (rotary_) {
     Tensor rotated = step.activation({B, T, 3 * W});
     ops::rope_forward(rotated, qkv, n_head_, rope_theta_);
@@ -38,7 +39,7 @@ Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   ctx.out = step.activation({B, T, W});
   ctx.lse = step.activation({B, H, T});
   ops::attention_forward(ctx.out, ctx.lse, qkv, n_head_);
-  return proj_.forward_leaving(step, ctx.out_proj, ctx.out);  // [B, T, C]
+  return proj_.forward_leaving(step, ctx.out_proj, ctx.out);  // [B, Ts, C]
 }
 
 Tensor Attention::decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past) {
@@ -66,7 +67,7 @@ Tensor Attention::backward(StepContext& step, Ctx& ctx, const Tensor& dy, Backwa
   ctx.qkv = Tensor();
   ctx.out = Tensor();
   ctx.lse = Tensor();
-  return step.enter_region_backward(qkv_.backward(step, ctx.qkv_proj, dqkv, part));  // [B, T, C]
+  return step.enter_region_backward(qkv_.backward(step, ctx.qkv_proj, dqkv, part));  // [B, Ts, C]
 }
 
 }  // namespace tessera::nn

@@ -20,24 +20,40 @@ void Block::dropout(StepContext& step, const Tensor& branch, int site, uint64_t 
   const uint64_t stream =
       stream_id("dropout:residual") ^ (static_cast<uint64_t>(layer_) << 40) ^ (static_cast<uint64_t>(site) << 32) ^
       (step.step * 0x9E3779B97F4A7C15ull);
-  if (backward) {
-    ops::dropout_backward(branch, branch, dropout_, step.seed, stream, offset);
-  } else {
-    ops::dropout_forward(branch, branch, dropout_, step.seed, stream, offset);
+  auto apply = [&](const Tensor& part, uint64_t first_index) {
+    if (backward) {
+      ops::dropout_backward(part, part, dropout_, step.seed, stream, first_index);
+    } else {
+      ops::dropout_forward(part, part, dropout_, step.seed, stream, first_index);
+    }
+  };
+  // A mask element is keyed by its index in the whole microbatch [B, T, C], so a rank holding a
+  // part of each sequence draws the same mask values as one process: sequence by sequence, from
+  // its part's first position.
+  const SequenceShard shard = step.sequence_shard();
+  if (shard.parts == 1) {
+    apply(branch, offset);
+    return;
+  }
+  const int64_t B = branch.size(0), Ts = branch.size(1), C = branch.size(2), T = Ts * shard.parts;
+  for (int64_t b = 0; b < B; ++b) {
+    apply(branch.slice(0, b, b + 1), offset + static_cast<uint64_t>((b * T + shard.first(Ts)) * C));
   }
 }
 
 Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable) {
-  ctx.dropout_offset = static_cast<uint64_t>(step.sample_offset) * static_cast<uint64_t>(x.numel() / x.size(0));
-  Tensor h = norm1_.forward(step, ctx.norm1, x);  // [B, T, C]
-  Tensor x1 = attn_.forward(step, ctx.attn, h);   // [B, T, C], the branch; becomes the residual stream
-  if (!keep_recomputable) {
-    h = Tensor();  // norm1's output: its only other holder is the qkv projection's context
-    ctx.attn.qkv_proj.inp = Tensor();
-  }
+  // The first mask index of this microbatch's sequences: values per sequence of the whole [B, T, C].
+  const int64_t values_per_sequence = x.size(1) * step.sequence_shard().parts * x.size(2);
+  ctx.dropout_offset = static_cast<uint64_t>(step.sample_offset * values_per_sequence);
+  Tensor h = norm1_.forward(step, ctx.norm1, x);  // [B, Ts, C]
+  Tensor x1 = attn_.forward(step, ctx.attn, h);   // [B, Ts, C], the branch; becomes the residual stream
+  // norm1's output: the qkv projection's context holds what it read (the same tensor, or under
+  // sequence parallelism the whole sequences gathered from it), which selective recomputation drops.
+  h = Tensor();
+  if (!keep_recomputable) ctx.attn.qkv_proj.inp = Tensor();
   dropout(step, x1, 0, ctx.dropout_offset, false);
   ops::add_inplace(x1, x);
-  Tensor x2 = mlp_.forward(step, ctx.mlp, norm2_.forward(step, ctx.norm2, x1), keep_recomputable);  // [B, T, C]
+  Tensor x2 = mlp_.forward(step, ctx.mlp, norm2_.forward(step, ctx.norm2, x1), keep_recomputable);  // [B, Ts, C]
   dropout(step, x2, 1, ctx.dropout_offset, false);
   ops::add_inplace(x2, x1);
   ctx.recomputable_dropped = !keep_recomputable;
@@ -59,9 +75,10 @@ int64_t Block::recomputable_values_per_token(const config::ModelConfig& config, 
 }
 
 void Block::restore_recomputable(StepContext& step, Ctx& ctx) {
-  const Tensor h = norm1_.recompute_output(step, ctx.norm1);
-  ctx.attn.qkv_proj.inp = h;
-  const Tensor h2 = norm2_.recompute_output(step, ctx.norm2);
+  // What the projections read: the norms' outputs, entering the region again (under sequence
+  // parallelism, gathered again over the group).
+  ctx.attn.qkv_proj.inp = step.enter_region(norm1_.recompute_output(step, ctx.norm1));
+  const Tensor h2 = step.enter_region(norm2_.recompute_output(step, ctx.norm2));
   ctx.mlp.fc.inp = h2;
   if (ctx.mlp.up_out.defined()) ctx.mlp.up.inp = h2;
   ctx.mlp.proj.inp = mlp_.recompute_activation(step, ctx.mlp);

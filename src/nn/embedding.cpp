@@ -18,13 +18,18 @@ Tensor Embedding::forward(StepContext& step, Ctx& ctx, const Tensor& tokens) {
   tokens.expect_shape({-1, -1}, "embedding tokens");
   const int64_t B = tokens.size(0), T = tokens.size(1);
   TS_CHECK(T >= 1 && T <= max_T_, "sequence length {} exceeds the model's seq_len {}", T, max_T_);
-  Tensor out = step.activation({B, T, channels_});
-  ops::embedding_rows_forward(out, tokens, step.weight(*tokens_), first_row_, vocab_);
-  out = step.leave_region(out);
-  if (positions_) ops::positions_forward(out, step.weight(*positions_));
   ctx.tokens = step.activation({B, T}, DType::I32);
   ctx.tokens.copy_from(tokens);
+  Tensor out = step.activation({B, T, channels_});  // this rank's rows of the table: a partial sum
+  ops::embedding_rows_forward(out, tokens, step.weight(*tokens_), first_row_, vocab_);
+  out = step.leave_region(out);  // [B, Ts, C]
+  if (positions_) ops::positions_forward(out, position_rows(step, step.weight(*positions_), out.size(1)));
   return out;
+}
+
+Tensor Embedding::position_rows(const StepContext& step, const Tensor& table, int64_t local_length) const {
+  // Row t of the view is the position of the residual stream's token t on this rank.
+  return table.slice(0, step.sequence_shard().first(local_length), max_T_);
 }
 
 Tensor Embedding::forward_at(StepContext& step, const Tensor& tokens, int64_t position0) {
@@ -46,8 +51,8 @@ void Embedding::backward(StepContext& step, Ctx& ctx, const Tensor& dy, Backward
     ctx.dy = dy;
     return;
   }
-  const Tensor& grad = part == BackwardPart::Weight ? ctx.dy : dy;  // [B, T, C]
-  if (positions_) ops::positions_backward(step.grad(*positions_), grad);
+  const Tensor& grad = part == BackwardPart::Weight ? ctx.dy : dy;  // [B, Ts, C]
+  if (positions_) ops::positions_backward(position_rows(step, step.grad(*positions_), grad.size(1)), grad);
   ops::embedding_rows_backward(step.grad(*tokens_), step.leave_region_backward(grad), ctx.tokens, first_row_);
   ctx = Ctx{};
 }

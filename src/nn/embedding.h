@@ -16,11 +16,12 @@ class Embedding {
 
   struct Ctx {
     Tensor tokens;  // [B, T] i32, kept for the backward scatter
-    Tensor dy;      // [B, T, C]: the output gradient, kept by the input half for the weight half
+    Tensor dy;      // [B, Ts, C]: the output gradient, kept by the input half for the weight half
   };
-  // tokens [B, T] i32 -> [B, T, C]. Token ids outside [0, V) raise an error naming id and position.
+  // tokens [B, T] i32 -> [B, Ts, C] (Ts: the part of each sequence the residual stream holds on
+  // this rank, nn/tensor_region.h). Token ids outside [0, V) raise an error naming id and position.
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& tokens);
-  // dy [B, T, C]; dwte, dwpe +=. Tokens have no gradient: the input half only keeps dy for the
+  // dy [B, Ts, C]; dwte, dwpe +=. Tokens have no gradient: the input half only keeps dy for the
   // weight half, which does the scatter.
   void backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
   // Inference for decoding with a cache: tokens [B, T] at positions position0 .. position0 + T - 1
@@ -30,6 +31,10 @@ class Embedding {
   const Parameter& token_weight() const { return *tokens_; }
 
  private:
+  // The rows of a position table [Tmax, C] (values or gradients) of this rank's part of the
+  // sequence, local_length long: a view from its first position on.
+  Tensor position_rows(const StepContext& step, const Tensor& table, int64_t local_length) const;
+
   const Parameter* tokens_ = nullptr;     // [V, C] (this rank's rows of it)
   const Parameter* positions_ = nullptr;  // [Tmax, C] or null
   int vocab_ = 0, channels_ = 0, max_T_ = 0;

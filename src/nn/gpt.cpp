@@ -46,11 +46,11 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
 }
 
 GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb) {
-  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t B = mb.targets.size(0), T = mb.targets.size(1);  // x [B, Ts, C] may hold a part of each sequence
   UnitOutput out;
   const int32_t* targets = mb.targets.data<int32_t>();
   for (int64_t i = 0; i < B * T; ++i) out.counted += targets[i] != kIgnoreIndex;
-  Tensor h = step.enter_region(norm_.forward(step, ctx.norm, x));  // [B, T, C]
+  Tensor h = step.enter_region(norm_.forward(step, ctx.norm, x));  // [B, T, C], whole sequences
   // The head's rows may be a block of the vocabulary (a tensor-parallel plan's): the loss combines
   // its row statistics over the region instead of gathering the logits.
   const Parameter& w = head_.weight();
@@ -201,7 +201,7 @@ Tensor GPT::decode(StepContext& step, KVCache& cache, const int32_t* tokens, int
   return head_.forward(eval, head.proj, h).reshape({B, config_.vocab_size});  // [B, V]
 }
 
-std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T, int tp) {
+std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp) {
   // Values kept per token, each 4 bytes (f32 activations, i32 token ids):
   //   embedding: its own copy of the token ids 1; output C (the first block's input)
   //   block, GPT-2: norm1 out C + mean 1 + rstd 1; qkv 3C; attention out C + lse H; residual x1 C;
@@ -219,28 +219,53 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   // the head its final norm out C and the logits' gradient V.
   // Under tensor parallelism (t ranks) what lies between a region's entry and exit holds this
   // rank's heads and hidden units only: qkv, the attention output, lse and the MLP's F-wide tensors
-  // divide by t, and the logits hold V padded to a multiple of t, divided by t. The residual stream,
-  // the norms' outputs and statistics stay whole on every rank (sequence parallelism would split them).
+  // divide by t, and the logits hold V padded to a multiple of t, divided by t. The residual stream
+  // and the norms' statistics stay whole on every rank, and so do the norms' outputs, which the
+  // projections read.
+  // With sequence parallelism the residual stream, x1, the norms' statistics and every unit's
+  // output hold this rank's part of the sequence, T/t tokens ("part" below). What a projection
+  // reads is the whole sequence gathered from the norm's part (the norm's own output is freed), so
+  // the two norm outputs C and the head's input C stay whole. While a forward runs it also holds
+  // the partial sums [B, T, C] of its last projection (or of the embedding) until the
+  // reduce-scatter has read them, and the head holds its norm's part until it is gathered.
   TS_CHECK(tp >= 1 && c.n_head % tp == 0 && c.ffn() % tp == 0, "activation bytes for tp {} of a model with {} heads "
            "and an MLP width of {}", tp, c.n_head, c.ffn());
+  TS_CHECK(!sp || (tp > 1 && T % tp == 0), "activation bytes under sequence parallelism need tp > 1 dividing T; got tp "
+           "{}, T {}", tp, T);
   const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size, t = tp;
   const int64_t Vt = (V + t - 1) / t;  // this rank's logits, padding included
-  const int64_t tokens = int64_t{B} * T * 4;
+  const int64_t whole = int64_t{B} * T * 4;              // bytes of one value per token of the microbatch
+  const int64_t part = int64_t{B} * (T / (sp ? t : 1)) * 4;  // ... per token of this rank's residual stream
   const bool gpt2 = c.arch == config::Architecture::Gpt2;
+  const int64_t norm_stats = gpt2 ? 2 : 1;
+  const int64_t reduce_scatter_input = sp ? C * whole : 0;
   std::vector<UnitBytes> bytes;
-  bytes.push_back({1 * tokens, C * tokens, 0, 0, 1 * tokens});
-  const int64_t block = gpt2 ? 3 * C + 4 + (4 * C + H + 2 * F) / t : 3 * C + 2 + (4 * C + H + 3 * F) / t;
+  bytes.push_back({.own = 1 * whole, .output = C * part, .weight_half = 1 * whole,
+                   .forward_transient = reduce_scatter_input});
+  const int64_t split = gpt2 ? 4 * C + H + 2 * F : 4 * C + H + 3 * F;
+  const int64_t block = (2 * C + split / t) * whole + (C + 2 * norm_stats) * part;
+  const int64_t recomputable = Block::recomputable_values_per_token(c, tp) * whole;
+  // Rebuilding, the second norm's part waits to be gathered beside the first gathered input.
+  const int64_t rebuild_peak = sp ? 2 * C * whole + std::max(C * part, F / t * whole) : recomputable;
   for (int l = 0; l < c.n_layer; ++l) {
-    bytes.push_back({block * tokens, C * tokens, Block::recomputable_values_per_token(c, tp) * tokens,
-                     Block::selective_forward_values_per_token(c, tp) * tokens, (2 * C + (C + F) / t) * tokens});
+    bytes.push_back({.own = block,
+                     .output = C * part,
+                     .recomputable = recomputable,
+                     .selective_forward = Block::selective_forward_values_per_token(c, tp) * whole,
+                     .weight_half = (2 * C + (C + F) / t) * whole,
+                     .forward_transient = reduce_scatter_input,
+                     .rebuild_peak = rebuild_peak});
   }
-  bytes.push_back({(C + (gpt2 ? 2 : 1) + Vt + 1) * tokens, 0, 0, 0, (C + Vt) * tokens});
+  const int64_t head_own = (C + Vt + 1) * whole + norm_stats * part;
+  // The norm's part beside the gathered input, if that outweighs the logits and losses to come.
+  const int64_t head_transient = sp ? std::max<int64_t>(0, C * part - (Vt + 1) * whole) : 0;
+  bytes.push_back({.own = head_own, .weight_half = (C + Vt) * whole, .forward_transient = head_transient});
   return bytes;
 }
 
-int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T, int tp) {
+int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp) {
   int64_t total = 0;
-  for (const UnitBytes& u : unit_activation_bytes(c, B, T, tp)) total += u.own + u.output;
+  for (const UnitBytes& u : unit_activation_bytes(c, B, T, tp, sp)) total += u.own + u.output;
   return total;
 }
 

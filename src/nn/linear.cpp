@@ -41,21 +41,31 @@ Tensor Linear::forward_leaving(StepContext& step, Ctx& ctx, const Tensor& x) {
 }
 
 Tensor Linear::backward_leaving(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
-  return backward(step, ctx, part == BackwardPart::Weight ? dy : step.leave_region_backward(dy), part);
+  if (part == BackwardPart::Weight) return backward_product(step, ctx, Tensor(), part, nullptr);
+  // The bias joined the residual stream after the reduction: its gradient is the stream's gradient
+  // summed over the tokens this rank holds — under sequence parallelism a part of each sequence,
+  // whose partial sums the training engine completes over the group like the norms' gains.
+  if (bias_) ops::add_bias_backward(step.grad(*bias_), dy);
+  return backward_product(step, ctx, step.leave_region_backward(dy), part, nullptr);
 }
 
-Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
+Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  return backward_product(step, ctx, dy, part, bias_);
+}
+
+Tensor Linear::backward_product(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part,
+                                const Parameter* bias) {
   // The weight half reads the output gradient the input half kept.
   const Tensor dy = part == BackwardPart::Weight ? ctx.dy : dy_in;
   TS_CHECK(dy.defined(), "linear backward: the weight half ran before the input half kept the output gradient");
+  const Tensor dbias = bias ? step.grad(*bias) : Tensor();
   Tensor dx;
   if (computes_input_gradient(part)) {
     dx = step.workspace(with_last_dim(dy.shape(), in_));  // [N.., IC]
   }
   switch (part) {
     case BackwardPart::Both:
-      ops::linear_backward(dx, step.grad(*weight_), bias_ ? step.grad(*bias_) : Tensor(), dy, ctx.inp,
-                           step.weight(*weight_));
+      ops::linear_backward(dx, step.grad(*weight_), dbias, dy, ctx.inp, step.weight(*weight_));
       ctx = Ctx{};
       break;
     case BackwardPart::Input:
@@ -63,7 +73,7 @@ Tensor Linear::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, Backwa
       ctx.dy = dy;
       break;
     case BackwardPart::Weight:
-      ops::linear_backward_weight(step.grad(*weight_), bias_ ? step.grad(*bias_) : Tensor(), dy, ctx.inp);
+      ops::linear_backward_weight(step.grad(*weight_), dbias, dy, ctx.inp);
       ctx = Ctx{};
       break;
   }

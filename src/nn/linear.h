@@ -28,7 +28,8 @@ class Linear {
   // y = leave(x·Wᵀ) + b, so the partial products are summed first and the bias, which every rank
   // holds, joins once. x [N.., IC] -> [N.., OC].
   Tensor forward_leaving(StepContext& step, Ctx& ctx, const Tensor& x);
-  // Its backward: dy [N.., OC] of the residual stream -> dx [N.., IC].
+  // Its backward: dy [N.., OC] of the residual stream -> dx [N.., IC]. The bias gradient comes from
+  // dy, so the input half (or both) writes it.
   Tensor backward_leaving(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
   const Parameter& weight() const { return *weight_; }
 
@@ -36,6 +37,9 @@ class Linear {
   int out_features() const { return out_; }
 
  private:
+  // The backward of x·Wᵀ, and of the bias `bias` (null: none) when it was added to that product.
+  Tensor backward_product(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part, const Parameter* bias);
+
   const Parameter* weight_ = nullptr;  // [OC, IC]
   const Parameter* bias_ = nullptr;    // [OC] or null
   int in_ = 0, out_ = 0;

@@ -45,6 +45,7 @@ struct StepContext {
   Tensor enter_region_backward(const Tensor& dx) { return region ? region->enter_backward(*this, dx) : dx; }
   Tensor leave_region(const Tensor& partial) { return region ? region->leave(*this, partial) : partial; }
   Tensor leave_region_backward(const Tensor& dy) { return region ? region->leave_backward(*this, dy) : dy; }
+  SequenceShard sequence_shard() const { return region ? region->sequence_shard() : SequenceShard{}; }
 };
 
 }  // namespace tessera::nn

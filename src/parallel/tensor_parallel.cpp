@@ -1,7 +1,11 @@
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "config/tensor_parallel_shape.h"
 #include "core/check.h"
+#include "nn/step_context.h"
 
 namespace tessera::parallel {
 
@@ -154,6 +158,106 @@ void TensorParallelRegion::max_over_group(std::span<float> values) {
 
 void TensorParallelRegion::sum_over_group(std::span<float> values) {
   group_.all_reduce(values, dist::ReduceOp::Sum)->wait();
+}
+
+namespace {
+
+Tensor allocate(nn::StepContext& step, const Shape& shape, MemoryTag tag) {
+  return tag == MemoryTag::Activations ? step.activation(shape) : step.workspace(shape);
+}
+
+}  // namespace
+
+void pack_sequence_parts(float* packed, const float* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C) {
+  const auto block = static_cast<size_t>(Ts * C) * sizeof(float);
+  for (int64_t r = 0; r < parts; ++r) {
+    for (int64_t b = 0; b < B; ++b) std::memcpy(packed + (r * B + b) * Ts * C, whole + (b * parts + r) * Ts * C, block);
+  }
+}
+
+void unpack_sequence_parts(float* whole, const float* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C) {
+  const auto block = static_cast<size_t>(Ts * C) * sizeof(float);
+  for (int64_t r = 0; r < parts; ++r) {
+    for (int64_t b = 0; b < B; ++b) std::memcpy(whole + (b * parts + r) * Ts * C, packed + (r * B + b) * Ts * C, block);
+  }
+}
+
+Tensor SequenceParallelRegion::gather(nn::StepContext& step, const Tensor& part, MemoryTag tag) {
+  part.expect_shape({-1, -1, -1}, "sequence-parallel part");
+  const int64_t t = group_.size(), B = part.size(0), Ts = part.size(1), C = part.size(2);
+  Tensor whole = allocate(step, {B, t * Ts, C}, tag);
+  const auto count = static_cast<size_t>(part.numel());
+  if (B == 1) {  // one sequence: rank order is sequence order
+    group_.all_gather(part.data<float>(), whole.data<float>(), count, DType::F32)->wait();
+    return whole;
+  }
+  Tensor packed = step.workspace({t, B, Ts, C});
+  group_.all_gather(part.data<float>(), packed.data<float>(), count, DType::F32)->wait();
+  unpack_sequence_parts(whole.data<float>(), packed.data<float>(), t, B, Ts, C);
+  return whole;
+}
+
+Tensor SequenceParallelRegion::scatter(nn::StepContext& step, const Tensor& whole, MemoryTag tag) {
+  whole.expect_shape({-1, -1, -1}, "sequence-parallel partial sums");
+  const int64_t t = group_.size(), B = whole.size(0), T = whole.size(1), C = whole.size(2);
+  TS_CHECK(T % t == 0, "sequence parallelism over {} ranks: a sequence of {} positions does not split into {} equal "
+           "parts; use a sequence length that is a multiple of {}", t, T, t, t);
+  const int64_t Ts = T / t;
+  Tensor part = allocate(step, {B, Ts, C}, tag);
+  const auto count = static_cast<size_t>(part.numel());
+  if (B == 1) {
+    group_.reduce_scatter(whole.data<float>(), part.data<float>(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+    return part;
+  }
+  Tensor packed = step.workspace({t, B, Ts, C});
+  pack_sequence_parts(packed.data<float>(), whole.data<float>(), t, B, Ts, C);
+  group_.reduce_scatter(packed.data<float>(), part.data<float>(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+  return part;
+}
+
+Tensor SequenceParallelRegion::enter(nn::StepContext& step, const Tensor& x) {
+  return gather(step, x, MemoryTag::Activations);  // the projections keep it for their weight gradients
+}
+
+Tensor SequenceParallelRegion::enter_backward(nn::StepContext& step, const Tensor& dx) {
+  return scatter(step, dx, MemoryTag::Workspace);
+}
+
+Tensor SequenceParallelRegion::leave(nn::StepContext& step, const Tensor& partial) {
+  return scatter(step, partial, MemoryTag::Activations);  // the residual stream
+}
+
+Tensor SequenceParallelRegion::leave_backward(nn::StepContext& step, const Tensor& dy) {
+  return gather(step, dy, MemoryTag::Workspace);
+}
+
+void SequenceParallelRegion::max_over_group(std::span<float> values) {
+  group_.all_reduce(values, dist::ReduceOp::Max)->wait();
+}
+
+void SequenceParallelRegion::sum_over_group(std::span<float> values) {
+  group_.all_reduce(values, dist::ReduceOp::Sum)->wait();
+}
+
+void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const optim::Segment> segments) {
+  std::vector<const optim::Segment*> whole;
+  size_t count = 0;
+  for (const optim::Segment& s : segments) {
+    if (s.param->spec.replicated_over(config::MeshDim::TP) && s.size() > 0) {
+      whole.push_back(&s);
+      count += static_cast<size_t>(s.size());
+    }
+  }
+  if (whole.empty()) return;
+  std::vector<float> packed;
+  packed.reserve(count);
+  for (const optim::Segment* s : whole) packed.insert(packed.end(), s->grad, s->grad + s->size());
+  group.all_reduce(packed.data(), packed.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+  size_t at = 0;
+  for (const optim::Segment* s : whole) {
+    std::copy_n(packed.data() + at, s->size(), s->grad);
+    at += static_cast<size_t>(s->size());
+  }
 }
 
 }  // namespace tessera::parallel

@@ -16,6 +16,14 @@
 // gradient going back (f); leaving it, an all-reduce of the partial sums going forward and the
 // identity going back (g). So a block costs four all-reduces of B·T·C per forward and backward,
 // plus the vocabulary-parallel embedding's and head's.
+//
+// With sequence parallelism (SequenceParallelRegion, Korthikanti et al. 2022) the residual stream
+// between the regions — norms, dropout, residual additions — runs on a part of every sequence per
+// rank: entering is an all-gather of the parts, leaving a reduce-scatter of the partial sums, and
+// their backwards the other way round. The same bytes cross the wire as with the all-reduces, but
+// no rank holds the residual stream whole. The parameters every rank holds whole (norm gains,
+// row-parallel biases, learned positions) then get a partial gradient from each rank's part:
+// sum_sequence_parallel_gradients completes them over the group before the optimizer step.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +33,7 @@
 #include "dist/communicator.h"
 #include "nn/parameters.h"
 #include "nn/tensor_region.h"
+#include "optim/optimizer.h"
 
 namespace tessera::parallel {
 
@@ -87,11 +96,47 @@ class TensorParallelRegion final : public nn::TensorRegion {
   Tensor leave_backward(nn::StepContext& step, const Tensor& dy) override;
   void max_over_group(std::span<float> values) override;
   void sum_over_group(std::span<float> values) override;
+  nn::SequenceShard sequence_shard() const override { return {}; }
 
   dist::Communicator& group() const { return group_; }
 
  private:
   dist::Communicator& group_;
 };
+
+// The region of tensor parallelism with sequence parallelism: rank r of t holds positions
+// [r T/t, (r + 1) T/t) of every sequence of the residual stream. The collectives exchange one
+// contiguous block per rank; with more than one sequence per microbatch the parts are packed into
+// rank order first ([t, B, T/t, C]) and unpacked after, one copy each way.
+class SequenceParallelRegion final : public nn::TensorRegion {
+ public:
+  explicit SequenceParallelRegion(dist::Communicator& group) : group_(group) {}
+
+  Tensor enter(nn::StepContext& step, const Tensor& x) override;              // all-gather
+  Tensor enter_backward(nn::StepContext& step, const Tensor& dx) override;    // reduce-scatter
+  Tensor leave(nn::StepContext& step, const Tensor& partial) override;        // reduce-scatter
+  Tensor leave_backward(nn::StepContext& step, const Tensor& dy) override;    // all-gather
+  void max_over_group(std::span<float> values) override;
+  void sum_over_group(std::span<float> values) override;
+  nn::SequenceShard sequence_shard() const override { return {group_.rank(), group_.size()}; }
+
+ private:
+  // part [B, T/t, C] -> whole sequences [B, T, C], allocated with `tag`.
+  Tensor gather(nn::StepContext& step, const Tensor& part, MemoryTag tag);
+  // whole [B, T, C], a partial sum on each rank -> this rank's part [B, T/t, C] of the sum.
+  Tensor scatter(nn::StepContext& step, const Tensor& whole, MemoryTag tag);
+
+  dist::Communicator& group_;
+};
+
+// The packing of SequenceParallelRegion: whole [B, parts·Ts, C] <-> packed [parts, B, Ts, C], part
+// r of every sequence as the r-th contiguous block.
+void pack_sequence_parts(float* packed, const float* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C);
+void unpack_sequence_parts(float* whole, const float* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C);
+
+// Under sequence parallelism: sums over the tensor-parallel group `group` the gradients of the
+// parameters it does not split (their segments of this rank's optimizer, which are the same on
+// every rank of the group), in one all-reduce.
+void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const optim::Segment> segments);
 
 }  // namespace tessera::parallel

@@ -27,8 +27,10 @@ dist::Communicator* unless_alone(dist::Communicator* group) {
   return group != nullptr && group->size() > 1 ? group : nullptr;
 }
 
-std::unique_ptr<TensorParallelRegion> region_over(dist::Communicator* tp) {
-  return tp != nullptr ? std::make_unique<TensorParallelRegion>(*tp) : nullptr;
+std::unique_ptr<nn::TensorRegion> region_over(dist::Communicator* tp, bool sequence_parallel) {
+  if (tp == nullptr) return nullptr;
+  if (sequence_parallel) return std::make_unique<SequenceParallelRegion>(*tp);
+  return std::make_unique<TensorParallelRegion>(*tp);
 }
 
 // Every rank must run the same program (ZeRO's collectives follow it), so measured times are
@@ -52,7 +54,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       ownership_(model.parameters()),
       pp_(unless_alone(pp)),
       tp_(unless_alone(tp)),
-      region_(region_over(tp_)),
+      region_(region_over(tp_, options.layout.sp)),
       // Only ZeRO splits elements over the data-parallel group; without it no square is summed there.
       norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_)),
       interpreter_(model, ownership_, transforms_, memory, pp_, region_.get()) {
@@ -62,7 +64,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
            "parallel executor", layout.describe());
   TS_CHECK(layout.tp == size_of(tp), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
            size_of(tp));
-  TS_CHECK(!layout.sp, "sequence parallelism is not built yet: run tensor parallelism with sp = false");
+  TS_CHECK(!layout.sp || options.seq_len % layout.tp == 0, "sequence parallelism over tp {} needs a sequence length "
+           "that tp divides, not {}", layout.tp, options.seq_len);
   if (tp_ != nullptr) {
     bool split = false;
     for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::TP);
@@ -149,7 +152,7 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   schedule_ = pipeline::make_schedule(options_.layout);
   pipeline::check_valid(schedule_);
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
-                       times, options_.layout.tp);
+                       times, options_.layout.tp, options_.layout.sp);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }
 
@@ -239,6 +242,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
 
 void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
   const std::vector<optim::Segment> segments = ownership_.master_segments();
+  if (options_.layout.sp && tp_ != nullptr) sum_sequence_parallel_gradients(*tp_, segments);
   if (stage_params_) stage_params_->sum_shared_gradients(segments);
   if (max_grad_norm) {
     result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
@@ -291,7 +295,7 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
 
 int64_t TrainingEngine::predicted_activation_peak() const {
   return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len,
-                                      options_.layout.tp)
+                                      options_.layout.tp, options_.layout.sp)
       .peak;
 }
 

@@ -58,8 +58,9 @@ class TrainingEngine {
   // (nullptr: a group of one); collective over all. With pp > 1 this rank runs its pipeline rank's
   // instruction list: its stages' units, with the transfers to and from its neighbours. With
   // tp > 1 the model must have been built with this rank's TensorParallelPlan
-  // (parallel/tensor_parallel.h): its units run with the tensor-parallel region, and the gradient
-  // norm and per-tensor optimizer statistics sum split parameters over the group.
+  // (parallel/tensor_parallel.h): its units run with the tensor-parallel region (with layout.sp,
+  // the sequence-parallel one), and the gradient norm and per-tensor optimizer statistics sum split
+  // parameters over the group.
   TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
                  dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr);
   ~TrainingEngine();
@@ -138,7 +139,7 @@ class TrainingEngine {
   exec::TransformChain transforms_;
   dist::Communicator* pp_ = nullptr;
   dist::Communicator* tp_ = nullptr;
-  std::unique_ptr<TensorParallelRegion> region_;
+  std::unique_ptr<nn::TensorRegion> region_;
   std::unique_ptr<DataParallel> dp_;
   // Under 2BW the tied-gradient exchange runs while the next batch's transfers are in flight on
   // the pipeline group; on a communicator of its own their message tags cannot meet.

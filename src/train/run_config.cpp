@@ -92,13 +92,17 @@ void RunConfig::validate() const {
   check_range("parallel.pp", parallel.pp, 1, 1 << 10);
   check_range("parallel.tp", parallel.tp, 1, 1 << 10);
   if (const auto refusal = config::tensor_parallel_refusal(model, parallel.tp)) TS_FAIL("config: {}", *refusal);
-  TS_CHECK(!parallel.sp || parallel.tp > 1,
-           "config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
-           "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
-           fmt::join(config::tensor_parallel_sizes(model, 16), ", "));
-  TS_CHECK(!parallel.sp, "config: parallel.sp = true: sequence parallelism is not built yet; tensor parallelism "
-           "(parallel.tp) runs without it, each rank holding the whole sequence's norms and residuals: set "
-           "parallel.sp = false");
+  if (parallel.sp && parallel.tp == 1) {
+    std::vector<int> sizes = config::tensor_parallel_sizes(model, 16);
+    std::erase(sizes, 1);
+    TS_FAIL("config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
+            "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
+            sizes.empty() ? std::string("none for this model") : fmt::format("{}", fmt::join(sizes, ", ")));
+  }
+  TS_CHECK(!parallel.sp || model.seq_len % parallel.tp == 0,
+           "config: parallel.sp = true splits every sequence into parallel.tp = {} equal parts, but model.seq_len = {} "
+           "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
+           parallel.tp, model.seq_len, parallel.tp, parallel.tp, (model.seq_len / parallel.tp + 1) * parallel.tp);
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
   TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
            "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",

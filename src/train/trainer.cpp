@@ -326,7 +326,13 @@ TrainResult Trainer::run() {
                  cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
                  describe_compression(cfg.compression_options()));
     }
-    if (cfg.parallel.tp > 1) fmt::print("{}\n", tensor_plan.describe());
+    if (cfg.parallel.tp > 1) {
+      fmt::print("{}{}\n", tensor_plan.describe(),
+                 cfg.parallel.sp ? fmt::format("; sequence parallel: norms, dropout and residuals on {} of the {} "
+                                               "positions per rank (all-gather in, reduce-scatter out)",
+                                               T / cfg.parallel.tp, T)
+                                 : std::string());
+    }
     fmt::print("{}\n", describe_plan(cfg, engine));
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));

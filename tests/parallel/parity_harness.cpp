@@ -281,6 +281,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.layout.dp = ranks;
   options.layout.pp = pp ? pp->size() : 1;
   options.layout.tp = tp_size;
+  options.layout.sp = c.sequence_parallel;
   options.layout.virtual_stages = c.virtual_stages;
   options.layout.zero_stage = c.zero_stage;
   options.layout.schedule = c.schedule;

@@ -34,6 +34,7 @@ struct ParityCase {
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved)
   bool record_timeline = false;  // record the last step's timeline (RunRecord::spans and ::timeline)
   parallel::CompressionOptions compression;  // how the data-parallel run reduces its buckets
+  bool sequence_parallel = false;  // with tensor parallelism: the residual stream split by sequence
   // Steps per engine call (TrainingEngine::train_batches), summing to `steps`; empty: one
   // train_step per step. Under PipeDream-2BW the pipeline drains between calls only.
   std::vector<int> steps_per_call;

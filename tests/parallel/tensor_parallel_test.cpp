@@ -7,8 +7,12 @@
 //    untied, a vocabulary tp divides and one it does not (padded), dropout on, 1 and 3
 //    microbatches; full and selective recomputation; with 4 ranks also tp 2 × dp 2 under ZeRO 0-3,
 //    and tp 2 × pp 2;
+//  - the same with sequence parallelism (sp): tp = 2 and 4, sequences split in parts of T/tp, one
+//    and several sequences per microbatch (the packed and the direct collectives), recomputation,
+//    and with 4 ranks tp 2 × dp 2 under ZeRO 0-3 and tp 2 × pp 2;
 //  - memory: every step's activation peak on every rank equals the program walk's prediction with
-//    the split widths; traffic: the tensor-parallel group's all-reduces equal the formula.
+//    the split widths; traffic: the tensor-parallel group's all-reduces (all-gathers and
+//    reduce-scatters with sp) equal the formula.
 //  - the tensor-parallel blocks of every rank are what the plan says: replicated parameters equal
 //    across the group, split ones a different block on each rank.
 #include <fmt/format.h>
@@ -48,8 +52,9 @@ config::ModelConfig llama_untied(int vocab) {
 }
 
 std::string describe(const ParityCase& c, const config::ParallelLayout& layout) {
-  return fmt::format("{} V{} tp{} dp{} pp{} ZeRO-{} m{}", config::architecture_name(c.model.arch), c.model.vocab_size,
-                     layout.tp, layout.dp, layout.pp, c.zero_stage, c.micros);
+  return fmt::format("{} V{} tp{}{} dp{} pp{} ZeRO-{} m{} b{}", config::architecture_name(c.model.arch),
+                     c.model.vocab_size, layout.tp, c.sequence_parallel ? "+sp" : "", layout.dp, layout.pp,
+                     c.zero_stage, c.micros, c.global_batch / layout.dp / c.micros);
 }
 
 void check_initial_weights(const config::ModelConfig& model, dist::Communicator& tp, RankChecks& t) {
@@ -109,6 +114,59 @@ void check_tensor_parallel_bytes(const RunRecord& run, const ParityCase& c, cons
   }
 }
 
+// With sequence parallelism the same places exchange the same sums as all-gathers (entering a
+// region going forward, leaving it going back) and reduce-scatters (leaving going forward,
+// entering going back) of N·C values, 4L + 2 of each per microbatch; the loss's three statistics
+// stay all-reduces, and once per step (on each pipeline rank) one all-reduce completes the
+// gradients of the parameters every rank holds whole — under ZeRO only where this rank's shard
+// holds some, so its count is checked without ZeRO and its size without ZeRO and pipelining.
+void check_sequence_parallel_bytes(const RunRecord& run, const ParityCase& c, const config::ParallelLayout& layout,
+                                   dist::Communicator* pipeline, int64_t replicated, const std::string& what,
+                                   RankChecks& t) {
+  const int64_t N = int64_t{c.global_batch} / layout.dp / c.micros * c.seq_len;
+  const int64_t L = c.model.n_layer, C = c.model.n_embd;
+  const std::vector<size_t> parts(static_cast<size_t>(layout.tp), static_cast<size_t>(N * C / layout.tp));
+  const auto per_step = [&](uint64_t per_micro) { return static_cast<double>(c.micros * (4 * L + 2) * per_micro); };
+  const bool exact_all_reduce = layout.pp == 1 && c.zero_stage == 0;
+  for (size_t s = 0; s < run.steps.size(); ++s) {
+    const dist::CommStats& comm = run.steps[s].tensor_comm;
+    const dist::OpCounter& gathers = comm.of(dist::OpKind::AllGather);
+    const dist::OpCounter& scatters = comm.of(dist::OpKind::ReduceScatter);
+    const dist::OpCounter& reduces = comm.of(dist::OpKind::AllReduce);
+    const std::vector<double> mine{static_cast<double>(gathers.ops), static_cast<double>(gathers.bytes_sent),
+                                   static_cast<double>(scatters.ops), static_cast<double>(scatters.bytes_sent),
+                                   static_cast<double>(reduces.ops), static_cast<double>(reduces.bytes_sent)};
+    const std::vector<double> total = parallel::sum_over_ranks(pipeline, mine);
+    // Besides, once per step on each pipeline rank, the gradient norm sums its split parameters'
+    // squares over the group (one double, parallel/rank_sum.h): once for each class of squares
+    // split over tp — over tp alone, and with ZeRO over tp and dp, with pipelining over tp and pp.
+    const double norm_ops = layout.pp * (c.zero_stage >= 1 ? 2 : 1) * (layout.pp > 1 ? 2 : 1);
+    const double norm_bytes = norm_ops * static_cast<double>(parallel::sum_over_ranks_bytes(1, layout.tp));
+    const std::vector<double> want{
+        per_step(1) + norm_ops, per_step(dist::all_gather_bytes(parts, 4, 0)) + norm_bytes, per_step(1),
+        per_step(dist::reduce_scatter_bytes(parts, 4, 0)), static_cast<double>(3 * c.micros + layout.pp),
+        static_cast<double>(3 * c.micros * dist::all_reduce_bytes(static_cast<size_t>(N), 4, layout.tp) +
+                            dist::all_reduce_bytes(static_cast<size_t>(replicated), 4, layout.tp))};
+    const size_t checked = exact_all_reduce ? want.size() : layout.pp > 1 ? 5 : 4;
+    t.expect(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(checked), total.begin()),
+             fmt::format("{}: step {} on the tensor-parallel group (all-gathers, bytes, reduce-scatters, bytes, "
+                         "all-reduces, bytes): {}, the formula {}", what, s + 1, fmt::join(total, " "),
+                         fmt::join(want, " ")));
+  }
+}
+
+// Elements of the parameters a tensor-parallel plan leaves whole.
+int64_t replicated_elements(const config::ModelConfig& model, int tp) {
+  MemoryAccountant memory;
+  const parallel::TensorParallelPlan plan(model, tp, 0);
+  nn::GPT local(model, memory, 11, &plan);
+  int64_t n = 0;
+  for (const nn::Parameter& p : local.parameters().all()) {
+    if (p.spec.replicated_over(config::MeshDim::TP)) n += p.numel();
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,14 +175,16 @@ int main(int argc, char** argv) {
     // Vocabularies: 61 is divided by neither 2 nor 4 (padded), 64 by both.
     const std::vector<config::ModelConfig> models{gpt2_tied(61), gpt2_tied(64), llama_untied(53), llama_untied(64)};
     auto run_case = [&](const config::ModelConfig& model, const config::ParallelLayout& layout, int zero_stage,
-                        int micros, memory::RecomputePolicy recompute = memory::RecomputePolicy::None) {
+                        int micros, memory::RecomputePolicy recompute = memory::RecomputePolicy::None,
+                        int sequences_per_micro = 2) {
       dist::Mesh mesh(world, layout);
       ParityCase c;
       c.model = model;
       c.zero_stage = zero_stage;
       c.micros = micros;
       c.recompute.policy = recompute;
-      c.global_batch = 2 * layout.dp * micros;
+      c.sequence_parallel = layout.sp;
+      c.global_batch = sequences_per_micro * layout.dp * micros;
       const RunRecord reference = run_reference(c);
       const RunRecord run = run_parallel(c, layout.dp > 1 ? &mesh.dp() : nullptr, layout.pp > 1 ? &mesh.pp() : nullptr,
                                          &mesh.tp());
@@ -134,7 +194,12 @@ int main(int argc, char** argv) {
       check_activation_prediction(run, what, t);
       // Recomputed forwards repeat their all-reduces; the formula is for a step without.
       if (recompute == memory::RecomputePolicy::None) {
-        check_tensor_parallel_bytes(run, c, layout, layout.pp > 1 ? &mesh.pp() : nullptr, what, t);
+        dist::Communicator* pipeline = layout.pp > 1 ? &mesh.pp() : nullptr;
+        if (layout.sp) {
+          check_sequence_parallel_bytes(run, c, layout, pipeline, replicated_elements(model, layout.tp), what, t);
+        } else {
+          check_tensor_parallel_bytes(run, c, layout, pipeline, what, t);
+        }
       }
       if (t.rank == 0) fmt::print("{}: checked\n", what);
     };
@@ -157,6 +222,17 @@ int main(int argc, char** argv) {
           run_case(model, layout, 0, 2, policy);
         }
       }
+      // Sequence parallelism: several sequences per microbatch (packed collectives) and one.
+      layout.sp = true;
+      for (const config::ModelConfig& model : models) {
+        for (int micros : {1, 3}) run_case(model, layout, 0, micros);
+      }
+      for (const config::ModelConfig& model : {models[0], models[2]}) {
+        run_case(model, layout, 0, 2, memory::RecomputePolicy::None, 1);
+        for (memory::RecomputePolicy policy : {memory::RecomputePolicy::Full, memory::RecomputePolicy::Selective}) {
+          run_case(model, layout, 0, 2, policy);
+        }
+      }
     }
     if (n == 4) {
       config::ParallelLayout layout;
@@ -169,9 +245,16 @@ int main(int argc, char** argv) {
       // embedding's block) and its peer's only whole ones: the gradient norm's reductions must
       // still be the same collectives on both.
       run_case(gpt2_tied(2048), layout, 1, 2);
+      layout.sp = true;
+      for (int zero_stage : {0, 1, 2, 3}) {
+        for (const config::ModelConfig& model : {models[0], models[2]}) run_case(model, layout, zero_stage, 2);
+      }
       layout.dp = 1;
       layout.pp = 2;
-      for (const config::ModelConfig& model : {models[0], models[2]}) run_case(model, layout, 0, 3);
+      for (bool sp : {false, true}) {
+        layout.sp = sp;
+        for (const config::ModelConfig& model : {models[0], models[2]}) run_case(model, layout, 0, 3);
+      }
     }
   });
 }

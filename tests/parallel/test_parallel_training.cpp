@@ -231,9 +231,10 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
 }
 
 // parallel.tp: tensor-parallel runs, alone and with data parallelism (ZeRO 0 and 2) and pipelining,
-// follow the one-process run; the plan is printed at start; a resumed run equals the uninterrupted
-// one bitwise, its model file holds the whole parameters (the one-process sampler reads it), and
-// a tp that does not split the model, or a checkpoint of another tp, is refused with the fix.
+// with and without sequence parallelism, follow the one-process run; the plan is printed at start;
+// a resumed run equals the uninterrupted one bitwise, its model file holds the whole parameters (the
+// one-process sampler reads it), and a tp that does not split the model, a checkpoint of another
+// tp, or sequence parallelism without tp or with a sequence tp does not divide, is refused with the fix.
 TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise) {
   const std::string model = "--train.steps 4 --model.dropout 0.1";
   CliResult one = run_tessera(train_args(g_root / "tp_one", model));
@@ -248,6 +249,8 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
       {4, "--parallel.tp 2 --parallel.dp 2"},
       {4, "--parallel.tp 2 --parallel.dp 2 --parallel.zero_stage 2"},
       {4, "--parallel.tp 2 --parallel.pp 2"},
+      {2, "--parallel.tp 2 --parallel.sp true"},
+      {4, "--parallel.tp 2 --parallel.dp 2 --parallel.zero_stage 1 --parallel.sp true"},
   };
   int n = 0;
   for (const Layout& l : layouts) {
@@ -260,7 +263,7 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
     ASSERT_EQ(got.size(), want.size()) << r.output;
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << l.args << " step " << i + 1;
   }
-  const std::string split_args = model + " --parallel.tp 2";
+  const std::string split_args = model + " --parallel.tp 2 --parallel.sp true";
   const fs::path whole = g_root / "tp_whole", split = g_root / "tp_split";
   ASSERT_EQ(run_tessera(launch(2, whole, split_args)).exit_code, 0);
   ASSERT_EQ(run_tessera(launch(2, split, split_args + " --train.exit_after 2")).exit_code, 3);
@@ -287,6 +290,17 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
                               "ranks"),
             std::string::npos) << three.output;
   EXPECT_NE(three.output.find("tp values that work: 1, 2"), std::string::npos) << three.output;
+  CliResult alone = run_tessera(train_args(g_root / "sp_alone", model + " --parallel.sp true"));
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.output.find("parallel.sp = true shards the sequence over the tensor-parallel ranks, but "
+                              "parallel.tp = 1; set parallel.tp to 2 or more (values that work: 2)"),
+            std::string::npos) << alone.output;
+  CliResult odd = run_tessera(launch(2, g_root / "sp_odd", model + " --parallel.tp 2 --parallel.sp true "
+                                                                   "--model.seq_len 15"));
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.output.find("model.seq_len = 15 does not divide by 2; set model.seq_len to a multiple of 2 (for "
+                            "example 16)"),
+            std::string::npos) << odd.output;
 }
 
 // parallel.compression: each rank saves its compressor's state (error feedback, PowerSGD's Q, the
