@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tensor parallelism on this machine: the default model's training step at tp = 2 (two processes,
-# one thread each) against tp = 1 (one process, one thread), alternating runs, and the planner's
-# prediction of the same ratio for a cluster of this machine's cores as two one-thread devices.
+# one thread each), without and with sequence parallelism, against tp = 1 (one process, one
+# thread), alternating runs, and the planner's prediction of the same ratios for a cluster of this machine's cores as two one-thread devices.
 #
 #   bench/tensor_parallel.sh
 #   ROUNDS=5 STEPS=30 bench/tensor_parallel.sh
@@ -12,6 +12,7 @@
 #
 # Prints per round each layout's median step time, then
 #   RESULT tensor tp=2 step_ratio=<tp2 / tp1 median step> predicted_ratio=<the planner's>
+#   RESULT tensor tp=2 sp=true step_ratio=<tp2 with sequence parallelism / tp1> predicted_ratio=<…>
 # with the medians over rounds. A ratio above 1 means tp = 2 is slower: on two cores the step's
 # matmuls shrink by half per rank while the all-reduces (4 per block per microbatch) are added.
 set -euo pipefail
@@ -34,6 +35,7 @@ if [[ ! -f $DATA/data.json ]]; then
 fi
 (( STEPS > WARMUP )) || { echo "STEPS must exceed the $WARMUP warm-up steps" >&2; exit 2; }
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # one thread per rank
 
 COMMON=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.overwrite true --train.steps "$STEPS"
@@ -45,27 +47,34 @@ median_step() {
     awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# Layouts: tp 1, tp 2, and tp 2 with sequence parallelism.
 ratios=()
+sp_ratios=()
 for ((r = 0; r < ROUNDS; r++)); do
-  # Alternate which layout runs first, so a drift in machine load favours neither.
-  order=(1 2)
-  (( r % 2 )) && order=(2 1)
+  # Rotate which layout runs first, so a drift in machine load favours none.
+  layouts=(1 2 2sp)
+  order=("${layouts[@]:r % 3}" "${layouts[@]:0:r % 3}")
   declare -A step=()
-  for tp in "${order[@]}"; do
-    dir="$OUT/tp$tp"
-    if (( tp == 1 )); then
-      "$TESSERA" train "${COMMON[@]}" --train.out_dir "$dir" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
-    else
-      "$TESSERA" launch -n 2 -- train "${COMMON[@]}" --train.out_dir "$dir" --parallel.tp 2 > "$dir.log" 2>&1 ||
-        { cat "$dir.log"; exit 1; }
-    fi
-    step[$tp]=$(median_step "$dir")
+  for layout in "${order[@]}"; do
+    dir="$OUT/tp$layout"
+    case $layout in
+      1) "$TESSERA" train "${COMMON[@]}" --train.out_dir "$dir" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; } ;;
+      2) "$TESSERA" launch -n 2 -- train "${COMMON[@]}" --train.out_dir "$dir" --parallel.tp 2 > "$dir.log" 2>&1 ||
+           { cat "$dir.log"; exit 1; } ;;
+      2sp) "$TESSERA" launch -n 2 -- train "${COMMON[@]}" --train.out_dir "$dir" --parallel.tp 2 --parallel.sp true \
+             > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; } ;;
+    esac
+    step[$layout]=$(median_step "$dir")
   done
   ratio=$(awk -v a="${step[2]}" -v b="${step[1]}" 'BEGIN { printf "%.3f", a / b }')
+  sp_ratio=$(awk -v a="${step[2sp]}" -v b="${step[1]}" 'BEGIN { printf "%.3f", a / b }')
   ratios+=("$ratio")
-  echo "   round $r: tp 1 median step ${step[1]} s, tp 2 ${step[2]} s, ratio $ratio"
+  sp_ratios+=("$sp_ratio")
+  echo "   round $r: tp 1 median step ${step[1]} s, tp 2 ${step[2]} s (ratio $ratio), tp 2 + sp ${step[2sp]} s (ratio $sp_ratio)"
 done
-step_ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+middle() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+step_ratio=$(middle "${ratios[@]}")
+sp_step_ratio=$(middle "${sp_ratios[@]}")
 
 # The planner: this machine's two cores as two devices of one thread each (half the measured
 # 2-thread sgemm ceiling and memory bandwidth each), linked by shared memory.
@@ -82,8 +91,10 @@ micro=$(sed -nE 's/^micro_batch_size *= *([0-9]+).*/\1/p' "$ROOT/configs/default
 micro=${micro:-$batch}
 plan_step() {
   "$TESSERA" plan --model "$model" --cluster "$cluster" --devices "$1" --global-batch "$batch" --precision fp32 \
-    --layout "tp=$1,mb=$micro" | awk '$1 == "step" { print $2 }'
+    --layout "tp=$1,mb=$micro${2:-}" | awk '$1 == "step" { print $2 }'
 }
 predicted=$(awk -v a="$(plan_step 2)" -v b="$(plan_step 1)" 'BEGIN { printf "%.3f", a / b }')
 echo "== /proc/loadavg at the end: $(cat /proc/loadavg)"
+sp_predicted=$(awk -v a="$(plan_step 2 ,sp=true)" -v b="$(plan_step 1)" 'BEGIN { printf "%.3f", a / b }')
 echo "RESULT tensor tp=2 step_ratio=$step_ratio predicted_ratio=$predicted"
+echo "RESULT tensor tp=2 sp=true step_ratio=$sp_step_ratio predicted_ratio=$sp_predicted"
