@@ -156,24 +156,24 @@ int main(int argc, char** argv) {
     const int D = C / H;
     const double causal = double(B) * H * D * T * (T + 1) / 2.0;  // multiply-adds of one causal product
     report("attention fwd tiled B4 T1024 C768 H12",
-           time_median([&] { attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H); }, 5), 4.0 * causal, 0);
+           time_median([&] { attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H, H); }, 5), 4.0 * causal, 0);
     report(
         "attention bwd tiled B4 T1024 C768 H12",
         time_median(
-            [&] { attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H); }, 5),
+            [&] { attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H, H); }, 5),
         10.0 * causal, 0);
     const int Tn = 256;
     const double causal_n = double(B) * H * D * Tn * (Tn + 1) / 2.0;
     std::vector<float> att(size_t(B) * H * Tn * Tn), out_n(size_t(B) * Tn * C), dqkv_n(size_t(B) * Tn * 3 * C);
     report("attention fwd naive B4 T256",
-           time_median([&] { attention_forward_naive(out_n.data(), att.data(), qkv.data(), B, Tn, C, H); }, 3),
+           time_median([&] { attention_forward_naive(out_n.data(), att.data(), qkv.data(), B, Tn, C, H, H); }, 3),
            4.0 * causal_n, 0);
     report("attention fwd tiled B4 T256",
-           time_median([&] { attention_forward(out_n.data(), lse.data(), qkv.data(), B, Tn, C, H); }, 5),
+           time_median([&] { attention_forward(out_n.data(), lse.data(), qkv.data(), B, Tn, C, H, H); }, 5),
            4.0 * causal_n, 0);
     report("attention bwd naive B4 T256",
            time_median(
-               [&] { attention_backward_naive(dqkv_n.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, H); }, 3),
+               [&] { attention_backward_naive(dqkv_n.data(), dout.data(), qkv.data(), att.data(), B, Tn, C, H, H); }, 3),
            10.0 * causal_n, 0);
   }
 

@@ -9,6 +9,17 @@
 
 namespace tessera::config {
 
+namespace {
+// "1, 2, 4, 8": the values that divide n, for messages.
+std::string divisors_of(int n) {
+  std::string text;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return text;
+}
+}  // namespace
+
 std::string architecture_name(Architecture a) { return a == Architecture::Gpt2 ? "gpt2" : "llama"; }
 
 int ModelConfig::ffn() const {
@@ -24,7 +35,8 @@ int64_t ModelConfig::parameter_count() const {
   const int64_t b = bias ? 1 : 0;
   int64_t embed = V * C + (arch == Architecture::Gpt2 ? T * C : 0);  // token (+ learned position) table
   int64_t norm = (arch == Architecture::Gpt2 ? (1 + b) : 1) * C;     // LayerNorm has a bias, RMSNorm none
-  int64_t attn = C * 3 * C + b * 3 * C + C * C + b * C;               // qkv and output projection
+  const int64_t W3 = qkv_dim();
+  int64_t attn = C * W3 + b * W3 + C * C + b * C;                      // qkv and output projection
   int64_t mlp = arch == Architecture::Gpt2 ? C * F + b * F + F * C + b * C
                                            : 2 * C * F + 2 * b * F + F * C + b * C;  // gate, up, down
   int64_t block = 2 * norm + attn + mlp;
@@ -40,6 +52,11 @@ void ModelConfig::validate() const {
   check_range("model.seq_len", seq_len, 1, 1 << 22);
   check_range("model.ffn_hidden", ffn_hidden, 0, 1 << 22);
   TS_CHECK(n_embd % n_head == 0, "config: model.n_embd ({}) must be divisible by model.n_head ({}); pick n_head among the divisors of n_embd", n_embd, n_head);
+  check_range("model.n_kv_head", n_kv_head, 0, n_head);
+  TS_CHECK(n_head % kv_heads() == 0,
+           "config: model.n_kv_head = {} must divide model.n_head = {} (each key/value head serves a group of query "
+           "heads); pick n_kv_head among {}",
+           n_kv_head, n_head, divisors_of(n_head));
   TS_CHECK(arch != Architecture::Llama || head_dim() % 2 == 0,
            "config: rotary positions need an even head size, but model.n_embd / model.n_head = {}", head_dim());
   TS_CHECK(dropout >= 0.0f && dropout < 1.0f, "config: model.dropout = {} must be in [0, 1)", dropout);
@@ -65,6 +82,7 @@ ModelConfig read_model_config(TableReader r) {
   }
   m.n_layer = r.get("n_layer", m.n_layer);
   m.n_head = r.get("n_head", m.n_head);
+  m.n_kv_head = r.get("n_kv_head", m.n_kv_head);
   m.n_embd = r.get("n_embd", m.n_embd);
   m.vocab_size = r.get("vocab_size", m.vocab_size);
   m.seq_len = r.get("seq_len", m.seq_len);

@@ -1,8 +1,8 @@
 #pragma once
 // The [model] section: the one description of a transformer shared by the trainer (nn/), the
 // planner and the simulator (plan/). Letters used for shapes throughout tessera:
-//   B batch, T sequence length, C = n_embd, H = n_head, D = C/H head size, F = ffn_hidden,
-//   V vocab_size, L = n_layer.
+//   B batch, T sequence length, C = n_embd, H = n_head, D = C/H head size, Hkv = n_kv_head
+//   (key/value heads), F = ffn_hidden, V vocab_size, L = n_layer.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,6 +20,10 @@ struct ModelConfig {
   Architecture arch = Architecture::Gpt2;
   int n_layer = 4;
   int n_head = 4;
+  // Key/value heads: 0 means n_head (multi-head attention); a smaller divisor of n_head is
+  // grouped-query attention (Llama-2-70B: 64 heads, 8 kv heads), whose kv cache and k, v
+  // projections shrink by n_head / n_kv_head.
+  int n_kv_head = 0;
   int n_embd = 256;
   int vocab_size = 256;
   int seq_len = 128;         // maximum context T
@@ -31,6 +35,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
 
   int head_dim() const { return n_embd / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }  // Hkv
+  int kv_dim() const { return kv_heads() * head_dim(); }             // Ckv = Hkv·D: width of k and of v
+  int qkv_dim() const { return n_embd + 2 * kv_dim(); }              // W3 = C + 2·Ckv: the qkv projection's output
   int ffn() const;
   // Exact count of trainable parameters (formula in model_config.cpp, checked against nn::GPT).
   int64_t parameter_count() const;

@@ -11,6 +11,9 @@ std::string problems(const ModelConfig& model, int tp) {
   std::string text;
   auto add = [&](const std::string& problem) { text += (text.empty() ? "" : "; ") + problem; };
   if (model.n_head % tp != 0) add(fmt::format("model.n_head = {} heads do not divide among {} ranks", model.n_head, tp));
+  if (model.kv_heads() % tp != 0) {
+    add(fmt::format("model.n_kv_head = {} key/value heads do not divide among {} ranks", model.kv_heads(), tp));
+  }
   if (model.ffn() % tp != 0) add(fmt::format("the MLP's hidden width {} does not divide among {} ranks", model.ffn(), tp));
   return text;
 }

@@ -19,9 +19,9 @@ int64_t embedding_bytes(const config::ModelConfig& model, int B, int T) {
 int default_every_k(int blocks) { return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(blocks))))); }
 
 UnitTimes nominal_unit_times(const config::ModelConfig& c, int B, int T) {
-  const double N = double(B) * T, C = c.n_embd, F = c.ffn(), V = c.vocab_size;
+  const double N = double(B) * T, C = c.n_embd, F = c.ffn(), V = c.vocab_size, W3 = c.qkv_dim();
   const double mlp = c.arch == config::Architecture::Llama ? 3 * C * F : 2 * C * F;
-  const double block = 2 * N * (4 * C * C + mlp) + 4 * N * T * C;  // projections, MLP, QKᵀ and AV
+  const double block = 2 * N * ((W3 + C) * C + mlp) + 4 * N * T * C;  // projections, MLP, QKᵀ and AV
   UnitTimes t;
   t.forward.push_back(N * C);  // a lookup: memory-bound, small
   for (int l = 0; l < c.n_layer; ++l) t.forward.push_back(block);

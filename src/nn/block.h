@@ -28,7 +28,7 @@ class Block {
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
   // Decoding with a cache (Attention::decode): x [B, T, C], new tokens at positions past .. past +
-  // T - 1; keys, values [B, S, C] this layer's cache. -> [B, T, C]. Inference only: no dropout,
+  // T - 1; keys, values [B, S, Hkv·D] this layer's cache. -> [B, T, C]. Inference only: no dropout,
   // nothing kept.
   Tensor decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past);
 

@@ -170,8 +170,8 @@ GPT::KVCache GPT::make_kv_cache(MemoryAccountant& memory, int B) const {
   TS_CHECK(B >= 1, "a decoding cache needs at least one sequence, got B = {}", B);
   KVCache cache;
   for (int l = 0; l < config_.n_layer; ++l) {
-    cache.keys.push_back(Tensor::empty({B, config_.seq_len, config_.n_embd}, DType::F32, MemoryTag::Activations, memory));
-    cache.values.push_back(Tensor::empty({B, config_.seq_len, config_.n_embd}, DType::F32, MemoryTag::Activations, memory));
+    cache.keys.push_back(Tensor::empty({B, config_.seq_len, config_.kv_dim()}, DType::F32, MemoryTag::Activations, memory));
+    cache.values.push_back(Tensor::empty({B, config_.seq_len, config_.kv_dim()}, DType::F32, MemoryTag::Activations, memory));
   }
   return cache;
 }
@@ -209,6 +209,7 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   //   block, Llama: norm1 out C + rstd 1; rotated qkv 3C (the unrotated one is freed at once);
   //                 attention out C + lse H; residual C; norm2 out C + 1; gate F; up F; swiglu out F
   //                                                                  = 7C + 3F + H + 2; output C
+  //   (with grouped-query attention qkv holds C + 2·Hkv·D instead of 3C: W3 below)
   //                 of which selective recomputation drops the norm outputs and the activation: 2C + F,
   //                 holding the activation F only while its forward runs
   //   head: final norm out C + rstd 1 (+ mean 1 for LayerNorm); logits (then their gradient) V;
@@ -228,11 +229,11 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   // the two norm outputs C and the head's input C stay whole. While a forward runs it also holds
   // the partial sums [B, T, C] of its last projection (or of the embedding) until the
   // reduce-scatter has read them, and the head holds its norm's part until it is gathered.
-  TS_CHECK(tp >= 1 && c.n_head % tp == 0 && c.ffn() % tp == 0, "activation bytes for tp {} of a model with {} heads "
-           "and an MLP width of {}", tp, c.n_head, c.ffn());
+  TS_CHECK(tp >= 1 && c.kv_heads() % tp == 0 && c.ffn() % tp == 0, "activation bytes for tp {} of a model with {} "
+           "key/value heads and an MLP width of {}", tp, c.kv_heads(), c.ffn());
   TS_CHECK(!sp || (tp > 1 && T % tp == 0), "activation bytes under sequence parallelism need tp > 1 dividing T; got tp "
            "{}, T {}", tp, T);
-  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size, t = tp;
+  const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size, t = tp, W3 = c.qkv_dim();
   const int64_t Vt = (V + t - 1) / t;  // this rank's logits, padding included
   const int64_t whole = int64_t{B} * T * 4;              // bytes of one value per token of the microbatch
   const int64_t part = int64_t{B} * (T / (sp ? t : 1)) * 4;  // ... per token of this rank's residual stream
@@ -242,7 +243,7 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
   std::vector<UnitBytes> bytes;
   bytes.push_back({.own = 1 * whole, .output = C * part, .weight_half = 1 * whole,
                    .forward_transient = reduce_scatter_input});
-  const int64_t split = gpt2 ? 4 * C + H + 2 * F : 4 * C + H + 3 * F;
+  const int64_t split = gpt2 ? W3 + C + H + 2 * F : W3 + C + H + 3 * F;
   const int64_t block = (2 * C + split / t) * whole + (C + 2 * norm_stats) * part;
   const int64_t recomputable = Block::recomputable_values_per_token(c, tp) * whole;
   // Rebuilding, the second norm's part waits to be gathered beside the first gathered input.

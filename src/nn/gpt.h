@@ -90,7 +90,7 @@ class GPT {
   // Decoding with a key/value cache: every layer's keys and values of the tokens seen so far, so a
   // new token costs one token's forward instead of the whole context's.
   struct KVCache {
-    std::vector<Tensor> keys, values;  // per layer [B, S, C], S = seq_len (tag activations)
+    std::vector<Tensor> keys, values;  // per layer [B, S, Hkv·D], S = seq_len (tag activations)
     int64_t length = 0;                // positions filled; set to 0 to start over
   };
   KVCache make_kv_cache(MemoryAccountant& memory, int B) const;

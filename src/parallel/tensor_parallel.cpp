@@ -65,8 +65,9 @@ std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& nam
   };
   switch (rule->split) {
     case TensorSplit::ColumnByHeads: {
-      const int64_t q = int64_t{model_.n_head} * model_.head_dim();
-      split(0, {q, q, q});
+      // q, k and v each split by heads, so a rank's query heads keep their key/value heads.
+      const int64_t q = model_.n_embd, kv = model_.kv_dim();
+      split(0, {q, kv, kv});
       break;
     }
     case TensorSplit::Column: split(0); break;

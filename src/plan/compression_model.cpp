@@ -23,7 +23,7 @@ MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int st
   };
   const double layers = static_cast<double>(m.n_layer) / l.pp;
   const bool llama = m.arch == config::Architecture::Llama;
-  add(C, 3 * C / t, layers);  // q, k, v (column-parallel)
+  add(C, m.qkv_dim() / t, layers);  // q, k, v (column-parallel)
   add(C / t, C, layers);      // attention output (row-parallel)
   add(C, F / t, layers * (llama ? 2 : 1));  // first MLP projection(s)
   add(F / t, C, layers);      // second MLP projection

@@ -199,6 +199,8 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            devices % (int64_t{l.tp} * l.pp) == 0 ? std::to_string(devices / (int64_t{l.tp} * l.pp)) : std::string("?"));
   TS_CHECK(m.n_head % l.tp == 0, "layout: tp={} does not divide model.n_head={}; attention heads are split whole across "
            "tensor-parallel ranks, so pick tp among {}", l.tp, m.n_head, divisors_up_to(m.n_head, 1 << 20));
+  TS_CHECK(m.kv_heads() % l.tp == 0, "layout: tp={} does not divide model.n_kv_head={}; each rank needs whole key/value "
+           "heads for its query heads, so pick tp among {}", l.tp, m.kv_heads(), divisors_up_to(m.kv_heads(), 1 << 20));
   TS_CHECK(m.ffn() % l.tp == 0, "layout: tp={} does not divide the FFN size {}; pick tp among {}", l.tp, m.ffn(),
            divisors_up_to(m.ffn(), 64));
   TS_CHECK(!l.sp || l.tp > 1, "layout: sp=true splits the sequence over the tensor-parallel group, which needs tp > 1");

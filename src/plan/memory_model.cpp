@@ -53,6 +53,7 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   const double s = m.seq_len, h = m.n_embd, a = m.n_head, F = m.ffn(), t = tp;
   const double e = element_bytes(precision);
   const double bsh = d(b) * s * h;
+  const double bskv = d(b) * s * m.kv_dim();  // k or v: fewer heads under grouped-query attention
   const double R = bsh / (sp ? t : 1);  // a tensor of the replicated region, sharded over t by sp
   if (recompute == Recompute::Full) return e * R;  // only the layer input survives the forward
   const double mask = m.dropout > 0 ? 1.0 : 0.0;
@@ -62,8 +63,8 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   // Attention block.
   bytes += e * R;                      // norm_1 input
   bytes += e * R;                      // qkv input (the norm output; all-gathered again in backward with sp)
-  bytes += 2 * e * bsh / t;            // q and k, inputs of QK^T (after rotary for llama)
-  bytes += e * bsh / t;                // v, input of AV
+  bytes += e * (bsh + bskv) / t;       // q and k, inputs of QK^T (after rotary for llama)
+  bytes += e * bskv / t;               // v, input of AV
   bytes += e * bsh / t;                // attention output, input of the output projection
   bytes += mask * R;                   // dropout mask after the projection
   if (flash) {

@@ -15,9 +15,10 @@ int64_t vocab_per_rank(const ModelConfig& m, int tp) { return (int64_t{m.vocab_s
 }  // namespace
 
 LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Precision precision, bool flash) {
-  TS_CHECK(tp >= 1 && m.n_head % tp == 0 && m.ffn() % tp == 0, "plan: tp={} must divide n_head={} and the FFN size {}", tp,
-           m.n_head, m.ffn());
+  TS_CHECK(tp >= 1 && m.n_head % tp == 0 && m.kv_heads() % tp == 0 && m.ffn() % tp == 0,
+           "plan: tp={} must divide n_head={}, n_kv_head={} and the FFN size {}", tp, m.n_head, m.kv_heads(), m.ffn());
   const int64_t s = m.seq_len, h = m.n_embd, a = m.n_head, F = m.ffn(), t = tp, dh = m.head_dim();
+  const int64_t w3 = m.qkv_dim(), hkv = m.kv_dim();  // q, k, v widths together; k's alone
   const int64_t M = b * s;  // tokens of the microbatch; every rank sees all of them inside the tp region
   const double e = element_bytes(precision);
   const double R = d(b * s * h) / d(sp ? t : 1);           // elements of a replicated [b, s, h] tensor on one rank
@@ -25,7 +26,7 @@ LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Pre
   const bool gpt2 = m.arch == Architecture::Gpt2;
 
   LayerOps ops;
-  ops.gemms.push_back({"qkv", M, 3 * h / t, h});           // column-parallel: each rank owns a/t heads
+  ops.gemms.push_back({"qkv", M, w3 / t, h});              // column-parallel: each rank owns a/t heads
   ops.gemms.push_back({"attn_proj", M, h, h / t});          // row-parallel
   if (gpt2) {
     ops.gemms.push_back({"fc1", M, F / t, h});
@@ -46,7 +47,7 @@ LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Pre
   }
   const char* norm = gpt2 ? "layernorm" : "rmsnorm";
   ops.streams.push_back({std::string(norm) + "_1", 2 * e * R});  // read x, write normalized x
-  if (!gpt2) ops.streams.push_back({"rotary", 4 * e * d(b * s * h) / d(t)});  // rotate q and k in place
+  if (!gpt2) ops.streams.push_back({"rotary", 2 * e * d(b * s * (h + hkv)) / d(t)});  // rotate q and k in place
   ops.streams.push_back({"attn_residual", (3 * e + mask) * R});   // fused bias + dropout + residual add
   ops.streams.push_back({std::string(norm) + "_2", 2 * e * R});
   if (gpt2) {
@@ -112,7 +113,8 @@ double layer_params_per_rank(const ModelConfig& m, int tp) {
   const double h = m.n_embd, F = m.ffn(), t = tp, bias = m.bias ? 1 : 0;
   const bool gpt2 = m.arch == Architecture::Gpt2;
   const double norm = (gpt2 ? 1 + bias : 1) * h;                // LayerNorm scale (+ shift); RMSNorm scale
-  const double attn = (3 * h * h + bias * 3 * h) / t           // qkv, column-parallel
+  const double w3 = m.qkv_dim();                                // q, k and v rows (fewer k, v rows under GQA)
+  const double attn = (w3 * h + bias * w3) / t                 // qkv, column-parallel
                       + h * h / t + bias * h;                  // proj, row-parallel: its bias is replicated
   const double mlp = gpt2 ? (h * F + bias * F) / t + F * h / t + bias * h
                           : (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h;

@@ -42,7 +42,7 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
   Layout smallest;
   double smallest_bytes = 0;
   for (int64_t tp : divisors(r.devices)) {
-    if (m.n_head % tp != 0 || m.ffn() % tp != 0) continue;
+    if (m.n_head % tp != 0 || m.kv_heads() % tp != 0 || m.ffn() % tp != 0) continue;
     for (int64_t pp : divisors(r.devices / tp)) {
       if (m.n_layer % pp != 0) continue;
       const int64_t dp = r.devices / (tp * pp);
@@ -101,10 +101,10 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
     }
   }
   TS_CHECK(result.considered > 0,
-           "plan: no valid layout of {} devices exists for this model and batch: tp must divide n_head={}, pp must divide "
-           "n_layer={}, and dp = devices/(tp pp) must divide the global batch {}; try a global batch that is a multiple of "
+           "plan: no valid layout of {} devices exists for this model and batch: tp must divide n_head={} and n_kv_head={}, pp "
+           "must divide n_layer={}, and dp = devices/(tp pp) must divide the global batch {}; try a global batch that is a multiple of "
            "the device count",
-           r.devices, m.n_head, m.n_layer, r.global_batch);
+           r.devices, m.n_head, m.kv_heads(), m.n_layer, r.global_batch);
   TS_CHECK(result.fitting > 0,
            "plan: the model ({:.3g} parameters) does not fit on {} devices of cluster '{}' in any layout: the smallest needs "
            "{:.1f} GiB per device ({}) but a device has {:.1f} GiB usable; use more devices, a cluster with more memory, or a "

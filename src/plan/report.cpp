@@ -45,8 +45,10 @@ std::string flop_rate(double flops) {
 }  // namespace
 
 std::string describe_model(const config::ModelConfig& m) {
-  return fmt::format("{} parameters ({}, L={} h={} a={} s={} V={} F={}{})", human_count(static_cast<double>(m.parameter_count())),
-                     config::architecture_name(m.arch), m.n_layer, m.n_embd, m.n_head, m.seq_len, m.vocab_size, m.ffn(),
+  const std::string kv_heads = m.kv_heads() != m.n_head ? fmt::format(" kv={}", m.kv_heads()) : "";
+  return fmt::format("{} parameters ({}, L={} h={} a={}{} s={} V={} F={}{})",
+                     human_count(static_cast<double>(m.parameter_count())), config::architecture_name(m.arch), m.n_layer,
+                     m.n_embd, m.n_head, kv_heads, m.seq_len, m.vocab_size, m.ffn(),
                      m.tied_embeddings ? ", tied embeddings" : "");
 }
 

@@ -32,7 +32,7 @@ std::string step_folder_name(int64_t step) { return fmt::format("step_{:08d}", s
 
 nlohmann::json model_json(const config::ModelConfig& m) {
   return {{"arch", config::architecture_name(m.arch)}, {"n_layer", m.n_layer},   {"n_head", m.n_head},
-          {"n_embd", m.n_embd},                         {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
+          {"n_kv_head", m.kv_heads()},                  {"n_embd", m.n_embd},                         {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
           {"ffn_hidden", m.ffn()},                      {"bias", m.bias},          {"tied_embeddings", m.tied_embeddings}};
 }
 
@@ -541,7 +541,9 @@ namespace {
 // "model.n_layer: checkpoint 4 vs config 6; ..." for every key of the model's shape that differs.
 std::string model_differences(const CheckpointManifest& manifest, const config::ModelConfig& model) {
   const nlohmann::json expected = model_json(model);
-  const nlohmann::json& saved = manifest.model;
+  nlohmann::json saved = manifest.model;
+  // Checkpoints from before grouped-query attention have no n_kv_head: theirs equals n_head.
+  if (!saved.contains("n_kv_head") && saved.contains("n_head")) saved["n_kv_head"] = saved["n_head"];
   std::string differences;
   for (const auto& [key, value] : expected.items()) {
     if (!saved.contains(key) || saved.at(key) != value) {

@@ -111,6 +111,8 @@ void check_model(const Fields& f, const json& model) {
   for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size", "seq_len", "ffn_hidden"}) {
     f.integer(model, "model", key, 1, kIntMax, "a positive integer");
   }
+  // Written since grouped-query attention; older manifests have as many key/value heads as heads.
+  if (model.contains("n_kv_head")) f.integer(model, "model", "n_kv_head", 1, kIntMax, "a positive integer");
   f.boolean(model, "model", "bias");
   f.boolean(model, "model", "tied_embeddings");
 }

@@ -72,7 +72,7 @@ void gpt2_weights(HfWeights& w, const config::ModelConfig& c) {
     w.add(h + "ln_1.weight", w.param(t + "norm1.weight"));
     w.add_bias_or_zeros(h + "ln_1.bias", t + "norm1.bias", C);
     w.add_transposed(h + "attn.c_attn.weight", t + "attn.qkv.weight");
-    w.add_bias_or_zeros(h + "attn.c_attn.bias", t + "attn.qkv.bias", 3 * C);
+    w.add_bias_or_zeros(h + "attn.c_attn.bias", t + "attn.qkv.bias", c.qkv_dim());
     w.add_transposed(h + "attn.c_proj.weight", t + "attn.proj.weight");
     w.add_bias_or_zeros(h + "attn.c_proj.bias", t + "attn.proj.bias", C);
     w.add(h + "ln_2.weight", w.param(t + "norm2.weight"));
@@ -93,10 +93,12 @@ void llama_weights(HfWeights& w, const config::ModelConfig& c) {
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string t = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
     w.add(h + "input_layernorm.weight", w.param(t + "norm1.weight"));
+    // The qkv rows: q [C], then k and v [Hkv·D] each (fewer under grouped-query attention).
     const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+    const int64_t Ckv = c.kv_dim(), begin[] = {0, C, C + Ckv}, end[] = {C, C + Ckv, C + 2 * Ckv};
     for (int i = 0; i < 3; ++i) {
-      w.add_rows(h + "self_attn." + parts[i] + ".weight", t + "attn.qkv.weight", i * C, (i + 1) * C);
-      if (c.bias) w.add_rows(h + "self_attn." + parts[i] + ".bias", t + "attn.qkv.bias", i * C, (i + 1) * C);
+      w.add_rows(h + "self_attn." + parts[i] + ".weight", t + "attn.qkv.weight", begin[i], end[i]);
+      if (c.bias) w.add_rows(h + "self_attn." + parts[i] + ".bias", t + "attn.qkv.bias", begin[i], end[i]);
     }
     w.add(h + "self_attn.o_proj.weight", w.param(t + "attn.proj.weight"));
     w.add(h + "post_attention_layernorm.weight", w.param(t + "norm2.weight"));
@@ -146,7 +148,7 @@ Json hf_config(const RunConfig& run, const data::Tokenizer* tokenizer) {
     j["intermediate_size"] = c.ffn();
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.kv_heads();
     j["head_dim"] = c.head_dim();
     j["hidden_act"] = "silu";
     j["max_position_embeddings"] = c.seq_len;
@@ -201,6 +203,11 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   result.checkpoint = resolve_checkpoint(checkpoint, "", &result.note);
   const RunConfig run = checkpoint_run_config(read_checkpoint_manifest(result.checkpoint), result.checkpoint);
   const config::ModelConfig& c = run.model;
+  TS_CHECK(c.arch != config::Architecture::Gpt2 || c.kv_heads() == c.n_head,
+           "export: the checkpoint's GPT-2 model has {} key/value heads for its {} heads (grouped-query attention), "
+           "which the Hugging Face GPT-2 model cannot hold; train with model.arch = \"llama\" to export grouped-query "
+           "attention",
+           c.kv_heads(), c.n_head);
   MemoryAccountant memory;
   nn::GPT model(c, memory, 0);
   const LoadedWeights loaded = load_weights(result.checkpoint, c, {model.parameters(), model.parameters(), nullptr, {}});

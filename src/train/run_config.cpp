@@ -422,6 +422,7 @@ std::string to_toml(const RunConfig& c) {
   toml::table model{{"arch", config::architecture_name(m.arch)},
                     {"n_layer", m.n_layer},
                     {"n_head", m.n_head},
+                    {"n_kv_head", m.n_kv_head},
                     {"n_embd", m.n_embd},
                     {"vocab_size", m.vocab_size},
                     {"seq_len", m.seq_len},

@@ -316,8 +316,11 @@ TrainResult Trainer::run() {
   if (leader) {
     if (!start_note.empty()) fmt::print("{}\n", start_note);
     if (step > 0) fmt::print("resumed from {} at step {}\n", resume_path, step);
-    fmt::print("model: {} parameters ({} layers, {} heads, {} channels, vocab {}, context {})\n", N, cfg.model.n_layer,
-               cfg.model.n_head, cfg.model.n_embd, cfg.model.vocab_size, T);
+    const std::string kv_heads = cfg.model.kv_heads() != cfg.model.n_head
+                                     ? fmt::format(" sharing {} key/value heads", cfg.model.kv_heads())
+                                     : "";
+    fmt::print("model: {} parameters ({} layers, {} heads{}, {} channels, vocab {}, context {})\n", N,
+               cfg.model.n_layer, cfg.model.n_head, kv_heads, cfg.model.n_embd, cfg.model.vocab_size, T);
     fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
                dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
     if (ranks > 1) {

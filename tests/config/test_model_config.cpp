@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -32,6 +33,32 @@ TEST(ModelConfig, ReadsKeysAndDefaults) {
   // GPT-2 small: 124,439,808 parameters with tied embeddings and T = 1024.
   EXPECT_EQ(m.parameter_count(), 124439808);
   EXPECT_EQ(gpt2_124m().parameter_count(), m.parameter_count());
+}
+
+// Grouped-query attention: Llama 2 70B and Llama 3 8B from their config files have the published
+// parameter counts (k and v projections of n_kv_head heads only).
+TEST(ModelConfig, GroupedQueryAttentionCountsThePublishedParameters) {
+  const char* source = std::getenv("TESSERA_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "TESSERA_SOURCE_DIR must point at the source tree (ctest sets it)";
+  const auto count = [&](const std::string& file) {
+    const toml::table t = parse_toml_file(std::string(source) + "/configs/models/" + file);
+    return read_model_config(TableReader(*t["model"].as_table(), "model"));
+  };
+  const ModelConfig llama2 = count("llama2-70b.toml"), llama3 = count("llama3-8b.toml");
+  EXPECT_EQ(llama2.kv_heads(), 8);
+  EXPECT_EQ(llama2.qkv_dim(), 8192 + 2 * 1024);
+  EXPECT_EQ(llama2.parameter_count(), 68976648192);
+  EXPECT_EQ(llama3.parameter_count(), 8030261248);
+  // Without the key: as many key/value heads as heads.
+  EXPECT_EQ(parse("[model]\nn_head = 4\n").kv_heads(), 4);
+}
+
+TEST(ModelConfig, KeyValueHeadsThatDoNotDivideTheHeadsAreRefusedWithTheDivisors) {
+  std::string e = error_of("[model]\nn_embd = 96\nn_head = 6\nn_kv_head = 4\n");
+  EXPECT_NE(e.find("model.n_kv_head = 4 must divide model.n_head = 6"), std::string::npos) << e;
+  EXPECT_NE(e.find("pick n_kv_head among 1, 2, 3, 6"), std::string::npos) << e;
+  e = error_of("[model]\nn_head = 4\nn_kv_head = 8\n");
+  EXPECT_NE(e.find("'model.n_kv_head' = 8 is out of range"), std::string::npos) << e;
 }
 
 TEST(ModelConfig, UnknownKeySuggestsTheClosest) {

@@ -87,3 +87,17 @@ TEST(TensorParallelShape, RefusesATpThatDoesNotSplitTheModelWithTheValuesThatWor
   ASSERT_TRUE(three);
   EXPECT_NE(three->find("hidden width 100"), std::string::npos) << *three;
 }
+
+// Grouped-query attention: tp must also divide the key/value heads, and the message says so.
+TEST(TensorParallelShape, RefusesATpThatDoesNotDivideTheKeyValueHeads) {
+  config::ModelConfig m;
+  m.n_head = 8;
+  m.n_kv_head = 2;
+  m.n_embd = 64;
+  EXPECT_FALSE(config::tensor_parallel_refusal(m, 2));
+  const std::optional<std::string> four = config::tensor_parallel_refusal(m, 4);
+  ASSERT_TRUE(four);
+  EXPECT_NE(four->find("model.n_kv_head = 2 key/value heads do not divide among 4 ranks"), std::string::npos) << *four;
+  EXPECT_NE(four->find("tp values that work: 1, 2"), std::string::npos) << *four;
+  EXPECT_EQ(config::tensor_parallel_sizes(m, 8), (std::vector<int>{1, 2}));
+}

@@ -27,12 +27,12 @@ TEST_P(TiledAttention, MatchesNaiveForwardAndBackward) {
   const std::vector<float> dout = cast<float>(random_normal(size_t(B) * T * C, 5, tag + ":dout"));
 
   std::vector<float> out(size_t(B) * T * C), lse(size_t(B) * H * T), dqkv(qkv.size());
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H, H);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H, H);
 
   std::vector<float> out_ref(out.size()), att(size_t(B) * H * T * T), dqkv_ref(qkv.size());
-  attention_forward_naive(out_ref.data(), att.data(), qkv.data(), B, T, C, H);
-  attention_backward_naive(dqkv_ref.data(), dout.data(), qkv.data(), att.data(), B, T, C, H);
+  attention_forward_naive(out_ref.data(), att.data(), qkv.data(), B, T, C, H, H);
+  attention_backward_naive(dqkv_ref.data(), dout.data(), qkv.data(), att.data(), B, T, C, H, H);
 
   EXPECT_LT(relative_error(cast<double>(out), cast<double>(out_ref)), 1e-5);
   EXPECT_LT(relative_error(cast<double>(dqkv), cast<double>(dqkv_ref)), 1e-5);
@@ -73,8 +73,8 @@ TEST_P(TiledAttention, RepeatsBitForBit) {
   std::vector<std::vector<float>> outs, grads;
   for (int run = 0; run < 2; ++run) {
     std::vector<float> out(size_t(B) * T * C), lse(size_t(B) * H * T), dqkv(qkv.size());
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H);
-    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H, H);
+    attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H, H);
     outs.push_back(out);
     grads.push_back(dqkv);
   }
@@ -93,24 +93,28 @@ INSTANTIATE_TEST_SUITE_P(Kernels, TiledAttention,
 // Incremental attention (decoding with a cache) against the full attention's rows: a prefill of
 // the first P tokens, then the rest in chunks of `step` tokens (1: token by token), each chunk's
 // output equal to the full attention's rows of those positions. Double: to round-off against the
-// naive kernel; float: within 1e-5 of the tiled kernel, which training uses.
+// naive kernel; float: within 1e-5 of the tiled kernel, which training uses. Hkv < H: grouped-query
+// attention, whose cache holds the Hkv key/value heads only.
 struct DecodeShape {
-  int B, T, C, H, prefill, step;
+  int B, T, C, H, Hkv, prefill, step;
+  size_t row() const { return size_t(C) + 2 * kv(); }  // W3
+  size_t kv() const { return size_t(C) / H * Hkv; }    // Ckv
 };
 
 class DecodeAttention : public ::testing::TestWithParam<DecodeShape> {};
 
 template <class T>
 void decode_in_chunks(const DecodeShape& s, const std::vector<T>& qkv, std::vector<T>& out, int capacity) {
-  const size_t C = size_t(s.C);
-  std::vector<T> keys(size_t(s.B) * capacity * C, T(-7)), values(keys.size(), T(-7));
+  const size_t C = size_t(s.C), W = s.row(), Ckv = s.kv();
+  std::vector<T> keys(size_t(s.B) * capacity * Ckv, T(-7)), values(keys.size(), T(-7));
   for (int past = 0; past < s.T;) {
     const int n = std::min(past == 0 ? s.prefill : s.step, s.T - past);
-    std::vector<T> chunk(size_t(s.B) * n * 3 * C), chunk_out(size_t(s.B) * n * C);
+    std::vector<T> chunk(size_t(s.B) * n * W), chunk_out(size_t(s.B) * n * C);
     for (int b = 0; b < s.B; ++b) {
-      std::copy_n(qkv.begin() + (size_t(b) * s.T + past) * 3 * C, size_t(n) * 3 * C, chunk.begin() + size_t(b) * n * 3 * C);
+      std::copy_n(qkv.begin() + (size_t(b) * s.T + past) * W, size_t(n) * W, chunk.begin() + size_t(b) * n * W);
     }
-    attention_decode(chunk_out.data(), keys.data(), values.data(), chunk.data(), s.B, n, past, capacity, s.C, s.H);
+    attention_decode(chunk_out.data(), keys.data(), values.data(), chunk.data(), s.B, n, past, capacity, s.C, s.H,
+                     s.Hkv);
     for (int b = 0; b < s.B; ++b) {
       std::copy_n(chunk_out.begin() + size_t(b) * n * C, size_t(n) * C, out.begin() + (size_t(b) * s.T + past) * C);
     }
@@ -119,10 +123,10 @@ void decode_in_chunks(const DecodeShape& s, const std::vector<T>& qkv, std::vect
   // The cache holds every key and value at its position, and nothing past them was touched.
   for (int b = 0; b < s.B; ++b) {
     for (int t = 0; t < capacity; ++t) {
-      for (size_t c = 0; c < C; ++c) {
-        const size_t at = (size_t(b) * capacity + t) * C + c;
-        ASSERT_EQ(keys[at], t < s.T ? qkv[(size_t(b) * s.T + t) * 3 * C + C + c] : T(-7));
-        ASSERT_EQ(values[at], t < s.T ? qkv[(size_t(b) * s.T + t) * 3 * C + 2 * C + c] : T(-7));
+      for (size_t c = 0; c < Ckv; ++c) {
+        const size_t at = (size_t(b) * capacity + t) * Ckv + c;
+        ASSERT_EQ(keys[at], t < s.T ? qkv[(size_t(b) * s.T + t) * W + C + c] : T(-7));
+        ASSERT_EQ(values[at], t < s.T ? qkv[(size_t(b) * s.T + t) * W + C + Ckv + c] : T(-7));
       }
     }
   }
@@ -131,17 +135,17 @@ void decode_in_chunks(const DecodeShape& s, const std::vector<T>& qkv, std::vect
 TEST_P(DecodeAttention, MatchesTheFullAttentionRows) {
   const DecodeShape s = GetParam();
   const std::string tag = fmt::format("decode:{},{},{},{}", s.B, s.T, s.C, s.prefill);
-  const std::vector<double> qkv = random_normal(size_t(s.B) * s.T * 3 * s.C, 21, tag);
+  const std::vector<double> qkv = random_normal(size_t(s.B) * s.T * s.row(), 21, tag);
   const int capacity = s.T + 3;  // a cache longer than the sequence, as a model's is
 
   std::vector<double> want(size_t(s.B) * s.T * s.C), att(size_t(s.B) * s.H * s.T * s.T), got(want.size());
-  attention_forward_naive(want.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.H);
+  attention_forward_naive(want.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.H, s.Hkv);
   decode_in_chunks(s, qkv, got, capacity);
   EXPECT_LT(relative_error(got, want), 1e-12);
 
   const std::vector<float> qkv_f = cast<float>(qkv);
   std::vector<float> want_f(want.size()), lse(size_t(s.B) * s.H * s.T), got_f(want.size());
-  attention_forward(want_f.data(), lse.data(), qkv_f.data(), s.B, s.T, s.C, s.H);
+  attention_forward(want_f.data(), lse.data(), qkv_f.data(), s.B, s.T, s.C, s.H, s.Hkv);
   decode_in_chunks(s, qkv_f, got_f, capacity);
   EXPECT_LT(relative_error(cast<double>(got_f), cast<double>(want_f)), 1e-5);
   // The last row alone, the one sampling reads: also within 1e-5.
@@ -155,18 +159,19 @@ TEST_P(DecodeAttention, MatchesTheFullAttentionRows) {
 
 // T = 300 spans three key tiles of 128; C = 15, H = 3 has an odd head size.
 INSTANTIATE_TEST_SUITE_P(Kernels, DecodeAttention,
-                         ::testing::Values(DecodeShape{1, 1, 16, 2, 1, 1}, DecodeShape{2, 40, 16, 2, 1, 1},
-                                           DecodeShape{2, 67, 15, 3, 20, 1}, DecodeShape{1, 130, 64, 1, 130, 1},
-                                           DecodeShape{3, 300, 24, 2, 17, 1}, DecodeShape{2, 129, 32, 4, 64, 7}),
+                         ::testing::Values(DecodeShape{1, 1, 16, 2, 2, 1, 1}, DecodeShape{2, 40, 16, 2, 2, 1, 1},
+                                           DecodeShape{2, 67, 15, 3, 3, 20, 1}, DecodeShape{1, 130, 64, 1, 1, 130, 1},
+                                           DecodeShape{3, 300, 24, 2, 2, 17, 1}, DecodeShape{2, 129, 32, 4, 4, 64, 7},
+                                           DecodeShape{2, 67, 32, 4, 2, 20, 1}, DecodeShape{1, 140, 32, 8, 1, 64, 5}),
                          [](const ::testing::TestParamInfo<DecodeShape>& s) {
-                           return fmt::format("B{}_T{}_C{}_H{}_prefill{}_step{}", s.param.B, s.param.T, s.param.C,
-                                              s.param.H, s.param.prefill, s.param.step);
+                           return fmt::format("B{}_T{}_C{}_H{}_Hkv{}_prefill{}_step{}", s.param.B, s.param.T, s.param.C,
+                                              s.param.H, s.param.Hkv, s.param.prefill, s.param.step);
                          });
 
 TEST(KernelAttention, DecodeRefusesPositionsPastTheCache) {
   std::vector<float> qkv(3 * 8 * 2), out(8 * 2), keys(8 * 4), values(8 * 4);
   try {
-    attention_decode(out.data(), keys.data(), values.data(), qkv.data(), 1, 2, 3, 4, 8, 2);
+    attention_decode(out.data(), keys.data(), values.data(), qkv.data(), 1, 2, 3, 4, 8, 2, 2);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("3 cached and 2 new positions do not fit a cache of 4 positions"),
@@ -202,18 +207,18 @@ TEST(KernelAttention, FloatBackwardIsAsAccurateAsAMaterializedSoftmaxOnLargeScor
   // The double reference on the same (float) inputs.
   const std::vector<double> qkv_d = cast<double>(qkv_f), dout_d = cast<double>(dout_f);
   std::vector<double> out_d(N * C), lse_d(size_t(B) * H * T), dqkv_d(N * 3 * C);
-  attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, C, H);
-  attention_backward(dqkv_d.data(), dout_d.data(), qkv_d.data(), out_d.data(), lse_d.data(), B, T, C, H);
+  attention_forward(out_d.data(), lse_d.data(), qkv_d.data(), B, T, C, H, H);
+  attention_backward(dqkv_d.data(), dout_d.data(), qkv_d.data(), out_d.data(), lse_d.data(), B, T, C, H, H);
   double max_lse = 0;
   for (double l : lse_d) max_lse = std::max(max_lse, std::fabs(l));
   ASSERT_GT(max_lse, 100.0) << "the case must have large scores";
 
   std::vector<float> out(N * C), lse(size_t(B) * H * T), dqkv(N * 3 * C);
-  attention_forward(out.data(), lse.data(), qkv_f.data(), B, T, C, H);
-  attention_backward(dqkv.data(), dout_f.data(), qkv_f.data(), out.data(), lse.data(), B, T, C, H);
+  attention_forward(out.data(), lse.data(), qkv_f.data(), B, T, C, H, H);
+  attention_backward(dqkv.data(), dout_f.data(), qkv_f.data(), out.data(), lse.data(), B, T, C, H, H);
   std::vector<float> out_n(N * C), att(size_t(B) * H * T * T), dqkv_n(N * 3 * C);
-  attention_forward_naive(out_n.data(), att.data(), qkv_f.data(), B, T, C, H);
-  attention_backward_naive(dqkv_n.data(), dout_f.data(), qkv_f.data(), att.data(), B, T, C, H);
+  attention_forward_naive(out_n.data(), att.data(), qkv_f.data(), B, T, C, H, H);
+  attention_backward_naive(dqkv_n.data(), dout_f.data(), qkv_f.data(), att.data(), B, T, C, H, H);
 
   auto part = [&](const auto& v, int p) {
     std::vector<double> x;
@@ -234,7 +239,7 @@ TEST(KernelAttention, FloatBackwardIsAsAccurateAsAMaterializedSoftmaxOnLargeScor
 TEST(KernelAttention, RejectsHeadsThatDoNotDivideChannels) {
   std::vector<float> qkv(3 * 10), out(10), lse(3);
   try {
-    attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 10, 3);
+    attention_forward(out.data(), lse.data(), qkv.data(), 1, 1, 10, 3, 3);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("C=10 must be a positive multiple of the number of heads H=3"),

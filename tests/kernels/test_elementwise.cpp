@@ -120,7 +120,7 @@ TEST(KernelRope, ScoresDependOnRelativePositionOnly) {
   const std::vector<double> token = random_normal(3 * C, 12, "rope:token");
   std::vector<double> qkv(size_t(T) * 3 * C), rotated(qkv.size());
   for (int t = 0; t < T; ++t) std::copy(token.begin(), token.end(), qkv.begin() + size_t(t) * 3 * C);
-  rope_forward(rotated.data(), qkv.data(), 1, T, C, H, 10000.0f);
+  rope_forward(rotated.data(), qkv.data(), 1, T, C, H, H, 10000.0f);
   auto score = [&](int t, int s, int h) {
     double d = 0;
     for (int i = 0; i < D; ++i)
@@ -144,12 +144,12 @@ TEST(KernelRope, PositionOffsetEqualsTheRowsOfTheWholeSequence) {
   constexpr int B = 1, T = 45, C = 24, H = 3, p0 = 37, n = T - p0;
   const std::vector<float> x = cast<float>(random_normal(size_t(B) * T * 3 * C, 14, "rope:offset"));
   std::vector<float> whole(x.size());
-  rope_forward(whole.data(), x.data(), B, T, C, H, 10000.0f);
+  rope_forward(whole.data(), x.data(), B, T, C, H, H, 10000.0f);
   const std::vector<float> tail(x.begin() + size_t(p0) * 3 * C, x.end());
   std::vector<float> rotated(tail.size()), back(tail.size());
-  rope_forward(rotated.data(), tail.data(), B, n, C, H, 10000.0f, p0);
+  rope_forward(rotated.data(), tail.data(), B, n, C, H, H, 10000.0f, p0);
   EXPECT_EQ(rotated, std::vector<float>(whole.begin() + size_t(p0) * 3 * C, whole.end()));
-  rope_backward(back.data(), rotated.data(), B, n, C, H, 10000.0f, p0);
+  rope_backward(back.data(), rotated.data(), B, n, C, H, H, 10000.0f, p0);
   EXPECT_LT(relative_error(cast<double>(back), cast<double>(tail)), 1e-6);
 }
 
@@ -157,17 +157,17 @@ TEST(KernelRope, InPlaceEqualsOutOfPlaceAndBackwardInverts) {
   constexpr int B = 2, T = 33, C = 24, H = 3;
   const std::vector<float> x = cast<float>(random_normal(size_t(B) * T * 3 * C, 13, "rope:x"));
   std::vector<float> y(x.size()), z = x;
-  rope_forward(y.data(), x.data(), B, T, C, H, 10000.0f);
-  rope_forward(z.data(), z.data(), B, T, C, H, 10000.0f);
+  rope_forward(y.data(), x.data(), B, T, C, H, H, 10000.0f);
+  rope_forward(z.data(), z.data(), B, T, C, H, H, 10000.0f);
   EXPECT_EQ(y, z);
-  rope_backward(z.data(), z.data(), B, T, C, H, 10000.0f);  // the inverse rotation
+  rope_backward(z.data(), z.data(), B, T, C, H, H, 10000.0f);  // the inverse rotation
   EXPECT_LT(relative_error(cast<double>(z), cast<double>(x)), 1e-6);
 }
 
 TEST(KernelRope, OddHeadDimensionThrows) {
   std::vector<float> x(3 * 15), y(x.size());
   try {
-    rope_forward(y.data(), x.data(), 1, 1, 15, 3, 10000.0f);
+    rope_forward(y.data(), x.data(), 1, 1, 15, 3, 3, 10000.0f);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("D = C/H = 5 must be even"), std::string::npos) << e.what();

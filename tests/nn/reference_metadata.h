@@ -15,6 +15,7 @@ inline void write_model_metadata(io::SafeTensorsWriter& writer, const config::Mo
   meta("arch", config::architecture_name(c.arch));
   meta("n_layer", std::to_string(c.n_layer));
   meta("n_head", std::to_string(c.n_head));
+  meta("n_kv_head", std::to_string(c.kv_heads()));
   meta("n_embd", std::to_string(c.n_embd));
   meta("vocab_size", std::to_string(c.vocab_size));
   meta("seq_len", std::to_string(c.seq_len));

@@ -40,8 +40,9 @@ double row_relative_error(const float* a, const float* b, int n) {
   return std::sqrt(diff / ref);
 }
 
-void expect_decode_matches_logits(Architecture arch, int prefill, int chunk) {
-  const ModelConfig c = small_config(arch);
+void expect_decode_matches_logits(Architecture arch, int prefill, int chunk, int kv_heads = 0) {
+  ModelConfig c = small_config(arch);
+  c.n_kv_head = kv_heads;
   MemoryAccountant mem;
   nn::GPT model(c, mem, 1);
   tessera::testing::randomize_weights(model.parameters(), 3, 0.2);
@@ -80,6 +81,10 @@ TEST(GPTDecode, Gpt2TokenByTokenMatchesTheWholeContext) { expect_decode_matches_
 TEST(GPTDecode, Gpt2PrefillThenTokensMatchesTheWholeContext) { expect_decode_matches_logits(Architecture::Gpt2, 9, 1); }
 TEST(GPTDecode, LlamaTokenByTokenMatchesTheWholeContext) { expect_decode_matches_logits(Architecture::Llama, 1, 1); }
 TEST(GPTDecode, LlamaPrefillThenChunksMatchesTheWholeContext) { expect_decode_matches_logits(Architecture::Llama, 7, 5); }
+// Grouped-query attention: the cache holds the 2 key/value heads of the 4 heads.
+TEST(GPTDecode, LlamaGroupedQueryAttentionMatchesTheWholeContext) {
+  expect_decode_matches_logits(Architecture::Llama, 7, 1, 2);
+}
 
 TEST(GPTDecode, RefusesPositionsPastTheContext) {
   const ModelConfig c = small_config(Architecture::Llama);

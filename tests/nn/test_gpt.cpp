@@ -54,6 +54,12 @@ TEST(GPT, ParametersAreNamedAndCounted) {
       nn::GPT model(c, mem, 1);
       EXPECT_EQ(model.parameters().numel(), c.parameter_count());
       EXPECT_EQ(model.parameters().get("blocks.1.attn.qkv.weight").shape, (Shape{96, 32}));
+      // Grouped-query attention: q 32 rows, k and v 8 each (1 key/value head of D = 8).
+      ModelConfig gqa = c;
+      gqa.n_kv_head = 1;
+      nn::GPT grouped(gqa, mem, 1);
+      EXPECT_EQ(grouped.parameters().numel(), gqa.parameter_count());
+      EXPECT_EQ(grouped.parameters().get("blocks.1.attn.qkv.weight").shape, (Shape{48, 32}));
       EXPECT_EQ(model.parameters().get("embed.tokens.weight").shape, (Shape{61, 32}));
       if (!tied) {
         EXPECT_EQ(model.parameters().get("head.weight").shape, (Shape{61, 32}));
@@ -66,31 +72,34 @@ TEST(GPT, ParametersAreNamedAndCounted) {
 // Counted memory equals the shapes' arithmetic: params/grads/optimizer 4/4/8 bytes per parameter
 // in fp32, and the activation peak of a training step equals GPT::saved_activation_bytes.
 TEST(GPT, MeasuredMemoryEqualsTheFormulas) {
-  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
-    ModelConfig c = small_config(arch);
-    MemoryAccountant mem;
-    nn::GPT model(c, mem, 1);
-    optim::AdamW opt(mem, {}, model.parameters().numel());
-    const auto n = static_cast<size_t>(c.parameter_count());
-    MemoryStats s = mem.stats();
-    EXPECT_EQ(s.live_of(MemoryTag::Params), 4 * n);
-    EXPECT_EQ(s.live_of(MemoryTag::Grads), 4 * n);
-    EXPECT_EQ(s.live_of(MemoryTag::Optimizer), 8 * n);
+  for (int kv_heads : {0, 2}) {  // multi-head, and grouped-query attention with 2 key/value heads
+    for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+      ModelConfig c = small_config(arch);
+      c.n_kv_head = kv_heads;
+      MemoryAccountant mem;
+      nn::GPT model(c, mem, 1);
+      optim::AdamW opt(mem, {}, model.parameters().numel());
+      const auto n = static_cast<size_t>(c.parameter_count());
+      MemoryStats s = mem.stats();
+      EXPECT_EQ(s.live_of(MemoryTag::Params), 4 * n);
+      EXPECT_EQ(s.live_of(MemoryTag::Grads), 4 * n);
+      EXPECT_EQ(s.live_of(MemoryTag::Optimizer), 8 * n);
 
-    const int B = 3, T = 17;
-    auto tokens = random_tokens(B * T, c.vocab_size, 1);
-    auto targets = random_tokens(B * T, c.vocab_size, 2);
-    mem.reset_peaks();
-    nn::StepContext step{mem, model.parameters()};
-    nn::GPT::Ctx ctx;
-    model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
-    EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)));
-    model.backward(step, ctx);
-    s = mem.stats();
-    EXPECT_EQ(s.peak_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)))
-        << config::architecture_name(arch);
-    EXPECT_EQ(s.live_of(MemoryTag::Activations), 0u) << "backward must release everything forward saved";
-    EXPECT_EQ(s.live_of(MemoryTag::Workspace), 0u);
+      const int B = 3, T = 17;
+      auto tokens = random_tokens(B * T, c.vocab_size, 1);
+      auto targets = random_tokens(B * T, c.vocab_size, 2);
+      mem.reset_peaks();
+      nn::StepContext step{mem, model.parameters()};
+      nn::GPT::Ctx ctx;
+      model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
+      EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)));
+      model.backward(step, ctx);
+      s = mem.stats();
+      EXPECT_EQ(s.peak_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)))
+          << config::architecture_name(arch);
+      EXPECT_EQ(s.live_of(MemoryTag::Activations), 0u) << "backward must release everything forward saved";
+      EXPECT_EQ(s.live_of(MemoryTag::Workspace), 0u);
+    }
   }
 }
 

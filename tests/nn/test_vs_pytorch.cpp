@@ -136,9 +136,10 @@ void run_case(const Case& tc) {
       // query's scores uniformly, which softmax ignores), so both implementations see only
       // round-off there, which Adam normalizes into full-size steps of random sign. Compare the
       // query and value parts, whose gradients are real.
-      const auto C = static_cast<size_t>(c.n_embd);
+      const auto C = static_cast<size_t>(c.n_embd), Ckv = static_cast<size_t>(c.kv_dim());
       EXPECT_LT(relative_difference(mine, theirs, C), 1e-4) << tc.name << ": " << p.name << " (query part)";
-      EXPECT_LT(relative_difference(mine + 2 * C, theirs + 2 * C, C), 1e-4) << tc.name << ": " << p.name << " (value part)";
+      EXPECT_LT(relative_difference(mine + C + Ckv, theirs + C + Ckv, Ckv), 1e-4)
+          << tc.name << ": " << p.name << " (value part)";
       continue;
     }
     EXPECT_LT(relative_difference(mine, theirs, static_cast<size_t>(p.numel())), 1e-4)
@@ -160,4 +161,16 @@ TEST(VsPyTorch, Gpt2OddShapesUntiedNoBias) {
 }
 TEST(VsPyTorch, LlamaStyle) {
   run_case({"llama", make(Architecture::Llama, 2, 4, 64, 101, 32, false, false), 2, 29});
+}
+// Grouped-query attention (8 heads on 2 key/value heads, PyTorch repeating each key/value head
+// over its group), for Llama and for GPT-2 with biases.
+TEST(VsPyTorch, LlamaGroupedQueryAttention) {
+  ModelConfig c = make(Architecture::Llama, 2, 8, 64, 101, 32, false, false);
+  c.n_kv_head = 2;
+  run_case({"llama_gqa", c, 2, 29});
+}
+TEST(VsPyTorch, Gpt2GroupedQueryAttentionWithBias) {
+  ModelConfig c = make(Architecture::Gpt2, 2, 4, 64, 128, 32, true, true);
+  c.n_kv_head = 1;
+  run_case({"gpt2_gqa", c, 2, 32});
 }

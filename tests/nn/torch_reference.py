@@ -112,6 +112,11 @@ class ModelSpec:
     tied_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    n_kv_head: int = 0  # 0: as many as n_head; fewer is grouped-query attention
+
+    @property
+    def kv_heads(self):
+        return self.n_kv_head or self.n_head
 
     @staticmethod
     def from_metadata(meta):
@@ -125,11 +130,14 @@ class ModelSpec:
                          n_embd=int(meta["n_embd"]), vocab_size=int(meta["vocab_size"]),
                          seq_len=int(meta["seq_len"]), ffn_hidden=int(meta["ffn_hidden"]), bias=flag("bias"),
                          tied_embeddings=flag("tied_embeddings"), norm_eps=float(meta["norm_eps"]),
-                         rope_theta=float(meta["rope_theta"]))
+                         rope_theta=float(meta["rope_theta"]),
+                         n_kv_head=int(meta.get("n_kv_head", meta["n_head"])))
         if spec.arch not in ("gpt2", "llama"):
             raise ValueError(f"metadata arch={spec.arch!r}: expected 'gpt2' or 'llama'")
         if spec.n_embd % spec.n_head != 0:
             raise ValueError(f"n_embd {spec.n_embd} is not a multiple of n_head {spec.n_head}")
+        if spec.n_head % spec.kv_heads != 0:
+            raise ValueError(f"n_kv_head {spec.kv_heads} does not divide n_head {spec.n_head}")
         return spec
 
 
@@ -155,7 +163,7 @@ def parameter_shapes(spec):
     for layer in range(spec.n_layer):
         p = f"blocks.{layer}"
         norm(p + ".norm1")
-        linear(p + ".attn.qkv", 3 * C, C)
+        linear(p + ".attn.qkv", C + 2 * (C // spec.n_head) * spec.kv_heads, C)
         linear(p + ".attn.proj", C, C)
         norm(p + ".norm2")
         if gpt2:
@@ -215,15 +223,18 @@ def _rotate(x, cos, sin):
 
 def _attention(spec, params, prefix, x, rope):
     B, T, C = x.shape
-    H = spec.n_head
+    H, Hkv = spec.n_head, spec.kv_heads
     D = C // H
-    q, k, v = _linear(params, prefix + ".qkv", x).split(C, dim=-1)
+    q, k, v = _linear(params, prefix + ".qkv", x).split([C, Hkv * D, Hkv * D], dim=-1)
     q = q.view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
-    k = k.view(B, T, H, D).transpose(1, 2)
-    v = v.view(B, T, H, D).transpose(1, 2)
+    k = k.view(B, T, Hkv, D).transpose(1, 2)  # [B, Hkv, T, D]
+    v = v.view(B, T, Hkv, D).transpose(1, 2)
     if rope is not None:
         q = _rotate(q, *rope)
         k = _rotate(k, *rope)
+    # Grouped-query attention: each key/value head serves H/Hkv consecutive query heads.
+    k = k.repeat_interleave(H // Hkv, dim=1)  # [B, H, T, D]
+    v = v.repeat_interleave(H // Hkv, dim=1)
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))  # [B, H, T, T]
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     scores = scores.masked_fill(~causal, float("-inf"))

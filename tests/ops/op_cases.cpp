@@ -116,10 +116,11 @@ std::vector<OpCase> op_cases() {
   const Sizes linear{{"B", 2}, {"T", 3}, {"N", 6}, {"IC", 13}, {"OC", 7}};
   const Sizes norm{{"B", 2}, {"T", 3}, {"N", 6}, {"C", 13}};
   const Sizes elementwise{{"N", 5}, {"F", 37}};
-  const Sizes attention{{"B", 2}, {"T", 5}, {"C", 16}, {"3C", 48}, {"H", 4}};
-  const Sizes rope{{"B", 2}, {"T", 5}, {"C", 16}, {"3C", 48}, {"H", 2}};
+  // Grouped-query shapes (Hkv < H): W3 = C + 2·Hkv·D. Multi-head attention is the kernels' tests'.
+  const Sizes attention{{"B", 2}, {"T", 5}, {"C", 16}, {"W3", 32}, {"H", 4}, {"Hkv", 2}};
+  const Sizes rope{{"B", 2}, {"T", 5}, {"C", 16}, {"W3", 32}, {"H", 2}, {"Hkv", 1}};
   // Decoding: T new tokens after kPast cached ones, in a cache of S positions.
-  const Sizes decode{{"B", 2}, {"T", 4}, {"S", 9}, {"C", 16}, {"3C", 48}, {"H", 4}};
+  const Sizes decode{{"B", 2}, {"T", 4}, {"S", 9}, {"C", 16}, {"Ckv", 8}, {"W3", 32}, {"H", 4}, {"Hkv", 2}};
   const Sizes embedding{{"B", 2}, {"T", 3}, {"C", 12}, {"V", 11}, {"maxT", 5}};
   const Sizes loss{{"B", 2}, {"T", 3}, {"N", 6}, {"V", 11}};
   const Sizes residual{{"B", 2}, {"T", 3}, {"C", 13}};
@@ -205,38 +206,42 @@ std::vector<OpCase> op_cases() {
               kernels::swiglu_backward(a.f("dgate"), a.f("dup"), a.f("dy"), a.f("gate"), a.f("up"), numel(a, "gate"));
             })),
       entry("attention_forward", attention,
-            {arg("out", {"B", "T", "C"}), arg("lse", {"B", "H", "T"}), arg("qkv", {"B", "T", "3C"})},
-            run([](const Args& a) { attention_forward(a["out"], a["lse"], a["qkv"], a.n("H")); }),
+            {arg("out", {"B", "T", "C"}), arg("lse", {"B", "H", "T"}), arg("qkv", {"B", "T", "W3"})},
+            run([](const Args& a) { attention_forward(a["out"], a["lse"], a["qkv"], a.n("H"), a.n("Hkv")); }),
             run([](const Args& a) {
-              kernels::attention_forward(a.f("out"), a.f("lse"), a.f("qkv"), a.n("B"), a.n("T"), a.n("C"), a.n("H"));
+              kernels::attention_forward(a.f("out"), a.f("lse"), a.f("qkv"), a.n("B"), a.n("T"), a.n("C"), a.n("H"),
+                                         a.n("Hkv"));
             })),
       entry("attention_backward", attention,
-            {arg("dqkv", {"B", "T", "3C"}), arg("dout", {"B", "T", "C"}), arg("qkv", {"B", "T", "3C"}),
+            {arg("dqkv", {"B", "T", "W3"}), arg("dout", {"B", "T", "C"}), arg("qkv", {"B", "T", "W3"}),
              arg("out", {"B", "T", "C"}), arg("lse", {"B", "H", "T"}, 1.0, 0.5)},
             run([](const Args& a) {
-              attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], a.n("H"));
+              attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], a.n("H"), a.n("Hkv"));
             }),
             run([](const Args& a) {
               kernels::attention_backward(a.f("dqkv"), a.f("dout"), a.f("qkv"), a.f("out"), a.f("lse"), a.n("B"),
-                                          a.n("T"), a.n("C"), a.n("H"));
+                                          a.n("T"), a.n("C"), a.n("H"), a.n("Hkv"));
             })),
       entry("attention_decode", decode,
-            {arg("out", {"B", "T", "C"}), arg("k_cache", {"B", "S", "C"}), arg("v_cache", {"B", "S", "C"}),
-             arg("qkv", {"B", "T", "3C"})},
-            run([](const Args& a) { attention_decode(a["out"], a["k_cache"], a["v_cache"], a["qkv"], kPast, a.n("H")); }),
+            {arg("out", {"B", "T", "C"}), arg("k_cache", {"B", "S", "Ckv"}), arg("v_cache", {"B", "S", "Ckv"}),
+             arg("qkv", {"B", "T", "W3"})},
+            run([](const Args& a) {
+              attention_decode(a["out"], a["k_cache"], a["v_cache"], a["qkv"], kPast, a.n("H"), a.n("Hkv"));
+            }),
             run([](const Args& a) {
               kernels::attention_decode(a.f("out"), a.f("k_cache"), a.f("v_cache"), a.f("qkv"), a.n("B"), a.n("T"),
-                                        kPast, a.n("S"), a.n("C"), a.n("H"));
+                                        kPast, a.n("S"), a.n("C"), a.n("H"), a.n("Hkv"));
             })),
-      entry("rope_forward", rope, {arg("y", {"B", "T", "3C"}), arg("x", {"B", "T", "3C"})},
-            run([](const Args& a) { rope_forward(a["y"], a["x"], a.n("H"), kTheta, kPosition0); }),
+      entry("rope_forward", rope, {arg("y", {"B", "T", "W3"}), arg("x", {"B", "T", "W3"})},
+            run([](const Args& a) { rope_forward(a["y"], a["x"], a.n("H"), a.n("Hkv"), kTheta, kPosition0); }),
             run([](const Args& a) {
-              kernels::rope_forward(a.f("y"), a.f("x"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta, kPosition0);
+              kernels::rope_forward(a.f("y"), a.f("x"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), a.n("Hkv"), kTheta,
+                                    kPosition0);
             })),
-      entry("rope_backward", rope, {arg("dx", {"B", "T", "3C"}), arg("dy", {"B", "T", "3C"})},
-            run([](const Args& a) { rope_backward(a["dx"], a["dy"], a.n("H"), kTheta, kPosition0); }),
+      entry("rope_backward", rope, {arg("dx", {"B", "T", "W3"}), arg("dy", {"B", "T", "W3"})},
+            run([](const Args& a) { rope_backward(a["dx"], a["dy"], a.n("H"), a.n("Hkv"), kTheta, kPosition0); }),
             run([](const Args& a) {
-              kernels::rope_backward(a.f("dx"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), kTheta,
+              kernels::rope_backward(a.f("dx"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"), a.n("H"), a.n("Hkv"), kTheta,
                                      kPosition0);
             })),
       entry("embedding_forward", embedding,

@@ -4,7 +4,8 @@
 //    bit for bit (initialization by global index; padding rows are zero and dropped);
 //  - parity: losses and gradient norms within 1e-5 relative every step, parameters within 1e-4
 //    after 5 steps, at tp = 2 (and 4 with 4 ranks), for GPT-2 with a tied embedding and Llama
-//    untied, a vocabulary tp divides and one it does not (padded), dropout on, 1 and 3
+//    untied, Llama with grouped-query attention (8 heads on 4 key/value heads), a vocabulary tp
+//    divides and one it does not (padded), dropout on, 1 and 3
 //    microbatches; full and selective recomputation; with 4 ranks also tp 2 × dp 2 under ZeRO 0-3,
 //    and tp 2 × pp 2;
 //  - the same with sequence parallelism (sp): tp = 2 and 4, sequences split in parts of T/tp, one
@@ -51,9 +52,18 @@ config::ModelConfig llama_untied(int vocab) {
   return m;
 }
 
+// Grouped-query attention: 8 query heads on 4 key/value heads, so tp 2 and 4 both keep whole groups.
+config::ModelConfig llama_gqa(int vocab) {
+  config::ModelConfig m = llama_untied(vocab);
+  m.n_embd = 32;
+  m.n_head = 8;
+  m.n_kv_head = 4;
+  return m;
+}
+
 std::string describe(const ParityCase& c, const config::ParallelLayout& layout) {
-  return fmt::format("{} V{} tp{}{} dp{} pp{} ZeRO-{} m{} b{}", config::architecture_name(c.model.arch),
-                     c.model.vocab_size, layout.tp, c.sequence_parallel ? "+sp" : "", layout.dp, layout.pp,
+  return fmt::format("{}{} V{} tp{}{} dp{} pp{} ZeRO-{} m{} b{}", config::architecture_name(c.model.arch),
+                     c.model.kv_heads() != c.model.n_head ? " GQA" : "", c.model.vocab_size, layout.tp, c.sequence_parallel ? "+sp" : "", layout.dp, layout.pp,
                      c.zero_stage, c.micros, c.global_batch / layout.dp / c.micros);
 }
 
@@ -173,7 +183,8 @@ int main(int argc, char** argv) {
   return run_rank_checks(argc, argv, [](dist::Communicator& world, RankChecks& t) {
     const int n = world.size();
     // Vocabularies: 61 is divided by neither 2 nor 4 (padded), 64 by both.
-    const std::vector<config::ModelConfig> models{gpt2_tied(61), gpt2_tied(64), llama_untied(53), llama_untied(64)};
+    const std::vector<config::ModelConfig> models{gpt2_tied(61), gpt2_tied(64), llama_untied(53), llama_untied(64),
+                                                  llama_gqa(53)};
     auto run_case = [&](const config::ModelConfig& model, const config::ParallelLayout& layout, int zero_stage,
                         int micros, memory::RecomputePolicy recompute = memory::RecomputePolicy::None,
                         int sequences_per_micro = 2) {
@@ -239,7 +250,7 @@ int main(int argc, char** argv) {
       layout.tp = 2;
       layout.dp = 2;
       for (int zero_stage : {0, 1, 2, 3}) {
-        for (const config::ModelConfig& model : {models[0], models[2]}) run_case(model, layout, zero_stage, 2);
+        for (const config::ModelConfig& model : {models[0], models[2], models[4]}) run_case(model, layout, zero_stage, 2);
       }
       // A vocabulary large enough that one rank's ZeRO shard holds only split parameters (the
       // embedding's block) and its peer's only whole ones: the gradient norm's reductions must
@@ -247,7 +258,7 @@ int main(int argc, char** argv) {
       run_case(gpt2_tied(2048), layout, 1, 2);
       layout.sp = true;
       for (int zero_stage : {0, 1, 2, 3}) {
-        for (const config::ModelConfig& model : {models[0], models[2]}) run_case(model, layout, zero_stage, 2);
+        for (const config::ModelConfig& model : {models[0], models[2], models[4]}) run_case(model, layout, zero_stage, 2);
       }
       layout.dp = 1;
       layout.pp = 2;

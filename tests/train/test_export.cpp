@@ -156,6 +156,30 @@ TEST_F(Export, LlamaWithUntiedHeadLoadsAndMatchesTheLoss) {
   EXPECT_FALSE(weights.has("model.layers.0.self_attn.q_proj.bias"));
 }
 
+// Grouped-query attention: 4 heads on 2 key/value heads; k_proj and v_proj hold the key/value
+// heads' rows only, and the reader (which repeats them over their groups, as transformers does)
+// gets the same loss. GPT-2 cannot hold it in the Hugging Face format, and says so.
+TEST_F(Export, LlamaWithGroupedQueryAttentionLoadsAndMatchesTheLoss) {
+  const fs::path run = train("llama_gqa", "--model.arch llama --model.n_head 4 --model.n_kv_head 2");
+  const fs::path out = g_root / "llama_gqa_hf";
+  const fs::path step = run / "checkpoints" / "step_00000003";
+  CliResult r = run_tessera("export " + step.string() + " " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_reader_matches(step, out, "llama");
+  const nlohmann::json config = read_json(out / "config.json");
+  EXPECT_EQ(config["num_attention_heads"], 4);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  io::SafeTensorsFile weights = io::SafeTensorsFile::open((out / "model.safetensors").string());
+  EXPECT_EQ(weights.entry("model.layers.1.self_attn.q_proj.weight").shape, (Shape{32, 32}));
+  EXPECT_EQ(weights.entry("model.layers.1.self_attn.k_proj.weight").shape, (Shape{16, 32}));
+  EXPECT_EQ(weights.entry("model.layers.1.self_attn.v_proj.weight").shape, (Shape{16, 32}));
+
+  const fs::path gpt2 = train("gpt2_gqa", "--model.n_head 4 --model.n_kv_head 2 --train.steps 1");
+  r = run_tessera("export " + (gpt2 / "checkpoints" / "step_00000001").string() + " " + (g_root / "gpt2_gqa_hf").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("the Hugging Face GPT-2 model cannot hold"), std::string::npos) << r.output;
+}
+
 TEST_F(Export, OutputFolderAndFormatAreChecked) {
   const fs::path run = train("small", "--train.steps 1");
   const fs::path out = g_root / "busy";

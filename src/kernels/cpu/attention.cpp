@@ -12,13 +12,18 @@
 // rows of queries: per-query maxima and sums are plain vector operations, with no horizontal
 // reduction per row.
 //
-// Threading: the forward runs an OpenMP loop over (batch, head, query block) items, the backward
-// over (batch, head) items, and every item calls BLAS on its own tiles. The OpenMP build of
+// Grouped-query attention changes only where a query head finds its keys and values
+// (QkvHeads): the forward reads them, the backward accumulates into them, once per query head of
+// the group, in head order.
+//
+// Threading: the forward runs an OpenMP loop over (batch, query head, query block) items, the
+// backward over (batch, key/value head) items, and every item calls BLAS on its own tiles. The OpenMP build of
 // OpenBLAS asks omp_in_parallel() before threading a call and runs it on the calling thread alone
 // inside an active parallel region (checked by interposing omp_in_parallel: true for every tile
 // call, and no BLAS worker threads start), so the cores are shared out once, by our loop, and
-// never oversubscribed. Each item writes only its own rows of out and lse, or its own head's
-// slice of dqkv, so items need no synchronization.
+// never oversubscribed. Each item writes only its own rows of out and lse, or its own group's
+// slices of dqkv (the group's query heads and their key/value head), so items need no
+// synchronization, and the sums do not depend on the thread count.
 
 #include "kernels/cpu/attention.h"
 
@@ -49,19 +54,19 @@ constexpr int kSumChunk = 16;
 
 struct Shape {
   int B, Tn, C, H, D;
-  int ld_qkv;  // 3C: distance between tokens in qkv and dqkv
+  QkvHeads heads;
+  int ld_qkv;  // W3: distance between tokens in qkv and dqkv
   int ld_out;  // C: distance between tokens in out and dout
   int blocks;  // query blocks per sequence
 
   size_t token(int b, int t) const { return static_cast<size_t>(b) * Tn + t; }
 };
 
-Shape make_shape(int B, int Tn, int C, int H, const char* name) {
-  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
-           "{}: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", name, C, H, B, Tn);
-  TS_CHECK(C / H <= kMaxHeadDim, "{}: head dimension D = C/H = {} is above the supported maximum of {}", name, C / H,
-           kMaxHeadDim);
-  return Shape{B, Tn, C, H, C / H, 3 * C, C, (Tn + kBlockQ - 1) / kBlockQ};
+Shape make_shape(int B, int Tn, int C, int H, int Hkv, const char* name) {
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, name);
+  TS_CHECK(heads.D <= kMaxHeadDim, "{}: head dimension D = C/H = {} is above the supported maximum of {}", name,
+           heads.D, kMaxHeadDim);
+  return Shape{B, Tn, C, H, heads.D, heads, heads.row(), C, (Tn + kBlockQ - 1) / kBlockQ};
 }
 
 // Causality: key k0 + j is visible to the queries q0 + i with i >= first_query(...).
@@ -98,8 +103,8 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
 
   for (int k0 = 0; k0 < q_end; k0 += kBlockK) {
     const int nk = std::min(kBlockK, q_end - k0);  // no key past the block's last query
-    const T* k = qkv + s.token(b, k0) * s.ld_qkv + s.C + head;
-    const T* v = k + s.C;
+    const T* k = qkv + s.token(b, k0) * s.ld_qkv + s.heads.key(h);
+    const T* v = qkv + s.token(b, k0) * s.ld_qkv + s.heads.value(h);
     gemm<T>(Transpose::No, Transpose::No, nk, nq, s.D, scale, k, s.ld_qkv, qt, kBlockQ, T(0), pt, kBlockQ);
     std::copy(row_max, row_max + kBlockQ, tile_max);
     for (int j = 0; j < nk; ++j) {
@@ -148,8 +153,9 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
   }
 }
 
-// All query blocks of one (b, h). The item owns its head's slice of dqkv, so dQ, dK and dV
-// accumulate in place with no partial buffers. Per query block, the scores against every key the
+// All query blocks of one (b, h), accumulated into dQ of h and dK, dV of its key/value head,
+// which the caller has zeroed: the item owns them, so they accumulate in place with no partial
+// buffers. Per query block, the scores against every key the
 // block sees are recomputed into the item's scratch and the softmax is redone from them as a
 // materialized one would be: row maxima, exponentials, sums, normalization; then
 // delta = Σ_j P dP / Σ_j P from those very probabilities, so that every row of dS = P (dP - delta)
@@ -167,22 +173,17 @@ void forward_query_block(T* out, T* lse, const T* qkv, const Shape& s, int b, in
 template <class T>
 void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, int h, T scale, T* pt, T* dst) {
   const size_t head = static_cast<size_t>(h) * s.D;
-  for (int t = 0; t < s.Tn; ++t) {
-    T* d = dqkv + s.token(b, t) * s.ld_qkv + head;
-    std::fill(d, d + s.D, T(0));
-    std::fill(d + s.C, d + s.C + s.D, T(0));
-    std::fill(d + 2 * s.C, d + 2 * s.C + s.D, T(0));
-  }
   T qt[kMaxHeadDim * kBlockQ];   // Qᵀ
   T dyt[kMaxHeadDim * kBlockQ];  // dOᵀ
   T row_max[kBlockQ], inv_sum[kBlockQ];
   T delta[kBlockQ];  // Σ_j P dP / Σ_j P, the softmax backward's correction
   // Sums over keys in double (see the comment above the function).
   double row_sum[kBlockQ], p_dp[kBlockQ], p_sum[kBlockQ];
-  const T* k = qkv + s.token(b, 0) * s.ld_qkv + s.C + head;
-  const T* v = k + s.C;
-  T* dk = dqkv + s.token(b, 0) * s.ld_qkv + s.C + head;
-  T* dv = dk + s.C;
+  const size_t row0 = s.token(b, 0) * s.ld_qkv;
+  const T* k = qkv + row0 + s.heads.key(h);
+  const T* v = qkv + row0 + s.heads.value(h);
+  T* dk = dqkv + row0 + s.heads.key(h);
+  T* dv = dqkv + row0 + s.heads.value(h);
 
   for (int qb = 0; qb < s.blocks; ++qb) {
     const int q0 = qb * kBlockQ;
@@ -250,11 +251,33 @@ void backward_head(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, 
   }
 }
 
+// One key/value head of one sequence: zeroes the group's slices of dqkv, then accumulates each of
+// its query heads in turn.
+template <class T>
+void backward_group(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b, int kv, T scale, T* pt, T* dst) {
+  const int group = s.heads.group(), first = kv * group;
+  for (int t = 0; t < s.Tn; ++t) {
+    T* d = dqkv + s.token(b, t) * s.ld_qkv;
+    std::fill(d + s.heads.query(first), d + s.heads.query(first) + group * s.D, T(0));
+    std::fill(d + s.heads.key(first), d + s.heads.key(first) + s.D, T(0));
+    std::fill(d + s.heads.value(first), d + s.heads.value(first) + s.D, T(0));
+  }
+  for (int h = first; h < first + group; ++h) backward_head(dqkv, dout, qkv, s, b, h, scale, pt, dst);
+}
+
 }  // namespace
 
+QkvHeads qkv_heads(int B, int Tn, int C, int H, int Hkv, const char* kernel) {
+  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
+           "{}: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", kernel, C, H, B, Tn);
+  TS_CHECK(Hkv > 0 && H % Hkv == 0, "{}: the {} key/value heads must be a positive divisor of the {} query heads", kernel,
+           Hkv, H);
+  return QkvHeads{H, Hkv, C / H};
+}
+
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int H) {
-  const Shape s = make_shape(B, Tn, C, H, "attention_forward");
+void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
+  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_forward");
   const T scale = T(1) / std::sqrt(static_cast<T>(s.D));
   const long items = static_cast<long>(B) * H * s.blocks;
   // Later query blocks see more keys: hand them out first, dynamically, so the cheap early
@@ -268,29 +291,33 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int H
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int H) {
-  const Shape s = make_shape(B, Tn, C, H, "attention_backward");
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int H,
+                        int Hkv) {
+  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_backward");
   const T scale = T(1) / std::sqrt(static_cast<T>(s.D));
-  const int items = B * H;
+  // Fewer items than query heads under grouped-query attention: the group's heads share dK and dV.
+  const int items = B * Hkv;
   // out and lse are not read: the backward redoes the softmax from the scores (see backward_head).
   (void)out;
   (void)lse;
   // Per thread: Pᵀ and dPᵀ of one query block against all the keys it sees.
   const size_t scratch = static_cast<size_t>(Tn) * kBlockQ;
-  // Every (b, h) has the same amount of work.
+  // Every (b, kv) has the same amount of work.
 #pragma omp parallel
   {
     std::vector<T> pt(scratch), dst(scratch);
 #pragma omp for schedule(static)
-    for (int bh = 0; bh < items; ++bh) backward_head(dqkv, dout, qkv, s, bh / H, bh % H, scale, pt.data(), dst.data());
+    for (int item = 0; item < items; ++item) {
+      backward_group(dqkv, dout, qkv, s, item / Hkv, item % Hkv, scale, pt.data(), dst.data());
+    }
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
-                                        int);
+                                        int, int);
 template void attention_backward<double>(double*, const double*, const double*, const double*, const double*, int, int,
-                                         int, int);
+                                         int, int, int);
 
 }  // namespace tessera::kernels

@@ -72,22 +72,23 @@ void attend_one(T* out_row, const T* q, const T* k, const T* v, int L, int D, si
 }  // namespace
 
 template <class T>
-void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int Tn, int past, int S, int C, int H) {
-  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
-           "attention_decode: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", C, H, B, Tn);
+void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int Tn, int past, int S, int C, int H,
+                      int Hkv) {
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_decode");
   TS_CHECK(past >= 0 && S >= 0 && static_cast<int64_t>(past) + Tn <= S,
            "attention_decode: {} cached and {} new positions do not fit a cache of {} positions", past, Tn, S);
-  const int D = C / H;
+  const int D = heads.D;
   TS_CHECK(D <= kMaxHeadDim, "attention_decode: head dimension D = C/H = {} is above the supported maximum of {}", D,
            kMaxHeadDim);
-  const size_t c = static_cast<size_t>(C);
+  const size_t row = static_cast<size_t>(heads.row()), c = static_cast<size_t>(C);
+  const size_t ckv = static_cast<size_t>(Hkv) * D;  // a cache row: the key/value heads only
   // Keys and values first: new token i attends to the new tokens before it.
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Tn; ++i) {
-      const T* row = qkv + (static_cast<size_t>(b) * Tn + i) * 3 * c;
-      const size_t at = (static_cast<size_t>(b) * S + past + i) * c;
-      std::memcpy(k_cache + at, row + c, c * sizeof(T));
-      std::memcpy(v_cache + at, row + 2 * c, c * sizeof(T));
+      const T* r = qkv + (static_cast<size_t>(b) * Tn + i) * row;
+      const size_t at = (static_cast<size_t>(b) * S + past + i) * ckv;
+      std::memcpy(k_cache + at, r + heads.key(0), ckv * sizeof(T));
+      std::memcpy(v_cache + at, r + heads.value(0), ckv * sizeof(T));
     }
   }
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
@@ -98,14 +99,15 @@ void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int T
     const int i = static_cast<int>(item % Tn);
     const int h = static_cast<int>(item / Tn % H);
     const int b = static_cast<int>(item / (static_cast<long>(Tn) * H));
-    const size_t head = static_cast<size_t>(h) * D;
-    const size_t seq = static_cast<size_t>(b) * S * c;
-    attend_one(out + (static_cast<size_t>(b) * Tn + i) * c + head, qkv + (static_cast<size_t>(b) * Tn + i) * 3 * c + head,
-               k_cache + seq + head, v_cache + seq + head, past + i + 1, D, c, scale);
+    const size_t kv = static_cast<size_t>(heads.key(h) - heads.key(0));  // the key/value head's offset in a cache row
+    const size_t seq = static_cast<size_t>(b) * S * ckv;
+    attend_one(out + (static_cast<size_t>(b) * Tn + i) * c + heads.query(h),
+               qkv + (static_cast<size_t>(b) * Tn + i) * row + heads.query(h), k_cache + seq + kv, v_cache + seq + kv,
+               past + i + 1, D, ckv, scale);
   }
 }
 
-template void attention_decode<float>(float*, float*, float*, const float*, int, int, int, int, int, int);
-template void attention_decode<double>(double*, double*, double*, const double*, int, int, int, int, int, int);
+template void attention_decode<float>(float*, float*, float*, const float*, int, int, int, int, int, int, int);
+template void attention_decode<double>(double*, double*, double*, const double*, int, int, int, int, int, int, int);
 
 }  // namespace tessera::kernels

@@ -9,29 +9,22 @@
 
 namespace tessera::kernels {
 
-namespace {
-void check_shape(int B, int Tn, int C, int H, const char* name) {
-  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
-           "{}: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", name, C, H, B, Tn);
-}
-}  // namespace
-
 template <class T>
-void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C, int H) {
-  check_shape(B, Tn, C, H, "attention_forward_naive");
-  const int D = C / H;
+void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_forward_naive");
+  const int D = heads.D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
-  const size_t row3 = 3 * static_cast<size_t>(C);
+  const size_t row3 = static_cast<size_t>(heads.row());
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
-      const T* base = qkv + static_cast<size_t>(b) * Tn * row3 + static_cast<size_t>(h) * D;
+      const T* base = qkv + static_cast<size_t>(b) * Tn * row3;
       for (int t = 0; t < Tn; ++t) {
-        const T* q = base + t * row3;
+        const T* q = base + t * row3 + heads.query(h);
         T* a = att + ((static_cast<size_t>(b) * H + h) * Tn + t) * Tn;
         T mx = -std::numeric_limits<T>::infinity();
         for (int j = 0; j <= t; ++j) {
-          const T* k = base + j * row3 + C;
+          const T* k = base + j * row3 + heads.key(h);
           T s = 0;
           for (int d = 0; d < D; ++d) s += q[d] * k[d];
           a[j] = s * scale;
@@ -47,7 +40,7 @@ void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C,
         T* o = out + (static_cast<size_t>(b) * Tn + t) * C + static_cast<size_t>(h) * D;
         for (int d = 0; d < D; ++d) o[d] = 0;
         for (int j = 0; j <= t; ++j) {
-          const T* v = base + j * row3 + 2 * C;
+          const T* v = base + j * row3 + heads.value(h);
           for (int d = 0; d < D; ++d) o[d] += a[j] * v[d];
         }
       }
@@ -56,32 +49,30 @@ void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C,
 }
 
 template <class T>
-void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H) {
-  check_shape(B, Tn, C, H, "attention_backward_naive");
-  const int D = C / H;
+void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H, int Hkv) {
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_backward_naive");
+  const int D = heads.D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
-  const size_t row3 = 3 * static_cast<size_t>(C);
-  // One (b, h) per thread: dk and dv of a key collect contributions from every later query.
-#pragma omp parallel for collapse(2) schedule(static)
+  const size_t row3 = static_cast<size_t>(heads.row());
+  const size_t rows = static_cast<size_t>(B) * Tn * row3;
+  for (size_t i = 0; i < rows; ++i) dqkv[i] = 0;
+  // One sequence per thread: dk and dv of a key collect contributions from every later query of
+  // every query head of its group.
+#pragma omp parallel for schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
-      const T* base = qkv + static_cast<size_t>(b) * Tn * row3 + static_cast<size_t>(h) * D;
-      T* dbase = dqkv + static_cast<size_t>(b) * Tn * row3 + static_cast<size_t>(h) * D;
-      for (int t = 0; t < Tn; ++t) {
-        for (int part = 0; part < 3; ++part) {
-          for (int d = 0; d < D; ++d) dbase[t * row3 + part * C + d] = 0;
-        }
-      }
+      const T* base = qkv + static_cast<size_t>(b) * Tn * row3;
+      T* dbase = dqkv + static_cast<size_t>(b) * Tn * row3;
       for (int t = 0; t < Tn; ++t) {
         const T* a = att + ((static_cast<size_t>(b) * H + h) * Tn + t) * Tn;
-        const T* dy = dout + (static_cast<size_t>(b) * Tn + t) * C + static_cast<size_t>(h) * D;
-        const T* q = base + t * row3;
-        T* dq = dbase + t * row3;
+        const T* dy = dout + (static_cast<size_t>(b) * Tn + t) * C + heads.query(h);
+        const T* q = base + t * row3 + heads.query(h);
+        T* dq = dbase + t * row3 + heads.query(h);
         // dP[j] = dy · v_j; softmax backward: dS[j] = P[j] (dP[j] - Σ_i P[i] dP[i]).
         T dot = 0;
         for (int j = 0; j <= t; ++j) {
-          const T* v = base + j * row3 + 2 * C;
-          T* dv = dbase + j * row3 + 2 * C;
+          const T* v = base + j * row3 + heads.value(h);
+          T* dv = dbase + j * row3 + heads.value(h);
           T dp = 0;
           for (int d = 0; d < D; ++d) {
             dp += dy[d] * v[d];
@@ -90,9 +81,9 @@ void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att
           dot += a[j] * dp;
         }
         for (int j = 0; j <= t; ++j) {
-          const T* v = base + j * row3 + 2 * C;
-          const T* k = base + j * row3 + C;
-          T* dk = dbase + j * row3 + C;
+          const T* v = base + j * row3 + heads.value(h);
+          const T* k = base + j * row3 + heads.key(h);
+          T* dk = dbase + j * row3 + heads.key(h);
           T dp = 0;
           for (int d = 0; d < D; ++d) dp += dy[d] * v[d];
           const T ds = a[j] * (dp - dot) * scale;
@@ -106,10 +97,10 @@ void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att
   }
 }
 
-template void attention_forward_naive<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward_naive<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward_naive<float>(float*, const float*, const float*, const float*, int, int, int, int);
-template void attention_backward_naive<double>(double*, const double*, const double*, const double*, int, int, int,
+template void attention_forward_naive<float>(float*, float*, const float*, int, int, int, int, int);
+template void attention_forward_naive<double>(double*, double*, const double*, int, int, int, int, int);
+template void attention_backward_naive<float>(float*, const float*, const float*, const float*, int, int, int, int, int);
+template void attention_backward_naive<double>(double*, const double*, const double*, const double*, int, int, int, int,
                                                int);
 
 }  // namespace tessera::kernels

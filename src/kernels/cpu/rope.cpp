@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "core/check.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/parallel.h"
 
 namespace tessera::kernels {
@@ -13,16 +14,15 @@ namespace {
 // Rotates by +angle (forward) or -angle (backward). Angles are computed in double for both
 // instantiations, so the float kernel's only error is the final rounding of cos and sin.
 template <class T>
-void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int position0, bool inverse,
+void rotate(T* out, const T* inp, int B, int Tn, int C, int H, int Hkv, float theta, int position0, bool inverse,
             const char* name) {
-  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0, "{}: C={} must be a positive multiple of H={}", name, C,
-           H);
-  const int D = C / H;
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, name);
+  const int D = heads.D;
   TS_CHECK(D % 2 == 0, "{}: head dimension D = C/H = {} must be even to rotate pairs (i, i + D/2)", name, D);
   TS_CHECK(theta > 0.0f, "{}: theta = {} must be positive", name, theta);
   TS_CHECK(position0 >= 0, "{}: the first position {} must not be negative", name, position0);
   const int half = D / 2;
-  const size_t row = 3 * static_cast<size_t>(C);
+  const size_t row = static_cast<size_t>(heads.row());
   const size_t t_stride = static_cast<size_t>(Tn) * row;
   // Positions outer, batch inner: the angles of position t are computed once for all B rows.
   constexpr int kChunk = 32;
@@ -39,8 +39,8 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int 
       }
       for (int b = 0; b < B; ++b) {
         const size_t base = b * t_stride + t * row;
-        // q and k heads are 2H consecutive groups of D values.
-        for (int g = 0; g < 2 * H; ++g) {
+        // q and k heads are H + Hkv consecutive groups of D values.
+        for (int g = 0; g < H + Hkv; ++g) {
           const T* x = inp + base + static_cast<size_t>(g) * D + i0;
           T* y = out + base + static_cast<size_t>(g) * D + i0;
 #pragma omp simd
@@ -54,8 +54,8 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int 
     }
     if (out != inp) {
       for (int b = 0; b < B; ++b) {
-        const size_t v = b * t_stride + t * row + 2 * static_cast<size_t>(C);
-        std::copy(inp + v, inp + v + C, out + v);
+        const size_t v = b * t_stride + t * row + static_cast<size_t>(heads.value(0));
+        std::copy(inp + v, inp + v + static_cast<size_t>(Hkv) * D, out + v);
       }
     }
   }
@@ -63,18 +63,18 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int 
 }  // namespace
 
 template <class T>
-void rope_forward(T* out, const T* inp, int B, int Tn, int C, int H, float theta, int position0) {
-  rotate(out, inp, B, Tn, C, H, theta, position0, false, "rope_forward");
+void rope_forward(T* out, const T* inp, int B, int Tn, int C, int H, int Hkv, float theta, int position0) {
+  rotate(out, inp, B, Tn, C, H, Hkv, theta, position0, false, "rope_forward");
 }
 
 template <class T>
-void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int H, float theta, int position0) {
-  rotate(dinp, dout, B, Tn, C, H, theta, position0, true, "rope_backward");
+void rope_backward(T* dinp, const T* dout, int B, int Tn, int C, int H, int Hkv, float theta, int position0) {
+  rotate(dinp, dout, B, Tn, C, H, Hkv, theta, position0, true, "rope_backward");
 }
 
-template void rope_forward<float>(float*, const float*, int, int, int, int, float, int);
-template void rope_forward<double>(double*, const double*, int, int, int, int, float, int);
-template void rope_backward<float>(float*, const float*, int, int, int, int, float, int);
-template void rope_backward<double>(double*, const double*, int, int, int, int, float, int);
+template void rope_forward<float>(float*, const float*, int, int, int, int, int, float, int);
+template void rope_forward<double>(double*, const double*, int, int, int, int, int, float, int);
+template void rope_backward<float>(float*, const float*, int, int, int, int, int, float, int);
+template void rope_backward<double>(double*, const double*, int, int, int, int, int, float, int);
 
 }  // namespace tessera::kernels
