@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/check.h"
+
 namespace tessera::config {
 
 namespace {
@@ -33,6 +35,22 @@ std::optional<std::string> tensor_parallel_refusal(const ModelConfig& model, int
   if (text.empty()) return std::nullopt;
   return fmt::format("parallel.tp = {} does not split the model: {}. tp values that work: {}", tp, text,
                      fmt::join(tensor_parallel_sizes(model, std::max(64, tp)), ", "));
+}
+
+int64_t tensor_parallel_rank_parameters(const ModelConfig& model, int tp) {
+  TS_CHECK(!tensor_parallel_refusal(model, tp), "{}", *tensor_parallel_refusal(model, tp));
+  const int64_t C = model.n_embd, F = model.ffn(), W3 = model.qkv_dim(), t = tp, b = model.bias ? 1 : 0;
+  const int64_t V = (int64_t{model.vocab_size} + t - 1) / t * t;  // padded
+  const bool gpt2 = model.arch == Architecture::Gpt2;
+  // Column-parallel weights with their biases, and row-parallel weights: split.
+  const int64_t mlp_in = gpt2 ? C * F + b * F : 2 * (C * F + b * F);
+  const int64_t split = (C * W3 + b * W3) + C * C + mlp_in + F * C;
+  // Two norms (LayerNorm has a shift) and the row-parallel biases: whole on every rank.
+  const int64_t norm = (gpt2 ? 1 + b : 1) * C;
+  const int64_t replicated = 2 * norm + 2 * b * C;
+  const int64_t tables = (model.tied_embeddings ? 1 : 2) * V / t * C;
+  const int64_t positions = gpt2 ? int64_t{model.seq_len} * C : 0;
+  return model.n_layer * (split / t + replicated) + tables + positions + norm;
 }
 
 }  // namespace tessera::config

@@ -16,4 +16,9 @@ std::vector<int> tensor_parallel_sizes(const ModelConfig& model, int limit);
 // nullopt when tp splits the model, else the reason and the values that work.
 std::optional<std::string> tensor_parallel_refusal(const ModelConfig& model, int tp);
 
+// Parameters one of tp ranks holds under the Megatron plan (parallel/tensor_parallel.h): its block
+// of every split weight (the vocabulary padded to a multiple of tp) and every replicated parameter
+// (norms, row-parallel biases, learned positions) whole. tp = 1 gives parameter_count().
+int64_t tensor_parallel_rank_parameters(const ModelConfig& model, int tp);
+
 }  // namespace tessera::config

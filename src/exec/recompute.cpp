@@ -98,11 +98,11 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
 }
 
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
-                                         int alive) {
+                                         int alive, int tp, bool sp) {
   TS_CHECK(plan.stages.size() == 1, "activation prediction covers a rank holding the whole model as one stage");
   const StagePlan::Stage& stage = plan.stages.front();
   const std::vector<memory::ChainUnit> chain =
-      stage_chain(model, stage, B, T, stage.selective, nominal_unit_times(model, B, T));
+      stage_chain(model, stage, B, T, stage.selective, nominal_unit_times(model, B, T), tp, sp);
   const memory::ChainSimulation sim = memory::simulate(chain, stage.recompute);
   const int64_t tokens = embedding_bytes(model, B, T);
   ActivationPrediction p;

@@ -56,9 +56,10 @@ struct ActivationPrediction {
   int64_t per_microbatch_after_forward = 0;  // R
   int64_t peak = 0;                  // (alive − 1)·R + P
 };
-// For a plan of one stage (a rank holding the whole model), `alive` microbatches at once.
+// For a plan of one stage (a rank holding the whole model), `alive` microbatches at once, on one
+// of `tp` tensor-parallel ranks, with sequence parallelism when `sp`.
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
-                                         int alive);
+                                         int alive, int tp = 1, bool sp = false);
 
 // ⌈√L⌉, the default segment length of every_k.
 int default_every_k(int blocks);

@@ -24,23 +24,31 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   call.dispatch([&]<class T>(Cpu<T>) { kernels::add_inplace<T>(y.data<T>(), x.data<T>(), n); });
 }
 
+namespace {
+// The rows of `rows` [..., C] after checking that `bias` is [C]; C in *C.
+size_t bias_rows(const OpCall& call, const Tensor& rows, const char* rows_name, const Tensor& bias, const char* bias_name,
+                 int64_t* C) {
+  *C = call.last_dim(rows, rows_name, "C");
+  call.rank(bias, bias_name, 1, "[C]");
+  TS_CHECK(bias.size(0) == *C, "{}: {} has shape {}, expected [C={}] (C from {})", call.op(), bias_name,
+           bias.shape_string(), *C, rows_name);
+  return static_cast<size_t>(*C == 0 ? 0 : rows.numel() / *C);
+}
+}  // namespace
+
 void add_bias(const Tensor& y, const Tensor& b) {
   OpCall call("ops::add_bias");
   call.operands({{y, "y"}, {b, "b"}});
-  const int64_t C = call.last_dim(y, "y", "C");
-  call.rank(b, "b", 1, "[C]");
-  TS_CHECK(b.size(0) == C, "{}: b has shape {}, expected [C={}] (C from y)", call.op(), b.shape_string(), C);
-  const auto rows = static_cast<size_t>(C == 0 ? 0 : y.numel() / C);
+  int64_t C = 0;
+  const size_t rows = bias_rows(call, y, "y", b, "b", &C);
   call.dispatch([&]<class T>(Cpu<T>) { kernels::add_bias<T>(y.data<T>(), b.data<T>(), rows, static_cast<size_t>(C)); });
 }
 
 void add_bias_backward(const Tensor& db, const Tensor& dy) {
   OpCall call("ops::add_bias_backward");
   call.operands({{db, "db"}, {dy, "dy"}});
-  const int64_t C = call.last_dim(dy, "dy", "C");
-  call.rank(db, "db", 1, "[C]");
-  TS_CHECK(db.size(0) == C, "{}: db has shape {}, expected [C={}] (C from dy)", call.op(), db.shape_string(), C);
-  const auto rows = static_cast<size_t>(C == 0 ? 0 : dy.numel() / C);
+  int64_t C = 0;
+  const size_t rows = bias_rows(call, dy, "dy", db, "db", &C);
   call.dispatch([&]<class T>(Cpu<T>) {
     kernels::add_bias_backward<T>(db.data<T>(), dy.data<T>(), rows, static_cast<size_t>(C));
   });

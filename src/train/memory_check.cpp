@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/tensor_parallel_shape.h"
 #include "exec/recompute.h"
 #include "nn/gpt.h"
 #include "optim/make_optimizer.h"
@@ -21,7 +22,10 @@ std::string MemoryEstimate::describe() const {
 
 MemoryEstimate estimate_run_memory(const RunConfig& c) {
   MemoryEstimate e;
-  const int64_t psi = c.model.parameter_count();
+  // A rank's parameters: its tensor-parallel blocks and the replicated ones (pipelining is not
+  // counted: every rank is taken to hold all stages, a bound).
+  const int tp = c.parallel.tp;
+  const int64_t psi = config::tensor_parallel_rank_parameters(c.model, tp);
   const int dp = c.parallel.dp;
   const parallel::ZeroBytes states = parallel::zero_bytes(c.parallel.zero_stage, psi, (psi + dp - 1) / dp);
   e.params = static_cast<double>(states.params);
@@ -42,10 +46,11 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   if (recompute.policy == memory::RecomputePolicy::Optimal) {
     e.activations = static_cast<double>(recompute.budget_bytes);
   } else {
-    exec::plan_recompute(plan, c.model, B, T, recompute, exec::nominal_unit_times(c.model, B, T));
+    const bool sp = c.parallel.sp;
+    exec::plan_recompute(plan, c.model, B, T, recompute, exec::nominal_unit_times(c.model, B, T), tp, sp);
     const bool all_forwards_first = c.parallel.schedule == "gpipe";
     const int alive = all_forwards_first ? c.accumulation_steps() : 1;
-    e.activations = static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive).peak);
+    e.activations = static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive, tp, sp).peak);
   }
   // Transients beside them: a block's backward scratch and a unit's gathered parameters or two
   // gradient buckets (a generous bound; the exact ones are counted while the run goes).

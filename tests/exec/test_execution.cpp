@@ -217,7 +217,7 @@ TEST(Parameters, BlockedSplitsAndPaddingRowsInitializeFromGlobalIndices) {
     nn::ShardSpec padded;  // 5 rows padded to 6, in pieces of 3: rank 1 holds rows 3, 4 and the padding
     padded.global_shape = {6, 2};
     padded.padding_rows = 1;
-    padded.splits = {{0, config::MeshDim::TP, 2, index}};
+    padded.splits = {{0, config::MeshDim::TP, 2, index, {}}};
     const nn::Parameter& p = part.declare_sharded("qkv", qkv, nn::Init::Normal, 0.02f);
     const nn::Parameter& t = part.declare_sharded("table", padded, nn::Init::Normal, 0.02f);
     part.allocate(memory);
@@ -262,7 +262,7 @@ TEST(Parameters, ShardsInitializeFromGlobalIndices) {
       nn::ParameterStore part;
       nn::ShardSpec spec;
       spec.global_shape = {6, 4};
-      spec.splits = {{dim, config::MeshDim::TP, 2, index}};
+      spec.splits = {{dim, config::MeshDim::TP, 2, index, {}}};
       const nn::Parameter& p = part.declare_sharded("w", spec, nn::Init::Normal, 0.02f);
       part.allocate(memory);
       part.initialize(9);
@@ -282,6 +282,6 @@ TEST(Parameters, ShardsInitializeFromGlobalIndices) {
   nn::ParameterStore bad;
   nn::ShardSpec spec;
   spec.global_shape = {5, 4};
-  spec.splits = {{0, config::MeshDim::TP, 2, 0}};
+  spec.splits = {{0, config::MeshDim::TP, 2, 0, {}}};
   EXPECT_THROW(bad.declare_sharded("w", spec, nn::Init::Normal, 0.02f), Error) << "5 rows do not split in 2";
 }

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "config/tensor_parallel_shape.h"
+#include "train/memory_check.h"
 #include "train/run_config.h"
 
 using namespace tessera;
@@ -152,4 +154,25 @@ TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
   EXPECT_NE(error_of("[optim]\nname = \"adam8bit\"\nquantization = \"log\"\n").find("\"dynamic\" or \"linear\""),
             std::string::npos);
   EXPECT_NE(error_of("[optim]\nname = \"adafactor\"\ndecay_rate = 1.5\n").find("optim.decay_rate"), std::string::npos);
+}
+
+// The start line's memory estimate (which refuses a run that cannot fit) counts what one
+// tensor-parallel rank holds: its parameter blocks, and activations split over tp (and over the
+// sequence with sp), so a model that fits only when split is not refused.
+TEST(RunConfig, TheMemoryEstimateCountsOneTensorParallelRank) {
+  const std::string text =
+      "[model]\nn_layer = 4\nn_head = 8\nn_kv_head = 4\nn_embd = 256\nvocab_size = 1000\nseq_len = 64\n"
+      "[train]\nbatch_size = 8\nmicro_batch_size = 8\n";
+  toml::table t = toml::parse(text);
+  const RunConfig one = read_run_config(t);
+  apply_overrides(t, {{"parallel.tp", "2"}});
+  const RunConfig two = read_run_config(t);
+  apply_overrides(t, {{"parallel.sp", "true"}});
+  const RunConfig two_sp = read_run_config(t);
+  const MemoryEstimate a = estimate_run_memory(one), b = estimate_run_memory(two), s = estimate_run_memory(two_sp);
+  EXPECT_EQ(a.params, 4.0 * static_cast<double>(one.model.parameter_count()));
+  EXPECT_EQ(b.params, 4.0 * static_cast<double>(config::tensor_parallel_rank_parameters(two.model, 2)));
+  EXPECT_LT(b.params, 0.6 * a.params);
+  EXPECT_LT(b.activations, a.activations);
+  EXPECT_LT(s.activations, b.activations);
 }
