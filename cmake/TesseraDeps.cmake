@@ -20,6 +20,18 @@ add_library(tessera_blas INTERFACE)
 target_include_directories(tessera_blas INTERFACE ${OPENBLAS_INCLUDE_DIR})
 target_link_libraries(tessera_blas INTERFACE ${OPENBLAS_LIBRARY})
 
+# oneDNN: its matmul primitive is the bf16 GEMM where the CPU has bf16 dot products
+# (kernels/cpu/gemm_bf16.h); Debian's OpenBLAS has none. Found by hand: Debian's dnnl-config.cmake
+# insists on OpenCL headers for a GPU runtime tessera does not use.
+find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+find_library(DNNL_LIBRARY NAMES dnnl)
+if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+  message(FATAL_ERROR "oneDNN not found: install libdnnl-dev (scripts/install-deps.sh does)")
+endif()
+add_library(tessera_dnnl INTERFACE)
+target_include_directories(tessera_dnnl INTERFACE ${DNNL_INCLUDE_DIR})
+target_link_libraries(tessera_dnnl INTERFACE ${DNNL_LIBRARY})
+
 if(TESSERA_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)

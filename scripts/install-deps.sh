@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-openmp-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
+  libopenblas-openmp-dev libdnnl-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libxxhash-dev libsentencepiece-dev sentencepiece
   openmpi-bin libopenmpi-dev bible-kjv
   python3-torch python3-numpy

@@ -42,27 +42,27 @@ int check_rope(const OpCall& call, const Heads& s, float theta, int64_t position
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) {
   OpCall call("ops::attention_forward");
-  call.operands({{out, "out"}, {lse, "lse"}, {qkv, "qkv"}});
+  call.operands({{out, "out"}, {qkv, "qkv"}}).accumulators({{lse, "lse"}});
   const Heads s = check_qkv(call, qkv, "qkv", n_head, n_kv_head);
   call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
   call.shape(lse, "lse", {{"B", s.B, "qkv"}, {"H", s.H, "n_head"}, {"T", s.T, "qkv"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::attention_forward<T>(out.data<T>(), lse.data<T>(), qkv.data<T>(), s.B, s.T, s.C, s.H, s.Hkv);
+    kernels::attention_forward<T>(out.data<T>(), lse.data<compute_t<T>>(), qkv.data<T>(), s.B, s.T, s.C, s.H, s.Hkv);
   });
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int n_head, int n_kv_head) {
   OpCall call("ops::attention_backward");
-  call.operands({{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}, {lse, "lse"}});
+  call.operands({{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}).accumulators({{lse, "lse"}});
   const Heads s = check_qkv(call, qkv, "qkv", n_head, n_kv_head);
   call.same_shape(dqkv, "dqkv", qkv, "qkv");
   call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
   call.same_shape(dout, "dout", out, "out");
   call.shape(lse, "lse", {{"B", s.B, "qkv"}, {"H", s.H, "n_head"}, {"T", s.T, "qkv"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::attention_backward<T>(dqkv.data<T>(), dout.data<T>(), qkv.data<T>(), out.data<T>(), lse.data<T>(), s.B,
-                                   s.T, s.C, s.H, s.Hkv);
+    kernels::attention_backward<T>(dqkv.data<T>(), dout.data<T>(), qkv.data<T>(), out.data<T>(),
+                                   lse.data<compute_t<T>>(), s.B, s.T, s.C, s.H, s.Hkv);
   });
 }
 
@@ -92,8 +92,9 @@ void rope_forward(const Tensor& y, const Tensor& x, int n_head, int n_kv_head, f
   const Heads s = check_qkv(call, x, "x", n_head, n_kv_head);
   call.same_shape(y, "y", x, "x");
   const int p0 = check_rope(call, s, theta, position0);
-  call.dispatch(
-      [&]<class T>(Cpu<T>) { kernels::rope_forward<T>(y.data<T>(), x.data<T>(), s.B, s.T, s.C, s.H, s.Hkv, theta, p0); });
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::rope_forward<T>(y.data<T>(), x.data<T>(), s.B, s.T, s.C, s.H, s.Hkv, theta, p0);
+  });
 }
 
 void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, int n_kv_head, float theta, int64_t position0) {
@@ -102,8 +103,9 @@ void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, int n_kv_head
   const Heads s = check_qkv(call, dy, "dy", n_head, n_kv_head);
   call.same_shape(dx, "dx", dy, "dy");
   const int p0 = check_rope(call, s, theta, position0);
-  call.dispatch(
-      [&]<class T>(Cpu<T>) { kernels::rope_backward<T>(dx.data<T>(), dy.data<T>(), s.B, s.T, s.C, s.H, s.Hkv, theta, p0); });
+  call.dispatch([&]<class T>(Cpu<T>) {
+    kernels::rope_backward<T>(dx.data<T>(), dy.data<T>(), s.B, s.T, s.C, s.H, s.Hkv, theta, p0);
+  });
 }
 
 }  // namespace tessera::ops

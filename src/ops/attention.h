@@ -10,7 +10,7 @@
 namespace tessera::ops {
 
 // out [B, T, C] = softmax(q·kᵀ / sqrt(D), causal) · v from qkv [B, T, W3]; saves lse [B, H, T],
-// the log-sum-exp of each query row's scores, for the backward.
+// the log-sum-exp of each query row's scores, for the backward; lse is f32 whatever qkv's dtype.
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head);
 // dqkv [B, T, W3] from dout [B, T, C] and the forward's qkv [B, T, W3], out [B, T, C], lse [B, H, T].
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -2,20 +2,26 @@
 // The dispatch seam of the ops layer. An op checks its tensors (shapes, dtypes, contiguity, one
 // device), then hands dispatch() the (device, dtype) of its operands and a generic lambda that
 // calls one backend's kernels. dispatch() is the single place that knows which (device, dtype)
-// pairs have kernels: today only (CPU, f32), which calls the lambda with Cpu<float>; every other
-// pair fails with "<op>: no kernel for <dtype> tensors on <device>".
+// pairs have kernels: (CPU, f32), (CPU, bf16) and (CPU, f16), which call the lambda with
+// Cpu<float>, Cpu<bf16> or Cpu<f16>; every other pair fails with "<op>: no kernel for <dtype>
+// tensors on <device>". The 16-bit kernels store in 16 bits and compute in f32; their parameter
+// gradients and statistics are f32 tensors (kernels/cpu/element.h), so a lambda passes those as
+// `t.data<compute_t<T>>()`.
 //
 // The tag names the backend as well as the element type, so an op's lambda reads
-// `[&]<class T>(Cpu<T>) { kernels::op<T>(...); }`: bf16 CPU kernels add a branch here calling
-// f(Cpu<bf16>{}); a CUDA backend adds a tag (Cuda<T>), a branch here, and next to each op's CPU
-// lambda a CUDA one (an overload set of the two). Modules in nn call ops and never change.
+// `[&]<class T>(Cpu<T>) { kernels::op<T>(...); }`: a CUDA backend adds a tag (Cuda<T>), a branch
+// here, and next to each op's CPU lambda a CUDA one (an overload set of the two). Modules in nn
+// call ops and never change.
 #include <string_view>
 #include <utility>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "kernels/cpu/element.h"
 
 namespace tessera::ops {
+
+using kernels::compute_t;
 
 // The CPU backend (src/kernels/cpu) with element type T.
 template <class T>
@@ -31,7 +37,11 @@ std::string_view device_name(Device device);
 // Calls f with the tag of the backend that serves (device, dtype) and returns what f returns.
 template <class F>
 decltype(auto) dispatch(std::string_view op, Device device, DType dtype, F&& f) {
-  if (device == Device::CPU && dtype == DType::F32) return std::forward<F>(f)(Cpu<float>{});
+  if (device == Device::CPU) {
+    if (dtype == DType::F32) return std::forward<F>(f)(Cpu<float>{});
+    if (dtype == DType::BF16) return std::forward<F>(f)(Cpu<bf16>{});
+    if (dtype == DType::F16) return std::forward<F>(f)(Cpu<f16>{});
+  }
   fail_no_kernel(op, device, dtype);
 }
 

@@ -46,11 +46,11 @@ void add_bias(const Tensor& y, const Tensor& b) {
 
 void add_bias_backward(const Tensor& db, const Tensor& dy) {
   OpCall call("ops::add_bias_backward");
-  call.operands({{db, "db"}, {dy, "dy"}});
+  call.operands({{dy, "dy"}}).accumulators({{db, "db"}});
   int64_t C = 0;
   const size_t rows = bias_rows(call, dy, "dy", db, "db", &C);
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::add_bias_backward<T>(db.data<T>(), dy.data<T>(), rows, static_cast<size_t>(C));
+    kernels::add_bias_backward<T>(db.data<compute_t<T>>(), dy.data<T>(), rows, static_cast<size_t>(C));
   });
 }
 

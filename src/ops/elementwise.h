@@ -11,7 +11,8 @@ namespace tessera::ops {
 void add_inplace(const Tensor& y, const Tensor& x);
 // y [N.., C] += b [C] on every row.
 void add_bias(const Tensor& y, const Tensor& b);
-// add_bias's backward for the bias: db [C] += dy [N.., C] summed over its rows.
+// add_bias's backward for the bias: db [C] += dy [N.., C] summed over its rows; db is f32 (a
+// parameter gradient) whatever dy's dtype.
 void add_bias_backward(const Tensor& db, const Tensor& dy);
 
 // Inverted dropout with the counter-based RNG: element i of x is kept iff

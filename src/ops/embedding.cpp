@@ -43,7 +43,10 @@ void embedding_forward(const Tensor& y, const Tensor& tokens, const Tensor& wte,
 
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dy, const Tensor& tokens) {
   OpCall call("ops::embedding_backward");
-  call.operands({{dwte, "dwte"}, {dy, "dy"}}).optional(dwpe, "dwpe").indices(tokens, "tokens");
+  call.operands({{dy, "dy"}})
+      .accumulators({{dwte, "dwte"}})
+      .optional_accumulator(dwpe, "dwpe")
+      .indices(tokens, "tokens");
   const Lookup s = check_lookup(call, tokens, dwte, "dwte", dwpe, "dwpe");
   call.shape(dy, "dy", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "dwte"}});
   // The kernel trusts the ids the forward checked; a dwte with fewer rows than the forward's wte
@@ -55,7 +58,8 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dy
              call.op(), ids[i], i / s.T, i % s.T, s.V);
   }
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::embedding_backward<T>(dwte.data<T>(), data_or_null<T>(dwpe), dy.data<T>(), ids, s.B, s.T, s.C);
+    kernels::embedding_backward<T>(dwte.data<compute_t<T>>(), data_or_null<compute_t<T>>(dwpe), dy.data<T>(), ids, s.B,
+                                   s.T, s.C);
   });
 }
 
@@ -82,12 +86,12 @@ void embedding_rows_forward(const Tensor& y, const Tensor& tokens, const Tensor&
 
 void embedding_rows_backward(const Tensor& dtable, const Tensor& dy, const Tensor& tokens, int64_t first_row) {
   OpCall call("ops::embedding_rows_backward");
-  call.operands({{dtable, "dtable"}, {dy, "dy"}}).indices(tokens, "tokens");
+  call.operands({{dy, "dy"}}).accumulators({{dtable, "dtable"}}).indices(tokens, "tokens");
   const Lookup s = check_lookup(call, tokens, dtable, "dtable", Tensor(), "");
   call.shape(dy, "dy", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "dtable"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::embedding_rows_backward<T>(dtable.data<T>(), dy.data<T>(), tokens.data<int32_t>(), s.B, s.T, s.C,
-                                        call.to_int(first_row, "first_row"), s.V);
+    kernels::embedding_rows_backward<T>(dtable.data<compute_t<T>>(), dy.data<T>(), tokens.data<int32_t>(), s.B, s.T,
+                                        s.C, call.to_int(first_row, "first_row"), s.V);
   });
 }
 
@@ -115,10 +119,10 @@ void positions_forward(const Tensor& y, const Tensor& wpe) {
 
 void positions_backward(const Tensor& dwpe, const Tensor& dy) {
   OpCall call("ops::positions_backward");
-  call.operands({{dwpe, "dwpe"}, {dy, "dy"}});
+  call.operands({{dy, "dy"}}).accumulators({{dwpe, "dwpe"}});
   check_positions(call, dy, "dy", dwpe, "dwpe");
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::positions_backward<T>(dwpe.data<T>(), dy.data<T>(), call.to_int(dy.size(0), "B"),
+    kernels::positions_backward<T>(dwpe.data<compute_t<T>>(), dy.data<T>(), call.to_int(dy.size(0), "B"),
                                    call.to_int(dy.size(1), "T"), call.to_int(dy.size(2), "C"));
   });
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Token and learned position embeddings. Shapes: B batch, T time, C channels, V vocabulary,
 // maxT the rows of the position table (>= T). Token ids are i32. Parameter gradients accumulate
-// (+=).
+// (+=) and are f32 whatever the dtype of the tables and of dy.
 #include "core/tensor.h"
 
 namespace tessera::ops {

@@ -49,7 +49,8 @@ LinearBackward check_linear_backward(const OpCall& call, const Tensor& dx, const
 void run_linear_backward(const OpCall& call, const LinearBackward& s, const Tensor& dx, const Tensor& dw,
                          const Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w) {
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::linear_backward<T>(data_or_null<T>(dx), data_or_null<T>(dw), data_or_null<T>(db), dy.data<T>(),
+    kernels::linear_backward<T>(data_or_null<T>(dx), data_or_null<compute_t<T>>(dw), data_or_null<compute_t<T>>(db),
+                                dy.data<T>(),
                                 data_or_null<T>(x), data_or_null<T>(w), s.n, s.ic, s.oc);
   });
 }
@@ -64,7 +65,7 @@ void linear_backward_input(const Tensor& dx, const Tensor& dy, const Tensor& w) 
 
 void linear_backward_weight(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x) {
   OpCall call("ops::linear_backward_weight");
-  call.operands({{dw, "dw"}, {dy, "dy"}, {x, "x"}}).optional(db, "db");
+  call.operands({{dy, "dy"}, {x, "x"}}).accumulators({{dw, "dw"}}).optional_accumulator(db, "db");
   const LinearBackward s = check_linear_backward(call, Tensor(), dw, db, dy, x, Tensor());
   run_linear_backward(call, s, Tensor(), dw, db, dy, x, Tensor());
 }
@@ -72,7 +73,7 @@ void linear_backward_weight(const Tensor& dw, const Tensor& db, const Tensor& dy
 void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                      const Tensor& w) {
   OpCall call("ops::linear_backward");
-  call.operands({{dw, "dw"}, {dy, "dy"}, {x, "x"}, {w, "w"}}).optional(dx, "dx").optional(db, "db");
+  call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}}).optional(dx, "dx").accumulators({{dw, "dw"}}).optional_accumulator(db, "db");
   const LinearBackward s = check_linear_backward(call, dx, dw, db, dy, x, w);
   run_linear_backward(call, s, dx, dw, db, dy, x, w);
 }

@@ -1,7 +1,5 @@
 #include "ops/loss.h"
 
-#include <type_traits>
-
 #include "kernels/cpu/cross_entropy.h"
 #include "ops/op_call.h"
 
@@ -28,22 +26,23 @@ Rows check_loss(const OpCall& call, const Tensor& logits, const char* logits_nam
 double cross_entropy_forward_backward(const Tensor& logits_inout, const Tensor& losses, const Tensor& targets,
                                       int ignore_index, float grad_scale) {
   OpCall call("ops::cross_entropy_forward_backward");
-  call.operands({{logits_inout, "logits_inout"}, {losses, "losses"}}).indices(targets, "targets");
+  call.operands({{logits_inout, "logits_inout"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits_inout, "logits_inout", losses, targets);
   return call.dispatch([&]<class T>(Cpu<T>) {
-    return kernels::cross_entropy_forward_backward<T>(logits_inout.data<T>(), losses.data<T>(), targets.data<int32_t>(),
-                                                      s.N, s.V, ignore_index, static_cast<T>(grad_scale));
+    return kernels::cross_entropy_forward_backward<T>(logits_inout.data<T>(), losses.data<compute_t<T>>(),
+                                                      targets.data<int32_t>(), s.N, s.V, ignore_index,
+                                                      static_cast<compute_t<T>>(grad_scale));
   });
 }
 
 double cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index,
                              int64_t* count) {
   OpCall call("ops::cross_entropy_forward");
-  call.operands({{losses, "losses"}, {logits, "logits"}}).indices(targets, "targets");
+  call.operands({{logits, "logits"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits, "logits", losses, targets);
   return call.dispatch([&]<class T>(Cpu<T>) {
-    return kernels::cross_entropy_forward<T>(losses.data<T>(), logits.data<T>(), targets.data<int32_t>(), s.N, s.V,
-                                             ignore_index, count);
+    return kernels::cross_entropy_forward<T>(losses.data<compute_t<T>>(), logits.data<T>(), targets.data<int32_t>(),
+                                             s.N, s.V, ignore_index, count);
   });
 }
 
@@ -51,24 +50,20 @@ double vocab_parallel_cross_entropy(const Tensor& logits_inout, const Tensor& lo
                                     int ignore_index, float grad_scale, const VocabBlock& block,
                                     const VocabReductions& reductions) {
   OpCall call("ops::vocab_parallel_cross_entropy");
-  call.operands({{logits_inout, "logits_inout"}, {losses, "losses"}}).indices(targets, "targets");
+  call.operands({{logits_inout, "logits_inout"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits_inout, "logits_inout", losses, targets);
   TS_CHECK(block.first >= 0 && block.real >= 0 && block.real <= s.V && block.vocab > 0,
            "{}: a block of {} columns holding classes {}..{} of {} real ones of a vocabulary of {}", call.op(), s.V,
            block.first, block.first + s.V, block.real, block.vocab);
   return call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::RowReduce<T> max_over, sum_over;
-    if constexpr (std::is_same_v<T, float>) {
-      if (reductions.max) max_over = [&](float* v, int n) { reductions.max({v, static_cast<size_t>(n)}); };
-      if (reductions.sum) sum_over = [&](float* v, int n) { reductions.sum({v, static_cast<size_t>(n)}); };
-    } else {
-      TS_CHECK(!reductions.max && !reductions.sum, "{}: reductions over ranks are f32; the logits are {}", call.op(),
-               dtype_name(logits_inout.dtype()));
-    }
+    // The per-row values combined over ranks are compute_t<T>: f32 for every dtype dispatched here.
+    kernels::RowReduce<compute_t<T>> max_over, sum_over;
+    if (reductions.max) max_over = [&](float* v, int n) { reductions.max({v, static_cast<size_t>(n)}); };
+    if (reductions.sum) sum_over = [&](float* v, int n) { reductions.sum({v, static_cast<size_t>(n)}); };
     return kernels::vocab_parallel_cross_entropy<T>(
-        logits_inout.data<T>(), losses.data<T>(), targets.data<int32_t>(), s.N, s.V, call.to_int(block.real, "real"),
-        call.to_int(block.first, "first"), call.to_int(block.vocab, "vocab"), ignore_index, static_cast<T>(grad_scale),
-        max_over, sum_over);
+        logits_inout.data<T>(), losses.data<compute_t<T>>(), targets.data<int32_t>(), s.N, s.V,
+        call.to_int(block.real, "real"), call.to_int(block.first, "first"), call.to_int(block.vocab, "vocab"),
+        ignore_index, static_cast<compute_t<T>>(grad_scale), max_over, sum_over);
   });
 }
 

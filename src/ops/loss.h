@@ -1,8 +1,8 @@
 #pragma once
 // Fused softmax + cross-entropy over the last dimension of the logits. Shapes: N.. rows (any
 // leading dimensions, usually [B, T]), V vocabulary. losses and targets (i32) hold one value per
-// row, shaped like the logits without their last dimension, or flat [N]. Rows whose target is
-// ignore_index contribute no loss and no gradient.
+// row, shaped like the logits without their last dimension, or flat [N]; losses are f32 whatever
+// the logits' dtype. Rows whose target is ignore_index contribute no loss and no gradient.
 #include <cstdint>
 #include <functional>
 #include <span>

@@ -31,48 +31,51 @@ Rows check_norm(const OpCall& call, const Tensor& x, const Tensor& w, std::initi
 void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
                        const Tensor& b, float eps) {
   OpCall call("ops::layernorm_forward");
-  call.operands({{y, "y"}, {mean, "mean"}, {rstd, "rstd"}, {x, "x"}, {w, "w"}}).optional(b, "b");
+  call.operands({{y, "y"}, {x, "x"}, {w, "w"}}).optional(b, "b").accumulators({{mean, "mean"}, {rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{y, "y"}}, {{mean, "mean"}, {rstd, "rstd"}});
   if (b.defined()) call.shape(b, "b", {{"C", s.c, "w"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::layernorm_forward<T>(y.data<T>(), mean.data<T>(), rstd.data<T>(), x.data<T>(), w.data<T>(),
-                                  data_or_null<T>(b), s.n, s.c, static_cast<T>(eps));
+    kernels::layernorm_forward<T>(y.data<T>(), mean.data<compute_t<T>>(), rstd.data<compute_t<T>>(), x.data<T>(),
+                                  w.data<T>(), data_or_null<T>(b), s.n, s.c, static_cast<compute_t<T>>(eps));
   });
 }
 
 void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   OpCall call("ops::layernorm_backward");
-  call.operands({{dw, "dw"}, {dy, "dy"}, {x, "x"}, {w, "w"}, {mean, "mean"}, {rstd, "rstd"}})
+  call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}})
       .optional(dx, "dx")
-      .optional(db, "db");
+      .accumulators({{dw, "dw"}, {mean, "mean"}, {rstd, "rstd"}})
+      .optional_accumulator(db, "db");
   const Rows s = check_norm(call, x, w, {{dx, "dx"}, {dy, "dy"}}, {{mean, "mean"}, {rstd, "rstd"}});
   call.shape(dw, "dw", {{"C", s.c, "w"}});
   if (db.defined()) call.shape(db, "db", {{"C", s.c, "w"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::layernorm_backward<T>(data_or_null<T>(dx), dw.data<T>(), data_or_null<T>(db), dy.data<T>(), x.data<T>(),
-                                   w.data<T>(), mean.data<T>(), rstd.data<T>(), s.n, s.c);
+    kernels::layernorm_backward<T>(data_or_null<T>(dx), dw.data<compute_t<T>>(), data_or_null<compute_t<T>>(db),
+                                   dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<compute_t<T>>(),
+                                   rstd.data<compute_t<T>>(), s.n, s.c);
   });
 }
 
 void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
   OpCall call("ops::rmsnorm_forward");
-  call.operands({{y, "y"}, {rstd, "rstd"}, {x, "x"}, {w, "w"}});
+  call.operands({{y, "y"}, {x, "x"}, {w, "w"}}).accumulators({{rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{y, "y"}}, {{rstd, "rstd"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::rmsnorm_forward<T>(y.data<T>(), rstd.data<T>(), x.data<T>(), w.data<T>(), s.n, s.c, static_cast<T>(eps));
+    kernels::rmsnorm_forward<T>(y.data<T>(), rstd.data<compute_t<T>>(), x.data<T>(), w.data<T>(), s.n, s.c,
+                                static_cast<compute_t<T>>(eps));
   });
 }
 
 void rmsnorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& rstd) {
   OpCall call("ops::rmsnorm_backward");
-  call.operands({{dw, "dw"}, {dy, "dy"}, {x, "x"}, {w, "w"}, {rstd, "rstd"}}).optional(dx, "dx");
+  call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}}).optional(dx, "dx").accumulators({{dw, "dw"}, {rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{dx, "dx"}, {dy, "dy"}}, {{rstd, "rstd"}});
   call.shape(dw, "dw", {{"C", s.c, "w"}});
   call.dispatch([&]<class T>(Cpu<T>) {
-    kernels::rmsnorm_backward<T>(data_or_null<T>(dx), dw.data<T>(), dy.data<T>(), x.data<T>(), w.data<T>(),
-                                 rstd.data<T>(), s.n, s.c);
+    kernels::rmsnorm_backward<T>(data_or_null<T>(dx), dw.data<compute_t<T>>(), dy.data<T>(), x.data<T>(), w.data<T>(),
+                                 rstd.data<compute_t<T>>(), s.n, s.c);
   });
 }
 

@@ -2,7 +2,8 @@
 // Normalizations over the last dimension: C channels, N.. rows (any leading dimensions, usually
 // [B, T]). The per-row statistics the forward saves (mean, rstd) are shaped like x without its
 // last dimension, or flat [N]. An undefined tensor means "none" for the optional arguments.
-// Parameter gradients accumulate (+=), input gradients are written (=).
+// Parameter gradients accumulate (+=), input gradients are written (=). mean, rstd and the
+// parameter gradients are f32 whatever the dtype of x, y, w and b (bf16 and f16 compute in f32).
 #include "core/tensor.h"
 
 namespace tessera::ops {

@@ -87,6 +87,29 @@ OpCall& OpCall::optional(const Tensor& t, const char* name) {
   return *this;
 }
 
+OpCall& OpCall::accumulators(std::initializer_list<Arg> args) {
+  for (const Arg& a : args) accumulator(a.tensor, a.name);
+  return *this;
+}
+
+OpCall& OpCall::optional_accumulator(const Tensor& t, const char* name) {
+  if (t.defined()) accumulator(t, name);
+  return *this;
+}
+
+void OpCall::accumulator(const Tensor& t, const char* name) {
+  TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
+  TS_CHECK(t.is_contiguous(),
+           "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
+           t.shape_string(), shape_to_string(t.strides()));
+  TS_CHECK(t.dtype() == DType::F32,
+           "{}: {} has dtype {}; parameter gradients and statistics are f32 whatever the operands' dtype", op_, name,
+           dtype_name(t.dtype()));
+  TS_CHECK(first_ == nullptr || t.device() == device_,
+           "{}: {} is on {} but {} is on {}; the operands of one call share a device", op_, name,
+           device_name(t.device()), first_, device_name(device_));
+}
+
 OpCall& OpCall::indices(const Tensor& t, const char* name) {
   TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
   TS_CHECK(t.dtype() == DType::I32, "{}: {} must hold i32 indices, got dtype {}", op_, name, dtype_name(t.dtype()));

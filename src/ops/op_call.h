@@ -37,6 +37,12 @@ class OpCall {
   OpCall& operands(std::initializer_list<Arg> args);
   // An optional operand: undefined means "none"; when defined, it is checked as an operand.
   OpCall& optional(const Tensor& t, const char* name);
+  // Accumulators: parameter gradients and statistics (norm statistics, log-sum-exp, losses), f32
+  // whatever the floating operands' dtype (kernels/cpu/element.h); defined, contiguous, on the
+  // operands' device.
+  OpCall& accumulators(std::initializer_list<Arg> args);
+  // An optional accumulator: undefined means "none"; when defined, it is checked as one.
+  OpCall& optional_accumulator(const Tensor& t, const char* name);
   // Integer operands (token ids, targets): defined, contiguous, i32, on the operands' device.
   OpCall& indices(const Tensor& t, const char* name);
 
@@ -66,6 +72,7 @@ class OpCall {
 
  private:
   void operand(const Tensor& t, const char* name);
+  void accumulator(const Tensor& t, const char* name);
 
   const char* op_;
   const char* first_ = nullptr;  // the operand that set dtype_ and device_

@@ -67,6 +67,16 @@ ArgSpec opt(std::string name, std::vector<std::string> dims) {
   a.optional = true;
   return a;
 }
+ArgSpec acc(std::string name, std::vector<std::string> dims, double mean = 0.0, double stddev = 1.0) {
+  ArgSpec a = arg(std::move(name), std::move(dims), mean, stddev);
+  a.accumulator = true;
+  return a;
+}
+ArgSpec opt_acc(std::string name, std::vector<std::string> dims) {
+  ArgSpec a = acc(std::move(name), std::move(dims));
+  a.optional = true;
+  return a;
+}
 ArgSpec ints(std::string name, std::vector<std::string> dims, Fill fill) {
   ArgSpec a = arg(std::move(name), std::move(dims));
   a.fill = fill;
@@ -142,14 +152,14 @@ std::vector<OpCase> op_cases() {
                                               a.n("IC"), a.n("OC"));
             })),
       entry("linear_backward_weight", linear,
-            {arg("dw", {"OC", "IC"}), opt("db", {"OC"}), arg("dy", {"B", "T", "OC"}), arg("x", {"B", "T", "IC"})},
+            {acc("dw", {"OC", "IC"}), opt_acc("db", {"OC"}), arg("dy", {"B", "T", "OC"}), arg("x", {"B", "T", "IC"})},
             run([](const Args& a) { linear_backward_weight(a["dw"], a["db"], a["dy"], a["x"]); }),
             run([](const Args& a) {
               kernels::linear_backward<float>(nullptr, a.f("dw"), a.f("db"), a.f("dy"), a.f("x"), nullptr, rows(a),
                                               a.n("IC"), a.n("OC"));
             })),
       entry("linear_backward", linear,
-            {opt("dx", {"N", "IC"}), arg("dw", {"OC", "IC"}), opt("db", {"OC"}), arg("dy", {"N", "OC"}),
+            {opt("dx", {"N", "IC"}), acc("dw", {"OC", "IC"}), opt_acc("db", {"OC"}), arg("dy", {"N", "OC"}),
              arg("x", {"N", "IC"}), arg("w", {"OC", "IC"}, 0.0, 0.3)},
             run([](const Args& a) { linear_backward(a["dx"], a["dw"], a["db"], a["dy"], a["x"], a["w"]); }),
             run([](const Args& a) {
@@ -157,7 +167,7 @@ std::vector<OpCase> op_cases() {
                                        a.n("IC"), a.n("OC"));
             })),
       entry("layernorm_forward", norm,
-            {arg("y", {"B", "T", "C"}), arg("mean", {"N"}), arg("rstd", {"N"}), arg("x", {"B", "T", "C"}, 0.5, 2.0),
+            {arg("y", {"B", "T", "C"}), acc("mean", {"N"}), acc("rstd", {"N"}), arg("x", {"B", "T", "C"}, 0.5, 2.0),
              arg("w", {"C"}, 1.0, 0.2), opt("b", {"C"})},
             run([](const Args& a) { layernorm_forward(a["y"], a["mean"], a["rstd"], a["x"], a["w"], a["b"], kEps); }),
             run([](const Args& a) {
@@ -165,9 +175,9 @@ std::vector<OpCase> op_cases() {
                                          a.n("C"), kEps);
             })),
       entry("layernorm_backward", norm,
-            {opt("dx", {"B", "T", "C"}), arg("dw", {"C"}), opt("db", {"C"}), arg("dy", {"B", "T", "C"}),
-             arg("x", {"B", "T", "C"}), arg("w", {"C"}, 1.0, 0.2), arg("mean", {"B", "T"}),
-             arg("rstd", {"B", "T"}, 1.0, 0.1)},
+            {opt("dx", {"B", "T", "C"}), acc("dw", {"C"}), opt_acc("db", {"C"}), arg("dy", {"B", "T", "C"}),
+             arg("x", {"B", "T", "C"}), arg("w", {"C"}, 1.0, 0.2), acc("mean", {"B", "T"}),
+             acc("rstd", {"B", "T"}, 1.0, 0.1)},
             run([](const Args& a) {
               layernorm_backward(a["dx"], a["dw"], a["db"], a["dy"], a["x"], a["w"], a["mean"], a["rstd"]);
             }),
@@ -176,14 +186,14 @@ std::vector<OpCase> op_cases() {
                                           a.f("rstd"), a.n("N"), a.n("C"));
             })),
       entry("rmsnorm_forward", norm,
-            {arg("y", {"B", "T", "C"}), arg("rstd", {"N"}), arg("x", {"B", "T", "C"}), arg("w", {"C"}, 1.0, 0.2)},
+            {arg("y", {"B", "T", "C"}), acc("rstd", {"N"}), arg("x", {"B", "T", "C"}), arg("w", {"C"}, 1.0, 0.2)},
             run([](const Args& a) { rmsnorm_forward(a["y"], a["rstd"], a["x"], a["w"], kEps); }),
             run([](const Args& a) {
               kernels::rmsnorm_forward(a.f("y"), a.f("rstd"), a.f("x"), a.f("w"), a.n("N"), a.n("C"), kEps);
             })),
       entry("rmsnorm_backward", norm,
-            {opt("dx", {"B", "T", "C"}), arg("dw", {"C"}), arg("dy", {"B", "T", "C"}), arg("x", {"B", "T", "C"}),
-             arg("w", {"C"}, 1.0, 0.2), arg("rstd", {"B", "T"}, 1.0, 0.1)},
+            {opt("dx", {"B", "T", "C"}), acc("dw", {"C"}), arg("dy", {"B", "T", "C"}), arg("x", {"B", "T", "C"}),
+             arg("w", {"C"}, 1.0, 0.2), acc("rstd", {"B", "T"}, 1.0, 0.1)},
             run([](const Args& a) { rmsnorm_backward(a["dx"], a["dw"], a["dy"], a["x"], a["w"], a["rstd"]); }),
             run([](const Args& a) {
               kernels::rmsnorm_backward(a.f("dx"), a.f("dw"), a.f("dy"), a.f("x"), a.f("w"), a.f("rstd"), a.n("N"),
@@ -206,7 +216,7 @@ std::vector<OpCase> op_cases() {
               kernels::swiglu_backward(a.f("dgate"), a.f("dup"), a.f("dy"), a.f("gate"), a.f("up"), numel(a, "gate"));
             })),
       entry("attention_forward", attention,
-            {arg("out", {"B", "T", "C"}), arg("lse", {"B", "H", "T"}), arg("qkv", {"B", "T", "W3"})},
+            {arg("out", {"B", "T", "C"}), acc("lse", {"B", "H", "T"}), arg("qkv", {"B", "T", "W3"})},
             run([](const Args& a) { attention_forward(a["out"], a["lse"], a["qkv"], a.n("H"), a.n("Hkv")); }),
             run([](const Args& a) {
               kernels::attention_forward(a.f("out"), a.f("lse"), a.f("qkv"), a.n("B"), a.n("T"), a.n("C"), a.n("H"),
@@ -214,7 +224,7 @@ std::vector<OpCase> op_cases() {
             })),
       entry("attention_backward", attention,
             {arg("dqkv", {"B", "T", "W3"}), arg("dout", {"B", "T", "C"}), arg("qkv", {"B", "T", "W3"}),
-             arg("out", {"B", "T", "C"}), arg("lse", {"B", "H", "T"}, 1.0, 0.5)},
+             arg("out", {"B", "T", "C"}), acc("lse", {"B", "H", "T"}, 1.0, 0.5)},
             run([](const Args& a) {
               attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], a.n("H"), a.n("Hkv"));
             }),
@@ -254,7 +264,7 @@ std::vector<OpCase> op_cases() {
             }),
             {"V", "maxT"}),
       entry("embedding_backward", embedding,
-            {arg("dwte", {"V", "C"}), opt("dwpe", {"maxT", "C"}), arg("dy", {"B", "T", "C"}),
+            {acc("dwte", {"V", "C"}), opt_acc("dwpe", {"maxT", "C"}), arg("dy", {"B", "T", "C"}),
              ints("tokens", {"B", "T"}, Fill::Tokens)},
             run([](const Args& a) { embedding_backward(a["dwte"], a["dwpe"], a["dy"], a["tokens"]); }),
             run([](const Args& a) {
@@ -263,7 +273,7 @@ std::vector<OpCase> op_cases() {
             }),
             {"V", "maxT"}),
       entry("cross_entropy_forward_backward", loss,
-            {arg("logits_inout", {"B", "T", "V"}, 0.0, 2.0), arg("losses", {"B", "T"}),
+            {arg("logits_inout", {"B", "T", "V"}, 0.0, 2.0), acc("losses", {"B", "T"}),
              ints("targets", {"B", "T"}, Fill::Targets)},
             run([](const Args& a) {
               return cross_entropy_forward_backward(a["logits_inout"], a["losses"], a["targets"], kIgnoreIndex,
@@ -275,7 +285,7 @@ std::vector<OpCase> op_cases() {
             }),
             {"V"}),
       entry("cross_entropy_forward", loss,
-            {arg("losses", {"N"}), arg("logits", {"B", "T", "V"}, 0.0, 2.0), ints("targets", {"N"}, Fill::Targets)},
+            {acc("losses", {"N"}), arg("logits", {"B", "T", "V"}, 0.0, 2.0), ints("targets", {"N"}, Fill::Targets)},
             run([](const Args& a) {
               return cross_entropy_forward(a["losses"], a["logits"], a["targets"], kIgnoreIndex, a.count());
             }),
@@ -285,7 +295,7 @@ std::vector<OpCase> op_cases() {
             }),
             {"V"}),
       entry("vocab_parallel_cross_entropy", loss,
-            {arg("logits_inout", {"B", "T", "V"}, 0.0, 2.0), arg("losses", {"B", "T"}),
+            {arg("logits_inout", {"B", "T", "V"}, 0.0, 2.0), acc("losses", {"B", "T"}),
              ints("targets", {"B", "T"}, Fill::Targets)},
             run([](const Args& a) {
               const int64_t V = a["logits_inout"].shape().empty() ? 1 : a["logits_inout"].shape().back();
@@ -307,7 +317,7 @@ std::vector<OpCase> op_cases() {
             }),
             {"V"}),
       entry("embedding_rows_backward", embedding,
-            {arg("dtable", {"V", "C"}), arg("dy", {"B", "T", "C"}), ints("tokens", {"B", "T"}, Fill::Tokens)},
+            {acc("dtable", {"V", "C"}), arg("dy", {"B", "T", "C"}), ints("tokens", {"B", "T"}, Fill::Tokens)},
             run([](const Args& a) { embedding_rows_backward(a["dtable"], a["dy"], a["tokens"], 0); }),
             run([](const Args& a) {
               kernels::embedding_rows_backward(a.f("dtable"), a.f("dy"), a.i("tokens"), a.n("B"), a.n("T"), a.n("C"),
@@ -318,7 +328,7 @@ std::vector<OpCase> op_cases() {
             run([](const Args& a) { positions_forward(a["y"], a["wpe"]); }),
             run([](const Args& a) { kernels::positions_forward(a.f("y"), a.f("wpe"), a.n("B"), a.n("T"), a.n("C")); }),
             {"maxT", "B", "T"}),
-      entry("positions_backward", embedding, {arg("dwpe", {"maxT", "C"}), arg("dy", {"B", "T", "C"})},
+      entry("positions_backward", embedding, {acc("dwpe", {"maxT", "C"}), arg("dy", {"B", "T", "C"})},
             run([](const Args& a) { positions_backward(a["dwpe"], a["dy"]); }),
             run([](const Args& a) {
               kernels::positions_backward(a.f("dwpe"), a.f("dy"), a.n("B"), a.n("T"), a.n("C"));
@@ -330,7 +340,7 @@ std::vector<OpCase> op_cases() {
               kernels::add_bias(a.f("y"), a.f("b"), static_cast<size_t>(rows(a)), static_cast<size_t>(a.n("C")));
             }),
             {"B", "T"}),
-      entry("add_bias_backward", residual, {arg("db", {"C"}), arg("dy", {"B", "T", "C"})},
+      entry("add_bias_backward", residual, {acc("db", {"C"}), arg("dy", {"B", "T", "C"})},
             run([](const Args& a) { add_bias_backward(a["db"], a["dy"]); }),
             run([](const Args& a) {
               kernels::add_bias_backward(a.f("db"), a.f("dy"), static_cast<size_t>(rows(a)),

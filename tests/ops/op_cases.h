@@ -2,7 +2,8 @@
 // The table the ops tests run over. Every op is one OpCase: its sizes by letter, its tensor
 // arguments with their shapes in those letters, and two ways to run it on bound arguments: through
 // ops:: and through the CPU kernel directly. The tests (test_ops.cpp) check every case the same
-// way: bitwise equal to the kernel, and every malformed argument refused with the op's name.
+// way: bitwise equal to the kernel, near its f32 run in bf16 and f16, and every malformed
+// argument refused with the op's name.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,6 +34,9 @@ struct ArgSpec {
   bool optional = false;  // undefined in the case's second run
   std::string alias;      // when set, this argument is that argument's tensor (in-place variants)
   double mean = 0.0, stddev = 1.0;
+  // A parameter gradient or a statistic (kernels/cpu/element.h): f32 whatever the dtype of the
+  // floating operands, so it stays f32 when they are bf16 or f16.
+  bool accumulator = false;
 };
 
 // The tensors of one run, by name (undefined for optional arguments left out), and the sizes.

@@ -4,14 +4,18 @@
 //   - each argument in turn with a wrong shape (every dimension one larger, unless the op leaves
 //     that size free, and one dimension too many), a wrong dtype, a non-contiguous view, or
 //     missing, is refused with a message that names the op and the argument;
-//   - all floating arguments in bf16 are refused with "no kernel for bf16 tensors on cpu".
+//   - its floating operands in bf16 and in f16 (accumulators in f32), near its f32 run on the
+//     same values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/check.h"
@@ -104,6 +108,101 @@ void expect_matches_kernel(const OpCase& c) {
   }
 }
 
+bool is_operand(const ArgSpec& a) { return a.fill == Fill::Normal && !a.accumulator && a.alias.empty(); }
+
+// t's values in f32, f32 itself or rounded from bf16 or f16.
+std::vector<float> values_of(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::F32) std::memcpy(v.data(), t.raw(), t.nbytes());
+  if (t.dtype() == DType::BF16) convert_bf16_to_f32(v.data(), t.data<bf16>(), v.size());
+  if (t.dtype() == DType::F16) convert_f16_to_f32(v.data(), t.data<f16>(), v.size());
+  return v;
+}
+
+// ||a - b|| / ||b||, or ||a - b|| when b is zero.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// Runs c with its floating operands in bf16, then in f16, accumulators and indices as they are
+// (f32, i32), against its f32 run on the same values: the random values rounded to the 16-bit
+// type, so that the two runs differ only in what the 16-bit kernels round. Every floating tensor
+// and the returned value must be within a relative norm error ||a - b|| / ||b|| of
+//   bf16  1e-2: one rounding to nearest of each output is at most 2^-8 relative per element,
+//         about 2^-9 in norm over values spread across their binades;
+//   f16   2e-3: the same with 2^-11, about 2^-12 in norm;
+// plus what the op accumulates, which runs in f32 in both runs (sums, statistics, parameter
+// gradients: K 2^-24 over K terms; a 16-bit GEMM may sum in another order). That leaves 2.5 and 4
+// times the worst case of one rounding: a wrong 16-bit kernel (a misplaced term, an intermediate
+// rounded before a cancellation, a value read in the wrong type) falls far outside, though an
+// output truncated instead of rounded (twice the error, never more than 2^-7 or 2^-10) does not.
+void expect_near_f32_in_16_bits(const OpCase& c) {
+  struct Precision {
+    DType dtype;
+    double tolerance;
+  };
+  for (const Precision p : {Precision{DType::BF16, 1e-2}, Precision{DType::F16, 2e-3}}) {
+    for (bool with_optional : {true, false}) {
+      if (!with_optional && !c.has_optional()) continue;
+      SCOPED_TRACE(std::string(dtype_name(p.dtype)) +
+                   (with_optional ? ", optional arguments given" : ", optional arguments undefined"));
+      MemoryAccountant accountant;
+      Args wide = bind(c, with_optional, accountant);
+      Args half(c.sizes);
+      for (const ArgSpec& a : c.args) {
+        if (!a.alias.empty()) continue;
+        const Tensor& t = wide[a.name];
+        if (!t.defined()) {
+          half.set(a.name, Tensor());
+          continue;
+        }
+        Tensor h = Tensor::empty(t.shape(), is_operand(a) ? p.dtype : t.dtype(), MemoryTag::Workspace, accountant);
+        if (!is_operand(a)) {
+          std::memcpy(h.raw(), t.raw(), t.nbytes());
+        } else if (p.dtype == DType::BF16) {
+          convert_f32_to_bf16(h.data<bf16>(), t.data<float>(), static_cast<size_t>(t.numel()));
+        } else {
+          convert_f32_to_f16(h.data<f16>(), t.data<float>(), static_cast<size_t>(t.numel()));
+        }
+        if (is_operand(a)) {
+          const std::vector<float> rounded = values_of(h);
+          std::memcpy(t.raw(), rounded.data(), t.nbytes());
+        }
+        half.set(a.name, h);
+      }
+      for (const ArgSpec& a : c.args) {
+        if (!a.alias.empty()) half.set(a.name, half[a.alias]);
+      }
+      const double result_wide = c.via_ops(wide);
+      const double result_half = c.via_ops(half);
+      EXPECT_EQ(half.count_value(), wide.count_value());
+      const double result_error =
+          std::fabs(result_half - result_wide) / (result_wide != 0 ? std::fabs(result_wide) : 1.0);
+      EXPECT_LE(result_error, p.tolerance) << result_half << " vs " << result_wide;
+      double worst = result_error;
+      std::string worst_name = "result";
+      for (const auto& [name, tensor] : wide.tensors()) {
+        if (!tensor.defined() || tensor.dtype() == DType::I32) continue;
+        const double error = relative_error(values_of(half[name]), values_of(tensor));
+        EXPECT_LE(error, p.tolerance) << name << " in " << dtype_name(p.dtype) << " is off its f32 run";
+        if (error > worst) {
+          worst = error;
+          worst_name = name;
+        }
+      }
+      if (with_optional) {
+        std::printf("[ %-4s ] %-34s worst relative error %.2e (%s)\n", std::string(dtype_name(p.dtype)).c_str(),
+                    c.test_name().c_str(), worst, worst_name.c_str());
+      }
+    }
+  }
+}
+
 class OpTest : public ::testing::TestWithParam<OpCase> {
  protected:
   const OpCase& op_case() const { return GetParam(); }
@@ -156,25 +255,25 @@ TEST_P(OpTest, RefusesAWrongShapeOfEachArgument) {
   }
 }
 
-TEST_P(OpTest, RefusesBf16WithNoKernel) {
-  const OpCase& c = op_case();
-  Args args = bind(c, true, accountant_);
-  for (const ArgSpec& a : c.args) {
-    if (a.fill == Fill::Normal)
-      args.set(a.name, Tensor::zeros(shape_of(c, a), DType::BF16, MemoryTag::Workspace, accountant_));
-  }
-  expect_refused(args, "", "ops::" + c.op + ": no kernel for bf16 tensors on cpu");
-}
+TEST_P(OpTest, RunsInBf16AndF16NearItsF32Run) { expect_near_f32_in_16_bits(op_case()); }
 
 TEST_P(OpTest, RefusesAWrongDtypeOfEachArgument) {
   const OpCase& c = op_case();
+  const auto operands = std::count_if(c.args.begin(), c.args.end(), is_operand);
   for (const ArgSpec& a : c.args) {
-    // A float argument among f32 ones in bf16; an index argument in f32.
+    // A floating operand among f32 ones in bf16, an accumulator in bf16; an index argument in f32.
     const DType wrong = a.fill == Fill::Normal ? DType::BF16 : DType::F32;
     SCOPED_TRACE(a.name + " in " + std::string(dtype_name(wrong)));
     Args args = bind(c, true, accountant_);
     args.set(a.name, Tensor::zeros(shape_of(c, a), wrong, MemoryTag::Workspace, accountant_));
-    expect_refused(args, a.name, "dtype");
+    if (is_operand(a) && operands == 1) {
+      // The op's only floating operand sets the call's dtype: bf16 with f32 accumulators is a
+      // mixed-precision call, not a wrong one.
+      EXPECT_NO_THROW(c.via_ops(args));
+      continue;
+    }
+    expect_refused(args, a.name,
+                   a.accumulator ? "parameter gradients and statistics are f32 whatever the operands' dtype" : "dtype");
   }
 }
 
@@ -218,6 +317,8 @@ class OpInPlaceTest : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(OpInPlaceTest, MatchesTheKernelBitwise) { expect_matches_kernel(GetParam()); }
 
+TEST_P(OpInPlaceTest, RunsInBf16AndF16NearItsF32Run) { expect_near_f32_in_16_bits(GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(Ops, OpInPlaceTest, ::testing::ValuesIn(in_place_cases()), case_name);
 
 TEST(OpsLinear, BackwardGivesTheBitsOfItsTwoHalves) {
@@ -240,18 +341,24 @@ TEST(OpsLinear, BackwardGivesTheBitsOfItsTwoHalves) {
   FAIL() << "no linear_backward case in the table";
 }
 
-TEST(OpsDispatch, CallsTheCpuFloatBackendAndReturnsItsResult) {
-  const double result = dispatch("ops::probe", Device::CPU, DType::F32, []<class T>(Cpu<T>) {
-    static_assert(std::is_same_v<T, float>);
-    return 2.5;
-  });
-  EXPECT_EQ(result, 2.5);
+TEST(OpsDispatch, CallsTheCpuBackendOfEachFloatingDtypeAndReturnsItsResult) {
+  // The backend's element type as a number: 1 float, 2 bf16, 3 f16.
+  auto probe = []<class T>(Cpu<T>) {
+    static_assert(std::is_same_v<compute_t<T>, float>);
+    if constexpr (std::is_same_v<T, float>) return 1.5;
+    if constexpr (std::is_same_v<T, bf16>) return 2.5;
+    if constexpr (std::is_same_v<T, f16>) return 3.5;
+  };
+  EXPECT_EQ(dispatch("ops::probe", Device::CPU, DType::F32, probe), 1.5);
+  EXPECT_EQ(dispatch("ops::probe", Device::CPU, DType::BF16, probe), 2.5);
+  EXPECT_EQ(dispatch("ops::probe", Device::CPU, DType::F16, probe), 3.5);
 }
 
 TEST(OpsDispatch, RefusesEveryOtherDeviceAndDtypeNamingThem) {
   for (Device device : {Device::CPU, Device::CUDA}) {
     for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I8, DType::U8}) {
-      if (device == Device::CPU && dtype == DType::F32) continue;
+      const bool floating = dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
+      if (device == Device::CPU && floating) continue;
       const std::string expected =
           fmt::format("ops::probe: no kernel for {} tensors on {}", dtype_name(dtype), device_name(device));
       bool called = false;

@@ -265,43 +265,29 @@ void backward_group(T* dqkv, const T* dout, const T* qkv, const Shape& s, int b,
   for (int h = first; h < first + group; ++h) backward_head(dqkv, dout, qkv, s, b, h, scale, pt, dst);
 }
 
-}  // namespace
-
-QkvHeads qkv_heads(int B, int Tn, int C, int H, int Hkv, const char* kernel) {
-  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
-           "{}: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", kernel, C, H, B, Tn);
-  TS_CHECK(Hkv > 0 && H % Hkv == 0, "{}: the {} key/value heads must be a positive divisor of the {} query heads", kernel,
-           Hkv, H);
-  return QkvHeads{H, Hkv, C / H};
-}
-
+// The whole forward (backward) of a float or double call, its shape checked.
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
-  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_forward");
+void tiled_forward(T* out, T* lse, const T* qkv, const Shape& s) {
   const T scale = T(1) / std::sqrt(static_cast<T>(s.D));
-  const long items = static_cast<long>(B) * H * s.blocks;
+  const long items = static_cast<long>(s.B) * s.H * s.blocks;
   // Later query blocks see more keys: hand them out first, dynamically, so the cheap early
   // blocks fill the gaps at the end.
 #pragma omp parallel for schedule(dynamic, 1)
   for (long item = 0; item < items; ++item) {
-    const int qb = s.blocks - 1 - static_cast<int>(item / (static_cast<long>(B) * H));
-    const int bh = static_cast<int>(item % (static_cast<long>(B) * H));
-    forward_query_block(out, lse, qkv, s, bh / H, bh % H, qb, scale);
+    const int qb = s.blocks - 1 - static_cast<int>(item / (static_cast<long>(s.B) * s.H));
+    const int bh = static_cast<int>(item % (static_cast<long>(s.B) * s.H));
+    forward_query_block(out, lse, qkv, s, bh / s.H, bh % s.H, qb, scale);
   }
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int H,
-                        int Hkv) {
-  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_backward");
+void tiled_backward(T* dqkv, const T* dout, const T* qkv, const Shape& s) {
   const T scale = T(1) / std::sqrt(static_cast<T>(s.D));
   // Fewer items than query heads under grouped-query attention: the group's heads share dK and dV.
-  const int items = B * Hkv;
-  // out and lse are not read: the backward redoes the softmax from the scores (see backward_head).
-  (void)out;
-  (void)lse;
+  const int Hkv = s.heads.Hkv;
+  const int items = s.B * Hkv;
   // Per thread: Pᵀ and dPᵀ of one query block against all the keys it sees.
-  const size_t scratch = static_cast<size_t>(Tn) * kBlockQ;
+  const size_t scratch = static_cast<size_t>(s.Tn) * kBlockQ;
   // Every (b, kv) has the same amount of work.
 #pragma omp parallel
   {
@@ -313,11 +299,61 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 }
 
+}  // namespace
+
+QkvHeads qkv_heads(int B, int Tn, int C, int H, int Hkv, const char* kernel) {
+  TS_CHECK(B >= 0 && Tn >= 0 && H > 0 && C > 0 && C % H == 0,
+           "{}: C={} must be a positive multiple of the number of heads H={} (B={}, T={})", kernel, C, H, B, Tn);
+  TS_CHECK(Hkv > 0 && H % Hkv == 0, "{}: the {} key/value heads must be a positive divisor of the {} query heads", kernel,
+           Hkv, H);
+  return QkvHeads{H, Hkv, C / H};
+}
+
+template <class T>
+void attention_forward(T* out, compute_t<T>* lse, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
+  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_forward");
+  if constexpr (is_half_v<T>) {
+    // The float kernel on a widened copy of qkv, its output rounded to T once; lse is f32 already.
+    const size_t tokens = static_cast<size_t>(B) * Tn;
+    const std::vector<float> wide_qkv = widened(qkv, tokens * s.ld_qkv);
+    std::vector<float> wide_out(tokens * s.ld_out);
+    tiled_forward<float>(wide_out.data(), lse, wide_qkv.data(), s);
+    narrow<T>(out, wide_out.data(), wide_out.size());
+  } else {
+    tiled_forward<T>(out, lse, qkv, s);
+  }
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const compute_t<T>* lse, int B, int Tn,
+                        int C, int H, int Hkv) {
+  const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_backward");
+  // out and lse are not read: the backward redoes the softmax from the scores (see backward_head).
+  (void)out;
+  (void)lse;
+  if constexpr (is_half_v<T>) {
+    // The float kernel on widened copies of qkv and dout, dqkv rounded to T once.
+    const size_t tokens = static_cast<size_t>(B) * Tn;
+    const std::vector<float> wide_qkv = widened(qkv, tokens * s.ld_qkv);
+    const std::vector<float> wide_dout = widened(dout, tokens * s.ld_out);
+    std::vector<float> wide_dqkv(wide_qkv.size());
+    tiled_backward<float>(wide_dqkv.data(), wide_dout.data(), wide_qkv.data(), s);
+    narrow<T>(dqkv, wide_dqkv.data(), wide_dqkv.size());
+  } else {
+    tiled_backward<T>(dqkv, dout, qkv, s);
+  }
+}
+
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int);
+template void attention_forward<bf16>(bf16*, float*, const bf16*, int, int, int, int, int);
+template void attention_forward<f16>(f16*, float*, const f16*, int, int, int, int, int);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
                                         int, int);
 template void attention_backward<double>(double*, const double*, const double*, const double*, const double*, int, int,
                                          int, int, int);
+template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int, int, int, int,
+                                       int);
+template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int, int, int, int, int);
 
 }  // namespace tessera::kernels

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/attention.h"
@@ -69,19 +70,13 @@ void attend_one(T* out_row, const T* q, const T* k, const T* v, int L, int D, si
   for (int d = 0; d < D; ++d) out_row[d] = acc[d] * inv;
 }
 
-}  // namespace
-
+// The float or double decode of a call its caller has checked.
 template <class T>
-void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int Tn, int past, int S, int C, int H,
-                      int Hkv) {
-  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_decode");
-  TS_CHECK(past >= 0 && S >= 0 && static_cast<int64_t>(past) + Tn <= S,
-           "attention_decode: {} cached and {} new positions do not fit a cache of {} positions", past, Tn, S);
-  const int D = heads.D;
-  TS_CHECK(D <= kMaxHeadDim, "attention_decode: head dimension D = C/H = {} is above the supported maximum of {}", D,
-           kMaxHeadDim);
+void decode(T* out, T* k_cache, T* v_cache, const T* qkv, const QkvHeads& heads, int B, int Tn, int past, int S,
+            int C) {
+  const int H = heads.H, D = heads.D;
   const size_t row = static_cast<size_t>(heads.row()), c = static_cast<size_t>(C);
-  const size_t ckv = static_cast<size_t>(Hkv) * D;  // a cache row: the key/value heads only
+  const size_t ckv = static_cast<size_t>(heads.Hkv) * D;  // a cache row: the key/value heads only
   // Keys and values first: new token i attends to the new tokens before it.
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < Tn; ++i) {
@@ -107,7 +102,46 @@ void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int T
   }
 }
 
+}  // namespace
+
+template <class T>
+void attention_decode(T* out, T* k_cache, T* v_cache, const T* qkv, int B, int Tn, int past, int S, int C, int H,
+                      int Hkv) {
+  const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_decode");
+  TS_CHECK(past >= 0 && S >= 0 && static_cast<int64_t>(past) + Tn <= S,
+           "attention_decode: {} cached and {} new positions do not fit a cache of {} positions", past, Tn, S);
+  TS_CHECK(heads.D <= kMaxHeadDim, "attention_decode: head dimension D = C/H = {} is above the supported maximum of {}",
+           heads.D, kMaxHeadDim);
+  if constexpr (is_half_v<T>) {
+    // The float decode on f32 copies of qkv and of the positions it reads, caches of L = past + Tn
+    // positions; its output and the new keys and values (exact: widened 16-bit values) are
+    // narrowed back.
+    const int L = past + Tn;
+    const size_t ckv = static_cast<size_t>(Hkv) * heads.D;
+    const size_t tokens = static_cast<size_t>(B) * Tn;
+    std::vector<float> k(static_cast<size_t>(B) * L * ckv), v(k.size());
+    for (int b = 0; b < B; ++b) {
+      const size_t from = static_cast<size_t>(b) * S * ckv, to = static_cast<size_t>(b) * L * ckv;
+      widen<T>(k.data() + to, k_cache + from, static_cast<size_t>(past) * ckv);
+      widen<T>(v.data() + to, v_cache + from, static_cast<size_t>(past) * ckv);
+    }
+    const std::vector<float> wide_qkv = widened(qkv, tokens * heads.row());
+    std::vector<float> wide_out(tokens * C);
+    decode<float>(wide_out.data(), k.data(), v.data(), wide_qkv.data(), heads, B, Tn, past, L, C);
+    narrow<T>(out, wide_out.data(), wide_out.size());
+    for (int b = 0; b < B; ++b) {
+      const size_t from = (static_cast<size_t>(b) * L + past) * ckv, to = (static_cast<size_t>(b) * S + past) * ckv;
+      narrow<T>(k_cache + to, k.data() + from, static_cast<size_t>(Tn) * ckv);
+      narrow<T>(v_cache + to, v.data() + from, static_cast<size_t>(Tn) * ckv);
+    }
+  } else {
+    decode<T>(out, k_cache, v_cache, qkv, heads, B, Tn, past, S, C);
+  }
+}
+
 template void attention_decode<float>(float*, float*, float*, const float*, int, int, int, int, int, int, int);
 template void attention_decode<double>(double*, double*, double*, const double*, int, int, int, int, int, int, int);
+template void attention_decode<bf16>(bf16*, bf16*, bf16*, const bf16*, int, int, int, int, int, int, int);
+template void attention_decode<f16>(f16*, f16*, f16*, const f16*, int, int, int, int, int, int, int);
 
 }  // namespace tessera::kernels

@@ -3,14 +3,17 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <vector>
 
 #include "core/check.h"
 #include "kernels/cpu/attention.h"
 
 namespace tessera::kernels {
 
+namespace {
+
 template <class T>
-void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
+void naive_forward(T* out, T* att, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
   const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_forward_naive");
   const int D = heads.D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
@@ -49,7 +52,7 @@ void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C,
 }
 
 template <class T>
-void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H, int Hkv) {
+void naive_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H, int Hkv) {
   const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_backward_naive");
   const int D = heads.D;
   const T scale = T(1) / std::sqrt(static_cast<T>(D));
@@ -97,10 +100,49 @@ void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att
   }
 }
 
+}  // namespace
+
+template <class T>
+void attention_forward_naive(T* out, T* att, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
+  if constexpr (is_half_v<T>) {
+    // The float reference on a widened qkv; out and att rounded to T once.
+    const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_forward_naive");
+    const size_t tokens = static_cast<size_t>(B) * Tn;
+    const std::vector<float> wide_qkv = widened(qkv, tokens * heads.row());
+    std::vector<float> wide_out(tokens * C), wide_att(static_cast<size_t>(B) * H * Tn * Tn);
+    naive_forward<float>(wide_out.data(), wide_att.data(), wide_qkv.data(), B, Tn, C, H, Hkv);
+    narrow<T>(out, wide_out.data(), wide_out.size());
+    narrow<T>(att, wide_att.data(), wide_att.size());
+  } else {
+    naive_forward<T>(out, att, qkv, B, Tn, C, H, Hkv);
+  }
+}
+
+template <class T>
+void attention_backward_naive(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int Tn, int C, int H, int Hkv) {
+  if constexpr (is_half_v<T>) {
+    // The float reference on widened dout, qkv and att; dqkv rounded to T once.
+    const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, "attention_backward_naive");
+    const size_t tokens = static_cast<size_t>(B) * Tn;
+    const std::vector<float> wide_dout = widened(dout, tokens * C);
+    const std::vector<float> wide_qkv = widened(qkv, tokens * heads.row());
+    const std::vector<float> wide_att = widened(att, static_cast<size_t>(B) * H * Tn * Tn);
+    std::vector<float> wide_dqkv(wide_qkv.size());
+    naive_backward<float>(wide_dqkv.data(), wide_dout.data(), wide_qkv.data(), wide_att.data(), B, Tn, C, H, Hkv);
+    narrow<T>(dqkv, wide_dqkv.data(), wide_dqkv.size());
+  } else {
+    naive_backward<T>(dqkv, dout, qkv, att, B, Tn, C, H, Hkv);
+  }
+}
+
 template void attention_forward_naive<float>(float*, float*, const float*, int, int, int, int, int);
 template void attention_forward_naive<double>(double*, double*, const double*, int, int, int, int, int);
+template void attention_forward_naive<bf16>(bf16*, bf16*, const bf16*, int, int, int, int, int);
+template void attention_forward_naive<f16>(f16*, f16*, const f16*, int, int, int, int, int);
 template void attention_backward_naive<float>(float*, const float*, const float*, const float*, int, int, int, int, int);
 template void attention_backward_naive<double>(double*, const double*, const double*, const double*, int, int, int, int,
                                                int);
+template void attention_backward_naive<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, int, int);
+template void attention_backward_naive<f16>(f16*, const f16*, const f16*, const f16*, int, int, int, int, int);
 
 }  // namespace tessera::kernels

@@ -1,27 +1,32 @@
 #pragma once
 // Fused softmax + cross-entropy over logits. Shapes: N rows (usually B*T), V vocabulary.
 // Rows whose target equals ignore_index contribute no loss and no gradient.
+// Types as in kernels/cpu/element.h: the losses, grad_scale and the per-row values combined over
+// ranks in compute_t<T>; the logits and their gradient in T.
 #include <cstdint>
 #include <functional>
+
+#include "kernels/cpu/element.h"
 
 namespace tessera::kernels {
 
 // Evaluation: losses[N] per row (0 for ignored rows). Returns the mean over non-ignored rows
 // (0 when every row is ignored) and stores their number in *count (when count is not null).
 template <class T>
-double cross_entropy_forward(T* losses, const T* logits /*[N,V]*/, const int32_t* targets /*[N]*/, int N, int V,
-                             int ignore_index, int64_t* count);
+double cross_entropy_forward(compute_t<T>* losses, const T* logits /*[N,V]*/, const int32_t* targets /*[N]*/, int N,
+                             int V, int ignore_index, int64_t* count);
 
 // Training: computes losses[N] and OVERWRITES logits[N,V] with dlogits = (softmax - onehot) *
 // grad_scale (zero rows for ignored targets), so the probabilities are never stored twice.
 // Returns the sum of the losses over non-ignored rows. grad_scale is usually 1 / (number of
 // non-ignored rows in the global batch).
 template <class T>
-double cross_entropy_forward_backward(T* logits_inout /*[N,V]*/, T* losses /*[N]*/, const int32_t* targets /*[N]*/,
-                                      int N, int V, int ignore_index, T grad_scale);
+double cross_entropy_forward_backward(T* logits_inout /*[N,V]*/, compute_t<T>* losses /*[N]*/,
+                                      const int32_t* targets /*[N]*/, int N, int V, int ignore_index,
+                                      compute_t<T> grad_scale);
 
 // Combines one value per row over the ranks that split the vocabulary (in place); an empty
-// function: this rank holds the whole vocabulary.
+// function: this rank holds the whole vocabulary. The kernels take RowReduce<compute_t<T>>.
 template <class T>
 using RowReduce = std::function<void(T* values, int n)>;
 
@@ -35,8 +40,9 @@ using RowReduce = std::function<void(T* values, int n)>;
 // On one rank (first 0, real = V = vocab, no reductions) the bits are those of
 // cross_entropy_forward_backward.
 template <class T>
-double vocab_parallel_cross_entropy(T* logits_inout /*[N,V]*/, T* losses /*[N]*/, const int32_t* targets /*[N]*/,
-                                    int N, int V, int real, int first, int vocab, int ignore_index, T grad_scale,
-                                    const RowReduce<T>& max_over, const RowReduce<T>& sum_over);
+double vocab_parallel_cross_entropy(T* logits_inout /*[N,V]*/, compute_t<T>* losses /*[N]*/,
+                                    const int32_t* targets /*[N]*/, int N, int V, int real, int first, int vocab,
+                                    int ignore_index, compute_t<T> grad_scale,
+                                    const RowReduce<compute_t<T>>& max_over, const RowReduce<compute_t<T>>& sum_over);
 
 }  // namespace tessera::kernels

@@ -12,12 +12,12 @@ namespace {
 // One block of x -> keep(i) ? x / (1 - p) : 0. Parameters by value, so the vectorizer sees them
 // as loop invariants (loaded through a lambda's captures, they block vectorization).
 template <class T>
-void mask_block(T* out, const T* in, size_t lo, size_t hi, float p, T scale, uint64_t seed, uint64_t stream,
-                uint64_t offset) {
+void mask_block(T* out, const T* in, size_t lo, size_t hi, float p, compute_t<T> scale, uint64_t seed,
+                uint64_t stream, uint64_t offset) {
 #pragma omp simd
   for (size_t i = lo; i < hi; ++i) {
     const bool keep = uniform(seed, stream, offset + i) >= p;
-    out[i] = keep ? in[i] * scale : T(0);
+    out[i] = store<T>(keep ? load(in[i]) * scale : compute_t<T>(0));
   }
 }
 
@@ -30,7 +30,8 @@ void apply_mask(T* out, const T* in, size_t n, float p, uint64_t seed, uint64_t 
     if (out != in) std::copy(in, in + n, out);
     return;
   }
-  const T scale = p < 1.0f ? static_cast<T>(1.0 / (1.0 - static_cast<double>(p))) : T(0);
+  using F = compute_t<T>;
+  const F scale = p < 1.0f ? static_cast<F>(1.0 / (1.0 - static_cast<double>(p))) : F(0);
   // Philox costs tens of operations per element, so even mid-sized tensors are worth threading.
   detail::for_element_blocks(
       n, 8, [&](size_t lo, size_t hi) { mask_block(out, in, lo, hi, p, scale, seed, stream, offset); });
@@ -51,5 +52,9 @@ template void dropout_forward<float>(float*, const float*, size_t, float, uint64
 template void dropout_forward<double>(double*, const double*, size_t, float, uint64_t, uint64_t, uint64_t);
 template void dropout_backward<float>(float*, const float*, size_t, float, uint64_t, uint64_t, uint64_t);
 template void dropout_backward<double>(double*, const double*, size_t, float, uint64_t, uint64_t, uint64_t);
+template void dropout_forward<bf16>(bf16*, const bf16*, size_t, float, uint64_t, uint64_t, uint64_t);
+template void dropout_forward<f16>(f16*, const f16*, size_t, float, uint64_t, uint64_t, uint64_t);
+template void dropout_backward<bf16>(bf16*, const bf16*, size_t, float, uint64_t, uint64_t, uint64_t);
+template void dropout_backward<f16>(f16*, const f16*, size_t, float, uint64_t, uint64_t, uint64_t);
 
 }  // namespace tessera::kernels

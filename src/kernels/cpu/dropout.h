@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 // out[n] from inp[n]; p in [0, 1]; p == 0 copies, p == 1 zeroes.

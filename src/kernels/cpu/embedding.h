@@ -1,7 +1,10 @@
 #pragma once
 // Token (and learned position) embedding lookup.
 // Shapes: B batch, T time (Tn in code), C channels, V vocabulary, maxT the rows of wpe (>= Tn).
+// Types as in kernels/cpu/element.h: the tables' gradients in compute_t<T>.
 #include <cstdint>
+
+#include "kernels/cpu/element.h"
 
 namespace tessera::kernels {
 
@@ -14,7 +17,8 @@ void embedding_forward(T* out, const int32_t* tokens /*[B,T]*/, const T* wte, co
 // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += Σ_b dout[b,t] (skipped when null).
 // tokens are the ones the forward checked.
 template <class T>
-void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int Tn, int C);
+void embedding_backward(compute_t<T>* dwte, compute_t<T>* dwpe, const T* dout, const int32_t* tokens, int B, int Tn,
+                        int C);
 
 // A table holding rows [first, first + V) of the vocabulary (vocabulary-parallel embedding):
 // out[B,T,C] = table[tokens[b,t] - first] for the ids it holds, 0 for the others. The caller has
@@ -24,13 +28,14 @@ void embedding_rows_forward(T* out, const int32_t* tokens /*[B,T]*/, const T* ta
                             int first, int V);
 // dtable[V,C] += dout[B,T,C] scattered by the ids it holds.
 template <class T>
-void embedding_rows_backward(T* dtable, const T* dout, const int32_t* tokens, int B, int Tn, int C, int first, int V);
+void embedding_rows_backward(compute_t<T>* dtable, const T* dout, const int32_t* tokens, int B, int Tn, int C,
+                             int first, int V);
 
 // Learned positions added to a sum of token rows: out[b,t] += wpe[t]; and their gradient,
 // dwpe[t] += Σ_b dout[b,t]. wpe: [maxT,C], maxT >= Tn.
 template <class T>
 void positions_forward(T* out, const T* wpe, int B, int Tn, int C);
 template <class T>
-void positions_backward(T* dwpe, const T* dout, int B, int Tn, int C);
+void positions_backward(compute_t<T>* dwpe, const T* dout, int B, int Tn, int C);
 
 }  // namespace tessera::kernels

@@ -18,27 +18,29 @@ constexpr double kCubic = 0.044715;
 // a relative error of 2^-24 there moves exp(-2|u|) by |2u| 2^-24.
 template <class T>
 void gelu_forward(T* out, const T* inp, size_t n) {
-  const T s2 = static_cast<T>(2 * kSqrt2OverPi), a = static_cast<T>(kCubic);
+  using F = compute_t<T>;
+  const F s2 = static_cast<F>(2 * kSqrt2OverPi), a = static_cast<F>(kCubic);
   detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
 #pragma omp simd
     for (size_t i = lo; i < hi; ++i) {
-      const T x = inp[i];
-      const detail::SigmoidPair<T> sg = detail::vsigmoid_pair<T>(s2 * (x + a * x * x * x));
-      out[i] = x * sg.s;
+      const F x = load(inp[i]);
+      const detail::SigmoidPair<F> sg = detail::vsigmoid_pair<F>(s2 * (x + a * x * x * x));
+      out[i] = store<T>(x * sg.s);
     }
   });
 }
 
 template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
-  const T s2 = static_cast<T>(2 * kSqrt2OverPi), a = static_cast<T>(kCubic), a3 = static_cast<T>(3 * kCubic);
+  using F = compute_t<T>;
+  const F s2 = static_cast<F>(2 * kSqrt2OverPi), a = static_cast<F>(kCubic), a3 = static_cast<F>(3 * kCubic);
   detail::for_element_blocks(n, 1, [&](size_t lo, size_t hi) {
 #pragma omp simd
     for (size_t i = lo; i < hi; ++i) {
-      const T x = inp[i];
-      const detail::SigmoidPair<T> sg = detail::vsigmoid_pair<T>(s2 * (x + a * x * x * x));
-      const T dz = s2 * (T(1) + a3 * x * x);  // d(2u)/dx
-      dinp[i] = dout[i] * (sg.s + x * dz * (sg.s * sg.c));
+      const F x = load(inp[i]);
+      const detail::SigmoidPair<F> sg = detail::vsigmoid_pair<F>(s2 * (x + a * x * x * x));
+      const F dz = s2 * (F(1) + a3 * x * x);  // d(2u)/dx
+      dinp[i] = store<T>(load(dout[i]) * (sg.s + x * dz * (sg.s * sg.c)));
     }
   });
 }
@@ -47,5 +49,9 @@ template void gelu_forward<float>(float*, const float*, size_t);
 template void gelu_forward<double>(double*, const double*, size_t);
 template void gelu_backward<float>(float*, const float*, const float*, size_t);
 template void gelu_backward<double>(double*, const double*, const double*, size_t);
+template void gelu_forward<bf16>(bf16*, const bf16*, size_t);
+template void gelu_forward<f16>(f16*, const f16*, size_t);
+template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, size_t);
+template void gelu_backward<f16>(f16*, const f16*, const f16*, size_t);
 
 }  // namespace tessera::kernels

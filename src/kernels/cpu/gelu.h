@@ -3,6 +3,8 @@
 //   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Shapes: n elements.
 #include <cstddef>
 
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 template <class T>

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/parallel.h"
 
 namespace tessera::kernels {
@@ -116,9 +120,10 @@ void gemm(Transpose ta, Transpose tb, int M, int N, int K, T alpha, const T* a, 
   blas_gemm(to_cblas(ta), to_cblas(tb), M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+namespace {
 template <class T>
-void matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
-            bool accumulate) {
+void float_matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
+                  bool accumulate) {
   TS_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
   TS_CHECK(out != nullptr && (K == 0 || (a != nullptr && b != nullptr)), "matmul: null operand for M={} N={} K={}", M,
@@ -161,13 +166,102 @@ void matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, 
   blocked_gemm<T>(ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
 }
 
+// The engine of the 16-bit products on this thread: oneDNN's primitives are cached per shape, and
+// the widened operands' scratch is kept between calls. A cache, not state: any call gives the same
+// result on a fresh engine.
+Bf16Gemm& half_gemm_engine() {
+  static thread_local Bf16Gemm engine(detect_bf16_gemm_path());
+  return engine;
+}
+
+// The widened operands and the f32 result of a 16-bit product (scratch kept between calls).
+struct HalfScratch {
+  std::vector<float> a, b, c;
+};
+HalfScratch& half_scratch() {
+  static thread_local HalfScratch scratch;
+  return scratch;
+}
+
+// out (+)= op(a)·op(b) (+ bias) for 16-bit a and b, summed in f32: in out itself when Out is
+// float (weight gradients), else in f32 scratch rounded into out once at the end.
+template <class T, class Out>
+void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
+                 bool accumulate) {
+  HalfScratch& scratch = half_scratch();
+  const size_t mn = static_cast<size_t>(M) * static_cast<size_t>(N);
+  float* c = nullptr;
+  if constexpr (std::is_same_v<Out, float>) {
+    c = out;
+  } else {
+    scratch.c.resize(mn);
+    c = scratch.c.data();
+    if (accumulate) widen<T>(c, out, mn);
+  }
+  if (bias != nullptr) {
+    std::vector<float> wide_bias(static_cast<size_t>(N));
+    widen<T>(wide_bias.data(), bias, wide_bias.size());
+    for (int i = 0; i < M; ++i) {
+      float* row = c + static_cast<size_t>(i) * N;
+      for (int j = 0; j < N; ++j) row[j] = accumulate ? row[j] + wide_bias[j] : wide_bias[j];
+    }
+    accumulate = true;
+  }
+  const int lda = std::max(1, ta == Transpose::No ? K : M);
+  const int ldb = std::max(1, tb == Transpose::No ? N : K);
+  Bf16Gemm& engine = half_gemm_engine();
+  const bool one_row = M == 1 && ta == Transpose::No;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (engine.path() == Bf16GemmPath::OneDnn && !one_row && K > 0) {
+      engine.multiply(ta, tb, M, N, K, a, lda, b, ldb, c, N, accumulate);
+      if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
+      return;
+    }
+  }
+  // No 16-bit dot products here (or one row, a matrix-vector product): widen and use the f32
+  // product, exact for the same reason the 16-bit one is (products of 16-bit values are exact).
+  const size_t a_size = static_cast<size_t>(M) * static_cast<size_t>(K);
+  const size_t b_size = static_cast<size_t>(K) * static_cast<size_t>(N);
+  scratch.a.resize(a_size);
+  scratch.b.resize(b_size);
+  widen<T>(scratch.a.data(), a, a_size);
+  widen<T>(scratch.b.data(), b, b_size);
+  float_matmul<float>(c, scratch.a.data(), scratch.b.data(), nullptr, M, N, K, ta, tb, accumulate);
+  if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
+}
+}  // namespace
+
+template <class T, class Out>
+void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
+            bool accumulate) {
+  if constexpr (is_half_v<T>) {
+    TS_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M={} N={} K={}", M, N, K);
+    if (M == 0 || N == 0) return;
+    TS_CHECK(out != nullptr && (K == 0 || (a != nullptr && b != nullptr)), "matmul: null operand for M={} N={} K={}",
+             M, N, K);
+    half_matmul<T, Out>(out, a, b, bias, M, N, K, ta, tb, accumulate);
+  } else {
+    static_assert(std::is_same_v<T, Out>, "a float or double product is stored in its own type");
+    float_matmul<T>(out, a, b, bias, M, N, K, ta, tb, accumulate);
+  }
+}
+
+std::string half_gemm_description() { return half_gemm_engine().describe(); }
+
 template void gemm<float>(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float,
                           float*, int);
 template void gemm<double>(Transpose, Transpose, int, int, int, double, const double*, int, const double*, int, double,
                            double*, int);
-template void matmul<float>(float*, const float*, const float*, const float*, int, int, int, Transpose, Transpose,
-                            bool);
-template void matmul<double>(double*, const double*, const double*, const double*, int, int, int, Transpose, Transpose,
-                             bool);
+template void matmul<float, float>(float*, const float*, const float*, const float*, int, int, int, Transpose,
+                                   Transpose, bool);
+template void matmul<double, double>(double*, const double*, const double*, const double*, int, int, int, Transpose,
+                                     Transpose, bool);
+template void matmul<bf16, bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, Transpose, Transpose,
+                                 bool);
+template void matmul<bf16, float>(float*, const bf16*, const bf16*, const bf16*, int, int, int, Transpose, Transpose,
+                                  bool);
+template void matmul<f16, f16>(f16*, const f16*, const f16*, const f16*, int, int, int, Transpose, Transpose, bool);
+template void matmul<f16, float>(float*, const f16*, const f16*, const f16*, int, int, int, Transpose, Transpose,
+                                 bool);
 
 }  // namespace tessera::kernels

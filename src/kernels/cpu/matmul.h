@@ -1,6 +1,12 @@
 #pragma once
 // General matrix multiply on BLAS (OpenBLAS sgemm/dgemm), row-major; one-row products as matrix-vector loops.
+// 16-bit operands (bf16, f16) are multiplied with f32 sums: by oneDNN's bf16 GEMM where the CPU
+// has bf16 dot products, else widened to f32 and multiplied by sgemm (kernels/cpu/gemm_bf16.h).
 // Shapes: M, N, K as in out[M,N] = op(a)[M,K] · op(b)[K,N].
+#include <string>
+
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 enum class Transpose { No, Yes };
@@ -10,9 +16,15 @@ enum class Transpose { No, Yes };
 // Called outside an OpenMP parallel region it uses all OpenMP threads; inside one, one thread.
 // One row (M = 1, a not transposed: decoding one token) is a matrix-vector product instead, its
 // own loops, split over threads only for matrices of 2^21 elements or more.
-template <class T>
-void matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
+// Out is T, or float for 16-bit T (a weight gradient accumulating in f32): the sums run in f32 and
+// are rounded to T once, at the end.
+template <class T, class Out = T>
+void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
             bool accumulate);
+
+// Which 16-bit GEMM runs on this thread: "onednn-bf16 (<oneDNN's implementation>)" or
+// "widen-to-f32" (kernels/cpu/gemm_bf16.h).
+std::string half_gemm_description();
 
 // The BLAS call itself, with explicit leading dimensions, for kernels that multiply sub-blocks of
 // larger arrays (attention tiles): c[M,N] (ldc) = alpha · op(a)[M,K] (lda) · op(b)[K,N] (ldb) + beta · c.

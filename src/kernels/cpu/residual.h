@@ -1,6 +1,9 @@
 #pragma once
 // Elementwise helpers for residual streams and gradient scaling. Shapes: n elements.
+// Types as in kernels/cpu/element.h: the bias gradient and the scale in compute_t<T>.
 #include <cstddef>
+
+#include "kernels/cpu/element.h"
 
 namespace tessera::kernels {
 
@@ -11,7 +14,7 @@ template <class T>
 void add_inplace(T* y, const T* x, size_t n);  // y += x
 
 template <class T>
-void scale_inplace(T* y, T s, size_t n);  // y *= s
+void scale_inplace(T* y, compute_t<T> s, size_t n);  // y *= s
 
 template <class T>
 void add_bias(T* y, const T* bias, size_t rows, size_t width);  // y[r, c] += bias[c]
@@ -19,6 +22,6 @@ void add_bias(T* y, const T* bias, size_t rows, size_t width);  // y[r, c] += bi
 // Its backward for the bias: dbias[c] += Σ_r dy[r, c], rows summed in order (the same bits for
 // any thread count).
 template <class T>
-void add_bias_backward(T* dbias, const T* dy, size_t rows, size_t width);
+void add_bias_backward(compute_t<T>* dbias, const T* dy, size_t rows, size_t width);
 
 }  // namespace tessera::kernels

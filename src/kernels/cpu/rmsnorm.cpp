@@ -9,25 +9,28 @@
 namespace tessera::kernels {
 
 template <class T>
-void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, T eps) {
+void rmsnorm_forward(T* out, compute_t<T>* rstd, const T* inp, const T* weight, int N, int C, compute_t<T> eps) {
+  using F = compute_t<T>;
   TS_CHECK(N >= 0 && C > 0, "rmsnorm_forward: bad shape N={} C={}", N, C);
   const size_t c_size = static_cast<size_t>(C);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(static_cast<size_t>(N) * c_size))
   for (int n = 0; n < N; ++n) {
     const T* x = inp + n * c_size;
     T* o = out + n * c_size;
-    T sq = 0;
+    F sq = 0;
 #pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; ++c) sq += x[c] * x[c];
-    const T rs = T(1) / std::sqrt(sq / static_cast<T>(C) + eps);
+    for (int c = 0; c < C; ++c) sq += load(x[c]) * load(x[c]);
+    const F rs = F(1) / std::sqrt(sq / static_cast<F>(C) + eps);
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = x[c] * rs * weight[c];
+    for (int c = 0; c < C; ++c) o[c] = store<T>(load(x[c]) * rs * load(weight[c]));
     rstd[n] = rs;
   }
 }
 
 template <class T>
-void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N, int C) {
+void rmsnorm_backward(T* dinp, compute_t<T>* dweight, const T* dout, const T* inp, const T* weight,
+                      const compute_t<T>* rstd, int N, int C) {
+  using F = compute_t<T>;
   TS_CHECK(N >= 0 && C > 0, "rmsnorm_backward: bad shape N={} C={}", N, C);
   const size_t c_size = static_cast<size_t>(C);
   const size_t work = static_cast<size_t>(N) * c_size;
@@ -38,13 +41,13 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
       const T* x = inp + n * c_size;
       const T* dy = dout + n * c_size;
       T* dx = dinp + n * c_size;
-      const T rs = rstd[n];
-      T gx_sum = 0;
+      const F rs = rstd[n];
+      F gx_sum = 0;
 #pragma omp simd reduction(+ : gx_sum)
-      for (int c = 0; c < C; ++c) gx_sum += dy[c] * weight[c] * x[c];
-      const T gx_mean = gx_sum * rs / static_cast<T>(C);
+      for (int c = 0; c < C; ++c) gx_sum += load(dy[c]) * load(weight[c]) * load(x[c]);
+      const F gx_mean = gx_sum * rs / static_cast<F>(C);
 #pragma omp simd
-      for (int c = 0; c < C; ++c) dx[c] = rs * (dy[c] * weight[c] - x[c] * rs * gx_mean);
+      for (int c = 0; c < C; ++c) dx[c] = store<T>(rs * (load(dy[c]) * load(weight[c]) - load(x[c]) * rs * gx_mean));
     }
   }
   if (dweight != nullptr) {
@@ -52,9 +55,9 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
       for (int n = 0; n < N; ++n) {
         const T* x = inp + n * c_size;
         const T* dy = dout + n * c_size;
-        const T rs = rstd[n];
+        const F rs = rstd[n];
 #pragma omp simd
-        for (int c = c0; c < c1; ++c) dweight[c] += dy[c] * x[c] * rs;
+        for (int c = c0; c < c1; ++c) dweight[c] += load(dy[c]) * load(x[c]) * rs;
       }
     });
   }
@@ -62,8 +65,12 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
 
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int, int, double);
+template void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int, int, float);
+template void rmsnorm_forward<f16>(f16*, float*, const f16*, const f16*, int, int, float);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int, int);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*, const double*,
                                        int, int);
+template void rmsnorm_backward<bf16>(bf16*, float*, const bf16*, const bf16*, const bf16*, const float*, int, int);
+template void rmsnorm_backward<f16>(f16*, float*, const f16*, const f16*, const f16*, const float*, int, int);
 
 }  // namespace tessera::kernels

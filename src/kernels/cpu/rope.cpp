@@ -11,11 +11,12 @@
 namespace tessera::kernels {
 
 namespace {
-// Rotates by +angle (forward) or -angle (backward). Angles are computed in double for both
-// instantiations, so the float kernel's only error is the final rounding of cos and sin.
+// Rotates by +angle (forward) or -angle (backward). Angles are computed in double for every
+// instantiation, so the float kernel's only error is the final rounding of cos and sin.
 template <class T>
 void rotate(T* out, const T* inp, int B, int Tn, int C, int H, int Hkv, float theta, int position0, bool inverse,
             const char* name) {
+  using F = compute_t<T>;
   const QkvHeads heads = qkv_heads(B, Tn, C, H, Hkv, name);
   const int D = heads.D;
   TS_CHECK(D % 2 == 0, "{}: head dimension D = C/H = {} must be even to rotate pairs (i, i + D/2)", name, D);
@@ -30,12 +31,12 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, int Hkv, float th
   for (int t = 0; t < Tn; ++t) {
     for (int i0 = 0; i0 < half; i0 += kChunk) {
       const int len = std::min(kChunk, half - i0);
-      T cos_t[kChunk], sin_t[kChunk];
+      F cos_t[kChunk], sin_t[kChunk];
       for (int i = 0; i < len; ++i) {
         const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * (i0 + i) / D);
         const double angle = static_cast<double>(position0 + t) * inv_freq;
-        cos_t[i] = static_cast<T>(std::cos(angle));
-        sin_t[i] = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
+        cos_t[i] = static_cast<F>(std::cos(angle));
+        sin_t[i] = static_cast<F>(inverse ? -std::sin(angle) : std::sin(angle));
       }
       for (int b = 0; b < B; ++b) {
         const size_t base = b * t_stride + t * row;
@@ -45,9 +46,9 @@ void rotate(T* out, const T* inp, int B, int Tn, int C, int H, int Hkv, float th
           T* y = out + base + static_cast<size_t>(g) * D + i0;
 #pragma omp simd
           for (int i = 0; i < len; ++i) {
-            const T x1 = x[i], x2 = x[i + half];
-            y[i] = x1 * cos_t[i] - x2 * sin_t[i];
-            y[i + half] = x2 * cos_t[i] + x1 * sin_t[i];
+            const F x1 = load(x[i]), x2 = load(x[i + half]);
+            y[i] = store<T>(x1 * cos_t[i] - x2 * sin_t[i]);
+            y[i + half] = store<T>(x2 * cos_t[i] + x1 * sin_t[i]);
           }
         }
       }
@@ -76,5 +77,9 @@ template void rope_forward<float>(float*, const float*, int, int, int, int, int,
 template void rope_forward<double>(double*, const double*, int, int, int, int, int, float, int);
 template void rope_backward<float>(float*, const float*, int, int, int, int, int, float, int);
 template void rope_backward<double>(double*, const double*, int, int, int, int, int, float, int);
+template void rope_forward<bf16>(bf16*, const bf16*, int, int, int, int, int, float, int);
+template void rope_forward<f16>(f16*, const f16*, int, int, int, int, int, float, int);
+template void rope_backward<bf16>(bf16*, const bf16*, int, int, int, int, int, float, int);
+template void rope_backward<f16>(f16*, const f16*, int, int, int, int, int, float, int);
 
 }  // namespace tessera::kernels

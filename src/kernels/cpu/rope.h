@@ -5,6 +5,8 @@
 // Shapes: B batch, T time (Tn in code), C = H·D query channels, H query heads, Hkv key/value heads
 // (a divisor of H: grouped-query attention when fewer), D even, W3 = (H + 2·Hkv)·D the qkv row
 // (q [C], k [Hkv·D], v [Hkv·D], as kernels/cpu/attention.h).
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 // out[B,T,W3] from inp[B,T,W3]. out may alias inp. Token t sits at

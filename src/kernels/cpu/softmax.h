@@ -1,5 +1,7 @@
 #pragma once
 // Row softmax over the last dimension. Shapes: N rows, C entries per row.
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 template <class T>

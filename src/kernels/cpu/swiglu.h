@@ -3,6 +3,8 @@
 // Shapes: gate, up, out are [N,F] flattened to n elements.
 #include <cstddef>
 
+#include "kernels/cpu/element.h"
+
 namespace tessera::kernels {
 
 template <class T>
