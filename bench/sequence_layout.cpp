@@ -68,13 +68,13 @@ int main(int argc, char** argv) {
     const double g = timed(*world, [&] { world->all_gather(mine.data(), packed.data(), part, DType::F32)->wait(); });
     const double gu = timed(*world, [&] {
       world->all_gather(mine.data(), packed.data(), part, DType::F32)->wait();
-      parallel::unpack_sequence_parts(whole.data(), packed.data(), t, B, Ts, C);
+      parallel::unpack_sequence_parts(whole.data(), packed.data(), t, B, Ts, C, sizeof(float));
     });
     const double s = timed(*world, [&] {
       world->reduce_scatter(packed.data(), mine.data(), part, DType::F32, dist::ReduceOp::Sum)->wait();
     });
     const double ps = timed(*world, [&] {
-      parallel::pack_sequence_parts(packed.data(), whole.data(), t, B, Ts, C);
+      parallel::pack_sequence_parts(packed.data(), whole.data(), t, B, Ts, C, sizeof(float));
       world->reduce_scatter(packed.data(), mine.data(), part, DType::F32, dist::ReduceOp::Sum)->wait();
     });
     if (r == 0) continue;

@@ -39,6 +39,11 @@ class TableReader {
   // A sub-table, read with the same strictness; empty when absent.
   TableReader table(const std::string& key);
   bool has(const std::string& key) const { return table_->contains(key); }
+  // Whether `key` holds a string (for keys that take a word or a number).
+  bool holds_string(const std::string& key) const {
+    const toml::node* node = table_->get(key);
+    return node != nullptr && node->is_string();
+  }
 
   // Rejects every key that was never read. Call after reading all expected keys.
   void finish() const;

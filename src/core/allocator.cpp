@@ -15,6 +15,7 @@ std::string_view memory_tag_name(MemoryTag tag) {
     case MemoryTag::Comm: return "comm";
     case MemoryTag::Workspace: return "workspace";
     case MemoryTag::WeightStash: return "weight_stash";
+    case MemoryTag::WorkingCopies: return "working_copies";
   }
   return "?";
 }

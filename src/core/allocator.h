@@ -18,8 +18,9 @@
 namespace tessera {
 
 // WeightStash: PipeDream-2BW's previous weight version, a second copy of a rank's parameters.
-enum class MemoryTag : uint8_t { Params, Grads, Optimizer, Activations, Comm, Workspace, WeightStash };
-inline constexpr size_t kMemoryTagCount = 7;
+// WorkingCopies: the 16-bit copies of the weights that mixed precision makes for the model to read.
+enum class MemoryTag : uint8_t { Params, Grads, Optimizer, Activations, Comm, Workspace, WeightStash, WorkingCopies };
+inline constexpr size_t kMemoryTagCount = 8;
 std::string_view memory_tag_name(MemoryTag tag);
 
 struct MemoryStats {

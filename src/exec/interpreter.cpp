@@ -3,13 +3,15 @@
 namespace tessera::exec {
 
 Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
-                         MemoryAccountant& memory, dist::Communicator* pipeline, nn::TensorRegion* region)
+                         MemoryAccountant& memory, dist::Communicator* pipeline, nn::TensorRegion* region,
+                         DType compute)
     : model_(model),
       ownership_(ownership),
       transforms_(transforms),
       memory_(memory),
       pipeline_(pipeline),
-      region_(region) {}
+      region_(region),
+      compute_(compute) {}
 
 namespace {
 // Clears the event on every exit, so nothing reads a program that has gone.
@@ -132,6 +134,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     step.step = options.step + static_cast<uint64_t>(a.batch);
     step.sample_offset = mb.sample_offset;
     step.region = region_;
+    step.compute = compute_;
     const Event event = event_of(program, i);
     EventScope scope(ownership_, &event);
     transforms_.before(event);
@@ -165,8 +168,8 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
     // What crosses a stage boundary is the residual stream: this rank's part of each sequence.
     const int parts = region_ != nullptr ? region_->sequence_shard().parts : 1;
     Tensor buffer =
-        Tensor::empty({tokens.size(0), tokens.size(1) / parts, model_.config().n_embd}, DType::F32, tag, memory_);
-    dist::WorkPtr work = pipeline_->recv(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
+        Tensor::empty({tokens.size(0), tokens.size(1) / parts, model_.config().n_embd}, compute_, tag, memory_);
+    dist::WorkPtr work = pipeline_->recv(buffer.raw(), static_cast<size_t>(buffer.numel()), compute_, a.peer,
                                          transfer_tag(program, a), "pipeline instruction: " + describe(a));
     posted[static_cast<size_t>(j)] = Transfer{std::move(work), std::move(buffer)};
   }
@@ -222,10 +225,10 @@ void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::v
   // in a communication buffer that lives until the peer has taken it: when that happens depends on
   // the peer, so the stage's activation peak would otherwise depend on timing. A copy of one
   // [B, T, C] tensor, small next to the compute that produced it.
-  Tensor buffer = Tensor::empty(slot.shape(), DType::F32, MemoryTag::Comm, memory_);
+  Tensor buffer = Tensor::empty(slot.shape(), slot.dtype(), MemoryTag::Comm, memory_);
   buffer.copy_from(slot);
   slot = Tensor();
-  dist::WorkPtr work = pipeline_->send(buffer.data<float>(), static_cast<size_t>(buffer.numel()), DType::F32, a.peer,
+  dist::WorkPtr work = pipeline_->send(buffer.raw(), static_cast<size_t>(buffer.numel()), buffer.dtype(), a.peer,
                                        transfer_tag(program, a), "pipeline instruction: " + describe(a));
   sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }

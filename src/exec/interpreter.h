@@ -65,8 +65,11 @@ class Interpreter {
  public:
   // `pipeline`: the pipeline group, for programs with transfers (nullptr: one stage).
   // `region`: the tensor-parallel marks every unit runs with (nn/tensor_region.h; null: none).
+  // `compute`: the dtype of activations and of the working copies the units read (f32, or bf16
+  // or f16 under mixed precision, whose working copies a precision transform provides).
   Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory,
-              dist::Communicator* pipeline = nullptr, nn::TensorRegion* region = nullptr);
+              dist::Communicator* pipeline = nullptr, nn::TensorRegion* region = nullptr,
+              DType compute = DType::F32);
 
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
   // called with the batch at each of the program's optimizer steps, after every microbatch of that
@@ -111,6 +114,7 @@ class Interpreter {
   MemoryAccountant& memory_;
   dist::Communicator* pipeline_;
   nn::TensorRegion* region_;
+  DType compute_;
 };
 
 }  // namespace tessera::exec

@@ -21,6 +21,7 @@ class StoreOwner final : public StorageOwner {
   explicit StoreOwner(nn::ParameterStore& store) : store_(store) {}
   std::string_view owner_name() const override { return "the parameter store"; }
   Tensor working(const nn::Parameter& p, const Event*) override { return store_.value(p); }
+  bool working_copies_persist() const override { return true; }
   Tensor gradient_target(const nn::Parameter& p, const Event*) override { return store_.grad_of(p); }
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) override {
     std::vector<optim::Segment> out;
@@ -69,7 +70,35 @@ void ParameterOwnership::claim(Role role, StorageOwner& owner, std::span<const i
   for (int id : ids) slot(role, id) = &owner;
 }
 
+std::vector<StorageOwner*> ParameterOwnership::claim_over(Role role, StorageOwner& owner) {
+  std::vector<StorageOwner*> below;
+  for (int id = 0; id < store_.size(); ++id) {
+    StorageOwner* holder = slot(role, id);
+    TS_CHECK(holder != &owner, "parameter '{}': {} already owns its {}", store_.all()[static_cast<size_t>(id)].name,
+             owner.owner_name(), role_name(role));
+    below.push_back(holder);
+  }
+  for (const Layer& layer : layers_) {
+    TS_CHECK(layer.role != role, "{} cannot take the {}s over {}, which holds them over other owners already (one "
+             "layer per role)", owner.owner_name(), role_name(role), layer.owner->owner_name());
+  }
+  for (int id = 0; id < store_.size(); ++id) slot(role, id) = &owner;
+  layers_.push_back({role, &owner, below});
+  return below;
+}
+
 void ParameterOwnership::release(StorageOwner& owner) {
+  for (auto layer = layers_.begin(); layer != layers_.end();) {
+    if (layer->owner != &owner) {
+      ++layer;
+      continue;
+    }
+    for (int id = 0; id < store_.size(); ++id) {
+      StorageOwner*& o = slot(layer->role, id);
+      if (o == &owner) o = layer->below[static_cast<size_t>(id)];
+    }
+    layer = layers_.erase(layer);
+  }
   for (std::vector<StorageOwner*>* table : {&master_, &working_, &gradient_}) {
     for (StorageOwner*& o : *table) {
       if (o == &owner) o = store_owner_.get();

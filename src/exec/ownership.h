@@ -36,6 +36,10 @@ class StorageOwner {
   virtual Tensor gradient_target(const nn::Parameter& p, const Event* event) {
     TS_FAIL("{} owns no gradient targets", owner_name());
   }
+  // Whether the working copies it answers stay where they are, with the same values, from one
+  // optimizer step to the next (the store's buffers, 2BW's two versions), rather than for one
+  // action (ZeRO-3's gathered buffers). Mixed precision casts persistent ones once per step.
+  virtual bool working_copies_persist() const { return false; }
   // Master role: the segments of the owned parameters `params` (in store order) this rank updates.
   virtual std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) {
     TS_FAIL("{} owns no master copies", owner_name());
@@ -52,9 +56,18 @@ class ParameterOwnership final : public nn::ParameterAccess {
   // `owner` takes `role` of every parameter (or of `ids`). Refused when another claimant holds it.
   void claim(Role role, StorageOwner& owner);
   void claim(Role role, StorageOwner& owner, std::span<const int> ids);
-  // Gives every role `owner` holds back to the store (when the owner goes away).
+  // Composition: `owner` takes `role` of every parameter on top of its current holders, and
+  // answers it from what they answer (mixed precision casts whatever the store, ZeRO-3 or 2BW's
+  // versions provide). Returns those holders [parameter id]. Refused when `owner` already holds
+  // the role of some parameter, or when someone claims on top of it twice.
+  std::vector<StorageOwner*> claim_over(Role role, StorageOwner& owner);
+  // Gives every role `owner` holds back to the store (when the owner goes away), or to the holders
+  // it was claimed over.
   void release(StorageOwner& owner);
   const StorageOwner& owner(Role role, const nn::Parameter& p) const;
+  // Whether `owner` is the store's flat buffers, whose values change only where the optimizer
+  // steps or a checkpoint loads (not from one action to the next).
+  bool is_store(const StorageOwner& owner) const { return &owner == store_owner_.get(); }
 
   // The action being executed (null between programs); set by the interpreter.
   void set_event(const Event* event) { event_ = event; }
@@ -74,6 +87,12 @@ class ParameterOwnership final : public nn::ParameterAccess {
   nn::ParameterStore& store_;
   std::unique_ptr<StorageOwner> store_owner_;  // answers from the store's flat buffers
   std::vector<StorageOwner*> master_, working_, gradient_;  // [parameter id]
+  struct Layer {
+    Role role;
+    StorageOwner* owner;
+    std::vector<StorageOwner*> below;  // [parameter id]
+  };
+  std::vector<Layer> layers_;  // claims over other holders, oldest first
   const Event* event_ = nullptr;
 };
 

@@ -11,8 +11,9 @@ namespace {
 // The live activation bytes of one rank while its program runs, state by state.
 class ActivationWalk {
  public:
-  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp, bool sp)
-      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp, sp)) {
+  ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp, bool sp,
+                 DType activations)
+      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp, sp, activations)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
@@ -139,8 +140,8 @@ class ActivationWalk {
 }  // namespace
 
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T, int tp,
-                                     bool sp) {
-  return ActivationWalk(program, model, B, T, tp, sp).run();
+                                     bool sp, DType activations) {
+  return ActivationWalk(program, model, B, T, tp, sp, activations).run();
 }
 
 }  // namespace tessera::exec

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/dtype.h"
 #include "exec/program.h"
 
 namespace tessera::exec {
@@ -34,9 +35,9 @@ struct ProgramMemory {
 
 // For `program` over microbatches of [B, T] tokens, the units forwarding with the keep and
 // selective flags their actions carry.
-// On a rank of `tp` tensor-parallel ranks, with sequence parallelism when `sp`
-// (nn::GPT::unit_activation_bytes).
+// On a rank of `tp` tensor-parallel ranks, with sequence parallelism when `sp`, activations in
+// `activations` (nn::GPT::unit_activation_bytes).
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T,
-                                     int tp = 1, bool sp = false);
+                                     int tp = 1, bool sp = false, DType activations = DType::F32);
 
 }  // namespace tessera::exec

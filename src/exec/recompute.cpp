@@ -58,8 +58,9 @@ UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, Memory
 }
 
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
-                                           int T, bool selective, const UnitTimes& times, int tp, bool sp) {
-  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T, tp, sp);
+                                           int T, bool selective, const UnitTimes& times, int tp, bool sp,
+                                           DType activations) {
+  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T, tp, sp, activations);
   std::vector<memory::ChainUnit> chain;
   for (int u = stage.chain_first(); u < stage.last; ++u) {
     const nn::GPT::UnitBytes& b = bytes[static_cast<size_t>(u)];
@@ -78,11 +79,11 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
 }
 
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
-                    const UnitTimes& times, int tp, bool sp) {
+                    const UnitTimes& times, int tp, bool sp, DType activations) {
   const bool selective = options.policy == memory::RecomputePolicy::Selective;
   const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.n_layer);
   for (StagePlan::Stage& stage : plan.stages) {
-    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times, tp, sp);
+    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times, tp, sp, activations);
     int64_t budget = options.budget_bytes;
     if (stage.first == 0) budget -= embedding_bytes(model, B, T);
     stage.selective = selective;
@@ -98,11 +99,11 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
 }
 
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
-                                         int alive, int tp, bool sp) {
+                                         int alive, int tp, bool sp, DType activations) {
   TS_CHECK(plan.stages.size() == 1, "activation prediction covers a rank holding the whole model as one stage");
   const StagePlan::Stage& stage = plan.stages.front();
   const std::vector<memory::ChainUnit> chain =
-      stage_chain(model, stage, B, T, stage.selective, nominal_unit_times(model, B, T), tp, sp);
+      stage_chain(model, stage, B, T, stage.selective, nominal_unit_times(model, B, T), tp, sp, activations);
   const memory::ChainSimulation sim = memory::simulate(chain, stage.recompute);
   const int64_t tokens = embedding_bytes(model, B, T);
   ActivationPrediction p;

@@ -42,14 +42,15 @@ UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
 UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
 
 // The recompute chain of `stage` for microbatches [B, T] on a rank of `tp` tensor-parallel ranks,
-// with sequence parallelism when `sp`.
+// with sequence parallelism when `sp`, activations in `activations`.
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
-                                           int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false);
+                                           int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false,
+                                           DType activations = DType::F32);
 
 // Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
 // whole microbatch's activation peak; the embedding's token ids come off it first.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
-                    const UnitTimes& times, int tp = 1, bool sp = false);
+                    const UnitTimes& times, int tp = 1, bool sp = false, DType activations = DType::F32);
 
 struct ActivationPrediction {
   int64_t per_microbatch_peak = 0;   // P
@@ -59,7 +60,8 @@ struct ActivationPrediction {
 // For a plan of one stage (a rank holding the whole model), `alive` microbatches at once, on one
 // of `tp` tensor-parallel ranks, with sequence parallelism when `sp`.
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
-                                         int alive, int tp = 1, bool sp = false);
+                                         int alive, int tp = 1, bool sp = false,
+                                         DType activations = DType::F32);
 
 // ⌈√L⌉, the default segment length of every_k.
 int default_every_k(int blocks);

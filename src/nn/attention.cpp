@@ -43,7 +43,7 @@ Tensor Attention::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   }
   ctx.qkv = qkv;
   ctx.out = step.activation({B, T, W});
-  ctx.lse = step.activation({B, H, T});
+  ctx.lse = step.statistics({B, H, T});
   ops::attention_forward(ctx.out, ctx.lse, qkv, n_head_, n_kv_head_);
   return proj_.forward_leaving(step, ctx.out_proj, ctx.out);  // [B, Ts, C]
 }

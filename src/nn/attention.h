@@ -20,7 +20,7 @@ class Attention {
     Linear::Ctx qkv_proj;  // inp: the attention's input x [B, T, C]
     Tensor qkv;            // [B, T, W3] after rotary positions (Llama): what attention read
     Tensor out;            // [B, T, W] attention output before the projection
-    Tensor lse;            // [B, H/tp, T] log-sum-exp of the scaled scores
+    Tensor lse;            // [B, H/tp, T] f32: log-sum-exp of the scaled scores
     Linear::Ctx out_proj;
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]

@@ -63,12 +63,12 @@ GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor&
   }
   if (step.training) {
     ctx.dlogits = head_.forward(step, ctx.proj, h);  // [B, T, V] logits, turned into their gradient below
-    ctx.losses = step.activation({B, T});
+    ctx.losses = step.statistics({B, T});
     out.loss_sum = ops::vocab_parallel_cross_entropy(ctx.dlogits, ctx.losses, mb.targets, kIgnoreIndex, mb.grad_scale,
                                                      block, reductions);
   } else {
     Tensor logits = head_.forward(step, ctx.proj, h);  // [B, T, V]
-    Tensor losses = step.workspace({B, T});
+    Tensor losses = step.workspace({B, T}, DType::F32);
     out.loss_sum = ops::vocab_parallel_cross_entropy(logits, losses, mb.targets, kIgnoreIndex, 1.0f, block, reductions);
     ctx = HeadCtx{};
   }
@@ -201,8 +201,10 @@ Tensor GPT::decode(StepContext& step, KVCache& cache, const int32_t* tokens, int
   return head_.forward(eval, head.proj, h).reshape({B, config_.vocab_size});  // [B, V]
 }
 
-std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp) {
-  // Values kept per token, each 4 bytes (f32 activations, i32 token ids):
+std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp,
+                                                       DType activations) {
+  // Values kept per token, each an activation (4 bytes in f32, 2 in bf16 or f16) or a statistic
+  // (4 bytes whatever the dtype: the norms' mean and rstd, attention's lse, the losses, token ids):
   //   embedding: its own copy of the token ids 1; output C (the first block's input)
   //   block, GPT-2: norm1 out C + mean 1 + rstd 1; qkv 3C; attention out C + lse H; residual x1 C;
   //                 norm2 out C + 2; fc out F; gelu out F            = 7C + 2F + H + 4; output C
@@ -235,16 +237,19 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
            "{}, T {}", tp, T);
   const int64_t C = c.n_embd, F = c.ffn(), H = c.n_head, V = c.vocab_size, t = tp, W3 = c.qkv_dim();
   const int64_t Vt = (V + t - 1) / t;  // this rank's logits, padding included
-  const int64_t whole = int64_t{B} * T * 4;              // bytes of one value per token of the microbatch
-  const int64_t part = int64_t{B} * (T / (sp ? t : 1)) * 4;  // ... per token of this rank's residual stream
+  const auto value = static_cast<int64_t>(dtype_size(activations));
+  const int64_t tokens = int64_t{B} * T, part_tokens = int64_t{B} * (T / (sp ? t : 1));
+  const int64_t whole = tokens * value;      // bytes of one activation per token of the microbatch
+  const int64_t part = part_tokens * value;  // ... per token of this rank's residual stream
+  const int64_t whole_stat = tokens * 4, part_stat = part_tokens * 4;  // one statistic per token
   const bool gpt2 = c.arch == config::Architecture::Gpt2;
   const int64_t norm_stats = gpt2 ? 2 : 1;
   const int64_t reduce_scatter_input = sp ? C * whole : 0;
   std::vector<UnitBytes> bytes;
-  bytes.push_back({.own = 1 * whole, .output = C * part, .weight_half = 1 * whole,
+  bytes.push_back({.own = 1 * whole_stat, .output = C * part, .weight_half = 1 * whole_stat,
                    .forward_transient = reduce_scatter_input});
-  const int64_t split = gpt2 ? W3 + C + H + 2 * F : W3 + C + H + 3 * F;
-  const int64_t block = (2 * C + split / t) * whole + (C + 2 * norm_stats) * part;
+  const int64_t split = gpt2 ? W3 + C + 2 * F : W3 + C + 3 * F;  // activations inside the region, lse aside
+  const int64_t block = (2 * C + split / t) * whole + H / t * whole_stat + C * part + 2 * norm_stats * part_stat;
   const int64_t recomputable = Block::recomputable_values_per_token(c, tp) * whole;
   // Rebuilding, the second norm's part waits to be gathered beside the first gathered input.
   const int64_t rebuild_peak = sp ? 2 * C * whole + std::max(C * part, F / t * whole) : recomputable;
@@ -257,16 +262,16 @@ std::vector<GPT::UnitBytes> GPT::unit_activation_bytes(const config::ModelConfig
                      .forward_transient = reduce_scatter_input,
                      .rebuild_peak = rebuild_peak});
   }
-  const int64_t head_own = (C + Vt + 1) * whole + norm_stats * part;
+  const int64_t head_own = (C + Vt) * whole + whole_stat + norm_stats * part_stat;
   // The norm's part beside the gathered input, if that outweighs the logits and losses to come.
-  const int64_t head_transient = sp ? std::max<int64_t>(0, C * part - (Vt + 1) * whole) : 0;
+  const int64_t head_transient = sp ? std::max<int64_t>(0, C * part - (Vt * whole + whole_stat)) : 0;
   bytes.push_back({.own = head_own, .weight_half = (C + Vt) * whole, .forward_transient = head_transient});
   return bytes;
 }
 
-int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp) {
+int64_t GPT::saved_activation_bytes(const config::ModelConfig& c, int B, int T, int tp, bool sp, DType activations) {
   int64_t total = 0;
-  for (const UnitBytes& u : unit_activation_bytes(c, B, T, tp, sp)) total += u.own + u.output;
+  for (const UnitBytes& u : unit_activation_bytes(c, B, T, tp, sp, activations)) total += u.own + u.output;
   return total;
 }
 

@@ -43,7 +43,7 @@ class GPT {
     Norm::Ctx norm;
     Linear::Ctx proj;
     Tensor dlogits;  // [B, T, V]: the fused loss writes the logits' gradient here during forward
-    Tensor losses;   // [B, T] per-token losses (0 where the target is ignored)
+    Tensor losses;   // [B, T] f32 per-token losses (0 where the target is ignored)
   };
   struct UnitCtx {
     Embedding::Ctx embed;
@@ -108,10 +108,11 @@ class GPT {
   const ParameterStore& parameters() const { return params_; }
   const config::ModelConfig& config() const { return config_; }
 
-  // Activation bytes of one unit for a microbatch [B, T] (f32 = 4 bytes, i32 tokens = 4 bytes), from
-  // the shapes alone, on a rank of `tp` tensor-parallel ranks (the model built with its plan), with
-  // sequence parallelism when `sp`. Written out in gpt.cpp; tests hold the allocator's measured peak
-  // to them.
+  // Activation bytes of one unit for a microbatch [B, T], from the shapes alone, on a rank of `tp`
+  // tensor-parallel ranks (the model built with its plan), with sequence parallelism when `sp`,
+  // activations in the dtype `activations` (f32, or bf16/f16 under mixed precision: 2 bytes; the
+  // norms' statistics, the log-sum-exp, the losses and the token ids stay 4 bytes). Written out in
+  // gpt.cpp; tests hold the allocator's measured peak to them.
   struct UnitBytes {
     int64_t own = 0;           // kept by a training forward besides the unit's input and output
     int64_t output = 0;        // the output [B, Ts, C] (0 for the head)
@@ -124,9 +125,10 @@ class GPT {
     int64_t rebuild_peak = 0;       // the most a selective backward holds while it rebuilds `recomputable`
   };
   static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1,
-                                                      bool sp = false);
+                                                      bool sp = false, DType activations = DType::F32);
   // Bytes a training forward keeps alive for backward: the sum over units of own + output.
-  static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1, bool sp = false);
+  static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1, bool sp = false,
+                                        DType activations = DType::F32);
 
  private:
   UnitOutput head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb);

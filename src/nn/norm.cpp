@@ -27,8 +27,8 @@ void Norm::run_forward(StepContext& step, Ctx& ctx, const Tensor& y) {
 Tensor Norm::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
   Tensor y = step.activation(x.shape());  // [N.., C]
   ctx.inp = x;
-  ctx.rstd = step.activation(rows_shape(x));
-  if (kind_ == Kind::LayerNorm) ctx.mean = step.activation(rows_shape(x));
+  ctx.rstd = step.statistics(rows_shape(x));
+  if (kind_ == Kind::LayerNorm) ctx.mean = step.statistics(rows_shape(x));
   run_forward(step, ctx, y);
   return y;
 }

@@ -18,8 +18,8 @@ class Norm {
 
   struct Ctx {
     Tensor inp;   // [N.., C]
-    Tensor mean;  // [N..] (LayerNorm only)
-    Tensor rstd;  // [N..]
+    Tensor mean;  // [N..] f32 (LayerNorm only)
+    Tensor rstd;  // [N..] f32
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]
   // The output again, from what forward saved (the statistics are recomputed to the same bits):

@@ -28,17 +28,25 @@ struct StepContext {
   int64_t sample_offset = 0;  // global index of this microbatch's first sequence: masks do not depend on the layout
   // The tensor-parallel group's marks (nn/tensor_region.h); null: the identity.
   TensorRegion* region = nullptr;
+  // The dtype of activations, their gradients and the weights' working copies: f32, or bf16 or f16
+  // under mixed precision. Statistics (norms', attention's, the losses) are f32 whatever it is.
+  DType compute = DType::F32;
 
   Tensor weight(const Parameter& p) const { return params.weight(p); }
   Tensor grad(const Parameter& p) const { return params.grad(p); }
 
-  // Tensors saved for backward (or feeding the next op) are activations; scratch of backward is workspace.
-  Tensor activation(const Shape& shape, DType dtype = DType::F32) const {
+  // Tensors saved for backward (or feeding the next op) are activations; scratch of backward is
+  // workspace. Both in the compute dtype unless another is asked for.
+  Tensor activation(const Shape& shape) const { return activation(shape, compute); }
+  Tensor activation(const Shape& shape, DType dtype) const {
     return Tensor::empty(shape, dtype, MemoryTag::Activations, memory);
   }
-  Tensor workspace(const Shape& shape, DType dtype = DType::F32) const {
+  Tensor workspace(const Shape& shape) const { return workspace(shape, compute); }
+  Tensor workspace(const Shape& shape, DType dtype) const {
     return Tensor::empty(shape, dtype, MemoryTag::Workspace, memory);
   }
+  // Statistics saved for backward (norms' mean and 1/σ, attention's log-sum-exp, losses): f32.
+  Tensor statistics(const Shape& shape) const { return activation(shape, DType::F32); }
 
   // The marks of nn/tensor_region.h, the identity without a region.
   Tensor enter_region(const Tensor& x) { return region ? region->enter(*this, x) : x; }

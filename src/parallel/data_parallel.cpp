@@ -53,6 +53,7 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
   transforms.add(exec::TransformSlot::GradientReduction, *reducer_);
   compressor_ = make_compressor(options.compression, reducer_->bucket_shapes(), memory, rank_);
   reducer_->set_compressor(compressor_.get(), options.compression.warmup_steps);
+  reducer_->set_message_dtype(options.message_dtype);
 }
 
 DataParallel::~DataParallel() {

@@ -47,6 +47,7 @@ struct DataParallelOptions {
   // so its data-parallel group — the same stages on other replicas — shards only those.
   std::vector<nn::ParamRange> domain;
   CompressionOptions compression;  // how buckets are reduced (parallel/compression/compressor.h)
+  DType message_dtype = DType::F32;  // of dense reductions, summed in f32 (GradientReducer::set_message_dtype)
 };
 
 class DataParallel final : public exec::StorageOwner {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/element.h"
+
 namespace tessera::parallel {
 
 GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
@@ -77,6 +79,12 @@ std::vector<BucketShape> GradientReducer::bucket_shapes() const {
     shapes.push_back(std::move(shape));
   }
   return shapes;
+}
+
+void GradientReducer::set_message_dtype(DType dtype) {
+  TS_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+           "gradient reduction messages are f32, bf16 or f16, not {}", dtype_name(dtype));
+  message_dtype_ = dtype;
 }
 
 void GradientReducer::begin(const exec::Program& program) {
@@ -157,6 +165,9 @@ void GradientReducer::post(Window w) {
   if (!alone && compressor_ != nullptr && compressor_->active(warmup_steps_)) {
     // The whole decompressed sum lands in the bucket; under ZeRO this rank keeps its part of it.
     compressor_->reduce(w.first, std::span(data, static_cast<size_t>(b.range.size())), *comm_);
+  } else if (!alone && message_dtype_ != DType::F32) {
+    f.data = data;
+    post_low_precision(f, b);
   } else if (!alone) {
     if (stage_ == 0) {
       f.work = comm_->all_reduce(data, static_cast<size_t>(b.range.size()), DType::F32, dist::ReduceOp::Sum);
@@ -170,8 +181,69 @@ void GradientReducer::post(Window w) {
   in_flight_.push_back(std::move(f));
 }
 
+void GradientReducer::post_low_precision(InFlight& f, const Bucket& b) {
+  const std::vector<size_t> counts = layout_.counts(b.range);
+  const auto size = static_cast<size_t>(b.range.size());
+  const size_t mine = counts[static_cast<size_t>(rank_)];
+  f.sent = Tensor::empty({static_cast<int64_t>(size)}, message_dtype_, MemoryTag::Comm, memory_);
+  f.received = Tensor::empty({static_cast<int64_t>(mine * counts.size())}, message_dtype_, MemoryTag::Comm, memory_);
+  if (message_dtype_ == DType::BF16) {
+    kernels::narrow<bf16>(f.sent.data<bf16>(), f.data, size);
+  } else {
+    kernels::narrow<f16>(f.sent.data<f16>(), f.data, size);
+  }
+  const std::vector<size_t> from_each(counts.size(), mine);
+  f.work = comm_->all_to_all(f.sent.raw(), counts, f.received.raw(), from_each, message_dtype_);
+}
+
+void GradientReducer::complete_low_precision(InFlight& f) {
+  f.work->wait();
+  const Bucket& b = buckets_[static_cast<size_t>(f.window.first)];
+  const nn::ParamRange part = layout_.part(b.range, rank_);
+  const auto mine = static_cast<size_t>(part.size());
+  const size_t members = static_cast<size_t>(comm_->size());
+  // Every member's chunk, in rank order, summed in f32: the same order on every rank, so a value
+  // replicated by the all-gather below is the same everywhere.
+  std::vector<float> sum(mine, 0.0f), chunk(mine);
+  for (size_t r = 0; r < members; ++r) {
+    const char* from = static_cast<const char*>(f.received.raw()) + r * mine * dtype_size(message_dtype_);
+    if (message_dtype_ == DType::BF16) {
+      kernels::widen<bf16>(chunk.data(), reinterpret_cast<const bf16*>(from), mine);
+    } else {
+      kernels::widen<f16>(chunk.data(), reinterpret_cast<const f16*>(from), mine);
+    }
+    for (size_t i = 0; i < mine; ++i) sum[i] += chunk[i];
+  }
+  float* my_part = f.data + (part.begin - b.range.begin);
+  if (stage_ >= 1) {
+    // Sharded: this rank keeps its part's f32 sums; the rest of the bucket is not read.
+    std::copy(sum.begin(), sum.end(), my_part);
+  } else {
+    // Every rank needs the whole sum: this rank's part, rounded once, gathered from every member.
+    const auto size = static_cast<size_t>(b.range.size());
+    Tensor part_sum = Tensor::empty({static_cast<int64_t>(mine)}, message_dtype_, MemoryTag::Comm, memory_);
+    if (message_dtype_ == DType::BF16) {
+      kernels::narrow<bf16>(part_sum.data<bf16>(), sum.data(), mine);
+    } else {
+      kernels::narrow<f16>(part_sum.data<f16>(), sum.data(), mine);
+    }
+    comm_->all_gather(part_sum.raw(), f.sent.raw(), layout_.counts(b.range), message_dtype_)->wait();
+    if (message_dtype_ == DType::BF16) {
+      kernels::widen<bf16>(f.data, f.sent.data<bf16>(), size);
+    } else {
+      kernels::widen<f16>(f.data, f.sent.data<f16>(), size);
+    }
+  }
+  f.sent = Tensor();
+  f.received = Tensor();
+}
+
 void GradientReducer::complete(InFlight& f) {
-  if (f.work) f.work->wait();
+  if (f.received.defined()) {
+    complete_low_precision(f);
+  } else if (f.work) {
+    f.work->wait();
+  }
   if (!sharded_grads()) return;
   const Bucket& b = buckets_[static_cast<size_t>(f.window.first)];
   const nn::ParamRange part = layout_.part(b.range, rank_);

@@ -56,6 +56,12 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
     compressor_ = compressor;
     warmup_steps_ = warmup_steps;
   }
+  // Dense reductions send `dtype` (BF16 or F16; F32: the default) and sum in f32 (parallel.grad_dtype):
+  // each rank's bucket is rounded once to the 16-bit type and exchanged by an all-to-all, every rank
+  // sums its chunk of the bucket from every member's in f32, and (stage 0) the sums are rounded once
+  // more and all-gathered. Half the bytes of an f32 reduction, with two roundings whatever the
+  // group's size, where a reduction in 16 bits would round at every step of the ring.
+  void set_message_dtype(DType dtype);
   // Upper bound of the 'comm' bytes live at once for bucket storage (stages 2 and 3), for a program
   // of one microbatch in flight: (kMaxInFlight + most buckets filling at once) × the largest bucket.
   size_t storage_bound_bytes() const;
@@ -79,11 +85,19 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
     Window window;
     Tensor storage;  // stages 2 and 3
     dist::WorkPtr work;
+    // 16-bit messages (set_message_dtype): the bucket rounded, and every member's chunk of this
+    // rank's part of it, which complete() sums into `data`.
+    Tensor sent, received;
+    float* data = nullptr;
   };
   bool sharded_grads() const { return stage_ >= 2; }
   void allocate(Window w);
   void post(Window w);
   void complete(InFlight& f);
+  // The 16-bit exchange of one bucket (set_message_dtype): posts the all-to-all of f.sent.
+  void post_low_precision(InFlight& f, const Bucket& b);
+  // Sums what it received into this rank's part of the bucket (and, stage 0, all-gathers the sums).
+  void complete_low_precision(InFlight& f);
   void complete_oldest();
 
   nn::ParameterStore& params_;
@@ -102,6 +116,7 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   std::deque<InFlight> in_flight_;
   GradientCompressor* compressor_ = nullptr;
   int64_t warmup_steps_ = 0;
+  DType message_dtype_ = DType::F32;
 };
 
 }  // namespace tessera::parallel

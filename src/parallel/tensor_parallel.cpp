@@ -163,38 +163,49 @@ void TensorParallelRegion::sum_over_group(std::span<float> values) {
 
 namespace {
 
-Tensor allocate(nn::StepContext& step, const Shape& shape, MemoryTag tag) {
-  return tag == MemoryTag::Activations ? step.activation(shape) : step.workspace(shape);
+Tensor allocate(nn::StepContext& step, const Shape& shape, DType dtype, MemoryTag tag) {
+  return tag == MemoryTag::Activations ? step.activation(shape, dtype) : step.workspace(shape, dtype);
 }
 
 }  // namespace
 
-void pack_sequence_parts(float* packed, const float* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C) {
-  const auto block = static_cast<size_t>(Ts * C) * sizeof(float);
+void pack_sequence_parts(void* packed, const void* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C,
+                         size_t element_bytes) {
+  const auto block = static_cast<size_t>(Ts * C) * element_bytes;
+  auto* to = static_cast<char*>(packed);
+  const auto* from = static_cast<const char*>(whole);
   for (int64_t r = 0; r < parts; ++r) {
-    for (int64_t b = 0; b < B; ++b) std::memcpy(packed + (r * B + b) * Ts * C, whole + (b * parts + r) * Ts * C, block);
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(to + static_cast<size_t>(r * B + b) * block, from + static_cast<size_t>(b * parts + r) * block, block);
+    }
   }
 }
 
-void unpack_sequence_parts(float* whole, const float* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C) {
-  const auto block = static_cast<size_t>(Ts * C) * sizeof(float);
+void unpack_sequence_parts(void* whole, const void* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C,
+                           size_t element_bytes) {
+  const auto block = static_cast<size_t>(Ts * C) * element_bytes;
+  auto* to = static_cast<char*>(whole);
+  const auto* from = static_cast<const char*>(packed);
   for (int64_t r = 0; r < parts; ++r) {
-    for (int64_t b = 0; b < B; ++b) std::memcpy(whole + (b * parts + r) * Ts * C, packed + (r * B + b) * Ts * C, block);
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(to + static_cast<size_t>(b * parts + r) * block, from + static_cast<size_t>(r * B + b) * block, block);
+    }
   }
 }
 
 Tensor SequenceParallelRegion::gather(nn::StepContext& step, const Tensor& part, MemoryTag tag) {
   part.expect_shape({-1, -1, -1}, "sequence-parallel part");
   const int64_t t = group_.size(), B = part.size(0), Ts = part.size(1), C = part.size(2);
-  Tensor whole = allocate(step, {B, t * Ts, C}, tag);
+  Tensor whole = allocate(step, {B, t * Ts, C}, part.dtype(), tag);
   const auto count = static_cast<size_t>(part.numel());
+  const DType dtype = part.dtype();
   if (B == 1) {  // one sequence: rank order is sequence order
-    group_.all_gather(part.data<float>(), whole.data<float>(), count, DType::F32)->wait();
+    group_.all_gather(part.raw(), whole.raw(), count, dtype)->wait();
     return whole;
   }
-  Tensor packed = step.workspace({t, B, Ts, C});
-  group_.all_gather(part.data<float>(), packed.data<float>(), count, DType::F32)->wait();
-  unpack_sequence_parts(whole.data<float>(), packed.data<float>(), t, B, Ts, C);
+  Tensor packed = step.workspace({t, B, Ts, C}, dtype);
+  group_.all_gather(part.raw(), packed.raw(), count, dtype)->wait();
+  unpack_sequence_parts(whole.raw(), packed.raw(), t, B, Ts, C, dtype_size(dtype));
   return whole;
 }
 
@@ -204,15 +215,16 @@ Tensor SequenceParallelRegion::scatter(nn::StepContext& step, const Tensor& whol
   TS_CHECK(T % t == 0, "sequence parallelism over {} ranks: a sequence of {} positions does not split into {} equal "
            "parts; use a sequence length that is a multiple of {}", t, T, t, t);
   const int64_t Ts = T / t;
-  Tensor part = allocate(step, {B, Ts, C}, tag);
+  const DType dtype = whole.dtype();
+  Tensor part = allocate(step, {B, Ts, C}, dtype, tag);
   const auto count = static_cast<size_t>(part.numel());
   if (B == 1) {
-    group_.reduce_scatter(whole.data<float>(), part.data<float>(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+    group_.reduce_scatter(whole.raw(), part.raw(), count, dtype, dist::ReduceOp::Sum)->wait();
     return part;
   }
-  Tensor packed = step.workspace({t, B, Ts, C});
-  pack_sequence_parts(packed.data<float>(), whole.data<float>(), t, B, Ts, C);
-  group_.reduce_scatter(packed.data<float>(), part.data<float>(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+  Tensor packed = step.workspace({t, B, Ts, C}, dtype);
+  pack_sequence_parts(packed.raw(), whole.raw(), t, B, Ts, C, dtype_size(dtype));
+  group_.reduce_scatter(packed.raw(), part.raw(), count, dtype, dist::ReduceOp::Sum)->wait();
   return part;
 }
 

@@ -131,8 +131,10 @@ class SequenceParallelRegion final : public nn::TensorRegion {
 
 // The packing of SequenceParallelRegion: whole [B, parts·Ts, C] <-> packed [parts, B, Ts, C], part
 // r of every sequence as the r-th contiguous block.
-void pack_sequence_parts(float* packed, const float* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C);
-void unpack_sequence_parts(float* whole, const float* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C);
+void pack_sequence_parts(void* packed, const void* whole, int64_t parts, int64_t B, int64_t Ts, int64_t C,
+                         size_t element_bytes);
+void unpack_sequence_parts(void* whole, const void* packed, int64_t parts, int64_t B, int64_t Ts, int64_t C,
+                           size_t element_bytes);
 
 // Under sequence parallelism: sums over the tensor-parallel group `group` the gradients of the
 // parameters it does not split (their segments of this rank's optimizer, which are the same on

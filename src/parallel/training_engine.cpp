@@ -1,6 +1,7 @@
 #include "parallel/training_engine.h"
 
 #include "exec/program_memory.h"
+#include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
 
 #include "parallel/pipeline/generators.h"
@@ -55,9 +56,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       pp_(unless_alone(pp)),
       tp_(unless_alone(tp)),
       region_(region_over(tp_, options.layout.sp)),
+      loss_scaler_(options.precision.loss_scaling),
       // Only ZeRO splits elements over the data-parallel group; without it no square is summed there.
       norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_)),
-      interpreter_(model, ownership_, transforms_, memory, pp_, region_.get()) {
+      interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
   TS_CHECK(layout.ep == 1, "the training engine runs data, tensor and pipeline parallelism; {} needs the expert "
@@ -82,6 +84,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   dp_options.zero_stage = layout.zero_stage;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.compression = options.compression;
+  dp_options.message_dtype = options.precision.grad_dtype;
   if (pp_ != nullptr) {
     // 2BW's steps fall inside its programs, among transfers whose tags the tied-gradient exchange
     // could match: that exchange gets a communicator of its own.
@@ -122,6 +125,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     weight_versions_ = std::make_unique<WeightVersions>(
         model.parameters(), parameters_of_units(model.parameters(), model.units(), units), memory, ownership_);
   }
+  if (options.precision.mixed()) {
+    working_copies_ = std::make_unique<WorkingCopies>(model.parameters(), options.precision.compute, memory,
+                                                      ownership_);
+    transforms_.add(exec::TransformSlot::Precision, *working_copies_);
+  }
   if (layout.zero_stage >= 1 || tp_ != nullptr) {
     // ZeRO splits tensors over the data-parallel group, tensor parallelism over its group: per-tensor
     // statistics are summed over them.
@@ -152,7 +160,7 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
   schedule_ = pipeline::make_schedule(options_.layout);
   pipeline::check_valid(schedule_);
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
-                       times, options_.layout.tp, options_.layout.sp);
+                       times, options_.layout.tp, options_.layout.sp, options_.precision.compute);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }
 
@@ -177,7 +185,8 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   plan_program(0, 1);
   StepResult result;
   dp_->zero_grads();
-  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options,
+  const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
+  const exec::ProgramResult run = interpreter_.run(program_, scaled, options,
                                                    [&](int) { optimizer_step(result, lr, max_grad_norm); });
   const exec::ProgramResult total = over_pipeline(run);
   result.loss_sum = total.loss_sum;
@@ -219,7 +228,8 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
   // produce before their step b (the first stage runs the most forwards ahead, the last stage's
   // backwards come first), sends never wait, and the interpreter waits for this rank's sends only
   // at the program's last step. Every rank calls the collectives of steps 0, 1, ... in that order.
-  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&](int batch) {
+  const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
+  const exec::ProgramResult run = interpreter_.run(program_, scaled, options, [&](int batch) {
     weight_versions_->before_step();  // batch + 1 still reads the weights this step replaces
     optimizer_step(results[static_cast<size_t>(batch)], lrs[static_cast<size_t>(batch)], max_grad_norm);
     // The gradient buffers start over for the next batch: all of this batch's backwards on this
@@ -240,20 +250,46 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
   return results;
 }
 
+std::vector<exec::MicrobatchInput> TrainingEngine::with_loss_scale(std::span<const exec::MicrobatchInput> microbatches) {
+  // One scale for the whole program: under 2BW its batches' steps update the scaler while later
+  // batches' backwards, already scaled, are still to come.
+  program_loss_scale_ = loss_scaler_.scale();
+  std::vector<exec::MicrobatchInput> scaled(microbatches.begin(), microbatches.end());
+  if (!loss_scaler_.enabled()) return scaled;
+  // The backward starts from the loss times the scale: every gradient is that many times larger.
+  for (exec::MicrobatchInput& mb : scaled) mb.data.grad_scale *= static_cast<float>(program_loss_scale_);
+  return scaled;
+}
+
 void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
   const std::vector<optim::Segment> segments = ownership_.master_segments();
   if (options_.layout.sp && tp_ != nullptr) sum_sequence_parallel_gradients(*tp_, segments);
   if (stage_params_) stage_params_->sum_shared_gradients(segments);
-  if (max_grad_norm) {
+  result.loss_scale = program_loss_scale_;
+  // With a loss scale the norm is measured even without clipping: it is how every rank learns, with
+  // no message of its own, whether any rank's gradient overflowed.
+  if (max_grad_norm || loss_scaler_.enabled()) {
     result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
     if (result.grad_norm.non_finite) {
       result.skipped = true;  // every rank sees the same norm, so every rank skips
+      loss_scaler_.update(false);
       return;
     }
-    GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+    if (loss_scaler_.enabled()) {
+      // Back to the true gradient, in f32. With the default factors the scale is a power of two,
+      // so this and the norm's division are exact.
+      const double inverse = 1.0 / program_loss_scale_;
+      for (const optim::Segment& s : segments) {
+        kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
+      }
+      result.grad_norm.norm *= inverse;
+      loss_scaler_.update(true);
+    }
+    if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
   dp_->after_optimizer_step();
+  if (working_copies_) working_copies_->invalidate();
 }
 
 void TrainingEngine::restore_weight_versions(int64_t step) {
@@ -295,7 +331,7 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
 
 int64_t TrainingEngine::predicted_activation_peak() const {
   return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len,
-                                      options_.layout.tp, options_.layout.sp)
+                                      options_.layout.tp, options_.layout.sp, options_.precision.compute)
       .peak;
 }
 

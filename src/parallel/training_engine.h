@@ -29,6 +29,9 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/pipeline_stages.h"
 #include "parallel/weight_versions.h"
+#include "parallel/working_copies.h"
+#include "memory/loss_scaler.h"
+#include "config/precision.h"
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
 #include "parallel/pipeline/measured_timeline.h"
@@ -50,6 +53,9 @@ struct EngineOptions {
   // Optimal recomputation: time each unit's forward here (agreed over the data-parallel group) or,
   // when false, weigh units by their FLOPs.
   bool measure_unit_times = true;
+  // The compute dtype (bf16, f16: the model reads 16-bit working copies, parallel/working_copies.h),
+  // fp16's loss scaling and the dtype of the gradient reduction's messages (config/precision.h).
+  config::PrecisionOptions precision;
 };
 
 class TrainingEngine {
@@ -70,6 +76,7 @@ class TrainingEngine {
     int64_t counted = 0;  // this rank's targets that count (likewise)
     GradNorm grad_norm;   // global, before clipping
     bool skipped = false;  // the gradient was not finite: no update on any rank
+    double loss_scale = 1;  // the loss scale this step ran with (fp16; 1 otherwise)
   };
   // One optimizer step over this rank's microbatches (one per program microbatch). Collective.
   // The global gradient norm is measured and clipped to max_grad_norm (0: measured, not clipped);
@@ -110,6 +117,10 @@ class TrainingEngine {
   // The parameters whose master copy this rank's optimizer updates, in its state's order.
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
+  // fp16's loss scale (disabled for other precisions); its state goes into checkpoints.
+  memory::LossScaler& loss_scaler() { return loss_scaler_; }
+  // The 16-bit working copies (null in fp32).
+  const WorkingCopies* working_copies() const { return working_copies_.get(); }
   exec::ParameterOwnership& ownership() { return ownership_; }
   exec::TransformChain& transforms() { return transforms_; }
   const pipeline::Schedule& schedule() const { return schedule_; }
@@ -127,6 +138,8 @@ class TrainingEngine {
   // The schedule and this rank's program for `batches` batches after `first_step` optimizer steps
   // (PipeDream-2BW: several batches; flushing kinds: (0, 1)).
   void plan_program(int first_step, int batches);
+  // The microbatches with fp16's loss scale folded into their gradient scale (a copy).
+  std::vector<exec::MicrobatchInput> with_loss_scale(std::span<const exec::MicrobatchInput> microbatches);
   // The optimizer step of one batch, at its OptimizerStep action.
   void optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm);
   // The loss of a program summed over the pipeline group (the last stage computes it).
@@ -149,6 +162,11 @@ class TrainingEngine {
   // Per-tensor optimizer statistics summed over the ZeRO shards (null without ZeRO).
   std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // Declared after every owner it may be layered over (ZeRO-3's gatherer inside dp_, 2BW's
+  // versions), so it is destroyed, and gives the working role back, first.
+  std::unique_ptr<WorkingCopies> working_copies_;
+  memory::LossScaler loss_scaler_;
+  double program_loss_scale_ = 1;  // the scale the running program's microbatches carry
   GradNormService norms_;
   exec::Interpreter interpreter_;
   pipeline::Schedule schedule_;

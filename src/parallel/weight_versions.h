@@ -51,6 +51,7 @@ class WeightVersions final : public exec::StorageOwner {
   // exec::StorageOwner
   std::string_view owner_name() const override { return "PipeDream-2BW weight versions"; }
   Tensor working(const nn::Parameter& p, const exec::Event* event) override;
+  bool working_copies_persist() const override { return true; }  // the store's values and the stash
 
  private:
   Tensor stashed(const nn::Parameter& p);

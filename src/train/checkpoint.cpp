@@ -315,6 +315,11 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
           {"tp", config.parallel.tp}}},
         {"config", to_toml(config)},
     };
+    if (state.loss_scale) {
+      manifest["loss_scale"] = {{"scale", state.loss_scale->scale},
+                                {"finite_steps", state.loss_scale->finite_steps},
+                                {"skipped_steps", state.loss_scale->skipped_steps}};
+    }
     saving(dir_, tmp, final_path, [&] { finalize(tmp, final_path, name, manifest); });
   }
   barrier(comm);  // no rank moves on (or exits) before the checkpoint is complete

@@ -251,6 +251,20 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
     s.elapsed_seconds = elapsed.get<double>();
   }
 
+  if (root.contains("loss_scale")) {
+    const json& scaling = f.object(root, "", "loss_scale");
+    memory::LossScaler::State ls;
+    const json& scale = f.get(scaling, "loss_scale", "scale");
+    if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() < 1.0) {
+      f.fail("loss_scale.scale", fmt::format("must be a number of at least 1, got {}", shown(scale)));
+    }
+    ls.scale = scale.get<double>();
+    ls.finite_steps = f.integer(scaling, "loss_scale", "finite_steps", 0, std::numeric_limits<int64_t>::max(),
+                                "a non-negative integer");
+    ls.skipped_steps = f.integer(scaling, "loss_scale", "skipped_steps", 0, s.step, "at most the checkpoint's step");
+    s.loss_scale = ls;
+  }
+
   m.model = f.object(root, "", "model");
   check_model(f, m.model);
   m.parameter_count = f.integer(root, "", "parameter_count", 1, std::numeric_limits<int64_t>::max(),

@@ -11,6 +11,7 @@
 //    "parallel": {"dp": 1, "zero_stage": 0, "ranks": 1, "pp": 1}, "config": "<resolved TOML>",
 //    "files": {"model.safetensors": {"bytes": N, "xxh3": "<16 hex digits>"}, ...},
 //    "manifest_xxh3": "<16 hex digits>"}
+// fp16 runs add "loss_scale": {"scale": 65536, "finite_steps": 12, "skipped_steps": 1}.
 // manifest_xxh3 is the XXH3-64 of the canonical text of the manifest without that field (compact
 // JSON with sorted keys, nlohmann's dump()): it is checked before anything else, so an edited
 // manifest is refused as modified rather than believed. Version 1 manifests (no self-checksum, no
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "memory/loss_scaler.h"
 
 namespace tessera::train {
 
@@ -37,6 +40,8 @@ struct CheckpointState {
   uint64_t seed = 0;
   std::vector<double> val_history;  // not needed for exactness; keeps the chart continuous
   double elapsed_seconds = 0;     // wall time of the run up to this step, over every process that ran it
+  // fp16's loss scale where it runs with one (memory/loss_scaler.h), so a resumed run scales the same.
+  std::optional<memory::LossScaler::State> loss_scale;
 };
 
 struct CheckpointFileEntry {

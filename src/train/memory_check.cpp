@@ -35,6 +35,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   // PipeDream-2BW's stash of the previous weight version: one more f32 copy (of the whole model, a
   // bound: a pipeline rank stashes its stages' share).
   if (c.parallel.schedule == "2bw") e.params += 4.0 * static_cast<double>(psi);
+  // Mixed precision's 16-bit working copies of the weights the model reads.
+  const config::PrecisionOptions precision = c.precision_options();
+  if (precision.mixed()) e.params += static_cast<double>(dtype_size(precision.compute)) * static_cast<double>(psi);
   // Activations by the recompute plan, as the engine will run it (FLOP-proportional unit times;
   // the optimal policy is bounded by its budget anyway).
   const int B = c.train.micro_batch_size, T = c.model.seq_len;
@@ -47,10 +50,12 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
     e.activations = static_cast<double>(recompute.budget_bytes);
   } else {
     const bool sp = c.parallel.sp;
-    exec::plan_recompute(plan, c.model, B, T, recompute, exec::nominal_unit_times(c.model, B, T), tp, sp);
+    exec::plan_recompute(plan, c.model, B, T, recompute, exec::nominal_unit_times(c.model, B, T), tp, sp,
+                         precision.compute);
     const bool all_forwards_first = c.parallel.schedule == "gpipe";
     const int alive = all_forwards_first ? c.accumulation_steps() : 1;
-    e.activations = static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive, tp, sp).peak);
+    e.activations =
+        static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive, tp, sp, precision.compute).peak);
   }
   // Transients beside them: a block's backward scratch and a unit's gathered parameters or two
   // gradient buckets (a generous bound; the exact ones are counted while the run goes).

@@ -204,6 +204,45 @@ void RunConfig::validate() const {
              "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
   }
   {
+    const DType compute = config::parse_precision(precision.compute, "precision.compute");
+    const DType grad_dtype = config::parse_precision(parallel.grad_dtype, "parallel.grad_dtype");
+    const PrecisionSection defaults;
+    const auto refuse_unread = [&](bool given, std::string_view key) {
+      TS_CHECK(!given || compute == DType::F16, "config: precision.{} is read by precision.compute = \"fp16\" only (it "
+               "is \"{}\"): bf16 has the range of fp32 and needs no loss scaling", key, precision.compute);
+    };
+    refuse_unread(precision.loss_scale != defaults.loss_scale, "loss_scale");
+    refuse_unread(precision.init_scale != defaults.init_scale, "init_scale");
+    refuse_unread(precision.growth_interval != defaults.growth_interval, "growth_interval");
+    refuse_unread(precision.growth_factor != defaults.growth_factor, "growth_factor");
+    refuse_unread(precision.backoff_factor != defaults.backoff_factor, "backoff_factor");
+    if (precision.loss_scale != "dynamic") {
+      double fixed = 0;
+      try {
+        size_t used = 0;
+        fixed = std::stod(precision.loss_scale, &used);
+        if (used != precision.loss_scale.size()) fixed = 0;
+      } catch (const std::exception&) {
+        fixed = 0;
+      }
+      TS_CHECK(std::isfinite(fixed) && fixed >= 1.0 && fixed <= 1e30, "config: precision.loss_scale = '{}' must be "
+               "\"dynamic\" or a fixed scale of at least 1 (e.g. 1024)", precision.loss_scale);
+    }
+    TS_CHECK(std::isfinite(precision.init_scale) && precision.init_scale >= 1.0 && precision.init_scale <= 1e30,
+             "config: precision.init_scale = {} must be at least 1 (e.g. 65536)", precision.init_scale);
+    check_range<int64_t>("precision.growth_interval", precision.growth_interval, 1, int64_t{1} << 40);
+    TS_CHECK(std::isfinite(precision.growth_factor) && precision.growth_factor >= 1.0 && precision.growth_factor <= 1e3,
+             "config: precision.growth_factor = {} must be at least 1 (e.g. 2)", precision.growth_factor);
+    TS_CHECK(std::isfinite(precision.backoff_factor) && precision.backoff_factor > 0.0 &&
+                 precision.backoff_factor < 1.0,
+             "config: precision.backoff_factor = {} must be in (0, 1) (e.g. 0.5)", precision.backoff_factor);
+    TS_CHECK(grad_dtype == DType::F32 || parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
+             "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
+    TS_CHECK(grad_dtype == DType::F32 || parallel.compression == "none",
+             "config: parallel.grad_dtype = \"{}\" with parallel.compression = \"{}\": a compressor chooses its own "
+             "messages; use one of the two", parallel.grad_dtype, parallel.compression);
+  }
+  {
     const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
     TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
              "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\" or "
@@ -362,6 +401,7 @@ RunConfig read_run_config(const toml::table& table) {
     c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
     c.parallel.compression = r.get("compression", c.parallel.compression);
+    c.parallel.grad_dtype = r.get("grad_dtype", c.parallel.grad_dtype);
     r.finish();
   }
   {
@@ -370,6 +410,21 @@ RunConfig read_run_config(const toml::table& table) {
     c.compression.levels = r.get("levels", c.compression.levels);
     c.compression.rank = r.get("rank", c.compression.rank);
     c.compression.warmup_steps = r.get("warmup_steps", c.compression.warmup_steps);
+    r.finish();
+  }
+  {
+    TableReader r = root.table("precision");
+    auto& p = c.precision;
+    p.compute = r.get("compute", p.compute);
+    if (r.holds_string("loss_scale")) {
+      p.loss_scale = r.get("loss_scale", p.loss_scale);
+    } else if (r.has("loss_scale")) {
+      p.loss_scale = fmt::format("{}", r.get("loss_scale", 0.0));
+    }
+    p.init_scale = r.get("init_scale", p.init_scale);
+    p.growth_interval = r.get("growth_interval", p.growth_interval);
+    p.growth_factor = r.get("growth_factor", p.growth_factor);
+    p.backoff_factor = r.get("backoff_factor", p.backoff_factor);
     r.finish();
   }
   {
@@ -416,6 +471,21 @@ toml::array int_array(const std::vector<int64_t>& values) {
   return a;
 }
 }  // namespace
+
+// precision.loss_scale is a word or a number, written back as it was given.
+toml::table precision_table(const PrecisionSection& p) {
+  toml::table t{{"compute", p.compute},
+                {"init_scale", p.init_scale},
+                {"growth_interval", p.growth_interval},
+                {"growth_factor", p.growth_factor},
+                {"backoff_factor", p.backoff_factor}};
+  if (p.loss_scale == "dynamic") {
+    t.insert("loss_scale", p.loss_scale);
+  } else {
+    t.insert("loss_scale", std::stod(p.loss_scale));
+  }
+  return t;
+}
 
 std::string to_toml(const RunConfig& c) {
   const auto& m = c.model;
@@ -483,7 +553,9 @@ std::string to_toml(const RunConfig& c) {
                                             {"virtual_stages", c.parallel.virtual_stages},
                                             {"bucket_mb", shortest(c.parallel.bucket_mb)},
                                             {"timeout_seconds", shortest(c.parallel.timeout_seconds)},
-                                            {"compression", c.parallel.compression}}},
+                                            {"compression", c.parallel.compression},
+                                            {"grad_dtype", c.parallel.grad_dtype}}},
+                   {"precision", precision_table(c.precision)},
                    {"compression", toml::table{{"ratio", c.compression.ratio},
                                                {"levels", c.compression.levels},
                                                {"rank", c.compression.rank},
@@ -501,6 +573,20 @@ std::string to_toml(const RunConfig& c) {
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();
+}
+
+config::PrecisionOptions RunConfig::precision_options() const {
+  config::PrecisionOptions o;
+  o.compute = config::parse_precision(precision.compute, "precision.compute");
+  o.grad_dtype = config::parse_precision(parallel.grad_dtype, "parallel.grad_dtype");
+  config::LossScaling& s = o.loss_scaling;
+  s.enabled = o.compute == DType::F16;
+  s.dynamic = precision.loss_scale == "dynamic";
+  s.init_scale = s.dynamic ? precision.init_scale : std::stod(precision.loss_scale);
+  s.growth_interval = precision.growth_interval;
+  s.growth_factor = precision.growth_factor;
+  s.backoff_factor = precision.backoff_factor;
+  return o;
 }
 
 config::CompressionOptions RunConfig::compression_options() const {

@@ -3,7 +3,7 @@
 // checkpoint and log, plus dotted command-line overrides (--train.steps 100). Unknown keys are
 // rejected with a "did you mean", wrong types and out-of-range values name the key, and the
 // resolved config is written into the run folder and every checkpoint.
-// Sections: model, data, train, optim, parallel, memory, checkpoint, log.
+// Sections: model, data, train, optim, parallel, compression, precision, memory, checkpoint, log.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -13,6 +13,7 @@
 #include "config/parallel_layout.h"
 #include "optim/optimizer_config.h"
 #include "config/compression_method.h"
+#include "config/precision.h"
 
 namespace tessera::train {
 
@@ -64,6 +65,7 @@ struct ParallelSection {
   float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
   float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
   std::string compression = "none"; // how gradient buckets are reduced: none, topk, qsgd, onebit, powersgd
+  std::string grad_dtype = "fp32";  // dtype of the gradient reduction's messages (fp32, bf16, fp16), summed in f32
 };
 
 // The keys of the gradient compressor chosen by parallel.compression; 0 is the method's default,
@@ -73,6 +75,16 @@ struct CompressionSection {
   int levels = 0;             // qsgd: quantization levels, 1 to 127 (0: 127)
   int rank = 0;               // powersgd: rank of each matrix's approximation (0: 4)
   int64_t warmup_steps = 0;   // steps reduced exactly before compression starts
+};
+
+// Mixed precision (config/precision.h). The loss-scaling keys are read by compute = "fp16" only.
+struct PrecisionSection {
+  std::string compute = "fp32";         // GEMM inputs, saved activations and their gradients: fp32, bf16, fp16
+  std::string loss_scale = "dynamic";   // fp16: "dynamic", or a fixed scale (a number)
+  double init_scale = 65536.0;          // fp16, dynamic: the first scale
+  int64_t growth_interval = 2000;       // fp16, dynamic: finite steps in a row before the scale grows
+  double growth_factor = 2.0;           // fp16, dynamic: the scale's growth
+  double backoff_factor = 0.5;          // fp16, dynamic: the scale's cut after a non-finite gradient
 };
 
 struct MemorySection {
@@ -102,6 +114,7 @@ struct RunConfig {
   OptimSection optim;
   ParallelSection parallel;
   CompressionSection compression;
+  PrecisionSection precision;
   MemorySection memory;
   CheckpointSection checkpoint;
   LogSection log;
@@ -115,6 +128,8 @@ struct RunConfig {
   config::ParallelLayout layout() const;
   // The compressor's options (parallel.compression and compression.*), defaults filled in.
   config::CompressionOptions compression_options() const;
+  // precision.* and parallel.grad_dtype as the engine takes them.
+  config::PrecisionOptions precision_options() const;
   // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.
   void validate() const;
 };

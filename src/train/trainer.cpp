@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "dist/mesh.h"
 #include "io/metrics.h"
+#include "kernels/cpu/matmul.h"
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
@@ -61,6 +62,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.seq_len = cfg.model.seq_len;
   o.stage_layers = cfg.parallel.stage_layers;
   o.compression = cfg.compression_options();
+  o.precision = cfg.precision_options();
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
@@ -284,6 +286,14 @@ TrainResult Trainer::run() {
     full.write_back();
     step = loaded.state.step;
     engine.restore_weight_versions(step);
+    if (engine.loss_scaler().enabled()) {
+      if (loaded.state.loss_scale) {
+        engine.loss_scaler().restore(*loaded.state.loss_scale);
+      } else if (leader) {
+        fmt::print("note: {} holds no loss scale (it was not saved by an fp16 run): the scale starts at {:g}\n",
+                   resume_path, engine.loss_scaler().scale());
+      }
+    }
     val_history = loaded.state.val_history;
     checkpoint_elapsed = loaded.state.elapsed_seconds;
     loader.restore(data::loader_state_from_json(loaded.state.data_position));
@@ -337,6 +347,10 @@ TrainResult Trainer::run() {
                                  : std::string());
     }
     fmt::print("{}\n", describe_plan(cfg, engine));
+    if (const config::PrecisionOptions precision = cfg.precision_options(); precision.mixed() || precision.grad_dtype != DType::F32) {
+      fmt::print("precision: {}; 16-bit matmuls by {}\n", precision.describe(),
+                 precision.mixed() ? kernels::half_gemm_description() : std::string("none"));
+    }
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
     fmt::print("memory: about {} per process predicted ({})\n", mib(estimate.total()), estimate.describe());
@@ -397,7 +411,8 @@ TrainResult Trainer::run() {
   };
   auto save = [&]() {
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed};
+    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt};
+    if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, world_);
   };
@@ -490,15 +505,27 @@ TrainResult Trainer::run() {
       const parallel::TrainingEngine::StepResult& r = stepped[static_cast<size_t>(s)];
       const float lr = lrs[static_cast<size_t>(s)];
       const double loss = global[2 * static_cast<size_t>(s)] / global[2 * static_cast<size_t>(s) + 1];
-      TS_CHECK(std::isfinite(loss),
+      // Under a loss scale an overflow (in the forward too) skips the step and lowers the scale;
+      // only one that stays at the smallest scale is divergence.
+      const bool overflow_handled = r.skipped && engine.loss_scaler().enabled() && r.loss_scale > 1.0;
+      TS_CHECK(std::isfinite(loss) || overflow_handled,
                "the training loss became {} at step {}: training diverged. Lower optim.lr (now {}), raise "
                "optim.warmup_steps or keep optim.grad_clip on; resume from the last checkpoint with "
                "checkpoint.resume = \"latest\"",
                loss, step + 1, cfg.optim.lr);
       const double grad_norm = r.grad_norm.norm;
-      if (r.skipped) {
+      const bool scaled = engine.loss_scaler().enabled();
+      if (r.skipped && scaled) {
+        message(progress, fmt::format("step {}: the gradient overflowed at loss scale {:g}: no update on any rank "
+                                      "(step skipped, {} so far); the scale is now {:g}",
+                                      step + 1, r.loss_scale, engine.loss_scaler().state().skipped_steps,
+                                      engine.loss_scaler().scale()));
+      } else if (r.skipped) {
         message(progress, fmt::format("step {}: the gradient norm is {}: no update on any rank (step skipped)",
                                       step + 1, grad_norm));
+      } else if (scaled && s + 1 == count && engine.loss_scaler().scale() > r.loss_scale) {
+        message(progress, fmt::format("step {}: {} finite steps in a row: the loss scale grows to {:g}", step + 1,
+                                      cfg.precision.growth_interval, engine.loss_scaler().scale()));
       }
       ++step;
 
@@ -512,7 +539,9 @@ TrainResult Trainer::run() {
         metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                         {"tokens_per_second", tokens_per_second},
                         {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
-                        {"skipped", r.skipped}, {"memory", memory_json(step_memory)},
+                        {"skipped", r.skipped}, {"loss_scale", r.loss_scale},
+                        {"skipped_steps", engine.loss_scaler().state().skipped_steps},
+                        {"memory", memory_json(step_memory)},
                         {"dp_bytes_sent", dp_bytes_per_step}, {"time", unix_time()},
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});

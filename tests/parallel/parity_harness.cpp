@@ -293,6 +293,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.recompute = c.recompute;
   options.compression = c.compression;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
+  options.precision = c.precision;
   parallel::TrainingEngine engine(model, memory, comm, options, pp, tp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
@@ -378,6 +379,8 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     s.micro_bytes = recorder.micro_bytes;
     s.reductions_after_unit = recorder.after_unit;
     s.predicted_activations = engine.predicted_activation_peak();
+    s.skipped = r.skipped;
+    s.loss_scale = r.loss_scale;
     rec.steps.push_back(s);
   }
   engine.transforms().remove(exec::TransformSlot::Observer);

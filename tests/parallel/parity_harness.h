@@ -38,6 +38,7 @@ struct ParityCase {
   // Steps per engine call (TrainingEngine::train_batches), summing to `steps`; empty: one
   // train_step per step. Under PipeDream-2BW the pipeline drains between calls only.
   std::vector<int> steps_per_call;
+  config::PrecisionOptions precision;  // of the parallel run (the reference is always fp32)
 };
 
 struct StepRecord {
@@ -53,6 +54,8 @@ struct StepRecord {
   std::vector<uint64_t> reductions_after_unit;
   // The activation peak the engine's plan predicts for the step.
   int64_t predicted_activations = 0;
+  bool skipped = false;   // no update: the gradient was not finite
+  double loss_scale = 1;  // the loss scale the step ran with (fp16)
 };
 
 struct RunRecord {

@@ -346,6 +346,55 @@ TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
   EXPECT_NE(unknown.output.find("parallel.compression = 'gzip' is not known"), std::string::npos) << unknown.output;
 }
 
+// precision.compute = bf16 and fp16 through the CLI: the train losses track the one-process fp32 run
+// within 2% (one process, and dp 2 with ZeRO 2 and 16-bit gradient messages); the start line says
+// what runs; metrics.jsonl carries the loss scale; an fp16 run stopped at step 2 and resumed equals
+// the whole run bitwise, its loss scale travelling in the checkpoint.
+TEST_F(ParallelTraining, MixedPrecisionRunsTrackFp32AndResumeBitwise) {
+  CliResult fp32 = run_tessera(train_args(g_root / "precision_fp32", "--train.steps 4"));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  const std::vector<double> want = losses(g_root / "precision_fp32" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  auto expect_tracks = [&](const fs::path& run, const std::string& what) {
+    const std::vector<double> got = losses(run / "metrics.jsonl");
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.02 * want[i]) << what << " step " << i + 1;
+  };
+  for (const std::string compute : {"bf16", "fp16"}) {
+    const fs::path one = g_root / ("precision_one_" + compute);
+    CliResult r = run_tessera(train_args(one, "--train.steps 4 --precision.compute " + compute));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("precision: " + compute + " compute, f32 master weights"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("16-bit matmuls by "), std::string::npos) << r.output;
+    expect_tracks(one, compute + " one process");
+    const fs::path dp = g_root / ("precision_dp_" + compute);
+    CliResult d = run_tessera(launch(2, dp, "--train.steps 4 --parallel.dp 2 --parallel.zero_stage 2 "
+                                            "--parallel.grad_dtype bf16 --precision.compute " + compute));
+    ASSERT_EQ(d.exit_code, 0) << d.output;
+    expect_tracks(dp, compute + " dp 2 ZeRO 2");
+  }
+  // The scale in the metrics, then a resume that scales exactly as the whole run does.
+  const std::string fp16 = "--train.steps 4 --precision.compute fp16 --precision.init_scale 1024 "
+                           "--precision.growth_interval 3";
+  const fs::path whole = g_root / "precision_whole", split = g_root / "precision_split";
+  ASSERT_EQ(run_tessera(train_args(whole, fp16)).exit_code, 0);
+  std::ifstream in(whole / "metrics.jsonl");
+  std::vector<double> scales;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("kind") == "train") scales.push_back(j.at("loss_scale").get<double>());
+  }
+  EXPECT_EQ(scales, (std::vector<double>{1024, 1024, 1024, 2048}));
+  ASSERT_EQ(run_tessera(train_args(split, fp16 + " --train.exit_after 2")).exit_code, 3);
+  CliResult resumed = run_tessera(train_args(split, fp16 + " --checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
+  EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000004" / "model.safetensors").string()),
+            read_file((split / "checkpoints" / "step_00000004" / "model.safetensors").string()));
+  const std::string manifest = read_file((split / "checkpoints" / "step_00000002" / "manifest.json").string());
+  EXPECT_NE(manifest.find("\"loss_scale\""), std::string::npos) << manifest;
+}
+
 // parallel.schedule = "2bw": the pipeline drains only where the trainer needs it (here every third
 // step, at the progress line), yet every step's loss follows the one-process 2BW run that drains
 // at every step; a run stopped at step 2 and resumed equals the uninterrupted one bitwise, the

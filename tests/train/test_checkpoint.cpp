@@ -79,7 +79,7 @@ class Checkpoint : public ::testing::Test {
     position.seed = 7;
     position.seq_len = 8;
     position.tokens = 1000;
-    return CheckpointState{step, data::to_json(position), 7, {2.5, 2.25}, elapsed};
+    return CheckpointState{step, data::to_json(position), 7, {2.5, 2.25}, elapsed, std::nullopt};
   }
   std::string save(CheckpointStore& store, int64_t step, double elapsed = 0) {
     return store.save(config_, at_step(step, elapsed), state(), "");
@@ -117,6 +117,18 @@ TEST_F(Checkpoint, SavedManifestIsVersion2WithItsOwnChecksumAndElapsedTime) {
   EXPECT_EQ(loaded.state.seed, 7u);
   EXPECT_EQ(data::loader_state_from_json(loaded.state.data_position).sequences, 12u);
   EXPECT_EQ(checkpoint_run_config(m, path).train.seed, 7u);
+}
+
+// fp16's loss scale travels in the manifest, and only where the run had one.
+TEST_F(Checkpoint, TheLossScaleOfAnFp16RunRoundTrips) {
+  CheckpointStore store((dir_ / "checkpoints").string(), 3);
+  EXPECT_FALSE(read_checkpoint_manifest(save(store, 2)).state.loss_scale.has_value());
+  CheckpointState scaled = at_step(3);
+  scaled.loss_scale = memory::LossScaler::State{2048, 17, 2};
+  const std::string path = store.save(config_, scaled, state(), "");
+  const CheckpointManifest m = read_checkpoint_manifest(path);
+  ASSERT_TRUE(m.state.loss_scale.has_value());
+  EXPECT_EQ(*m.state.loss_scale, (memory::LossScaler::State{2048, 17, 2}));
 }
 
 TEST_F(Checkpoint, EveryFieldEditedIntoNonsenseIsRefusedNamingTheField) {
@@ -176,6 +188,11 @@ TEST_F(Checkpoint, EveryFieldEditedIntoNonsenseIsRefusedNamingTheField) {
       {"files.model.safetensors.xxh3", [](json& j) { j["files"]["model.safetensors"]["xxh3"] = "not-hex"; }},
       {"files.model.safetensors", [](json& j) { j["files"]["model.safetensors"] = "big"; }},
       {"files.../model.safetensors", [](json& j) { j["files"]["../model.safetensors"] = {{"bytes", 1}, {"xxh3", "0000000000000000"}}; }},
+      {"loss_scale", [](json& j) { j["loss_scale"] = 65536; }},
+      {"loss_scale.scale", [](json& j) { j["loss_scale"] = {{"scale", 0.25}, {"finite_steps", 0}, {"skipped_steps", 0}}; }},
+      {"loss_scale.scale", [](json& j) { j["loss_scale"] = {{"finite_steps", 0}, {"skipped_steps", 0}}; }},
+      {"loss_scale.finite_steps", [](json& j) { j["loss_scale"] = {{"scale", 8}, {"finite_steps", -1}, {"skipped_steps", 0}}; }},
+      {"loss_scale.skipped_steps", [](json& j) { j["loss_scale"] = {{"scale", 8}, {"finite_steps", 0}, {"skipped_steps", 4}}; }},  // above the step
   };
   const std::string manifest = (path / "manifest.json").string();
   for (const Edit& edit : edits) {

@@ -176,3 +176,51 @@ TEST(RunConfig, TheMemoryEstimateCountsOneTensorParallelRank) {
   EXPECT_LT(b.activations, a.activations);
   EXPECT_LT(s.activations, b.activations);
 }
+
+TEST(RunConfig, PrecisionKeysAreReadAndRefusedWhereIgnored) {
+  RunConfig c = read_run_config(toml::parse("[precision]\ncompute = \"bf16\"\n"));
+  EXPECT_EQ(c.precision_options().compute, DType::BF16);
+  EXPECT_FALSE(c.precision_options().loss_scaling.enabled);  // bf16 has fp32's range
+
+  c = read_run_config(toml::parse("[precision]\ncompute = \"fp16\"\ninit_scale = 1024\ngrowth_interval = 50\n"
+                                  "backoff_factor = 0.25\n"));
+  config::PrecisionOptions p = c.precision_options();
+  EXPECT_EQ(p.compute, DType::F16);
+  EXPECT_TRUE(p.loss_scaling.enabled && p.loss_scaling.dynamic);
+  EXPECT_EQ(p.loss_scaling.init_scale, 1024.0);
+  EXPECT_EQ(p.loss_scaling.growth_interval, 50);
+  EXPECT_EQ(p.loss_scaling.backoff_factor, 0.25);
+  EXPECT_EQ(to_toml(read_run_config(toml::parse(to_toml(c)))), to_toml(c));
+
+  // A fixed scale, as a TOML number or from the command line.
+  c = read_run_config(toml::parse("[precision]\ncompute = \"fp16\"\nloss_scale = 128\n"));
+  EXPECT_FALSE(c.precision_options().loss_scaling.dynamic);
+  EXPECT_EQ(c.precision_options().loss_scaling.init_scale, 128.0);
+  EXPECT_EQ(to_toml(read_run_config(toml::parse(to_toml(c)))), to_toml(c));
+  toml::table t = toml::parse("");
+  apply_overrides(t, {{"precision.compute", "fp16"}, {"precision.loss_scale", "4096"}});
+  EXPECT_EQ(read_run_config(t).precision_options().loss_scaling.init_scale, 4096.0);
+
+  c = read_run_config(toml::parse("[parallel]\ndp = 2\ngrad_dtype = \"bf16\"\n[train]\nbatch_size = 32\n"));
+  EXPECT_EQ(c.precision_options().grad_dtype, DType::BF16);
+
+  EXPECT_NE(error_of("[precision]\ncompute = \"fp8\"\n").find("precision.compute = 'fp8' is not known; use \"fp32\", "
+                                                                "\"bf16\" or \"fp16\""),
+            std::string::npos);
+  EXPECT_NE(error_of("[precision]\ncompute = \"bf16\"\nloss_scale = 1024\n")
+                .find("precision.loss_scale is read by precision.compute = \"fp16\" only"),
+            std::string::npos);
+  EXPECT_NE(error_of("[precision]\ngrowth_interval = 10\n").find("precision.growth_interval is read by"),
+            std::string::npos);
+  EXPECT_NE(error_of("[precision]\ncompute = \"fp16\"\nloss_scale = \"huge\"\n")
+                .find("precision.loss_scale = 'huge' must be \"dynamic\" or a fixed scale"),
+            std::string::npos);
+  EXPECT_NE(error_of("[precision]\ncompute = \"fp16\"\nloss_scale = 0.5\n").find("a fixed scale of at least 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("[precision]\ncompute = \"fp16\"\nbackoff_factor = 1.5\n").find("precision.backoff_factor"),
+            std::string::npos);
+  EXPECT_NE(error_of("[parallel]\ngrad_dtype = \"bf16\"\n").find("parallel.dp = 1 has none"), std::string::npos);
+  EXPECT_NE(error_of("[parallel]\ndp = 2\ngrad_dtype = \"bf16\"\ncompression = \"qsgd\"\n[train]\nbatch_size = 32\n")
+                .find("a compressor chooses its own messages"),
+            std::string::npos);
+}
