@@ -1,7 +1,8 @@
 // Mixed precision under mpirun (2 and 4 ranks):
 //  - bf16 and fp16 compute track the fp32 single-process run: every step's loss within 2% of it,
-//    alone, with data parallelism at ZeRO 0, 2 and 3, pipelined, and tensor parallel (with sequence
-//    parallelism); 16-bit gradient messages (parallel.grad_dtype) likewise, at half the bytes;
+//    alone, with data parallelism at ZeRO 0, 2 and 3, pipelined (1F1B and PipeDream-2BW), and tensor
+//    parallel (with sequence parallelism); 16-bit gradient messages (parallel.grad_dtype) likewise,
+//    at half the bytes;
 //  - the measured activation peak is the prediction of the 16-bit formula, exactly, and about half
 //    of fp32's;
 //  - the same 16-bit run twice, and with full recomputation, gives the same bits;
@@ -210,6 +211,21 @@ int main(int argc, char** argv) {
         pipelined.precision = precision(DType::BF16);
         const std::string what = describe(pipelined, fmt::format("pp2 dp{}", layout.dp));
         check_tracks(run_parallel(pipelined, layout.dp > 1 ? &mesh.dp() : nullptr, &mesh.pp()), reference, what, t);
+      }
+      {
+        // PipeDream-2BW: 16-bit casts of both weight versions, against its fp32 delayed-gradient
+        // reference; drained after the second step, so the third batch reads the stashed version.
+        config::ParallelLayout layout;
+        layout.pp = 2;
+        layout.dp = n / 2;
+        dist::Mesh mesh(world, layout);
+        ParityCase two_versions = base;
+        two_versions.schedule = config::ScheduleKind::PipeDream2BW;
+        two_versions.steps_per_call = {2, 3};
+        const RunRecord delayed_reference = run_reference_2bw(two_versions);
+        two_versions.precision = precision(DType::BF16);
+        check_tracks(run_parallel(two_versions, layout.dp > 1 ? &mesh.dp() : nullptr, &mesh.pp()), delayed_reference,
+                     describe(two_versions, fmt::format("2bw pp2 dp{}", layout.dp)), t);
       }
       {
         config::ParallelLayout layout;
