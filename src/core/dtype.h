@@ -27,11 +27,12 @@ struct f16 { uint16_t bits; };
 inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
+// Branch-free (a select, not a jump), so that loops storing bf16 vectorize.
 inline bf16 to_bf16(float f) {
-  uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // ties go to the even result
-  return bf16{static_cast<uint16_t>((u + rounding) >> 16)};
+  const uint32_t u = float_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // ties go to the even result
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
 }
 inline float to_float(bf16 h) { return bits_float(static_cast<uint32_t>(h.bits) << 16); }
 

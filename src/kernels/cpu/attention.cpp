@@ -309,16 +309,29 @@ QkvHeads qkv_heads(int B, int Tn, int C, int H, int Hkv, const char* kernel) {
   return QkvHeads{H, Hkv, C / H};
 }
 
+namespace {
+// The f32 copies of the 16-bit calls, kept per thread from call to call (kernels/cpu/element.h).
+struct WideScratch {
+  std::vector<float> qkv, out, dout, dqkv;
+};
+WideScratch& wide_scratch() {
+  static thread_local WideScratch scratch;
+  return scratch;
+}
+}  // namespace
+
 template <class T>
 void attention_forward(T* out, compute_t<T>* lse, const T* qkv, int B, int Tn, int C, int H, int Hkv) {
   const Shape s = make_shape(B, Tn, C, H, Hkv, "attention_forward");
   if constexpr (is_half_v<T>) {
     // The float kernel on a widened copy of qkv, its output rounded to T once; lse is f32 already.
     const size_t tokens = static_cast<size_t>(B) * Tn;
-    const std::vector<float> wide_qkv = widened(qkv, tokens * s.ld_qkv);
-    std::vector<float> wide_out(tokens * s.ld_out);
-    tiled_forward<float>(wide_out.data(), lse, wide_qkv.data(), s);
-    narrow<T>(out, wide_out.data(), wide_out.size());
+    WideScratch& scratch = wide_scratch();
+    float* wide_qkv = scratch_of(scratch.qkv, tokens * s.ld_qkv);
+    float* wide_out = scratch_of(scratch.out, tokens * s.ld_out);
+    widen<T>(wide_qkv, qkv, tokens * s.ld_qkv);
+    tiled_forward<float>(wide_out, lse, wide_qkv, s);
+    narrow<T>(out, wide_out, tokens * s.ld_out);
   } else {
     tiled_forward<T>(out, lse, qkv, s);
   }
@@ -334,11 +347,14 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   if constexpr (is_half_v<T>) {
     // The float kernel on widened copies of qkv and dout, dqkv rounded to T once.
     const size_t tokens = static_cast<size_t>(B) * Tn;
-    const std::vector<float> wide_qkv = widened(qkv, tokens * s.ld_qkv);
-    const std::vector<float> wide_dout = widened(dout, tokens * s.ld_out);
-    std::vector<float> wide_dqkv(wide_qkv.size());
-    tiled_backward<float>(wide_dqkv.data(), wide_dout.data(), wide_qkv.data(), s);
-    narrow<T>(dqkv, wide_dqkv.data(), wide_dqkv.size());
+    WideScratch& scratch = wide_scratch();
+    float* wide_qkv = scratch_of(scratch.qkv, tokens * s.ld_qkv);
+    float* wide_dout = scratch_of(scratch.dout, tokens * s.ld_out);
+    float* wide_dqkv = scratch_of(scratch.dqkv, tokens * s.ld_qkv);
+    widen<T>(wide_qkv, qkv, tokens * s.ld_qkv);
+    widen<T>(wide_dout, dout, tokens * s.ld_out);
+    tiled_backward<float>(wide_dqkv, wide_dout, wide_qkv, s);
+    narrow<T>(dqkv, wide_dqkv, tokens * s.ld_qkv);
   } else {
     tiled_backward<T>(dqkv, dout, qkv, s);
   }

@@ -62,8 +62,17 @@ void widen(compute_t<T>* out, const T* in, size_t n);
 template <class T>
 void narrow(T* out, const compute_t<T>* in, size_t n);
 
+// At least n elements of `buffer`, which only grows: a kernel that widens 16-bit tensors on every
+// call keeps one per thread instead of allocating, zeroing and faulting in a fresh one each time.
+// The contents are whatever the last call left.
+template <class E>
+E* scratch_of(std::vector<E>& buffer, size_t n) {
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 // in[0, n) in compute_t<T>: the scratch of a kernel that runs its float algorithm on the widened
-// values of 16-bit tensors.
+// values of 16-bit tensors (once per call: tests, decoding).
 template <class T>
 std::vector<compute_t<T>> widened(const T* in, size_t n) {
   std::vector<compute_t<T>> out(n);

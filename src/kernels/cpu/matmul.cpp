@@ -194,8 +194,7 @@ void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, 
   if constexpr (std::is_same_v<Out, float>) {
     c = out;
   } else {
-    scratch.c.resize(mn);
-    c = scratch.c.data();
+    c = scratch_of(scratch.c, mn);
     if (accumulate) widen<T>(c, out, mn);
   }
   if (bias != nullptr) {
@@ -222,11 +221,11 @@ void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, 
   // product, exact for the same reason the 16-bit one is (products of 16-bit values are exact).
   const size_t a_size = static_cast<size_t>(M) * static_cast<size_t>(K);
   const size_t b_size = static_cast<size_t>(K) * static_cast<size_t>(N);
-  scratch.a.resize(a_size);
-  scratch.b.resize(b_size);
-  widen<T>(scratch.a.data(), a, a_size);
-  widen<T>(scratch.b.data(), b, b_size);
-  float_matmul<float>(c, scratch.a.data(), scratch.b.data(), nullptr, M, N, K, ta, tb, accumulate);
+  float* wide_a = scratch_of(scratch.a, a_size);
+  float* wide_b = scratch_of(scratch.b, b_size);
+  widen<T>(wide_a, a, a_size);
+  widen<T>(wide_b, b, b_size);
+  float_matmul<float>(c, wide_a, wide_b, nullptr, M, N, K, ta, tb, accumulate);
   if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
 }
 }  // namespace
