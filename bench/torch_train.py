@@ -43,6 +43,10 @@ def main():
     # (124M shape: 276 vs 487 ms per update), so it is the default: PyTorch at its best.
     parser.add_argument("--foreach", choices=["on", "off"], default="off",
                         help="AdamW's multi-tensor update")
+    # PyTorch's CPU mixed precision: autocast runs matmuls (and the ops on its lower-precision list)
+    # in bf16 while the parameters, gradients and AdamW stay fp32.
+    parser.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                        help="torch.autocast(device_type='cpu', dtype=torch.bfloat16) around the forward")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -66,7 +70,8 @@ def main():
     loss_first = loss_last = 0.0
     for s, (tokens, targets) in enumerate(batches):
         t0 = time.perf_counter()
-        loss = ref.forward_loss(spec, params, tokens, targets)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = ref.forward_loss(spec, params, tokens, targets)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -93,6 +98,7 @@ def main():
         "forward_share": round(sum(forward_s) / total_s, 4), "backward_share": round(sum(backward_s) / total_s, 4),
         "optimizer_share": round(sum(optimizer_s) / total_s, 4), "loss_first": round(loss_first, 5),
         "loss_last": round(loss_last, 5), "torch": torch.__version__, "adamw_foreach": args.foreach == "on",
+        "autocast": args.autocast,
     }
     print(f"pytorch {torch.__version__} L={args.layers} C={args.embd} H={args.heads} T={T} B={B} V={args.vocab}: "
           f"{n_params} parameters, {args.threads} threads: {ms:.1f} ms/step (median), "

@@ -11,9 +11,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
+#include "config/precision.h"
 #include "core/rng.h"
+#include "kernels/cpu/matmul.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
 
@@ -54,7 +57,8 @@ int main(int argc, char** argv) {
   model.tied_embeddings = true;
   int batch = 8, warmup = 2, steps = 10, threads = 2;
   float lr = 3e-4f;
-  CLI::App app{"tessera GPT training throughput (fp32, AdamW)"};
+  std::string precision = "fp32";
+  CLI::App app{"tessera GPT training throughput (AdamW)"};
   app.add_option("--layers", model.n_layer, "L")->check(CLI::PositiveNumber);
   app.add_option("--embd", model.n_embd, "C")->check(CLI::PositiveNumber);
   app.add_option("--heads", model.n_head, "H")->check(CLI::PositiveNumber);
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "AdamW learning rate");
+  app.add_option("--precision", precision, "compute dtype: fp32, bf16 or fp16 (precision.compute)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -81,6 +86,8 @@ int main(int argc, char** argv) {
     options.layout.micro_batch = B;
     options.layout.global_batch = B;
     options.seq_len = T;
+    options.precision.compute = tessera::config::parse_precision(precision, "--precision");
+    options.precision.loss_scaling.enabled = options.precision.compute == tessera::DType::F16;
     tessera::parallel::TrainingEngine engine(gpt, memory, nullptr, options);
     PhaseTimer timer;
     engine.transforms().add(tessera::exec::TransformSlot::Observer, timer);
@@ -133,8 +140,10 @@ int main(int argc, char** argv) {
     const int64_t params = gpt.parameters().numel();
     const auto peak_mib = static_cast<double>(memory.stats().peak_total) / (1 << 20);
 
-    fmt::print("tessera L={} C={} H={} T={} B={} V={}: {} parameters, {} threads, {} warmup + {} timed steps\n",
-               model.n_layer, model.n_embd, model.n_head, T, B, V, params, threads, warmup, steps);
+    const std::string gemm = options.precision.mixed() ? tessera::kernels::half_gemm_description() : "sgemm";
+    fmt::print("tessera L={} C={} H={} T={} B={} V={}: {} parameters, {} threads, {}, matmuls by {}, {} warmup + {} "
+               "timed steps\n",
+               model.n_layer, model.n_embd, model.n_head, T, B, V, params, threads, precision, gemm, warmup, steps);
     fmt::print("  {:.1f} ms/step (median), {:.0f} tokens/s; forward {:.0f}%, backward {:.0f}%, optimizer {:.0f}%; "
                "loss {:.4f} -> {:.4f}; peak memory {:.0f} MiB\n",
                ms, tokens_per_s, 100 * sum_f / sum_all, 100 * sum_b / sum_all, 100 * sum_o / sum_all, loss_first,
@@ -143,9 +152,11 @@ int main(int argc, char** argv) {
         "{{\"impl\": \"tessera\", \"L\": {}, \"C\": {}, \"H\": {}, \"T\": {}, \"B\": {}, \"V\": {}, \"params\": {}, "
         "\"threads\": {}, \"warmup\": {}, \"steps\": {}, \"ms_per_step\": {:.3f}, \"tokens_per_s\": {:.1f}, "
         "\"forward_share\": {:.4f}, \"backward_share\": {:.4f}, \"optimizer_share\": {:.4f}, \"loss_first\": {:.5f}, "
-        "\"loss_last\": {:.5f}, \"peak_mib\": {:.1f}}}\n",
+        "\"loss_last\": {:.5f}, \"peak_mib\": {:.1f}, \"precision\": \"{}\", \"gemm\": \"{}\", "
+        "\"activation_peak_mib\": {:.1f}}}\n",
         model.n_layer, model.n_embd, model.n_head, T, B, V, params, threads, warmup, steps, ms, tokens_per_s,
-        sum_f / sum_all, sum_b / sum_all, sum_o / sum_all, loss_first, loss_last, peak_mib);
+        sum_f / sum_all, sum_b / sum_all, sum_o / sum_all, loss_first, loss_last, peak_mib, precision, gemm,
+        static_cast<double>(memory.stats().peak_of(tessera::MemoryTag::Activations)) / (1 << 20));
   } catch (const tessera::Error& e) {
     fmt::print(stderr, "train_bench: {}\n", e.what());
     return 1;
