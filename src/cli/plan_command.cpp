@@ -24,6 +24,7 @@ struct PlanArgs {
   int top = 5;
   std::string precision = "bf16";
   bool flash = false;
+  std::string activations = "engine";
   bool overlap = false;
   bool simulate = false;
   bool published = false;
@@ -51,11 +52,17 @@ void run_plan(const PlanArgs& a) {
   const config::ModelConfig model = load_model(a.model);
   const ClusterSpec cluster = load_cluster(a.cluster);
   const Precision precision = a.precision == "fp32" ? Precision::Fp32 : Precision::Bf16;
+  TS_CHECK(a.activations == "engine" || a.activations == "megatron",
+           "plan: --activations {} must be engine (this engine's saved tensors) or megatron (Megatron-LM's, as "
+           "Korthikanti et al. count them)", a.activations);
+  const ActivationAccounting activations =
+      a.activations == "megatron" ? ActivationAccounting::Megatron : ActivationAccounting::Engine;
 
   if (!a.layout.empty()) {
     Layout base;
     base.precision = precision;
     base.flash_attention = a.flash;
+    base.activations = activations;
     base.overlap = a.overlap;
     if (a.global_batch > 0) base.global_batch = a.global_batch;
     Layout l = parse_layout(a.layout, base);
@@ -75,6 +82,7 @@ void run_plan(const PlanArgs& a) {
   request.global_batch = a.global_batch;
   request.precision = precision;
   request.flash_attention = a.flash;
+  request.activations = activations;
   request.overlap = a.overlap;
   request.top = a.top;
   fmt::print("{}", format_plan(model, cluster, request, plan_layouts(model, cluster, request)));
@@ -95,6 +103,10 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--top", args->top, "how many of the best layouts to print")->capture_default_str();
   cmd->add_option("--precision", args->precision, "bf16 (with fp32 master weights) or fp32")->capture_default_str();
   cmd->add_flag("--flash", args->flash, "fused attention that never stores the s x s scores");
+  cmd->add_option("--activations", args->activations,
+                  "whose saved tensors the activation memory counts: engine (this engine's, what a tessera run "
+                  "measures) or megatron (Megatron-LM's, as Korthikanti et al. count them; --published always uses it)")
+      ->capture_default_str();
   cmd->add_flag("--overlap", args->overlap, "data-parallel and ZeRO communication overlaps compute (not by default)");
   cmd->add_flag("--simulate", args->simulate, "time the pipeline with the schedule simulator instead of the closed forms");
   cmd->add_flag("--published", args->published,

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "nn/gpt.h"
+#include "config/activation_bytes.h"
 
 namespace tessera::exec {
 
@@ -13,7 +13,7 @@ class ActivationWalk {
  public:
   ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp, bool sp,
                  DType activations)
-      : program_(program), bytes_(nn::GPT::unit_activation_bytes(model, B, T, tp, sp, activations)) {
+      : program_(program), bytes_(config::unit_activation_bytes(model, B, T, tp, sp, activations)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
@@ -87,7 +87,7 @@ class ActivationWalk {
   int64_t unit(const Action& a) {
     MicrobatchState& s = state(a);
     const auto u = static_cast<size_t>(a.unit);
-    const nn::GPT::UnitBytes& b = bytes_[u];
+    const config::UnitActivationBytes& b = bytes_[u];
     const int64_t dropped = a.selective ? b.recomputable : 0;
     const bool last_unit = u + 1 == bytes_.size();
     switch (a.phase) {
@@ -131,7 +131,7 @@ class ActivationWalk {
   }
 
   const Program& program_;
-  std::vector<nn::GPT::UnitBytes> bytes_;
+  std::vector<config::UnitActivationBytes> bytes_;
   std::vector<MicrobatchState> states_;
   std::vector<bool> posted_;  // [action]: its receive is posted
   int64_t live_ = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // The activation peak of a rank's program, predicted by walking its actions with the interpreter's
-// rules (exec/interpreter.h) and each unit's bytes (nn::GPT::unit_activation_bytes): the one
+// rules (exec/interpreter.h) and each unit's bytes (config::unit_activation_bytes): the one
 // prediction for any schedule, pipelined or not, recomputing or not, so that the planner and the
 // trainer's start line state what the allocator will measure for the 'activations' tag.
 //
@@ -16,7 +16,7 @@
 //   - during a forward, its own bytes, its output and what it holds only while it runs; during a
 //     backward, what it rebuilds (a selective block's dropped tensors);
 //   - between the input half of a split backward and the weight half, what the weight half reads:
-//     the inputs of the unit's linear layers (nn::GPT::UnitBytes::weight_half).
+//     the inputs of the unit's linear layers (config::UnitActivationBytes::weight_half).
 // Gradients flowing down are workspace, not activations, and are not counted.
 #include <cstdint>
 #include <vector>
@@ -36,7 +36,7 @@ struct ProgramMemory {
 // For `program` over microbatches of [B, T] tokens, the units forwarding with the keep and
 // selective flags their actions carry.
 // On a rank of `tp` tensor-parallel ranks, with sequence parallelism when `sp`, activations in
-// `activations` (nn::GPT::unit_activation_bytes).
+// `activations` (config::unit_activation_bytes).
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T,
                                      int tp = 1, bool sp = false, DType activations = DType::F32);
 

@@ -11,7 +11,7 @@ namespace tessera::exec {
 namespace {
 
 int64_t embedding_bytes(const config::ModelConfig& model, int B, int T) {
-  return nn::GPT::unit_activation_bytes(model, B, T).front().own;
+  return config::unit_activation_bytes(model, B, T).front().own;
 }
 
 }  // namespace
@@ -60,10 +60,10 @@ UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, Memory
 std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
                                            int T, bool selective, const UnitTimes& times, int tp, bool sp,
                                            DType activations) {
-  const std::vector<nn::GPT::UnitBytes> bytes = nn::GPT::unit_activation_bytes(model, B, T, tp, sp, activations);
+  const std::vector<config::UnitActivationBytes> bytes = config::unit_activation_bytes(model, B, T, tp, sp, activations);
   std::vector<memory::ChainUnit> chain;
   for (int u = stage.chain_first(); u < stage.last; ++u) {
-    const nn::GPT::UnitBytes& b = bytes[static_cast<size_t>(u)];
+    const config::UnitActivationBytes& b = bytes[static_cast<size_t>(u)];
     memory::ChainUnit c;
     c.input_bytes = bytes[static_cast<size_t>(u - 1)].output;
     const int64_t dropped = selective ? b.recomputable : 0;

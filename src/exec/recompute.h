@@ -1,7 +1,7 @@
 #pragma once
 // Activation checkpointing for the model's units: the chains the recompute policies and the
 // optimal solver (src/memory) work on, built from the model's per-unit activation bytes
-// (nn::GPT::unit_activation_bytes) and forward times, and the activation peak they predict.
+// (config::unit_activation_bytes) and forward times, and the activation peak they predict.
 //
 // A stage's chain is its units without the embedding (its saved state is the token ids, kept
 // throughout), the head last on the last stage. Under the selective policy each block keeps less
@@ -18,6 +18,7 @@
 
 #include "exec/program.h"
 #include "memory/recompute_policy.h"
+#include "config/activation_bytes.h"
 #include "nn/gpt.h"
 
 namespace tessera::exec {

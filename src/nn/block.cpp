@@ -70,10 +70,6 @@ Tensor Block::decode(StepContext& step, const Tensor& x, const Tensor& keys, con
   return x2;
 }
 
-int64_t Block::recomputable_values_per_token(const config::ModelConfig& config, int tp) {
-  return 2 * int64_t{config.n_embd} + config.ffn() / tp;
-}
-
 void Block::restore_recomputable(StepContext& step, Ctx& ctx) {
   // What the projections read: the norms' outputs, entering the region again (under sequence
   // parallelism, gathered again over the group).

@@ -22,7 +22,7 @@ class Block {
     bool recomputable_dropped = false;
   };
   // [B, T, C] -> [B, T, C]. Selective recomputation (keep_recomputable false) drops the tensors
-  // recomputable_values_per_token counts as soon as the ops that read them are done; the backward
+  // config::recomputable_values_per_token counts as soon as the ops that read them are done; the backward
   // rebuilds them first, to the same bits.
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable = true);
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
@@ -31,17 +31,6 @@ class Block {
   // T - 1; keys, values [B, S, Hkv·D] this layer's cache. -> [B, T, C]. Inference only: no dropout,
   // nothing kept.
   Tensor decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past);
-
-  // What selective recomputation drops: the tensors that are large and cost one elementwise pass to
-  // rebuild — the two norm outputs and the MLP activation, 2C + F values per token (the tiled
-  // attention keeps no T×T scores, so these are the big cheap part here).
-  // On a rank of tp tensor-parallel ranks the activation is its F/tp hidden units.
-  static int64_t recomputable_values_per_token(const config::ModelConfig& config, int tp = 1);
-  // Of those, what a selective forward still holds while it runs: the MLP activation, F per token,
-  // until the down projection has read it.
-  static int64_t selective_forward_values_per_token(const config::ModelConfig& config, int tp = 1) {
-    return config.ffn() / tp;
-  }
 
  private:
   void restore_recomputable(StepContext& step, Ctx& ctx);

@@ -108,27 +108,9 @@ class GPT {
   const ParameterStore& parameters() const { return params_; }
   const config::ModelConfig& config() const { return config_; }
 
-  // Activation bytes of one unit for a microbatch [B, T], from the shapes alone, on a rank of `tp`
-  // tensor-parallel ranks (the model built with its plan), with sequence parallelism when `sp`,
-  // activations in the dtype `activations` (f32, or bf16/f16 under mixed precision: 2 bytes; the
-  // norms' statistics, the log-sum-exp, the losses and the token ids stay 4 bytes). Written out in
-  // gpt.cpp; tests hold the allocator's measured peak to them.
-  struct UnitBytes {
-    int64_t own = 0;           // kept by a training forward besides the unit's input and output
-    int64_t output = 0;        // the output [B, Ts, C] (0 for the head)
-    int64_t recomputable = 0;  // of `own`, what Save::Selective drops and the backward rebuilds
-    int64_t selective_forward = 0;  // of that, what a Save::Selective forward holds while it runs
-    // Kept from the input half of a split backward to the weight half: what the weight gradients
-    // read (the inputs of the unit's linear layers; the head's also the logits' gradient).
-    int64_t weight_half = 0;
-    int64_t forward_transient = 0;  // held by any forward while it runs, at its peak, besides the above
-    int64_t rebuild_peak = 0;       // the most a selective backward holds while it rebuilds `recomputable`
-  };
-  static std::vector<UnitBytes> unit_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1,
-                                                      bool sp = false, DType activations = DType::F32);
-  // Bytes a training forward keeps alive for backward: the sum over units of own + output.
-  static int64_t saved_activation_bytes(const config::ModelConfig& config, int B, int T, int tp = 1, bool sp = false,
-                                        DType activations = DType::F32);
+  // The activation bytes each unit keeps are a function of the shapes alone:
+  // config::unit_activation_bytes (config/activation_bytes.h), which tests hold the allocator's
+  // measured peak to.
 
  private:
   UnitOutput head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb);

@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kLayoutKeys =
     "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, "
-    "overlap, compression, compression_ratio, compression_rank, optimizer";
+    "overlap, compression, compression_ratio, compression_rank, optimizer, activations";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -83,6 +83,10 @@ std::string recompute_name(Recompute r) {
   return "?";
 }
 
+std::string_view accounting_name(ActivationAccounting a) {
+  return a == ActivationAccounting::Engine ? "engine" : "megatron";
+}
+
 Layout parse_layout(std::string_view text, Layout l) {
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -120,6 +124,11 @@ Layout parse_layout(std::string_view text, Layout l) {
       TS_CHECK(std::find(names.begin(), names.end(), value) != names.end(), "layout: 'optimizer={}' must be one of {}",
                value, fmt::join(names, ", "));
       l.optimizer = std::string(value);
+    } else if (key == "activations") {
+      if (value == "engine") l.activations = ActivationAccounting::Engine;
+      else if (value == "megatron") l.activations = ActivationAccounting::Megatron;
+      else TS_FAIL("layout: 'activations={}' must be engine (this engine's saved tensors) or megatron (Megatron-LM's, "
+                   "as Korthikanti et al. count them)", value);
     } else if (key == "recompute") {
       if (value == "none") l.recompute = Recompute::None;
       else if (value == "selective") l.recompute = Recompute::Selective;
@@ -152,7 +161,7 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else {
       std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "recompute_every",
                                        "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap",
-                                       "compression", "compression_ratio", "compression_rank", "optimizer"};
+                                       "compression", "compression_ratio", "compression_rank", "optimizer", "activations"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
@@ -180,6 +189,7 @@ std::string to_string(const Layout& l) {
     if (l.compression == "powersgd") extras += fmt::format(",compression_rank={}", l.compression_rank);
   }
   if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
+  if (l.activations != ActivationAccounting::Engine) extras += fmt::format(",activations={}", accounting_name(l.activations));
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}{}",
                      l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),

@@ -21,13 +21,21 @@ enum class Recompute {
   Optimal,    // the fastest schedule whose activation peak fits a budget (src/memory/optimal.h)
 };
 
+// Whose saved tensors the activations tag counts (plan/memory_model.h).
+enum class ActivationAccounting {
+  Engine,    // this engine's, unit by unit (config::unit_activation_bytes): what a tessera run measures
+  Megatron,  // Megatron-LM's, as Korthikanti et al. 2022 derive them: to hold against published runs
+};
+
 // Derived rather than holding a ParallelLayout: the planner reads l.tp, l.dp, l.pp everywhere, and
 // a plan::Layout passes unchanged wherever the shared layout is wanted (the pipeline generators,
 // the pipeline model, a mesh), so what the planner predicts is exactly what would run.
 struct Layout : config::ParallelLayout {
   Recompute recompute = Recompute::None;
   Precision precision = Precision::Bf16;
-  bool flash_attention = false;  // fused attention that never stores the s x s scores
+  bool flash_attention = false;  // fused attention that never stores the s x s scores (Megatron accounting;
+                                 // this engine's attention is always tiled)
+  ActivationAccounting activations = ActivationAccounting::Engine;
   bool overlap = false;          // data-parallel / ZeRO collectives overlap backward (and ZeRO-3 gathers, forward)
   // every_k's segment length; 0 picks ceil(sqrt(layers of a model chunk)), the runtime's default
   // for the layers it holds. Only every_k reads it.
@@ -49,11 +57,13 @@ struct Layout : config::ParallelLayout {
 };
 
 std::string recompute_name(Recompute r);
+std::string_view accounting_name(ActivationAccounting a);  // "engine", "megatron"
 
 // "tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16": keys tp, pp, dp, v
 // (virtual_stages), mb, gb, zero (zero_stage), recompute (none, selective, full, every_k, optimal),
 // recompute_every, activation_budget_mb, sp, precision, schedule (any kind name), flash, overlap,
-// optimizer (an optim.name; written only when not adamw).
+// optimizer (an optim.name; written only when not adamw), activations (engine or megatron; written
+// only when megatron).
 // Keys not given keep their value in `base`. v > 1 with the 1f1b schedule (the
 // default) means interleaved 1F1B, so a layout that names no schedule keeps its meaning; the result
 // then says schedule=interleaved. Unknown keys and bad values throw with the list of known keys.

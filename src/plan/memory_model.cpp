@@ -97,9 +97,12 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
 
   // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
   const int64_t chunks = pipeline.inflight_chunks(l, stage);
-  if (recompute_uses_chain(l.recompute)) {
+  // Chunk 0 of each microbatch holds the embedding's tensors.
+  const double microbatches = std::ceil(d(chunks) / l.virtual_stages);
+  if (l.activations == ActivationAccounting::Engine || recompute_uses_chain(l.recompute)) {
     // The schedule's own numbers (recompute_model.h): each chunk-microbatch waiting for its
-    // backward keeps R, and the one in backward peaks at P, recomputation included.
+    // backward keeps R, and the one in backward peaks at P, recomputation included. This engine's
+    // accounting always takes them from its chain, as the runtime does (exec::predict_activations).
     const memory::ChainSimulation sim = chunk_recompute(m, l, stage).simulation;
     mem.activations = d(chunks - 1) * d(sim.after_forward_bytes) + d(sim.peak_bytes);
   } else {
@@ -112,12 +115,9 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
     // The layer being recomputed and back-propagated holds its full set once more.
     mem.activations += everything - kept;
   }
-  if (first && m.dropout > 0) {
-    // Chunk 0 of each microbatch holds the embedding.
-    const double microbatches = std::ceil(d(chunks) / l.virtual_stages);
-    mem.activations += microbatches * embedding_activation_bytes(m, l);
-  }
-  // The head's tensors for the one microbatch whose backward starts right after its forward.
+  if (first) mem.activations += microbatches * embedding_activation_bytes(m, l);
+  // Megatron's head tensors for the one microbatch whose backward starts right after its forward
+  // (this engine's head is the last unit of the last stage's chain).
   if (last) mem.activations += head_activation_bytes(m, l);
 
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging

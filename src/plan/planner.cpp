@@ -78,6 +78,7 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
                 l.recompute = rc;
                 l.precision = r.precision;
                 l.flash_attention = r.flash_attention;
+                l.activations = r.activations;
                 l.overlap = r.overlap;
                 ++result.considered;
                 const double bytes = estimate_memory(m, l, pipeline).memory.total();

@@ -13,6 +13,7 @@ struct PlanRequest {
   int64_t global_batch = 1;
   Precision precision = Precision::Bf16;
   bool flash_attention = false;
+  ActivationAccounting activations = ActivationAccounting::Engine;  // whose saved tensors (layout.h)
   bool overlap = false;        // data-parallel / ZeRO communication overlaps compute
   int top = 5;                 // how many layouts to return
   int max_micro_batch = 64;    // largest microbatch tried

@@ -49,6 +49,7 @@ Layout published_layout(const PublishedRow& row) {
   l.micro_batch = 1;
   l.recompute = Recompute::Full;
   l.precision = Precision::Bf16;
+  l.activations = ActivationAccounting::Megatron;  // the published runs are Megatron-LM's
   if (row.pp > 1) {
     const int per_stage = row.layers / row.pp;
     for (int v = 2; v <= per_stage; ++v) {

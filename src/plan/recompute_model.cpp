@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/activation_bytes.h"
 #include "core/check.h"
 #include "memory/optimal.h"
 #include "memory/recompute_policy.h"
@@ -22,6 +23,8 @@ double d(int64_t v) { return static_cast<double>(v); }
 // The planner's bytes are whole numbers held in doubles (products of the model's sizes, far below
 // 2^53); the chain counts them in integers.
 int64_t whole_bytes(double bytes) { return static_cast<int64_t>(std::llround(bytes)); }
+
+DType activation_dtype(Precision p) { return p == Precision::Bf16 ? DType::BF16 : DType::F32; }
 
 int layers_per_chunk(const ModelConfig& m, const Layout& l) {
   const int64_t chunks = int64_t{l.pp} * l.virtual_stages;
@@ -47,25 +50,20 @@ memory::RecomputePolicy memory_policy(Recompute r) {
 // least the bytes it came from. Past int64 (some 8.6e12 MiB) a budget limits nothing anyway.
 int64_t budget_bytes(const Layout& l) { return whole_bytes(std::min(l.activation_budget_mb * kMiB, 9.0e18)); }
 
-// The most any stage adds to the chain's peak: every rank runs with the one budget.
-int64_t largest_edge_bytes(const ModelConfig& m, const Layout& l) {
-  return whole_bytes(std::max(stage_edge_bytes(m, l, 0), stage_edge_bytes(m, l, l.pp - 1)));
+// The least budget every stage accepts (every rank runs with the one budget): the first's and the
+// last's chain minimum plus the bytes they hold outside it.
+int64_t minimum_chain_budget(const ModelConfig& m, const Layout& l) {
+  int64_t least = 0;
+  for (int stage : {0, l.pp - 1}) {
+    least = std::max(least, memory::minimum_budget(chunk_chain(m, l, stage)) + whole_bytes(stage_edge_bytes(m, l, stage)));
+  }
+  return least;
 }
 
 // Up to 1/100 MiB, so that the printed minimum, given back as the budget, is accepted.
 double mib_rounded_up(int64_t bytes) { return std::ceil(d(bytes) / kMiB * 100.0) / 100.0; }
 
-}  // namespace
-
-bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || r == Recompute::Optimal; }
-
-int resolved_recompute_every(const ModelConfig& m, const Layout& l) {
-  if (l.recompute_every > 0) return l.recompute_every;
-  // The runtime's default, ceil(sqrt(layers it holds)), for the layers one chain holds.
-  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(layers_per_chunk(m, l))))));
-}
-
-std::vector<memory::ChainUnit> chunk_chain(const ModelConfig& m, const Layout& l) {
+std::vector<memory::ChainUnit> megatron_chain(const ModelConfig& m, const Layout& l) {
   const int layers = layers_per_chunk(m, l);
   const int64_t b = l.micro_batch;
   const double e = element_bytes(l.precision);
@@ -92,12 +90,62 @@ std::vector<memory::ChainUnit> chunk_chain(const ModelConfig& m, const Layout& l
   return chain;
 }
 
+// The runtime's chain (exec::stage_chain) from the engine's own unit bytes: the chunk's blocks,
+// closed by the head on the stage that holds it, else by the last block, whose output is sent on
+// (the chain's last unit keeps no output). The embedding stays out: it is never recomputed and its
+// token ids are counted per microbatch (embedding_activation_bytes).
+std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& l, int stage) {
+  const int layers = layers_per_chunk(m, l);
+  const std::vector<config::UnitActivationBytes> units =
+      config::unit_activation_bytes(m, l.micro_batch, m.seq_len, l.tp, l.sp, activation_dtype(l.precision));
+  const bool selective = l.recompute == Recompute::Selective;
+  const double forward = layer_forward_flops(m, l.micro_batch);
+  auto unit = [&](const config::UnitActivationBytes& b, const config::UnitActivationBytes& before, double time) {
+    memory::ChainUnit c;
+    c.input_bytes = before.output;
+    c.own_bytes = b.own - (selective ? b.recomputable : 0);
+    c.backward_extra_bytes = selective ? b.rebuild_peak : 0;
+    c.forward_extra_bytes = b.forward_transient + (selective ? b.selective_forward : 0);
+    c.output_bytes = b.output;
+    c.forward_time = time;
+    c.backward_time = 2 * time;
+    return c;
+  };
+  std::vector<memory::ChainUnit> chain;
+  for (int i = 0; i < layers; ++i) chain.push_back(unit(units[1], units[0], forward));
+  if (stage == l.pp - 1) {
+    // The head reads the last block's output; its forward is the [C, V/t] product.
+    const double head = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
+    chain.push_back(unit(units.back(), units[1], head));
+  }
+  return chain;
+}
+
+}  // namespace
+
+bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || r == Recompute::Optimal; }
+
+int resolved_recompute_every(const ModelConfig& m, const Layout& l) {
+  if (l.recompute_every > 0) return l.recompute_every;
+  // The runtime's default, ceil(sqrt(layers it holds)), for the layers one chain holds.
+  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(layers_per_chunk(m, l))))));
+}
+
+std::vector<memory::ChainUnit> chunk_chain(const ModelConfig& m, const Layout& l, int stage) {
+  TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
+  return l.activations == ActivationAccounting::Engine ? engine_chain(m, l, stage) : megatron_chain(m, l);
+}
+
 double embedding_activation_bytes(const ModelConfig& m, const Layout& l) {
+  if (l.activations == ActivationAccounting::Engine) {
+    return static_cast<double>(config::unit_activation_bytes(m, l.micro_batch, m.seq_len, l.tp, l.sp).front().own);
+  }
   if (m.dropout <= 0) return 0;
   return d(l.micro_batch) * m.seq_len * m.n_embd / (l.sp ? l.tp : 1);  // one-byte dropout mask
 }
 
 double head_activation_bytes(const ModelConfig& m, const Layout& l) {
+  if (l.activations == ActivationAccounting::Engine) return 0;  // the head is the last stage's chain unit
   const double e = element_bytes(l.precision);
   const double b = d(l.micro_batch), s = m.seq_len, t = l.tp;
   const double R = b * s * m.n_embd / (l.sp ? t : 1);
@@ -114,24 +162,24 @@ double stage_edge_bytes(const ModelConfig& m, const Layout& l, int stage) {
 }
 
 double minimum_activation_budget_mb(const ModelConfig& m, const Layout& l) {
-  return mib_rounded_up(memory::minimum_budget(chunk_chain(m, l)) + largest_edge_bytes(m, l));
+  return mib_rounded_up(minimum_chain_budget(m, l));
 }
 
 ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage) {
   ChunkRecompute r;
-  r.chain = chunk_chain(m, l);
+  r.chain = chunk_chain(m, l, stage);
   r.every_k = resolved_recompute_every(m, l);
   if (l.recompute == Recompute::Optimal) {
     TS_CHECK(l.activation_budget_mb > 0,
              "plan: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on "
              "a rank; add it to the layout, or pick another policy");
-    const int64_t least = memory::minimum_budget(r.chain) + largest_edge_bytes(m, l);
+    const int64_t least = minimum_chain_budget(m, l);
     TS_CHECK(budget_bytes(l) >= least,
              "plan: activation_budget_mb={} is below the minimum of {:.2f} MiB that a microbatch (mb={}) needs on a "
              "rank of this layout (its {} layers per model chunk recomputed as much as possible, plus the embedding's and "
              "head's tensors); raise activation_budget_mb to at least {:.2f}, or lower mb, or split the layers further "
              "(more tp with sp, more pp)",
-             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, r.chain.size() - 1, mib_rounded_up(least));
+             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, layers_per_chunk(m, l), mib_rounded_up(least));
     r.budget_bytes = budget_bytes(l) - whole_bytes(stage_edge_bytes(m, l, stage));
   }
   r.schedule = memory::plan_recompute(memory_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);

@@ -5,7 +5,19 @@
 // planner predicts the schedule the runtime would run (src/exec/recompute.h builds the same kind of
 // chain from the model's own tensors), not a formula of it.
 //
-// The chain of a chunk (L/(pp v) layers, one microbatch): unit i is layer i, with
+// The chain of a chunk (L/(pp v) layers, one microbatch) depends on whose tensors are counted
+// (Layout::activations):
+//
+// Engine (this engine's): exactly the runtime's chain (exec::stage_chain), from the unit bytes of
+// config::unit_activation_bytes: unit i is block i with input = the previous unit's output, own =
+// its kept tensors (less what selective drops), the selective rebuild as backward extra and the
+// forward transients as forward extra; the last stage's chain ends with the head (a chunk of v > 1
+// that does not hold it is taken to, a bound), the others with their last block, whose output is
+// sent on. The embedding's token ids are counted once per microbatch in flight on the first stage.
+// Every policy takes its activations from this chain, as the runtime's prediction does: for one
+// stage, (I - 1) R + P plus the token ids, exec::predict_activations to the byte.
+//
+// Megatron (Korthikanti et al.'s accounting): unit i is layer i, with
 //   input_bytes  = x = e b s h (/ t with sp), the layer input,
 //   own_bytes    = layer_activation_bytes(none) - x, everything else its backward reads,
 //   output_bytes = the next layer's input,
@@ -13,7 +25,7 @@
 // stage that sends it on, it is the boundary tensor the comm tag counts; on the last stage it is
 // the final norm's input, which the head's bytes count.
 //
-// The head stays out of the chain, as the closed forms keep it: its tensors (final norm and head
+// Megatron's head stays out of the chain, as the closed forms keep it: its tensors (final norm and head
 // inputs, fp32 probabilities) are added once on the last stage, and the embedding's dropout mask
 // once per microbatch on the first. No policy reruns them (the runtime's chain ends with the head
 // as its loss unit, which every schedule keeps whole), so putting them in the chain would change no
@@ -44,12 +56,14 @@ bool recompute_uses_chain(Recompute r);
 // every_k's segment length: recompute_every, or ceil(sqrt(layers of a model chunk)) when 0.
 int resolved_recompute_every(const config::ModelConfig& m, const Layout& l);
 
-// One model chunk's chain for a microbatch of l.micro_batch sequences. With selective, each layer
-// keeps the selective set and allocates the attention core again during its backward.
-std::vector<memory::ChainUnit> chunk_chain(const config::ModelConfig& m, const Layout& l);
+// One model chunk's chain of `stage` for a microbatch of l.micro_batch sequences, in the layout's
+// accounting (above). With selective, each layer keeps the selective set and allocates what it
+// drops again during its backward.
+std::vector<memory::ChainUnit> chunk_chain(const config::ModelConfig& m, const Layout& l, int stage);
 
-// Bytes one microbatch keeps on `stage` outside the chain: the embedding's dropout mask (first
-// stage, with dropout) and the head's tensors (last stage).
+// Bytes one microbatch keeps on `stage` outside the chain: the embedding's token ids (engine) or
+// dropout mask (Megatron, with dropout) on the first stage, and Megatron's head tensors on the
+// last (0 for the engine, whose head is in the chain).
 double embedding_activation_bytes(const config::ModelConfig& m, const Layout& l);
 double head_activation_bytes(const config::ModelConfig& m, const Layout& l);
 double stage_edge_bytes(const config::ModelConfig& m, const Layout& l, int stage);

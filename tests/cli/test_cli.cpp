@@ -156,6 +156,7 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
       {plan + "--devices -8 --global-batch 8", "error: plan: --devices must be at least 1, got -8"},
       {plan + "--devices 8 --global-batch 0", "error: plan: --global-batch must be at least 1"},
       {plan + "--devices 8 --global-batch 8 --top 0", "error: plan: --top must be at least 1"},
+      {plan + "--devices 8 --global-batch 8 --activations pytorch", "error: plan: --activations pytorch must be engine"},
       {"simulate --stages 0", "error: simulate: --stages must be at least 1"},
       {"simulate --microbatches -1", "error: simulate: --microbatches must be at least 1"},
       {"simulate --chunks 0", "error: simulate: --chunks must be at least 1"},

@@ -10,6 +10,8 @@
 #include "exec/program_memory.h"
 #include "exec/recompute.h"
 #include "exec/transform.h"
+#include "plan/memory_model.h"
+#include "plan/recompute_model.h"
 #include "parallel/pipeline/generators.h"
 #include "parity_harness.h"
 
@@ -294,6 +296,85 @@ TEST(ProgramMemory, OneStageWalkEqualsTheChainFormula) {
           << memory::recompute_policy_name(policy) << " " << config::schedule_name(kind);
       EXPECT_EQ(walk.after.back(), 0) << "every activation is freed by the end of the step";
       ASSERT_EQ(walk.during.size(), program.actions.size());
+    }
+  }
+}
+
+// The planner with this engine's accounting (plan::ActivationAccounting::Engine) predicts what the
+// runtime's program walk predicts, which the allocator measures (pipeline and tensor-parallel
+// parity tests): one stage exactly, for every policy, tp, sp, dtype and schedule; pipeline stages
+// within the one receive buffer the walk counts and the planner books under comm.
+TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
+  config::ModelConfig gpt2;
+  gpt2.n_layer = 4;
+  gpt2.n_head = 4;
+  gpt2.n_embd = 32;
+  gpt2.vocab_size = 61;  // odd: padded under tp
+  gpt2.seq_len = 16;
+  config::ModelConfig llama = gpt2;
+  llama.arch = config::Architecture::Llama;
+  llama.n_kv_head = 2;
+  llama.bias = false;
+  llama.tied_embeddings = false;
+  const int B = 2, T = 16;
+  struct Policy {
+    memory::RecomputePolicy runtime;
+    plan::Recompute planner;
+  };
+  const Policy policies[] = {{memory::RecomputePolicy::None, plan::Recompute::None},
+                             {memory::RecomputePolicy::Selective, plan::Recompute::Selective},
+                             {memory::RecomputePolicy::Full, plan::Recompute::Full},
+                             {memory::RecomputePolicy::EveryK, plan::Recompute::EveryK}};
+  for (const config::ModelConfig& model : {gpt2, llama}) {
+    for (const auto& [tp, sp] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
+      for (const plan::Precision precision : {plan::Precision::Fp32, plan::Precision::Bf16}) {
+        const DType dtype = precision == plan::Precision::Bf16 ? DType::BF16 : DType::F32;
+        for (const Policy& policy : policies) {
+          for (const int pp : {1, 2}) {
+            for (const auto& [kind, microbatches] : {std::pair{config::ScheduleKind::OneFOneB, 4},
+                                                     std::pair{config::ScheduleKind::GPipe, 3}}) {
+              plan::Layout layout;
+              layout.tp = tp;
+              layout.sp = sp;
+              layout.pp = pp;
+              layout.schedule = kind;
+              layout.micro_batch = B;
+              layout.global_batch = int64_t{B} * microbatches;
+              layout.recompute = policy.planner;
+              layout.precision = precision;
+              config::ParallelLayout pipeline = layout;
+              pipeline.tp = 1;  // the schedule's ranks are the pipeline's
+              pipeline.sp = false;
+              pipeline.micro_batch = 1;
+              pipeline.global_batch = microbatches;
+              exec::StagePlan stages = exec::even_stages(model.n_layer + 2, pp);
+              exec::RecomputeOptions options;
+              options.policy = policy.runtime;
+              options.every_k = plan::resolved_recompute_every(model, layout);
+              exec::plan_recompute(stages, model, B, T, options, exec::nominal_unit_times(model, B, T), tp, sp, dtype);
+              const auto schedule = pipeline::make_schedule(pipeline);
+              for (int stage = 0; stage < pp; ++stage) {
+                const exec::Program program = exec::lower_training(schedule, stage, stages);
+                const int64_t walk = exec::predict_program_memory(program, model, B, T, tp, sp, dtype).peak;
+                const double planned = plan::stage_memory(model, layout, stage, plan::closed_form_pipeline()).activations;
+                const std::string where = fmt::format("{} tp={} sp={} {} {} pp={} stage {} {}", config::architecture_name(model.arch),
+                                                      tp, sp, dtype_name(dtype), memory::recompute_policy_name(policy.runtime),
+                                                      pp, stage, config::schedule_name(kind));
+                if (pp == 1) {
+                  EXPECT_EQ(static_cast<int64_t>(planned), walk) << where;
+                } else {
+                  // The walk also counts a receive buffer posted ahead of the backward it overlaps
+                  // (1F1B's later stages), which the planner books under comm: at most one
+                  // boundary tensor more.
+                  const int64_t boundary = config::unit_activation_bytes(model, B, T, tp, sp, dtype)[1].output;
+                  EXPECT_GE(walk, static_cast<int64_t>(planned)) << where;
+                  EXPECT_LE(walk - static_cast<int64_t>(planned), boundary) << where;
+                }
+              }
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "config/activation_bytes.h"
 #include "nn/gpt.h"
 #include "optim/adamw.h"
 
@@ -70,7 +71,7 @@ TEST(GPT, ParametersAreNamedAndCounted) {
 }
 
 // Counted memory equals the shapes' arithmetic: params/grads/optimizer 4/4/8 bytes per parameter
-// in fp32, and the activation peak of a training step equals GPT::saved_activation_bytes.
+// in fp32, and the activation peak of a training step equals config::saved_activation_bytes.
 TEST(GPT, MeasuredMemoryEqualsTheFormulas) {
   for (int kv_heads : {0, 2}) {  // multi-head, and grouped-query attention with 2 key/value heads
     for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
@@ -92,10 +93,10 @@ TEST(GPT, MeasuredMemoryEqualsTheFormulas) {
       nn::StepContext step{mem, model.parameters()};
       nn::GPT::Ctx ctx;
       model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
-      EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)));
+      EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), static_cast<size_t>(config::saved_activation_bytes(c, B, T)));
       model.backward(step, ctx);
       s = mem.stats();
-      EXPECT_EQ(s.peak_of(MemoryTag::Activations), static_cast<size_t>(nn::GPT::saved_activation_bytes(c, B, T)))
+      EXPECT_EQ(s.peak_of(MemoryTag::Activations), static_cast<size_t>(config::saved_activation_bytes(c, B, T)))
           << config::architecture_name(arch);
       EXPECT_EQ(s.live_of(MemoryTag::Activations), 0u) << "backward must release everything forward saved";
       EXPECT_EQ(s.live_of(MemoryTag::Workspace), 0u);

@@ -30,6 +30,12 @@ TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
   l.schedule = config::ScheduleKind::GPipe;
   l.virtual_stages = 1;
   EXPECT_EQ(parse_layout(to_string(l)), l);
+  // This engine's accounting is the default and is not written; Megatron's is.
+  EXPECT_EQ(parse_layout("tp=2").activations, ActivationAccounting::Engine);
+  EXPECT_TRUE(!contains(to_string(l), "activations"));
+  l.activations = ActivationAccounting::Megatron;
+  EXPECT_TRUE(contains(to_string(l), "activations=megatron"));
+  EXPECT_EQ(parse_layout(to_string(l)), l);
   // Every schedule kind has its name; 1f1b with v > 1 is what the syntax always meant by it.
   for (config::ScheduleKind kind : config::kScheduleKinds) {
     EXPECT_EQ(parse_layout("schedule=" + std::string(config::schedule_name(kind))).schedule, kind);
@@ -94,6 +100,7 @@ TEST(PlanLayout, BadSyntaxNamesTheKey) {
   EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=some"); }), "must be none, selective or full"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("precision=fp16"); }), "must be bf16"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("sp"); }), "is not key=value"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("activations=pytorch"); }), "must be engine"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("schedule=chimera"); }),
                        "must be one of gpipe, 1f1b, interleaved, 2bw, zb-h1"));
 }

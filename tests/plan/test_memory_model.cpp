@@ -127,6 +127,7 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
   const double per_layer = layer_activation_bytes(m, 1, 8, true, Recompute::None, false, Precision::Bf16);
   for (int p : {2, 4, 8}) {
     Layout l;
+    l.activations = ActivationAccounting::Megatron;
     l.tp = 8;
     l.pp = p;
     l.sp = true;
@@ -139,6 +140,7 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
   // Interleaving multiplies it by 1 + (p - 1)/(p v) (Korthikanti's m is our v).
   for (int v : {2, 4}) {
     Layout l;
+    l.activations = ActivationAccounting::Megatron;
     l.tp = 8;
     l.pp = 4;
     l.virtual_stages = v;
@@ -150,6 +152,7 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
   }
   // GPipe keeps every microbatch: m x L/p layers.
   Layout gpipe;
+  gpipe.activations = ActivationAccounting::Megatron;
   gpipe.tp = 8;
   gpipe.pp = 4;
   gpipe.sp = true;
@@ -163,6 +166,7 @@ TEST(PlanMemoryModel, RecomputeKeepsOneLayersWorkingSet) {
   config::ModelConfig m = gpt(32, 32, 4096);
   m.dropout = 0;
   Layout l;
+  l.activations = ActivationAccounting::Megatron;
   l.tp = 8;
   l.pp = 4;
   l.global_batch = 64;

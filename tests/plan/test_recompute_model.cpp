@@ -33,7 +33,9 @@ config::ModelConfig small_gpt(int layers, float dropout = 0.1f) {
   return m;
 }
 
-Layout layout_of(const std::string& text) { return parse_layout(text); }
+// These tests hold the chain machinery to Korthikanti's closed forms, so they count Megatron's
+// tensors; this engine's accounting is held to the runtime's own prediction in tests/exec.
+Layout layout_of(const std::string& text) { return parse_layout(text + ",activations=megatron"); }
 
 // What stage_memory adds outside the chain: the embedding's mask per microbatch in flight on the
 // first stage and the head's tensors once on the last.
