@@ -9,7 +9,10 @@
 #   bench/compression.sh               # 600 steps each
 #   STEPS=300 bench/compression.sh
 #
-# Environment: STEPS (default 600), METHODS (default "none topk qsgd onebit powersgd"; none first), TESSERA (the binary; default build/release/src/cli/tessera),
+# onebit_adam is 1-bit Adam (optim.name), which reduces its own momentum after a warm-up of exact
+# Adam of STEPS/5 steps (optim.freeze_step; the paper warms up for 15-25 % of training).
+#
+# Environment: STEPS (default 600), METHODS (default "none topk qsgd onebit powersgd onebit_adam"; none first), TESSERA (the binary; default build/release/src/cli/tessera),
 # DATA (the prepared corpus; default data/kjv, prepared when missing), OUT (run folders; default
 # build/bench/compression).
 #
@@ -36,9 +39,13 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat 
 export OMP_NUM_THREADS=1  # one thread per rank: the two ranks share the machine's cores
 
 val_loss() { grep '"kind":"val"' "$1/metrics.jsonl" | tail -n 1 | sed -E 's/.*"loss":([-0-9.eE+]+).*/\1/'; }
-# Mean bytes per step sent over the data-parallel group, after the warm-up (the dense steps).
+FREEZE=$((STEPS / 5))
+# Mean bytes per step sent over the data-parallel group, after the warm-up (the dense steps): the
+# first 50 steps (25 for the compressors), the first FREEZE + 1 for 1-bit Adam.
 bytes_per_step() {
-  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +51 |
+  local skip=51
+  [[ $1 == */onebit_adam ]] && skip=$((FREEZE + 2))
+  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +$skip |
     sed -E 's/.*"dp_bytes_sent":([-0-9.eE+]+).*/\1/' | awk '{ s += $1; n++ } END { printf "%.0f", s / n }'
 }
 
@@ -48,8 +55,9 @@ declare -A ARGS=(
   [qsgd]="--parallel.compression qsgd --compression.warmup_steps 25"
   [onebit]="--parallel.compression onebit --compression.warmup_steps 25"
   [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps 25"
+  [onebit_adam]="--optim.name onebit_adam --optim.freeze_step $FREEZE"
 )
-read -r -a METHODS <<< "${METHODS:-none topk qsgd onebit powersgd}"
+read -r -a METHODS <<< "${METHODS:-none topk qsgd onebit powersgd onebit_adam}"
 [[ ${METHODS[0]} == none ]] || { echo "METHODS must start with none (the dense run the others are compared with)" >&2; exit 2; }
 for method in "${METHODS[@]}"; do
   echo "== $method: $STEPS steps, dp 2"
@@ -82,6 +90,7 @@ for method in "${METHODS[@]}"; do
     none) extra="" ;;
     topk) extra=",compression=topk,compression_ratio=0.01" ;;
     powersgd) extra=",compression=powersgd,compression_rank=4" ;;
+    onebit_adam) extra=",optimizer=onebit_adam" ;;
     *) extra=",compression=$method" ;;
   esac
   step_seconds=$(plan_step "$extra")

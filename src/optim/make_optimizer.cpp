@@ -26,6 +26,8 @@ std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const Optimi
   if (n == "adam8bit") return std::make_unique<Adam8bit>(memory, config, store, layout, reduction);
   if (n == "lamb") return std::make_unique<Lamb>(memory, config, store, layout, reduction);
   if (n == "lars") return std::make_unique<Lars>(memory, config, store, layout, reduction);
+  TS_CHECK(n != "onebit_adam", "optimizer 'onebit_adam' reduces its own momentum over the data-parallel group: the "
+           "training engine builds it (parallel/compression/one_bit_adam.h)");
   TS_FAIL("optimizer '{}' is not known; use one of {}", n, fmt::join(kOptimizerNames, ", "));
 }
 
@@ -33,6 +35,7 @@ int64_t state_bytes(const OptimizerConfig& config, std::span<const Segment> layo
   const std::string& n = config.name;
   const int64_t elements = total_elements(layout);
   if (n == "adamw" || n == "lamb") return 8 * elements;
+  if (n == "onebit_adam") return 12 * elements;  // m, v and the momentum's compression error
   if (n == "sgd" || n == "lars") return config.momentum > 0.0f ? 4 * elements : 0;
   if (n == "adafactor") {
     int64_t bytes = config.first_moment ? 4 * elements : 0;
@@ -57,6 +60,7 @@ int64_t state_bytes(const OptimizerConfig& config, std::span<const Segment> layo
 double state_bytes_per_parameter(const OptimizerConfig& config) {
   const std::string& n = config.name;
   if (n == "adamw" || n == "lamb") return 8;
+  if (n == "onebit_adam") return 12;
   if (n == "sgd" || n == "lars") return config.momentum > 0.0f ? 4 : 0;
   if (n == "adafactor") return config.first_moment ? 4 : 0;
   if (n == "adam8bit") return 2 + 8.0 / static_cast<double>(config.block_size);

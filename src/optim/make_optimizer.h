@@ -21,6 +21,7 @@ std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const Optimi
 
 // The optimizer-state bytes an optimizer keeps for `layout` (allocated with tag 'optimizer'):
 //   adamw, lamb:  8 per element (m, v)
+//   onebit_adam:  12 per element (m, v, and the error feedback of its compressed momentum)
 //   sgd, lars:    4 per element (momentum buffer), 0 without momentum
 //   adafactor:    4 (rows + columns) per factored matrix segment (the whole matrix's R and C, even
 //                 for a part of it), 4 per element of other segments; + 4 per element with first_moment

@@ -12,16 +12,16 @@ namespace tessera::optim {
 
 // The names optim.name accepts, in the order messages list them. Here, beside the config, so that
 // what reads configs need not link the optimizers.
-inline constexpr std::array<std::string_view, 6> kOptimizerNames = {"adamw", "sgd", "adafactor", "adam8bit", "lamb",
-                                                                     "lars"};
+inline constexpr std::array<std::string_view, 7> kOptimizerNames = {"adamw", "sgd", "adafactor", "adam8bit", "lamb",
+                                                                     "lars", "onebit_adam"};
 inline std::span<const std::string_view> optimizer_names() { return kOptimizerNames; }
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars
+  std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars, onebit_adam
   float weight_decay = 0.1f;   // every optimizer, on matrices and embeddings only
-  float beta1 = 0.9f;          // adamw, adam8bit, lamb; adafactor with first_moment
-  float beta2 = 0.95f;         // adamw, adam8bit, lamb
-  float eps = 1e-8f;           // adamw, adam8bit, lamb, lars
+  float beta1 = 0.9f;          // adamw, adam8bit, lamb, onebit_adam; adafactor with first_moment
+  float beta2 = 0.95f;         // adamw, adam8bit, lamb, onebit_adam
+  float eps = 1e-8f;           // adamw, adam8bit, lamb, lars, onebit_adam
   float momentum = 0.0f;       // sgd, lars
   bool nesterov = false;       // sgd
   bool decoupled_weight_decay = false;  // sgd: p -= lr·wd·p instead of adding wd·p to the gradient
@@ -32,6 +32,10 @@ struct OptimizerConfig {
   float clip_threshold = 1.0f; // adafactor: the update's RMS is clipped to this (d)
   int64_t block_size = 2048;   // adam8bit: elements per quantization block
   std::string quantization = "dynamic";  // adam8bit: "dynamic" (tree) or "linear" codes
+  // onebit_adam: steps of exact Adam (dense gradient reduction) before the second moment freezes
+  // and the momentum is exchanged in one bit per element (Tang et al. 2021 warm up for 15-25% of
+  // training).
+  int64_t freeze_step = 100;
 };
 
 }  // namespace tessera::optim

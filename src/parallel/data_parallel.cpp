@@ -66,6 +66,8 @@ DataParallel::~DataParallel() {
   }
 }
 
+void DataParallel::set_reducing(bool reducing) { reducer_->set_reducing(reducing); }
+
 std::vector<nn::ParamRange> DataParallel::owned() const {
   return options_.zero_stage == 0 ? layout_.pieces() : layout_.shards(rank_);
 }

@@ -87,6 +87,12 @@ void GradientReducer::set_message_dtype(DType dtype) {
   message_dtype_ = dtype;
 }
 
+void GradientReducer::set_reducing(bool reducing) {
+  TS_CHECK(reducing || stage_ == 0, "gradient reduction: only plain data parallelism can leave each rank its own "
+           "gradient (ZeRO-{} keeps only this rank's part of the reduced one)", stage_);
+  reducing_ = reducing;
+}
+
 void GradientReducer::begin(const exec::Program& program) {
   TS_CHECK(in_flight_.empty() && filling_.empty(), "gradient reduction: a program began before the last finished");
   open_before_.clear();
@@ -149,7 +155,7 @@ void GradientReducer::allocate(Window w) {
 
 void GradientReducer::post(Window w) {
   const Bucket& b = buckets_[static_cast<size_t>(w.first)];
-  const bool alone = comm_ == nullptr || comm_->size() == 1;
+  const bool alone = comm_ == nullptr || comm_->size() == 1 || !reducing_;
   InFlight f;
   f.window = w;
   float* data = nullptr;

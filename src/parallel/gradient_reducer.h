@@ -56,6 +56,11 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
     compressor_ = compressor;
     warmup_steps_ = warmup_steps;
   }
+  // Whether buckets are reduced at all: an optimizer that exchanges its own state instead (1-bit
+  // Adam after its warm-up) turns reduction off for the steps it compresses, and each rank's
+  // gradient stays its own. Stage 0 only (the run config refuses ZeRO with such an optimizer).
+  void set_reducing(bool reducing);
+  bool reducing() const { return reducing_; }
   // Dense reductions send `dtype` (BF16 or F16; F32: the default) and sum in f32 (parallel.grad_dtype):
   // each rank's bucket is rounded once to the 16-bit type and exchanged by an all-to-all, every rank
   // sums its chunk of the bucket from every member's in f32, and (stage 0) the sums are rounded once
@@ -116,6 +121,7 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   std::deque<InFlight> in_flight_;
   GradientCompressor* compressor_ = nullptr;
   int64_t warmup_steps_ = 0;
+  bool reducing_ = true;
   DType message_dtype_ = DType::F32;
 };
 

@@ -1,5 +1,7 @@
 #include "parallel/training_engine.h"
 
+#include <cmath>
+
 #include "exec/program_memory.h"
 #include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
@@ -136,8 +138,24 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     shard_reduction_ = std::make_unique<GroupShardReduction>(groups_of(layout.zero_stage >= 1 ? dp : nullptr, nullptr,
                                                                        tp_));
   }
-  optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
-                                     shard_reduction_.get());
+  dp_group_ = unless_alone(dp);
+  if (options.optimizer.name == "onebit_adam") {
+    TS_CHECK(layout.zero_stage == 0, "1-bit Adam keeps the whole momentum on every data-parallel rank; ZeRO-{} would "
+             "shard it: use zero_stage 0", layout.zero_stage);
+    TS_CHECK(options.compression.method == CompressionMethod::None,
+             "1-bit Adam compresses its own momentum; use it without parallel.compression");
+    TS_CHECK(schedule_.flush, "1-bit Adam with PipeDream-2BW: a 2BW program holds several optimizer steps, and whether "
+             "a step reduces its gradients depends on the step");
+    TS_CHECK(!loss_scaler_.enabled(), "1-bit Adam with fp16's loss scale: the overflow check reads the reduced "
+             "gradient, which 1-bit Adam does not form after its warm-up; use bf16 or fp32");
+    auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer,
+                                                optim::total_elements(ownership_.master_segments()), dp_group_);
+    one_bit_adam_ = one_bit.get();
+    optimizer_ = std::move(one_bit);
+  } else {
+    optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
+                                       shard_reduction_.get());
+  }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
 
@@ -185,6 +203,8 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   plan_program(0, 1);
   StepResult result;
   dp_->zero_grads();
+  // 1-bit Adam's compressed steps keep each rank's gradient its own.
+  if (one_bit_adam_ != nullptr) dp_->set_reducing(!one_bit_adam_->next_step_compressed());
   const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
   const exec::ProgramResult run = interpreter_.run(program_, scaled, options,
                                                    [&](int) { optimizer_step(result, lr, max_grad_norm); });
@@ -266,6 +286,10 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   if (options_.layout.sp && tp_ != nullptr) sum_sequence_parallel_gradients(*tp_, segments);
   if (stage_params_) stage_params_->sum_shared_gradients(segments);
   result.loss_scale = program_loss_scale_;
+  if (one_bit_adam_ != nullptr && one_bit_adam_->next_step_compressed()) {
+    local_gradient_step(result, lr, max_grad_norm, segments);
+    return;
+  }
   // With a loss scale the norm is measured even without clipping: it is how every rank learns, with
   // no message of its own, whether any rank's gradient overflowed.
   if (max_grad_norm || loss_scaler_.enabled()) {
@@ -290,6 +314,32 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   optimizer_->step(lr, segments);
   dp_->after_optimizer_step();
   if (working_copies_) working_copies_->invalidate();
+}
+
+void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
+                                         std::span<const optim::Segment> segments) {
+  if (max_grad_norm) {
+    // Each rank's gradient is its part of the global batch's mean: R times it is its local batch's
+    // mean gradient, whose norm each rank clips by on its own (no reduced gradient exists to
+    // measure). Whether any is not finite is agreed, so every rank skips together.
+    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
+    result.grad_norm.norm *= static_cast<double>(size_of(dp_group_));
+    const double non_finite = result.grad_norm.non_finite || !std::isfinite(result.grad_norm.norm) ? 1.0 : 0.0;
+    if (sum_over_ranks(dp_group_, std::vector<double>{non_finite}).front() > 0) {
+      result.grad_norm.non_finite = true;
+      result.skipped = true;
+      return;
+    }
+    GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+  }
+  optimizer_->step(lr, segments);
+  dp_->after_optimizer_step();
+  if (working_copies_) working_copies_->invalidate();
+}
+
+RankLocalState* TrainingEngine::rank_local_state() {
+  if (one_bit_adam_ != nullptr) return one_bit_adam_;
+  return dp_->compressor();
 }
 
 void TrainingEngine::restore_weight_versions(int64_t step) {

@@ -23,6 +23,7 @@
 #include "exec/transform.h"
 #include "nn/gpt.h"
 #include "optim/optimizer_config.h"
+#include "parallel/compression/one_bit_adam.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_norm.h"
 #include "parallel/shard_reduction.h"
@@ -117,6 +118,9 @@ class TrainingEngine {
   // The parameters whose master copy this rank's optimizer updates, in its state's order.
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
+  // This rank's own persistent state for checkpoints (a gradient compressor's, 1-bit Adam's
+  // errors); null when it has none.
+  RankLocalState* rank_local_state();
   // fp16's loss scale (disabled for other precisions); its state goes into checkpoints.
   memory::LossScaler& loss_scaler() { return loss_scaler_; }
   // The 16-bit working copies (null in fp32).
@@ -142,6 +146,9 @@ class TrainingEngine {
   std::vector<exec::MicrobatchInput> with_loss_scale(std::span<const exec::MicrobatchInput> microbatches);
   // The optimizer step of one batch, at its OptimizerStep action.
   void optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm);
+  // 1-bit Adam's compressed step: on this rank's own gradient, the exchange inside the optimizer.
+  void local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
+                           std::span<const optim::Segment> segments);
   // The loss of a program summed over the pipeline group (the last stage computes it).
   exec::ProgramResult over_pipeline(const exec::ProgramResult& mine) const;
 
@@ -162,6 +169,10 @@ class TrainingEngine {
   // Per-tensor optimizer statistics summed over the ZeRO shards (null without ZeRO).
   std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
+  // itself, and the data-parallel group it does it over. Null otherwise.
+  OneBitAdam* one_bit_adam_ = nullptr;
+  dist::Communicator* dp_group_ = nullptr;
   // Declared after every owner it may be layered over (ZeRO-3's gatherer inside dp_, 2BW's
   // versions), so it is destroyed, and gives the working role back, first.
   std::unique_ptr<WorkingCopies> working_copies_;

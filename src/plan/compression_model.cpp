@@ -37,11 +37,17 @@ MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int st
 
 double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,
                                     const MatrixShare& matrices) {
-  if (l.compression == "none" || dp.size <= 1 || elements <= 0) return 0;
+  const bool one_bit_adam = l.optimizer == "onebit_adam";
+  if ((l.compression == "none" && !one_bit_adam) || dp.size <= 1 || elements <= 0) return 0;
   const double n = dp.size;
   // Reading the gradient and its error, writing both back.
   double seconds = stream_seconds(c, 16 * elements);
-  if (l.compression == "topk") {
+  if (one_bit_adam) {
+    // The steady state after its warm-up: the momentum's signs and a scale per 512 elements, sent
+    // to their chunks' ranks (an all-to-all, a reduce-scatter's volume) and all-gathered back.
+    const double message = std::ceil(elements / 8) + 4 * std::ceil(elements / 512);
+    seconds += reduce_scatter_seconds(dp, message) + all_gather_seconds(dp, message);
+  } else if (l.compression == "topk") {
     const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
     seconds += 2 * all_gather_seconds(dp, n * k * 4);
   } else if (l.compression == "qsgd") {

@@ -6,6 +6,8 @@
 //   qsgd      an all-gather of Ψ signed bytes (and a norm per 512 elements)
 //   onebit    an all-gather of ⌈Ψ/8⌉ bytes of signs (and a scale per 512 elements)
 //   powersgd  all-reduces of P (Σ rows·r), Q (Σ cols·r) and the elements of no compressed matrix
+// and with optimizer=onebit_adam (which reduces its own momentum; its steady state after the
+// warm-up) an all-to-all and an all-gather of ⌈Ψ/8⌉ bytes of signs and a scale per 512 elements
 // plus a pass over the gradient and its error feedback in memory (PowerSGD also its products).
 // A compressed reduction is synchronous: nothing of it hides behind backward.
 #include <string>

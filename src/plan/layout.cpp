@@ -235,6 +235,9 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "layout: ZeRO stage {} with pipeline parallelism (pp={}) reduce-scatters gradients every microbatch (and "
            "stage 3 gathers parameters for every action), which the cost model does not describe; use zero=0 or zero=1 "
            "with pp > 1", l.zero_stage, l.pp);
+  TS_CHECK(l.optimizer != "onebit_adam" || (l.zero_stage == 0 && l.compression == "none"),
+           "layout: optimizer=onebit_adam keeps the whole momentum on every data-parallel rank and compresses it "
+           "itself; use it with zero=0 and no compression (got zero={}, compression={})", l.zero_stage, l.compression);
   // A parameter the chosen policy ignores is almost always a policy typed wrong, so it is refused
   // rather than silently dropped.
   TS_CHECK(l.recompute_every >= 0, "layout: recompute_every={} must be 0 (ceil(sqrt(layers per chunk))) or a segment "

@@ -137,13 +137,14 @@ std::vector<std::vector<float>> whole_parameters(const ModelState& model) {
   return out;
 }
 
-// The compressor's state tensors, and the step it has reached (its random rounding is keyed by it).
-void write_compression_state(const std::string& path, parallel::GradientCompressor& compressor) {
+// A rank's own state tensors, and the step it has reached (a compressor's random rounding is keyed
+// by it).
+void write_compression_state(const std::string& path, parallel::RankLocalState& owner) {
   io::SafeTensorsWriter file;
-  for (auto& [name, tensor] : compressor.state()) file.add(name, tensor);
+  for (auto& [name, tensor] : owner.rank_state_tensors()) file.add(name, tensor);
   file.set_metadata("format", "tessera-compression-state");
-  file.set_metadata("method", std::string(compressor.name()));
-  file.set_metadata("step", std::to_string(compressor.step()));
+  file.set_metadata("method", std::string(owner.rank_state_owner()));
+  file.set_metadata("step", std::to_string(owner.rank_state_step()));
   file.write(path);
 }
 
@@ -256,9 +257,9 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
     });
   }
-  if (model.compressor != nullptr) {
+  if (model.rank_state != nullptr) {
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
-      write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.compressor);
+      write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.rank_state);
     });
   }
   if (per_rank_optimizer && !sharded && model.writes_stage) {
@@ -526,17 +527,17 @@ void load_optimizer(const std::string& path, const CheckpointManifest& manifest,
 }
 
 void load_compression_state(const std::string& path, const CheckpointManifest& manifest,
-                            parallel::GradientCompressor& compressor, int rank) {
+                            parallel::RankLocalState& owner, int rank) {
   const std::string name = compression_state_file_name(rank);
-  TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no gradient-compression state for rank {} ({}): it was "
-           "saved without parallel.compression = \"{}\"; resume with the compression it was saved with, or start anew "
-           "from its weights with train.init_from",
-           path, rank, name, compressor.name());
+  TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no per-rank state of '{}' for rank {} ({}): it was "
+           "saved by a run without it (another parallel.compression or optim.name); resume with the settings it was "
+           "saved with, or start anew from its weights with train.init_from",
+           path, owner.rank_state_owner(), rank, name);
   io::SafeTensorsFile file = io::SafeTensorsFile::open((fs::path(path) / name).string());
-  TS_CHECK(file.metadata_value("method") == compressor.name(), "checkpoint '{}' holds the state of compression '{}', "
-           "but this run uses '{}'", path, file.metadata_value("method"), compressor.name());
-  for (auto& [key, tensor] : compressor.state()) file.copy_to(key, tensor);
-  compressor.set_step(std::stoll(file.metadata_value("step")));
+  TS_CHECK(file.metadata_value("method") == owner.rank_state_owner(), "checkpoint '{}' holds the state of '{}', "
+           "but this run uses '{}'", path, file.metadata_value("method"), owner.rank_state_owner());
+  for (auto& [key, tensor] : owner.rank_state_tensors()) file.copy_to(key, tensor);
+  owner.set_rank_state_step(std::stoll(file.metadata_value("step")));
 }
 
 }  // namespace
@@ -658,7 +659,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
     state.steps = manifest.optimizer_steps;
     model.optimizer->load_state_dict(state);
   }
-  if (model.compressor != nullptr) load_compression_state(path, manifest, *model.compressor, rank_in(comm));
+  if (model.rank_state != nullptr) load_compression_state(path, manifest, *model.rank_state, rank_in(comm));
   const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
   if (!model.previous_weights.empty() && manifest.state.step > 0) {
     const std::string name = previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank());
@@ -676,8 +677,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
   LoadedCheckpoint loaded;
   loaded.path = path;
   loaded.state = manifest.state;
-  if (has_compression_state && model.compressor == nullptr) {
-    loaded.unused = "its gradient-compression state (the error not yet sent): this run reduces gradients densely";
+  if (has_compression_state && model.rank_state == nullptr) {
+    loaded.unused = "its per-rank error feedback (of gradient compression or 1-bit Adam, the error not yet sent): this "
+                    "run does not use it";
   }
   loaded.config_toml = manifest.config_toml;
   return loaded;

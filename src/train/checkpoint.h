@@ -67,8 +67,9 @@ struct ModelState {
   // rank of each stage's data-parallel group (writes_stage) saves them to the stage's own file.
   // With ZeRO every rank saves its shard, as without pipelining.
   int pipeline_rank = -1;
-  // With gradient compression: its persistent state, saved and loaded by every rank.
-  parallel::GradientCompressor* compressor = nullptr;
+  // State of this rank's own (a gradient compressor's, 1-bit Adam's errors), saved and loaded by
+  // every rank.
+  parallel::RankLocalState* rank_state = nullptr;
   std::vector<const nn::Parameter*> stage_params;
   bool writes_stage = false;
   // PipeDream-2BW: this rank's previous weight version, parameter by parameter (views of the

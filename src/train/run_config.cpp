@@ -40,10 +40,10 @@ void validate_optimizer(const OptimSection& o) {
   const bool adafactor_beta1 = o.name == "adafactor" && o.first_moment;
   const std::vector<Key> keys = {
       {"beta1", o.beta1 == defaults.beta1,
-       adafactor_beta1 ? std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "adafactor"}
-                       : std::vector<std::string_view>{"adamw", "adam8bit", "lamb"}},
-      {"beta2", o.beta2 == defaults.beta2, {"adamw", "adam8bit", "lamb"}},
-      {"eps", o.eps == defaults.eps, {"adamw", "adam8bit", "lamb", "lars"}},
+       adafactor_beta1 ? std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam", "adafactor"}
+                       : std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam"}},
+      {"beta2", o.beta2 == defaults.beta2, {"adamw", "adam8bit", "lamb", "onebit_adam"}},
+      {"eps", o.eps == defaults.eps, {"adamw", "adam8bit", "lamb", "lars", "onebit_adam"}},
       {"momentum", o.momentum == defaults.momentum, {"sgd", "lars"}},
       {"nesterov", o.nesterov == defaults.nesterov, {"sgd"}},
       {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {"sgd"}},
@@ -54,6 +54,7 @@ void validate_optimizer(const OptimSection& o) {
       {"clip_threshold", o.clip_threshold == defaults.clip_threshold, {"adafactor"}},
       {"block_size", o.block_size == defaults.block_size, {"adam8bit"}},
       {"quantization", o.quantization == defaults.quantization, {"adam8bit"}},
+      {"freeze_step", o.freeze_step == defaults.freeze_step, {"onebit_adam"}},
   };
   for (const Key& k : keys) {
     if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.name) != k.readers.end()) continue;
@@ -76,6 +77,7 @@ void validate_optimizer(const OptimSection& o) {
   check_range<int64_t>("optim.block_size", o.block_size, 16, int64_t{1} << 24);
   TS_CHECK(o.quantization == "dynamic" || o.quantization == "linear",
            "config: optim.quantization = '{}' is not known; use \"dynamic\" or \"linear\"", o.quantization);
+  check_range<int64_t>("optim.freeze_step", o.freeze_step, 0, int64_t{1} << 40);
 }
 
 }  // namespace
@@ -202,6 +204,24 @@ void RunConfig::validate() const {
              parallel.compression);
     TS_CHECK(method != config::CompressionMethod::None || compression.warmup_steps == 0,
              "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
+  }
+  if (optim.name == "onebit_adam") {
+    // 1-bit Adam exchanges its own momentum after the freeze (parallel/compression/one_bit_adam.h).
+    TS_CHECK(parallel.zero_stage == 0,
+             "config: optim.name = \"onebit_adam\" with parallel.zero_stage = {}: 1-bit Adam keeps the whole momentum "
+             "on every data-parallel rank, the part it exchanges in one bit per element; ZeRO would shard it. Use "
+             "parallel.zero_stage = 0, or another optimizer with ZeRO", parallel.zero_stage);
+    TS_CHECK(parallel.compression == "none",
+             "config: optim.name = \"onebit_adam\" with parallel.compression = \"{}\": 1-bit Adam compresses its "
+             "momentum itself and stops reducing gradients after optim.freeze_step; use parallel.compression = "
+             "\"none\" (or \"onebit\" with another optimizer)", parallel.compression);
+    TS_CHECK(parallel.schedule != "2bw",
+             "config: optim.name = \"onebit_adam\" with parallel.schedule = \"2bw\": a 2BW program holds several "
+             "optimizer steps, and whether a step reduces its gradients depends on the step; use another schedule");
+    TS_CHECK(precision.compute != "fp16",
+             "config: optim.name = \"onebit_adam\" with precision.compute = \"fp16\": the loss scale's overflow "
+             "check reads the reduced gradient, which 1-bit Adam does not form after optim.freeze_step; use "
+             "precision.compute = \"bf16\" (no loss scale) or \"fp32\"");
   }
   {
     const DType compute = config::parse_precision(precision.compute, "precision.compute");
@@ -386,6 +406,7 @@ RunConfig read_run_config(const toml::table& table) {
     o.clip_threshold = r.get("clip_threshold", o.clip_threshold);
     o.block_size = r.get("block_size", o.block_size);
     o.quantization = r.get("quantization", o.quantization);
+    o.freeze_step = r.get("freeze_step", o.freeze_step);
     r.finish();
   }
   {
@@ -538,7 +559,8 @@ std::string to_toml(const RunConfig& c) {
                     {"decay_rate", shortest(o.decay_rate)},
                     {"clip_threshold", shortest(o.clip_threshold)},
                     {"block_size", o.block_size},
-                    {"quantization", o.quantization}};
+                    {"quantization", o.quantization},
+                    {"freeze_step", o.freeze_step}};
   toml::table root{{"model", model},
                    {"data", toml::table{{"dir", c.data.dir}}},
                    {"train", train},

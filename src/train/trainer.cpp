@@ -71,7 +71,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
 
 ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values) {
   ModelState state{model.parameters(), values, &engine.optimizer(), engine.data_parallel().owned()};
-  state.compressor = engine.data_parallel().compressor();
+  state.rank_state = engine.rank_local_state();
   if (engine.pipeline() != nullptr) {
     state.pipeline_rank = engine.pipeline()->rank();
     if (engine.data_parallel().zero_stage() == 0) state.stage_params = engine.optimizer_parameters();
@@ -337,7 +337,10 @@ TrainResult Trainer::run() {
       const size_t buckets = engine.data_parallel().buckets().size();
       fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient bucket{} of up to {} MiB{}\n", ranks,
                  cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
-                 describe_compression(cfg.compression_options()));
+                 cfg.optim.name == "onebit_adam"
+                     ? fmt::format("; reduced for the first {} steps, then 1-bit Adam exchanges its momentum in one "
+                                   "bit per element", cfg.optim.freeze_step)
+                     : describe_compression(cfg.compression_options()));
     }
     if (cfg.parallel.tp > 1) {
       fmt::print("{}{}\n", tensor_plan.describe(),

@@ -307,9 +307,12 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
 // step its rounding is keyed by), so a resumed compressed run equals the uninterrupted one bitwise;
 // keys the chosen method does not read, and resuming without the state, are refused.
 TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
-  for (const std::string method : {"--parallel.compression qsgd", "--parallel.compression powersgd --compression.rank 2",
-                                   "--parallel.compression topk --compression.ratio 0.05 --parallel.zero_stage 1"}) {
-    const std::string layout = "--parallel.dp 2 --train.steps 4 --compression.warmup_steps 1 " + method;
+  for (const std::string method : {"--compression.warmup_steps 1 --parallel.compression qsgd",
+                                   "--compression.warmup_steps 1 --parallel.compression powersgd --compression.rank 2",
+                                   "--optim.name onebit_adam --optim.freeze_step 1",
+                                   "--compression.warmup_steps 1 --parallel.compression topk --compression.ratio 0.05 "
+                                   "--parallel.zero_stage 1"}) {
+    const std::string layout = "--parallel.dp 2 --train.steps 4 " + method;
     const fs::path whole = g_root / "compressed_whole", split = g_root / "compressed_split";
     fs::remove_all(whole);
     fs::remove_all(split);
@@ -329,19 +332,24 @@ TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
                                                                        "--checkpoint.resume " +
                                                                        (g_root / "compressed_split").string()));
   ASSERT_EQ(dense.exit_code, 0) << dense.output;
-  EXPECT_NE(dense.output.find("without its gradient-compression state (the error not yet sent)"), std::string::npos)
+  EXPECT_NE(dense.output.find("without its per-rank error feedback (of gradient compression or 1-bit Adam, the error not yet sent)"), std::string::npos)
       << dense.output;
   CliResult other = run_tessera(launch(2, g_root / "compressed_other", "--parallel.dp 2 --train.steps 5 --parallel.zero_stage 1 "
                                        "--parallel.compression onebit --checkpoint.resume " +
                                        (g_root / "compressed_split").string()));
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_NE(other.output.find("holds the state of compression 'topk', but this run uses 'onebit'"), std::string::npos)
+  EXPECT_NE(other.output.find("holds the state of 'topk', but this run uses 'onebit'"), std::string::npos)
       << other.output;
   CliResult unread = run_tessera(train_args(g_root / "compressed_bad", "--train.steps 2 --parallel.compression topk "
                                                                        "--compression.rank 2"));
   EXPECT_NE(unread.exit_code, 0);
   EXPECT_NE(unread.output.find("compression.rank is read by parallel.compression = \"powersgd\" only"), std::string::npos)
       << unread.output;
+  CliResult sharded = run_tessera(train_args(g_root / "compressed_bad", "--train.steps 2 --optim.name onebit_adam "
+                                                                        "--parallel.zero_stage 1"));
+  EXPECT_NE(sharded.exit_code, 0);
+  EXPECT_NE(sharded.output.find("optim.name = \"onebit_adam\" with parallel.zero_stage = 1"), std::string::npos)
+      << sharded.output;
   CliResult unknown = run_tessera(train_args(g_root / "compressed_bad", "--train.steps 2 --parallel.compression gzip"));
   EXPECT_NE(unknown.output.find("parallel.compression = 'gzip' is not known"), std::string::npos) << unknown.output;
 }

@@ -139,7 +139,8 @@ TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
             256);
 
   const std::string unknown = error_of("[optim]\nname = \"adagrad\"\n");
-  EXPECT_NE(unknown.find("\"adamw\", \"sgd\", \"adafactor\", \"adam8bit\", \"lamb\" or \"lars\""), std::string::npos)
+  EXPECT_NE(unknown.find("\"adamw\", \"sgd\", \"adafactor\", \"adam8bit\", \"lamb\", \"lars\" or \"onebit_adam\""),
+            std::string::npos)
       << unknown;
   const std::string ignored = error_of("[optim]\nmomentum = 0.9\n");
   EXPECT_NE(ignored.find("optim.momentum is read by optim.name = \"sgd\" or \"lars\" only (it is \"adamw\")"),
@@ -154,6 +155,18 @@ TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
   EXPECT_NE(error_of("[optim]\nname = \"adam8bit\"\nquantization = \"log\"\n").find("\"dynamic\" or \"linear\""),
             std::string::npos);
   EXPECT_NE(error_of("[optim]\nname = \"adafactor\"\ndecay_rate = 1.5\n").find("optim.decay_rate"), std::string::npos);
+  // 1-bit Adam: its warm-up key, and the layouts it cannot run in, each with the reason.
+  EXPECT_EQ(read_run_config(toml::parse("[optim]\nname = \"onebit_adam\"\nfreeze_step = 40\n")).optim.freeze_step, 40);
+  EXPECT_NE(error_of("[optim]\nfreeze_step = 40\n").find("optim.freeze_step is read by optim.name = \"onebit_adam\" only"),
+            std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"onebit_adam\"\nfreeze_step = -1\n").find("optim.freeze_step"), std::string::npos);
+  const std::string onebit = "[optim]\nname = \"onebit_adam\"\n[train]\nbatch_size = 32\n[parallel]\ndp = 2\n";
+  EXPECT_EQ(error_of(onebit), "");
+  EXPECT_NE(error_of(onebit + "zero_stage = 2\n").find("ZeRO would shard it"), std::string::npos);
+  EXPECT_NE(error_of(onebit + "compression = \"onebit\"\n").find("compresses its momentum itself"), std::string::npos);
+  EXPECT_NE(error_of(onebit + "pp = 2\nschedule = \"2bw\"\n").find("a 2BW program holds several"), std::string::npos);
+  EXPECT_NE(error_of(onebit + "[precision]\ncompute = \"fp16\"\n").find("does not form after optim.freeze_step"),
+            std::string::npos);
 }
 
 // The start line's memory estimate (which refuses a run that cannot fit) counts what one

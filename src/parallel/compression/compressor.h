@@ -57,9 +57,22 @@ struct BucketShape {
   std::vector<Matrix> matrices;
 };
 
-class GradientCompressor {
+// State of a rank's own that persists across steps and differs from rank to rank — a compressor's
+// error feedback, 1-bit Adam's worker and server errors — so checkpoints keep it per rank, with the
+// step it has reached and the name of what it belongs to (a resume checks the two agree).
+class RankLocalState {
  public:
-  virtual ~GradientCompressor() = default;
+  virtual ~RankLocalState() = default;
+  virtual std::string_view rank_state_owner() const = 0;
+  // Named tensors (views of its storage: loading into them loads it).
+  virtual std::vector<std::pair<std::string, Tensor>> rank_state_tensors() = 0;
+  virtual int64_t rank_state_step() const = 0;
+  virtual void set_rank_state_step(int64_t step) = 0;
+};
+
+class GradientCompressor : public RankLocalState {
+ public:
+  ~GradientCompressor() override = default;
   virtual std::string_view name() const = 0;
   // Replaces `grad`, this rank's gradient of bucket `bucket`, by the approximation of the sum over
   // `comm` of every member's. Collective over `comm`; every member calls it with the same bucket.
@@ -75,6 +88,12 @@ class GradientCompressor {
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
   bool active(int64_t warmup_steps) const { return step_ > warmup_steps; }
+
+  // RankLocalState: its state and the step its random rounding is keyed by.
+  std::string_view rank_state_owner() const override { return name(); }
+  std::vector<std::pair<std::string, Tensor>> rank_state_tensors() override { return state(); }
+  int64_t rank_state_step() const override { return step_; }
+  void set_rank_state_step(int64_t step) override { step_ = step; }
 
  private:
   int64_t step_ = 0;  // training steps begun (1 during the first)

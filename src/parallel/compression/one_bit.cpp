@@ -1,6 +1,7 @@
 // 1-bit (sign) compression with error feedback: each element's sign, scaled by the mean magnitude
 // of its block of kSignBlock elements (one scale for a whole bucket would flatten layers whose
-// gradients differ by orders of magnitude), one bit an element.
+// gradients differ by orders of magnitude), one bit an element. The gradient compressor and 1-bit
+// Adam's momentum exchange (one_bit_adam.h) share it.
 #include <algorithm>
 #include <cmath>
 
@@ -11,8 +12,6 @@
 namespace tessera::parallel {
 
 namespace {
-
-constexpr size_t kSignBlock = 512;
 
 class OneBit final : public GradientCompressor {
  public:
@@ -26,48 +25,12 @@ class OneBit final : public GradientCompressor {
 
   void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
     Tensor& residual = residuals_.at(static_cast<size_t>(bucket));
-    float* acc = residual.data<float>();
-    const size_t n = grad.size();
-    const size_t blocks = (n + kSignBlock - 1) / kSignBlock;
-    const size_t bytes = (n + 7) / 8;
-    std::vector<uint8_t> bits(bytes, 0);
-    std::vector<float> scales(blocks, 0.0f);
-    for (size_t blk = 0; blk < blocks; ++blk) {
-      const size_t lo = blk * kSignBlock, hi = std::min(n, lo + kSignBlock);
-      double magnitude = 0;
-      for (size_t i = lo; i < hi; ++i) {
-        acc[i] += grad[i];
-        magnitude += std::fabs(acc[i]);
-      }
-      const float scale = static_cast<float>(magnitude / static_cast<double>(hi - lo));
-      scales[blk] = scale;
-      for (size_t i = lo; i < hi; ++i) {
-        const bool positive = acc[i] >= 0;
-        if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-        acc[i] -= positive ? scale : -scale;  // the error fed back next step
-      }
-    }
-    const auto R = static_cast<size_t>(comm.size());
-    std::vector<uint8_t> all_bits(R * bytes);
-    std::vector<float> all_scales(R * blocks);
-    gather_equal(comm, bits.data(), all_bits.data(), bytes, DType::U8);
-    gather_equal(comm, scales.data(), all_scales.data(), blocks, DType::F32);
-    std::fill(grad.begin(), grad.end(), 0.0f);
-    for (size_t r = 0; r < R; ++r) {
-      const uint8_t* theirs = all_bits.data() + r * bytes;
-      const float* their_scales = all_scales.data() + r * blocks;
-      for (size_t i = 0; i < n; ++i) {
-        const float scale = their_scales[i / kSignBlock];
-        grad[i] += (theirs[i / 8] >> (i % 8) & 1u) ? scale : -scale;
-      }
-    }
+    sign_compressed_sum(grad, std::span(residual.data<float>(), static_cast<size_t>(residual.numel())), comm);
   }
 
   uint64_t wire_bytes(int bucket, int ranks, int rank) const override {
-    const auto n = static_cast<size_t>(buckets_.at(static_cast<size_t>(bucket)).elements);
-    const size_t blocks = (n + kSignBlock - 1) / kSignBlock;
-    return dist::all_gather_bytes(std::vector<size_t>(static_cast<size_t>(ranks), (n + 7) / 8), 1, rank) +
-           dist::all_gather_bytes(std::vector<size_t>(static_cast<size_t>(ranks), blocks), 4, rank);
+    return sign_compressed_wire_bytes(static_cast<size_t>(buckets_.at(static_cast<size_t>(bucket)).elements), ranks,
+                                      rank);
   }
 
   std::vector<std::pair<std::string, Tensor>> state() override {
@@ -82,6 +45,52 @@ class OneBit final : public GradientCompressor {
 };
 
 }  // namespace
+
+void sign_compress(std::span<float> acc, uint8_t* bits, float* scales) {
+  const size_t n = acc.size();
+  std::fill(bits, bits + sign_bits_bytes(n), uint8_t{0});
+  for (size_t blk = 0; blk < sign_blocks(n); ++blk) {
+    const size_t lo = blk * kSignBlock, hi = std::min(n, lo + kSignBlock);
+    double magnitude = 0;
+    for (size_t i = lo; i < hi; ++i) magnitude += std::fabs(acc[i]);
+    const float scale = static_cast<float>(magnitude / static_cast<double>(hi - lo));
+    scales[blk] = scale;
+    for (size_t i = lo; i < hi; ++i) {
+      const bool positive = acc[i] >= 0;
+      if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      acc[i] -= positive ? scale : -scale;  // the error fed back next time
+    }
+  }
+}
+
+void add_sign_decompressed(std::span<float> out, const uint8_t* bits, const float* scales, float weight) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float scale = weight * scales[i / kSignBlock];
+    out[i] += (bits[i / 8] >> (i % 8) & 1u) ? scale : -scale;
+  }
+}
+
+void sign_compressed_sum(std::span<float> values, std::span<float> residual, dist::Communicator& comm) {
+  TS_CHECK(values.size() == residual.size(), "one-bit compression of {} values with a residual of {}", values.size(),
+           residual.size());
+  const size_t n = values.size(), blocks = sign_blocks(n), bytes = sign_bits_bytes(n);
+  for (size_t i = 0; i < n; ++i) residual[i] += values[i];
+  std::vector<uint8_t> bits(bytes);
+  std::vector<float> scales(blocks);
+  sign_compress(residual, bits.data(), scales.data());
+  const auto R = static_cast<size_t>(comm.size());
+  std::vector<uint8_t> all_bits(R * bytes);
+  std::vector<float> all_scales(R * blocks);
+  gather_equal(comm, bits.data(), all_bits.data(), bytes, DType::U8);
+  gather_equal(comm, scales.data(), all_scales.data(), blocks, DType::F32);
+  std::fill(values.begin(), values.end(), 0.0f);
+  for (size_t r = 0; r < R; ++r) add_sign_decompressed(values, all_bits.data() + r * bytes, all_scales.data() + r * blocks, 1.0f);
+}
+
+uint64_t sign_compressed_wire_bytes(size_t elements, int ranks, int rank) {
+  return dist::all_gather_bytes(std::vector<size_t>(static_cast<size_t>(ranks), sign_bits_bytes(elements)), 1, rank) +
+         dist::all_gather_bytes(std::vector<size_t>(static_cast<size_t>(ranks), sign_blocks(elements)), 4, rank);
+}
 
 std::unique_ptr<GradientCompressor> make_one_bit(std::vector<BucketShape> buckets, MemoryAccountant& memory) {
   return std::make_unique<OneBit>(std::move(buckets), memory);
