@@ -62,7 +62,26 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   const int64_t recomputable = recomputable_values_per_token(c, tp) * whole;
   // Rebuilding, the second norm's part waits to be gathered beside the first gathered input.
   const int64_t rebuild_peak = sp ? 2 * C * whole + std::max(C * part, F / t * whole) : recomputable;
+  // An MoE block (nn/moe.h) keeps its attention half as a dense block does; in place of the MLP's
+  // F-wide tensors: the router's probabilities E, log-sum-exp 1 and gates k (statistics); the
+  // choices, slots and the token and choice of each row sent, 4k i32 values; the expert outputs
+  // back here k·C; and the local experts' padded rows, E·capacity of them over the ep group, each
+  // holding its input C, first projection F (SwiGLU: and up F) and activation F. Experts are not
+  // split over tp. Selective recomputation drops only norm1's output; the layer computes its
+  // whole backward in the input half, so between the halves only attention's inputs wait.
+  const int64_t E = c.moe_experts, k = c.moe_top_k, expert_rows = E * c.moe_capacity(tokens);
+  const int64_t moe_block = (2 * C + (W3 + C) / t) * whole + H / t * whole_stat + C * part +
+                            2 * norm_stats * part_stat + (E + 1 + k) * whole_stat + 4 * k * tokens * 4 +
+                            k * C * whole + expert_rows * (C + (gpt2 ? 2 : 3) * F) * value;
   for (int l = 0; l < c.n_layer; ++l) {
+    if (c.is_moe_layer(l)) {
+      bytes.push_back({.own = moe_block,
+                       .output = C * part,
+                       .recomputable = C * whole,
+                       .weight_half = (C + C / t) * whole,
+                       .rebuild_peak = C * whole});
+      continue;
+    }
     bytes.push_back({.own = block,
                      .output = C * part,
                      .recomputable = recomputable,

@@ -1,5 +1,6 @@
 #include "config/model_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -30,18 +31,36 @@ int ModelConfig::ffn() const {
   return (f + 63) / 64 * 64;
 }
 
+int64_t ModelConfig::moe_capacity(int64_t tokens) const {
+  if (moe_experts <= 0 || tokens <= 0) return tokens;
+  const double wanted = std::ceil(static_cast<double>(moe_capacity_factor) * static_cast<double>(tokens) *
+                                  moe_top_k / moe_experts);
+  return std::clamp<int64_t>(static_cast<int64_t>(wanted), 1, tokens);
+}
+
+int64_t ModelConfig::mlp_parameter_count() const {
+  const int64_t C = n_embd, F = ffn(), b = bias ? 1 : 0;
+  return arch == Architecture::Gpt2 ? C * F + b * F + F * C + b * C
+                                    : 2 * C * F + 2 * b * F + F * C + b * C;  // gate, up, down
+}
+
+int64_t ModelConfig::active_parameter_count() const {
+  return parameter_count() - int64_t{moe_layers()} * (moe_experts - moe_top_k) * mlp_parameter_count();
+}
+
 int64_t ModelConfig::parameter_count() const {
-  const int64_t C = n_embd, V = vocab_size, T = seq_len, F = ffn(), L = n_layer;
+  const int64_t C = n_embd, V = vocab_size, T = seq_len, L = n_layer;
   const int64_t b = bias ? 1 : 0;
   int64_t embed = V * C + (arch == Architecture::Gpt2 ? T * C : 0);  // token (+ learned position) table
   int64_t norm = (arch == Architecture::Gpt2 ? (1 + b) : 1) * C;     // LayerNorm has a bias, RMSNorm none
   const int64_t W3 = qkv_dim();
   int64_t attn = C * W3 + b * W3 + C * C + b * C;                      // qkv and output projection
-  int64_t mlp = arch == Architecture::Gpt2 ? C * F + b * F + F * C + b * C
-                                           : 2 * C * F + 2 * b * F + F * C + b * C;  // gate, up, down
-  int64_t block = 2 * norm + attn + mlp;
-  int64_t head = tied_embeddings ? 0 : V * C;
-  return embed + L * block + norm + head;
+  const int64_t mlp = mlp_parameter_count();
+  const int64_t block = 2 * norm + attn + mlp;
+  const int64_t head = tied_embeddings ? 0 : V * C;
+  // An MoE block holds E expert MLPs and a router [E, C] (no bias) in place of its MLP.
+  const int64_t moe_extra = int64_t{moe_layers()} * ((moe_experts - 1) * mlp + moe_experts * C);
+  return embed + L * block + moe_extra + norm + head;
 }
 
 void ModelConfig::validate() const {
@@ -67,6 +86,22 @@ void ModelConfig::validate() const {
   TS_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0f,
            "config: model.rope_theta = {} must be a finite positive number (the rotary base, 10000 in Llama 2)",
            rope_theta);
+  check_range("model.moe_experts", moe_experts, 0, 1 << 16);
+  if (moe_experts > 0) {
+    TS_CHECK(moe_top_k == 1 || moe_top_k == 2,
+             "config: model.moe_top_k = {} is not supported; use 1 (Switch) or 2 (GShard)", moe_top_k);
+    TS_CHECK(moe_top_k <= moe_experts, "config: model.moe_top_k = {} needs at least as many experts, but "
+             "model.moe_experts = {}; use moe_top_k = 1 or more experts", moe_top_k, moe_experts);
+    TS_CHECK(moe_every >= 1 && moe_every <= n_layer, "config: model.moe_every = {} must be in 1..n_layer ({}): "
+             "every moe_every-th block is an MoE block", moe_every, n_layer);
+    TS_CHECK(std::isfinite(moe_capacity_factor) && moe_capacity_factor > 0.0f && moe_capacity_factor <= 1000.0f,
+             "config: model.moe_capacity_factor = {} must be a positive number (1.25 is usual; E / k never drops "
+             "a token)", moe_capacity_factor);
+    TS_CHECK(std::isfinite(moe_aux_loss_coef) && moe_aux_loss_coef >= 0.0f,
+             "config: model.moe_aux_loss_coef = {} must be a finite number >= 0 (0.01 in Switch)", moe_aux_loss_coef);
+    TS_CHECK(std::isfinite(moe_z_loss_coef) && moe_z_loss_coef >= 0.0f,
+             "config: model.moe_z_loss_coef = {} must be a finite number >= 0 (0.001 in ST-MoE)", moe_z_loss_coef);
+  }
 }
 
 ModelConfig read_model_config(TableReader r) {
@@ -92,6 +127,12 @@ ModelConfig read_model_config(TableReader r) {
   m.dropout = r.get("dropout", m.dropout);
   m.norm_eps = r.get("norm_eps", m.norm_eps);
   m.rope_theta = r.get("rope_theta", m.rope_theta);
+  m.moe_experts = r.get("moe_experts", m.moe_experts);
+  m.moe_top_k = r.get("moe_top_k", m.moe_top_k);
+  m.moe_capacity_factor = r.get("moe_capacity_factor", m.moe_capacity_factor);
+  m.moe_every = r.get("moe_every", m.moe_every);
+  m.moe_aux_loss_coef = r.get("moe_aux_loss_coef", m.moe_aux_loss_coef);
+  m.moe_z_loss_coef = r.get("moe_z_loss_coef", m.moe_z_loss_coef);
   r.finish();
   m.validate();
   return m;

@@ -33,14 +33,36 @@ struct ModelConfig {
   float dropout = 0.0f;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  // Mixture of experts (nn/moe.h): with moe_experts E > 0, every moe_every-th block (blocks
+  // moe_every - 1, 2·moe_every - 1, ...) replaces its MLP by E expert MLPs of width F and a router
+  // that sends each token to its moe_top_k best experts. An expert takes at most
+  // ceil(capacity_factor · N · k / E) of a microbatch's N tokens; the rest of its tokens are dropped
+  // and pass through the residual. The Switch load-balancing loss and the router z-loss join the
+  // gradient with these weights (nn/moe.h says how they are normalized).
+  int moe_experts = 0;
+  int moe_top_k = 1;
+  float moe_capacity_factor = 1.25f;
+  int moe_every = 1;
+  float moe_aux_loss_coef = 0.01f;
+  float moe_z_loss_coef = 0.001f;
 
   int head_dim() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }  // Hkv
   int kv_dim() const { return kv_heads() * head_dim(); }             // Ckv = Hkv·D: width of k and of v
   int qkv_dim() const { return n_embd + 2 * kv_dim(); }              // W3 = C + 2·Ckv: the qkv projection's output
   int ffn() const;
+  bool is_moe_layer(int layer) const { return moe_experts > 0 && (layer + 1) % moe_every == 0; }
+  int moe_layers() const { return moe_experts > 0 ? n_layer / moe_every : 0; }
+  // Rows each expert takes from a group of `tokens` tokens: ceil(capacity_factor · tokens · k / E),
+  // at least 1 and at most `tokens`.
+  int64_t moe_capacity(int64_t tokens) const;
   // Exact count of trainable parameters (formula in model_config.cpp, checked against nn::GPT).
   int64_t parameter_count() const;
+  // Parameters one token's forward reads: parameter_count() less the experts it is not routed to
+  // ((E - k) experts of every MoE block). Equal to parameter_count() for a dense model.
+  int64_t active_parameter_count() const;
+  // One expert's MLP (or a dense block's): weights and biases.
+  int64_t mlp_parameter_count() const;
   // Throws tessera::Error naming the key and the fix.
   void validate() const;
 };

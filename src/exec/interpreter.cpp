@@ -135,6 +135,9 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     step.sample_offset = mb.sample_offset;
     step.region = region_;
     step.compute = compute_;
+    step.experts = experts_;
+    // Only the first forward of a training microbatch counts: a recompute routes it again.
+    if (a.phase == Phase::Forward) step.moe_statistics = &result.moe;
     const Event event = event_of(program, i);
     EventScope scope(ownership_, &event);
     transforms_.before(event);

@@ -59,6 +59,9 @@ struct ProgramResult {
   // The same, batch by batch ([program.batches]; filled for training programs).
   std::vector<double> batch_loss_sums;
   std::vector<int64_t> batch_counted;
+  // What the MoE layers' routing did in the program's training forwards (nn/moe.h); empty for a
+  // dense model.
+  nn::MoeStatistics moe;
 };
 
 class Interpreter {
@@ -74,6 +77,9 @@ class Interpreter {
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
   // called with the batch at each of the program's optimizer steps, after every microbatch of that
   // batch is back-propagated on this rank and the transform chain finished it.
+  // Expert parallelism's all-to-all, which every unit runs with (null: every expert is here).
+  void set_experts(nn::ExpertExchange* experts) { experts_ = experts; }
+
   ProgramResult run(const Program& program, std::span<const MicrobatchInput> microbatches, const StepOptions& options,
                     const std::function<void(int batch)>& optimizer_step = {});
 
@@ -114,6 +120,7 @@ class Interpreter {
   MemoryAccountant& memory_;
   dist::Communicator* pipeline_;
   nn::TensorRegion* region_;
+  nn::ExpertExchange* experts_ = nullptr;
   DType compute_;
 };
 

@@ -15,6 +15,7 @@ std::string_view slot_name(TransformSlot slot) {
     case TransformSlot::ParameterPlacement: return "parameter placement";
     case TransformSlot::Precision: return "precision";
     case TransformSlot::GradientReduction: return "gradient reduction";
+    case TransformSlot::ExpertGradientReduction: return "expert gradient reduction";
   }
   return "unknown";
 }

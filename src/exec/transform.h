@@ -50,8 +50,10 @@ class Transform {
   virtual void finish(const Program& program) {}
 };
 
-enum class TransformSlot : uint8_t { Observer, ParameterPlacement, Precision, GradientReduction };
-inline constexpr size_t kTransformSlots = 4;
+// ExpertGradientReduction: the reduction of the expert parameters over their own group (expert
+// parallelism's edp group), beside the dense parameters' over dp.
+enum class TransformSlot : uint8_t { Observer, ParameterPlacement, Precision, GradientReduction, ExpertGradientReduction };
+inline constexpr size_t kTransformSlots = 5;
 std::string_view slot_name(TransformSlot slot);
 
 class TransformChain {

@@ -12,7 +12,12 @@ Block::Block(ParameterStore& store, int layer, const config::ModelConfig& config
   norm1_ = Norm(store, name + ".norm1", config.n_embd, kind, config.bias, config.norm_eps);
   attn_ = Attention(store, name + ".attn", config);
   norm2_ = Norm(store, name + ".norm2", config.n_embd, kind, config.bias, config.norm_eps);
-  mlp_ = Mlp(store, name + ".mlp", config);
+  moe_layer_ = config.is_moe_layer(layer);
+  if (moe_layer_) {
+    moe_ = MoeFeedForward(store, name + ".moe", config);
+  } else {
+    mlp_ = Mlp(store, name + ".mlp", config);
+  }
 }
 
 void Block::dropout(StepContext& step, const Tensor& branch, int site, uint64_t offset, bool backward) const {
@@ -53,7 +58,8 @@ Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_re
   if (!keep_recomputable) ctx.attn.qkv_proj.inp = Tensor();
   dropout(step, x1, 0, ctx.dropout_offset, false);
   ops::add_inplace(x1, x);
-  Tensor x2 = mlp_.forward(step, ctx.mlp, norm2_.forward(step, ctx.norm2, x1), keep_recomputable);  // [B, Ts, C]
+  Tensor x2 = moe_layer_ ? moe_.forward(step, ctx.moe, norm2_.forward(step, ctx.norm2, x1))
+                         : mlp_.forward(step, ctx.mlp, norm2_.forward(step, ctx.norm2, x1), keep_recomputable);  // [B, Ts, C]
   dropout(step, x2, 1, ctx.dropout_offset, false);
   ops::add_inplace(x2, x1);
   ctx.recomputable_dropped = !keep_recomputable;
@@ -63,9 +69,11 @@ Tensor Block::forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_re
 Tensor Block::decode(StepContext& step, const Tensor& x, const Tensor& keys, const Tensor& values, int64_t past) {
   Norm::Ctx n1, n2;
   Mlp::Ctx m;
+  MoeFeedForward::Ctx e;
   Tensor x1 = attn_.decode(step, norm1_.forward(step, n1, x), keys, values, past);  // [B, T, C]
   ops::add_inplace(x1, x);
-  Tensor x2 = mlp_.forward(step, m, norm2_.forward(step, n2, x1));  // [B, T, C]
+  Tensor x2 = moe_layer_ ? moe_.forward(step, e, norm2_.forward(step, n2, x1))
+                         : mlp_.forward(step, m, norm2_.forward(step, n2, x1));  // [B, T, C]
   ops::add_inplace(x2, x1);
   return x2;
 }
@@ -74,11 +82,12 @@ void Block::restore_recomputable(StepContext& step, Ctx& ctx) {
   // What the projections read: the norms' outputs, entering the region again (under sequence
   // parallelism, gathered again over the group).
   ctx.attn.qkv_proj.inp = step.enter_region(norm1_.recompute_output(step, ctx.norm1));
+  ctx.recomputable_dropped = false;
+  if (moe_layer_) return;
   const Tensor h2 = step.enter_region(norm2_.recompute_output(step, ctx.norm2));
   ctx.mlp.fc.inp = h2;
   if (ctx.mlp.up_out.defined()) ctx.mlp.up.inp = h2;
   ctx.mlp.proj.inp = mlp_.recompute_activation(step, ctx.mlp);
-  ctx.recomputable_dropped = false;
 }
 
 Tensor Block::branch_gradient(StepContext& step, const Tensor& dy, int site, uint64_t offset) const {
@@ -91,12 +100,17 @@ Tensor Block::branch_gradient(StepContext& step, const Tensor& dy, int site, uin
 
 Tensor Block::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
   if (part == BackwardPart::Weight) {
-    mlp_.backward(step, ctx.mlp, Tensor(), part);
+    if (moe_layer_) {
+      moe_.backward(step, ctx.moe, Tensor(), part);
+    } else {
+      mlp_.backward(step, ctx.mlp, Tensor(), part);
+    }
     attn_.backward(step, ctx.attn, Tensor(), part);
     return Tensor();
   }
   if (ctx.recomputable_dropped) restore_recomputable(step, ctx);
-  Tensor dh2 = mlp_.backward(step, ctx.mlp, branch_gradient(step, dy, 1, ctx.dropout_offset), part);
+  Tensor dh2 = moe_layer_ ? moe_.backward(step, ctx.moe, branch_gradient(step, dy, 1, ctx.dropout_offset), part)
+                          : mlp_.backward(step, ctx.mlp, branch_gradient(step, dy, 1, ctx.dropout_offset), part);
   Tensor dx1 = norm2_.backward(step, ctx.norm2, dh2);
   ops::add_inplace(dx1, dy);  // the residual path
   Tensor dh = attn_.backward(step, ctx.attn, branch_gradient(step, dx1, 0, ctx.dropout_offset), part);

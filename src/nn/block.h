@@ -1,9 +1,10 @@
 #pragma once
 // One transformer block (pre-norm):
 //   x = x + dropout(attn(norm1(x)))
-//   x = x + dropout(mlp(norm2(x)))
+//   x = x + dropout(mlp(norm2(x)))      (an MoE block: moe(norm2(x)), nn/moe.h)
 #include "nn/attention.h"
 #include "nn/mlp.h"
+#include "nn/moe.h"
 #include "nn/norm.h"
 
 namespace tessera::nn {
@@ -18,11 +19,13 @@ class Block {
     Attention::Ctx attn;
     Norm::Ctx norm2;
     Mlp::Ctx mlp;
+    MoeFeedForward::Ctx moe;
     uint64_t dropout_offset = 0;  // first mask index of this microbatch
     bool recomputable_dropped = false;
   };
   // [B, T, C] -> [B, T, C]. Selective recomputation (keep_recomputable false) drops the tensors
-  // config::recomputable_values_per_token counts as soon as the ops that read them are done; the backward
+  // config::recomputable_values_per_token counts (an MoE block only norm1's output: its layer keeps
+  // what it routed) as soon as the ops that read them are done; the backward
   // rebuilds them first, to the same bits.
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x, bool keep_recomputable = true);
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).
@@ -43,7 +46,9 @@ class Block {
   Norm norm1_;
   Attention attn_;
   Norm norm2_;
-  Mlp mlp_;
+  Mlp mlp_;             // a dense block's
+  MoeFeedForward moe_;  // an MoE block's
+  bool moe_layer_ = false;
 };
 
 }  // namespace tessera::nn

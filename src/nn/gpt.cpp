@@ -78,6 +78,8 @@ GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor&
 GPT::UnitOutput GPT::forward_unit(StepContext& step, int unit, UnitCtx& ctx, const Tensor& x, const Microbatch& mb,
                                   Save save) {
   TS_CHECK(unit >= 0 && unit < num_units(), "unit {} outside the chain of {} units", unit, num_units());
+  // Losses a block adds of its own (an MoE router's) take this microbatch's scale.
+  step.grad_scale = mb.grad_scale;
   switch (units_[static_cast<size_t>(unit)].kind) {
     case UnitKind::Embedding:
       return {embed_.forward(step, ctx.embed, mb.tokens)};  // [B, T, C]

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "nn/expert_exchange.h"
 #include "nn/parameter_access.h"
 #include "nn/tensor_region.h"
 
@@ -19,6 +20,8 @@ enum class BackwardPart { Both, Input, Weight };
 inline bool computes_input_gradient(BackwardPart part) { return part != BackwardPart::Weight; }
 inline bool computes_weight_gradient(BackwardPart part) { return part != BackwardPart::Input; }
 
+struct MoeStatistics;  // nn/moe.h
+
 struct StepContext {
   MemoryAccountant& memory;
   ParameterAccess& params;
@@ -31,6 +34,14 @@ struct StepContext {
   // The dtype of activations, their gradients and the weights' working copies: f32, or bf16 or f16
   // under mixed precision. Statistics (norms', attention's, the losses) are f32 whatever it is.
   DType compute = DType::F32;
+  // The gradient of this microbatch's token-loss sum is taken times this (Microbatch::grad_scale);
+  // losses a module adds of its own (an MoE router's) join the gradient at the same scale.
+  float grad_scale = 1.0f;
+  // Expert parallelism's all-to-all (nn/expert_exchange.h); null: every expert is here.
+  ExpertExchange* experts = nullptr;
+  // Where MoE layers add what their routing did (nn/moe.h); null: nothing recorded (recompute,
+  // evaluation).
+  MoeStatistics* moe_statistics = nullptr;
 
   Tensor weight(const Parameter& p) const { return params.weight(p); }
   Tensor grad(const Parameter& p) const { return params.grad(p); }

@@ -9,6 +9,13 @@ namespace {
 int rank_of(dist::Communicator* comm) { return comm == nullptr ? 0 : comm->rank(); }
 int size_of(dist::Communicator* comm) { return comm == nullptr ? 1 : comm->size(); }
 
+exec::TransformSlot reduction_slot(config::MeshDim group) {
+  TS_CHECK(group == config::MeshDim::DP || group == config::MeshDim::EDP,
+           "data parallelism runs over the dp or the edp group, not {}", config::mesh_dim_name(group));
+  return group == config::MeshDim::DP ? exec::TransformSlot::GradientReduction
+                                      : exec::TransformSlot::ExpertGradientReduction;
+}
+
 }  // namespace
 
 DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Unit>& units, dist::Communicator* comm,
@@ -50,14 +57,14 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
                                                options.bucket_bytes / 4,
                                                grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership,
                                                domain_ids_);
-  transforms.add(exec::TransformSlot::GradientReduction, *reducer_);
+  transforms.add(reduction_slot(options.group), *reducer_);
   compressor_ = make_compressor(options.compression, reducer_->bucket_shapes(), memory, rank_);
   reducer_->set_compressor(compressor_.get(), options.compression.warmup_steps);
   reducer_->set_message_dtype(options.message_dtype);
 }
 
 DataParallel::~DataParallel() {
-  transforms_.remove(exec::TransformSlot::GradientReduction);
+  transforms_.remove(reduction_slot(options_.group));
   ownership_.release(*reducer_);
   ownership_.release(*this);
   if (gatherer_) {
@@ -97,8 +104,8 @@ void DataParallel::zero_grads() {
 std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Parameter* const> params) {
   TS_CHECK(params.size() == domain_ids_.size(), "ZeRO shards its whole domain: it must own the master copy of every "
            "parameter in it ({}), not {}", domain_ids_.size(), params.size());
-  // The shards of one parameter are spread over the dp group: its norm sums over dp.
-  const uint32_t over_dp = 1u << static_cast<int>(config::MeshDim::DP);
+  // The shards of one parameter are spread over this group: its norm sums over it.
+  const uint32_t over_dp = 1u << static_cast<int>(options_.group);
   std::vector<optim::Segment> out;
   for (const nn::ParamRange& part : owned()) {
     for (optim::Segment& s : optim::segments_of_range(params_, part, values_of(part), grads_of(part), over_dp)) {

@@ -48,6 +48,10 @@ struct DataParallelOptions {
   std::vector<nn::ParamRange> domain;
   CompressionOptions compression;  // how buckets are reduced (parallel/compression/compressor.h)
   DType message_dtype = DType::F32;  // of dense reductions, summed in f32 (GradientReducer::set_message_dtype)
+  // The mesh dimension `comm` is: DP, or EDP for the expert parameters under expert parallelism
+  // (their reduction takes the chain's ExpertGradientReduction slot, and their ZeRO shards are
+  // spread over edp, which a global norm must sum over).
+  config::MeshDim group = config::MeshDim::DP;
 };
 
 class DataParallel final : public exec::StorageOwner {

@@ -100,13 +100,14 @@ std::string TensorParallelPlan::describe() const {
   return text;
 }
 
-std::vector<float> gather_parameter(dist::Communicator* group, const nn::Parameter& p, std::span<const float> block) {
+std::vector<float> gather_parameter(dist::Communicator* group, const nn::Parameter& p, std::span<const float> block,
+                                    config::MeshDim over) {
   TS_CHECK(static_cast<int64_t>(block.size()) == p.numel(), "gather_parameter '{}': a block of {} values for {}",
            p.name, block.size(), p.numel());
-  if (p.spec.replicated_over(config::MeshDim::TP)) return {block.begin(), block.end()};
-  TS_CHECK(group != nullptr && group->size() == p.spec.parts_over(config::MeshDim::TP),
-           "gather_parameter '{}': split into {} parts over tp but gathered over {} ranks", p.name,
-           p.spec.parts_over(config::MeshDim::TP), group ? group->size() : 1);
+  if (p.spec.replicated_over(over)) return {block.begin(), block.end()};
+  TS_CHECK(group != nullptr && group->size() == p.spec.parts_over(over),
+           "gather_parameter '{}': split into {} parts over {} but gathered over {} ranks", p.name,
+           p.spec.parts_over(over), config::mesh_dim_name(over), group ? group->size() : 1);
   const size_t n = block.size();
   std::vector<float> all(n * static_cast<size_t>(group->size()));
   const std::vector<size_t> counts(static_cast<size_t>(group->size()), n);
@@ -115,7 +116,7 @@ std::vector<float> gather_parameter(dist::Communicator* group, const nn::Paramet
   for (int r = 0; r < group->size(); ++r) {
     nn::ShardSpec theirs = p.spec;
     for (nn::ShardSpec::Split& s : theirs.splits) {
-      if (s.over == config::MeshDim::TP) s.index = r;
+      if (s.over == over) s.index = r;
     }
     for (size_t i = 0; i < n; ++i) {
       const int64_t g = theirs.global_index(static_cast<int64_t>(i));
@@ -126,11 +127,13 @@ std::vector<float> gather_parameter(dist::Communicator* group, const nn::Paramet
 }
 
 void gather_parameters(dist::Communicator* group, const nn::ParameterStore& blocks, nn::ParameterAccess& values,
-                       nn::ParameterStore& whole) {
+                       nn::ParameterStore& whole, dist::Communicator* experts) {
   for (const nn::Parameter& p : blocks.all()) {
     const Tensor block = values.weight(p);
-    const std::vector<float> value =
-        gather_parameter(group, p, std::span(block.data<float>(), static_cast<size_t>(p.numel())));
+    const std::span<const float> mine(block.data<float>(), static_cast<size_t>(p.numel()));
+    const std::vector<float> value = p.spec.replicated_over(config::MeshDim::EP)
+                                         ? gather_parameter(group, p, mine)
+                                         : gather_parameter(experts, p, mine, config::MeshDim::EP);
     const nn::Parameter& target = whole.get(p.name);
     TS_CHECK(target.numel() == static_cast<int64_t>(value.size()),
              "gather_parameters: '{}' has {} elements in the one-process model, {} gathered", p.name, target.numel(),

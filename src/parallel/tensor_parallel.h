@@ -78,12 +78,15 @@ class TensorParallelPlan final : public nn::ShardingRules {
 // The one-process value of parameter `p`, [p.spec.unpadded_shape()] row-major, from every rank's
 // block of it (`block`, [p.shape]). Collective over `group`, the group that splits it (a parameter
 // it does not split is this rank's block as it is).
-std::vector<float> gather_parameter(dist::Communicator* group, const nn::Parameter& p, std::span<const float> block);
+// (`over`: the mesh dimension `group` is; expert parallelism splits expert stacks over EP.)
+std::vector<float> gather_parameter(dist::Communicator* group, const nn::Parameter& p, std::span<const float> block,
+                                    config::MeshDim over = config::MeshDim::TP);
 
 // Fills `whole`, the store of a one-process model (declared without a plan, same config), with
-// the values of `blocks`' parameters as `values` holds them. Collective over `group`.
+// the values of `blocks`' parameters as `values` holds them. Collective over `group` (tp) and,
+// for expert stacks split over ep, over `experts`.
 void gather_parameters(dist::Communicator* group, const nn::ParameterStore& blocks, nn::ParameterAccess& values,
-                       nn::ParameterStore& whole);
+                       nn::ParameterStore& whole, dist::Communicator* experts = nullptr);
 
 // The region over the tensor-parallel group's communicator (kept by reference).
 class TensorParallelRegion final : public nn::TensorRegion {

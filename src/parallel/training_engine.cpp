@@ -9,6 +9,7 @@
 #include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/validator.h"
 #include "parallel/pipeline_timeline.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/rank_sum.h"
 
 namespace tessera::parallel {
@@ -16,12 +17,37 @@ namespace tessera::parallel {
 namespace {
 
 std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Communicator* dp, dist::Communicator* pp,
-                                                                   dist::Communicator* tp) {
+                                                                   dist::Communicator* tp,
+                                                                   dist::Communicator* ep = nullptr,
+                                                                   dist::Communicator* edp = nullptr) {
   std::array<dist::Communicator*, config::kMeshDims.size()> groups{};
   groups[static_cast<size_t>(config::MeshDim::DP)] = dp;
   groups[static_cast<size_t>(config::MeshDim::PP)] = pp;
   groups[static_cast<size_t>(config::MeshDim::TP)] = tp;
+  groups[static_cast<size_t>(config::MeshDim::EP)] = ep;
+  groups[static_cast<size_t>(config::MeshDim::EDP)] = edp;
   return groups;
+}
+
+// The parameters of `domain` (empty: the whole store) parted into the dense ones and the expert
+// ones, each as flat ranges in flat order.
+std::pair<std::vector<nn::ParamRange>, std::vector<nn::ParamRange>> split_experts(
+    const nn::ParameterStore& params, const std::vector<nn::ParamRange>& domain) {
+  std::vector<nn::ParamRange> dense, experts;
+  for (const nn::Parameter& p : params.all()) {
+    const nn::ParamRange range{static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset) + p.numel()};
+    if (range.size() == 0) continue;
+    bool inside = domain.empty();
+    for (const nn::ParamRange& piece : domain) inside = inside || (piece.begin <= range.begin && range.end <= piece.end);
+    if (!inside) continue;
+    std::vector<nn::ParamRange>& to = is_expert_parameter(p.name) ? experts : dense;
+    if (!to.empty() && to.back().end == range.begin) {
+      to.back().end = range.end;
+    } else {
+      to.push_back(range);
+    }
+  }
+  return {dense, experts};
 }
 
 int size_of(dist::Communicator* group) { return group == nullptr ? 1 : group->size(); }
@@ -50,22 +76,42 @@ exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
 }  // namespace
 
 TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp,
-                               const EngineOptions& options, dist::Communicator* pp, dist::Communicator* tp)
+                               const EngineOptions& options, dist::Communicator* pp, dist::Communicator* tp,
+                               dist::Communicator* ep, dist::Communicator* edp)
     : model_(model),
       memory_(memory),
       options_(options),
       ownership_(model.parameters()),
       pp_(unless_alone(pp)),
       tp_(unless_alone(tp)),
+      ep_(unless_alone(ep)),
+      edp_(unless_alone(edp)),
       region_(region_over(tp_, options.layout.sp)),
       loss_scaler_(options.precision.loss_scaling),
-      // Only ZeRO splits elements over the data-parallel group; without it no square is summed there.
-      norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_)),
+      // Only ZeRO splits elements over the data-parallel group (and, for experts, over edp);
+      // without it no square is summed there. Experts are split over ep.
+      norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_, ep_,
+                       options.layout.zero_stage >= 1 ? edp_ : nullptr)),
       interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
-  TS_CHECK(layout.ep == 1, "the training engine runs data, tensor and pipeline parallelism; {} needs the expert "
-           "parallel executor", layout.describe());
+  TS_CHECK(layout.ep == size_of(ep), "the layout has ep {} but the expert-parallel group {} ranks", layout.ep,
+           size_of(ep));
+  if (ep_ != nullptr) {
+    TS_CHECK(size_of(edp) == layout.dp / layout.ep, "expert parallelism over {} of {} data-parallel ranks needs an "
+             "expert-data-parallel group of {}, not {}", layout.ep, layout.dp, layout.dp / layout.ep, size_of(edp));
+    bool split = false;
+    for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::EP);
+    TS_CHECK(split, "expert parallelism over {} ranks with a model none of whose parameters is split: build the model "
+             "with this rank's ExpertParallelPlan", ep_->size());
+    TS_CHECK(layout.zero_stage <= 2, "expert parallelism with ZeRO-3: ZeRO-3 shards the whole model as one domain "
+             "over dp, but experts are reduced over their own group; use zero_stage 0, 1 or 2 with parallel.ep > 1");
+    TS_CHECK(options.compression.method == CompressionMethod::None && options.optimizer.name != "onebit_adam",
+             "expert parallelism with gradient compression or 1-bit Adam: not composed yet; use parallel.ep = 1 or "
+             "no compression");
+    experts_ = std::make_unique<ExpertParallelExchange>(*ep_);
+    interpreter_.set_experts(experts_.get());
+  }
   TS_CHECK(layout.tp == size_of(tp), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
            size_of(tp));
   TS_CHECK(!layout.sp || options.seq_len % layout.tp == 0, "sequence parallelism over tp {} needs a sequence length "
@@ -100,12 +146,25 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *shared, ownership_);
     dp_options.domain = stage_params_->domain();
   }
+  if (ep_ != nullptr) {
+    auto [dense, experts] = split_experts(model.parameters(), dp_options.domain);
+    TS_CHECK(!dense.empty(), "expert parallelism: every parameter of this rank's stages is an expert");
+    DataParallelOptions expert_options = dp_options;
+    dp_options.domain = std::move(dense);
+    if (!experts.empty()) {
+      expert_options.domain = std::move(experts);
+      expert_options.group = config::MeshDim::EDP;
+      expert_dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), edp_, memory, expert_options,
+                                                  ownership_, transforms_);
+    }
+  }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
 
   const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
-  if (options.recompute.policy == memory::RecomputePolicy::Optimal && options.measure_unit_times) {
+  // Measuring runs each unit alone on this rank, which an MoE layer split over ep cannot.
+  if (options.recompute.policy == memory::RecomputePolicy::Optimal && options.measure_unit_times && ep_ == nullptr) {
     DataParallel::FullParameters full = dp_->full_parameters();
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }
@@ -132,11 +191,13 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
                                                       ownership_);
     transforms_.add(exec::TransformSlot::Precision, *working_copies_);
   }
-  if (layout.zero_stage >= 1 || tp_ != nullptr) {
-    // ZeRO splits tensors over the data-parallel group, tensor parallelism over its group: per-tensor
-    // statistics are summed over them.
+  if (layout.zero_stage >= 1 || tp_ != nullptr || ep_ != nullptr) {
+    // ZeRO splits tensors over the data-parallel group (experts over edp), tensor parallelism over
+    // its group, expert parallelism the expert stacks over ep: per-tensor statistics are summed
+    // over them.
     shard_reduction_ = std::make_unique<GroupShardReduction>(groups_of(layout.zero_stage >= 1 ? dp : nullptr, nullptr,
-                                                                       tp_));
+                                                                       tp_, ep_,
+                                                                       layout.zero_stage >= 1 ? edp_ : nullptr));
   }
   dp_group_ = unless_alone(dp);
   if (options.optimizer.name == "onebit_adam") {
@@ -202,7 +263,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   if (weight_versions_) return train_batches(microbatches, options, std::span(&lr, 1), max_grad_norm).front();
   plan_program(0, 1);
   StepResult result;
-  dp_->zero_grads();
+  zero_grads();
   // 1-bit Adam's compressed steps keep each rank's gradient its own.
   if (one_bit_adam_ != nullptr) dp_->set_reducing(!one_bit_adam_->next_step_compressed());
   const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
@@ -211,7 +272,41 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   const exec::ProgramResult total = over_pipeline(run);
   result.loss_sum = total.loss_sum;
   result.counted = total.counted;
+  result.moe = moe_over_ranks(run.moe);
   return result;
+}
+
+void TrainingEngine::zero_grads() {
+  dp_->zero_grads();
+  if (expert_dp_) expert_dp_->zero_grads();
+}
+
+void TrainingEngine::after_optimizer_step() {
+  dp_->after_optimizer_step();
+  if (expert_dp_) expert_dp_->after_optimizer_step();
+}
+
+nn::MoeStatistics TrainingEngine::moe_over_ranks(const nn::MoeStatistics& mine) const {
+  const int E = model_.config().moe_experts;
+  if (E == 0) return mine;
+  std::vector<double> packed{static_cast<double>(mine.assignments), static_cast<double>(mine.dropped),
+                             mine.aux_loss_sum, mine.z_loss_sum, static_cast<double>(mine.routings),
+                             static_cast<double>(mine.remote_rows)};
+  for (int e = 0; e < E; ++e) {
+    packed.push_back(static_cast<size_t>(e) < mine.load.size() ? static_cast<double>(mine.load[static_cast<size_t>(e)]) : 0.0);
+  }
+  // Tensor-parallel ranks route the same tokens: they are counted once.
+  if (dp_->comm() != nullptr && dp_->comm()->size() > 1) packed = sum_over_ranks(dp_->comm(), packed);
+  if (pp_ != nullptr) packed = sum_over_ranks(pp_, packed);
+  nn::MoeStatistics total;
+  total.assignments = static_cast<int64_t>(packed[0]);
+  total.dropped = static_cast<int64_t>(packed[1]);
+  total.aux_loss_sum = packed[2];
+  total.z_loss_sum = packed[3];
+  total.routings = static_cast<int64_t>(packed[4]);
+  total.remote_rows = static_cast<int64_t>(packed[5]);
+  for (int e = 0; e < E; ++e) total.load.push_back(static_cast<int64_t>(packed[6 + static_cast<size_t>(e)]));
+  return total;
 }
 
 std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
@@ -240,7 +335,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
            "run must restore its weight versions from the checkpoint (restore_weight_versions)",
            options.step, options.step, weight_versions_->newest());
   plan_program(static_cast<int>(options.step), batches);
-  dp_->zero_grads();
+  zero_grads();
   // Each rank reaches batch b's step at its own point of its list, so the step's collectives over
   // the pipeline group (the tied-gradient exchange, the norm) and the data-parallel group (the
   // gradient buckets, the norm) must not wait on anything a peer does only after its own step b.
@@ -254,7 +349,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
     optimizer_step(results[static_cast<size_t>(batch)], lrs[static_cast<size_t>(batch)], max_grad_norm);
     // The gradient buffers start over for the next batch: all of this batch's backwards on this
     // rank came before its step, and none of the next batch's.
-    dp_->zero_grads();
+    zero_grads();
   });
   std::vector<double> sums;
   for (int b = 0; b < batches; ++b) {
@@ -267,6 +362,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
     results[static_cast<size_t>(b)].loss_sum = sums[2 * static_cast<size_t>(b)];
     results[static_cast<size_t>(b)].counted = static_cast<int64_t>(sums[2 * static_cast<size_t>(b) + 1]);
   }
+  results.back().moe = moe_over_ranks(run.moe);
   return results;
 }
 
@@ -312,7 +408,7 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
     if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
-  dp_->after_optimizer_step();
+  after_optimizer_step();
   if (working_copies_) working_copies_->invalidate();
 }
 
@@ -333,7 +429,7 @@ void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::opti
     GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
-  dp_->after_optimizer_step();
+  after_optimizer_step();
   if (working_copies_) working_copies_->invalidate();
 }
 

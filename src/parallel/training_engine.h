@@ -68,8 +68,14 @@ class TrainingEngine {
   // (parallel/tensor_parallel.h): its units run with the tensor-parallel region (with layout.sp,
   // the sequence-parallel one), and the gradient norm and per-tensor optimizer statistics sum split
   // parameters over the group.
+  //
+  // With ep > 1 (expert parallelism, parallel/expert_parallel.h) `ep` is this rank's
+  // expert-parallel group and `edp` its expert-data-parallel group, and the model must have been
+  // built with this rank's ExpertParallelPlan: its MoE layers exchange tokens over ep, the expert
+  // gradients are reduced (and under ZeRO 1–2 sharded) over edp, the dense ones over dp.
   TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
-                 dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr);
+                 dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr, dist::Communicator* ep = nullptr,
+                 dist::Communicator* edp = nullptr);
   ~TrainingEngine();
 
   struct StepResult {
@@ -78,6 +84,9 @@ class TrainingEngine {
     GradNorm grad_norm;   // global, before clipping
     bool skipped = false;  // the gradient was not finite: no update on any rank
     double loss_scale = 1;  // the loss scale this step ran with (fp16; 1 otherwise)
+    // The MoE layers' routing in this step's training forwards, summed over the data-parallel and
+    // pipeline groups (empty for a dense model; under 2BW the whole program's, in its last batch).
+    nn::MoeStatistics moe;
   };
   // One optimizer step over this rank's microbatches (one per program microbatch). Collective.
   // The global gradient norm is measured and clipped to max_grad_norm (0: measured, not clipped);
@@ -149,6 +158,12 @@ class TrainingEngine {
   // 1-bit Adam's compressed step: on this rank's own gradient, the exchange inside the optimizer.
   void local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
                            std::span<const optim::Segment> segments);
+  // Both data-parallel domains (the dense one and, under expert parallelism, the experts').
+  void zero_grads();
+  void after_optimizer_step();
+  // A program's MoE statistics summed over the data-parallel and pipeline groups (collective for
+  // an MoE model; a dense model has none).
+  nn::MoeStatistics moe_over_ranks(const nn::MoeStatistics& mine) const;
   // The loss of a program summed over the pipeline group (the last stage computes it).
   exec::ProgramResult over_pipeline(const exec::ProgramResult& mine) const;
 
@@ -159,8 +174,13 @@ class TrainingEngine {
   exec::TransformChain transforms_;
   dist::Communicator* pp_ = nullptr;
   dist::Communicator* tp_ = nullptr;
+  dist::Communicator* ep_ = nullptr;
+  dist::Communicator* edp_ = nullptr;
   std::unique_ptr<nn::TensorRegion> region_;
+  std::unique_ptr<nn::ExpertExchange> experts_;
   std::unique_ptr<DataParallel> dp_;
+  // Expert parallelism: the expert parameters' reduction over edp (null without it).
+  std::unique_ptr<DataParallel> expert_dp_;
   // Under 2BW the tied-gradient exchange runs while the next batch's transfers are in flight on
   // the pipeline group; on a communicator of its own their message tags cannot meet.
   std::unique_ptr<dist::Communicator> shared_params_comm_;

@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include "parallel/expert_parallel.h"
+
 #include "config/tensor_parallel_shape.h"
 
 #include <fmt/ranges.h>
@@ -106,6 +108,29 @@ void RunConfig::validate() const {
            "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
            parallel.tp, model.seq_len, parallel.tp, parallel.tp, (model.seq_len / parallel.tp + 1) * parallel.tp);
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
+  check_range("parallel.ep", parallel.ep, 1, 1 << 10);
+  if (const auto refusal = parallel::expert_parallel_refusal(model, parallel.ep)) TS_FAIL("config: {}", *refusal);
+  TS_CHECK(parallel.dp % parallel.ep == 0,
+           "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
+           "ep that divides dp", parallel.ep, parallel.dp);
+  TS_CHECK(parallel.ep == 1,
+           "config: parallel.ep = {}: expert parallelism runs in the training engine (its parity with one process is "
+           "tested), but the trainer's checkpoints do not yet save each expert-parallel rank's experts and their "
+           "optimizer state, so a run could not be resumed; use parallel.ep = 1 (every data-parallel rank then holds "
+           "all the experts and reduces their gradients over dp)", parallel.ep);
+  if (model.moe_experts > 0) {
+    TS_CHECK(precision.compute == "fp32",
+             "config: model.moe_experts = {} with precision.compute = \"{}\": the MoE router and its row moves run in "
+             "fp32 only so far; use precision.compute = \"fp32\" with MoE, or a dense model", model.moe_experts,
+             precision.compute);
+    TS_CHECK(!parallel.sp, "config: model.moe_experts with parallel.sp = true: the router's capacity is counted over "
+             "a microbatch's whole sequences, which sequence parallelism splits over the tensor-parallel ranks; use "
+             "parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)");
+    TS_CHECK(parallel.schedule != "zb-h1",
+             "config: model.moe_experts with parallel.schedule = \"zb-h1\": an MoE layer computes its weight "
+             "gradients in the input half of its backward (they need the exchange that half makes), which leaves "
+             "ZB-H1 no weight half to move; use \"1f1b\" or \"interleaved\"");
+  }
   TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
            "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
            parallel.bucket_mb);
@@ -305,6 +330,7 @@ config::ParallelLayout RunConfig::layout() const {
   l.dp = parallel.dp;
   l.tp = parallel.tp;
   l.sp = parallel.sp;
+  l.ep = parallel.ep;
   l.pp = parallel.pp;
   l.zero_stage = parallel.zero_stage;
   l.schedule = config::parse_schedule_kind(parallel.schedule);
@@ -414,6 +440,7 @@ RunConfig read_run_config(const toml::table& table) {
     c.parallel.dp = r.get("dp", c.parallel.dp);
     c.parallel.tp = r.get("tp", c.parallel.tp);
     c.parallel.sp = r.get("sp", c.parallel.sp);
+    c.parallel.ep = r.get("ep", c.parallel.ep);
     c.parallel.pp = r.get("pp", c.parallel.pp);
     c.parallel.stage_layers = r.get("stage_layers", c.parallel.stage_layers);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
@@ -523,6 +550,14 @@ std::string to_toml(const RunConfig& c) {
                     {"dropout", shortest(m.dropout)},
                     {"norm_eps", shortest(m.norm_eps)},
                     {"rope_theta", shortest(m.rope_theta)}};
+  if (m.moe_experts > 0) {
+    model.insert("moe_experts", m.moe_experts);
+    model.insert("moe_top_k", m.moe_top_k);
+    model.insert("moe_capacity_factor", shortest(m.moe_capacity_factor));
+    model.insert("moe_every", m.moe_every);
+    model.insert("moe_aux_loss_coef", shortest(m.moe_aux_loss_coef));
+    model.insert("moe_z_loss_coef", shortest(m.moe_z_loss_coef));
+  }
   const auto& t = c.train;
   toml::table train{{"steps", t.steps},
                     {"exit_after", t.exit_after},
@@ -568,6 +603,7 @@ std::string to_toml(const RunConfig& c) {
                    {"parallel", toml::table{{"dp", c.parallel.dp},
                                             {"tp", c.parallel.tp},
                                             {"sp", c.parallel.sp},
+                                            {"ep", c.parallel.ep},
                                             {"pp", c.parallel.pp},
                                             {"stage_layers", int_array(c.parallel.stage_layers)},
                                             {"zero_stage", c.parallel.zero_stage},

@@ -36,6 +36,21 @@ namespace tessera::train {
 
 namespace {
 
+// What the MoE layers' routing did in a step (nn::MoeStatistics summed over the ranks), for its
+// metrics.jsonl line: the mean aux and z losses per layer and microbatch, the fraction of token
+// choices dropped by the capacity, and each expert's share of the rows kept.
+nlohmann::json moe_fields(const nn::MoeStatistics& m) {
+  int64_t kept = 0;
+  for (int64_t l : m.load) kept += l;
+  std::vector<double> load;
+  for (int64_t l : m.load) load.push_back(kept > 0 ? static_cast<double>(l) / static_cast<double>(kept) : 0.0);
+  const auto per_routing = [&](double sum) { return m.routings > 0 ? sum / static_cast<double>(m.routings) : 0.0; };
+  return {{"moe_aux_loss", per_routing(m.aux_loss_sum)},
+          {"moe_z_loss", per_routing(m.z_loss_sum)},
+          {"moe_drop_rate", m.assignments > 0 ? static_cast<double>(m.dropped) / static_cast<double>(m.assignments) : 0.0},
+          {"moe_expert_load", load}};
+}
+
 using Clock = std::chrono::steady_clock;
 
 // The groups of the layout (Megatron's rank order: tp fastest, then dp, then pp). Checks the layout
@@ -331,6 +346,15 @@ TrainResult Trainer::run() {
                                      : "";
     fmt::print("model: {} parameters ({} layers, {} heads{}, {} channels, vocab {}, context {})\n", N,
                cfg.model.n_layer, cfg.model.n_head, kv_heads, cfg.model.n_embd, cfg.model.vocab_size, T);
+    if (cfg.model.moe_experts > 0) {
+      const int64_t capacity = cfg.model.moe_capacity(int64_t{micro} * T);
+      fmt::print("mixture of experts: {} of {} blocks route each token to its top-{} of {} experts (capacity {} rows "
+                 "per expert and microbatch of {} tokens); {} parameters active per token; aux loss x{:g}, z-loss "
+                 "x{:g}\n",
+                 cfg.model.moe_layers(), cfg.model.n_layer, cfg.model.moe_top_k, cfg.model.moe_experts, capacity,
+                 int64_t{micro} * T, cfg.model.active_parameter_count(), cfg.model.moe_aux_loss_coef,
+                 cfg.model.moe_z_loss_coef);
+    }
     fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
                dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
     if (ranks > 1) {
@@ -539,7 +563,7 @@ TrainResult Trainer::run() {
       if (metrics) {
         const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
         const double mfu = model_flops_utilization(tokens_per_second / world_size * flops_per_token, peak_flops);
-        metrics->write({{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+        nlohmann::json line = {{"kind", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                         {"tokens_per_second", tokens_per_second},
                         {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
                         {"skipped", r.skipped}, {"loss_scale", r.loss_scale},
@@ -547,7 +571,9 @@ TrainResult Trainer::run() {
                         {"memory", memory_json(step_memory)},
                         {"dp_bytes_sent", dp_bytes_per_step}, {"time", unix_time()},
                         {"elapsed_seconds",
-                         elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}});
+                         elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};
+        if (r.moe.routings > 0) line.update(moe_fields(r.moe));
+        metrics->write(line);
       }
     }
 

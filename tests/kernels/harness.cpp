@@ -35,6 +35,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 std::vector<std::shared_ptr<const OpCase>> all_cases() {
   auto cases = dense_cases();
   for (auto& c : attention_cases()) cases.push_back(std::move(c));
+  for (auto& c : moe_cases()) cases.push_back(std::move(c));
   return cases;
 }
 

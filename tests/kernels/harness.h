@@ -91,6 +91,8 @@ std::shared_ptr<const OpCase> make_case(std::string name, Op op) {
 // (op_cases.cpp), attention and rotary embedding (op_cases_attention.cpp), and all of them.
 std::vector<std::shared_ptr<const OpCase>> dense_cases();
 std::vector<std::shared_ptr<const OpCase>> attention_cases();
+// The mixture-of-experts router: gates with the capacity's drops, the load-balancing and z losses (op_cases_moe.cpp).
+std::vector<std::shared_ptr<const OpCase>> moe_cases();
 std::vector<std::shared_ptr<const OpCase>> all_cases();
 
 // Deterministic test data from the project's counter-based RNG.

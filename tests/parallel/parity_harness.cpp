@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "data/loader.h"
 #include "kernels/cpu/grad_norm.h"
+#include "parallel/expert_parallel.h"
 #include "dist/mpi_runtime.h"
 #include "nn/gpt.h"
 #include "optim/make_optimizer.h"
@@ -72,12 +73,15 @@ std::vector<float> flat_copy(nn::ParameterStore& params, nn::ParameterAccess& va
 
 // Every parameter's one-process value, in the one-process model's flat order (the store's
 // declaration order, each without its padding), gathered over the tensor-parallel group.
-std::vector<float> gathered_copy(nn::ParameterStore& params, nn::ParameterAccess& values, dist::Communicator* tp) {
+std::vector<float> gathered_copy(nn::ParameterStore& params, nn::ParameterAccess& values, dist::Communicator* tp,
+                                 dist::Communicator* ep = nullptr) {
   std::vector<float> out;
   for (const auto& p : params.all()) {
     const Tensor v = values.weight(p);
-    const std::vector<float> whole =
-        parallel::gather_parameter(tp, p, std::span(v.data<float>(), static_cast<size_t>(p.numel())));
+    const std::span<const float> mine(v.data<float>(), static_cast<size_t>(p.numel()));
+    const std::vector<float> whole = p.spec.replicated_over(config::MeshDim::EP)
+                                         ? parallel::gather_parameter(tp, p, mine)
+                                         : parallel::gather_parameter(ep, p, mine, config::MeshDim::EP);
     out.insert(out.end(), whole.begin(), whole.end());
   }
   return out;
@@ -270,10 +274,12 @@ std::vector<float> initial_parameters(const config::ModelConfig& model_config, u
   return gathered_copy(model.parameters(), model.parameters(), &tp);
 }
 
-RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp, dist::Communicator* tp) {
+RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp, dist::Communicator* tp,
+                       dist::Communicator* ep, dist::Communicator* edp) {
   MemoryAccountant memory;
-  const int tp_size = tp ? tp->size() : 1;
-  const parallel::TensorParallelPlan plan(c.model, tp_size, tp ? tp->rank() : 0);
+  const int tp_size = tp ? tp->size() : 1, ep_size = ep ? ep->size() : 1;
+  const parallel::TensorParallelPlan tensor_plan(c.model, tp_size, tp ? tp->rank() : 0);
+  const parallel::ExpertParallelPlan plan(c.model, ep_size, ep ? ep->rank() : 0, &tensor_plan);
   nn::GPT model(c.model, memory, c.seed, &plan);
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
@@ -281,6 +287,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.layout.dp = ranks;
   options.layout.pp = pp ? pp->size() : 1;
   options.layout.tp = tp_size;
+  options.layout.ep = ep_size;
   options.layout.sp = c.sequence_parallel;
   options.layout.virtual_stages = c.virtual_stages;
   options.layout.zero_stage = c.zero_stage;
@@ -294,7 +301,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.compression = c.compression;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
   options.precision = c.precision;
-  parallel::TrainingEngine engine(model, memory, comm, options, pp, tp);
+  parallel::TrainingEngine engine(model, memory, comm, options, pp, tp, ep, edp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
@@ -353,6 +360,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     memory.reset_peaks();
     const dist::CommStats before = comm ? comm->stats() : dist::CommStats{};
     const dist::CommStats tensor_before = tp ? tp->stats() : dist::CommStats{};
+    const dist::CommStats expert_before = ep ? ep->stats() : dist::CommStats{};
     std::vector<exec::MicrobatchInput> microbatches;
     for (int m = 0; m < c.micros; ++m) {
       const data::RowRange rows = data::split_rows(mine.size(), m, c.micros);
@@ -381,11 +389,14 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     s.predicted_activations = engine.predicted_activation_peak();
     s.skipped = r.skipped;
     s.loss_scale = r.loss_scale;
+    s.moe = r.moe;
+    if (ep) s.expert_comm = delta(ep->stats(), expert_before);
     rec.steps.push_back(s);
   }
   engine.transforms().remove(exec::TransformSlot::Observer);
   parallel::DataParallel::FullParameters full = engine.full_parameters();
-  rec.params = tp_size > 1 ? gathered_copy(model.parameters(), full, tp) : flat_copy(model.parameters(), full);
+  rec.params = tp_size > 1 || ep_size > 1 ? gathered_copy(model.parameters(), full, tp, ep)
+                                          : flat_copy(model.parameters(), full);
   return rec;
 }
 

@@ -56,6 +56,8 @@ struct StepRecord {
   int64_t predicted_activations = 0;
   bool skipped = false;   // no update: the gradient was not finite
   double loss_scale = 1;  // the loss scale the step ran with (fp16)
+  nn::MoeStatistics moe;    // the MoE layers' routing, summed over the data-parallel group
+  dist::CommStats expert_comm;  // counters' change over the step on the expert-parallel group
 };
 
 struct RunRecord {
@@ -131,8 +133,10 @@ RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
 // Data parallel over `dp`, pipelined over `pp` and tensor parallel over `tp` (any null: a group of
 // one): each dp rank its rows of the global batch, every pipeline and tensor-parallel rank of a dp
 // rank the same rows. RunRecord::params are the one-process model's (gathered over tp).
+// With `ep` (and `edp`) the model is built with this rank's expert-parallel plan over ep.
 RunRecord run_parallel(const ParityCase& c, dist::Communicator* dp, dist::Communicator* pp,
-                       dist::Communicator* tp = nullptr);
+                       dist::Communicator* tp = nullptr, dist::Communicator* ep = nullptr,
+                       dist::Communicator* edp = nullptr);
 // The parameters of a model built with this rank's tensor-parallel plan over `tp`, right after
 // initialization, gathered into the one-process model's flat order.
 std::vector<float> initial_parameters(const config::ModelConfig& model, uint64_t seed, dist::Communicator& tp);

@@ -1,0 +1,306 @@
+#include "nn/moe.h"
+
+#include <cmath>
+
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/moe.h"
+
+namespace tessera::nn {
+
+void MoeStatistics::add(const MoeStatistics& other) {
+  assignments += other.assignments;
+  dropped += other.dropped;
+  if (load.size() < other.load.size()) load.resize(other.load.size(), 0);
+  for (size_t e = 0; e < other.load.size(); ++e) load[e] += other.load[e];
+  aux_loss_sum += other.aux_loss_sum;
+  z_loss_sum += other.z_loss_sum;
+  routings += other.routings;
+  remote_rows += other.remote_rows;
+}
+
+MoeFeedForward::MoeFeedForward(ParameterStore& store, const std::string& name, const config::ModelConfig& config)
+    : config_(config), swiglu_(config.arch == config::Architecture::Llama) {
+  const int64_t E = config.moe_experts, C = config.n_embd, F = config.ffn();
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  router_ = Linear(store, name + ".router", static_cast<int>(C), static_cast<int>(E), false, 0.02f);
+  const std::string experts = name + ".experts.";
+  fc_w_ = &store.declare(experts + (swiglu_ ? "gate" : "fc") + ".weight", {E, F, C}, Init::Normal, 0.02f);
+  if (swiglu_) up_w_ = &store.declare(experts + "up.weight", {E, F, C}, Init::Normal, 0.02f);
+  if (config.bias) fc_b_ = &store.declare(experts + "fc.bias", {E, F}, Init::Zeros);
+  proj_w_ = &store.declare(experts + (swiglu_ ? "down" : "proj") + ".weight", {E, C, F}, Init::Normal, residual_std);
+  if (config.bias) proj_b_ = &store.declare(experts + "proj.bias", {E, C}, Init::Zeros);
+}
+
+namespace {
+// Expert e of a stacked parameter [E_l, ...]: its [...] block.
+Tensor expert_block(const Tensor& stacked, int64_t e) {
+  Shape rest(stacked.shape().begin() + 1, stacked.shape().end());
+  return stacked.slice(0, e, e + 1).reshape(rest);
+}
+
+Tensor i32(StepContext& step, int64_t n, MemoryTag tag) { return Tensor::empty({n}, DType::I32, tag, step.memory); }
+}  // namespace
+
+void MoeFeedForward::exchange(StepContext& step, const Tensor& send, std::span<const int64_t> send_rows,
+                              const Tensor& recv, std::span<const int64_t> recv_rows) const {
+  if (step.experts == nullptr) {
+    recv.slice(0, 0, send_rows[0]).copy_from(send.slice(0, 0, send_rows[0]));
+    return;
+  }
+  step.experts->exchange_rows(send, send_rows, recv, recv_rows);
+}
+
+void MoeFeedForward::to_experts(const Tensor& experts, const Tensor& recv, const Ctx& ctx) const {
+  // recv holds, member by member, the rows of each local expert; the expert's buffer takes them
+  // member by member at its own offset e·R.
+  const int El = experts_here(), P = static_cast<int>(ctx.recv_rows.size());
+  const int64_t R = experts.size(0) / El;
+  int64_t at = 0;
+  std::vector<int64_t> filled(static_cast<size_t>(El), 0);
+  for (int s = 0; s < P; ++s) {
+    for (int e = 0; e < El; ++e) {
+      const int64_t n = ctx.recv_load[static_cast<size_t>(s * El + e)];
+      const int64_t to = e * R + filled[static_cast<size_t>(e)];
+      if (n > 0) experts.slice(0, to, to + n).copy_from(recv.slice(0, at, at + n));
+      filled[static_cast<size_t>(e)] += n;
+      at += n;
+    }
+  }
+}
+
+void MoeFeedForward::from_experts(const Tensor& recv, const Tensor& experts, const Ctx& ctx) const {
+  const int El = experts_here(), P = static_cast<int>(ctx.recv_rows.size());
+  const int64_t R = experts.size(0) / El;
+  int64_t at = 0;
+  std::vector<int64_t> filled(static_cast<size_t>(El), 0);
+  for (int s = 0; s < P; ++s) {
+    for (int e = 0; e < El; ++e) {
+      const int64_t n = ctx.recv_load[static_cast<size_t>(s * El + e)];
+      const int64_t from = e * R + filled[static_cast<size_t>(e)];
+      if (n > 0) recv.slice(0, at, at + n).copy_from(experts.slice(0, from, from + n));
+      filled[static_cast<size_t>(e)] += n;
+      at += n;
+    }
+  }
+}
+
+Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) {
+  const int64_t C = config_.n_embd, F = config_.ffn(), E = config_.moe_experts, k = config_.moe_top_k;
+  const int64_t N = x_in.numel() / C;
+  const Tensor x = x_in.reshape({N, C});
+  const int P = step.experts != nullptr ? step.experts->ranks() : 1;
+  const int El = experts_here();
+  TS_CHECK(int64_t{El} * P == E, "MoE layer: {} experts here on each of {} expert-parallel ranks, but the model has {}",
+           El, P, E);
+  const int64_t capacity = config_.moe_capacity(N), R = P * capacity;
+
+  // Router, in f32 (mixed precision is refused with MoE when the config is read).
+  Tensor logits = step.workspace({N, E}, DType::F32);
+  ops::linear_forward(logits, x, step.weight(router_.weight()), Tensor());
+  ctx.router.inp = x;
+  ctx.grad_scale = step.grad_scale;
+  ctx.probs = step.statistics({N, E});
+  ctx.lse = step.statistics({N});
+  ctx.gate = step.statistics({N, k});
+  ctx.choice = Tensor::empty({N, k}, DType::I32, MemoryTag::Activations, step.memory);
+  ctx.slot = Tensor::empty({N, k}, DType::I32, MemoryTag::Activations, step.memory);
+  std::vector<int32_t> load(static_cast<size_t>(E));
+  ops::moe_route(ctx.probs, ctx.lse, ctx.choice, ctx.gate, ctx.slot, load, logits, static_cast<int>(capacity));
+  logits = Tensor();
+
+  // The rows to send, by expert then slot: expert e's rows start at the sum of the loads before it.
+  std::vector<int64_t> first(static_cast<size_t>(E) + 1, 0);
+  for (int64_t e = 0; e < E; ++e) first[static_cast<size_t>(e) + 1] = first[static_cast<size_t>(e)] + load[static_cast<size_t>(e)];
+  ctx.sent = first.back();
+  ctx.sent_token = i32(step, N * k, MemoryTag::Activations);
+  ctx.sent_choice = i32(step, N * k, MemoryTag::Activations);
+  {
+    const int32_t* choice = ctx.choice.data<int32_t>();
+    const int32_t* slot = ctx.slot.data<int32_t>();
+    int32_t* token = ctx.sent_token.data<int32_t>();
+    int32_t* which = ctx.sent_choice.data<int32_t>();
+    std::fill(token, token + N * k, 0);
+    std::fill(which, which + N * k, 0);
+    for (int64_t i = 0; i < N * k; ++i) {
+      if (slot[i] < 0) continue;
+      const int64_t row = first[static_cast<size_t>(choice[i])] + slot[i];
+      token[row] = static_cast<int32_t>(i / k);
+      which[row] = static_cast<int32_t>(i);
+    }
+  }
+  if (step.moe_statistics != nullptr) {
+    MoeStatistics& stats = *step.moe_statistics;
+    if (stats.load.empty()) stats.load.assign(static_cast<size_t>(E), 0);
+    for (int64_t e = 0; e < E; ++e) stats.load[static_cast<size_t>(e)] += load[static_cast<size_t>(e)];
+    stats.assignments += N * k;
+    stats.dropped += N * k - ctx.sent;
+    stats.aux_loss_sum += ops::moe_aux_loss(Tensor(), ctx.probs, ctx.choice);
+    stats.z_loss_sum += ops::moe_z_loss(ctx.lse);
+    stats.routings += 1;
+  }
+
+  // Counts: the rows for member r are those of its experts [r·E_l, (r+1)·E_l).
+  ctx.send_rows.assign(static_cast<size_t>(P), 0);
+  for (int r = 0; r < P; ++r) ctx.send_rows[static_cast<size_t>(r)] = first[static_cast<size_t>((r + 1) * El)] - first[static_cast<size_t>(r * El)];
+  ctx.recv_load.assign(static_cast<size_t>(P * El), 0);
+  if (step.experts != nullptr) {
+    step.experts->exchange_counts(load, ctx.recv_load);
+  } else {
+    ctx.recv_load = load;
+  }
+  ctx.recv_rows.assign(static_cast<size_t>(P), 0);
+  for (int s = 0; s < P; ++s) {
+    for (int e = 0; e < El; ++e) ctx.recv_rows[static_cast<size_t>(s)] += ctx.recv_load[static_cast<size_t>(s * El + e)];
+  }
+  if (step.moe_statistics != nullptr) {
+    const int me = step.experts != nullptr ? step.experts->rank() : 0;
+    step.moe_statistics->remote_rows += ctx.sent - ctx.send_rows[static_cast<size_t>(me)];
+  }
+
+  // Dispatch.
+  Tensor send = step.workspace({N * k, C});
+  ops::gather_rows(send.slice(0, 0, ctx.sent), x, ctx.sent_token.slice(0, 0, ctx.sent));
+  Tensor recv = step.workspace({R * El, C});
+  exchange(step, send, ctx.send_rows, recv, ctx.recv_rows);
+  send = Tensor();
+  ctx.in = step.activation({El * R, C});
+  to_experts(ctx.in, recv, ctx);
+
+  // The local experts, each on its rows.
+  ctx.pre = step.activation({El * R, F});
+  if (swiglu_) ctx.up = step.activation({El * R, F});
+  ctx.act = step.activation({El * R, F});
+  Tensor out = step.workspace({El * R, C});
+  std::vector<int64_t> rows_of(static_cast<size_t>(El), 0);
+  for (int s = 0; s < P; ++s) {
+    for (int e = 0; e < El; ++e) rows_of[static_cast<size_t>(e)] += ctx.recv_load[static_cast<size_t>(s * El + e)];
+  }
+  const Tensor W1 = step.weight(*fc_w_), W2 = step.weight(*proj_w_);
+  for (int e = 0; e < El; ++e) {
+    const int64_t n = rows_of[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const int64_t lo = e * R, hi = lo + n;
+    const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
+    ops::linear_forward(pre, in, expert_block(W1, e), fc_b_ ? expert_block(step.weight(*fc_b_), e) : Tensor());
+    if (swiglu_) {
+      const Tensor up = ctx.up.slice(0, lo, hi);
+      ops::linear_forward(up, in, expert_block(step.weight(*up_w_), e), Tensor());
+      ops::swiglu_forward(act, pre, up);
+    } else {
+      ops::gelu_forward(act, pre);
+    }
+    ops::linear_forward(out.slice(0, lo, hi), act, expert_block(W2, e),
+                        proj_b_ ? expert_block(step.weight(*proj_b_), e) : Tensor());
+  }
+
+  // Combine.
+  from_experts(recv, out, ctx);
+  out = Tensor();
+  ctx.returned = step.activation({N * k, C});
+  exchange(step, recv, ctx.recv_rows, ctx.returned, ctx.send_rows);
+  recv = Tensor();
+  Tensor scale = step.workspace({std::max<int64_t>(ctx.sent, 1)}, DType::F32);
+  {
+    const float* gate = ctx.gate.data<float>();
+    const int32_t* which = ctx.sent_choice.data<int32_t>();
+    float* s = scale.data<float>();
+    for (int64_t r = 0; r < ctx.sent; ++r) s[r] = gate[which[r]];
+  }
+  Tensor y = Tensor::zeros(x_in.shape(), x_in.dtype(), MemoryTag::Activations, step.memory);  // [B, T, C]
+  ops::scatter_add_rows(y.reshape({N, C}), ctx.returned.slice(0, 0, ctx.sent), ctx.sent_token.slice(0, 0, ctx.sent),
+                        scale.slice(0, 0, ctx.sent));
+  if (!step.training) ctx = Ctx{};
+  return y;
+}
+
+Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
+  if (part == BackwardPart::Weight) return Tensor();
+  const int64_t C = config_.n_embd, F = config_.ffn(), E = config_.moe_experts, k = config_.moe_top_k;
+  const int64_t N = dy_in.numel() / C;
+  const Tensor dy = dy_in.reshape({N, C});
+  const int El = experts_here();
+  const int64_t R = ctx.in.size(0) / El;
+  const Tensor sent_token = ctx.sent_token.slice(0, 0, ctx.sent);
+
+  // The gates' gradients, and the experts' output gradients gate · dy sent to the experts.
+  Tensor dgate_rows = step.workspace({std::max<int64_t>(ctx.sent, 1)}, DType::F32);
+  Tensor scale = step.workspace({std::max<int64_t>(ctx.sent, 1)}, DType::F32);
+  ops::gathered_row_dots(dgate_rows.slice(0, 0, ctx.sent), dy, ctx.returned.slice(0, 0, ctx.sent), sent_token);
+  Tensor dgate = Tensor::zeros({N, k}, DType::F32, MemoryTag::Workspace, step.memory);
+  {
+    const float* gate = ctx.gate.data<float>();
+    const int32_t* which = ctx.sent_choice.data<int32_t>();
+    const float* d = dgate_rows.data<float>();
+    float* dg = dgate.data<float>();
+    float* s = scale.data<float>();
+    for (int64_t r = 0; r < ctx.sent; ++r) {
+      dg[which[r]] = d[r];
+      s[r] = gate[which[r]];
+    }
+  }
+  ctx.returned = Tensor();
+  Tensor send = step.workspace({N * k, C});
+  ops::gather_rows(send.slice(0, 0, ctx.sent), dy, sent_token, scale.slice(0, 0, ctx.sent));
+  Tensor recv = step.workspace({R * El, C});
+  exchange(step, send, ctx.send_rows, recv, ctx.recv_rows);
+  Tensor dout = step.workspace({El * R, C});
+  to_experts(dout, recv, ctx);
+
+  // The experts' backward, each on its rows.
+  std::vector<int64_t> rows_of(static_cast<size_t>(El), 0);
+  for (size_t s = 0; s < ctx.recv_rows.size(); ++s) {
+    for (int e = 0; e < El; ++e) rows_of[static_cast<size_t>(e)] += ctx.recv_load[s * static_cast<size_t>(El) + static_cast<size_t>(e)];
+  }
+  Tensor din = step.workspace({El * R, C});
+  {
+    Tensor dact = step.workspace({R, F}), dpre = step.workspace({R, F});
+    Tensor dup = swiglu_ ? step.workspace({R, F}) : Tensor();
+    Tensor din_up = swiglu_ ? step.workspace({R, C}) : Tensor();
+    const Tensor W1 = step.weight(*fc_w_), W2 = step.weight(*proj_w_);
+    const Tensor dW1 = step.grad(*fc_w_), dW2 = step.grad(*proj_w_);
+    for (int e = 0; e < El; ++e) {
+      const int64_t n = rows_of[static_cast<size_t>(e)];
+      if (n == 0) continue;
+      const int64_t lo = e * R, hi = lo + n;
+      const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
+      const Tensor da = dact.slice(0, 0, n), dp = dpre.slice(0, 0, n);
+      ops::linear_backward(da, expert_block(dW2, e), proj_b_ ? expert_block(step.grad(*proj_b_), e) : Tensor(),
+                           dout.slice(0, lo, hi), act, expert_block(W2, e));
+      if (swiglu_) {
+        const Tensor up = ctx.up.slice(0, lo, hi), du = dup.slice(0, 0, n);
+        ops::swiglu_backward(dp, du, da, pre, up);
+        ops::linear_backward(din_up.slice(0, 0, n), expert_block(step.grad(*up_w_), e), Tensor(), du, in,
+                             expert_block(step.weight(*up_w_), e));
+      } else {
+        ops::gelu_backward(dp, pre, da);
+      }
+      ops::linear_backward(din.slice(0, lo, hi), expert_block(dW1, e),
+                           fc_b_ ? expert_block(step.grad(*fc_b_), e) : Tensor(), dp, in, expert_block(W1, e));
+      if (swiglu_) ops::add_inplace(din.slice(0, lo, hi), din_up.slice(0, 0, n));
+    }
+  }
+  ctx.in = ctx.pre = ctx.up = ctx.act = Tensor();
+  dout = Tensor();
+  from_experts(recv, din, ctx);
+  din = Tensor();
+  Tensor din_rows = step.workspace({N * k, C});
+  exchange(step, recv, ctx.recv_rows, din_rows, ctx.send_rows);
+  recv = Tensor();
+
+  // The router: gates, load balancing and z-loss, weighted as this microbatch's share of the
+  // objective (see the header).
+  const float weight = ctx.grad_scale * static_cast<float>(N);
+  const float aux_coef = config_.moe_aux_loss_coef * weight, z_coef = config_.moe_z_loss_coef * weight;
+  Tensor dprob = aux_coef != 0.0f ? step.workspace({E}, DType::F32) : Tensor();
+  if (dprob.defined()) ops::moe_aux_loss(dprob, ctx.probs, ctx.choice);
+  Tensor dlogits = step.workspace({N, E}, DType::F32);
+  ops::moe_router_backward(dlogits, ctx.probs, ctx.lse, ctx.choice, dgate, dprob, aux_coef, z_coef);
+  Tensor dx = router_.backward(step, ctx.router, dlogits, BackwardPart::Both);  // [N, C]
+  ops::scatter_add_rows(dx, din_rows.slice(0, 0, ctx.sent), sent_token);
+  ctx = Ctx{};
+  return dx.reshape(dy_in.shape());
+}
+
+}  // namespace tessera::nn

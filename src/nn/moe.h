@@ -1,0 +1,101 @@
+#pragma once
+// A mixture-of-experts feed-forward layer (Switch Transformer for k = 1, GShard for k = 2), the
+// MLP of every model.moe_every-th block when model.moe_experts > 0:
+//
+//   logits = x · Wrᵀ                [N, E] f32 (router, no bias)
+//   route: probs, the k choices of each token, their gates, the slot each choice takes in its
+//          expert (at most capacity = ceil(cf · N · k / E) per expert; the rest are dropped)
+//   dispatch: the rows of the kept choices to their experts' ranks      (all-to-all)
+//   expert e: y_e = MLP_e(rows)    (GELU or SwiGLU, as the dense MLP, width F)
+//   combine: the outputs back to their tokens' ranks                     (all-to-all)
+//   y[n] = Σ_kept choices j  gate[n, j] · y_{e_j}[n]                    [N, C]
+//
+// A dropped choice adds nothing: the block's residual carries the token past the layer. The
+// capacity is counted per microbatch on the rank that holds it (a group in GShard's terms), so
+// the routing of a token does not depend on the layout.
+//
+// The router's own losses join the gradient, for each microbatch of N tokens, as
+//   grad_scale · N · (aux_coef · aux + z_coef · z)
+// (aux and z as in kernels/cpu/moe_router.h): with grad_scale = 1 / (tokens of the global batch),
+// that is the mean over microbatches of the per-microbatch losses, summed over the MoE layers,
+// as in Switch. They are reported, not added to the language-model loss.
+//
+// Expert weights are stacked, [E, F, C] for the first projection, so expert parallelism splits
+// dimension 0 over the ep group like any other sharded parameter (nn/parameters.h ShardSpec); a
+// rank runs the experts of its block, E_l = E / P of them. The router is replicated. Under tensor
+// parallelism the experts are not split: every rank of the tp group runs all its experts on the
+// whole tokens (the layer sits outside the tensor-parallel region).
+//
+// Shapes: N = B·T tokens, C n_embd, F ffn, E experts, E_l this rank's, k choices, P ep ranks,
+// R = P · capacity rows of one local expert's buffer (the most it can receive).
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "nn/linear.h"
+
+namespace tessera::nn {
+
+// What the routing of the training forwards of one step did, summed over MoE layers and
+// microbatches (and, once the engine has reduced it, over data-parallel ranks).
+struct MoeStatistics {
+  int64_t assignments = 0;    // token choices routed: N · k per layer and microbatch
+  int64_t dropped = 0;        // of those, beyond their expert's capacity
+  std::vector<int64_t> load;  // [E] rows each expert took
+  double aux_loss_sum = 0;    // Σ aux over (layer, microbatch)
+  double z_loss_sum = 0;      // Σ z over (layer, microbatch)
+  int64_t routings = 0;       // (layer, microbatch) pairs
+  // Rows the dispatch sent to experts on other ranks (each also comes back in the combine, and
+  // both go again, as gradients, in the backward): the expert-parallel traffic.
+  int64_t remote_rows = 0;
+  void add(const MoeStatistics& other);
+};
+
+class MoeFeedForward {
+ public:
+  MoeFeedForward() = default;
+  MoeFeedForward(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
+
+  struct Ctx {
+    Linear::Ctx router;     // inp: x [N, C]
+    Tensor probs, lse;      // [N, E], [N] f32
+    Tensor choice, slot;    // [N, k] i32 (slot -1: dropped)
+    Tensor gate;            // [N, k] f32
+    Tensor sent_token;      // [N·k] i32: the token of each row sent, rows by (expert, slot); first `sent` valid
+    Tensor sent_choice;     // [N·k] i32: n·k + j of that row
+    Tensor returned;        // [N·k, C]: the expert output of each row sent, back here
+    Tensor in, pre, up, act;  // [E_l·R, C], [E_l·R, F] ×3 (up: SwiGLU only): the local experts' rows
+    std::vector<int64_t> send_rows, recv_rows;  // [P] rows to / from each member
+    std::vector<int32_t> recv_load;             // [P·E_l] rows member s sends local expert e
+    int64_t sent = 0;
+    float grad_scale = 1.0f;  // the microbatch's (StepContext::grad_scale at the forward)
+  };
+  // x [B, T, C] -> [B, T, C]. Training forwards keep in ctx what the backward reads; evaluation
+  // keeps nothing.
+  Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);
+  // dy [B, T, C] -> dx [B, T, C]. The input half computes every gradient of the layer (its weight
+  // gradients need the exchange that the input half makes); the weight half has nothing left.
+  Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
+
+ private:
+  int experts_here() const { return static_cast<int>(fc_w_->shape[0]); }
+  // The local experts' rows: from `recv` (rows by member, then expert) into the padded
+  // expert-major buffer `experts` [E_l·R, X], and back.
+  void to_experts(const Tensor& experts, const Tensor& recv, const Ctx& ctx) const;
+  void from_experts(const Tensor& recv, const Tensor& experts, const Ctx& ctx) const;
+  void exchange(StepContext& step, const Tensor& send, std::span<const int64_t> send_rows, const Tensor& recv,
+                std::span<const int64_t> recv_rows) const;
+
+  config::ModelConfig config_;
+  bool swiglu_ = false;
+  Linear router_;  // C -> E
+  // Stacked expert weights [E_l, F, C] (fc; SwiGLU: gate), [E_l, F, C] (up), [E_l, C, F] (proj; down);
+  // biases [E_l, F], [E_l, C] (GPT-2 only).
+  const Parameter* fc_w_ = nullptr;
+  const Parameter* fc_b_ = nullptr;
+  const Parameter* up_w_ = nullptr;
+  const Parameter* proj_w_ = nullptr;
+  const Parameter* proj_b_ = nullptr;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,190 @@
+// The mixture-of-experts layer and a model built with it: parameters and memory equal the
+// formulas, the routing honours the capacity, and the layer's gradient (experts, router, the
+// load-balancing and z losses, the dispatch and combine between them) equals finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "config/activation_bytes.h"
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "nn/moe.h"
+
+using namespace tessera;
+using config::Architecture;
+using config::ModelConfig;
+
+namespace {
+
+ModelConfig moe_config(Architecture arch, int top_k, float capacity_factor) {
+  ModelConfig c;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.vocab_size = 29;
+  c.seq_len = 12;
+  c.ffn_hidden = 24;
+  c.bias = arch == Architecture::Gpt2;
+  c.moe_experts = 4;
+  c.moe_top_k = top_k;
+  c.moe_capacity_factor = capacity_factor;
+  c.moe_aux_loss_coef = 0.1f;
+  c.moe_z_loss_coef = 0.05f;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint64_t stream) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(uniform(9, stream, static_cast<uint64_t>(i)) * static_cast<float>(vocab));
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST(Moe, ParametersAreStackedAndCounted) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    ModelConfig c = moe_config(arch, 2, 1.0f);
+    c.moe_every = 2;  // block 1 only
+    MemoryAccountant mem;
+    nn::GPT model(c, mem, 1);
+    EXPECT_EQ(model.parameters().numel(), c.parameter_count());
+    const std::string fc = arch == Architecture::Gpt2 ? "fc" : "gate";
+    EXPECT_EQ(model.parameters().get("blocks.1.moe.experts." + fc + ".weight").shape, (Shape{4, 24, 16}));
+    EXPECT_EQ(model.parameters().get("blocks.1.moe.router.weight").shape, (Shape{4, 16}));
+    EXPECT_THROW(model.parameters().get("blocks.1.mlp." + fc + ".weight"), Error);
+    EXPECT_NO_THROW(model.parameters().get("blocks.0.mlp." + fc + ".weight"));
+    // A token reads the router and k = 2 of the 4 experts.
+    EXPECT_EQ(c.parameter_count() - c.active_parameter_count(), 2 * c.mlp_parameter_count());
+  }
+}
+
+TEST(Moe, CapacityIsCountedPerMicrobatch) {
+  ModelConfig c = moe_config(Architecture::Gpt2, 2, 1.25f);
+  EXPECT_EQ(c.moe_capacity(24), 15);  // ceil(1.25 · 24 · 2 / 4)
+  c.moe_capacity_factor = 100.0f;
+  EXPECT_EQ(c.moe_capacity(24), 24);  // never more than the tokens
+  c.moe_capacity_factor = 0.01f;
+  EXPECT_EQ(c.moe_capacity(24), 1);
+}
+
+// The activation peak of a training step equals config::saved_activation_bytes, with tokens
+// dropped or not, and the routing statistics add up: each expert within its capacity.
+TEST(Moe, MeasuredMemoryAndRoutingEqualTheFormulas) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    for (int k : {1, 2}) {
+      for (float capacity_factor : {0.5f, 2.0f}) {
+        const ModelConfig c = moe_config(arch, k, capacity_factor);
+        MemoryAccountant mem;
+        nn::GPT model(c, mem, 1);
+        const int B = 2, T = 11;
+        const auto tokens = random_tokens(B * T, c.vocab_size, 1), targets = random_tokens(B * T, c.vocab_size, 2);
+        mem.reset_peaks();
+        nn::MoeStatistics stats;
+        nn::StepContext step{mem, model.parameters()};
+        step.moe_statistics = &stats;
+        nn::GPT::Ctx ctx;
+        model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f / (B * T));
+        const auto saved = static_cast<size_t>(config::saved_activation_bytes(c, B, T));
+        EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), saved);
+        model.backward(step, ctx);
+        EXPECT_EQ(mem.stats().peak_of(MemoryTag::Activations), saved);
+        EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), 0u);
+        EXPECT_EQ(mem.stats().live_of(MemoryTag::Workspace), 0u);
+
+        const int64_t capacity = c.moe_capacity(B * T);
+        EXPECT_EQ(stats.routings, c.n_layer);
+        EXPECT_EQ(stats.assignments, int64_t{c.n_layer} * B * T * k);
+        int64_t kept = 0;
+        for (int64_t load : stats.load) {
+          EXPECT_LE(load, c.n_layer * capacity);
+          kept += load;
+        }
+        EXPECT_EQ(kept + stats.dropped, stats.assignments);
+        if (capacity * c.moe_experts < int64_t{B} * T * k) {
+          EXPECT_GT(stats.dropped, 0) << "capacity " << capacity << " for " << B * T * k << " choices";
+        }
+        EXPECT_GT(stats.aux_loss_sum, 0.0);
+        EXPECT_GT(stats.z_loss_sum, 0.0);
+      }
+    }
+  }
+}
+
+// L = Σ y·g + grad_scale·N·(aux_coef·aux + z_coef·z): its gradient with respect to the input, the
+// router and every expert weight against central differences along random directions (f32, so
+// a loose tolerance; a wrong term is off by far more).
+TEST(Moe, LayerGradientMatchesFiniteDifferences) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    for (int k : {1, 2}) {
+      ModelConfig c = moe_config(arch, k, 0.75f);  // tight: some choices drop
+      nn::ParameterStore store;
+      nn::MoeFeedForward layer(store, "moe", c);
+      MemoryAccountant mem;
+      store.allocate(mem);
+      store.initialize(3);
+      // Larger weights than GPT-2's init, so every part of the layer moves the objective.
+      float* w = store.flat_values().data<float>();
+      for (int64_t i = 0; i < store.numel(); ++i) w[i] = 0.3f * normal(4, 1, static_cast<uint64_t>(i));
+      const int64_t B = 2, T = 7, C = c.n_embd, N = B * T;
+      Tensor x = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+      Tensor g = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        x.data<float>()[i] = normal(5, 1, static_cast<uint64_t>(i));
+        g.data<float>()[i] = normal(5, 2, static_cast<uint64_t>(i));
+      }
+      const float grad_scale = 0.5f;
+      auto objective = [&](const Tensor& input) {
+        nn::MoeStatistics stats;
+        nn::StepContext step{mem, store};
+        step.grad_scale = grad_scale;
+        step.moe_statistics = &stats;
+        nn::MoeFeedForward::Ctx ctx;
+        const Tensor y = layer.forward(step, ctx, input);
+        double sum = 0;
+        for (int64_t i = 0; i < y.numel(); ++i) sum += double{y.data<float>()[i]} * g.data<float>()[i];
+        return sum + grad_scale * N * (c.moe_aux_loss_coef * stats.aux_loss_sum + c.moe_z_loss_coef * stats.z_loss_sum);
+      };
+      store.zero_grads();
+      Tensor dx;
+      {
+        nn::StepContext step{mem, store};
+        step.grad_scale = grad_scale;
+        nn::MoeFeedForward::Ctx ctx;
+        layer.forward(step, ctx, x);
+        dx = layer.backward(step, ctx, g, nn::BackwardPart::Both);
+      }
+      const float* grads = store.flat_grads().data<float>();
+      for (int dir = 0; dir < 3; ++dir) {
+        // Perturb x and every parameter together along a random direction.
+        std::vector<float> vx(static_cast<size_t>(x.numel())), vw(static_cast<size_t>(store.numel()));
+        double predicted = 0;
+        for (size_t i = 0; i < vx.size(); ++i) {
+          vx[i] = normal(6, static_cast<uint64_t>(dir), i);
+          predicted += double{vx[i]} * dx.data<float>()[i];
+        }
+        for (size_t i = 0; i < vw.size(); ++i) {
+          vw[i] = normal(7, static_cast<uint64_t>(dir), i);
+          predicted += double{vw[i]} * grads[i];
+        }
+        const float h = 1e-3f;
+        std::vector<float> w0(w, w + store.numel());
+        Tensor xp = Tensor::empty(x.shape(), DType::F32, MemoryTag::Activations, mem);
+        auto at = [&](float t) {
+          for (size_t i = 0; i < vw.size(); ++i) w[i] = w0[i] + t * vw[i];
+          for (size_t i = 0; i < vx.size(); ++i) xp.data<float>()[i] = x.data<float>()[i] + t * vx[i];
+          return objective(xp);
+        };
+        const double numeric = (at(h) - at(-h)) / (2.0 * h);
+        std::copy(w0.begin(), w0.end(), w);
+        EXPECT_NEAR(numeric, predicted, 2e-2 * std::max(1.0, std::fabs(predicted)))
+            << config::architecture_name(arch) << " k " << k << " direction " << dir;
+      }
+      // A term left out of the backward is caught: the aux and z losses matter at these weights.
+      EXPECT_GT(c.moe_aux_loss_coef, 0.0f);
+    }
+  }
+}
