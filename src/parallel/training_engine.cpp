@@ -95,6 +95,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
+  TS_CHECK(!layout.sp || model.config().moe_experts == 0, "sequence parallelism with MoE blocks: the router's capacity "
+           "is counted over a microbatch's whole sequences, which sp splits; use sp off with MoE");
   TS_CHECK(layout.ep == size_of(ep), "the layout has ep {} but the expert-parallel group {} ranks", layout.ep,
            size_of(ep));
   if (ep_ != nullptr) {

@@ -18,6 +18,7 @@ double ring_steps(const Group& g, double bytes, double rounds) {
 double all_reduce_seconds(const Group& g, double bytes) { return ring_steps(g, bytes, 2); }
 double reduce_scatter_seconds(const Group& g, double bytes) { return ring_steps(g, bytes, 1); }
 double all_gather_seconds(const Group& g, double bytes) { return ring_steps(g, bytes, 1); }
+double all_to_all_seconds(const Group& g, double bytes) { return ring_steps(g, bytes, 1); }
 
 double p2p_seconds(const Link& link, double bytes) {
   if (bytes <= 0) return 0;
@@ -45,6 +46,7 @@ Placement place(const Layout& l, const ClusterSpec& c) {
   Placement p;
   p.tp = group_on(c, l.tp, 1);
   p.dp = group_on(c, l.dp, l.tp);
+  p.ep = group_on(c, l.ep, l.tp);
   const int64_t stage_span = int64_t{l.tp} * l.dp;  // devices of one stage
   Group pp = group_on(c, l.pp, stage_span);
   p.pp_crosses_nodes = l.pp > 1 && stage_span * l.pp > c.devices_per_node;

@@ -24,10 +24,12 @@ struct Group {
 //   all-reduce:      2 (n - 1) alpha + 2 (n - 1)/n S beta
 //   reduce-scatter:    (n - 1) alpha +   (n - 1)/n S beta   (S: the unsharded buffer)
 //   all-gather:        (n - 1) alpha +   (n - 1)/n S beta   (S: the gathered buffer)
+//   all-to-all:        (n - 1) alpha +   (n - 1)/n S beta   (S: the rank's whole send buffer, pairwise)
 //   point-to-point:          alpha +             S beta
 double all_reduce_seconds(const Group& g, double bytes);
 double reduce_scatter_seconds(const Group& g, double bytes);
 double all_gather_seconds(const Group& g, double bytes);
+double all_to_all_seconds(const Group& g, double bytes);
 double p2p_seconds(const Link& link, double bytes);
 
 // Groups of a layout on a cluster (devices numbered tp fastest, then dp, then pp). A group inside
@@ -37,6 +39,7 @@ double p2p_seconds(const Link& link, double bytes);
 struct Placement {
   Group tp;
   Group dp;
+  Group ep;            // expert parallelism: ep consecutive data-parallel ranks
   Link pp;             // between neighbouring stages
   bool pp_crosses_nodes = false;
 };

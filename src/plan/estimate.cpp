@@ -7,6 +7,7 @@
 #include "plan/collectives.h"
 #include "plan/compression_model.h"
 #include "plan/device_time.h"
+#include "plan/moe_model.h"
 #include "plan/recompute_model.h"
 
 namespace tessera::plan {
@@ -91,6 +92,13 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     StageTime edge = edge_time(m, l, c, groups, stage == 0, stage == l.pp - 1);
     StageTime st{body.forward + edge.forward, body.backward + edge.backward, body.forward_tp + edge.forward_tp,
                  body.backward_tp + edge.backward_tp};
+    // MoE blocks: their experts beyond a dense MLP, and expert parallelism's all-to-alls.
+    const MoeLayerTime moe = moe_layer_extra_time(m, l, c, groups);
+    const double moe_layers = moe_layers_in_stage(m, l, stage);
+    st.forward += moe_layers * moe.forward;
+    st.backward += moe_layers * moe.backward;
+    st.forward_tp += moe_layers * moe.forward_comm;
+    st.backward_tp += moe_layers * moe.backward_comm;
     if (recompute_uses_chain(l.recompute)) {
       // every_k and optimal rerun the layer forwards their schedule says; an optimal schedule can
       // differ between stages, whose budgets leave different room beside the embedding and head.

@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kLayoutKeys =
     "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, "
-    "overlap, compression, compression_ratio, compression_rank, optimizer, activations";
+    "overlap, compression, compression_ratio, compression_rank, optimizer, activations, ep";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -105,6 +105,8 @@ Layout parse_layout(std::string_view text, Layout l) {
       l.pp = parse_small(key, value);
     } else if (key == "dp") {
       l.dp = parse_small(key, value);
+    } else if (key == "ep") {
+      l.ep = parse_small(key, value);
     } else if (key == "v") {
       l.virtual_stages = parse_small(key, value);
     } else if (key == "mb") {
@@ -189,6 +191,7 @@ std::string to_string(const Layout& l) {
     if (l.compression == "powersgd") extras += fmt::format(",compression_rank={}", l.compression_rank);
   }
   if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
+  if (l.ep != 1) extras += fmt::format(",ep={}", l.ep);
   if (l.activations != ActivationAccounting::Engine) extras += fmt::format(",activations={}", accounting_name(l.activations));
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}{}",
                      l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
@@ -207,6 +210,10 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "count (for example dp={})",
            l.tp, l.pp, l.dp, l.devices(), devices,
            devices % (int64_t{l.tp} * l.pp) == 0 ? std::to_string(devices / (int64_t{l.tp} * l.pp)) : std::string("?"));
+  TS_CHECK(l.ep >= 1 && l.dp % l.ep == 0, "layout: ep={} must divide dp={} (expert parallelism is carved out of the "
+           "data-parallel ranks)", l.ep, l.dp);
+  TS_CHECK(l.ep == 1 || (m.moe_experts > 0 && m.moe_experts % l.ep == 0), "layout: ep={} needs an MoE model whose "
+           "model.moe_experts it divides (the model has {})", l.ep, m.moe_experts);
   TS_CHECK(m.n_head % l.tp == 0, "layout: tp={} does not divide model.n_head={}; attention heads are split whole across "
            "tensor-parallel ranks, so pick tp among {}", l.tp, m.n_head, divisors_up_to(m.n_head, 1 << 20));
   TS_CHECK(m.kv_heads() % l.tp == 0, "layout: tp={} does not divide model.n_kv_head={}; each rank needs whole key/value "

@@ -1,5 +1,7 @@
 #include "plan/model_costs.h"
 
+#include "plan/moe_model.h"
+
 #include "core/check.h"
 
 namespace tessera::plan {
@@ -84,7 +86,8 @@ StepFlops step_flops(const ModelConfig& m, int64_t B, Recompute recompute, bool 
   // QK^T and AV: 2 x 2 B s^2 h.
   const double attention_core = 4.0 * d(B) * d(m.seq_len) * d(m.seq_len) * d(m.n_embd);
   StepFlops f;
-  f.forward = L * layer_forward_flops(m, B) + head_forward_flops(m, B);
+  f.forward = L * layer_forward_flops(m, B) + head_forward_flops(m, B) +
+              m.moe_layers() * (moe_ffn_forward_flops(m, B) - dense_mlp_forward_flops(m, B));
   f.backward = 2.0 * f.forward;
   // Whole layers rerun (full, every_k, optimal); the head is not recomputed.
   if (recomputed_layers > 0) f.recompute = recomputed_layers * layer_forward_flops(m, B);
@@ -126,7 +129,8 @@ StageParams stage_params(const ModelConfig& m, const Layout& l, int stage) {
   const double h = m.n_embd, bias = m.bias ? 1 : 0;
   const double table = d(vocab_per_rank(m, l.tp)) * h;  // vocab-parallel embedding (padded to a multiple of tp)
   StageParams p;
-  p.layers = static_cast<double>(m.n_layer / l.pp) * layer_params_per_rank(m, l.tp);
+  p.layers = static_cast<double>(m.n_layer / l.pp) * layer_params_per_rank(m, l.tp) +
+             moe_layers_in_stage(m, l, stage) * moe_extra_params_per_rank(m, l);
   if (stage == 0) p.embedding += table + (m.arch == Architecture::Gpt2 ? d(m.seq_len) * h : 0.0);
   if (stage == l.pp - 1) {
     p.other += (m.arch == Architecture::Gpt2 ? 1 + bias : 1) * h;

@@ -1,5 +1,7 @@
 #include "plan/report.h"
 
+#include "plan/moe_model.h"
+
 #include <fmt/format.h>
 
 #include "plan/recompute_model.h"
@@ -46,10 +48,15 @@ std::string flop_rate(double flops) {
 
 std::string describe_model(const config::ModelConfig& m) {
   const std::string kv_heads = m.kv_heads() != m.n_head ? fmt::format(" kv={}", m.kv_heads()) : "";
-  return fmt::format("{} parameters ({}, L={} h={} a={}{} s={} V={} F={}{})",
+  const std::string moe = m.moe_experts > 0
+                              ? fmt::format(", MoE {} experts top-{} in {} blocks, {} active per token", m.moe_experts,
+                                            m.moe_top_k, m.moe_layers(),
+                                            human_count(static_cast<double>(m.active_parameter_count())))
+                              : "";
+  return fmt::format("{} parameters ({}, L={} h={} a={}{} s={} V={} F={}{}{})",
                      human_count(static_cast<double>(m.parameter_count())), config::architecture_name(m.arch), m.n_layer,
                      m.n_embd, m.n_head, kv_heads, m.seq_len, m.vocab_size, m.ffn(),
-                     m.tied_embeddings ? ", tied embeddings" : "");
+                     m.tied_embeddings ? ", tied embeddings" : "", moe);
 }
 
 std::string describe_cluster(const ClusterSpec& c) {
@@ -117,6 +124,18 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   out += fmt::format("  {:<12} {:9.4f}\n\n", "step", t.step);
   out += fmt::format("FLOPs per step: forward {:.3e}, backward {:.3e}, recompute {:.3e}\n", e.flops.forward, e.flops.backward,
                      e.flops.recompute);
+  if (m.moe_experts > 0) {
+    const MoeSummary moe = moe_summary(m, l, c);
+    out += fmt::format("MoE: {} parameters, {} read per token; the FLOPs above are the active ones (k = {} of {} "
+                       "experts){}\n",
+                       human_count(static_cast<double>(moe.total_params)),
+                       human_count(static_cast<double>(moe.active_params)), m.moe_top_k, m.moe_experts,
+                       l.ep > 1 ? fmt::format("; all-to-all {:.1f} MiB per step per device over ep={} ({:.4f} s, in "
+                                              "tp comm), uniform routing",
+                                              moe.all_to_all_bytes_per_step / 1048576.0, l.ep,
+                                              moe.all_to_all_seconds_per_step)
+                                : std::string());
+  }
   out += fmt::format("throughput: {:.1f} TFLOP/s per device (hardware), MFU {:.1f}%, HFU {:.1f}%, {:.0f} tokens/s\n",
                      e.tflops_per_device, 100 * e.mfu, 100 * e.hfu, e.tokens_per_second);
   return out;

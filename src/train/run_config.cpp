@@ -550,14 +550,12 @@ std::string to_toml(const RunConfig& c) {
                     {"dropout", shortest(m.dropout)},
                     {"norm_eps", shortest(m.norm_eps)},
                     {"rope_theta", shortest(m.rope_theta)}};
-  if (m.moe_experts > 0) {
-    model.insert("moe_experts", m.moe_experts);
-    model.insert("moe_top_k", m.moe_top_k);
-    model.insert("moe_capacity_factor", shortest(m.moe_capacity_factor));
-    model.insert("moe_every", m.moe_every);
-    model.insert("moe_aux_loss_coef", shortest(m.moe_aux_loss_coef));
-    model.insert("moe_z_loss_coef", shortest(m.moe_z_loss_coef));
-  }
+  model.insert("moe_experts", m.moe_experts);
+  model.insert("moe_top_k", m.moe_top_k);
+  model.insert("moe_capacity_factor", shortest(m.moe_capacity_factor));
+  model.insert("moe_every", m.moe_every);
+  model.insert("moe_aux_loss_coef", shortest(m.moe_aux_loss_coef));
+  model.insert("moe_z_loss_coef", shortest(m.moe_z_loss_coef));
   const auto& t = c.train;
   toml::table train{{"steps", t.steps},
                     {"exit_after", t.exit_after},

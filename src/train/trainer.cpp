@@ -332,7 +332,9 @@ TrainResult Trainer::run() {
   const double elapsed_before = checkpoint_elapsed > 0 ? checkpoint_elapsed : history.elapsed_seconds;
 
   const int64_t N = model.parameters().numel();
-  const double flops_per_token = 6.0 * static_cast<double>(N) +
+  // A token reads k of an MoE block's E experts: the MFU counts the parameters it reads.
+  const int64_t active = N - (cfg.model.parameter_count() - cfg.model.active_parameter_count());
+  const double flops_per_token = 6.0 * static_cast<double>(active) +
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * static_cast<double>(T);
   const int64_t tokens_per_step = static_cast<int64_t>(cfg.train.batch_size) * T;
   // The MFU reference: fixed per machine (peak_flops.h), not re-measured under today's load.

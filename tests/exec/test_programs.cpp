@@ -12,7 +12,11 @@
 #include "exec/transform.h"
 #include "plan/memory_model.h"
 #include "plan/recompute_model.h"
+#include "nn/gpt.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/pipeline/generators.h"
+#include "parallel/tensor_parallel.h"
+#include "plan/model_costs.h"
 #include "parity_harness.h"
 
 using namespace tessera;
@@ -376,5 +380,48 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
         }
       }
     }
+  }
+}
+
+// The planner's parameters per rank of an MoE model equal what the model built with this rank's
+// expert- and tensor-parallel plans declares: experts split over ep, not over tp; and its FLOPs
+// count the router and k experts per token in each MoE block.
+TEST(ProgramMemory, PlannerCountsTheMoeParametersAndFlopsOfEachRank) {
+  for (config::Architecture arch : {config::Architecture::Gpt2, config::Architecture::Llama}) {
+    config::ModelConfig m;
+    m.arch = arch;
+    m.n_layer = 4;
+    m.n_head = 4;
+    m.n_embd = 32;
+    m.vocab_size = 64;
+    m.seq_len = 16;
+    m.ffn_hidden = 48;
+    m.bias = arch == config::Architecture::Gpt2;
+    m.moe_experts = 4;
+    m.moe_top_k = 2;
+    m.moe_every = 2;
+    for (int tp : {1, 2}) {
+      for (int ep : {1, 2, 4}) {
+        plan::Layout l;
+        l.tp = tp;
+        l.ep = ep;
+        l.dp = 4;
+        for (int rank : {0, ep - 1}) {
+          MemoryAccountant memory;
+          const parallel::TensorParallelPlan tensor(m, tp, 0);
+          const parallel::ExpertParallelPlan experts(m, ep, rank, &tensor);
+          nn::GPT model(m, memory, 1, &experts);
+          EXPECT_EQ(static_cast<double>(model.parameters().numel()), plan::stage_params(m, l, 0).total())
+              << config::architecture_name(arch) << " tp " << tp << " ep " << ep << " rank " << rank;
+        }
+      }
+    }
+    config::ModelConfig dense = m;
+    dense.moe_experts = 0;
+    const int64_t B = 8;
+    const double mlp = 2.0 * B * m.seq_len * m.n_embd * m.ffn() * (arch == config::Architecture::Gpt2 ? 2 : 3);
+    const double router = 2.0 * B * m.seq_len * m.n_embd * m.moe_experts;
+    EXPECT_DOUBLE_EQ(plan::step_flops(m, B, plan::Recompute::None, false).forward,
+                     plan::step_flops(dense, B, plan::Recompute::None, false).forward + 2 * (router + mlp));
   }
 }
