@@ -169,6 +169,7 @@ void lower_instruction(const pipeline::Schedule& schedule, const pipeline::Instr
   };
   auto chain_op = [&](const memory::ChainOp& op, Phase forward_phase, Phase backward_phase) {
     const int unit = first + op.unit;
+    if (unit >= stage.last) return;  // the boundary that closes a headless stage's chain (exec::stage_chain)
     Action* a = unit_action(op.is_forward() ? forward_phase : backward_phase, unit, op.keep);
     // Selective recomputation drops parts of blocks; the head, the chain's last unit, keeps all.
     a->selective = stage.selective && op.is_forward() && unit + 1 < units;

@@ -75,6 +75,19 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
     c.backward_time = times.backward[static_cast<size_t>(u)];
     chain.push_back(c);
   }
+  // A stage without the head ends where its output is sent on: a unit of no bytes and no time
+  // closes its chain (the chain's last unit keeps everything), so its last block is checkpointed
+  // like the others instead of kept whole. The lowering runs nothing for it.
+  // The last block's output is sent at once (it travels in a comm buffer): it is held while the
+  // block's forward runs, not after.
+  if (stage.last < model.n_layer + 2) {
+    if (!chain.empty()) {
+      memory::ChainUnit& last = chain.back();
+      last.forward_extra_bytes += last.output_bytes;
+      last.output_bytes = 0;
+    }
+    chain.push_back(memory::ChainUnit{});
+  }
   return chain;
 }
 

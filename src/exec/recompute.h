@@ -4,7 +4,8 @@
 // (config::unit_activation_bytes) and forward times, and the activation peak they predict.
 //
 // A stage's chain is its units without the embedding (its saved state is the token ids, kept
-// throughout), the head last on the last stage. Under the selective policy each block keeps less
+// throughout), the head last on the last stage; on the other stages a unit of no bytes that stands
+// for the send closes it, so that the stage's last block is checkpointed like the others. Under the selective policy each block keeps less
 // (Block::forward with keep_recomputable false) and allocates that much again at the start of its backward.
 //
 // The prediction is exact for a rank that holds every stage of a one-stage schedule (plain

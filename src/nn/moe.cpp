@@ -52,9 +52,9 @@ void MoeFeedForward::exchange(StepContext& step, const Tensor& send, std::span<c
   step.experts->exchange_rows(send, send_rows, recv, recv_rows);
 }
 
-void MoeFeedForward::to_experts(const Tensor& experts, const Tensor& recv, const Ctx& ctx) const {
-  // recv holds, member by member, the rows of each local expert; the expert's buffer takes them
-  // member by member at its own offset e·R.
+void MoeFeedForward::move_rows(const Tensor& experts, const Tensor& received, const Ctx& ctx, bool into_experts) const {
+  // `received` holds, member by member, the rows of each local expert; expert e's buffer holds
+  // them member by member from its own offset e·R.
   const int El = experts_here(), P = static_cast<int>(ctx.recv_rows.size());
   const int64_t R = experts.size(0) / El;
   int64_t at = 0;
@@ -62,24 +62,15 @@ void MoeFeedForward::to_experts(const Tensor& experts, const Tensor& recv, const
   for (int s = 0; s < P; ++s) {
     for (int e = 0; e < El; ++e) {
       const int64_t n = ctx.recv_load[static_cast<size_t>(s * El + e)];
-      const int64_t to = e * R + filled[static_cast<size_t>(e)];
-      if (n > 0) experts.slice(0, to, to + n).copy_from(recv.slice(0, at, at + n));
-      filled[static_cast<size_t>(e)] += n;
-      at += n;
-    }
-  }
-}
-
-void MoeFeedForward::from_experts(const Tensor& recv, const Tensor& experts, const Ctx& ctx) const {
-  const int El = experts_here(), P = static_cast<int>(ctx.recv_rows.size());
-  const int64_t R = experts.size(0) / El;
-  int64_t at = 0;
-  std::vector<int64_t> filled(static_cast<size_t>(El), 0);
-  for (int s = 0; s < P; ++s) {
-    for (int e = 0; e < El; ++e) {
-      const int64_t n = ctx.recv_load[static_cast<size_t>(s * El + e)];
-      const int64_t from = e * R + filled[static_cast<size_t>(e)];
-      if (n > 0) recv.slice(0, at, at + n).copy_from(experts.slice(0, from, from + n));
+      const int64_t row = e * R + filled[static_cast<size_t>(e)];
+      if (n > 0) {
+        Tensor mine = experts.slice(0, row, row + n), theirs = received.slice(0, at, at + n);
+        if (into_experts) {
+          mine.copy_from(theirs);
+        } else {
+          theirs.copy_from(mine);
+        }
+      }
       filled[static_cast<size_t>(e)] += n;
       at += n;
     }
@@ -166,20 +157,20 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
   exchange(step, send, ctx.send_rows, recv, ctx.recv_rows);
   send = Tensor();
   ctx.in = step.activation({El * R, C});
-  to_experts(ctx.in, recv, ctx);
+  move_rows(ctx.in, recv, ctx, true);
 
   // The local experts, each on its rows.
   ctx.pre = step.activation({El * R, F});
   if (swiglu_) ctx.up = step.activation({El * R, F});
   ctx.act = step.activation({El * R, F});
   Tensor out = step.workspace({El * R, C});
-  std::vector<int64_t> rows_of(static_cast<size_t>(El), 0);
+  ctx.expert_rows.assign(static_cast<size_t>(El), 0);
   for (int s = 0; s < P; ++s) {
-    for (int e = 0; e < El; ++e) rows_of[static_cast<size_t>(e)] += ctx.recv_load[static_cast<size_t>(s * El + e)];
+    for (int e = 0; e < El; ++e) ctx.expert_rows[static_cast<size_t>(e)] += ctx.recv_load[static_cast<size_t>(s * El + e)];
   }
   const Tensor W1 = step.weight(*fc_w_), W2 = step.weight(*proj_w_);
   for (int e = 0; e < El; ++e) {
-    const int64_t n = rows_of[static_cast<size_t>(e)];
+    const int64_t n = ctx.expert_rows[static_cast<size_t>(e)];
     if (n == 0) continue;
     const int64_t lo = e * R, hi = lo + n;
     const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
@@ -196,7 +187,7 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
   }
 
   // Combine.
-  from_experts(recv, out, ctx);
+  move_rows(out, recv, ctx, false);
   out = Tensor();
   ctx.returned = step.activation({N * k, C});
   exchange(step, recv, ctx.recv_rows, ctx.returned, ctx.send_rows);
@@ -246,13 +237,9 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
   Tensor recv = step.workspace({R * El, C});
   exchange(step, send, ctx.send_rows, recv, ctx.recv_rows);
   Tensor dout = step.workspace({El * R, C});
-  to_experts(dout, recv, ctx);
+  move_rows(dout, recv, ctx, true);
 
   // The experts' backward, each on its rows.
-  std::vector<int64_t> rows_of(static_cast<size_t>(El), 0);
-  for (size_t s = 0; s < ctx.recv_rows.size(); ++s) {
-    for (int e = 0; e < El; ++e) rows_of[static_cast<size_t>(e)] += ctx.recv_load[s * static_cast<size_t>(El) + static_cast<size_t>(e)];
-  }
   Tensor din = step.workspace({El * R, C});
   {
     Tensor dact = step.workspace({R, F}), dpre = step.workspace({R, F});
@@ -261,7 +248,7 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
     const Tensor W1 = step.weight(*fc_w_), W2 = step.weight(*proj_w_);
     const Tensor dW1 = step.grad(*fc_w_), dW2 = step.grad(*proj_w_);
     for (int e = 0; e < El; ++e) {
-      const int64_t n = rows_of[static_cast<size_t>(e)];
+      const int64_t n = ctx.expert_rows[static_cast<size_t>(e)];
       if (n == 0) continue;
       const int64_t lo = e * R, hi = lo + n;
       const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
@@ -283,7 +270,7 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
   }
   ctx.in = ctx.pre = ctx.up = ctx.act = Tensor();
   dout = Tensor();
-  from_experts(recv, din, ctx);
+  move_rows(din, recv, ctx, false);
   din = Tensor();
   Tensor din_rows = step.workspace({N * k, C});
   exchange(step, recv, ctx.recv_rows, din_rows, ctx.send_rows);

@@ -67,6 +67,7 @@ class MoeFeedForward {
     Tensor in, pre, up, act;  // [E_l·R, C], [E_l·R, F] ×3 (up: SwiGLU only): the local experts' rows
     std::vector<int64_t> send_rows, recv_rows;  // [P] rows to / from each member
     std::vector<int32_t> recv_load;             // [P·E_l] rows member s sends local expert e
+    std::vector<int64_t> expert_rows;           // [E_l] rows each local expert received
     int64_t sent = 0;
     float grad_scale = 1.0f;  // the microbatch's (StepContext::grad_scale at the forward)
   };
@@ -79,10 +80,10 @@ class MoeFeedForward {
 
  private:
   int experts_here() const { return static_cast<int>(fc_w_->shape[0]); }
-  // The local experts' rows: from `recv` (rows by member, then expert) into the padded
-  // expert-major buffer `experts` [E_l·R, X], and back.
-  void to_experts(const Tensor& experts, const Tensor& recv, const Ctx& ctx) const;
-  void from_experts(const Tensor& recv, const Tensor& experts, const Ctx& ctx) const;
+  // The local experts' rows between `received` (rows by member, then expert, as the exchange
+  // delivers them) and the padded expert-major buffer `experts` [E_l·R, X]: into the experts'
+  // buffer, or back out of it.
+  void move_rows(const Tensor& experts, const Tensor& received, const Ctx& ctx, bool into_experts) const;
   void exchange(StepContext& step, const Tensor& send, std::span<const int64_t> send_rows, const Tensor& recv,
                 std::span<const int64_t> recv_rows) const;
 

@@ -2,30 +2,17 @@
 
 #include <vector>
 
+#include "config/expert_parallel_shape.h"
 #include "core/check.h"
 
 namespace tessera::parallel {
 
 bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
 
-std::optional<std::string> expert_parallel_refusal(const config::ModelConfig& model, int ep) {
-  if (ep <= 1) return std::nullopt;
-  if (model.moe_experts == 0) {
-    return fmt::format("parallel.ep = {} splits the experts of MoE layers, but the model has none: set "
-                       "model.moe_experts (a multiple of {}) or use parallel.ep = 1", ep, ep);
-  }
-  if (model.moe_experts % ep != 0) {
-    return fmt::format("parallel.ep = {} must divide model.moe_experts = {} (each rank holds the same number of "
-                       "experts); use an ep that divides it or {} experts", ep, model.moe_experts,
-                       (model.moe_experts + ep - 1) / ep * ep);
-  }
-  return std::nullopt;
-}
-
 ExpertParallelPlan::ExpertParallelPlan(const config::ModelConfig& model, int ep, int rank,
                                        const nn::ShardingRules* inner)
     : model_(model), ep_(ep), rank_(rank), inner_(inner) {
-  if (const auto refusal = expert_parallel_refusal(model, ep)) TS_FAIL("{}", *refusal);
+  if (const auto refusal = config::expert_parallel_refusal(model, ep)) TS_FAIL("{}", *refusal);
   TS_CHECK(rank >= 0 && rank < ep, "expert-parallel rank {} of {}", rank, ep);
 }
 

@@ -25,8 +25,6 @@ namespace tessera::parallel {
 
 // Whether `name` is a stacked expert weight or bias of an MoE layer ("blocks.3.moe.experts.fc.weight").
 bool is_expert_parameter(const std::string& name);
-// Why `model` cannot be split over `ep` ranks (nullopt: it can).
-std::optional<std::string> expert_parallel_refusal(const config::ModelConfig& model, int ep);
 
 class ExpertParallelPlan final : public nn::ShardingRules {
  public:

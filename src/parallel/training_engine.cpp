@@ -30,21 +30,28 @@ std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Commun
 }
 
 // The parameters of `domain` (empty: the whole store) parted into the dense ones and the expert
-// ones, each as flat ranges in flat order.
+// ones, each as flat ranges in flat order. A range never spans two pieces of the domain: ZeRO cuts
+// each piece into shards on its own, and a pipeline stage's pieces (a tied embedding's among them)
+// must be cut the same way on every stage that holds them.
 std::pair<std::vector<nn::ParamRange>, std::vector<nn::ParamRange>> split_experts(
     const nn::ParameterStore& params, const std::vector<nn::ParamRange>& domain) {
+  const std::vector<nn::ParamRange> pieces =
+      domain.empty() ? std::vector<nn::ParamRange>{{0, params.numel()}} : domain;
   std::vector<nn::ParamRange> dense, experts;
-  for (const nn::Parameter& p : params.all()) {
-    const nn::ParamRange range{static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset) + p.numel()};
-    if (range.size() == 0) continue;
-    bool inside = domain.empty();
-    for (const nn::ParamRange& piece : domain) inside = inside || (piece.begin <= range.begin && range.end <= piece.end);
-    if (!inside) continue;
-    std::vector<nn::ParamRange>& to = is_expert_parameter(p.name) ? experts : dense;
-    if (!to.empty() && to.back().end == range.begin) {
-      to.back().end = range.end;
-    } else {
-      to.push_back(range);
+  for (const nn::ParamRange& piece : pieces) {
+    bool fresh_dense = true, fresh_experts = true;  // the first range of each kind in this piece starts anew
+    for (const nn::Parameter& p : params.all()) {
+      const nn::ParamRange range{static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset) + p.numel()};
+      if (range.size() == 0 || range.begin < piece.begin || range.end > piece.end) continue;
+      const bool expert = is_expert_parameter(p.name);
+      std::vector<nn::ParamRange>& to = expert ? experts : dense;
+      bool& fresh = expert ? fresh_experts : fresh_dense;
+      if (!fresh && to.back().end == range.begin) {
+        to.back().end = range.end;
+      } else {
+        to.push_back(range);
+      }
+      fresh = false;
     }
   }
   return {dense, experts};

@@ -117,6 +117,15 @@ std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& 
     // The head reads the last block's output; its forward is the [C, V/t] product.
     const double head = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
     chain.push_back(unit(units.back(), units[1], head));
+  } else {
+    // The runtime closes a headless stage's chain with a boundary of no bytes, the last block's
+    // output held only while its forward runs, as it is sent at once (exec::stage_chain).
+    if (!chain.empty()) {
+      memory::ChainUnit& last = chain.back();
+      last.forward_extra_bytes += last.output_bytes;
+      last.output_bytes = 0;
+    }
+    chain.push_back(memory::ChainUnit{});
   }
   return chain;
 }

@@ -12,8 +12,8 @@
 // config::unit_activation_bytes: unit i is block i with input = the previous unit's output, own =
 // its kept tensors (less what selective drops), the selective rebuild as backward extra and the
 // forward transients as forward extra; the last stage's chain ends with the head (a chunk of v > 1
-// that does not hold it is taken to, a bound), the others with their last block, whose output is
-// sent on. The embedding's token ids are counted once per microbatch in flight on the first stage.
+// that does not hold it is taken to, a bound), the others with a boundary unit of no bytes where
+// the last block's output is sent on, so that block is checkpointed like the others. The embedding's token ids are counted once per microbatch in flight on the first stage.
 // Every policy takes its activations from this chain, as the runtime's prediction does: for one
 // stage, (I - 1) R + P plus the token ids, exec::predict_activations to the byte.
 //

@@ -1,7 +1,6 @@
 #include "train/run_config.h"
 
-#include "parallel/expert_parallel.h"
-
+#include "config/expert_parallel_shape.h"
 #include "config/tensor_parallel_shape.h"
 
 #include <fmt/ranges.h>
@@ -109,7 +108,7 @@ void RunConfig::validate() const {
            parallel.tp, model.seq_len, parallel.tp, parallel.tp, (model.seq_len / parallel.tp + 1) * parallel.tp);
   check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
   check_range("parallel.ep", parallel.ep, 1, 1 << 10);
-  if (const auto refusal = parallel::expert_parallel_refusal(model, parallel.ep)) TS_FAIL("config: {}", *refusal);
+  if (const auto refusal = config::expert_parallel_refusal(model, parallel.ep)) TS_FAIL("config: {}", *refusal);
   TS_CHECK(parallel.dp % parallel.ep == 0,
            "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
            "ep that divides dp", parallel.ep, parallel.dp);

@@ -59,6 +59,7 @@ config::ModelConfig llama_moe() {
 struct Layout {
   int dp, ep, tp, zero;
   exec::RecomputeOptions recompute;
+  int pp = 1;
 };
 
 ParityCase moe_case(const std::string& name, const config::ModelConfig& model, int dp, int zero) {
@@ -88,7 +89,8 @@ void check_routing(const RunRecord& run, const RunRecord& ref, const std::string
 
 void check_all_to_all(const ParityCase& c, const Layout& l, const RunRecord& run, dist::Communicator& dp,
                       const std::string& what, RankChecks& t) {
-  if (l.ep == 1 || l.zero != 0 || l.recompute.policy != memory::RecomputePolicy::None) return;
+  // Under pipelining the statistics are the whole pipeline's, the counters one stage's.
+  if (l.ep == 1 || l.zero != 0 || l.pp != 1 || l.recompute.policy != memory::RecomputePolicy::None) return;
   const int64_t E_local = c.model.moe_experts / l.ep;
   for (size_t s = 0; s < run.steps.size(); ++s) {
     const nn::MoeStatistics& m = run.steps[s].moe;  // summed over dp
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
       layouts.push_back({4, 2, 1, 0, {}});         // dp = 2·ep
       layouts.push_back({4, 2, 1, 2, selective});  // ZeRO-2 over dp and over edp
       layouts.push_back({2, 2, 2, 1, {}});         // tp 2 beside ep 2
+      layouts.push_back({2, 2, 1, 1, {}, 2});      // pp 2 (1F1B) × dp 2 = ep 2, a block per stage
     }
     for (const config::ModelConfig& model : {gpt2_moe(), llama_moe()}) {
       for (const Layout& l : layouts) {
@@ -132,12 +135,14 @@ int main(int argc, char** argv) {
         layout.dp = l.dp;
         layout.ep = l.ep;
         layout.tp = l.tp;
+        layout.pp = l.pp;
         layout.global_batch = c.global_batch;
         dist::Mesh mesh(world, layout);
-        const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, nullptr, l.tp > 1 ? &mesh.tp() : nullptr,
+        const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, l.pp > 1 ? &mesh.pp() : nullptr,
+                                           l.tp > 1 ? &mesh.tp() : nullptr,
                                            l.ep > 1 ? &mesh.ep() : nullptr, l.ep > 1 ? &mesh.edp() : nullptr);
-        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} zero {} recompute {}", c.name,
-                                             model.moe_top_k, l.dp, l.ep, l.tp, l.zero,
+        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} pp {} zero {} recompute {}", c.name,
+                                             model.moe_top_k, l.dp, l.ep, l.tp, l.pp, l.zero,
                                              memory::recompute_policy_name(l.recompute.policy));
         check_matches_reference(run, ref, what, t);
         check_routing(run, ref, what, t);
