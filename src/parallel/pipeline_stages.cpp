@@ -96,7 +96,7 @@ void PipelineStageParameters::sum_shared_gradients(std::span<const optim::Segmen
 std::vector<optim::Segment> PipelineStageParameters::norm_segments(std::span<const optim::Segment> segments) const {
   std::vector<optim::Segment> out;
   for (optim::Segment s : segments) {
-    if (holders_[static_cast<size_t>(s.param->id)].front() != rank_) continue;  // counted by a lower rank
+    if (held_by_lower_rank(*s.param)) continue;  // counted by a lower rank
     s.sharded_over |= 1u << static_cast<uint32_t>(config::MeshDim::PP);
     out.push_back(s);
   }

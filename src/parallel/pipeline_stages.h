@@ -40,6 +40,11 @@ class PipelineStageParameters final : public exec::StorageOwner {
   // Of `segments` (this rank's master segments), those the global norm counts here: all but the
   // parameters another, lower rank also holds; each marked as summed over the pipeline group.
   std::vector<optim::Segment> norm_segments(std::span<const optim::Segment> segments) const;
+  // Whether a lower pipeline rank also holds `p` (the last stage's tied head: the first stage's
+  // embedding); that rank writes it to checkpoints.
+  bool held_by_lower_rank(const nn::Parameter& p) const {
+    return holders_[static_cast<size_t>(p.id)].front() != rank_;
+  }
   // Every parameter's current value on every rank, broadcast from the lowest rank holding it.
   void full_values();
 

@@ -479,6 +479,14 @@ std::vector<const nn::Parameter*> TrainingEngine::optimizer_parameters() {
   return out;
 }
 
+bool TrainingEngine::writes_checkpoint_of(const nn::Parameter& p, bool sharded_by_zero) const {
+  if (stage_params_ && stage_params_->held_by_lower_rank(p)) return false;
+  if (tp_ != nullptr && p.spec.replicated_over(config::MeshDim::TP) && tp_->rank() != 0) return false;
+  if (sharded_by_zero) return true;
+  const bool expert = ep_ != nullptr && is_expert_parameter(p.name);
+  return expert ? edp_ == nullptr || edp_->rank() == 0 : dp_->rank() == 0;
+}
+
 DataParallel::FullParameters TrainingEngine::full_parameters() {
   if (stage_params_) stage_params_->full_values();
   return dp_->full_parameters();

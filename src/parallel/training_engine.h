@@ -124,6 +124,14 @@ class TrainingEngine {
   dist::Communicator* pipeline() const { return pp_; }
   // The tensor-parallel group (nullptr with one tensor-parallel rank).
   dist::Communicator* tensor_parallel() const { return tp_; }
+  // The expert-parallel group (nullptr without expert parallelism).
+  dist::Communicator* expert_parallel() const { return ep_; }
+  // Whether this rank writes the elements of `p` it holds to a checkpoint, so that exactly one rank
+  // writes each element of the model: the lowest pipeline rank holding it, tensor-parallel rank 0
+  // where tp replicates it, and rank 0 of its data-parallel group (the experts': edp) unless ZeRO
+  // shards it over that group (`sharded_by_zero`: master copies and their optimizer state under
+  // ZeRO; not 2BW's previous weights, which every rank of the group holds whole).
+  bool writes_checkpoint_of(const nn::Parameter& p, bool sharded_by_zero) const;
   // The parameters whose master copy this rank's optimizer updates, in its state's order.
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "io/safetensors.h"
 #include "parallel/tensor_parallel.h"
+#include "train/optimizer_shards.h"
 
 namespace fs = std::filesystem;
 
@@ -23,7 +25,6 @@ namespace tessera::train {
 namespace {
 
 constexpr const char* kModelFile = kCheckpointModelFile;
-constexpr const char* kOptimizerFile = kCheckpointOptimizerFile;
 constexpr const char* kTokenizerFile = kCheckpointTokenizerFile;
 constexpr const char* kManifestFile = kCheckpointManifestFile;
 constexpr const char* kLatestFile = "latest";
@@ -106,33 +107,21 @@ void for_each_state_part(const ModelState& model, optim::StateDict& state, Visit
   }
 }
 
-// Without ZeRO: the optimizer state by parameter name, so the file reads like the model file.
-// Under pipelining each stage writes the state of its parameters to a file of its own.
-void write_optimizer(const std::string& path, const ModelState& model) {
-  io::SafeTensorsWriter opt;
-  optim::StateDict state = model.optimizer->state_dict();
-  for_each_state_part(model, state, [&](const std::string& key, const Tensor& part) { opt.add(key, part); });
-  if (model.pipeline_rank >= 0) {
-    opt.set_metadata("format", "tessera-pipeline-stage");
-    opt.set_metadata("pipeline_rank", std::to_string(model.pipeline_rank));
-  }
-  if (model.tensor_parallel != nullptr) opt.set_metadata("tensor_parallel_rank", std::to_string(model.tensor_parallel->rank()));
-  opt.write(path);
-}
-
 // Without ZeRO: the file of this rank's optimizer state.
 std::string optimizer_file_of(const ModelState& model) {
   return optimizer_file_name(model.pipeline_rank, model.tensor_parallel_rank());
 }
 
 // The whole value of every parameter (row-major [p.spec.unpadded_shape()]), gathered from the
-// tensor-parallel blocks (collective over the group).
+// tensor-parallel blocks and the expert-parallel stacks (collective over those groups).
 std::vector<std::vector<float>> whole_parameters(const ModelState& model) {
   std::vector<std::vector<float>> out;
   for (const auto& p : model.params.all()) {
     const Tensor block = model.values.weight(p);
-    out.push_back(parallel::gather_parameter(model.tensor_parallel, p,
-                                             std::span(block.data<float>(), static_cast<size_t>(p.numel()))));
+    const bool expert_stack = !p.spec.replicated_over(config::MeshDim::EP);
+    out.push_back(parallel::gather_parameter(expert_stack ? model.expert_parallel : model.tensor_parallel, p,
+                                             std::span(block.data<float>(), static_cast<size_t>(p.numel())),
+                                             expert_stack ? config::MeshDim::EP : config::MeshDim::TP));
   }
   return out;
 }
@@ -153,21 +142,6 @@ std::string ranges_text(const std::vector<nn::ParamRange>& ranges) {
   std::string text;
   for (const nn::ParamRange& r : ranges) text += fmt::format("{}{}-{}", text.empty() ? "" : ",", r.begin, r.end);
   return text;
-}
-
-// With ZeRO: this rank's flat ranges of the moments, and the ranges themselves to check on load.
-void write_shard(const std::string& path, const ModelState& model, int rank, int ranks, int stage) {
-  io::SafeTensorsWriter shard;
-  optim::StateDict state = model.optimizer->state_dict();
-  for (const optim::StateTensor& t : state.tensors) shard.add(t.name, t.values);
-  shard.set_metadata("format", "tessera-zero-shard");
-  shard.set_metadata("begin", std::to_string(model.owned.empty() ? 0 : model.owned.front().begin));
-  shard.set_metadata("end", std::to_string(model.owned.empty() ? 0 : model.owned.back().end));
-  shard.set_metadata("ranges", ranges_text(model.owned));
-  shard.set_metadata("rank", std::to_string(rank));
-  shard.set_metadata("ranks", std::to_string(ranks));
-  shard.set_metadata("zero_stage", std::to_string(stage));
-  shard.write(path);
 }
 
 }  // namespace
@@ -228,7 +202,6 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
                                   const std::string& tokenizer_path, dist::Communicator* comm) const {
   TS_CHECK(model.optimizer != nullptr, "a checkpoint saves the optimizer state too");
   const int rank = rank_in(comm), ranks = size_of(comm);
-  const bool sharded = config.parallel.zero_stage >= 1;
   const std::string name = step_folder_name(state.step);
   const std::string final_path = (fs::path(dir_) / name).string();
   // One temporary folder for the whole group, named after rank 0's process.
@@ -245,37 +218,16 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
   if (ranks > 1) comm->broadcast(std::span(&owner, 1), 0)->wait();
   const std::string tmp = tmp_of(owner);
 
-  const bool pipelined = model.pipeline_rank >= 0;
-  // Optimizer state per pipeline rank or tensor-parallel rank, written by one rank of each data-parallel group.
-  const bool per_rank_optimizer = pipelined || model.tensor_parallel != nullptr;
-  // The model file holds whole parameters: under tensor parallelism they are gathered first (every rank takes part).
+  // The model file holds whole parameters: blocks split over tp or ep are gathered first (every rank takes part).
   std::vector<std::vector<float>> gathered;
-  if (model.tensor_parallel != nullptr) gathered = whole_parameters(model);
-  if (sharded) {
-    // Only rank 0, which made the temporary folder, removes it; the others report their failure.
-    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
-      write_shard((fs::path(tmp) / shard_file_name(rank)).string(), model, rank, ranks, config.parallel.zero_stage);
-    });
-  }
+  if (model.tensor_parallel != nullptr || model.expert_parallel != nullptr) gathered = whole_parameters(model);
+  // Only rank 0, which made the temporary folder, removes it; the others report their failure.
+  saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
+    write_optimizer_shard((fs::path(tmp) / optimizer_shard_file_name(rank)).string(), model, rank, ranks);
+  });
   if (model.rank_state != nullptr) {
     saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
       write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.rank_state);
-    });
-  }
-  if (per_rank_optimizer && !sharded && model.writes_stage) {
-    saving(dir_, rank == 0 ? tmp : std::string(), final_path,
-           [&] { write_optimizer((fs::path(tmp) / optimizer_file_of(model)).string(), model); });
-  }
-  if (!model.previous_weights.empty() && model.writes_previous_weights) {
-    saving(dir_, rank == 0 ? tmp : std::string(), final_path, [&] {
-      io::SafeTensorsWriter previous;
-      for (const auto& [p, value] : model.previous_weights) previous.add(p->name, value);
-      previous.set_metadata("format", "tessera-previous-weights");
-      previous.set_metadata("pipeline_rank", std::to_string(model.previous_weights_rank));
-      previous.set_metadata("step", std::to_string(state.step - 1));
-      previous.write(
-          (fs::path(tmp) / previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank()))
-              .string());
     });
   }
   if (rank == 0) {
@@ -288,7 +240,6 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       }
       values.set_metadata("format", "tessera-parameters");
       values.write((fs::path(tmp) / kModelFile).string());
-      if (!sharded && !per_rank_optimizer) write_optimizer((fs::path(tmp) / kOptimizerFile).string(), model);
       if (!tokenizer_path.empty()) {
         fs::copy_file(tokenizer_path, fs::path(tmp) / kTokenizerFile, fs::copy_options::overwrite_existing);
         sync_path(fs::path(tmp) / kTokenizerFile);
@@ -313,7 +264,8 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
           {"zero_stage", config.parallel.zero_stage},
           {"ranks", ranks},
           {"pp", config.parallel.pp},
-          {"tp", config.parallel.tp}}},
+          {"tp", config.parallel.tp},
+          {"ep", config.parallel.ep}}},
         {"config", to_toml(config)},
     };
     if (state.loss_scale) {
@@ -616,42 +568,85 @@ LoadedWeights load_weights(const std::string& checkpoint, const config::ModelCon
   return loaded;
 }
 
+namespace {
+
+// "parallel.dp = 2, parallel.zero_stage = 1, parallel.tp = 2, parallel.pp = 2 (8 ranks)": the keys
+// that decide which elements a rank holds, for the errors that refuse a move between layouts.
+std::string layout_text(const ParallelSection& p, int ranks) {
+  std::string text = fmt::format("parallel.dp = {}, parallel.zero_stage = {}, parallel.tp = {}, parallel.pp = {}", p.dp,
+                                 p.zero_stage, p.tp, p.pp);
+  if (p.virtual_stages > 1) text += fmt::format(", parallel.virtual_stages = {}", p.virtual_stages);
+  if (!p.stage_layers.empty()) text += fmt::format(", parallel.stage_layers = [{}]", fmt::join(p.stage_layers, ", "));
+  if (p.ep > 1) text += fmt::format(", parallel.ep = {}", p.ep);
+  return text + fmt::format(" ({} rank{})", ranks, ranks == 1 ? "" : "s");
+}
+
+// Formats 1 and 2 keep the optimizer state in files per layout: they load on the layout that saved them.
+void check_saved_layout(const std::string& path, const CheckpointManifest& manifest, const RunConfig& config) {
+  const auto same = [&](const char* key, int saved, int now) {
+    TS_CHECK(saved == now,
+             "checkpoint '{}' (format {}) was saved with parallel.{} = {} but this run has parallel.{} = {}; checkpoints "
+             "of that format keep the optimizer state in files per layout: resume with parallel.{} = {} (its weights "
+             "alone load under any layout with train.init_from; checkpoints saved now move between layouts)",
+             path, manifest.version, key, saved, key, now, key, saved);
+  };
+  same("dp", manifest.dp, config.parallel.dp);
+  same("zero_stage", manifest.zero_stage, config.parallel.zero_stage);
+  same("tp", manifest.tp, config.parallel.tp);
+  same("pp", manifest.pp, config.parallel.pp);
+}
+
+// Formats 1 and 2: PipeDream-2BW's previous weight version, a file per pipeline (and tensor-parallel) rank.
+void load_previous_weights(const std::string& path, const CheckpointManifest& manifest, const ModelState& model) {
+  const std::string name = previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank());
+  TS_CHECK(manifest.files.contains(name),
+           "checkpoint '{}' has no previous weight version for pipeline rank {} ({}): it was saved by a schedule "
+           "that flushes, and PipeDream-2BW's next batch reads the version before the newest. Resume with the "
+           "schedule it was saved with, or start a new 2bw run from its weights with train.init_from",
+           path, model.previous_weights_rank, name);
+  io::SafeTensorsFile previous = io::SafeTensorsFile::open((fs::path(path) / name).string());
+  for (const auto& [p, value] : model.previous_weights) {
+    Tensor into = value;  // a view of the stash: loading into it loads the stash
+    previous.copy_to(p->name, into);
+  }
+}
+
+}  // namespace
+
+std::vector<optim::Segment> ModelState::master_segments() const {
+  if (!segments.empty()) return segments;
+  std::vector<optim::Segment> out;
+  for (const nn::ParamRange& range : owned) {
+    for (const nn::Parameter& p : params.all()) {
+      const auto first = static_cast<int64_t>(p.offset);
+      const int64_t lo = std::max(range.begin, first), hi = std::min(range.end, first + p.numel());
+      if (hi > lo) out.push_back({&p, lo - first, hi - first, nullptr, nullptr, p.spec.split_mask()});
+    }
+  }
+  return out;
+}
+
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
                                  dist::Communicator* comm) {
   const CheckpointManifest manifest = read_checkpoint_manifest(path);
   const std::string differences = model_differences(manifest, config.model);
   TS_CHECK(differences.empty(), "checkpoint '{}' was saved by a different model shape ({}); resume with the config it "
            "was saved with, or start a new run", path, differences);
-  const int saved_dp = manifest.dp;
-  TS_CHECK(saved_dp == config.parallel.dp,
-           "checkpoint '{}' was saved with parallel.dp = {} but this run has parallel.dp = {}; resharding across "
-           "data-parallel sizes is not supported yet: resume with parallel.dp = {}",
-           path, saved_dp, config.parallel.dp, saved_dp);
-  const int saved_stage = manifest.zero_stage;
-  TS_CHECK(saved_stage == config.parallel.zero_stage,
-           "checkpoint '{}' was saved with parallel.zero_stage = {} but this run has parallel.zero_stage = {}; "
-           "resharding across ZeRO stages is not supported yet: resume with parallel.zero_stage = {}",
-           path, saved_stage, config.parallel.zero_stage, saved_stage);
-  TS_CHECK(manifest.tp == config.parallel.tp,
-           "checkpoint '{}' was saved with parallel.tp = {} but this run has parallel.tp = {}; the optimizer state is "
-           "saved per tensor-parallel rank and moving it between tensor-parallel sizes is not supported yet: resume "
-           "with parallel.tp = {} (its weights alone load under any layout with train.init_from)",
-           path, manifest.tp, config.parallel.tp, manifest.tp);
-  TS_CHECK(manifest.pp == config.parallel.pp,
-           "checkpoint '{}' was saved with parallel.pp = {} but this run has parallel.pp = {}; the optimizer state is "
-           "saved per pipeline stage and moving it between stage splits is not supported yet: resume with "
-           "parallel.pp = {} (its weights alone load under any layout with train.init_from)",
-           path, manifest.pp, config.parallel.pp, manifest.pp);
-
   TS_CHECK(model.optimizer == nullptr || manifest.optimizer_name == model.optimizer->name(),
            "checkpoint '{}' holds the state of optim.name = \"{}\" but this run has optim.name = \"{}\": resume with "
            "optim.name = \"{}\", or start a new run from its weights alone with train.init_from",
            path, manifest.optimizer_name, model.optimizer->name(), manifest.optimizer_name);
+  const bool per_layout_files = manifest.version < 3;
+  if (per_layout_files) check_saved_layout(path, manifest, config);
   load_parameters(path, model);
+  const std::string saved_layout = layout_text(checkpoint_run_config(manifest, path).parallel, manifest.ranks);
+  const std::string this_layout = layout_text(config.parallel, size_of(comm));
   if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();
-    if (saved_stage >= 1) {
+    if (!per_layout_files) {
+      load_optimizer_shards(path, manifest, model, state, saved_layout, this_layout);
+    } else if (manifest.zero_stage >= 1) {
       load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
     } else {
       load_optimizer(path, manifest, model, state);
@@ -659,21 +654,16 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
     state.steps = manifest.optimizer_steps;
     model.optimizer->load_state_dict(state);
   }
-  if (model.rank_state != nullptr) load_compression_state(path, manifest, *model.rank_state, rank_in(comm));
-  const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
-  if (!model.previous_weights.empty() && manifest.state.step > 0) {
-    const std::string name = previous_weights_file_name(model.previous_weights_rank, model.tensor_parallel_rank());
-    TS_CHECK(manifest.files.contains(name),
-             "checkpoint '{}' has no previous weight version for pipeline rank {} ({}): it was saved by a schedule "
-             "that flushes, and PipeDream-2BW's next batch reads the version before the newest. Resume with the "
-             "schedule it was saved with, or start a new 2bw run from its weights with train.init_from",
-             path, model.previous_weights_rank, name);
-    io::SafeTensorsFile previous = io::SafeTensorsFile::open((fs::path(path) / name).string());
-    for (const auto& [p, value] : model.previous_weights) {
-      Tensor into = value;  // a view of the stash: loading into it loads the stash
-      previous.copy_to(p->name, into);
-    }
+  if (model.rank_state != nullptr) {
+    TS_CHECK(saved_layout == this_layout,
+             "checkpoint '{}' was saved with {} and this run has {}: the error feedback of '{}' (what each rank has not "
+             "sent yet) is kept per rank and does not move between layouts. Resume with {}, or start a new run from "
+             "its weights with train.init_from",
+             path, saved_layout, this_layout, model.rank_state->rank_state_owner(), saved_layout);
+    load_compression_state(path, manifest, *model.rank_state, rank_in(comm));
   }
+  const bool has_compression_state = manifest.files.contains(compression_state_file_name(0));
+  if (per_layout_files && !model.previous_weights.empty() && manifest.state.step > 0) load_previous_weights(path, manifest, model);
   LoadedCheckpoint loaded;
   loaded.path = path;
   loaded.state = manifest.state;

@@ -1,37 +1,35 @@
 #pragma once
 // Checkpoints: a folder per save (checkpoints/step_00000100/) holding
-//   model.safetensors      parameters by name (f32)
-//   optimizer.safetensors  the optimizer's state by parameter (without ZeRO): each state tensor's
-//                          part for a parameter as "<tensor>.<name>" ("m.<name>", "v.<name>" for
-//                          AdamW; "row.<name>", "col.<name>" for Adafactor's factored statistics;
-//                          "m8.<name>" codes and "m_absmax.<name>" scales for adam8bit), shaped
-//                          like the parameter when it holds one value per element
-//   zero_shard.rank<r>.safetensors
-//                          with ZeRO (parallel.zero_stage >= 1): rank r's optimizer state tensors
-//                          as its optimizer holds them (for the flat ranges named in its metadata)
-//   previous_weights.pipeline<r>.safetensors
-//                          PipeDream-2BW (parallel.schedule = "2bw"): pipeline rank r's previous
-//                          weight version by name, which the next batch still reads
-//   optimizer.tp<t>.safetensors (optimizer.pipeline<r>.tp<t>..., previous_weights....tp<t>...)
-//                          under tensor parallelism: tensor-parallel rank t's blocks; the model
-//                          file holds the whole parameters all the same
+//   model.safetensors      parameters by name (f32), whole whatever the layout: what `tessera
+//                          sample`, `export` and train.init_from read
+//   optimizer.rank<r>.safetensors
+//                          world rank r's part of the optimizer state (and of PipeDream-2BW's
+//                          previous weight version), each element with its place in the
+//                          one-process tensor, so any layout resumes from any other
+//                          (train/optimizer_shards.h)
+//   compression.rank<r>.safetensors
+//                          with parallel.compression or 1-bit Adam: rank r's error feedback
 //   tokenizer.model        the tokenizer, so a checkpoint samples on its own
 //   manifest.json          format version, resolved config, step, data position, RNG seed,
-//                          optimizer step count, elapsed time, the size and XXH3 checksum of every
-//                          file, and its own checksum (checkpoint_manifest.h)
+//                          optimizer step count, elapsed time, the layout, the size and XXH3
+//                          checksum of every file, and its own checksum (checkpoint_manifest.h)
+// The data position is the global batch's (every layout reads the same batches) and dropout draws
+// from counters of the global microbatch, so a resumed run of another layout continues the same
+// sequence of steps.
+//
 // A save is atomic: everything is written into a hidden temporary folder, synced, and renamed into
 // place; the `latest` pointer is replaced last; older checkpoints beyond `keep` are deleted only
 // after the new one is complete. A crash at any moment leaves the previous checkpoint loadable, and
 // a save that fails (disk full, read-only folder) throws after removing its temporary folder,
 // leaving every complete checkpoint as it was.
 //
-// Data parallelism: every rank of the data-parallel group calls save() and load_checkpoint() with
-// the group's communicator. Rank 0 names the temporary folder; each rank writes its own shard file
-// into it; after a barrier rank 0 alone checksums everything, writes the manifest and renames the
-// folder into place; a last barrier keeps every rank until the checkpoint is complete. Rank 0 also
-// writes model.safetensors: the whole parameters (with ZeRO-3 the caller gathers them first).
-// A checkpoint loads on the layout it was saved with (same dp and ZeRO stage); another layout
-// gets an error saying so (resharding is not supported yet).
+// Every rank calls save() and load_checkpoint() with the world's communicator. Rank 0 names the
+// temporary folder; each rank writes its own shard file into it (in parallel); after a barrier rank
+// 0 alone checksums everything, writes the manifest and renames the folder into place; a last
+// barrier keeps every rank until the checkpoint is complete. Rank 0 also writes model.safetensors:
+// the whole parameters, gathered from the tensor- and expert-parallel blocks (with ZeRO-3 the caller
+// gathers them first). Checkpoints of formats 1 and 2 (optimizer state in files per layout) load on
+// the layout that saved them.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,6 +82,17 @@ struct ModelState {
   // ZeRO) by one rank of each data-parallel group (writes_stage).
   dist::Communicator* tensor_parallel = nullptr;
   int tensor_parallel_rank() const { return tensor_parallel ? tensor_parallel->rank() : -1; }
+  // Under expert parallelism: the group over which the expert stacks are gathered for
+  // model.safetensors.
+  dist::Communicator* expert_parallel = nullptr;
+  // Format 3 (train/optimizer_shards.h): this rank's master segments in its optimizer's state order
+  // (empty: those of `owned`), and per parameter id whether this rank writes its master elements
+  // and its previous weight version (empty: every one), so that exactly one rank writes each
+  // element (parallel::TrainingEngine::writes_checkpoint_of).
+  std::vector<optim::Segment> segments;
+  std::vector<bool> writes_master;
+  std::vector<bool> writes_previous;
+  std::vector<optim::Segment> master_segments() const;
 };
 
 class CheckpointStore {
@@ -117,9 +126,11 @@ struct LoadedCheckpoint {
   std::string unused;
 };
 
-// Verifies checksums, that the checkpoint's model equals `config.model` (an error lists the
-// differing keys) and that it was saved with the same dp and ZeRO stage, then loads parameters
-// and optimizer state (this rank's shard of it, with ZeRO) in place.
+// Verifies checksums and that the checkpoint's model equals `config.model` (an error lists the
+// differing keys), then loads the parameters and this rank's part of the optimizer state in place,
+// from a checkpoint of any layout (format 3; formats 1 and 2 need the layout that saved them).
+// State that cannot move (per-block or factored optimizer statistics, per-rank error feedback) is
+// refused on another layout, naming the layout to resume on.
 LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& config, const ModelState& model,
                                  dist::Communicator* comm = nullptr);
 // Reads and checks the manifest (every field, its own checksum) and the size and checksum of every

@@ -119,6 +119,8 @@ void check_model(const Fields& f, const json& model) {
 
 }  // namespace
 
+std::string optimizer_shard_file_name(int rank) { return fmt::format("optimizer.rank{:05d}.safetensors", rank); }
+
 std::string zero_shard_file_name(int rank) { return fmt::format("zero_shard.rank{:05d}.safetensors", rank); }
 
 std::string compression_state_file_name(int rank) {
@@ -288,6 +290,9 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (parallel.contains("tp")) {
     m.tp = static_cast<int>(f.integer(parallel, "parallel", "tp", 1, 1 << 10, "an integer of at least 1"));
   }
+  if (parallel.contains("ep")) {
+    m.ep = static_cast<int>(f.integer(parallel, "parallel", "ep", 1, 1 << 10, "an integer of at least 1"));
+  }
 
   m.config_toml = f.string(root, "", "config");
   if (m.config_toml.empty()) f.fail("config", "is empty (it holds the run's resolved config)");
@@ -311,7 +316,14 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   if (!m.files.contains(kCheckpointModelFile)) {
     f.fail("files", fmt::format("does not list {}: every checkpoint holds the parameters", kCheckpointModelFile));
   }
-  if ((m.pp > 1 || m.tp > 1) && m.zero_stage == 0) {
+  if (m.version >= 3) {
+    for (int r = 0; r < m.ranks; ++r) {
+      if (!m.files.contains(optimizer_shard_file_name(r))) {
+        f.fail("files", fmt::format("does not list {}: a checkpoint of {} ranks holds the optimizer state of each",
+                                    optimizer_shard_file_name(r), m.ranks));
+      }
+    }
+  } else if ((m.pp > 1 || m.tp > 1) && m.zero_stage == 0) {
     for (int r = 0; r < m.pp; ++r) {
       for (int t = 0; t < m.tp; ++t) {
         const std::string name = optimizer_file_name(m.pp > 1 ? r : -1, m.tp > 1 ? t : -1);

@@ -4,18 +4,21 @@
 // nonsense. Kept apart from the saving and loading of tensors so that it parses from text alone
 // (the fuzz target of tests/fuzz feeds it bytes).
 //
-// Format version 2 (written since the manifest protects itself):
-//   {"format": "tessera-checkpoint", "version": 2, "step": 3, "seed": 1337,
+// Format version 3 (written since the optimizer state moves between layouts):
+//   {"format": "tessera-checkpoint", "version": 3, "step": 3, "seed": 1337,
 //    "data_position": {loader state}, "val_history": [...], "elapsed_seconds": 12.5,
 //    "model": {...}, "parameter_count": N, "optimizer": {"name": "adamw", "steps_taken": 3},
-//    "parallel": {"dp": 1, "zero_stage": 0, "ranks": 1, "pp": 1}, "config": "<resolved TOML>",
+//    "parallel": {"dp": 2, "zero_stage": 1, "ranks": 8, "pp": 2, "tp": 2, "ep": 1},
+//    "config": "<resolved TOML>",
 //    "files": {"model.safetensors": {"bytes": N, "xxh3": "<16 hex digits>"}, ...},
 //    "manifest_xxh3": "<16 hex digits>"}
 // fp16 runs add "loss_scale": {"scale": 65536, "finite_steps": 12, "skipped_steps": 1}.
 // manifest_xxh3 is the XXH3-64 of the canonical text of the manifest without that field (compact
 // JSON with sorted keys, nlohmann's dump()): it is checked before anything else, so an edited
-// manifest is refused as modified rather than believed. Version 1 manifests (no self-checksum, no
-// elapsed_seconds) still load, with every other check.
+// manifest is refused as modified rather than believed. Version 3 lists one optimizer shard file
+// per rank (train/optimizer_shards.h); version 2 (the same manifest, with the optimizer state in
+// files per layout: optimizer.safetensors, zero_shard.rank<r>, optimizer.pipeline<p>.tp<t>) and
+// version 1 (no self-checksum, no elapsed_seconds) still load on the layout that saved them.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,7 +32,7 @@
 
 namespace tessera::train {
 
-inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kCheckpointFormatVersion = 3;
 // The oldest manifest version this tessera reads.
 inline constexpr int kOldestCheckpointFormatVersion = 1;
 
@@ -62,6 +65,7 @@ struct CheckpointManifest {
   int ranks = 1;
   int pp = 1;                     // pipeline ranks (absent before pipelining: 1)
   int tp = 1;                     // tensor-parallel ranks (absent before tensor parallelism: 1)
+  int ep = 1;                     // expert-parallel ranks (absent before expert parallelism: 1)
   std::string config_toml;        // the resolved config of the run that saved it
   std::map<std::string, CheckpointFileEntry> files;
 };
@@ -78,7 +82,10 @@ std::string checkpoint_manifest_text(const nlohmann::json& manifest);
 // The step named by a checkpoint folder called step_<digits>, or nullopt for any other name.
 std::optional<int64_t> step_of_folder_name(std::string_view name);
 
-// The names of the per-rank ZeRO shard files and of the fixed files of a checkpoint.
+// Format 3: world rank `rank`'s optimizer state (and 2BW's previous weights), by global element
+// (train/optimizer_shards.h).
+std::string optimizer_shard_file_name(int rank);
+// Formats 1 and 2, still read: the per-rank ZeRO shard files and the fixed files of a checkpoint.
 std::string zero_shard_file_name(int rank);
 // The optimizer state of one pipeline rank's stages.
 std::string pipeline_stage_file_name(int pipeline_rank);

@@ -112,11 +112,18 @@ void RunConfig::validate() const {
   TS_CHECK(parallel.dp % parallel.ep == 0,
            "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
            "ep that divides dp", parallel.ep, parallel.dp);
-  TS_CHECK(parallel.ep == 1,
-           "config: parallel.ep = {}: expert parallelism runs in the training engine (its parity with one process is "
-           "tested), but the trainer's checkpoints do not yet save each expert-parallel rank's experts and their "
-           "optimizer state, so a run could not be resumed; use parallel.ep = 1 (every data-parallel rank then holds "
-           "all the experts and reduces their gradients over dp)", parallel.ep);
+  if (parallel.ep > 1) {
+    TS_CHECK(parallel.zero_stage <= 2,
+             "config: parallel.ep = {} with parallel.zero_stage = 3: ZeRO-3 shards the whole model as one domain over "
+             "dp, but the experts are reduced over their own group (edp); use parallel.zero_stage 0, 1 or 2 with "
+             "expert parallelism", parallel.ep);
+    TS_CHECK(parallel.compression == "none" && optim.name != "onebit_adam",
+             "config: parallel.ep = {} with {}: compressed gradient exchanges are not composed with the experts' own "
+             "reduction group yet; use parallel.compression = \"none\" and an exact optimizer with expert "
+             "parallelism, or parallel.ep = 1", parallel.ep,
+             optim.name == "onebit_adam" ? std::string("optim.name = \"onebit_adam\"")
+                                         : fmt::format("parallel.compression = \"{}\"", parallel.compression));
+  }
   if (model.moe_experts > 0) {
     TS_CHECK(precision.compute == "fp32",
              "config: model.moe_experts = {} with precision.compute = \"{}\": the MoE router and its row moves run in "

@@ -56,7 +56,8 @@ struct ParallelSection {
   int tp = 1;                       // tensor-parallel ranks: heads, MLP width and vocabulary split (Megatron)
   bool sp = false;                  // sequence parallelism over the tensor-parallel ranks
   // Expert-parallel ranks, carved out of dp (it divides dp and model.moe_experts): each holds
-  // E / ep experts of every MoE layer. The trainer refuses ep > 1 for now (see validate()).
+  // E / ep experts of every MoE layer; their gradients are reduced over the dp / ep ranks that hold
+  // the same experts (edp).
   int ep = 1;
   int pp = 1;                       // pipeline ranks: the model's layers split into consecutive stages
   // Blocks per stage, first stage first (pp × virtual_stages entries); empty: balanced by the

@@ -20,6 +20,7 @@
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
 #include "optim/make_optimizer.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/rank_sum.h"
 #include "parallel/training_engine.h"
 #include "train/checkpoint.h"
@@ -95,6 +96,13 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   if (engine.tensor_parallel() != nullptr) {
     state.tensor_parallel = engine.tensor_parallel();
     state.writes_stage = engine.data_parallel().rank() == 0;
+  }
+  state.expert_parallel = engine.expert_parallel();
+  state.segments = engine.ownership().master_segments();
+  const bool sharded_by_zero = engine.data_parallel().zero_stage() >= 1;
+  for (const nn::Parameter& p : model.parameters().all()) {
+    state.writes_master.push_back(engine.writes_checkpoint_of(p, sharded_by_zero));
+    state.writes_previous.push_back(engine.writes_checkpoint_of(p, false));
   }
   if (parallel::WeightVersions* versions = engine.weight_versions()) {
     state.previous_weights = versions->previous();
@@ -222,6 +230,9 @@ TrainResult Trainer::run() {
   dist::Communicator* dp_comm = mesh ? &mesh->dp() : nullptr;
   dist::Communicator* pp_comm = mesh ? &mesh->pp() : nullptr;
   dist::Communicator* tp_comm = mesh ? &mesh->tp() : nullptr;
+  // Expert parallelism: the experts of each MoE layer split over ep, their gradients reduced over edp.
+  dist::Communicator* ep_comm = mesh && cfg.parallel.ep > 1 ? &mesh->ep() : nullptr;
+  dist::Communicator* edp_comm = mesh && cfg.parallel.ep > 1 ? &mesh->edp() : nullptr;
   // The data-parallel rank picks the rows; the ranks of one pipeline read the same rows.
   const int rank = dp_comm ? dp_comm->rank() : 0, ranks = dp_comm ? dp_comm->size() : 1;
   const int world_size = world_ ? world_->size() : 1;
@@ -273,8 +284,9 @@ TrainResult Trainer::run() {
   MemoryAccountant memory;
   // This rank's blocks of the parameters under tensor parallelism (none split at tp 1).
   const parallel::TensorParallelPlan tensor_plan(cfg.model, cfg.parallel.tp, tp_comm ? tp_comm->rank() : 0);
-  nn::GPT model(cfg.model, memory, cfg.train.seed, &tensor_plan);
-  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm, tp_comm);
+  const parallel::ExpertParallelPlan expert_plan(cfg.model, cfg.parallel.ep, ep_comm ? ep_comm->rank() : 0, &tensor_plan);
+  nn::GPT model(cfg.model, memory, cfg.train.seed, &expert_plan);
+  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm, tp_comm, ep_comm, edp_comm);
   const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 
@@ -375,6 +387,10 @@ TrainResult Trainer::run() {
                                                T / cfg.parallel.tp, T)
                                  : std::string());
     }
+    if (cfg.parallel.ep > 1) {
+      fmt::print("{}; expert gradients reduced over {} rank{} (edp), the dense ones over dp {}\n", expert_plan.describe(),
+                 cfg.parallel.dp / cfg.parallel.ep, cfg.parallel.dp / cfg.parallel.ep == 1 ? "" : "s", cfg.parallel.dp);
+    }
     fmt::print("{}\n", describe_plan(cfg, engine));
     if (const config::PrecisionOptions precision = cfg.precision_options(); precision.mixed() || precision.grad_dtype != DType::F32) {
       fmt::print("precision: {}; 16-bit matmuls by {}\n", precision.describe(),
@@ -431,11 +447,14 @@ TrainResult Trainer::run() {
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
-    if (engine.tensor_parallel() == nullptr) return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
+    if (engine.tensor_parallel() == nullptr && engine.expert_parallel() == nullptr) {
+      return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
+    }
     // Sampling runs the one-process model: its parameters are gathered from the blocks.
     MemoryAccountant scratch;
     nn::GPT whole(cfg.model, scratch, cfg.train.seed);
-    parallel::gather_parameters(engine.tensor_parallel(), model.parameters(), full, whole.parameters());
+    parallel::gather_parameters(engine.tensor_parallel(), model.parameters(), full, whole.parameters(),
+                                engine.expert_parallel());
     return dataset.tokenizer.decode(generate(whole, scratch, whole.parameters(), prompt, options));
   };
   auto save = [&]() {

@@ -76,7 +76,7 @@ TEST_F(ParallelTraining, LaunchedRunsMatchTheOneProcessRun) {
       EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "stage " << stage << " step " << i + 1;
     }
     if (stage >= 1) {
-      for (const char* f : {"zero_shard.rank00000.safetensors", "zero_shard.rank00001.safetensors"}) {
+      for (const char* f : {"optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"}) {
         EXPECT_TRUE(fs::exists(out / "checkpoints" / "step_00000005" / f)) << f;
       }
     }
@@ -123,7 +123,7 @@ TEST_F(ParallelTraining, ResumeUnderMpiIsBitwise) {
     ASSERT_EQ(b2.exit_code, 0) << b2.output;
     EXPECT_NE(b2.output.find("resumed from"), std::string::npos) << b2.output;
     EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl")) << "stage " << stage;
-    for (const char* file : {"model.safetensors", "zero_shard.rank00000.safetensors", "zero_shard.rank00001.safetensors"}) {
+    for (const char* file : {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"}) {
       EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
                 read_file((split / "checkpoints" / "step_00000006" / file).string()))
           << file << " differs between the whole run and the resumed one (stage " << stage << ")";
@@ -190,7 +190,7 @@ TEST_F(ParallelTraining, PipelinedRunsMatchTheOneProcessRunAndResumeBitwise) {
   CliResult resumed = run_tessera(launch(2, split, pipelined + " --checkpoint.resume latest"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
-  for (const char* file : {"model.safetensors", "optimizer.pipeline0000.safetensors", "optimizer.pipeline0001.safetensors"}) {
+  for (const char* file : {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"}) {
     EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000004" / file).string()),
               read_file((split / "checkpoints" / "step_00000004" / file).string()))
         << file << " differs between the whole run and the resumed one";
@@ -425,8 +425,8 @@ TEST_F(ParallelTraining, TwoBWRunsFollowTheOneProcessRunAndResumeBitwise) {
   CliResult resumed = run_tessera(launch(2, split, pipelined + " --checkpoint.resume latest"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
-  for (const char* file : {"model.safetensors", "optimizer.pipeline0000.safetensors", "optimizer.pipeline0001.safetensors",
-                           "previous_weights.pipeline0000.safetensors", "previous_weights.pipeline0001.safetensors"}) {
+  // The previous weight version travels in the optimizer files.
+  for (const char* file : {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"}) {
     EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
               read_file((split / "checkpoints" / "step_00000006" / file).string()))
         << file << " differs between the whole run and the resumed one";

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <deque>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "data/loader.h"
 #include "nn/gpt.h"
 #include "optim/adamw.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 
 namespace tessera::train {
@@ -99,11 +101,11 @@ json unsigned_manifest(const fs::path& checkpoint) {
   return j;
 }
 
-TEST_F(Checkpoint, SavedManifestIsVersion2WithItsOwnChecksumAndElapsedTime) {
+TEST_F(Checkpoint, SavedManifestIsVersion3WithItsOwnChecksumAndElapsedTime) {
   CheckpointStore store((dir_ / "checkpoints").string(), 3);
   const std::string path = save(store, 3, 123.25);
   const json j = json::parse(read_text(fs::path(path) / "manifest.json"));
-  EXPECT_EQ(j.at("version"), 2);
+  EXPECT_EQ(j.at("version"), 3);
   EXPECT_EQ(j.at("manifest_xxh3").get<std::string>().size(), 16u);
   const CheckpointManifest m = read_checkpoint_manifest(path);
   EXPECT_EQ(m.state.step, 3);
@@ -181,8 +183,8 @@ TEST_F(Checkpoint, EveryFieldEditedIntoNonsenseIsRefusedNamingTheField) {
       {"files", [](json& j) { j["files"] = json::object(); }},  // which would turn every checksum off
       {"files", [](json& j) { j["files"] = json::array(); }},
       {"files", [](json& j) { j["files"].erase("model.safetensors"); }},
-      {"files", [](json& j) { j["files"].erase("optimizer.safetensors"); }},
-      {"files", [](json& j) { j["parallel"]["zero_stage"] = 1; }},  // ZeRO without a shard per rank
+      {"files", [](json& j) { j["files"].erase("optimizer.rank00000.safetensors"); }},
+      {"files", [](json& j) { j["parallel"]["ranks"] = 2; }},  // two ranks without a shard each
       {"files.model.safetensors.bytes", [](json& j) { j["files"]["model.safetensors"]["bytes"] = -1; }},
       {"files.model.safetensors.xxh3", [](json& j) { j["files"]["model.safetensors"]["xxh3"] = 12; }},
       {"files.model.safetensors.xxh3", [](json& j) { j["files"]["model.safetensors"]["xxh3"] = "not-hex"; }},
@@ -217,7 +219,7 @@ TEST_F(Checkpoint, EveryFieldEditedIntoNonsenseIsRefusedNamingTheField) {
     write_text(path / "manifest.json", text);
     expect_error([&] { read_checkpoint_manifest(path.string()); }, {manifest, part}, text);
   }
-  for (const json& version : {json(3), json("2"), json(0), json(nullptr)}) {
+  for (const json& version : {json(4), json("3"), json(0), json(nullptr)}) {
     json j = good;
     j["version"] = version;
     write_text(path / "manifest.json", checkpoint_manifest_text(j));
@@ -253,11 +255,58 @@ TEST_F(Checkpoint, AManifestEditedByHandIsRefusedByItsChecksum) {
   EXPECT_NO_THROW(read_checkpoint_manifest(path.string()));
 }
 
+// A one-process checkpoint as formats 1 and 2 kept the optimizer state: optimizer.safetensors with
+// each state tensor's part by parameter name, shaped like the parameter. Returns the manifest.
+json with_optimizer_by_name(const fs::path& checkpoint, const nn::ParameterStore& params) {
+  const fs::path shard = checkpoint / "optimizer.rank00000.safetensors";
+  {
+    io::SafeTensorsFile file = io::SafeTensorsFile::open(shard.string());
+    io::SafeTensorsWriter by_name;
+    std::deque<std::vector<float>> keep;
+    for (const std::string& name : file.names()) {
+      if (name.starts_with("runs.")) continue;
+      const nn::Parameter& p = params.get(name.substr(name.find('.') + 1));
+      keep.emplace_back(static_cast<size_t>(p.numel()));
+      Tensor flat = Tensor::from_external(keep.back().data(), {p.numel()}, DType::F32);
+      file.copy_to(name, flat);
+      by_name.add(name, Tensor::from_external(keep.back().data(), p.shape, DType::F32));
+    }
+    by_name.write((checkpoint / "optimizer.safetensors").string());
+  }
+  fs::remove(shard);
+  json j = unsigned_manifest(checkpoint);
+  j["files"].erase("optimizer.rank00000.safetensors");
+  j["files"]["optimizer.safetensors"] = {
+      {"bytes", fs::file_size(checkpoint / "optimizer.safetensors")},
+      {"xxh3", fmt::format("{:016x}", file_checksum((checkpoint / "optimizer.safetensors").string()))}};
+  return j;
+}
+
+TEST_F(Checkpoint, Version2ManifestsStillLoadOnTheirLayout) {
+  CheckpointStore store((dir_ / "checkpoints").string(), 3);
+  Tensor first_moment = optimizer_->state_dict().tensors[0].values;
+  for (int64_t i = 0; i < first_moment.numel(); ++i) first_moment.data<float>()[i] = 0.25f * static_cast<float>(i % 7);
+  const std::vector<float> m(first_moment.data<float>(), first_moment.data<float>() + first_moment.numel());
+  const fs::path path = save(store, 2, 50.0);
+  json v2 = with_optimizer_by_name(path, model_->parameters());
+  v2["version"] = 2;
+  write_text(path / "manifest.json", checkpoint_manifest_text(v2));
+  first_moment.fill_zero();
+  const LoadedCheckpoint loaded = load_checkpoint(path.string(), config_, state());
+  EXPECT_EQ(loaded.state.step, 2);
+  EXPECT_EQ(std::vector<float>(first_moment.data<float>(), first_moment.data<float>() + first_moment.numel()), m);
+  // Another layout is refused: that format kept the state in files per layout.
+  RunConfig two = config_;
+  two.parallel.dp = 2;
+  expect_error([&] { load_checkpoint(path.string(), two, state()); },
+               {"(format 2) was saved with parallel.dp = 1", "resume with parallel.dp = 1"}, "v2 on dp 2");
+}
+
 TEST_F(Checkpoint, Version1ManifestsStillLoadWithTheirOtherChecks) {
   CheckpointStore store((dir_ / "checkpoints").string(), 3);
   const fs::path path = save(store, 2, 50.0);
   // What tessera wrote before the manifest protected itself: no checksum, no elapsed time.
-  json v1 = unsigned_manifest(path);
+  json v1 = with_optimizer_by_name(path, model_->parameters());
   v1["version"] = 1;
   v1.erase("elapsed_seconds");
   write_text(path / "manifest.json", v1.dump(2));

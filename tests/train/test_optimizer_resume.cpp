@@ -86,7 +86,7 @@ class OptimizerResume : public ::testing::Test {
 TEST_F(OptimizerResume, OneProcessResumeIsBitwise) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
-    expect_resume_is_bitwise(c, "one", "", "", {"model.safetensors", "optimizer.safetensors"});
+    expect_resume_is_bitwise(c, "one", "", "", {"model.safetensors", "optimizer.rank00000.safetensors"});
   }
 }
 
@@ -95,7 +95,7 @@ TEST_F(OptimizerResume, ZeroOneWithTwoRanksResumeIsBitwise) {
     if (c.name == "lars") continue;  // the four the issue names; LARS is covered in one process
     SCOPED_TRACE(c.name);
     expect_resume_is_bitwise(c, "zero1", "launch -n 2 -- ", "--parallel.dp 2 --parallel.zero_stage 1",
-                             {"model.safetensors", "zero_shard.rank00000.safetensors", "zero_shard.rank00001.safetensors"});
+                             {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"});
   }
 }
 

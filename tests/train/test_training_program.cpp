@@ -74,7 +74,7 @@ TEST_F(TrainingProgram, ResumeInANewProcessContinuesBitwise) {
   // Losses of every step, printed with all digits, and the final weights and optimizer state.
   EXPECT_EQ(train_losses(whole / "metrics.jsonl"), train_losses(split / "metrics.jsonl"));
   EXPECT_EQ(train_losses(whole / "metrics.jsonl").size(), 6u);
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+  for (const char* file : {"model.safetensors", "optimizer.rank00000.safetensors"}) {
     EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
               read_file((split / "checkpoints" / "step_00000006" / file).string()))
         << file << " differs between the whole run and the resumed one";
@@ -195,10 +195,10 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   }
   // A missing file.
   {
-    fs::remove(missing / "optimizer.safetensors");
+    fs::remove(missing / "optimizer.rank00000.safetensors");
     CliResult r = resume(missing, "");
     EXPECT_NE(r.exit_code, 0);
-    EXPECT_NE(r.output.find("missing its file 'optimizer.safetensors'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("missing its file 'optimizer.rank00000.safetensors'"), std::string::npos) << r.output;
   }
   // Saved by another model shape.
   {

@@ -1,0 +1,307 @@
+#include "train/optimizer_shards.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+
+#include "io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace tessera::train {
+
+namespace {
+
+// A run of elements: `length` consecutive elements of the one-process parameter from `global`,
+// held at `local` onwards in this rank's block.
+struct Run {
+  int64_t local = 0;
+  int64_t global = 0;
+  int64_t length = 0;
+};
+
+// The runs of local elements [begin, end) of `p`, without its padding rows (which the one-process
+// model does not have).
+std::vector<Run> runs_of(const nn::Parameter& p, int64_t begin, int64_t end) {
+  if (p.spec.splits.empty() && p.spec.padding_rows == 0) return {{begin, begin, end - begin}};
+  std::vector<Run> runs;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t g = p.spec.global_index(i);
+    if (p.spec.is_padding(g)) continue;
+    if (!runs.empty() && runs.back().local + runs.back().length == i && runs.back().global + runs.back().length == g) {
+      ++runs.back().length;
+    } else {
+      runs.push_back({i, g, 1});
+    }
+  }
+  return runs;
+}
+
+int64_t one_process_numel(const nn::Parameter& p) { return shape_numel(p.spec.unpadded_shape()); }
+
+// The runs of `p` as the file stores them, [n, 2] int32 (first element, length).
+std::vector<int32_t> runs_table(const nn::Parameter& p, const std::vector<Run>& runs) {
+  TS_CHECK(one_process_numel(p) < (int64_t{1} << 31), "parameter '{}' has {} elements, more than a checkpoint's "
+           "int32 element indices address", p.name, one_process_numel(p));
+  std::vector<int32_t> table;
+  for (const Run& r : runs) {
+    table.push_back(static_cast<int32_t>(r.global));
+    table.push_back(static_cast<int32_t>(r.length));
+  }
+  return table;
+}
+
+// The elements of `from` (a segment's part of a state tensor, whose first element is local element
+// `first`) at `runs`, appended to `out` as bytes.
+void append_runs(const Tensor& from, int64_t first, const std::vector<Run>& runs, std::vector<char>& out) {
+  const size_t element = dtype_size(from.dtype());
+  const char* base = static_cast<const char*>(from.raw());
+  for (const Run& r : runs) {
+    const char* src = base + static_cast<size_t>(r.local - first) * element;
+    out.insert(out.end(), src, src + static_cast<size_t>(r.length) * element);
+  }
+}
+
+// Keeps byte buffers alive until the writer has written them.
+struct ShardWriter {
+  io::SafeTensorsWriter file;
+  std::deque<std::vector<char>> bytes;
+  std::deque<std::vector<int32_t>> tables;
+
+  void add_bytes(const std::string& name, DType dtype, std::vector<char> data) {
+    bytes.push_back(std::move(data));
+    const std::vector<char>& b = bytes.back();
+    file.add(name, dtype, {static_cast<int64_t>(b.size() / dtype_size(dtype))}, b.data(), b.size());
+  }
+  void add_runs(const std::string& name, std::vector<int32_t> table) {
+    tables.push_back(std::move(table));
+    const std::vector<int32_t>& t = tables.back();
+    file.add(name, DType::I32, {static_cast<int64_t>(t.size() / 2), 2}, t.data(), t.size() * sizeof(int32_t));
+  }
+};
+
+// Element offsets of the segments in the owned order (segments + 1 entries).
+std::vector<int64_t> element_offsets(const std::vector<optim::Segment>& segments) {
+  std::vector<int64_t> offsets{0};
+  for (const optim::Segment& s : segments) offsets.push_back(offsets.back() + s.size());
+  return offsets;
+}
+
+bool writes(const std::vector<bool>& mask, const nn::Parameter& p) {
+  return mask.empty() || mask[static_cast<size_t>(p.id)];
+}
+
+// What identifies the layout of a rank's optimizer state: its segments and the piece of each
+// parameter they are in. Ranks that hold the same (data-parallel replicas) share it.
+std::string layout_fingerprint(const std::vector<optim::Segment>& segments) {
+  std::string text;
+  for (const optim::Segment& s : segments) {
+    text += fmt::format("{}:{}-{}", s.param->name, s.begin, s.end);
+    for (const nn::ShardSpec::Split& split : s.param->spec.splits) text += fmt::format("/{}.{}", split.dim, split.index);
+    text += ';';
+  }
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+}  // namespace
+
+bool state_moves_between_layouts(const optim::StateDict& state) {
+  for (const optim::StateTensor& t : state.tensors) {
+    if (!t.segment_offsets.empty()) return false;
+  }
+  return true;
+}
+
+void write_optimizer_shard(const std::string& path, const ModelState& model, int rank, int ranks) {
+  const std::vector<optim::Segment> segments = model.master_segments();
+  ShardWriter out;
+  out.file.set_metadata("format", "tessera-optimizer-shard");
+  out.file.set_metadata("rank", std::to_string(rank));
+  out.file.set_metadata("ranks", std::to_string(ranks));
+  if (model.optimizer != nullptr) {
+    optim::StateDict state = model.optimizer->state_dict();
+    TS_CHECK(optim::total_elements(segments) == model.optimizer->owned_elements(),
+             "the optimizer holds {} elements but its segments {}", model.optimizer->owned_elements(),
+             optim::total_elements(segments));
+    out.file.set_metadata("optimizer", std::string(model.optimizer->name()));
+    if (!state_moves_between_layouts(state)) {
+      out.file.set_metadata("layout", layout_fingerprint(segments));
+      bool writer = false;
+      for (const optim::Segment& s : segments) writer = writer || writes(model.writes_master, *s.param);
+      // A data-parallel replica's state is its twin's, which that rank writes.
+      if (writer) {
+        for (const optim::StateTensor& t : state.tensors) out.file.add("raw." + t.name, t.values);
+      }
+    } else {
+      const std::vector<int64_t> offsets = element_offsets(segments);
+      // A parameter's segments on this rank, in order (one, unless the layout cut it several times).
+      std::map<const nn::Parameter*, std::vector<size_t>> by_param;
+      std::vector<const nn::Parameter*> order;
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const nn::Parameter* p = segments[i].param;
+        if (!writes(model.writes_master, *p) || segments[i].size() == 0) continue;
+        if (!by_param.contains(p)) order.push_back(p);
+        by_param[p].push_back(i);
+      }
+      for (const nn::Parameter* p : order) {
+        std::vector<Run> all_runs;
+        std::vector<std::vector<char>> data(state.tensors.size());
+        for (const size_t i : by_param[p]) {
+          const std::vector<Run> runs = runs_of(*p, segments[i].begin, segments[i].end);
+          all_runs.insert(all_runs.end(), runs.begin(), runs.end());
+          for (size_t t = 0; t < state.tensors.size(); ++t) {
+            append_runs(optim::StateDict::part(state.tensors[t], i, offsets), segments[i].begin, runs, data[t]);
+          }
+        }
+        out.add_runs("runs." + p->name, runs_table(*p, all_runs));
+        for (size_t t = 0; t < state.tensors.size(); ++t) {
+          out.add_bytes(state.tensors[t].name + "." + p->name, state.tensors[t].values.dtype(), std::move(data[t]));
+        }
+      }
+    }
+  }
+  for (const auto& [p, value] : model.previous_weights) {
+    if (!writes(model.writes_previous, *p)) continue;
+    const std::vector<Run> runs = runs_of(*p, 0, p->numel());
+    std::vector<char> data;
+    append_runs(value.reshape({p->numel()}), 0, runs, data);
+    out.add_runs("previous_runs." + p->name, runs_table(*p, runs));
+    out.add_bytes("previous." + p->name, DType::F32, std::move(data));
+  }
+  out.file.write(path);
+}
+
+namespace {
+
+// The shard files of a checkpoint, opened (mapped) once.
+struct ShardFiles {
+  std::string checkpoint;
+  std::vector<io::SafeTensorsFile> files;
+
+  // The one-process tensor `data_prefix`.<name> assembled from every file's pieces, as bytes of
+  // `dtype`, and which of its elements some file held.
+  void assemble(const nn::Parameter& p, const std::string& runs_prefix, const std::string& data_prefix, DType dtype,
+                std::vector<char>& whole, std::vector<uint8_t>& covered) const {
+    const int64_t n = one_process_numel(p);
+    const size_t element = dtype_size(dtype);
+    whole.assign(static_cast<size_t>(n) * element, 0);
+    covered.assign(static_cast<size_t>(n), 0);
+    for (const io::SafeTensorsFile& f : files) {
+      const std::string runs_name = runs_prefix + "." + p.name, data_name = data_prefix + "." + p.name;
+      if (!f.has(runs_name)) continue;
+      const io::SafeTensorEntry& runs = f.entry(runs_name);
+      TS_CHECK(runs.dtype == DType::I32 && runs.shape.size() == 2 && runs.shape[1] == 2,
+               "checkpoint file '{}': '{}' is not an int32 [n, 2] table of element runs", f.path(), runs_name);
+      TS_CHECK(f.has(data_name), "checkpoint file '{}' has the runs of '{}' but not its values '{}'", f.path(),
+               p.name, data_name);
+      const io::SafeTensorEntry& data = f.entry(data_name);
+      TS_CHECK(data.dtype == dtype, "checkpoint file '{}': '{}' is {}, this run keeps it as {}", f.path(), data_name,
+               dtype_name(data.dtype), dtype_name(dtype));
+      std::vector<int32_t> table(static_cast<size_t>(runs.shape[0] * 2));
+      std::memcpy(table.data(), runs.data, table.size() * sizeof(int32_t));
+      int64_t at = 0;
+      const int64_t held = shape_numel(data.shape);
+      for (size_t r = 0; r < table.size(); r += 2) {
+        const int64_t first = table[r], length = table[r + 1];
+        TS_CHECK(first >= 0 && length > 0 && first + length <= n && at + length <= held,
+                 "checkpoint file '{}': run {} of '{}' ({} elements from {}) lies outside the parameter's {} elements "
+                 "or its {} stored values: the file is damaged",
+                 f.path(), r / 2, p.name, length, first, n, held);
+        std::memcpy(whole.data() + static_cast<size_t>(first) * element,
+                    static_cast<const char*>(data.data) + static_cast<size_t>(at) * element,
+                    static_cast<size_t>(length) * element);
+        std::memset(covered.data() + first, 1, static_cast<size_t>(length));
+        at += length;
+      }
+      TS_CHECK(at == held, "checkpoint file '{}': the runs of '{}' cover {} elements but it stores {}", f.path(),
+               p.name, at, held);
+    }
+  }
+
+  // Fills `into` (local elements [begin, end) of `p`) from the assembled tensor; padding rows are zero.
+  void pick(const nn::Parameter& p, int64_t begin, int64_t end, const std::vector<char>& whole,
+            const std::vector<uint8_t>& covered, const std::string& what, Tensor into) const {
+    const size_t element = dtype_size(into.dtype());
+    char* dst = static_cast<char*>(into.raw());
+    for (int64_t i = begin; i < end; ++i) {
+      char* at = dst + static_cast<size_t>(i - begin) * element;
+      const int64_t g = p.spec.global_index(i);
+      if (p.spec.is_padding(g)) {
+        std::memset(at, 0, element);
+        continue;
+      }
+      TS_CHECK(covered[static_cast<size_t>(g)] != 0,
+               "checkpoint '{}' holds no {} for element {} of '{}': its shard files are incomplete; resume from "
+               "another checkpoint", checkpoint, what, g, p.name);
+      std::memcpy(at, whole.data() + static_cast<size_t>(g) * element, element);
+    }
+  }
+};
+
+ShardFiles open_shard_files(const std::string& path, const CheckpointManifest& manifest) {
+  ShardFiles shards;
+  shards.checkpoint = path;
+  for (int r = 0; r < manifest.ranks; ++r) {
+    const std::string name = optimizer_shard_file_name(r);
+    TS_CHECK(manifest.files.contains(name), "checkpoint '{}' has no {}: a checkpoint of {} ranks holds one per rank",
+             path, name, manifest.ranks);
+    shards.files.push_back(io::SafeTensorsFile::open((fs::path(path) / name).string()));
+  }
+  return shards;
+}
+
+}  // namespace
+
+void load_optimizer_shards(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
+                           optim::StateDict& state, const std::string& saved_layout, const std::string& this_layout) {
+  const ShardFiles shards = open_shard_files(path, manifest);
+  const std::vector<optim::Segment> segments = model.master_segments();
+  std::vector<char> whole;
+  std::vector<uint8_t> covered;
+  if (model.optimizer != nullptr && !state_moves_between_layouts(state)) {
+    const std::string mine = layout_fingerprint(segments);
+    const io::SafeTensorsFile* twin = nullptr;
+    for (const io::SafeTensorsFile& f : shards.files) {
+      const auto& meta = f.metadata();
+      if (meta.contains("layout") && meta.at("layout") == mine && f.has("raw." + state.tensors.front().name)) {
+        twin = &f;
+        break;
+      }
+    }
+    TS_CHECK(twin != nullptr,
+             "checkpoint '{}' was saved with {} and this run has {}: optim.name = \"{}\" keeps state that is not one "
+             "value per element (per-tensor or per-block statistics laid out by the shards of the saving layout), "
+             "which does not move between layouts. Resume with {}, or start a new run from its weights with "
+             "train.init_from",
+             path, saved_layout, this_layout, model.optimizer->name(), saved_layout);
+    for (optim::StateTensor& t : state.tensors) twin->copy_to("raw." + t.name, t.values);
+  } else if (model.optimizer != nullptr) {
+    const std::vector<int64_t> offsets = element_offsets(segments);
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const optim::Segment& s = segments[i];
+      if (s.size() == 0) continue;
+      for (const optim::StateTensor& t : state.tensors) {
+        shards.assemble(*s.param, "runs", t.name, t.values.dtype(), whole, covered);
+        shards.pick(*s.param, s.begin, s.end, whole, covered, fmt::format("optimizer state '{}'", t.name),
+                    optim::StateDict::part(t, i, offsets));
+      }
+    }
+  }
+  if (model.previous_weights.empty() || manifest.state.step == 0) return;
+  bool saved_previous = false;
+  for (const io::SafeTensorsFile& f : shards.files) {
+    saved_previous = saved_previous || f.has("previous_runs." + model.previous_weights.front().first->name);
+  }
+  TS_CHECK(saved_previous, "checkpoint '{}' holds no previous weight version: it was saved by a schedule that flushes, "
+           "and PipeDream-2BW's next batch reads the version before the newest. Resume with the schedule it was saved "
+           "with, or start a new 2bw run from its weights with train.init_from", path);
+  for (const auto& [p, value] : model.previous_weights) {
+    shards.assemble(*p, "previous_runs", "previous", DType::F32, whole, covered);
+    shards.pick(*p, 0, p->numel(), whole, covered, "previous weight version (PipeDream-2BW)", value.reshape({p->numel()}));
+  }
+}
+
+}  // namespace tessera::train
