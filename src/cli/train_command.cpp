@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -144,7 +145,9 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       std::error_code ec;
       TS_CHECK(!std::filesystem::is_directory(*config_path, ec), "{}",
                config::describe_folder_given_as_toml(*config_path, "--config"));
-      config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()));
+      // Under a launcher, a config without parallel.dp takes the processes tp and pp leave.
+      config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()),
+                                      std::max(dist::launcher_size(), 1));
     } catch (const std::exception&) {
       // Every rank of a job reads the same config and fails the same way: let rank 0 alone say it.
       if (dist::launcher_rank() > 0) throw CLI::RuntimeError(1);

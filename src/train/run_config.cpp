@@ -385,7 +385,27 @@ void apply_overrides(toml::table& table, const std::vector<std::pair<std::string
   }
 }
 
-RunConfig read_run_config(const toml::table& table) {
+namespace {
+
+// parallel.dp when the config leaves it out: every process of the job not taken by tp and pp is a
+// data-parallel rank (Megatron's rule), so `tessera launch -n 8 -- train --parallel.tp 2
+// --parallel.pp 2` runs dp = 2.
+int data_parallel_of_world(int world_size, const ParallelSection& p) {
+  check_range("parallel.tp", p.tp, 1, 1 << 10);
+  check_range("parallel.pp", p.pp, 1, 1 << 10);
+  const int64_t model_parallel = int64_t{p.tp} * p.pp;
+  TS_CHECK(world_size % model_parallel == 0,
+           "config: parallel.dp is left out, so it is the job's {} processes over parallel.tp × parallel.pp = {} × {} "
+           "= {}, which does not divide them; start a multiple of {} processes (tessera launch -n {}), or set "
+           "parallel.dp, parallel.tp and parallel.pp so that their product is {}",
+           world_size, p.tp, p.pp, model_parallel, model_parallel, (world_size / model_parallel + 1) * model_parallel,
+           world_size);
+  return static_cast<int>(world_size / model_parallel);
+}
+
+}  // namespace
+
+RunConfig read_run_config(const toml::table& table, int world_size) {
   RunConfig c;
   TableReader root(table, "");
   c.vocab_from_data = !root.table("model").has("vocab_size");
@@ -456,6 +476,10 @@ RunConfig read_run_config(const toml::table& table) {
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
     c.parallel.compression = r.get("compression", c.parallel.compression);
     c.parallel.grad_dtype = r.get("grad_dtype", c.parallel.grad_dtype);
+    if (!r.has("dp") && world_size > 1) {
+      c.parallel.dp = data_parallel_of_world(world_size, c.parallel);
+      c.dp_from_world = true;
+    }
     r.finish();
   }
   {
@@ -508,10 +532,11 @@ RunConfig read_run_config(const toml::table& table) {
   return c;
 }
 
-RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides) {
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides,
+                          int world_size) {
   toml::table table = path.empty() ? toml::table{} : config::parse_toml_file(path);
   apply_overrides(table, overrides);
-  return read_run_config(table);
+  return read_run_config(table, world_size);
 }
 
 namespace {

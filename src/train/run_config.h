@@ -113,6 +113,7 @@ struct LogSection {
 struct RunConfig {
   config::ModelConfig model;
   bool vocab_from_data = true;  // model.vocab_size not given: the dataset's tokenizer decides it
+  bool dp_from_world = false;   // parallel.dp not given: the job's processes over tp × pp decided it
   DataSection data;
   TrainSection train;
   OptimSection optim;
@@ -140,8 +141,11 @@ struct RunConfig {
 
 // Applies "a.b=value" overrides to a TOML table (values parsed as TOML; bare words as strings).
 void apply_overrides(toml::table& table, const std::vector<std::pair<std::string, std::string>>& overrides);
-RunConfig read_run_config(const toml::table& table);
-RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides);
+// `world_size`: the processes of the job that reads the config (1 outside a launcher). When
+// parallel.dp is left out and the job has several processes, dp is world_size / (tp × pp).
+RunConfig read_run_config(const toml::table& table, int world_size = 1);
+RunConfig load_run_config(const std::string& path, const std::vector<std::pair<std::string, std::string>>& overrides,
+                          int world_size = 1);
 // The resolved config as TOML text (every key, defaults included): saved with runs and checkpoints.
 std::string to_toml(const RunConfig& config);
 

@@ -371,6 +371,11 @@ TrainResult Trainer::run() {
     }
     fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
                dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
+    if (world_size > 1) {
+      fmt::print("mesh: {} processes = dp {} × pp {} × tp {} (tp the fastest-varying rank, then dp, then pp){}\n",
+                 world_size, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp,
+                 cfg.dp_from_world ? "; parallel.dp left out, so dp = processes / (tp × pp)" : "");
+    }
     if (ranks > 1) {
       const size_t buckets = engine.data_parallel().buckets().size();
       fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient bucket{} of up to {} MiB{}\n", ranks,
