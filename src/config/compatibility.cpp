@@ -129,6 +129,12 @@ const std::vector<Refusal> kRefusals = {
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
      "two do not agree on yet",
      "use parallel.compression = \"none\" with 2bw, or another schedule"},
+    {{F::Fp16},
+     {F::TopK, F::OneBit, F::PowerSgd},
+     "a step that the loss scale skips for an overflow has already added its non-finite gradient to the "
+     "compressor's error feedback (and PowerSGD's warm-started Q), which carries it into every later step",
+     "use precision.compute = \"bf16\" (no loss scale) with this compressor, or parallel.compression = \"qsgd\" (no "
+     "error feedback) with fp16"},
     {{F::GradBf16, F::GradFp16},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      "a compressor chooses its own messages",
@@ -153,6 +159,13 @@ const std::vector<Refusal> kRefusals = {
      "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
      "optim.freeze_step",
      "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
+    {{F::Adafactor},
+     {F::TensorParallel, F::ExpertParallel},
+     "Adafactor's factored second moment and its update RMS are statistics of whole matrices, but a tensor- or "
+     "expert-parallel rank holds a block of each: summed over the group, the row (or column) sums of different "
+     "blocks land on one another, and the RMS is divided by one block's size",
+     "use another optimizer (\"adamw\", \"adam8bit\", \"lamb\", \"lars\" or \"sgd\") with parallel.tp > 1 or "
+     "parallel.ep > 1; Adafactor is exact under ZeRO and pipelining"},
 };
 
 // The `tessera train` tests (GoogleTest cases under launched jobs) that cite several pairs.
