@@ -20,5 +20,6 @@ void add_simulate_command(CLI::App& app);  // simulate_command.cpp: pipeline sch
 void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and planner
 void add_data_command(CLI::App& app);      // data_command.cpp: corpus, tokenizer, token files
 void add_launch_command(CLI::App& app);
+void add_compatibility_command(CLI::App& app);  // compatibility_command.cpp: which settings run together
 
 }  // namespace tessera::cli

@@ -171,14 +171,4 @@ void ParallelLayout::validate_world(int world) const {
   }
 }
 
-std::string zero3_with_pipelining_refusal(const ParallelLayout& layout) {
-  return fmt::format(
-      "parallel.zero_stage = 3 with parallel.pp = {}: ZeRO-3 gathers each unit's parameters for every action that "
-      "runs it, and a pipeline runs each unit once per microbatch in forward and again in backward, so it would "
-      "gather them 2m times a step (torchtitan keeps them gathered across microbatches instead, which gives back "
-      "ZeRO-3's saving); use parallel.zero_stage = 1 or 2, which shard each stage's optimizer state (and "
-      "gradients) over its data-parallel group",
-      layout.pp);
-}
-
 }  // namespace tessera::config

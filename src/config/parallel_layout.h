@@ -65,8 +65,4 @@ struct ParallelLayout {
   bool operator==(const ParallelLayout&) const = default;
 };
 
-// Why ZeRO-3 and pipelining are not combined and what to use instead: the message of the run
-// config's check and of the training engine's.
-std::string zero3_with_pipelining_refusal(const ParallelLayout& layout);
-
 }  // namespace tessera::config

@@ -265,10 +265,12 @@ Program lower_evaluation(const StagePlan& plan, int rank, int ranks) {
     a.edge = edge;
     program.actions.push_back(a);
   };
-  // This rank's stages in order (stage s on rank s % ranks as chunk s / ranks).
+  // This rank's stages in order (stage s on rank s % ranks as chunk s / ranks). With one rank
+  // (interleaved chunks at pp = 1) the next stage is on this rank, and the output stays where the
+  // next unit reads it, as in a training program.
   for (int s = rank; s < stages; s += ranks) {
     const StagePlan::Stage& stage = plan.stages[static_cast<size_t>(s)];
-    if (s > 0) transfer(Action::Kind::Recv, stage.first, (s - 1) % ranks, s - 1);
+    if (s > 0 && ranks > 1) transfer(Action::Kind::Recv, stage.first, (s - 1) % ranks, s - 1);
     for (int u = stage.first; u < stage.last; ++u) {
       Action a;
       a.phase = Phase::Eval;
@@ -277,7 +279,7 @@ Program lower_evaluation(const StagePlan& plan, int rank, int ranks) {
       a.keep = memory::Keep::Nothing;
       program.actions.push_back(a);
     }
-    if (s + 1 < stages) transfer(Action::Kind::Send, stage.last, (s + 1) % ranks, s);
+    if (s + 1 < stages && ranks > 1) transfer(Action::Kind::Send, stage.last, (s + 1) % ranks, s);
   }
   return program;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "config/compatibility.h"
 #include "exec/program_memory.h"
 #include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
@@ -27,6 +28,24 @@ std::array<dist::Communicator*, config::kMeshDims.size()> groups_of(dist::Commun
   groups[static_cast<size_t>(config::MeshDim::EP)] = ep;
   groups[static_cast<size_t>(config::MeshDim::EDP)] = edp;
   return groups;
+}
+
+// The settings the compatibility table reads, as this engine is given them.
+config::FeatureSettings feature_settings(const EngineOptions& o, const config::ModelConfig& model) {
+  config::FeatureSettings s;
+  s.tp = o.layout.tp;
+  s.sp = o.layout.sp;
+  s.ep = o.layout.ep;
+  s.pp = o.layout.pp;
+  s.zero_stage = o.layout.zero_stage;
+  s.schedule = config::schedule_name(o.layout.schedule);
+  s.compression = config::compression_name(o.compression.method);
+  s.grad_dtype = config::precision_name(o.precision.grad_dtype);
+  s.compute = config::precision_name(o.precision.compute);
+  s.recompute = memory::recompute_policy_name(o.recompute.policy);
+  s.optimizer = o.optimizer.name;
+  s.moe_experts = model.moe_experts;
+  return s;
 }
 
 // The parameters of `domain` (empty: the whole store) parted into the dense ones and the expert
@@ -102,8 +121,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
   layout.validate();
-  TS_CHECK(!layout.sp || model.config().moe_experts == 0, "sequence parallelism with MoE blocks: the router's capacity "
-           "is counted over a microbatch's whole sequences, which sp splits; use sp off with MoE");
+  // The pairs of settings that do not run together: the run config refuses them when it is read,
+  // and the engine, built from code as well, with the same words (config/compatibility.h).
+  if (const auto refusal = config::compatibility_refusal(feature_settings(options, model.config()))) {
+    TS_FAIL("{}", *refusal);
+  }
   TS_CHECK(layout.ep == size_of(ep), "the layout has ep {} but the expert-parallel group {} ranks", layout.ep,
            size_of(ep));
   if (ep_ != nullptr) {
@@ -113,11 +135,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::EP);
     TS_CHECK(split, "expert parallelism over {} ranks with a model none of whose parameters is split: build the model "
              "with this rank's ExpertParallelPlan", ep_->size());
-    TS_CHECK(layout.zero_stage <= 2, "expert parallelism with ZeRO-3: ZeRO-3 shards the whole model as one domain "
-             "over dp, but experts are reduced over their own group; use zero_stage 0, 1 or 2 with parallel.ep > 1");
-    TS_CHECK(options.compression.method == CompressionMethod::None && options.optimizer.name != "onebit_adam",
-             "expert parallelism with gradient compression or 1-bit Adam: not composed yet; use parallel.ep = 1 or "
-             "no compression");
     experts_ = std::make_unique<ExpertParallelExchange>(*ep_);
     interpreter_.set_experts(experts_.get());
   }
@@ -134,7 +151,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
-  TS_CHECK(layout.pp == 1 || layout.zero_stage <= 2, "{}", config::zero3_with_pipelining_refusal(layout));
   schedule_ = pipeline::make_schedule(layout);
   stages_ = split_stages();
   DataParallelOptions dp_options;
@@ -179,13 +195,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   plan(times_);
   if (!schedule_.flush) {
-    TS_CHECK(options.compression.method == CompressionMethod::None,
-             "PipeDream-2BW with gradient compression: the compressor's state advances per step and a 2BW program "
-             "holds several; use no compression with 2bw");
-    TS_CHECK(layout.zero_stage <= 2,
-             "parallel.schedule = \"2bw\" with parallel.zero_stage = 3: ZeRO-3 gathers the working copies of the "
-             "parameters and 2BW keeps a second version of them; the two are not composed yet, so use zero_stage 0, "
-             "1 or 2 with 2bw");
     std::vector<int> units;
     const int rank = pp_ ? pp_->rank() : 0, ranks = size_of(pp_);
     for (size_t s = 0; s < stages_.stages.size(); ++s) {
@@ -210,14 +219,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_group_ = unless_alone(dp);
   if (options.optimizer.name == "onebit_adam") {
-    TS_CHECK(layout.zero_stage == 0, "1-bit Adam keeps the whole momentum on every data-parallel rank; ZeRO-{} would "
-             "shard it: use zero_stage 0", layout.zero_stage);
-    TS_CHECK(options.compression.method == CompressionMethod::None,
-             "1-bit Adam compresses its own momentum; use it without parallel.compression");
-    TS_CHECK(schedule_.flush, "1-bit Adam with PipeDream-2BW: a 2BW program holds several optimizer steps, and whether "
-             "a step reduces its gradients depends on the step");
-    TS_CHECK(!loss_scaler_.enabled(), "1-bit Adam with fp16's loss scale: the overflow check reads the reduced "
-             "gradient, which 1-bit Adam does not form after its warm-up; use bf16 or fp32");
     auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer,
                                                 optim::total_elements(ownership_.master_segments()), dp_group_);
     one_bit_adam_ = one_bit.get();

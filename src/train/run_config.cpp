@@ -1,5 +1,6 @@
 #include "train/run_config.h"
 
+#include "config/compatibility.h"
 #include "config/expert_parallel_shape.h"
 #include "config/tensor_parallel_shape.h"
 
@@ -112,31 +113,6 @@ void RunConfig::validate() const {
   TS_CHECK(parallel.dp % parallel.ep == 0,
            "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
            "ep that divides dp", parallel.ep, parallel.dp);
-  if (parallel.ep > 1) {
-    TS_CHECK(parallel.zero_stage <= 2,
-             "config: parallel.ep = {} with parallel.zero_stage = 3: ZeRO-3 shards the whole model as one domain over "
-             "dp, but the experts are reduced over their own group (edp); use parallel.zero_stage 0, 1 or 2 with "
-             "expert parallelism", parallel.ep);
-    TS_CHECK(parallel.compression == "none" && optim.name != "onebit_adam",
-             "config: parallel.ep = {} with {}: compressed gradient exchanges are not composed with the experts' own "
-             "reduction group yet; use parallel.compression = \"none\" and an exact optimizer with expert "
-             "parallelism, or parallel.ep = 1", parallel.ep,
-             optim.name == "onebit_adam" ? std::string("optim.name = \"onebit_adam\"")
-                                         : fmt::format("parallel.compression = \"{}\"", parallel.compression));
-  }
-  if (model.moe_experts > 0) {
-    TS_CHECK(precision.compute == "fp32",
-             "config: model.moe_experts = {} with precision.compute = \"{}\": the MoE router and its row moves run in "
-             "fp32 only so far; use precision.compute = \"fp32\" with MoE, or a dense model", model.moe_experts,
-             precision.compute);
-    TS_CHECK(!parallel.sp, "config: model.moe_experts with parallel.sp = true: the router's capacity is counted over "
-             "a microbatch's whole sequences, which sequence parallelism splits over the tensor-parallel ranks; use "
-             "parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)");
-    TS_CHECK(parallel.schedule != "zb-h1",
-             "config: model.moe_experts with parallel.schedule = \"zb-h1\": an MoE layer computes its weight "
-             "gradients in the input half of its backward (they need the exchange that half makes), which leaves "
-             "ZB-H1 no weight half to move; use \"1f1b\" or \"interleaved\"");
-  }
   TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
            "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
            parallel.bucket_mb);
@@ -211,8 +187,6 @@ void RunConfig::validate() const {
              "train.batch_size = {}",
              parallel.pp, microbatches,
              (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.pp == 1 || parallel.zero_stage <= 2, "config: {}",
-             config::zero3_with_pipelining_refusal(layout()));
   }
   {
     const config::CompressionMethod method = config::parse_compression(parallel.compression);
@@ -228,31 +202,8 @@ void RunConfig::validate() const {
     check_range("compression.levels", compression.levels, 0, 127);
     check_range("compression.rank", compression.rank, 0, 1 << 16);
     check_range<int64_t>("compression.warmup_steps", compression.warmup_steps, 0, int64_t{1} << 40);
-    TS_CHECK(method == config::CompressionMethod::None || parallel.schedule != "2bw",
-             "config: parallel.compression = \"{}\" with parallel.schedule = \"2bw\": a 2BW program holds several "
-             "steps, and the compressor's state and random rounding advance per step, which the two do not agree on "
-             "yet; use parallel.compression = \"none\" with 2bw, or another schedule",
-             parallel.compression);
     TS_CHECK(method != config::CompressionMethod::None || compression.warmup_steps == 0,
              "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
-  }
-  if (optim.name == "onebit_adam") {
-    // 1-bit Adam exchanges its own momentum after the freeze (parallel/compression/one_bit_adam.h).
-    TS_CHECK(parallel.zero_stage == 0,
-             "config: optim.name = \"onebit_adam\" with parallel.zero_stage = {}: 1-bit Adam keeps the whole momentum "
-             "on every data-parallel rank, the part it exchanges in one bit per element; ZeRO would shard it. Use "
-             "parallel.zero_stage = 0, or another optimizer with ZeRO", parallel.zero_stage);
-    TS_CHECK(parallel.compression == "none",
-             "config: optim.name = \"onebit_adam\" with parallel.compression = \"{}\": 1-bit Adam compresses its "
-             "momentum itself and stops reducing gradients after optim.freeze_step; use parallel.compression = "
-             "\"none\" (or \"onebit\" with another optimizer)", parallel.compression);
-    TS_CHECK(parallel.schedule != "2bw",
-             "config: optim.name = \"onebit_adam\" with parallel.schedule = \"2bw\": a 2BW program holds several "
-             "optimizer steps, and whether a step reduces its gradients depends on the step; use another schedule");
-    TS_CHECK(precision.compute != "fp16",
-             "config: optim.name = \"onebit_adam\" with precision.compute = \"fp16\": the loss scale's overflow "
-             "check reads the reduced gradient, which 1-bit Adam does not form after optim.freeze_step; use "
-             "precision.compute = \"bf16\" (no loss scale) or \"fp32\"");
   }
   {
     const DType compute = config::parse_precision(precision.compute, "precision.compute");
@@ -289,9 +240,6 @@ void RunConfig::validate() const {
              "config: precision.backoff_factor = {} must be in (0, 1) (e.g. 0.5)", precision.backoff_factor);
     TS_CHECK(grad_dtype == DType::F32 || parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
              "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
-    TS_CHECK(grad_dtype == DType::F32 || parallel.compression == "none",
-             "config: parallel.grad_dtype = \"{}\" with parallel.compression = \"{}\": a compressor chooses its own "
-             "messages; use one of the two", parallel.grad_dtype, parallel.compression);
   }
   {
     const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
@@ -313,6 +261,19 @@ void RunConfig::validate() const {
   TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
+  // Every setting of the matrix is valid on its own by now; the pairs that do not run together
+  // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
+  if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
+  {
+    // The generator's own limit, here so that the run is refused when its config is read.
+    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
+    TS_CHECK(parallel.schedule != "2bw" || microbatches >= parallel.pp,
+             "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
+             "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
+             "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
+             "instead of two; for example set train.batch_size = {}",
+             parallel.pp, microbatches, int64_t{parallel.pp} * train.micro_batch_size * parallel.dp);
+  }
   TS_CHECK(!train.overwrite || checkpoint.resume.empty(),
            "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
            "continues it; set only one of them", checkpoint.resume);
@@ -329,6 +290,23 @@ void RunConfig::validate() const {
            "config: log.peak_gflops = {} must be 0 (calibrate) or the matmul GFLOP/s of one process", log.peak_gflops);
   TS_CHECK(log.progress == "auto" || log.progress == "bar" || log.progress == "plain",
            "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
+}
+
+config::FeatureSettings RunConfig::feature_settings() const {
+  config::FeatureSettings s;
+  s.tp = parallel.tp;
+  s.sp = parallel.sp;
+  s.ep = parallel.ep;
+  s.pp = parallel.pp;
+  s.zero_stage = parallel.zero_stage;
+  s.schedule = parallel.schedule;
+  s.compression = parallel.compression;
+  s.grad_dtype = parallel.grad_dtype;
+  s.compute = precision.compute;
+  s.recompute = memory.recompute;
+  s.optimizer = optim.name;
+  s.moe_experts = model.moe_experts;
+  return s;
 }
 
 config::ParallelLayout RunConfig::layout() const {

@@ -12,6 +12,7 @@
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
 #include "optim/optimizer_config.h"
+#include "config/compatibility.h"
 #include "config/compression_method.h"
 #include "config/precision.h"
 
@@ -133,6 +134,8 @@ struct RunConfig {
   config::ParallelLayout layout() const;
   // The compressor's options (parallel.compression and compression.*), defaults filled in.
   config::CompressionOptions compression_options() const;
+  // The settings the compatibility matrix reads (config/compatibility.h).
+  config::FeatureSettings feature_settings() const;
   // precision.* and parallel.grad_dtype as the engine takes them.
   config::PrecisionOptions precision_options() const;
   // Cross-section checks (batch divisibility, ...); each message names the keys and the fix.

@@ -61,7 +61,7 @@ TEST_F(Cli, AnUnknownCommandIsNamedWithASuggestion) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output,
             "error: unknown command 'trian'; did you mean 'train'? commands: data, train, sample, export, plan, simulate, "
-            "launch\n");
+            "launch, compatibility\n");
   r = run_tessera("--debug data prep --input x");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "error: unknown 'tessera data' command 'prep'; did you mean 'prepare'?")) << r.output;

@@ -202,6 +202,31 @@ TEST(Interpreter, TellsTheChainAboutEveryActionInSlotOrder) {
   EXPECT_EQ(memory.stats().live_of(MemoryTag::Activations), 0u) << "an evaluation keeps nothing";
 }
 
+// Interleaved chunks on one pipeline rank (pp = 1, v = 2): the evaluation hands each chunk's output
+// to the next on the same rank, as a training program does, and equals the one-stage evaluation.
+TEST(Interpreter, AnEvaluationOfChunksOnOneRankSendsNothingAndEqualsOneStage) {
+  const exec::StagePlan chunks = exec::even_stages(kUnits, 2);
+  EXPECT_EQ(codes(exec::lower_evaluation(chunks, 0, 1)),
+            (std::vector<std::string>{"E0/m0", "E1/m0", "E2/m0", "E3/m0", "E4/m0"}));
+
+  config::ModelConfig c = tessera::testing::gpt2_odd_config();
+  c.n_layer = 2;
+  MemoryAccountant memory;
+  nn::GPT model(c, memory, 3);
+  exec::ParameterOwnership ownership(model.parameters());
+  exec::TransformChain chain;
+  exec::Interpreter interpreter(model, ownership, chain, memory);
+  std::vector<int32_t> tokens(2 * 16, 1), targets(2 * 16, 2);
+  const exec::MicrobatchInput mb{{nn::token_tensor(tokens.data(), 2, 16), nn::token_tensor(targets.data(), 2, 16), 1.0f},
+                                 0};
+  const exec::ProgramResult whole =
+      interpreter.run(exec::lower_evaluation(exec::even_stages(model.num_units(), 1), 0, 1), std::span(&mb, 1), {});
+  const exec::ProgramResult chunked =
+      interpreter.run(exec::lower_evaluation(exec::even_stages(model.num_units(), 2), 0, 1), std::span(&mb, 1), {});
+  EXPECT_EQ(chunked.counted, whole.counted);
+  EXPECT_EQ(chunked.loss_sum, whole.loss_sum);
+}
+
 // A program that would run a unit without what it needs is refused, naming the action.
 TEST(Interpreter, RefusesProgramsThatBreakTheChain) {
   config::ModelConfig c = tessera::testing::gpt2_odd_config();

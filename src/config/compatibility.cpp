@@ -1,0 +1,392 @@
+#include "config/compatibility.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace tessera::config {
+
+namespace {
+
+using F = Feature;
+
+struct FeatureInfo {
+  Feature feature;
+  std::string_view name;
+  std::string_view key;
+};
+
+constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
+    {F::Zero1, "parallel.zero_stage = 1", "parallel.zero_stage"},
+    {F::Zero2, "parallel.zero_stage = 2", "parallel.zero_stage"},
+    {F::Zero3, "parallel.zero_stage = 3", "parallel.zero_stage"},
+    {F::TensorParallel, "parallel.tp > 1", "parallel.tp"},
+    {F::SequenceParallel, "parallel.sp = true", "parallel.sp"},
+    {F::ExpertParallel, "parallel.ep > 1", "parallel.ep"},
+    {F::Pipeline, "parallel.pp > 1", "parallel.pp"},
+    {F::GPipe, "parallel.schedule = \"gpipe\"", "parallel.schedule"},
+    {F::OneFOneB, "parallel.schedule = \"1f1b\"", "parallel.schedule"},
+    {F::Interleaved, "parallel.schedule = \"interleaved\"", "parallel.schedule"},
+    {F::TwoBW, "parallel.schedule = \"2bw\"", "parallel.schedule"},
+    {F::ZeroBubble, "parallel.schedule = \"zb-h1\"", "parallel.schedule"},
+    {F::TopK, "parallel.compression = \"topk\"", "parallel.compression"},
+    {F::Qsgd, "parallel.compression = \"qsgd\"", "parallel.compression"},
+    {F::OneBit, "parallel.compression = \"onebit\"", "parallel.compression"},
+    {F::PowerSgd, "parallel.compression = \"powersgd\"", "parallel.compression"},
+    {F::RecomputeFull, "memory.recompute = \"full\"", "memory.recompute"},
+    {F::RecomputeEveryK, "memory.recompute = \"every_k\"", "memory.recompute"},
+    {F::RecomputeSelective, "memory.recompute = \"selective\"", "memory.recompute"},
+    {F::RecomputeOptimal, "memory.recompute = \"optimal\"", "memory.recompute"},
+    {F::Bf16, "precision.compute = \"bf16\"", "precision.compute"},
+    {F::Fp16, "precision.compute = \"fp16\"", "precision.compute"},
+    {F::GradBf16, "parallel.grad_dtype = \"bf16\"", "parallel.grad_dtype"},
+    {F::GradFp16, "parallel.grad_dtype = \"fp16\"", "parallel.grad_dtype"},
+    {F::AdamW, "optim.name = \"adamw\"", "optim.name"},
+    {F::Sgd, "optim.name = \"sgd\"", "optim.name"},
+    {F::Adafactor, "optim.name = \"adafactor\"", "optim.name"},
+    {F::Adam8bit, "optim.name = \"adam8bit\"", "optim.name"},
+    {F::Lamb, "optim.name = \"lamb\"", "optim.name"},
+    {F::Lars, "optim.name = \"lars\"", "optim.name"},
+    {F::OneBitAdam, "optim.name = \"onebit_adam\"", "optim.name"},
+    {F::Moe, "model.moe_experts > 0", "model.moe_experts"},
+}};
+
+constexpr std::array<Feature, kFeatureCount> kOrder = [] {
+  std::array<Feature, kFeatureCount> order{};
+  for (size_t i = 0; i < kFeatureCount; ++i) order[i] = kFeatures[i].feature;
+  return order;
+}();
+
+const FeatureInfo& info(Feature f) {
+  const auto i = static_cast<size_t>(f);
+  TS_CHECK(i < kFeatureCount && kFeatures[i].feature == f, "unknown feature {}", i);
+  return kFeatures[i];
+}
+
+// The string value of an enumerated key, or nullptr for the numeric ones (`Settings`: const or not).
+template <class Settings>
+auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
+  if (key == "parallel.schedule") return &s.schedule;
+  if (key == "parallel.compression") return &s.compression;
+  if (key == "parallel.grad_dtype") return &s.grad_dtype;
+  if (key == "precision.compute") return &s.compute;
+  if (key == "memory.recompute") return &s.recompute;
+  if (key == "optim.name") return &s.optimizer;
+  return nullptr;
+}
+
+// The value an enumerated feature's name sets: `parallel.schedule = "2bw"` -> 2bw.
+std::string_view named_value(std::string_view name) {
+  const size_t open = name.find('"');
+  return name.substr(open + 1, name.size() - open - 2);
+}
+
+// What with_feature sets: tp, ep and pp of a minimal combination, and experts for ep to split.
+constexpr int kSplit = 2;
+constexpr int64_t kExperts = 2;
+
+// The combinations the engine does not run. The matrix, the run config's refusals and the
+// engine's come from this list alone; each message keeps the words users (and tests) know.
+const std::vector<Refusal> kRefusals = {
+    {{F::Zero3},
+     {F::Pipeline},
+     "ZeRO-3 gathers each unit's parameters for every action that runs it, and a pipeline runs each unit once per "
+     "microbatch in forward and again in backward, so it would gather them 2m times a step (torchtitan keeps them "
+     "gathered across microbatches instead, which gives back ZeRO-3's saving)",
+     "use parallel.zero_stage = 1 or 2, which shard each stage's optimizer state (and gradients) over its "
+     "data-parallel group"},
+    {{F::TwoBW},
+     {F::Zero3},
+     "ZeRO-3 gathers the working copies of the parameters and 2BW keeps a second version of them; the two are not "
+     "composed yet",
+     "use parallel.zero_stage 0, 1 or 2 with 2bw, or ZeRO-3 with another schedule"},
+    {{F::ExpertParallel},
+     {F::Zero3},
+     "ZeRO-3 shards the whole model as one domain over dp, but the experts are reduced over their own group (edp)",
+     "use parallel.zero_stage 0, 1 or 2 with expert parallelism, or parallel.ep = 1 (experts replicated) with ZeRO-3"},
+    {{F::ExpertParallel},
+     {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd, F::OneBitAdam},
+     "compressed gradient exchanges are not composed with the experts' own reduction group yet",
+     "use parallel.compression = \"none\" and an exact optimizer with expert parallelism, or parallel.ep = 1"},
+    {{F::Moe},
+     {F::Bf16, F::Fp16},
+     "the MoE router and its row moves run in fp32 only so far",
+     "use precision.compute = \"fp32\" with MoE, or a dense model"},
+    {{F::Moe},
+     {F::SequenceParallel},
+     "the router's capacity is counted over a microbatch's whole sequences, which sequence parallelism splits over "
+     "the tensor-parallel ranks",
+     "use parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)"},
+    {{F::Moe},
+     {F::ZeroBubble},
+     "an MoE layer computes its weight gradients in the input half of its backward (they need the exchange that "
+     "half makes), which leaves ZB-H1 no weight half to move",
+     "use parallel.schedule = \"1f1b\" or \"interleaved\" with MoE"},
+    {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
+     {F::TwoBW},
+     "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
+     "two do not agree on yet",
+     "use parallel.compression = \"none\" with 2bw, or another schedule"},
+    {{F::Fp16},
+     {F::TopK, F::OneBit, F::PowerSgd},
+     "a step that the loss scale skips for an overflow has already added its non-finite gradient to the "
+     "compressor's error feedback (and PowerSGD's warm-started Q), which carries it into every later step",
+     "use precision.compute = \"bf16\" (no loss scale) with this compressor, or parallel.compression = \"qsgd\" (no "
+     "error feedback) with fp16"},
+    {{F::GradBf16, F::GradFp16},
+     {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
+     "a compressor chooses its own messages",
+     "use one of the two: parallel.grad_dtype = \"fp32\" with the compressor, or parallel.compression = \"none\" "
+     "with 16-bit messages"},
+    {{F::OneBitAdam},
+     {F::Zero1, F::Zero2, F::Zero3},
+     "1-bit Adam keeps the whole momentum on every data-parallel rank, the part it exchanges in one bit per element; "
+     "ZeRO would shard it",
+     "use parallel.zero_stage = 0, or another optimizer with ZeRO"},
+    {{F::OneBitAdam},
+     {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
+     "1-bit Adam compresses its momentum itself and stops reducing gradients after optim.freeze_step",
+     "use parallel.compression = \"none\" (or \"onebit\" with another optimizer)"},
+    {{F::OneBitAdam},
+     {F::TwoBW},
+     "a 2BW program holds several optimizer steps, and whether a step reduces its gradients depends on the step",
+     "use another schedule with 1-bit Adam (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"), or another "
+     "optimizer with 2bw"},
+    {{F::OneBitAdam},
+     {F::Fp16},
+     "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
+     "optim.freeze_step",
+     "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
+    {{F::Adafactor},
+     {F::TensorParallel, F::ExpertParallel},
+     "Adafactor's factored second moment and its update RMS are statistics of whole matrices, but a tensor- or "
+     "expert-parallel rank holds a block of each: summed over the group, the row (or column) sums of different "
+     "blocks land on one another, and the RMS is divided by one block's size",
+     "use another optimizer (\"adamw\", \"adam8bit\", \"lamb\", \"lars\" or \"sgd\") with parallel.tp > 1 or "
+     "parallel.ep > 1; Adafactor is exact under ZeRO and pipelining"},
+};
+
+// The `tessera train` tests (GoogleTest cases under launched jobs) that cite several pairs.
+constexpr std::string_view kTensorParallelCli =
+    "ParallelTraining.TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise";
+constexpr std::string_view kPipelinedCli = "ParallelTraining.PipelinedRunsMatchTheOneProcessRunAndResumeBitwise";
+constexpr std::string_view kTwoBWCli = "ParallelTraining.TwoBWRunsFollowTheOneProcessRunAndResumeBitwise";
+constexpr std::string_view kCompressedCli = "ParallelTraining.CompressedRunsResumeBitwise";
+constexpr std::string_view kMixedPrecisionCli = "ParallelTraining.MixedPrecisionRunsTrackFp32AndResumeBitwise";
+constexpr std::string_view kExpertParallelCli = "Resharding.ExpertParallelTrainsAndMovesLikeOneProcess";
+
+// Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
+const std::vector<TestedPair> kTested = {
+    {F::Zero1, F::TensorParallel, {"parallel_tensor_parallel_4"}},
+    {F::Zero2, F::TensorParallel, {"parallel_tensor_parallel_4", kTensorParallelCli}},
+    {F::Zero3, F::TensorParallel, {"parallel_tensor_parallel_4"}},
+    {F::Zero1, F::SequenceParallel, {"parallel_tensor_parallel_4", kTensorParallelCli}},
+    {F::Zero2, F::SequenceParallel, {"parallel_tensor_parallel_4"}},
+    {F::Zero3, F::SequenceParallel, {"parallel_tensor_parallel_4"}},
+    {F::Zero1, F::ExpertParallel, {"parallel_moe_2", kExpertParallelCli}},
+    {F::Zero2, F::ExpertParallel, {"parallel_moe_4"}},
+    {F::Zero1, F::Pipeline, {"parallel_pipeline_parity_4", kPipelinedCli}},
+    {F::Zero2, F::Pipeline, {"parallel_pipeline_parity_4", kPipelinedCli}},
+    {F::Zero1, F::Interleaved, {"parallel_pipeline_parity_4"}},
+    {F::Zero2, F::Interleaved, {"parallel_pipeline_parity_4", kPipelinedCli}},
+    {F::Zero1, F::OneFOneB, {"parallel_pipeline_parity_4"}},
+    {F::Zero2, F::OneFOneB, {"parallel_pipeline_parity_4"}},
+    {F::Zero3, F::OneFOneB, {"parallel_zero_parity_2"}},
+    {F::Zero1, F::TwoBW, {"parallel_pipedream_2bw_2"}},
+    {F::Zero2, F::TwoBW, {"parallel_pipedream_2bw_2"}},
+    {F::Zero1, F::ZeroBubble, {"parallel_pipeline_parity_4", "parallel_recompute_parity_2"}},
+    {F::Zero2, F::ZeroBubble, {"parallel_pipeline_parity_4", "parallel_recompute_parity_2"}},
+    {F::Zero3, F::ZeroBubble, {"parallel_recompute_parity_2"}},
+    {F::Zero1, F::TopK, {"parallel_compression_2", kCompressedCli}},
+    {F::Zero2, F::TopK, {"parallel_compression_2"}},
+    {F::Zero1, F::Qsgd, {"parallel_compression_2"}},
+    {F::Zero2, F::Qsgd, {"parallel_compression_2"}},
+    {F::Zero1, F::OneBit, {"parallel_compression_2"}},
+    {F::Zero2, F::OneBit, {"parallel_compression_2"}},
+    {F::Zero1, F::PowerSgd, {"parallel_compression_2"}},
+    {F::Zero2, F::PowerSgd, {"parallel_compression_2"}},
+    {F::Zero1, F::RecomputeFull, {"parallel_recompute_parity_2"}},
+    {F::Zero2, F::RecomputeFull, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::RecomputeFull, {"parallel_recompute_parity_2"}},
+    {F::Zero1, F::RecomputeEveryK, {"parallel_recompute_parity_2"}},
+    {F::Zero2, F::RecomputeEveryK, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::RecomputeEveryK, {"parallel_recompute_parity_2"}},
+    {F::Zero1, F::RecomputeSelective, {"parallel_recompute_parity_2"}},
+    {F::Zero2, F::RecomputeSelective, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::RecomputeSelective, {"parallel_recompute_parity_2"}},
+    {F::Zero1, F::RecomputeOptimal, {"parallel_recompute_parity_2"}},
+    {F::Zero2, F::RecomputeOptimal, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::RecomputeOptimal, {"parallel_recompute_parity_2"}},
+    {F::Zero1, F::Bf16, {"parallel_precision_2"}},
+    {F::Zero2, F::Bf16, {"parallel_precision_2"}},
+    {F::Zero3, F::Bf16, {"parallel_precision_2"}},
+    {F::Zero2, F::Fp16, {"parallel_precision_2", kMixedPrecisionCli}},
+    {F::Zero3, F::Fp16, {"parallel_precision_2"}},
+    {F::Zero2, F::GradBf16, {"parallel_precision_2", kMixedPrecisionCli}},
+    {F::Zero1, F::AdamW, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::AdamW, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::AdamW, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Sgd, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::Sgd, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::Sgd, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Adafactor, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::Adafactor, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::Adafactor, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Adam8bit, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::Adam8bit, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::Adam8bit, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Lamb, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::Lamb, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::Lamb, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Lars, {"parallel_optimizer_parity_2"}},
+    {F::Zero2, F::Lars, {"parallel_optimizer_parity_2"}},
+    {F::Zero3, F::Lars, {"parallel_optimizer_parity_2"}},
+    {F::Zero1, F::Moe, {"parallel_moe_2"}},
+    {F::Zero2, F::Moe, {"parallel_moe_4"}},
+    {F::TensorParallel, F::SequenceParallel, {"parallel_tensor_parallel_2", kTensorParallelCli}},
+    {F::TensorParallel, F::ExpertParallel, {"parallel_moe_4"}},
+    {F::TensorParallel, F::Pipeline, {"parallel_tensor_parallel_4", kTensorParallelCli}},
+    {F::TensorParallel, F::RecomputeFull, {"parallel_tensor_parallel_2"}},
+    {F::TensorParallel, F::RecomputeSelective, {"parallel_tensor_parallel_2"}},
+    {F::TensorParallel, F::Bf16, {"parallel_precision_2"}},
+    {F::TensorParallel, F::Moe, {"parallel_moe_4"}},
+    {F::SequenceParallel, F::Pipeline, {"parallel_tensor_parallel_4"}},
+    {F::SequenceParallel, F::RecomputeFull, {"parallel_tensor_parallel_2"}},
+    {F::SequenceParallel, F::RecomputeSelective, {"parallel_tensor_parallel_2"}},
+    {F::SequenceParallel, F::Bf16, {"parallel_precision_2"}},
+    {F::ExpertParallel, F::Pipeline, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::RecomputeFull, {"parallel_moe_2"}},
+    {F::ExpertParallel, F::RecomputeSelective, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::Moe, {"parallel_moe_2", kExpertParallelCli}},
+    {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
+    {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},
+    {F::Pipeline, F::Interleaved, {"parallel_pipeline_parity_2", kPipelinedCli}},
+    {F::Pipeline, F::TwoBW, {"parallel_pipedream_2bw_2", kTwoBWCli}},
+    {F::Pipeline, F::ZeroBubble, {"parallel_pipeline_parity_2", kPipelinedCli}},
+    {F::Pipeline, F::RecomputeFull, {"parallel_pipeline_parity_2", kPipelinedCli}},
+    {F::Pipeline, F::RecomputeEveryK, {"parallel_pipeline_parity_2"}},
+    {F::Pipeline, F::RecomputeSelective, {"parallel_pipeline_parity_2"}},
+    {F::Pipeline, F::Bf16, {"parallel_precision_2"}},
+    {F::Pipeline, F::Adafactor, {"parallel_optimizer_parity_2"}},
+    {F::Pipeline, F::Adam8bit, {"parallel_optimizer_parity_2"}},
+    {F::Pipeline, F::Lamb, {"parallel_optimizer_parity_2"}},
+    {F::Pipeline, F::Lars, {"parallel_optimizer_parity_2"}},
+    {F::Pipeline, F::Moe, {"parallel_moe_4"}},
+    {F::OneFOneB, F::RecomputeFull, {"parallel_pipeline_parity_2"}},
+    {F::OneFOneB, F::RecomputeEveryK, {"parallel_pipeline_parity_2"}},
+    {F::OneFOneB, F::RecomputeSelective, {"parallel_pipeline_parity_2"}},
+    {F::OneFOneB, F::Moe, {"parallel_moe_4"}},
+    {F::TwoBW, F::Bf16, {"parallel_precision_2"}},
+    {F::ZeroBubble, F::RecomputeFull, {"parallel_pipeline_parity_2", "parallel_recompute_parity_2"}},
+    {F::ZeroBubble, F::RecomputeEveryK, {"parallel_pipeline_parity_2"}},
+    {F::ZeroBubble, F::RecomputeSelective, {"parallel_pipeline_parity_2"}},
+    {F::RecomputeFull, F::Bf16, {"parallel_precision_2"}},
+    {F::RecomputeFull, F::Moe, {"parallel_moe_2"}},
+    {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},
+    {F::Bf16, F::GradBf16, {kMixedPrecisionCli}},
+    {F::Fp16, F::GradBf16, {kMixedPrecisionCli}},
+};
+
+bool holds_any(const std::vector<Feature>& features, const FeatureSettings& s) {
+  return std::any_of(features.begin(), features.end(), [&](Feature f) { return feature_holds(f, s); });
+}
+
+Feature first_holding(const std::vector<Feature>& features, const FeatureSettings& s) {
+  for (Feature f : features) {
+    if (feature_holds(f, s)) return f;
+  }
+  TS_FAIL("no feature of the refusal holds");
+}
+
+}  // namespace
+
+std::span<const Feature> all_features() { return kOrder; }
+std::string_view feature_name(Feature f) { return info(f).name; }
+std::string_view feature_key(Feature f) { return info(f).key; }
+
+bool feature_holds(Feature f, const FeatureSettings& s) {
+  switch (f) {
+    case F::Zero1: return s.zero_stage == 1;
+    case F::Zero2: return s.zero_stage == 2;
+    case F::Zero3: return s.zero_stage == 3;
+    case F::TensorParallel: return s.tp > 1;
+    case F::SequenceParallel: return s.sp;
+    case F::ExpertParallel: return s.ep > 1;
+    case F::Pipeline: return s.pp > 1;
+    case F::Moe: return s.moe_experts > 0;
+    default: break;
+  }
+  const std::string* value = string_value(info(f).key, s);
+  TS_CHECK(value != nullptr, "feature '{}' has no value to compare", info(f).name);
+  return *value == named_value(info(f).name);
+}
+
+FeatureSettings with_feature(FeatureSettings s, Feature f) {
+  switch (f) {
+    case F::Zero1: s.zero_stage = 1; return s;
+    case F::Zero2: s.zero_stage = 2; return s;
+    case F::Zero3: s.zero_stage = 3; return s;
+    case F::TensorParallel: s.tp = std::max(s.tp, kSplit); return s;
+    case F::SequenceParallel:
+      s.sp = true;
+      s.tp = std::max(s.tp, kSplit);
+      return s;
+    case F::ExpertParallel:
+      s.ep = kSplit;
+      s.moe_experts = std::max(s.moe_experts, kExperts);
+      return s;
+    case F::Pipeline: s.pp = std::max(s.pp, kSplit); return s;
+    case F::Moe: s.moe_experts = std::max(s.moe_experts, kExperts); return s;
+    default: break;
+  }
+  std::string* value = string_value(info(f).key, s);
+  TS_CHECK(value != nullptr, "feature '{}' has no value to set", info(f).name);
+  *value = std::string(named_value(info(f).name));
+  return s;
+}
+
+std::string feature_setting(Feature f, const FeatureSettings& s) {
+  switch (f) {
+    case F::TensorParallel: return fmt::format("parallel.tp = {}", s.tp);
+    case F::ExpertParallel: return fmt::format("parallel.ep = {}", s.ep);
+    case F::Pipeline: return fmt::format("parallel.pp = {}", s.pp);
+    case F::Moe: return fmt::format("model.moe_experts = {}", s.moe_experts);
+    default: return std::string(info(f).name);
+  }
+}
+
+std::span<const Refusal> refusals() { return kRefusals; }
+std::span<const TestedPair> tested_pairs() { return kTested; }
+
+std::vector<const Refusal*> refusals_of(const FeatureSettings& s) {
+  std::vector<const Refusal*> out;
+  for (const Refusal& r : kRefusals) {
+    if (holds_any(r.first, s) && holds_any(r.second, s)) out.push_back(&r);
+  }
+  return out;
+}
+
+std::optional<std::string> compatibility_refusal(const FeatureSettings& s) {
+  const std::vector<const Refusal*> found = refusals_of(s);
+  if (found.empty()) return std::nullopt;
+  const Refusal& r = *found.front();
+  return fmt::format("{} with {}: {}; {}", feature_setting(first_holding(r.first, s), s),
+                     feature_setting(first_holding(r.second, s), s), r.reason, r.nearest);
+}
+
+FeatureSettings pair_settings(Feature a, Feature b) { return with_feature(with_feature(FeatureSettings{}, a), b); }
+
+Cell cell(Feature a, Feature b) {
+  Cell c;
+  c.same_key = a != b && feature_key(a) == feature_key(b);
+  if (c.same_key) return c;
+  c.refused_by = refusals_of(pair_settings(a, b));
+  for (const TestedPair& t : kTested) {
+    if ((t.a == a && t.b == b) || (t.a == b && t.b == a)) c.tested = &t;
+  }
+  return c;
+}
+
+}  // namespace tessera::config
