@@ -2,6 +2,7 @@
 // A cluster as the cost model sees it: one kind of device, how many sit in a node, the two kinds of
 // link (inside a node, across nodes), and the few efficiency constants that turn peak numbers into
 // achievable ones. Read from a `[cluster]` TOML table; shipped examples live in configs/clusters/.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,17 @@ struct LinkSpec {
   double latency = 0;    // seconds per message hop
 };
 
+// An efficiency that depends on the size of the work, measured on the device: points (FLOPs of
+// one call, achieved fraction of peak), read between them linearly in log FLOPs and held at the
+// end points beyond them.
+struct EfficiencyCurve {
+  std::vector<double> flops;       // ascending
+  std::vector<double> efficiency;  // fractions in (0, 1], one per point
+  bool empty() const { return flops.empty(); }
+  double at(double flops) const;
+  bool operator==(const EfficiencyCurve&) const = default;
+};
+
 // The efficiency model of a device. Each constant is a fraction or a time, explained in
 // docs/planner.md; all of them apply to every layout and every model alike.
 struct EfficiencySpec {
@@ -36,27 +48,68 @@ struct EfficiencySpec {
   double memory = 0.8;             // achievable fraction of memory bandwidth for streaming kernels
   double link = 0.8;               // achievable fraction of link bandwidth in ring collectives
   double kernel_overhead = 5e-6;   // seconds lost per kernel: launch, ramp-up and tail
+  EfficiencyCurve gemm_curve;       // matrix multiplies by size; empty: `gemm` at every size
+  EfficiencyCurve attention_curve;  // fused attention forwards by size; empty: `gemm`
+  // Their backwards, by the size of the forward (FLOPs counted as kFlashBackwardFlops x the
+  // forward's); empty: attention_curve read at the backward's FLOPs.
+  EfficiencyCurve attention_backward_curve;
+  bool operator==(const EfficiencySpec&) const = default;
+};
+
+// A CPU machine whose cores the processes of a run share: the device is the whole machine (its
+// peak all cores together), and each of the run's ranks on a node gets cores / ranks OpenMP
+// threads (at least one; more ranks than cores are time-sliced), as `tessera launch` starts them.
+// What one process achieves depends on its thread count, measured for each (`tessera plan
+// --calibrate-here`).
+struct ProcessSpec {
+  int threads = 1;
+  double memory_bandwidth = 0;  // bytes/s one such process streams
+  double kernel_overhead = 0;   // seconds of one kernel's fixed cost (waking its threads)
+  EfficiencyCurve gemm;         // fractions of threads x the per-core peak
+  EfficiencyCurve attention;    // likewise, for the fused attention kernel's forward
+  EfficiencyCurve attention_backward;  // and its backward, by the forward's FLOPs
+  bool operator==(const ProcessSpec&) const = default;
+};
+struct HostSpec {
+  int cores = 0;                       // 0: devices are not processes sharing a machine
+  std::vector<ProcessSpec> processes;  // by ascending threads; the first has 1
+  bool operator==(const HostSpec&) const = default;
 };
 
 struct ClusterSpec {
   std::string name;
   std::string description;
   DeviceSpec device;
-  int devices_per_node = 1;
+  int devices_per_node = 1;  // 0 (host clusters only): as many processes as a run starts
   int64_t max_nodes = 0;  // 0: as many nodes as a plan asks for
   LinkSpec intra_node;    // e.g. NVLink through NVSwitch
   LinkSpec inter_node;    // e.g. one InfiniBand NIC per device
   EfficiencySpec efficiency;
+  HostSpec host;          // a shared CPU machine; absent (cores 0) for accelerators
 
   double peak_flops(Precision p) const { return p == Precision::Bf16 ? device.peak_flops_bf16 : device.peak_flops_fp32; }
   double usable_memory() const { return device.memory_bytes - device.reserved_bytes; }
   // 0 when unbounded.
   int64_t max_devices() const { return max_nodes * devices_per_node; }
+  // Devices one node holds in a run of `devices`, and the most any node holds (unbounded: INT64_MAX).
+  int64_t devices_on_a_node(int64_t devices) const { return devices_per_node == 0 ? devices : std::min<int64_t>(devices, devices_per_node); }
+  int64_t node_capacity() const;
   void validate() const;
 };
 
-// Reads the `[cluster]` table (units as written in the TOML: TFLOP/s, GiB, GB/s, microseconds).
+// Reads the `[cluster]` table (units as written in the TOML: TFLOP/s, GiB, GB/s, microseconds,
+// GFLOP for the curves' points).
 ClusterSpec read_cluster_config(config::TableReader reader);
+// The `[cluster]` TOML that read_cluster_config reads back as `c` (up to the rounding of its units).
+std::string cluster_toml(const ClusterSpec& c);
+
+// The cluster as one of `ranks` processes on one node of a host cluster sees it: threads t =
+// max(1, cores / ranks); while they all compute, a time-slice share s = min(1, cores / (ranks t));
+// peak t x the per-core peak x s with the efficiency curves measured at t threads (the nearest
+// measured count at or below t), memory bandwidth the lesser of what one such process streams
+// (x s) and the machine's share (device bandwidth / ranks), a kernel overhead stretched by 1/s,
+// and 1/ranks of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
+ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node);
 
 // `name_or_path` is a TOML file or a shipped name such as "a100-80gb" (see config_files.h).
 ClusterSpec load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs = default_config_dirs());

@@ -65,11 +65,13 @@ RankMemory estimate_memory(const ModelConfig& m, const Layout& l, const Pipeline
   return peak_rank_memory(m, l, pipeline);
 }
 
-Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, const PipelineModel& pipeline) {
+Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& cluster, const PipelineModel& pipeline) {
   check_layout(m, l, l.devices());
-  TS_CHECK(c.max_devices() == 0 || l.devices() <= c.max_devices(),
-           "plan: the layout needs {} devices but cluster '{}' has {} ({} nodes of {})", l.devices(), c.name, c.max_devices(),
-           c.max_nodes, c.devices_per_node);
+  TS_CHECK(cluster.max_devices() == 0 || l.devices() <= cluster.max_devices(),
+           "plan: the layout needs {} devices but cluster '{}' has {} ({} nodes of {})", l.devices(), cluster.name,
+           cluster.max_devices(), cluster.max_nodes, cluster.devices_per_node);
+  // On a host cluster the ranks of a node share its cores and memory: the device one rank sees.
+  const ClusterSpec c = process_view(cluster, cluster.devices_on_a_node(l.devices()));
   Estimate est;
   est.layout = l;
   est.memory = peak_rank_memory(m, l, pipeline);
@@ -174,6 +176,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     dp_exposed += all_reduce_seconds(Group{2, groups.pp}, table);
   }
 
+  est.microbatch = st;
   const double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
   TimeBreakdown& t = est.time;
   t.compute = mb * (slowest.forward + slowest.backward);
