@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/calibrate_here.h"
 #include "cli/commands.h"
 #include "cli/plan_run.h"
 #include "cli/run_overrides.h"
@@ -36,6 +37,10 @@ struct PlanArgs {
   std::string config;   // a `tessera train` config: predict that run
   int64_t ranks = 0;    // with --config: the processes it runs on (dp x tp x pp)
   bool json = false;    // with --config: one JSON object instead of the report
+  bool calibrate_here = false;
+  std::string out = "cluster-here.toml";  // where --calibrate-here writes
+  std::string name = "here";              // the cluster's name in that file
+  std::string links_out;                  // set: this process is a rank of the link measurement
 };
 
 // `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
@@ -78,13 +83,26 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
                           {"pp_comm", est.time.pp_comm},
                           {"bubble", est.time.bubble},
                           {"dp_comm", est.time.dp_comm},
-                          {"optimizer", est.time.optimizer}}}};
+                          {"optimizer", est.time.optimizer},
+                          {"microbatch_forward", est.microbatch.forward},
+                          {"microbatch_backward", est.microbatch.backward},
+                          {"microbatch_transfer", est.microbatch.p2p}}}};
   for (const MemoryBreakdown& m : stages) out["stages"].push_back(tags(m));
   fmt::print("{}\n", out.dump());
 }
 
 void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
   using namespace tessera::plan;
+  if (!a.links_out.empty()) {
+    measure_links(a.links_out);
+    return;
+  }
+  if (a.calibrate_here) {
+    TS_CHECK(extras.empty() && a.config.empty(), "plan: --calibrate-here measures this machine and takes only --out "
+             "and --name; predict a run afterwards with --config run.toml --cluster {}", a.out);
+    calibrate_here(a.out, a.name);
+    return;
+  }
   if (!a.config.empty()) {
     run_plan_config(a, extras);
     return;
@@ -176,6 +194,13 @@ void add_plan_command(CLI::App& app) {
                   "memory per rank by tag and its step time on --cluster");
   cmd->add_option("--ranks", args->ranks, "with --config: the processes the run starts (must be dp x tp x pp)");
   cmd->add_flag("--json", args->json, "with --config: print one JSON object (bytes per tag per stage, seconds)");
+  cmd->add_flag("--calibrate-here", args->calibrate_here,
+                "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "
+                "latency and bandwidth between two processes) and write it as a cluster TOML to --out (about a minute)");
+  cmd->add_option("--out", args->out, "with --calibrate-here: the cluster TOML to write")->capture_default_str();
+  cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
+  // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
+  cmd->add_option("--calibrate-links", args->links_out)->group("");
   cmd->allow_extras();
   cmd->callback([cmd, args, devices, global_batch] {
     // Explicit checks: 0 must not read as "not given", and CLI11's range messages are unclear.

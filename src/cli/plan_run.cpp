@@ -47,8 +47,9 @@ PlannedRun planned_run(train::RunConfig c) {
   l.activations = plan::ActivationAccounting::Engine;
   l.states = plan::StateAccounting::Engine;
   l.bucket_mb = static_cast<double>(c.parallel.bucket_mb);
-  // Buckets are reduced as backward completes them, on the communicator's progress thread.
-  l.overlap = true;
+  // Buckets are reduced as backward completes them, but on the communicator's progress thread,
+  // which shares the rank's cores with the compute it would hide behind: not overlapped.
+  l.overlap = false;
   l.optimizer = c.optim.name;
   l.compression = c.parallel.compression;
   const config::CompressionOptions compression = c.compression_options();

@@ -1,0 +1,305 @@
+#include "cli/calibrate_here.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "plan/cluster.h"
+#include "plan/device_time.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds each measurement repeats for; the best repetition counts.
+constexpr double kBudget = 0.15;
+// Square sgemm sizes: from the thinnest products of small models to where the BLAS peaks.
+constexpr int kGemmSizes[] = {32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
+// Attention: sequences of these lengths, 4 sequences of 4 heads of 64 (C = 256).
+constexpr int kAttentionLengths[] = {32, 64, 128, 256, 512};
+constexpr int kAttentionBatch = 4, kAttentionHeads = 4, kAttentionWidth = 256;
+// Streaming: arrays far past the last-level cache (256 MiB each).
+constexpr size_t kStreamFloats = size_t{64} << 20;
+
+double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The shortest of repeated runs of fn: at least three, for at least kBudget seconds, after one
+// warm-up run.
+template <class F>
+double best_time(F&& fn) {
+  fn();
+  double best = std::numeric_limits<double>::max();
+  const auto start = Clock::now();
+  for (int reps = 0; reps < 3 || elapsed(start) < kBudget; ++reps) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, elapsed(t0));
+  }
+  return best;
+}
+
+double gemm_rate(int n) {
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
+  const double t = best_time([&] {
+    kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), n, n, n, kernels::Transpose::No,
+                    kernels::Transpose::No, false);
+  });
+  return 2.0 * n * n * static_cast<double>(n) / t;
+}
+
+double bf16_gemm_rate(int n) {
+  std::vector<bf16> a(static_cast<size_t>(n) * n, bf16(0.5f)), b(a.size(), bf16(0.25f)), c(a.size(), bf16(0.0f));
+  const double t = best_time([&] {
+    kernels::matmul(c.data(), a.data(), b.data(), static_cast<const bf16*>(nullptr), n, n, n, kernels::Transpose::No,
+                    kernels::Transpose::No, false);
+  });
+  return 2.0 * n * n * static_cast<double>(n) / t;
+}
+
+struct AttentionTimes {
+  double flops = 0;  // of the forward, as the cost model counts it: 4 B T^2 C
+  double forward = 0, backward = 0;
+};
+
+AttentionTimes attention_times(int T) {
+  const int B = kAttentionBatch, H = kAttentionHeads, C = kAttentionWidth;
+  const size_t rows = static_cast<size_t>(B) * T;
+  std::vector<float> qkv(rows * 3 * C), out(rows * C), lse(static_cast<size_t>(B) * H * T), dout(rows * C, 0.01f),
+      dqkv(rows * 3 * C);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
+  AttentionTimes t;
+  t.flops = 4.0 * B * static_cast<double>(T) * T * C;
+  t.forward = best_time([&] { kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H, H); });
+  t.backward = best_time([&] {
+    kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, H, H);
+  });
+  return t;
+}
+
+// y = a x + y: 12 bytes per element, over arrays far larger than the caches.
+double stream_rate(std::vector<float>& x, std::vector<float>& y) {
+  const auto n = static_cast<int64_t>(x.size());
+  const double t = best_time([&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = 0.999f * x[static_cast<size_t>(i)] + y[static_cast<size_t>(i)];
+  });
+  return 12.0 * static_cast<double>(n) / t;
+}
+
+// The fixed cost of a parallel kernel: an OpenMP loop with nothing to do but wake its team.
+double kernel_overhead() {
+  std::vector<int> sink(static_cast<size_t>(omp_get_max_threads()), 0);
+  double best = std::numeric_limits<double>::max();
+  for (int round = 0; round < 20; ++round) {
+    constexpr int kLoops = 200;
+    const auto t0 = Clock::now();
+    for (int r = 0; r < kLoops; ++r) {
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < static_cast<int>(sink.size()); ++i) sink[static_cast<size_t>(i)] += r;
+    }
+    best = std::min(best, elapsed(t0) / kLoops);
+  }
+  return best;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+// MemTotal and MemAvailable of /proc/meminfo, bytes.
+std::pair<double, double> memory_now() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0, total = 0, available = 0;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemTotal:") total = kib * 1024.0;
+    if (key == "MemAvailable:") available = kib * 1024.0;
+  }
+  TS_CHECK(total > 0 && available > 0, "plan --calibrate-here: /proc/meminfo gives no MemTotal and MemAvailable; the "
+           "machine's memory cannot be measured here (Linux only)");
+  return {total, available};
+}
+
+std::string this_executable() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  TS_CHECK(!ec, "cannot find the running tessera executable through /proc/self/exe: {}", ec.message());
+  return path.string();
+}
+
+// Runs `tessera launch -n 2 -- plan --calibrate-links FILE` and reads what rank 0 wrote.
+nlohmann::json run_link_measurement() {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / fmt::format("tessera-links-{}.json", ::getpid());
+  const std::string exe = this_executable();
+  std::vector<std::string> args = {exe, "launch", "-n", "2", "--", "plan", "--calibrate-links", file.string()};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  TS_CHECK(pid >= 0, "plan --calibrate-here: could not start the link measurement (fork failed)");
+  if (pid == 0) {
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  TS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::filesystem::exists(file),
+           "plan --calibrate-here: the link measurement `tessera launch -n 2 -- plan --calibrate-links {}` failed; it "
+           "needs OpenMPI (mpirun) and two processes on this machine; run it alone to see why", file.string());
+  std::ifstream in(file);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(file);
+  return j;
+}
+
+std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
+
+}  // namespace
+
+void calibrate_here(const std::string& out, const std::string& name) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<int> thread_counts;
+  for (int t = 1; t < cores; t *= 2) thread_counts.push_back(t);
+  thread_counts.push_back(cores);
+  const auto start = Clock::now();
+  fmt::print("calibrating this machine: {}, {} cores; each figure is the best of repeated runs\n", cpu_model(), cores);
+
+  struct Measured {
+    int threads = 1;
+    std::vector<double> gemm_rates;
+    std::vector<AttentionTimes> attention;
+    double bandwidth = 0, overhead = 0;
+  };
+  std::vector<Measured> measured;
+  std::vector<float> x(kStreamFloats, 1.0f), y(kStreamFloats, 0.5f);
+  double per_core_peak = 0;
+  const int saved_threads = omp_get_max_threads();
+  for (int t : thread_counts) {
+    omp_set_num_threads(t);
+    Measured m;
+    m.threads = t;
+    fmt::print("  {} thread{}: sgemm GFLOP/s at n =", t, t == 1 ? "" : "s");
+    for (int n : kGemmSizes) {
+      m.gemm_rates.push_back(gemm_rate(n));
+      per_core_peak = std::max(per_core_peak, m.gemm_rates.back() / t);
+      fmt::print(" {}: {:.1f}", n, m.gemm_rates.back() / 1e9);
+      std::fflush(stdout);
+    }
+    fmt::print("\n  {} thread{}: attention forward / backward GFLOP/s at T =", t, t == 1 ? "" : "s");
+    for (int T : kAttentionLengths) {
+      m.attention.push_back(attention_times(T));
+      const AttentionTimes& a = m.attention.back();
+      fmt::print(" {}: {:.1f} / {:.1f}", T, a.flops / a.forward / 1e9, plan::kFlashBackwardFlops * a.flops / a.backward / 1e9);
+      std::fflush(stdout);
+    }
+    m.bandwidth = stream_rate(x, y);
+    m.overhead = kernel_overhead();
+    fmt::print("\n  {} thread{}: streaming {:.1f} GB/s; a parallel kernel's fixed cost {:.2f} us\n", t,
+               t == 1 ? "" : "s", m.bandwidth / 1e9, m.overhead * 1e6);
+    measured.push_back(std::move(m));
+  }
+  omp_set_num_threads(1);
+  const double bf16_per_core = std::max(bf16_gemm_rate(512), bf16_gemm_rate(1024));
+  omp_set_num_threads(saved_threads);
+  fmt::print("  bf16 GEMM, 1 thread: {:.1f} GFLOP/s\n", bf16_per_core / 1e9);
+
+  fmt::print("  links: two processes through the runtime's communicator (tessera launch -n 2) ...\n");
+  const nlohmann::json links = run_link_measurement();
+  const std::vector<double> sizes = links["bytes"], one_way = links["one_way_seconds"], reduce = links["all_reduce_seconds"];
+  const double latency = one_way.front();
+  double bandwidth = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] >= 1 << 20) bandwidth = std::max(bandwidth, sizes[i] / std::max(one_way[i] - latency, 1e-12));
+  }
+  TS_CHECK(bandwidth > 0, "plan --calibrate-here: the link measurement has no message of 1 MiB or more");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    fmt::print("    {:>9} B: one way {:8.2f} us (model {:8.2f}), all-reduce {:8.2f} us (ring model {:8.2f})\n", sizes[i],
+               one_way[i] * 1e6, (latency + sizes[i] / bandwidth) * 1e6, reduce[i] * 1e6,
+               (2 * latency + sizes[i] / bandwidth) * 1e6);
+  }
+  fmt::print("  links: latency {:.2f} us, bandwidth {:.2f} GB/s\n", latency * 1e6, bandwidth / 1e9);
+
+  const auto [total, available] = memory_now();
+  plan::ClusterSpec c;
+  c.name = name;
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d", std::localtime(&now));
+  c.description = fmt::format("{}, {} cores, processes sharing them; measured by tessera plan --calibrate-here on {}",
+                              cpu_model(), cores, date);
+  c.devices_per_node = 0;
+  c.max_nodes = 1;
+  c.device.name = fmt::format("{} ({} cores)", cpu_model(), cores);
+  c.device.peak_flops_fp32 = cores * per_core_peak;
+  c.device.peak_flops_bf16 = cores * bf16_per_core;
+  c.device.memory_bytes = total;
+  c.device.reserved_bytes = total - available;
+  c.device.memory_bandwidth = measured.back().bandwidth;
+  c.intra_node = {bandwidth, latency};
+  c.inter_node = c.intra_node;  // one node: never crossed, but every cluster names the link
+  c.efficiency.memory = 1.0;    // the bandwidths are achieved rates
+  c.efficiency.link = 1.0;
+  c.efficiency.kernel_overhead = measured.back().overhead;
+  c.host.cores = cores;
+  for (const Measured& m : measured) {
+    plan::ProcessSpec p;
+    p.threads = m.threads;
+    p.memory_bandwidth = m.bandwidth;
+    p.kernel_overhead = m.overhead;
+    const double peak = m.threads * per_core_peak;
+    for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
+      const double n = kGemmSizes[i];
+      p.gemm.flops.push_back(2 * n * n * n);
+      p.gemm.efficiency.push_back(std::min(1.0, m.gemm_rates[i] / peak));
+    }
+    for (const AttentionTimes& a : m.attention) {
+      p.attention.flops.push_back(a.flops);
+      p.attention.efficiency.push_back(std::min(1.0, a.flops / a.forward / peak));
+      p.attention_backward.flops.push_back(a.flops);
+      p.attention_backward.efficiency.push_back(std::min(1.0, plan::kFlashBackwardFlops * a.flops / a.backward / peak));
+    }
+    c.host.processes.push_back(std::move(p));
+  }
+  c.efficiency.gemm = c.host.processes.back().gemm.efficiency.back();
+  c.validate();
+  write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "
+                                         "machine\"): written by `tessera plan --calibrate-here`.\n# The inter_node link "
+                                         "is the intra_node one: a single machine never crosses a network.\n{}",
+                                         plan::cluster_toml(c)));
+  fmt::print("peak {:.1f} GFLOP/s ({} x {:.1f} per core), {:.1f} GB/s streaming, {} of {} in use by others\n",
+             c.device.peak_flops_fp32 / 1e9, cores, per_core_peak / 1e9, c.device.memory_bandwidth / 1e9,
+             gib(c.device.reserved_bytes), gib(total));
+  fmt::print("wrote {} in {:.0f} s; predict a run on it with: tessera plan --config run.toml --cluster {}\n", out,
+             elapsed(start), out);
+}
+
+}  // namespace tessera::cli

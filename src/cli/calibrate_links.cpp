@@ -1,0 +1,69 @@
+// The two ranks' side of `tessera plan --calibrate-here`'s link measurement: messages through the
+// runtime's own communicator (its progress thread included), as a run's collectives see them.
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/calibrate_here.h"
+#include "core/atomic_file.h"
+#include "core/check.h"
+#include "dist/mpi_runtime.h"
+
+namespace tessera::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Repetitions per size: enough for a best case at the small sizes, fewer for the large.
+int repetitions(size_t bytes) { return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10; }
+
+}  // namespace
+
+void measure_links(const std::string& out) {
+  dist::MpiRuntime mpi;
+  std::unique_ptr<dist::Communicator> world = mpi.world();
+  TS_CHECK(world->size() == 2, "plan --calibrate-links runs on two processes (tessera launch -n 2 -- plan "
+           "--calibrate-links FILE), not {}", world->size());
+  const int rank = world->rank(), peer = 1 - rank;
+  nlohmann::json result = {{"bytes", nlohmann::json::array()},
+                           {"one_way_seconds", nlohmann::json::array()},
+                           {"all_reduce_seconds", nlohmann::json::array()}};
+  for (size_t bytes = 8; bytes <= (size_t{16} << 20); bytes *= 8) {
+    const size_t count = bytes / sizeof(float);
+    std::vector<float> buffer(count, 1.0f);
+    world->barrier()->wait();
+    // Ping-pong: rank 0 sends, rank 1 sends back; half the best round trip is one message.
+    double best = std::numeric_limits<double>::max();
+    for (int r = 0; r < repetitions(bytes); ++r) {
+      const auto t0 = Clock::now();
+      if (rank == 0) {
+        world->send(buffer.data(), count, DType::F32, peer)->wait();
+        world->recv(buffer.data(), count, DType::F32, peer)->wait();
+      } else {
+        world->recv(buffer.data(), count, DType::F32, peer)->wait();
+        world->send(buffer.data(), count, DType::F32, peer)->wait();
+      }
+      best = std::min(best, elapsed(t0) / 2);
+    }
+    world->barrier()->wait();
+    double reduce = std::numeric_limits<double>::max();
+    for (int r = 0; r < repetitions(bytes); ++r) {
+      const auto t0 = Clock::now();
+      world->all_reduce(buffer.data(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+      reduce = std::min(reduce, elapsed(t0));
+    }
+    result["bytes"].push_back(static_cast<double>(bytes));
+    result["one_way_seconds"].push_back(best);
+    result["all_reduce_seconds"].push_back(reduce);
+  }
+  world->barrier()->wait();
+  if (rank == 0) write_file_atomically(out, result.dump());
+}
+
+}  // namespace tessera::cli
