@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -18,8 +19,14 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/grad_norm.h"
+#include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/residual.h"
 #include "plan/cluster.h"
 #include "plan/device_time.h"
 
@@ -104,6 +111,64 @@ double stream_rate(std::vector<float>& x, std::vector<float>& y) {
   return 12.0 * static_cast<double>(n) / t;
 }
 
+// This engine's elementwise kernels at the sizes of a small model's microbatch (2048 tokens of 256
+// channels, an MLP of 1024, a vocabulary of 2048), seconds per value; and its optimizer step over
+// 4M parameters (more than the caches hold), seconds per parameter.
+plan::KernelCosts kernel_costs() {
+  constexpr int kRows = 2048, kChannels = 256, kHidden = 1024, kTokens = 512, kVocab = 2048;
+  constexpr size_t kParams = size_t{4} << 20;
+  plan::KernelCosts k;
+  {
+    const size_t n = size_t{kRows} * kChannels;
+    std::vector<float> x(n, 0.3f), y(n), dy(n, 0.01f), dx(n), w(kChannels, 1.0f), b(kChannels, 0.0f), dw(kChannels),
+        db(kChannels), mean(kRows), rstd(kRows);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 97) / 97.0f;
+    k.norm = best_time([&] {
+      kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), kRows, kChannels, 1e-5f);
+    }) / static_cast<double>(n);
+    k.norm_backward = best_time([&] {
+      kernels::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                                  kRows, kChannels);
+    }) / static_cast<double>(n);
+    k.residual = best_time([&] { kernels::add_inplace(y.data(), x.data(), n); }) / static_cast<double>(n);
+  }
+  {
+    const size_t n = size_t{kTokens} * kHidden;
+    std::vector<float> x(n), y(n), dy(n, 0.01f), dx(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 101) / 25.0f - 2.0f;
+    k.activation = best_time([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
+    k.activation_backward = best_time([&] { kernels::gelu_backward(dx.data(), x.data(), dy.data(), n); }) /
+                            static_cast<double>(n);
+  }
+  {
+    const size_t n = size_t{kTokens} * kVocab;
+    std::vector<float> source(n), logits(n), losses(kTokens);
+    std::vector<int32_t> targets(kTokens);
+    for (size_t i = 0; i < n; ++i) source[i] = static_cast<float>(i % 89) / 89.0f;
+    for (int i = 0; i < kTokens; ++i) targets[static_cast<size_t>(i)] = (i * 31) % kVocab;
+    // Each run overwrites the logits with their gradient: it starts from a fresh copy, whose time
+    // (a copy of the logits) is measured alone and taken off.
+    const double copy = best_time([&] { std::copy(source.begin(), source.end(), logits.begin()); });
+    const double both = best_time([&] {
+      std::copy(source.begin(), source.end(), logits.begin());
+      kernels::cross_entropy_forward_backward(logits.data(), losses.data(), targets.data(), kTokens, kVocab, -1,
+                                              1.0f / kTokens);
+    });
+    k.cross_entropy = std::max(both - copy, 0.0) / static_cast<double>(n);
+  }
+  {
+    std::vector<float> param(kParams, 0.1f), grad(kParams, 0.001f), m(kParams, 0.0f), v(kParams, 0.0f);
+    int64_t step = 0;
+    k.optimizer = best_time([&] {
+      const double norm = std::sqrt(kernels::sum_of_squares(grad.data(), kParams));
+      kernels::scale_inplace(grad.data(), static_cast<float>(1.0 / std::max(norm, 1.0)), kParams);
+      kernels::adamw_update(param.data(), grad.data(), m.data(), v.data(), kParams, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
+      std::fill(grad.begin(), grad.end(), 0.001f);
+    }) / static_cast<double>(kParams);
+  }
+  return k;
+}
+
 // The fixed cost of a parallel kernel: an OpenMP loop with nothing to do but wake its team.
 double kernel_overhead() {
   std::vector<int> sink(static_cast<size_t>(omp_get_max_threads()), 0);
@@ -181,6 +246,34 @@ nlohmann::json run_link_measurement() {
   return j;
 }
 
+// The link's latency a and bandwidth w from two processes' all-reduces, in the ring model's
+// 2a + S/w (n = 2): a is half the all-reduce of the smallest message; w the least-squares fit in log
+// time over the messages of 32 KiB and more, the sizes of a run's activations and gradients (a grid
+// search in 1% steps, finer than the measurements' own spread).
+std::pair<double, double> fit_all_reduce(const std::vector<double>& sizes, const std::vector<double>& seconds) {
+  TS_CHECK(sizes.size() >= 2 && sizes.size() == seconds.size() && sizes.back() >= 32768,
+           "plan --calibrate-here: the link measurement came back with {} sizes up to {} bytes", sizes.size(),
+           sizes.empty() ? 0.0 : sizes.back());
+  const double a = seconds.front() / 2;
+  auto error = [&](double w) {
+    double sum = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] >= 32768) sum += std::pow(std::log((2 * a + sizes[i] / w) / seconds[i]), 2);
+    }
+    return sum;
+  };
+  const double w0 = sizes.back() / seconds.back();
+  double best_w = w0, best = error(w0);
+  for (int j = -100; j <= 500; ++j) {
+    const double w = w0 * std::pow(1.01, j);
+    if (const double e = error(w); e < best) {
+      best = e;
+      best_w = w;
+    }
+  }
+  return {a, best_w};
+}
+
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
 }  // namespace
@@ -198,6 +291,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
     std::vector<double> gemm_rates;
     std::vector<AttentionTimes> attention;
     double bandwidth = 0, overhead = 0;
+    plan::KernelCosts kernels;
   };
   std::vector<Measured> measured;
   std::vector<float> x(kStreamFloats, 1.0f), y(kStreamFloats, 0.5f);
@@ -225,6 +319,12 @@ void calibrate_here(const std::string& out, const std::string& name) {
     m.overhead = kernel_overhead();
     fmt::print("\n  {} thread{}: streaming {:.1f} GB/s; a parallel kernel's fixed cost {:.2f} us\n", t,
                t == 1 ? "" : "s", m.bandwidth / 1e9, m.overhead * 1e6);
+    m.kernels = kernel_costs();
+    const plan::KernelCosts& k = m.kernels;
+    fmt::print("  {} thread{}: ns per value: layernorm {:.2f} / {:.2f}, GeLU {:.2f} / {:.2f}, residual add {:.2f}, "
+               "cross-entropy {:.2f}; optimizer step {:.2f} ns per parameter\n",
+               t, t == 1 ? "" : "s", k.norm * 1e9, k.norm_backward * 1e9, k.activation * 1e9,
+               k.activation_backward * 1e9, k.residual * 1e9, k.cross_entropy * 1e9, k.optimizer * 1e9);
     measured.push_back(std::move(m));
   }
   omp_set_num_threads(1);
@@ -235,18 +335,14 @@ void calibrate_here(const std::string& out, const std::string& name) {
   fmt::print("  links: two processes through the runtime's communicator (tessera launch -n 2) ...\n");
   const nlohmann::json links = run_link_measurement();
   const std::vector<double> sizes = links["bytes"], one_way = links["one_way_seconds"], reduce = links["all_reduce_seconds"];
-  const double latency = one_way.front();
-  double bandwidth = 0;
+  const auto [latency, bandwidth] = fit_all_reduce(sizes, reduce);
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] >= 1 << 20) bandwidth = std::max(bandwidth, sizes[i] / std::max(one_way[i] - latency, 1e-12));
+    fmt::print("    {:>9} B: all-reduce {:8.2f} us (ring model {:8.2f}); one way {:8.2f} us (model {:8.2f})\n", sizes[i],
+               reduce[i] * 1e6, (2 * latency + sizes[i] / bandwidth) * 1e6, one_way[i] * 1e6,
+               (latency + sizes[i] / bandwidth) * 1e6);
   }
-  TS_CHECK(bandwidth > 0, "plan --calibrate-here: the link measurement has no message of 1 MiB or more");
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    fmt::print("    {:>9} B: one way {:8.2f} us (model {:8.2f}), all-reduce {:8.2f} us (ring model {:8.2f})\n", sizes[i],
-               one_way[i] * 1e6, (latency + sizes[i] / bandwidth) * 1e6, reduce[i] * 1e6,
-               (2 * latency + sizes[i] / bandwidth) * 1e6);
-  }
-  fmt::print("  links: latency {:.2f} us, bandwidth {:.2f} GB/s\n", latency * 1e6, bandwidth / 1e9);
+  fmt::print("  links: latency {:.2f} us, bandwidth {:.2f} GB/s (fitted to the all-reduces)\n", latency * 1e6,
+             bandwidth / 1e9);
 
   const auto [total, available] = memory_now();
   plan::ClusterSpec c;
@@ -269,12 +365,14 @@ void calibrate_here(const std::string& out, const std::string& name) {
   c.efficiency.memory = 1.0;    // the bandwidths are achieved rates
   c.efficiency.link = 1.0;
   c.efficiency.kernel_overhead = measured.back().overhead;
+  c.efficiency.kernels = measured.back().kernels;
   c.host.cores = cores;
   for (const Measured& m : measured) {
     plan::ProcessSpec p;
     p.threads = m.threads;
     p.memory_bandwidth = m.bandwidth;
     p.kernel_overhead = m.overhead;
+    p.kernels = m.kernels;
     const double peak = m.threads * per_core_peak;
     for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
       const double n = kGemmSizes[i];

@@ -98,8 +98,9 @@ void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
     return;
   }
   if (a.calibrate_here) {
-    TS_CHECK(extras.empty() && a.config.empty(), "plan: --calibrate-here measures this machine and takes only --out "
-             "and --name; predict a run afterwards with --config run.toml --cluster {}", a.out);
+    TS_CHECK(extras.empty() && a.config.empty() && a.ranks == 0 && !a.json && a.model.empty() && a.layout.empty(),
+             "plan: --calibrate-here measures this machine and takes only --out and --name; predict a run afterwards "
+             "with --config run.toml --cluster {}", a.out);
     calibrate_here(a.out, a.name);
     return;
   }
@@ -107,8 +108,6 @@ void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
     run_plan_config(a, extras);
     return;
   }
-  TS_CHECK(extras.empty(), "plan: unexpected argument '{}'; --section.key overrides go with --config (the run's TOML)",
-           extras.empty() ? std::string() : extras.front());
   TS_CHECK(a.ranks == 0 && !a.json, "plan: --ranks and --json go with --config (the run's TOML)");
   const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
   if (a.published || a.calibrate) {
@@ -208,6 +207,9 @@ void add_plan_command(CLI::App& app) {
     TS_CHECK(global_batch->count() == 0 || args->global_batch >= 1,
              "plan: --global-batch must be at least 1 (sequences per optimizer step), got {}", args->global_batch);
     TS_CHECK(args->top >= 1, "plan: --top must be at least 1 (how many layouts to print), got {}", args->top);
+    // Words of no option are the run's overrides, which only --config takes: without it, the
+    // usual "has no option ...; did you mean" for a misspelt option.
+    if (args->config.empty() && !cmd->remaining().empty()) throw CLI::ExtrasError(cmd->remaining());
     run_plan(*args, cmd->remaining());
   });
 }

@@ -53,6 +53,41 @@ std::string curve_toml(const EfficiencyCurve& c, const std::string& prefix) {
                      fmt::join(c.efficiency, ", "));
 }
 
+constexpr double kNano = 1e-9;
+
+// The `<kernel>_ns` keys of a table: seconds per element of this engine's elementwise kernels.
+struct KernelKey {
+  const char* key;
+  double KernelCosts::*cost;
+};
+constexpr KernelKey kKernelKeys[] = {{"norm_ns", &KernelCosts::norm},
+                                     {"norm_backward_ns", &KernelCosts::norm_backward},
+                                     {"activation_ns", &KernelCosts::activation},
+                                     {"activation_backward_ns", &KernelCosts::activation_backward},
+                                     {"residual_ns", &KernelCosts::residual},
+                                     {"cross_entropy_ns", &KernelCosts::cross_entropy},
+                                     {"optimizer_ns", &KernelCosts::optimizer}};
+
+KernelCosts read_kernels(config::TableReader& r) {
+  KernelCosts k;
+  for (const KernelKey& key : kKernelKeys) k.*key.cost = r.get<double>(key.key, 0.0) * kNano;
+  return k;
+}
+
+void check_kernels(const KernelCosts& k, const std::string& cluster, const std::string& where) {
+  for (const KernelKey& key : kKernelKeys) {
+    TS_CHECK(k.*key.cost >= 0, "config: cluster '{}': {}.{} must be non-negative", cluster, where, key.key);
+  }
+}
+
+std::string kernels_toml(const KernelCosts& k) {
+  std::string out;
+  for (const KernelKey& key : kKernelKeys) {
+    if (k.*key.cost > 0) out += fmt::format("{} = {}\n", key.key, k.*key.cost / kNano);
+  }
+  return out;
+}
+
 LinkSpec read_link(config::TableReader r) {
   LinkSpec link;
   link.bandwidth = r.require<double>("bandwidth_gbps") * kGB;
@@ -103,6 +138,7 @@ void ClusterSpec::validate() const {
   check_curve(efficiency.gemm_curve, name, "cluster.efficiency.gemm_efficiency");
   check_curve(efficiency.attention_curve, name, "cluster.efficiency.attention_efficiency");
   check_curve(efficiency.attention_backward_curve, name, "cluster.efficiency.attention_backward_efficiency");
+  check_kernels(efficiency.kernels, name, "cluster.efficiency");
   TS_CHECK(host.cores >= 0, "config: cluster '{}': cluster.host.cores must be positive", name);
   if (host.cores == 0) return;
   TS_CHECK(!host.processes.empty() && host.processes.front().threads == 1,
@@ -119,6 +155,7 @@ void ClusterSpec::validate() const {
     check_curve(p.attention, name, fmt::format("the {}-thread process's attention_efficiency", p.threads));
     check_curve(p.attention_backward, name,
                 fmt::format("the {}-thread process's attention_backward_efficiency", p.threads));
+    check_kernels(p.kernels, name, fmt::format("the {}-thread cluster.host.process", p.threads));
   }
 }
 
@@ -142,6 +179,8 @@ ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
   v.efficiency.gemm_curve = measured->gemm;
   v.efficiency.attention_curve = measured->attention;
   v.efficiency.attention_backward_curve = measured->attention_backward;
+  v.efficiency.kernels = measured->kernels;
+  for (const KernelKey& key : kKernelKeys) v.efficiency.kernels.*key.cost /= share;
   // The machine's memory is shared too.
   v.device.memory_bytes = c.device.memory_bytes / static_cast<double>(ranks_on_node);
   v.device.reserved_bytes = c.device.reserved_bytes / static_cast<double>(ranks_on_node);
@@ -175,6 +214,7 @@ ClusterSpec read_cluster_config(config::TableReader r) {
   c.efficiency.gemm_curve = read_curve(e, "gemm");
   c.efficiency.attention_curve = read_curve(e, "attention");
   c.efficiency.attention_backward_curve = read_curve(e, "attention_backward");
+  c.efficiency.kernels = read_kernels(e);
   e.finish();
 
   config::TableReader h = r.table("host");
@@ -187,6 +227,7 @@ ClusterSpec read_cluster_config(config::TableReader r) {
     process.gemm = read_curve(p, "gemm");
     process.attention = read_curve(p, "attention");
     process.attention_backward = read_curve(p, "attention_backward");
+    process.kernels = read_kernels(p);
     p.finish();
     c.host.processes.push_back(std::move(process));
   }
@@ -220,14 +261,14 @@ std::string cluster_toml(const ClusterSpec& c) {
   out += fmt::format("[cluster.efficiency]\ngemm = {}\nmemory = {}\nlink = {}\nkernel_overhead_us = {}\n", c.efficiency.gemm,
                      c.efficiency.memory, c.efficiency.link, c.efficiency.kernel_overhead / kMicro);
   out += curve_toml(c.efficiency.gemm_curve, "gemm") + curve_toml(c.efficiency.attention_curve, "attention") +
-         curve_toml(c.efficiency.attention_backward_curve, "attention_backward");
+         curve_toml(c.efficiency.attention_backward_curve, "attention_backward") + kernels_toml(c.efficiency.kernels);
   if (c.host.cores == 0) return out;
   out += fmt::format("\n[cluster.host]\ncores = {}\n", c.host.cores);
   for (const ProcessSpec& p : c.host.processes) {
     out += fmt::format("\n[[cluster.host.process]]\nthreads = {}\nmemory_bandwidth_gbps = {}\nkernel_overhead_us = {}\n",
                        p.threads, p.memory_bandwidth / kGB, p.kernel_overhead / kMicro);
     out += curve_toml(p.gemm, "gemm") + curve_toml(p.attention, "attention") +
-           curve_toml(p.attention_backward, "attention_backward");
+           curve_toml(p.attention_backward, "attention_backward") + kernels_toml(p.kernels);
   }
   return out;
 }

@@ -41,6 +41,19 @@ struct EfficiencyCurve {
   bool operator==(const EfficiencyCurve&) const = default;
 };
 
+// What this engine's elementwise kernels cost on a device where they are bound by arithmetic
+// rather than by bandwidth (a CPU: GeLU's exponential, the softmax over the vocabulary), measured:
+// seconds per element, 0 where not measured (the bandwidth model then applies alone). A kernel
+// takes the longer of these and its bytes over the bandwidth.
+struct KernelCosts {
+  double norm = 0, norm_backward = 0;              // per value normalized (LayerNorm; RMSNorm counted alike)
+  double activation = 0, activation_backward = 0;  // per value of the MLP's activation (GeLU; SwiGLU alike)
+  double residual = 0;                             // per value of a residual add, forward or backward
+  double cross_entropy = 0;  // per logit: the loss and its gradient, which the engine computes together
+  double optimizer = 0;      // per parameter of a step: gradient norm, clipping, AdamW, zeroing the gradient
+  bool operator==(const KernelCosts&) const = default;
+};
+
 // The efficiency model of a device. Each constant is a fraction or a time, explained in
 // docs/planner.md; all of them apply to every layout and every model alike.
 struct EfficiencySpec {
@@ -53,6 +66,7 @@ struct EfficiencySpec {
   // Their backwards, by the size of the forward (FLOPs counted as kFlashBackwardFlops x the
   // forward's); empty: attention_curve read at the backward's FLOPs.
   EfficiencyCurve attention_backward_curve;
+  KernelCosts kernels;
   bool operator==(const EfficiencySpec&) const = default;
 };
 
@@ -68,6 +82,7 @@ struct ProcessSpec {
   EfficiencyCurve gemm;         // fractions of threads x the per-core peak
   EfficiencyCurve attention;    // likewise, for the fused attention kernel's forward
   EfficiencyCurve attention_backward;  // and its backward, by the forward's FLOPs
+  KernelCosts kernels;                 // its elementwise kernels
   bool operator==(const ProcessSpec&) const = default;
 };
 struct HostSpec {
@@ -107,8 +122,8 @@ std::string cluster_toml(const ClusterSpec& c);
 // max(1, cores / ranks); while they all compute, a time-slice share s = min(1, cores / (ranks t));
 // peak t x the per-core peak x s with the efficiency curves measured at t threads (the nearest
 // measured count at or below t), memory bandwidth the lesser of what one such process streams
-// (x s) and the machine's share (device bandwidth / ranks), a kernel overhead stretched by 1/s,
-// and 1/ranks of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
+// (x s) and the machine's share (device bandwidth / ranks), a kernel overhead and elementwise
+// kernel costs stretched by 1/s, and 1/ranks of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
 ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node);
 
 // `name_or_path` is a TOML file or a shipped name such as "a100-80gb" (see config_files.h).

@@ -34,6 +34,20 @@ double stream_seconds(const ClusterSpec& c, double bytes) {
   return bytes / (c.device.memory_bandwidth * c.efficiency.memory) + c.efficiency.kernel_overhead;
 }
 
+double stream_seconds(const ClusterSpec& c, const Stream& s, bool backward) {
+  const KernelCosts& k = c.efficiency.kernels;
+  double per_value = 0;
+  switch (s.kind) {
+    case StreamKind::Norm: per_value = backward ? k.norm_backward : k.norm; break;
+    case StreamKind::Activation: per_value = backward ? k.activation_backward : k.activation; break;
+    case StreamKind::Residual: per_value = k.residual; break;
+    case StreamKind::Other: break;
+  }
+  const double bytes = (backward ? kBackwardStreamTraffic : 1.0) * s.bytes;
+  return std::max(bytes / (c.device.memory_bandwidth * c.efficiency.memory), per_value * s.elements) +
+         c.efficiency.kernel_overhead;
+}
+
 double fused_seconds(const ClusterSpec& c, Precision p, double flops) {
   const double efficiency = c.efficiency.attention_curve.empty() ? c.efficiency.gemm : c.efficiency.attention_curve.at(flops);
   return flops / (c.peak_flops(p) * efficiency) + c.efficiency.kernel_overhead;
@@ -66,8 +80,8 @@ LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const Cluste
     core_b += fused_backward_seconds(c, p, ops.flash_flops);
   }
   for (const auto& s : ops.streams) {
-    streams_f += stream_seconds(c, s.bytes);
-    streams_b += stream_seconds(c, kBackwardStreamTraffic * s.bytes);
+    streams_f += stream_seconds(c, s, false);
+    streams_b += stream_seconds(c, s, true);
   }
 
   LayerTime t;

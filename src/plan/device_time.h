@@ -21,6 +21,10 @@ double gemm_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
 // The input-gradient and weight-gradient products of g: dA = dC B^T and dB = A^T dC.
 double gemm_backward_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
 double stream_seconds(const ClusterSpec& c, double bytes);
+// A stream of a kind the cluster may have measured (KernelCosts): the longer of its bytes over the
+// bandwidth and its values times the kind's cost, plus the overhead. `backward`: the kernel's
+// backward, which moves kBackwardStreamTraffic x the bytes.
+double stream_seconds(const ClusterSpec& c, const Stream& s, bool backward);
 // A fused kernel bound by its FLOPs (flash attention).
 double fused_seconds(const ClusterSpec& c, Precision p, double flops);
 // The backward of a fused attention whose forward does `forward_flops`.

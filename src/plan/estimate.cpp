@@ -44,12 +44,20 @@ StageTime edge_time(const ModelConfig& m, const Layout& l, const ClusterSpec& c,
   if (last) {
     const double vocab = std::ceil(m.vocab_size / tp);
     const Gemm logits{"logits", static_cast<int64_t>(b * s), static_cast<int64_t>(vocab), m.n_embd};
-    t.forward += stream_seconds(c, 2 * e * R) + gemm_seconds(c, p, logits);
-    t.backward += stream_seconds(c, kBackwardStreamTraffic * 2 * e * R) + gemm_backward_seconds(c, p, logits);
+    const Stream final_norm{"final_norm", 2 * e * R, StreamKind::Norm, R};
+    t.forward += stream_seconds(c, final_norm, false) + gemm_seconds(c, p, logits);
+    t.backward += stream_seconds(c, final_norm, true) + gemm_backward_seconds(c, p, logits);
     // Cross-entropy in fp32 over the vocab shard: read logits, write probabilities, one reduction
-    // pass; backward reads probabilities and writes the logit gradient.
-    t.forward += stream_seconds(c, (e + 8) * b * s * vocab);
-    t.backward += stream_seconds(c, (4 + e) * b * s * vocab);
+    // pass; backward reads probabilities and writes the logit gradient. Where the cluster measured
+    // this engine's kernel, which computes the gradient in the forward, its cost per logit.
+    const double logit_values = b * s * vocab;
+    if (c.efficiency.kernels.cross_entropy > 0) {
+      t.forward += std::max(stream_seconds(c, (e + 8) * logit_values) + stream_seconds(c, (4 + e) * logit_values),
+                            c.efficiency.kernels.cross_entropy * logit_values + c.efficiency.kernel_overhead);
+    } else {
+      t.forward += stream_seconds(c, (e + 8) * logit_values);
+      t.backward += stream_seconds(c, (4 + e) * logit_values);
+    }
     // The head's input is gathered (sp) or its gradient all-reduced; the loss needs three small
     // all-reduces of per-token values (max, sum, target logit).
     const double per_token = 4 * b * s;
@@ -192,6 +200,8 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   if (t.bubble < 1e-12 * makespan) t.bubble = 0;  // rounding
   const double shard = rank_params / (l.zero_stage >= 1 ? l.dp : 1);
   t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero_stage >= 2 ? l.dp : 1));
+  // Where the cluster measured this engine's step per parameter (norm, clipping, update, zeroing).
+  t.optimizer = std::max(t.optimizer, c.efficiency.kernels.optimizer * shard + c.efficiency.kernel_overhead);
   t.step = makespan + dp_exposed + t.optimizer;
 
   est.flops = recompute_uses_chain(l.recompute)
