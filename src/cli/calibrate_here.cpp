@@ -38,8 +38,9 @@ using Clock = std::chrono::steady_clock;
 
 // Seconds each measurement repeats for; the best repetition counts.
 constexpr double kBudget = 0.15;
-// Square sgemm sizes: from the thinnest products of small models to where the BLAS peaks.
-constexpr int kGemmSizes[] = {32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536};
+// A linear layer's products [2n x n] . [n x 2n] for these n: from the thinnest products of tiny
+// models to where the BLAS peaks.
+constexpr int kGemmSizes[] = {16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768};
 // Attention: sequences of these lengths, 4 sequences of 4 heads of 64 (C = 256).
 constexpr int kAttentionLengths[] = {32, 64, 128, 256, 512};
 constexpr int kAttentionBatch = 4, kAttentionHeads = 4, kAttentionWidth = 256;
@@ -63,13 +64,28 @@ double best_time(F&& fn) {
   return best;
 }
 
+// FLOPs of one product of gemm_rate(n).
+double gemm_flops(int n) { return 2.0 * (2.0 * n) * (2.0 * n) * n; }
+
+// The three products of a linear layer y[M, N] = x[M, K] w[N, K]^T with M = N = 2n, K = n, as the
+// engine calls them (kernels/cpu/linear.cpp): the forward (w transposed), the input gradient and
+// the weight gradient (x transposed, accumulating); their mean rate.
 double gemm_rate(int n) {
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
-  const double t = best_time([&] {
-    kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), n, n, n, kernels::Transpose::No,
-                    kernels::Transpose::No, false);
+  const int M = 2 * n, N = 2 * n, K = n;
+  using kernels::Transpose;
+  std::vector<float> x(static_cast<size_t>(M) * K, 0.5f), w(static_cast<size_t>(N) * K, 0.25f),
+      y(static_cast<size_t>(M) * N, 0.0f), dy(y.size(), 0.125f), dx(x.size()), dw(w.size(), 0.0f);
+  const float* none = nullptr;
+  const double forward = best_time([&] {
+    kernels::matmul(y.data(), x.data(), w.data(), none, M, N, K, Transpose::No, Transpose::Yes, false);
   });
-  return 2.0 * n * n * static_cast<double>(n) / t;
+  const double input = best_time([&] {
+    kernels::matmul(dx.data(), dy.data(), w.data(), none, M, K, N, Transpose::No, Transpose::No, false);
+  });
+  const double weight = best_time([&] {
+    kernels::matmul(dw.data(), dy.data(), x.data(), none, N, K, M, Transpose::Yes, Transpose::No, true);
+  });
+  return 3 * gemm_flops(n) / (forward + input + weight);
 }
 
 double bf16_gemm_rate(int n) {
@@ -218,12 +234,13 @@ std::string this_executable() {
   return path.string();
 }
 
-// Runs `tessera launch -n 2 -- plan --calibrate-links FILE` and reads what rank 0 wrote.
-nlohmann::json run_link_measurement() {
+// Runs `tessera launch -n <ranks> -- plan --calibrate-links FILE` and reads what rank 0 wrote.
+nlohmann::json run_link_measurement(int ranks) {
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / fmt::format("tessera-links-{}.json", ::getpid());
   const std::string exe = this_executable();
-  std::vector<std::string> args = {exe, "launch", "-n", "2", "--", "plan", "--calibrate-links", file.string()};
+  std::vector<std::string> args = {exe, "launch", "-n", std::to_string(ranks), "--", "plan", "--calibrate-links",
+                                   file.string()};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -238,8 +255,9 @@ nlohmann::json run_link_measurement() {
   int status = 0;
   ::waitpid(pid, &status, 0);
   TS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::filesystem::exists(file),
-           "plan --calibrate-here: the link measurement `tessera launch -n 2 -- plan --calibrate-links {}` failed; it "
-           "needs OpenMPI (mpirun) and two processes on this machine; run it alone to see why", file.string());
+           "plan --calibrate-here: the link measurement `tessera launch -n {} -- plan --calibrate-links {}` failed; it "
+           "needs OpenMPI (mpirun) and {} processes on this machine; run it alone to see why", ranks, file.string(),
+           ranks);
   std::ifstream in(file);
   nlohmann::json j = nlohmann::json::parse(in);
   std::filesystem::remove(file);
@@ -301,7 +319,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
     omp_set_num_threads(t);
     Measured m;
     m.threads = t;
-    fmt::print("  {} thread{}: sgemm GFLOP/s at n =", t, t == 1 ? "" : "s");
+    fmt::print("  {} thread{}: a linear layer's sgemms [2n x n x 2n], GFLOP/s at n =", t, t == 1 ? "" : "s");
     for (int n : kGemmSizes) {
       m.gemm_rates.push_back(gemm_rate(n));
       per_core_peak = std::max(per_core_peak, m.gemm_rates.back() / t);
@@ -333,7 +351,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
   fmt::print("  bf16 GEMM, 1 thread: {:.1f} GFLOP/s\n", bf16_per_core / 1e9);
 
   fmt::print("  links: two processes through the runtime's communicator (tessera launch -n 2) ...\n");
-  const nlohmann::json links = run_link_measurement();
+  const nlohmann::json links = run_link_measurement(2);
   const std::vector<double> sizes = links["bytes"], one_way = links["one_way_seconds"], reduce = links["all_reduce_seconds"];
   const auto [latency, bandwidth] = fit_all_reduce(sizes, reduce);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -343,6 +361,17 @@ void calibrate_here(const std::string& out, const std::string& name) {
   }
   fmt::print("  links: latency {:.2f} us, bandwidth {:.2f} GB/s (fitted to the all-reduces)\n", latency * 1e6,
              bandwidth / 1e9);
+  // With more processes than cores: 2 and 4 to a core, pairs computing and then all-reducing.
+  std::vector<double> shared_factor, shared_latency;
+  for (int factor : {2, 4}) {
+    fmt::print("  links with every core shared by {} busy processes (tessera launch -n {}) ...\n", factor,
+               factor * cores);
+    const nlohmann::json shared = run_link_measurement(factor * cores);
+    shared_factor.push_back(factor);
+    shared_latency.push_back(shared["latency_seconds"].get<double>());
+    fmt::print("  links, {} processes per core: latency {:.1f} us (the median of a small all-reduce after 2 ms of "
+               "compute, halved)\n", factor, shared_latency.back() * 1e6);
+  }
 
   const auto [total, available] = memory_now();
   plan::ClusterSpec c;
@@ -367,6 +396,8 @@ void calibrate_here(const std::string& out, const std::string& name) {
   c.efficiency.kernel_overhead = measured.back().overhead;
   c.efficiency.kernels = measured.back().kernels;
   c.host.cores = cores;
+  c.host.shared_factor = shared_factor;
+  c.host.shared_latency = shared_latency;
   for (const Measured& m : measured) {
     plan::ProcessSpec p;
     p.threads = m.threads;
@@ -375,8 +406,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
     p.kernels = m.kernels;
     const double peak = m.threads * per_core_peak;
     for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
-      const double n = kGemmSizes[i];
-      p.gemm.flops.push_back(2 * n * n * n);
+      p.gemm.flops.push_back(gemm_flops(kGemmSizes[i]));
       p.gemm.efficiency.push_back(std::min(1.0, m.gemm_rates[i] / peak));
     }
     for (const AttentionTimes& a : m.attention) {

@@ -1,6 +1,7 @@
-// The two ranks' side of `tessera plan --calibrate-here`'s link measurement: messages through the
+// The ranks' side of `tessera plan --calibrate-here`'s link measurement: messages through the
 // runtime's own communicator (its progress thread included), as a run's collectives see them.
 #include <algorithm>
+#include <cstddef>
 #include <chrono>
 #include <limits>
 #include <vector>
@@ -23,12 +24,46 @@ double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 // Repetitions per size: enough for a best case at the small sizes, fewer for the large.
 int repetitions(size_t bytes) { return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10; }
 
+// More processes than cores: pairs of ranks (0 and 1, 2 and 3, ...) each compute for a while
+// (kBusy, every rank at once, so every core is shared) and then all-reduce a small message; the
+// median of those all-reduces, halved as the ring model's 2a, is the latency a collective has when
+// its partner must first be scheduled. Rank 0 writes {"ranks", "latency_seconds"}.
+void measure_shared_latency(dist::Communicator& world, const std::string& out) {
+  constexpr double kBusy = 2e-3;
+  constexpr int kRepetitions = 100;
+  TS_CHECK(world.size() % 2 == 0, "plan --calibrate-links on {} processes: pairs need an even count", world.size());
+  std::unique_ptr<dist::Communicator> pair = world.split(world.rank() / 2, world.rank() % 2, "pair");
+  std::vector<double> times;
+  float value = 1.0f;
+  volatile double sink = 0;
+  world.barrier()->wait();
+  for (int r = 0; r < kRepetitions; ++r) {
+    const auto busy = Clock::now();
+    while (elapsed(busy) < kBusy) sink = sink + 1.0;
+    const auto t0 = Clock::now();
+    pair->all_reduce(&value, 1, DType::F32, dist::ReduceOp::Max)->wait();
+    times.push_back(elapsed(t0));
+  }
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  float median = static_cast<float>(times[times.size() / 2]);
+  world.all_reduce(&median, 1, DType::F32, dist::ReduceOp::Sum)->wait();
+  if (world.rank() == 0) {
+    const nlohmann::json result = {{"ranks", world.size()},
+                                   {"latency_seconds", static_cast<double>(median) / world.size() / 2}};
+    write_file_atomically(out, result.dump());
+  }
+}
+
 }  // namespace
 
 void measure_links(const std::string& out) {
   dist::MpiRuntime mpi;
   std::unique_ptr<dist::Communicator> world = mpi.world();
-  TS_CHECK(world->size() == 2, "plan --calibrate-links runs on two processes (tessera launch -n 2 -- plan "
+  if (world->size() > 2) {
+    measure_shared_latency(*world, out);
+    return;
+  }
+  TS_CHECK(world->size() == 2, "plan --calibrate-links runs on two processes or more (tessera launch -n 2 -- plan "
            "--calibrate-links FILE), not {}", world->size());
   const int rank = world->rank(), peer = 1 - rank;
   nlohmann::json result = {{"bytes", nlohmann::json::array()},

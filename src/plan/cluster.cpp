@@ -141,6 +141,15 @@ void ClusterSpec::validate() const {
   check_kernels(efficiency.kernels, name, "cluster.efficiency");
   TS_CHECK(host.cores >= 0, "config: cluster '{}': cluster.host.cores must be positive", name);
   if (host.cores == 0) return;
+  TS_CHECK(host.shared_factor.size() == host.shared_latency.size(),
+           "config: cluster '{}': cluster.host.oversubscribed and oversubscribed_latency_us need one latency per factor",
+           name);
+  for (size_t i = 0; i < host.shared_factor.size(); ++i) {
+    TS_CHECK(host.shared_factor[i] > 1 && (i == 0 || host.shared_factor[i] > host.shared_factor[i - 1]) &&
+                 host.shared_latency[i] >= 0,
+             "config: cluster '{}': cluster.host.oversubscribed must ascend above 1 (processes per core) with "
+             "non-negative latencies", name);
+  }
   TS_CHECK(!host.processes.empty() && host.processes.front().threads == 1,
            "config: cluster '{}': a host needs a [[cluster.host.process]] entry for 1 thread, then any others by "
            "ascending threads", name);
@@ -159,12 +168,18 @@ void ClusterSpec::validate() const {
   }
 }
 
-ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
-  if (c.host.cores == 0) return c;
+ProcessShare process_share(const ClusterSpec& c, int64_t ranks_on_node) {
+  if (c.host.cores == 0) return {};
   TS_CHECK(ranks_on_node >= 1, "plan: {} processes on a node of cluster '{}'", ranks_on_node, c.name);
   const int64_t cores = c.host.cores;
   const int64_t threads = std::max<int64_t>(1, cores / ranks_on_node);
-  const double share = std::min(1.0, static_cast<double>(cores) / static_cast<double>(ranks_on_node * threads));
+  return {threads, std::min(1.0, static_cast<double>(cores) / static_cast<double>(ranks_on_node * threads))};
+}
+
+ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
+  if (c.host.cores == 0) return c;
+  const int64_t cores = c.host.cores;
+  const auto [threads, share] = process_share(c, ranks_on_node);
   const ProcessSpec* measured = &c.host.processes.front();
   for (const ProcessSpec& p : c.host.processes) {
     if (p.threads <= threads) measured = &p;
@@ -181,6 +196,18 @@ ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
   v.efficiency.attention_backward_curve = measured->attention_backward;
   v.efficiency.kernels = measured->kernels;
   for (const KernelKey& key : kKernelKeys) v.efficiency.kernels.*key.cost /= share;
+  if (share < 1 && !c.host.shared_factor.empty()) {
+    // A message waits for its partner to be scheduled: the latency measured at this sharing.
+    const double f = 1 / share;
+    const std::vector<double>& x = c.host.shared_factor;
+    const std::vector<double>& y = c.host.shared_latency;
+    double latency = f <= x.front() ? y.front() : y.back();
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (f > x[i - 1] && f <= x[i]) latency = y[i - 1] + (f - x[i - 1]) / (x[i] - x[i - 1]) * (y[i] - y[i - 1]);
+    }
+    v.intra_node.latency = std::max(c.intra_node.latency, latency);
+    v.inter_node.latency = std::max(c.inter_node.latency, latency);
+  }
   // The machine's memory is shared too.
   v.device.memory_bytes = c.device.memory_bytes / static_cast<double>(ranks_on_node);
   v.device.reserved_bytes = c.device.reserved_bytes / static_cast<double>(ranks_on_node);
@@ -231,6 +258,9 @@ ClusterSpec read_cluster_config(config::TableReader r) {
     p.finish();
     c.host.processes.push_back(std::move(process));
   }
+  c.host.shared_factor = h.get<std::vector<double>>("oversubscribed", {});
+  c.host.shared_latency = h.get<std::vector<double>>("oversubscribed_latency_us", {});
+  for (double& l : c.host.shared_latency) l *= kMicro;
   TS_CHECK(c.host.cores > 0 || c.host.processes.empty(),
            "config: cluster '{}': [[cluster.host.process]] entries need cluster.host.cores", c.name);
   h.finish();
@@ -264,6 +294,12 @@ std::string cluster_toml(const ClusterSpec& c) {
          curve_toml(c.efficiency.attention_backward_curve, "attention_backward") + kernels_toml(c.efficiency.kernels);
   if (c.host.cores == 0) return out;
   out += fmt::format("\n[cluster.host]\ncores = {}\n", c.host.cores);
+  if (!c.host.shared_factor.empty()) {
+    std::vector<double> us;
+    for (double l : c.host.shared_latency) us.push_back(l / kMicro);
+    out += fmt::format("oversubscribed = [{}]\noversubscribed_latency_us = [{}]\n", fmt::join(c.host.shared_factor, ", "),
+                       fmt::join(us, ", "));
+  }
   for (const ProcessSpec& p : c.host.processes) {
     out += fmt::format("\n[[cluster.host.process]]\nthreads = {}\nmemory_bandwidth_gbps = {}\nkernel_overhead_us = {}\n",
                        p.threads, p.memory_bandwidth / kGB, p.kernel_overhead / kMicro);

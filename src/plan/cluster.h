@@ -88,6 +88,11 @@ struct ProcessSpec {
 struct HostSpec {
   int cores = 0;                       // 0: devices are not processes sharing a machine
   std::vector<ProcessSpec> processes;  // by ascending threads; the first has 1
+  // The latency of a message between two processes when every core is shared by f of them (more
+  // processes than cores, all busy): a collective waits for its partner to be scheduled. By
+  // ascending f > 1, read linearly between the points and held at the ends; empty: the link's.
+  std::vector<double> shared_factor;
+  std::vector<double> shared_latency;  // seconds
   bool operator==(const HostSpec&) const = default;
 };
 
@@ -125,6 +130,12 @@ std::string cluster_toml(const ClusterSpec& c);
 // (x s) and the machine's share (device bandwidth / ranks), a kernel overhead and elementwise
 // kernel costs stretched by 1/s, and 1/ranks of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
 ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node);
+// The threads t and time-slice share s of process_view (1 thread and share 1 without a host).
+struct ProcessShare {
+  int64_t threads = 1;
+  double share = 1;
+};
+ProcessShare process_share(const ClusterSpec& c, int64_t ranks_on_node);
 
 // `name_or_path` is a TOML file or a shipped name such as "a100-80gb" (see config_files.h).
 ClusterSpec load_cluster(const std::string& name_or_path, const std::vector<std::string>& dirs = default_config_dirs());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "plan/collectives.h"
@@ -80,6 +81,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
            cluster.max_devices(), cluster.max_nodes, cluster.devices_per_node);
   // On a host cluster the ranks of a node share its cores and memory: the device one rank sees.
   const ClusterSpec c = process_view(cluster, cluster.devices_on_a_node(l.devices()));
+  const double share = process_share(cluster, cluster.devices_on_a_node(l.devices())).share;
   Estimate est;
   est.layout = l;
   est.memory = peak_rank_memory(m, l, pipeline);
@@ -98,7 +100,10 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   // The slowest stage sets the pace: the first (embedding) or the last (output layer and loss).
   StageTime slowest;
   double slowest_total = -1;
-  for (int stage : {0, l.pp - 1}) {
+  // Compute (forward and backward) of every stage together, for time-sliced hosts below: the
+  // first and the last as computed here, the others hold only layers.
+  double stages_compute = l.pp > 2 ? (l.pp - 2) * (body.forward + body.backward) : 0.0;
+  for (int stage : l.pp == 1 ? std::vector<int>{0} : std::vector<int>{0, l.pp - 1}) {
     StageTime edge = edge_time(m, l, c, groups, stage == 0, stage == l.pp - 1);
     StageTime st{body.forward + edge.forward, body.backward + edge.backward, body.forward_tp + edge.forward_tp,
                  body.backward_tp + edge.backward_tp};
@@ -116,6 +121,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
       st.backward += rerun * layer.forward;
       st.backward_tp += rerun * layer.forward_tp;
     }
+    stages_compute += st.forward + st.backward;
     double total = st.forward + st.backward + st.forward_tp + st.backward_tp;
     if (total > slowest_total) {
       slowest = st;
@@ -185,9 +191,24 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   }
 
   est.microbatch = st;
-  const double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
+  double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
   TimeBreakdown& t = est.time;
   t.compute = mb * (slowest.forward + slowest.backward);
+  if (share < 1) {
+    // More processes than cores, time-sliced (share s): a work-conserving scheduler keeps every
+    // core busy while enough processes are runnable, so a pipeline's idle ranks lend their cores
+    // to the busy ones. The step is the longer of the machine's cores running every rank's work
+    // (each stage's compute as sliced here, tensor-parallel and pipeline transfers as they are)
+    // and the schedule's critical path with each process alone on its cores.
+    StageTimes alone = st;
+    alone.forward = share * slowest.forward + slowest.forward_tp;
+    alone.backward = share * slowest.backward + slowest.backward_tp;
+    const double critical = pipeline.makespan(l, alone) + mb * per_microbatch_exposed;
+    t.compute = mb * stages_compute / l.pp;
+    const double shared = t.compute + mb * (slowest.forward_tp + slowest.backward_tp + 2 * l.virtual_stages * st.p2p) +
+                          mb * per_microbatch_exposed;
+    makespan = std::max(critical, shared);
+  }
   t.tp_comm = mb * (slowest.forward_tp + slowest.backward_tp);
   t.pp_comm = l.pp > 1 ? mb * 2 * l.virtual_stages * st.p2p : 0;
   t.dp_comm = dp_exposed + mb * per_microbatch_exposed;
