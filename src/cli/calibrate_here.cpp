@@ -1,4 +1,5 @@
 #include "cli/calibrate_here.h"
+#include "cli/calibrate_step.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -19,6 +20,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/rng.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -29,6 +31,7 @@
 #include "kernels/cpu/residual.h"
 #include "plan/cluster.h"
 #include "plan/device_time.h"
+#include "plan/estimate.h"
 
 namespace tessera::cli {
 
@@ -48,6 +51,14 @@ constexpr int kAttentionBatch = 4, kAttentionHeads = 4, kAttentionWidth = 256;
 constexpr size_t kStreamFloats = size_t{64} << 20;
 
 double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Values like a model's (a standard normal times `scale`, a fixed stream): what a kernel's branches
+// see decides its speed (GeLU's sign select costs twice as much on random signs as on a pattern).
+std::vector<float> random_values(size_t n, float scale, uint64_t stream) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * normal(1, stream, i);
+  return v;
+}
 
 // The shortest of repeated runs of fn: at least three, for at least kBudget seconds, after one
 // warm-up run.
@@ -69,21 +80,35 @@ double gemm_flops(int n) { return 2.0 * (2.0 * n) * (2.0 * n) * n; }
 
 // The three products of a linear layer y[M, N] = x[M, K] w[N, K]^T with M = N = 2n, K = n, as the
 // engine calls them (kernels/cpu/linear.cpp): the forward (w transposed), the input gradient and
-// the weight gradient (x transposed, accumulating); their mean rate.
+// the weight gradient (x transposed, accumulating); their mean rate. Each call takes the next of
+// several sets of operands, so that they come from memory as a step's do, not from a warm cache.
 double gemm_rate(int n) {
+  constexpr size_t kSets = 8;
   const int M = 2 * n, N = 2 * n, K = n;
   using kernels::Transpose;
-  std::vector<float> x(static_cast<size_t>(M) * K, 0.5f), w(static_cast<size_t>(N) * K, 0.25f),
-      y(static_cast<size_t>(M) * N, 0.0f), dy(y.size(), 0.125f), dx(x.size()), dw(w.size(), 0.0f);
+  struct Operands {
+    std::vector<float> x, w, y, dy, dx, dw;
+  };
+  std::vector<Operands> sets;
+  for (size_t i = 0; i < kSets; ++i) {
+    sets.push_back({random_values(static_cast<size_t>(M) * K, 1.0f, 10 + i), random_values(static_cast<size_t>(N) * K, 0.02f, 20 + i),
+                    std::vector<float>(static_cast<size_t>(M) * N), random_values(static_cast<size_t>(M) * N, 0.01f, 30 + i),
+                    std::vector<float>(static_cast<size_t>(M) * K), std::vector<float>(static_cast<size_t>(N) * K)});
+  }
+  size_t next = 0;
+  auto set = [&]() -> Operands& { return sets[next++ % kSets]; };
   const float* none = nullptr;
   const double forward = best_time([&] {
-    kernels::matmul(y.data(), x.data(), w.data(), none, M, N, K, Transpose::No, Transpose::Yes, false);
+    Operands& o = set();
+    kernels::matmul(o.y.data(), o.x.data(), o.w.data(), none, M, N, K, Transpose::No, Transpose::Yes, false);
   });
   const double input = best_time([&] {
-    kernels::matmul(dx.data(), dy.data(), w.data(), none, M, K, N, Transpose::No, Transpose::No, false);
+    Operands& o = set();
+    kernels::matmul(o.dx.data(), o.dy.data(), o.w.data(), none, M, K, N, Transpose::No, Transpose::No, false);
   });
   const double weight = best_time([&] {
-    kernels::matmul(dw.data(), dy.data(), x.data(), none, N, K, M, Transpose::Yes, Transpose::No, true);
+    Operands& o = set();
+    kernels::matmul(o.dw.data(), o.dy.data(), o.x.data(), none, N, K, M, Transpose::Yes, Transpose::No, true);
   });
   return 3 * gemm_flops(n) / (forward + input + weight);
 }
@@ -105,9 +130,8 @@ struct AttentionTimes {
 AttentionTimes attention_times(int T) {
   const int B = kAttentionBatch, H = kAttentionHeads, C = kAttentionWidth;
   const size_t rows = static_cast<size_t>(B) * T;
-  std::vector<float> qkv(rows * 3 * C), out(rows * C), lse(static_cast<size_t>(B) * H * T), dout(rows * C, 0.01f),
-      dqkv(rows * 3 * C);
-  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
+  std::vector<float> qkv = random_values(rows * 3 * C, 1.0f, 1), out(rows * C), lse(static_cast<size_t>(B) * H * T),
+      dout = random_values(rows * C, 0.01f, 2), dqkv(rows * 3 * C);
   AttentionTimes t;
   t.flops = 4.0 * B * static_cast<double>(T) * T * C;
   t.forward = best_time([&] { kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, H, H); });
@@ -128,17 +152,16 @@ double stream_rate(std::vector<float>& x, std::vector<float>& y) {
 }
 
 // This engine's elementwise kernels at the sizes of a small model's microbatch (2048 tokens of 256
-// channels, an MLP of 1024, a vocabulary of 2048), seconds per value; and its optimizer step over
-// 4M parameters (more than the caches hold), seconds per parameter.
+// channels, an MLP of 1024, a vocabulary of 2048) on normally distributed values, seconds per value;
+// and its optimizer step over 4M parameters (more than the caches hold), seconds per parameter.
 plan::KernelCosts kernel_costs() {
   constexpr int kRows = 2048, kChannels = 256, kHidden = 1024, kTokens = 512, kVocab = 2048;
   constexpr size_t kParams = size_t{4} << 20;
   plan::KernelCosts k;
   {
     const size_t n = size_t{kRows} * kChannels;
-    std::vector<float> x(n, 0.3f), y(n), dy(n, 0.01f), dx(n), w(kChannels, 1.0f), b(kChannels, 0.0f), dw(kChannels),
-        db(kChannels), mean(kRows), rstd(kRows);
-    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 97) / 97.0f;
+    std::vector<float> x = random_values(n, 1.0f, 3), y(n), dy = random_values(n, 0.01f, 4), dx(n), w(kChannels, 1.0f),
+        b(kChannels, 0.0f), dw(kChannels), db(kChannels), mean(kRows), rstd(kRows);
     k.norm = best_time([&] {
       kernels::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), kRows, kChannels, 1e-5f);
     }) / static_cast<double>(n);
@@ -150,17 +173,15 @@ plan::KernelCosts kernel_costs() {
   }
   {
     const size_t n = size_t{kTokens} * kHidden;
-    std::vector<float> x(n), y(n), dy(n, 0.01f), dx(n);
-    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 101) / 25.0f - 2.0f;
+    std::vector<float> x = random_values(n, 1.0f, 5), y(n), dy = random_values(n, 0.01f, 6), dx(n);
     k.activation = best_time([&] { kernels::gelu_forward(y.data(), x.data(), n); }) / static_cast<double>(n);
     k.activation_backward = best_time([&] { kernels::gelu_backward(dx.data(), x.data(), dy.data(), n); }) /
                             static_cast<double>(n);
   }
   {
     const size_t n = size_t{kTokens} * kVocab;
-    std::vector<float> source(n), logits(n), losses(kTokens);
+    std::vector<float> source = random_values(n, 2.0f, 7), logits(n), losses(kTokens);
     std::vector<int32_t> targets(kTokens);
-    for (size_t i = 0; i < n; ++i) source[i] = static_cast<float>(i % 89) / 89.0f;
     for (int i = 0; i < kTokens; ++i) targets[static_cast<size_t>(i)] = (i * 31) % kVocab;
     // Each run overwrites the logits with their gradient: it starts from a fresh copy, whose time
     // (a copy of the logits) is measured alone and taken off.
@@ -173,13 +194,14 @@ plan::KernelCosts kernel_costs() {
     k.cross_entropy = std::max(both - copy, 0.0) / static_cast<double>(n);
   }
   {
-    std::vector<float> param(kParams, 0.1f), grad(kParams, 0.001f), m(kParams, 0.0f), v(kParams, 0.0f);
+    std::vector<float> param = random_values(kParams, 0.02f, 8), grad = random_values(kParams, 0.001f, 9),
+        m(kParams, 0.0f), v(kParams, 0.0f);
     int64_t step = 0;
     k.optimizer = best_time([&] {
       const double norm = std::sqrt(kernels::sum_of_squares(grad.data(), kParams));
       kernels::scale_inplace(grad.data(), static_cast<float>(1.0 / std::max(norm, 1.0)), kParams);
       kernels::adamw_update(param.data(), grad.data(), m.data(), v.data(), kParams, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);
-      std::fill(grad.begin(), grad.end(), 0.001f);
+      std::fill(grad.begin(), grad.end(), 0.0f);
     }) / static_cast<double>(kParams);
   }
   return k;
@@ -418,6 +440,28 @@ void calibrate_here(const std::string& out, const std::string& name) {
     c.host.processes.push_back(std::move(p));
   }
   c.efficiency.gemm = c.host.processes.back().gemm.efficiency.back();
+  c.validate();
+  // The whole step against its kernels: the engine's training step on a reference model, one
+  // process alone with each thread count, and what the measurements above predict for it.
+  const config::ModelConfig reference = reference_model();
+  constexpr int kReferenceBatch = 4;
+  plan::Layout step = plan::parse_layout(fmt::format("mb={},gb={},precision=fp32,flash=true,states=engine",
+                                                     kReferenceBatch, kReferenceBatch));
+  for (plan::ProcessSpec& p : c.host.processes) {
+    plan::ClusterSpec alone = plan::process_view(c, std::max(1, cores / p.threads));
+    alone.device.memory_bandwidth = p.memory_bandwidth;
+    alone.device.memory_bytes = c.device.memory_bytes;
+    alone.device.reserved_bytes = c.device.reserved_bytes;
+    alone.host = {};
+    alone.devices_per_node = 1;
+    const double predicted = plan::estimate(reference, step, alone).time.step;
+    const double measured = training_step_seconds(reference, kReferenceBatch, p.threads);
+    p.step_efficiency = std::min(2.0, predicted / measured);
+    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters): {:.1f} ms, its kernels "
+               "predict {:.1f} ms: step efficiency {:.3f}\n",
+               p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(), measured * 1e3, predicted * 1e3,
+               p.step_efficiency);
+  }
   c.validate();
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "
                                          "machine\"): written by `tessera plan --calibrate-here`.\n# The inter_node link "

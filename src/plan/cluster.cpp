@@ -165,6 +165,9 @@ void ClusterSpec::validate() const {
     check_curve(p.attention_backward, name,
                 fmt::format("the {}-thread process's attention_backward_efficiency", p.threads));
     check_kernels(p.kernels, name, fmt::format("the {}-thread cluster.host.process", p.threads));
+    TS_CHECK(p.step_efficiency > 0 && p.step_efficiency <= 2,
+             "config: cluster '{}': the {}-thread process's step_efficiency = {} must be in (0, 2] (a step's share "
+             "of its kernels' prediction)", name, p.threads, p.step_efficiency);
   }
 }
 
@@ -195,7 +198,12 @@ ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
   v.efficiency.attention_curve = measured->attention;
   v.efficiency.attention_backward_curve = measured->attention_backward;
   v.efficiency.kernels = measured->kernels;
-  for (const KernelKey& key : kKernelKeys) v.efficiency.kernels.*key.cost /= share;
+  const double step = measured->step_efficiency;
+  for (const KernelKey& key : kKernelKeys) v.efficiency.kernels.*key.cost /= share * step;
+  v.efficiency.kernel_overhead /= step;
+  v.device.peak_flops_fp32 *= step;
+  v.device.peak_flops_bf16 *= step;
+  v.device.memory_bandwidth *= step;
   if (share < 1 && !c.host.shared_factor.empty()) {
     // A message waits for its partner to be scheduled: the latency measured at this sharing.
     const double f = 1 / share;
@@ -255,6 +263,7 @@ ClusterSpec read_cluster_config(config::TableReader r) {
     process.attention = read_curve(p, "attention");
     process.attention_backward = read_curve(p, "attention_backward");
     process.kernels = read_kernels(p);
+    process.step_efficiency = p.get<double>("step_efficiency", 1.0);
     p.finish();
     c.host.processes.push_back(std::move(process));
   }
@@ -301,8 +310,9 @@ std::string cluster_toml(const ClusterSpec& c) {
                        fmt::join(us, ", "));
   }
   for (const ProcessSpec& p : c.host.processes) {
-    out += fmt::format("\n[[cluster.host.process]]\nthreads = {}\nmemory_bandwidth_gbps = {}\nkernel_overhead_us = {}\n",
-                       p.threads, p.memory_bandwidth / kGB, p.kernel_overhead / kMicro);
+    out += fmt::format("\n[[cluster.host.process]]\nthreads = {}\nmemory_bandwidth_gbps = {}\nkernel_overhead_us = {}\n"
+                       "step_efficiency = {}\n",
+                       p.threads, p.memory_bandwidth / kGB, p.kernel_overhead / kMicro, p.step_efficiency);
     out += curve_toml(p.gemm, "gemm") + curve_toml(p.attention, "attention") +
            curve_toml(p.attention_backward, "attention_backward") + kernels_toml(p.kernels);
   }

@@ -83,6 +83,10 @@ struct ProcessSpec {
   EfficiencyCurve attention;    // likewise, for the fused attention kernel's forward
   EfficiencyCurve attention_backward;  // and its backward, by the forward's FLOPs
   KernelCosts kernels;                 // its elementwise kernels
+  // The fraction of the kernel-by-kernel prediction a whole training step achieves (its kernels'
+  // operands come from memory other work used; the step allocates, dispatches and keeps books
+  // around them): every compute time is divided by it. Measured on a reference model.
+  double step_efficiency = 1;
   bool operator==(const ProcessSpec&) const = default;
 };
 struct HostSpec {
@@ -128,7 +132,8 @@ std::string cluster_toml(const ClusterSpec& c);
 // peak t x the per-core peak x s with the efficiency curves measured at t threads (the nearest
 // measured count at or below t), memory bandwidth the lesser of what one such process streams
 // (x s) and the machine's share (device bandwidth / ranks), a kernel overhead and elementwise
-// kernel costs stretched by 1/s, and 1/ranks of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
+// kernel costs stretched by 1/s, all compute slowed by the process's step_efficiency, and 1/ranks
+// of the machine's memory. Links are as measured. A cluster without a host is returned unchanged.
 ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node);
 // The threads t and time-slice share s of process_view (1 thread and share 1 without a host).
 struct ProcessShare {
