@@ -256,13 +256,14 @@ std::string this_executable() {
   return path.string();
 }
 
-// Runs `tessera launch -n <ranks> -- plan --calibrate-links FILE` and reads what rank 0 wrote.
-nlohmann::json run_link_measurement(int ranks) {
+// Runs `tessera launch -n <ranks> -- plan --calibrate-links FILE` (or --calibrate-busy-links) and
+// reads what rank 0 wrote.
+nlohmann::json run_link_measurement(int ranks, bool busy) {
   const std::filesystem::path file =
       std::filesystem::temp_directory_path() / fmt::format("tessera-links-{}.json", ::getpid());
   const std::string exe = this_executable();
-  std::vector<std::string> args = {exe, "launch", "-n", std::to_string(ranks), "--", "plan", "--calibrate-links",
-                                   file.string()};
+  std::vector<std::string> args = {exe, "launch", "-n", std::to_string(ranks), "--", "plan",
+                                   busy ? "--calibrate-busy-links" : "--calibrate-links", file.string()};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -373,7 +374,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
   fmt::print("  bf16 GEMM, 1 thread: {:.1f} GFLOP/s\n", bf16_per_core / 1e9);
 
   fmt::print("  links: two processes through the runtime's communicator (tessera launch -n 2) ...\n");
-  const nlohmann::json links = run_link_measurement(2);
+  const nlohmann::json links = run_link_measurement(2, false);
   const std::vector<double> sizes = links["bytes"], one_way = links["one_way_seconds"], reduce = links["all_reduce_seconds"];
   const auto [latency, bandwidth] = fit_all_reduce(sizes, reduce);
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -383,16 +384,16 @@ void calibrate_here(const std::string& out, const std::string& name) {
   }
   fmt::print("  links: latency {:.2f} us, bandwidth {:.2f} GB/s (fitted to the all-reduces)\n", latency * 1e6,
              bandwidth / 1e9);
-  // With more processes than cores: 2 and 4 to a core, pairs computing and then all-reducing.
+  // Between busy processes: a core each, then 2 and 4 to a core; pairs computing, then all-reducing.
   std::vector<double> shared_factor, shared_latency;
-  for (int factor : {2, 4}) {
-    fmt::print("  links with every core shared by {} busy processes (tessera launch -n {}) ...\n", factor,
-               factor * cores);
-    const nlohmann::json shared = run_link_measurement(factor * cores);
-    shared_factor.push_back(factor);
+  for (int factor : {1, 2, 4}) {
+    const int ranks = std::max(2, factor * cores + (factor * cores) % 2);
+    fmt::print("  links between busy processes, {} to a core (tessera launch -n {}) ...\n", factor, ranks);
+    const nlohmann::json shared = run_link_measurement(ranks, true);
+    shared_factor.push_back(static_cast<double>(ranks) / cores);
     shared_latency.push_back(shared["latency_seconds"].get<double>());
-    fmt::print("  links, {} processes per core: latency {:.1f} us (the median of a small all-reduce after 2 ms of "
-               "compute, halved)\n", factor, shared_latency.back() * 1e6);
+    fmt::print("  links between busy processes, {} to a core: latency {:.1f} us (the median of a small all-reduce "
+               "after 2 ms of compute, halved)\n", factor, shared_latency.back() * 1e6);
   }
 
   const auto [total, available] = memory_now();

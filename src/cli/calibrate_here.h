@@ -20,8 +20,9 @@ namespace tessera::cli {
 // Measures this machine and writes its cluster TOML to `out` (named `name`).
 void calibrate_here(const std::string& out, const std::string& name);
 
-// The two ranks' side of the link measurement (run under `tessera launch -n 2`): rank 0 writes the
-// one-way and all-reduce seconds by message size to `out` as JSON.
-void measure_links(const std::string& out);
+// The ranks' side of the link measurements, run under `tessera launch`: on two ranks, the one-way
+// and all-reduce seconds by message size; with `busy`, on any even number, the latency of a
+// collective between busy processes. Rank 0 writes them to `out` as JSON.
+void measure_links(const std::string& out, bool busy);
 
 }  // namespace tessera::cli

@@ -24,10 +24,11 @@ double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 // Repetitions per size: enough for a best case at the small sizes, fewer for the large.
 int repetitions(size_t bytes) { return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10; }
 
-// More processes than cores: pairs of ranks (0 and 1, 2 and 3, ...) each compute for a while
-// (kBusy, every rank at once, so every core is shared) and then all-reduce a small message; the
-// median of those all-reduces, halved as the ring model's 2a, is the latency a collective has when
-// its partner must first be scheduled. Rank 0 writes {"ranks", "latency_seconds"}.
+// Busy pairs: ranks 0 and 1, 2 and 3, ... each compute for a while (kBusy, every rank at once) and
+// then all-reduce a small message, as a run's collectives come between its kernels; the median of
+// those all-reduces, halved as the ring model's 2a, is the latency a collective has when its partner
+// must arrive (and, with more processes than cores, be scheduled). Rank 0 writes {"ranks",
+// "latency_seconds"}.
 void measure_shared_latency(dist::Communicator& world, const std::string& out) {
   constexpr double kBusy = 2e-3;
   constexpr int kRepetitions = 100;
@@ -56,10 +57,10 @@ void measure_shared_latency(dist::Communicator& world, const std::string& out) {
 
 }  // namespace
 
-void measure_links(const std::string& out) {
+void measure_links(const std::string& out, bool busy) {
   dist::MpiRuntime mpi;
   std::unique_ptr<dist::Communicator> world = mpi.world();
-  if (world->size() > 2) {
+  if (busy) {
     measure_shared_latency(*world, out);
     return;
   }

@@ -41,6 +41,7 @@ struct PlanArgs {
   std::string out = "cluster-here.toml";  // where --calibrate-here writes
   std::string name = "here";              // the cluster's name in that file
   std::string links_out;                  // set: this process is a rank of the link measurement
+  std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
 };
 
 // `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
@@ -93,8 +94,8 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
 
 void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
   using namespace tessera::plan;
-  if (!a.links_out.empty()) {
-    measure_links(a.links_out);
+  if (!a.links_out.empty() || !a.busy_links_out.empty()) {
+    measure_links(a.links_out.empty() ? a.busy_links_out : a.links_out, a.links_out.empty());
     return;
   }
   if (a.calibrate_here) {
@@ -200,6 +201,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
   // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
   cmd->add_option("--calibrate-links", args->links_out)->group("");
+  cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");
   cmd->allow_extras();
   cmd->callback([cmd, args, devices, global_batch] {
     // Explicit checks: 0 must not read as "not given", and CLI11's range messages are unclear.

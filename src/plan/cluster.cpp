@@ -145,9 +145,9 @@ void ClusterSpec::validate() const {
            "config: cluster '{}': cluster.host.oversubscribed and oversubscribed_latency_us need one latency per factor",
            name);
   for (size_t i = 0; i < host.shared_factor.size(); ++i) {
-    TS_CHECK(host.shared_factor[i] > 1 && (i == 0 || host.shared_factor[i] > host.shared_factor[i - 1]) &&
+    TS_CHECK(host.shared_factor[i] >= 1 && (i == 0 || host.shared_factor[i] > host.shared_factor[i - 1]) &&
                  host.shared_latency[i] >= 0,
-             "config: cluster '{}': cluster.host.oversubscribed must ascend above 1 (processes per core) with "
+             "config: cluster '{}': cluster.host.oversubscribed must ascend from 1 (processes per core) with "
              "non-negative latencies", name);
   }
   TS_CHECK(!host.processes.empty() && host.processes.front().threads == 1,
@@ -204,9 +204,10 @@ ClusterSpec process_view(const ClusterSpec& c, int64_t ranks_on_node) {
   v.device.peak_flops_fp32 *= step;
   v.device.peak_flops_bf16 *= step;
   v.device.memory_bandwidth *= step;
-  if (share < 1 && !c.host.shared_factor.empty()) {
-    // A message waits for its partner to be scheduled: the latency measured at this sharing.
-    const double f = 1 / share;
+  if (!c.host.shared_factor.empty()) {
+    // A collective waits for its partner to arrive (and be scheduled): the latency measured
+    // between busy processes at this many to a core.
+    const double f = static_cast<double>(ranks_on_node * threads) / static_cast<double>(cores);
     const std::vector<double>& x = c.host.shared_factor;
     const std::vector<double>& y = c.host.shared_latency;
     double latency = f <= x.front() ? y.front() : y.back();

@@ -92,9 +92,10 @@ struct ProcessSpec {
 struct HostSpec {
   int cores = 0;                       // 0: devices are not processes sharing a machine
   std::vector<ProcessSpec> processes;  // by ascending threads; the first has 1
-  // The latency of a message between two processes when every core is shared by f of them (more
-  // processes than cores, all busy): a collective waits for its partner to be scheduled. By
-  // ascending f > 1, read linearly between the points and held at the ends; empty: the link's.
+  // The latency of a collective between two busy processes when every core is shared by f of them
+  // (f = 1: a core each): it waits for its partner to arrive, and with more processes than cores
+  // for its partner to be scheduled. By ascending f >= 1, read linearly between the points and
+  // held at the ends; empty: the link's own.
   std::vector<double> shared_factor;
   std::vector<double> shared_latency;  // seconds
   bool operator==(const HostSpec&) const = default;

@@ -39,8 +39,8 @@ ClusterSpec two_core_host() {
   ProcessSpec one{1, 20e9, 0.5e-6, curve({0.001, 1.0}, {0.4, 0.9}), curve({0.01}, {0.5}), curve({0.01}, {0.6})};
   ProcessSpec both{2, 30e9, 2e-6, curve({0.001, 1.0}, {0.1, 0.8}), curve({0.01}, {0.4}), curve({0.01}, {0.45})};
   c.host.processes = {one, both};
-  c.host.shared_factor = {2, 4};
-  c.host.shared_latency = {1e-3, 2e-3};
+  c.host.shared_factor = {1, 2, 4};
+  c.host.shared_latency = {100e-6, 1e-3, 2e-3};
   c.validate();
   return c;
 }
@@ -72,8 +72,8 @@ TEST(PlanHostCluster, TheTomlReadsBackAsWritten) {
   EXPECT_EQ(back.devices_per_node, 0);
   EXPECT_EQ(back.host.cores, 2);
   EXPECT_EQ(back.host.shared_factor, c.host.shared_factor);
-  ASSERT_EQ(back.host.shared_latency.size(), 2u);
-  EXPECT_NEAR(back.host.shared_latency[1], 2e-3, 1e-12);
+  ASSERT_EQ(back.host.shared_latency.size(), 3u);
+  EXPECT_NEAR(back.host.shared_latency[2], 2e-3, 1e-12);
   ASSERT_EQ(back.host.processes.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     const ProcessSpec &a = back.host.processes[i], &b = c.host.processes[i];
@@ -112,11 +112,11 @@ TEST(PlanHostCluster, ProcessesShareTheCoresAndTheMemory) {
   EXPECT_DOUBLE_EQ(eight.device.peak_flops_fp32, 50e9 / 4);
   EXPECT_DOUBLE_EQ(eight.efficiency.kernel_overhead, 4 * 0.5e-6);
   EXPECT_DOUBLE_EQ(eight.device.memory_bandwidth, 30e9 / 8);
-  // A message waits for its partner's turn: the latency measured with 4 processes to a core, and
-  // between the measured points for 3; links of processes with cores of their own are as measured.
+  // A collective waits for its busy partner (and its turn): the latency measured with 4 processes
+  // to a core, between the measured points for 3, and with a core each for two.
   EXPECT_DOUBLE_EQ(eight.intra_node.latency, 2e-3);
   EXPECT_DOUBLE_EQ(process_view(c, 6).intra_node.latency, 1.5e-3);
-  EXPECT_DOUBLE_EQ(two.intra_node.latency, 20e-6);
+  EXPECT_DOUBLE_EQ(two.intra_node.latency, 100e-6);
   // Any number of processes fits one node of an unbounded host.
   EXPECT_EQ(c.max_devices(), 0);
   EXPECT_EQ(c.devices_on_a_node(8), 8);
