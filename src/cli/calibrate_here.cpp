@@ -393,7 +393,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
     shared_factor.push_back(static_cast<double>(ranks) / cores);
     shared_latency.push_back(shared["latency_seconds"].get<double>());
     fmt::print("  links between busy processes, {} to a core: latency {:.1f} us (the median of a small all-reduce "
-               "after 2 ms of compute, halved)\n", factor, shared_latency.back() * 1e6);
+               "after about 2 ms of compute, halved)\n", factor, shared_latency.back() * 1e6);
   }
 
   const auto [total, available] = memory_now();

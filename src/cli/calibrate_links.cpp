@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "dist/mpi_runtime.h"
+#include "kernels/cpu/matmul.h"
 
 namespace tessera::cli {
 
@@ -24,23 +25,27 @@ double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Cloc
 // Repetitions per size: enough for a best case at the small sizes, fewer for the large.
 int repetitions(size_t bytes) { return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10; }
 
-// Busy pairs: ranks 0 and 1, 2 and 3, ... each compute for a while (kBusy, every rank at once) and
-// then all-reduce a small message, as a run's collectives come between its kernels; the median of
-// those all-reduces, halved as the ring model's 2a, is the latency a collective has when its partner
-// must arrive (and, with more processes than cores, be scheduled). Rank 0 writes {"ranks",
+// Busy pairs: ranks 0 and 1, 2 and 3, ... each compute (every rank at once) and then all-reduce a
+// small message, as a run's collectives come between its kernels; the median of those
+// all-reduces, halved as the ring model's 2a, is the latency a collective has when its partner must
+// arrive (and, with more processes than cores, be scheduled). Rank 0 writes {"ranks",
 // "latency_seconds"}.
 void measure_shared_latency(dist::Communicator& world, const std::string& out) {
-  constexpr double kBusy = 2e-3;
-  constexpr int kRepetitions = 100;
+  // The work between collectives: ten 192^3 sgemms, about 2 ms on a core of their own. A fixed
+  // amount of work, not of time, so that the partners arrive apart as much as this machine's jitter
+  // (and, time-sliced, their turns) makes them.
+  constexpr int kSize = 192, kProducts = 10, kRepetitions = 100;
   TS_CHECK(world.size() % 2 == 0, "plan --calibrate-links on {} processes: pairs need an even count", world.size());
   std::unique_ptr<dist::Communicator> pair = world.split(world.rank() / 2, world.rank() % 2, "pair");
+  std::vector<float> a(kSize * kSize, 0.5f), b(a.size(), 0.25f), c(a.size());
   std::vector<double> times;
   float value = 1.0f;
-  volatile double sink = 0;
   world.barrier()->wait();
   for (int r = 0; r < kRepetitions; ++r) {
-    const auto busy = Clock::now();
-    while (elapsed(busy) < kBusy) sink = sink + 1.0;
+    for (int k = 0; k < kProducts; ++k) {
+      kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), kSize, kSize, kSize,
+                      kernels::Transpose::No, kernels::Transpose::No, false);
+    }
     const auto t0 = Clock::now();
     pair->all_reduce(&value, 1, DType::F32, dist::ReduceOp::Max)->wait();
     times.push_back(elapsed(t0));
