@@ -11,6 +11,7 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <fmt/ranges.h>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -256,35 +257,68 @@ std::string this_executable() {
   return path.string();
 }
 
-// Runs `tessera launch -n <ranks> -- plan --calibrate-links FILE` (or --calibrate-busy-links) and
-// reads what rank 0 wrote.
-nlohmann::json run_link_measurement(int ranks, bool busy) {
-  const std::filesystem::path file =
-      std::filesystem::temp_directory_path() / fmt::format("tessera-links-{}.json", ::getpid());
+// Starts this tessera with `args`; returns its pid.
+pid_t start_tessera(const std::vector<std::string>& args) {
   const std::string exe = this_executable();
-  std::vector<std::string> args = {exe, "launch", "-n", std::to_string(ranks), "--", "plan",
-                                   busy ? "--calibrate-busy-links" : "--calibrate-links", file.string()};
+  std::vector<std::string> words = {exe};
+  words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
+  for (std::string& a : words) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = ::fork();
-  TS_CHECK(pid >= 0, "plan --calibrate-here: could not start the link measurement (fork failed)");
+  TS_CHECK(pid >= 0, "plan --calibrate-here: could not start `tessera {}` (fork failed)", fmt::join(args, " "));
   if (pid == 0) {
     ::execv(exe.c_str(), argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+// Waits for `pid`, then reads the JSON it wrote to `file` (and removes it).
+nlohmann::json result_of(pid_t pid, const std::filesystem::path& file, const std::string& what) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   TS_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && std::filesystem::exists(file),
-           "plan --calibrate-here: the link measurement `tessera launch -n {} -- plan --calibrate-links {}` failed; it "
-           "needs OpenMPI (mpirun) and {} processes on this machine; run it alone to see why", ranks, file.string(),
-           ranks);
+           "plan --calibrate-here: {} failed; run it alone to see why", what);
   std::ifstream in(file);
   nlohmann::json j = nlohmann::json::parse(in);
   std::filesystem::remove(file);
   return j;
+}
+
+std::filesystem::path scratch_file(const std::string& what, int index) {
+  return std::filesystem::temp_directory_path() / fmt::format("tessera-{}-{}-{}.json", what, ::getpid(), index);
+}
+
+// Runs `tessera launch -n <ranks> -- plan --calibrate-links FILE` (or --calibrate-busy-links) and
+// reads what rank 0 wrote.
+nlohmann::json run_link_measurement(int ranks, bool busy) {
+  const std::filesystem::path file = scratch_file("links", ranks);
+  const std::string option = busy ? "--calibrate-busy-links" : "--calibrate-links";
+  const pid_t pid = start_tessera({"launch", "-n", std::to_string(ranks), "--", "plan", option, file.string()});
+  return result_of(pid, file,
+                   fmt::format("the link measurement `tessera launch -n {} -- plan {} {}` (it needs OpenMPI and {} "
+                               "processes on this machine)", ranks, option, file.string(), ranks));
+}
+
+// The reference step with `threads` threads in `copies` processes at once (`tessera plan
+// --calibrate-step FILE --step-threads N` each), as a run's ranks share the machine's caches and
+// memory: the mean of their steps.
+double concurrent_step_seconds(int threads, int copies) {
+  std::vector<std::pair<pid_t, std::filesystem::path>> started;
+  for (int i = 0; i < copies; ++i) {
+    const std::filesystem::path file = scratch_file("step", i);
+    started.emplace_back(start_tessera({"plan", "--calibrate-step", file.string(), "--step-threads",
+                                        std::to_string(threads)}), file);
+  }
+  double sum = 0;
+  for (const auto& [pid, file] : started) {
+    sum += result_of(pid, file, fmt::format("the step measurement `tessera plan --calibrate-step {} --step-threads {}`",
+                                            file.string(), threads))["seconds"].get<double>();
+  }
+  return sum / copies;
 }
 
 // The link's latency a and bandwidth w from two processes' all-reduces, in the ring model's
@@ -442,8 +476,9 @@ void calibrate_here(const std::string& out, const std::string& name) {
   }
   c.efficiency.gemm = c.host.processes.back().gemm.efficiency.back();
   c.validate();
-  // The whole step against its kernels: the engine's training step on a reference model, one
-  // process alone with each thread count, and what the measurements above predict for it.
+  // The whole step against its kernels: the engine's training step on a reference model with each
+  // thread count, in as many processes at once as the cores hold (a run's ranks share the caches
+  // and the memory), and what the measurements above, each taken alone, predict for it.
   const config::ModelConfig reference = reference_model();
   constexpr int kReferenceBatch = 4;
   plan::Layout step = plan::parse_layout(fmt::format("mb={},gb={},precision=fp32,flash=true,states=engine",
@@ -456,12 +491,12 @@ void calibrate_here(const std::string& out, const std::string& name) {
     alone.host = {};
     alone.devices_per_node = 1;
     const double predicted = plan::estimate(reference, step, alone).time.step;
-    const double measured = training_step_seconds(reference, kReferenceBatch, p.threads);
+    const double measured = concurrent_step_seconds(p.threads, std::max(1, cores / p.threads));
     p.step_efficiency = std::min(2.0, predicted / measured);
-    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters): {:.1f} ms, its kernels "
-               "predict {:.1f} ms: step efficiency {:.3f}\n",
-               p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(), measured * 1e3, predicted * 1e3,
-               p.step_efficiency);
+    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) in {} process{} at "
+               "once: {:.1f} ms, its kernels predict {:.1f} ms: step efficiency {:.3f}\n",
+               p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(), std::max(1, cores / p.threads),
+               cores / p.threads > 1 ? "es" : "", measured * 1e3, predicted * 1e3, p.step_efficiency);
   }
   c.validate();
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "

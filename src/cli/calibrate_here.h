@@ -20,6 +20,10 @@ namespace tessera::cli {
 // Measures this machine and writes its cluster TOML to `out` (named `name`).
 void calibrate_here(const std::string& out, const std::string& name);
 
+// One process's side of the step measurement: the reference step's seconds with `threads` threads,
+// written to `out` as JSON ({"seconds"}).
+void measure_step(const std::string& out, int threads);
+
 // The ranks' side of the link measurements, run under `tessera launch`: on two ranks, the one-way
 // and all-reduce seconds by message size; with `busy`, on any even number, the latency of a
 // collective between busy processes. Rank 0 writes them to `out` as JSON.

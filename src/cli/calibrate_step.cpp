@@ -8,6 +8,11 @@
 #include <chrono>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "cli/calibrate_here.h"
+#include "core/atomic_file.h"
+#include "core/check.h"
 #include "core/rng.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
@@ -59,6 +64,13 @@ double training_step_seconds(const config::ModelConfig& model, int batch, int th
   omp_set_num_threads(saved);
   // The least disturbed step, as every other figure of the calibration is the best of its runs.
   return *std::min_element(seconds.begin(), seconds.end());
+}
+
+void measure_step(const std::string& out, int threads) {
+  TS_CHECK(threads >= 1, "plan --calibrate-step needs --step-threads of at least 1, got {}", threads);
+  constexpr int kReferenceBatch = 4;
+  const double seconds = training_step_seconds(reference_model(), kReferenceBatch, threads);
+  write_file_atomically(out, nlohmann::json{{"seconds", seconds}}.dump());
 }
 
 }  // namespace tessera::cli

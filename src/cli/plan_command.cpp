@@ -42,6 +42,8 @@ struct PlanArgs {
   std::string name = "here";              // the cluster's name in that file
   std::string links_out;                  // set: this process is a rank of the link measurement
   std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
+  std::string step_out;                   // set: one process of the reference step measurement
+  int step_threads = 1;
 };
 
 // `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
@@ -94,6 +96,10 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
 
 void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
   using namespace tessera::plan;
+  if (!a.step_out.empty()) {
+    measure_step(a.step_out, a.step_threads);
+    return;
+  }
   if (!a.links_out.empty() || !a.busy_links_out.empty()) {
     measure_links(a.links_out.empty() ? a.busy_links_out : a.links_out, a.links_out.empty());
     return;
@@ -202,6 +208,8 @@ void add_plan_command(CLI::App& app) {
   // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
   cmd->add_option("--calibrate-links", args->links_out)->group("");
   cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");
+  cmd->add_option("--calibrate-step", args->step_out)->group("");
+  cmd->add_option("--step-threads", args->step_threads)->group("");
   cmd->allow_extras();
   cmd->callback([cmd, args, devices, global_batch] {
     // Explicit checks: 0 must not read as "not given", and CLI11's range messages are unclear.
