@@ -62,8 +62,10 @@ double training_step_seconds(const config::ModelConfig& model, int batch, int th
     if (s >= kWarmup) seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   omp_set_num_threads(saved);
-  // The least disturbed step, as every other figure of the calibration is the best of its runs.
-  return *std::min_element(seconds.begin(), seconds.end());
+  // The median step, the figure a run's steps are summed up by (bench/planner_here.sh holds the
+  // planner to a run's median step): a typical step, with the jitter of this machine.
+  std::nth_element(seconds.begin(), seconds.begin() + kSteps / 2, seconds.end());
+  return seconds[kSteps / 2];
 }
 
 void measure_step(const std::string& out, int threads) {

@@ -13,7 +13,7 @@ config::ModelConfig reference_model();
 
 // The seconds of the engine's training step (forward, backward, gradient-norm clipping, AdamW; one
 // process, fp32) on `model` for one microbatch of `batch` sequences, with `threads` OpenMP
-// threads: the shortest of 10 steps after 2 of warm-up.
+// threads: the median of 10 steps after 2 of warm-up.
 double training_step_seconds(const config::ModelConfig& model, int batch, int threads);
 
 }  // namespace tessera::cli
