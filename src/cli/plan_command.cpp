@@ -2,10 +2,15 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
+#include "cli/calibrate_here.h"
 #include "cli/commands.h"
+#include "cli/plan_run.h"
+#include "cli/run_overrides.h"
 #include "core/check.h"
 #include "plan/config_files.h"
+#include "plan/memory_model.h"
 #include "plan/planner.h"
 #include "plan/published.h"
 #include "plan/report.h"
@@ -29,10 +34,88 @@ struct PlanArgs {
   bool simulate = false;
   bool published = false;
   bool calibrate = false;
+  std::string config;   // a `tessera train` config: predict that run
+  int64_t ranks = 0;    // with --config: the processes it runs on (dp x tp x pp)
+  bool json = false;    // with --config: one JSON object instead of the report
+  bool calibrate_here = false;
+  std::string out = "cluster-here.toml";  // where --calibrate-here writes
+  std::string name = "here";              // the cluster's name in that file
+  std::string links_out;                  // set: this process is a rank of the link measurement
+  std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
+  std::string step_out;                   // set: one process of the reference step measurement
+  int step_threads = 1;
 };
 
-void run_plan(const PlanArgs& a) {
+// `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
+void run_plan_config(const PlanArgs& a, const std::vector<std::string>& overrides) {
   using namespace tessera::plan;
+  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides)));
+  const Layout& l = run.layout;
+  TS_CHECK(a.ranks == 0 || a.ranks == l.devices(),
+           "plan: --ranks {} but the config runs parallel.dp {} x parallel.tp {} x parallel.pp {} = {} processes; drop "
+           "--ranks, or change the layout to match it", a.ranks, l.dp, l.tp, l.pp, l.devices());
+  TS_CHECK(!a.cluster.empty(),
+           "plan --config needs --cluster: this machine's cluster as `tessera plan --calibrate-here --out FILE` "
+           "writes it, or a TOML file or shipped name with a [cluster] table that holds {} processes", l.devices());
+  const ClusterSpec cluster = load_cluster(a.cluster);
+  const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
+  check_layout(run.model, l, l.devices());
+  const Estimate est = estimate(run.model, l, cluster, pipeline);
+  std::vector<MemoryBreakdown> stages;
+  for (int s = 0; s < l.pp; ++s) stages.push_back(stage_memory(run.model, l, s, pipeline));
+  if (!a.json) {
+    fmt::print("{}", format_run_estimate(run.model, cluster, est, stages));
+    return;
+  }
+  auto tags = [](const MemoryBreakdown& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto tag : kEngineMemoryTags) j[std::string(tag)] = m.by_tag(tag);
+    j["total"] = m.total();
+    return j;
+  };
+  nlohmann::json out = {{"layout", to_string(l)},
+                        {"ranks", l.devices()},
+                        {"cluster", cluster.name},
+                        {"worst_stage", est.memory.stage},
+                        {"memory", tags(est.memory.memory)},
+                        {"stages", nlohmann::json::array()},
+                        {"step_seconds", est.time.step},
+                        {"time",
+                         {{"compute", est.time.compute},
+                          {"tp_comm", est.time.tp_comm},
+                          {"pp_comm", est.time.pp_comm},
+                          {"bubble", est.time.bubble},
+                          {"dp_comm", est.time.dp_comm},
+                          {"optimizer", est.time.optimizer},
+                          {"microbatch_forward", est.microbatch.forward},
+                          {"microbatch_backward", est.microbatch.backward},
+                          {"microbatch_transfer", est.microbatch.p2p}}}};
+  for (const MemoryBreakdown& m : stages) out["stages"].push_back(tags(m));
+  fmt::print("{}\n", out.dump());
+}
+
+void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
+  using namespace tessera::plan;
+  if (!a.step_out.empty()) {
+    measure_step(a.step_out, a.step_threads);
+    return;
+  }
+  if (!a.links_out.empty() || !a.busy_links_out.empty()) {
+    measure_links(a.links_out.empty() ? a.busy_links_out : a.links_out, a.links_out.empty());
+    return;
+  }
+  if (a.calibrate_here) {
+    TS_CHECK(extras.empty() && a.config.empty() && a.ranks == 0 && !a.json && a.model.empty() && a.layout.empty(),
+             "plan: --calibrate-here measures this machine and takes only --out and --name; predict a run afterwards "
+             "with --config run.toml --cluster {}", a.out);
+    calibrate_here(a.out, a.name);
+    return;
+  }
+  if (!a.config.empty()) {
+    run_plan_config(a, extras);
+    return;
+  }
+  TS_CHECK(a.ranks == 0 && !a.json, "plan: --ranks and --json go with --config (the run's TOML)");
   const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
   if (a.published || a.calibrate) {
     ClusterSpec cluster = load_cluster(a.cluster.empty() ? "a100-80gb" : a.cluster);
@@ -112,13 +195,32 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--published", args->published,
                 "print predicted vs published TFLOP/s per GPU for Megatron PTD-P Table 1 (cluster a100-80gb unless --cluster)");
   cmd->add_flag("--calibrate", args->calibrate, "print the efficiency.gemm value that best fits Table 1 on the cluster");
-  cmd->callback([args, devices, global_batch] {
+  cmd->add_option("--config", args->config,
+                  "a `tessera train` config (with --section.key overrides, as train takes them): predict that run's peak "
+                  "memory per rank by tag and its step time on --cluster");
+  cmd->add_option("--ranks", args->ranks, "with --config: the processes the run starts (must be dp x tp x pp)");
+  cmd->add_flag("--json", args->json, "with --config: print one JSON object (bytes per tag per stage, seconds)");
+  cmd->add_flag("--calibrate-here", args->calibrate_here,
+                "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "
+                "latency and bandwidth between two processes) and write it as a cluster TOML to --out (about a minute)");
+  cmd->add_option("--out", args->out, "with --calibrate-here: the cluster TOML to write")->capture_default_str();
+  cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
+  // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
+  cmd->add_option("--calibrate-links", args->links_out)->group("");
+  cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");
+  cmd->add_option("--calibrate-step", args->step_out)->group("");
+  cmd->add_option("--step-threads", args->step_threads)->group("");
+  cmd->allow_extras();
+  cmd->callback([cmd, args, devices, global_batch] {
     // Explicit checks: 0 must not read as "not given", and CLI11's range messages are unclear.
     TS_CHECK(devices->count() == 0 || args->devices >= 1, "plan: --devices must be at least 1, got {}", args->devices);
     TS_CHECK(global_batch->count() == 0 || args->global_batch >= 1,
              "plan: --global-batch must be at least 1 (sequences per optimizer step), got {}", args->global_batch);
     TS_CHECK(args->top >= 1, "plan: --top must be at least 1 (how many layouts to print), got {}", args->top);
-    run_plan(*args);
+    // Words of no option are the run's overrides, which only --config takes: without it, the
+    // usual "has no option ...; did you mean" for a misspelt option.
+    if (args->config.empty() && !cmd->remaining().empty()) throw CLI::ExtrasError(cmd->remaining());
+    run_plan(*args, cmd->remaining());
   });
 }
 

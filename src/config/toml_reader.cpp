@@ -92,6 +92,20 @@ TableReader TableReader::table(const std::string& key) {
   return TableReader(*node->as_table(), dotted(key));
 }
 
+std::vector<TableReader> TableReader::tables(const std::string& key) {
+  known_.push_back(key);
+  std::vector<TableReader> out;
+  const toml::node* node = table_->get(key);
+  if (node == nullptr) return out;
+  TS_CHECK(node->is_array_of_tables(), "config: '{}' must be an array of tables ([[{}]] sections), got {}", dotted(key),
+           dotted(key), type_name(node->type()));
+  const toml::array& items = *node->as_array();
+  for (size_t i = 0; i < items.size(); ++i) {
+    out.emplace_back(*items.get(i)->as_table(), fmt::format("{}[{}]", dotted(key), i));
+  }
+  return out;
+}
+
 template <class T>
 std::optional<T> TableReader::read(const std::string& key) {
   known_.push_back(key);
@@ -144,6 +158,16 @@ std::optional<T> TableReader::read(const std::string& key) {
       out.push_back(item.as_integer()->get());
     }
     return out;
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    TS_CHECK(node->is_array(), "config: '{}' must be an array of numbers, got {}", dotted(key), type_name(node->type()));
+    std::vector<double> out;
+    for (const auto& item : *node->as_array()) {
+      TS_CHECK(item.is_number(), "config: '{}' must hold only numbers", dotted(key));
+      const double v = item.is_integer() ? static_cast<double>(item.as_integer()->get()) : item.as_floating_point()->get();
+      TS_CHECK(std::isfinite(v), "config: '{}' holds {}; its numbers must be finite", dotted(key), v);
+      out.push_back(v);
+    }
+    return out;
   } else {
     static_assert(sizeof(T) == 0, "unsupported config value type");
   }
@@ -156,6 +180,7 @@ template std::optional<double> TableReader::read<double>(const std::string&);
 template std::optional<float> TableReader::read<float>(const std::string&);
 template std::optional<std::string> TableReader::read<std::string>(const std::string&);
 template std::optional<std::vector<int64_t>> TableReader::read<std::vector<int64_t>>(const std::string&);
+template std::optional<std::vector<double>> TableReader::read<std::vector<double>>(const std::string&);
 
 void TableReader::finish() const {
   for (const auto& [key, node] : *table_) {

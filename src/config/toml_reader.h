@@ -38,6 +38,8 @@ class TableReader {
   }
   // A sub-table, read with the same strictness; empty when absent.
   TableReader table(const std::string& key);
+  // An array of tables ([[key]] in TOML), each read with the same strictness; empty when absent.
+  std::vector<TableReader> tables(const std::string& key);
   bool has(const std::string& key) const { return table_->contains(key); }
   // Whether `key` holds a string (for keys that take a word or a number).
   bool holds_string(const std::string& key) const {

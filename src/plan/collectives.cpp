@@ -27,7 +27,7 @@ double p2p_seconds(const Link& link, double bytes) {
 
 Group group_on(const ClusterSpec& c, int size, int64_t stride) {
   const double eff = c.efficiency.link;
-  const int64_t per_node = c.devices_per_node;
+  const int64_t per_node = c.node_capacity();
   Group g;
   g.size = size;
   const int64_t span = stride * (size - 1) + 1;  // devices from the first member to the last
@@ -49,7 +49,7 @@ Placement place(const Layout& l, const ClusterSpec& c) {
   p.ep = group_on(c, l.ep, l.tp);
   const int64_t stage_span = int64_t{l.tp} * l.dp;  // devices of one stage
   Group pp = group_on(c, l.pp, stage_span);
-  p.pp_crosses_nodes = l.pp > 1 && stage_span * l.pp > c.devices_per_node;
+  p.pp_crosses_nodes = l.pp > 1 && stage_span * l.pp > c.node_capacity();
   // A stage boundary sends over one device's link (one NIC per device) at a time.
   p.pp = p.pp_crosses_nodes ? Link{std::min(c.inter_node.bandwidth, c.intra_node.bandwidth) * c.efficiency.link, c.inter_node.latency}
                             : pp.link;

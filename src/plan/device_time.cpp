@@ -13,8 +13,14 @@ double gemm_bytes(const Gemm& g, double e) {
 }
 }  // namespace
 
+double gemm_efficiency(const ClusterSpec& c, const Gemm& g) {
+  // A batched product is that many calls of one product's size.
+  return c.efficiency.gemm_curve.empty() ? c.efficiency.gemm
+                                         : c.efficiency.gemm_curve.at(g.flops() / static_cast<double>(g.batch));
+}
+
 double gemm_seconds(const ClusterSpec& c, Precision p, const Gemm& g) {
-  const double compute = g.flops() / (c.peak_flops(p) * c.efficiency.gemm);
+  const double compute = g.flops() / (c.peak_flops(p) * gemm_efficiency(c, g));
   const double memory = gemm_bytes(g, element_bytes(p)) / (c.device.memory_bandwidth * c.efficiency.memory);
   return std::max(compute, memory) + c.efficiency.kernel_overhead;
 }
@@ -28,8 +34,29 @@ double stream_seconds(const ClusterSpec& c, double bytes) {
   return bytes / (c.device.memory_bandwidth * c.efficiency.memory) + c.efficiency.kernel_overhead;
 }
 
+double stream_seconds(const ClusterSpec& c, const Stream& s, bool backward) {
+  const KernelCosts& k = c.efficiency.kernels;
+  double per_value = 0;
+  switch (s.kind) {
+    case StreamKind::Norm: per_value = backward ? k.norm_backward : k.norm; break;
+    case StreamKind::Activation: per_value = backward ? k.activation_backward : k.activation; break;
+    case StreamKind::Residual: per_value = k.residual; break;
+    case StreamKind::Other: break;
+  }
+  const double bytes = (backward ? kBackwardStreamTraffic : 1.0) * s.bytes;
+  return std::max(bytes / (c.device.memory_bandwidth * c.efficiency.memory), per_value * s.elements) +
+         c.efficiency.kernel_overhead;
+}
+
 double fused_seconds(const ClusterSpec& c, Precision p, double flops) {
-  return flops / (c.peak_flops(p) * c.efficiency.gemm) + c.efficiency.kernel_overhead;
+  const double efficiency = c.efficiency.attention_curve.empty() ? c.efficiency.gemm : c.efficiency.attention_curve.at(flops);
+  return flops / (c.peak_flops(p) * efficiency) + c.efficiency.kernel_overhead;
+}
+
+double fused_backward_seconds(const ClusterSpec& c, Precision p, double forward_flops) {
+  if (c.efficiency.attention_backward_curve.empty()) return fused_seconds(c, p, kFlashBackwardFlops * forward_flops);
+  return kFlashBackwardFlops * forward_flops / (c.peak_flops(p) * c.efficiency.attention_backward_curve.at(forward_flops)) +
+         c.efficiency.kernel_overhead;
 }
 
 LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const ClusterSpec& c, const Placement& place) {
@@ -50,11 +77,11 @@ LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const Cluste
   }
   if (l.flash_attention) {
     core_f += fused_seconds(c, p, ops.flash_flops);
-    core_b += fused_seconds(c, p, kFlashBackwardFlops * ops.flash_flops);
+    core_b += fused_backward_seconds(c, p, ops.flash_flops);
   }
   for (const auto& s : ops.streams) {
-    streams_f += stream_seconds(c, s.bytes);
-    streams_b += stream_seconds(c, kBackwardStreamTraffic * s.bytes);
+    streams_f += stream_seconds(c, s, false);
+    streams_b += stream_seconds(c, s, true);
   }
 
   LayerTime t;

@@ -1,7 +1,8 @@
 #pragma once
 // The efficiency model of one device: how long a matrix multiply or a bandwidth-bound kernel
 // takes. Three named constants of the cluster (efficiency.gemm, efficiency.memory,
-// efficiency.kernel_overhead_us) carry all of it:
+// efficiency.kernel_overhead_us) carry all of it, efficiency.gemm read from a measured curve by
+// size where the cluster has one (and fused attention from its own curve):
 //   matmul:  max(FLOPs / (peak x gemm), bytes / (bandwidth x memory)) + overhead   (a roofline)
 //   stream:  bytes / (bandwidth x memory) + overhead
 // Small or thin matmuls (attention's per-head products, thin tensor-parallel shards) fall on the
@@ -13,12 +14,21 @@
 
 namespace tessera::plan {
 
+// The fraction of peak a product of g's size achieves: efficiency.gemm, or the cluster's measured
+// curve read at the FLOPs of one of its calls.
+double gemm_efficiency(const ClusterSpec& c, const Gemm& g);
 double gemm_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
 // The input-gradient and weight-gradient products of g: dA = dC B^T and dB = A^T dC.
 double gemm_backward_seconds(const ClusterSpec& c, Precision p, const Gemm& g);
 double stream_seconds(const ClusterSpec& c, double bytes);
+// A stream of a kind the cluster may have measured (KernelCosts): the longer of its bytes over the
+// bandwidth and its values times the kind's cost, plus the overhead. `backward`: the kernel's
+// backward, which moves kBackwardStreamTraffic x the bytes.
+double stream_seconds(const ClusterSpec& c, const Stream& s, bool backward);
 // A fused kernel bound by its FLOPs (flash attention).
 double fused_seconds(const ClusterSpec& c, Precision p, double flops);
+// The backward of a fused attention whose forward does `forward_flops`.
+double fused_backward_seconds(const ClusterSpec& c, Precision p, double forward_flops);
 
 // The backward of an elementwise or normalization kernel reads the incoming gradient and the
 // saved input(s) and writes the outgoing gradient: about twice the bytes of its forward.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "plan/collectives.h"
@@ -44,12 +45,20 @@ StageTime edge_time(const ModelConfig& m, const Layout& l, const ClusterSpec& c,
   if (last) {
     const double vocab = std::ceil(m.vocab_size / tp);
     const Gemm logits{"logits", static_cast<int64_t>(b * s), static_cast<int64_t>(vocab), m.n_embd};
-    t.forward += stream_seconds(c, 2 * e * R) + gemm_seconds(c, p, logits);
-    t.backward += stream_seconds(c, kBackwardStreamTraffic * 2 * e * R) + gemm_backward_seconds(c, p, logits);
+    const Stream final_norm{"final_norm", 2 * e * R, StreamKind::Norm, R};
+    t.forward += stream_seconds(c, final_norm, false) + gemm_seconds(c, p, logits);
+    t.backward += stream_seconds(c, final_norm, true) + gemm_backward_seconds(c, p, logits);
     // Cross-entropy in fp32 over the vocab shard: read logits, write probabilities, one reduction
-    // pass; backward reads probabilities and writes the logit gradient.
-    t.forward += stream_seconds(c, (e + 8) * b * s * vocab);
-    t.backward += stream_seconds(c, (4 + e) * b * s * vocab);
+    // pass; backward reads probabilities and writes the logit gradient. Where the cluster measured
+    // this engine's kernel, which computes the gradient in the forward, its cost per logit.
+    const double logit_values = b * s * vocab;
+    if (c.efficiency.kernels.cross_entropy > 0) {
+      t.forward += std::max(stream_seconds(c, (e + 8) * logit_values) + stream_seconds(c, (4 + e) * logit_values),
+                            c.efficiency.kernels.cross_entropy * logit_values + c.efficiency.kernel_overhead);
+    } else {
+      t.forward += stream_seconds(c, (e + 8) * logit_values);
+      t.backward += stream_seconds(c, (4 + e) * logit_values);
+    }
     // The head's input is gathered (sp) or its gradient all-reduced; the loss needs three small
     // all-reduces of per-token values (max, sum, target logit).
     const double per_token = 4 * b * s;
@@ -65,11 +74,14 @@ RankMemory estimate_memory(const ModelConfig& m, const Layout& l, const Pipeline
   return peak_rank_memory(m, l, pipeline);
 }
 
-Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, const PipelineModel& pipeline) {
+Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& cluster, const PipelineModel& pipeline) {
   check_layout(m, l, l.devices());
-  TS_CHECK(c.max_devices() == 0 || l.devices() <= c.max_devices(),
-           "plan: the layout needs {} devices but cluster '{}' has {} ({} nodes of {})", l.devices(), c.name, c.max_devices(),
-           c.max_nodes, c.devices_per_node);
+  TS_CHECK(cluster.max_devices() == 0 || l.devices() <= cluster.max_devices(),
+           "plan: the layout needs {} devices but cluster '{}' has {} ({} nodes of {})", l.devices(), cluster.name,
+           cluster.max_devices(), cluster.max_nodes, cluster.devices_per_node);
+  // On a host cluster the ranks of a node share its cores and memory: the device one rank sees.
+  const ClusterSpec c = process_view(cluster, cluster.devices_on_a_node(l.devices()));
+  const double share = process_share(cluster, cluster.devices_on_a_node(l.devices())).share;
   Estimate est;
   est.layout = l;
   est.memory = peak_rank_memory(m, l, pipeline);
@@ -88,7 +100,10 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
   // The slowest stage sets the pace: the first (embedding) or the last (output layer and loss).
   StageTime slowest;
   double slowest_total = -1;
-  for (int stage : {0, l.pp - 1}) {
+  // Compute (forward and backward) of every stage together, for time-sliced hosts below: the
+  // first and the last as computed here, the others hold only layers.
+  double stages_compute = l.pp > 2 ? (l.pp - 2) * (body.forward + body.backward) : 0.0;
+  for (int stage : l.pp == 1 ? std::vector<int>{0} : std::vector<int>{0, l.pp - 1}) {
     StageTime edge = edge_time(m, l, c, groups, stage == 0, stage == l.pp - 1);
     StageTime st{body.forward + edge.forward, body.backward + edge.backward, body.forward_tp + edge.forward_tp,
                  body.backward_tp + edge.backward_tp};
@@ -106,6 +121,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
       st.backward += rerun * layer.forward;
       st.backward_tp += rerun * layer.forward_tp;
     }
+    stages_compute += st.forward + st.backward;
     double total = st.forward + st.backward + st.forward_tp + st.backward_tp;
     if (total > slowest_total) {
       slowest = st;
@@ -174,9 +190,25 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
     dp_exposed += all_reduce_seconds(Group{2, groups.pp}, table);
   }
 
-  const double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
+  est.microbatch = st;
+  double makespan = pipeline.makespan(l, st) + mb * per_microbatch_exposed;
   TimeBreakdown& t = est.time;
   t.compute = mb * (slowest.forward + slowest.backward);
+  if (share < 1) {
+    // More processes than cores, time-sliced (share s): a work-conserving scheduler keeps every
+    // core busy while enough processes are runnable, so a pipeline's idle ranks lend their cores
+    // to the busy ones. The step is the longer of the machine's cores running every rank's work
+    // (each stage's compute as sliced here, tensor-parallel and pipeline transfers as they are)
+    // and the schedule's critical path with each process alone on its cores.
+    StageTimes alone = st;
+    alone.forward = share * slowest.forward + slowest.forward_tp;
+    alone.backward = share * slowest.backward + slowest.backward_tp;
+    const double critical = pipeline.makespan(l, alone) + mb * per_microbatch_exposed;
+    t.compute = mb * stages_compute / l.pp;
+    const double shared = t.compute + mb * (slowest.forward_tp + slowest.backward_tp + 2 * l.virtual_stages * st.p2p) +
+                          mb * per_microbatch_exposed;
+    makespan = std::max(critical, shared);
+  }
   t.tp_comm = mb * (slowest.forward_tp + slowest.backward_tp);
   t.pp_comm = l.pp > 1 ? mb * 2 * l.virtual_stages * st.p2p : 0;
   t.dp_comm = dp_exposed + mb * per_microbatch_exposed;
@@ -189,6 +221,8 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& c, c
   if (t.bubble < 1e-12 * makespan) t.bubble = 0;  // rounding
   const double shard = rank_params / (l.zero_stage >= 1 ? l.dp : 1);
   t.optimizer = stream_seconds(c, kOptimizerBytesPerParam * shard + grad_bytes / (l.zero_stage >= 2 ? l.dp : 1));
+  // Where the cluster measured this engine's step per parameter (norm, clipping, update, zeroing).
+  t.optimizer = std::max(t.optimizer, c.efficiency.kernels.optimizer * shard + c.efficiency.kernel_overhead);
   t.step = makespan + dp_exposed + t.optimizer;
 
   est.flops = recompute_uses_chain(l.recompute)

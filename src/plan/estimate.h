@@ -28,6 +28,7 @@ struct Estimate {
   double memory_capacity = 0;  // usable bytes per device
   bool fits = false;
   TimeBreakdown time;
+  StageTimes microbatch;       // one microbatch on the slowest stage: forward, backward (tp comm included), transfer
   StepFlops flops;             // whole model, whole global batch
   double tflops_per_device = 0;  // hardware FLOPs (recompute included, as Narayanan et al. count) / step / devices / 1e12
   double mfu = 0;                // model FLOPs (no recompute) / (step x devices x peak)

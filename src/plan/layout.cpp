@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kLayoutKeys =
     "tp, pp, dp, v, mb, gb, zero, recompute, recompute_every, activation_budget_mb, sp, precision, schedule, flash, "
-    "overlap, compression, compression_ratio, compression_rank, optimizer, activations, ep";
+    "overlap, compression, compression_ratio, compression_rank, optimizer, activations, states, bucket_mb, ep";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -87,6 +87,8 @@ std::string_view accounting_name(ActivationAccounting a) {
   return a == ActivationAccounting::Engine ? "engine" : "megatron";
 }
 
+std::string_view accounting_name(StateAccounting a) { return a == StateAccounting::Engine ? "engine" : "zero"; }
+
 Layout parse_layout(std::string_view text, Layout l) {
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -131,6 +133,13 @@ Layout parse_layout(std::string_view text, Layout l) {
       else if (value == "megatron") l.activations = ActivationAccounting::Megatron;
       else TS_FAIL("layout: 'activations={}' must be engine (this engine's saved tensors) or megatron (Megatron-LM's, "
                    "as Korthikanti et al. count them)", value);
+    } else if (key == "states") {
+      if (value == "zero") l.states = StateAccounting::Zero;
+      else if (value == "engine") l.states = StateAccounting::Engine;
+      else TS_FAIL("layout: 'states={}' must be zero (16-bit weights with fp32 master and Adam state, as ZeRO counts "
+                   "them) or engine (this engine's allocations, as a tessera run measures them)", value);
+    } else if (key == "bucket_mb") {
+      l.bucket_mb = parse_mib(key, value);
     } else if (key == "recompute") {
       if (value == "none") l.recompute = Recompute::None;
       else if (value == "selective") l.recompute = Recompute::Selective;
@@ -163,7 +172,8 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else {
       std::vector<std::string> keys = {"tp", "pp", "dp", "v", "mb", "gb", "zero", "recompute", "recompute_every",
                                        "activation_budget_mb", "sp", "precision", "schedule", "flash", "overlap",
-                                       "compression", "compression_ratio", "compression_rank", "optimizer", "activations"};
+                                       "compression", "compression_ratio", "compression_rank", "optimizer", "activations",
+                                       "states", "bucket_mb"};
       std::string hint = config::closest_match(std::string(key), keys);
       TS_FAIL("layout: unknown key '{}'{}; known keys: {}", key, hint.empty() ? "" : "; did you mean '" + hint + "'?", kLayoutKeys);
     }
@@ -193,6 +203,9 @@ std::string to_string(const Layout& l) {
   if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
   if (l.ep != 1) extras += fmt::format(",ep={}", l.ep);
   if (l.activations != ActivationAccounting::Engine) extras += fmt::format(",activations={}", accounting_name(l.activations));
+  if (l.states != StateAccounting::Zero) {
+    extras += fmt::format(",states={},bucket_mb={}", accounting_name(l.states), l.bucket_mb);
+  }
   return fmt::format("tp={},pp={},dp={},v={},mb={},gb={},zero={},recompute={},sp={},precision={},schedule={},flash={},overlap={}{}",
                      l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch, l.global_batch, l.zero_stage, recompute,
                      l.sp ? "true" : "false", precision_name(l.precision), schedule_name(l.schedule),
@@ -260,6 +273,11 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
   TS_CHECK(l.recompute != Recompute::Optimal || l.activation_budget_mb > 0,
            "layout: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may "
            "reach on a rank (the schedule is the fastest within it); add activation_budget_mb, or pick another policy");
+  TS_CHECK(std::isfinite(l.bucket_mb) && l.bucket_mb > 0, "layout: bucket_mb={} must be a positive number of MiB "
+           "(the runtime's parallel.bucket_mb)", l.bucket_mb);
+  TS_CHECK(l.bucket_mb == Layout{}.bucket_mb || l.states == StateAccounting::Engine,
+           "layout: bucket_mb={} sizes this engine's gradient buckets, which only states=engine counts; add "
+           "states=engine or drop bucket_mb", l.bucket_mb);
   // The rules every user of the layout shares (expert parallelism, for one, which the syntax above
   // does not set); the planner's own checks above come first for their sharper messages.
   l.validate();

@@ -27,6 +27,17 @@ enum class ActivationAccounting {
   Megatron,  // Megatron-LM's, as Korthikanti et al. 2022 derive them: to hold against published runs
 };
 
+// Whose model states, buffers and workspace the other tags count (plan/memory_model.h,
+// plan/engine_memory.h).
+enum class StateAccounting {
+  Zero,    // mixed-precision training as ZeRO (Rajbhandari et al. 2020) counts it: 16-bit weights and
+           // gradients, fp32 master and Adam state, DDP's gradient buckets and a matmul library's
+           // workspace; what the published comparisons use
+  Engine,  // this engine's allocations, tag by tag as its allocator measures them (f32 master weights
+           // and gradients of the whole model on every rank, 16-bit working copies, its buckets and
+           // workspace): what `tessera plan --config` predicts for a run
+};
+
 // Derived rather than holding a ParallelLayout: the planner reads l.tp, l.dp, l.pp everywhere, and
 // a plan::Layout passes unchanged wherever the shared layout is wanted (the pipeline generators,
 // the pipeline model, a mesh), so what the planner predicts is exactly what would run.
@@ -51,6 +62,10 @@ struct Layout : config::ParallelLayout {
   int compression_rank = 4;
   // The optimizer whose state the memory model counts (optim.name); Adam's moments by default.
   std::string optimizer = "adamw";
+  StateAccounting states = StateAccounting::Zero;
+  // The runtime's gradient bucket size (parallel.bucket_mb, MiB), which sizes ZeRO-2/3's bucket
+  // storage; only the engine accounting reads it.
+  double bucket_mb = 25.0;
 
   int64_t devices() const { return int64_t{dp} * tp * pp; }  // widened: device counts are multiplied further
   bool operator==(const Layout&) const = default;
@@ -58,12 +73,13 @@ struct Layout : config::ParallelLayout {
 
 std::string recompute_name(Recompute r);
 std::string_view accounting_name(ActivationAccounting a);  // "engine", "megatron"
+std::string_view accounting_name(StateAccounting a);       // "zero", "engine"
 
 // "tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16": keys tp, pp, dp, v
 // (virtual_stages), mb, gb, zero (zero_stage), recompute (none, selective, full, every_k, optimal),
 // recompute_every, activation_budget_mb, sp, precision, schedule (any kind name), flash, overlap,
 // optimizer (an optim.name; written only when not adamw), activations (engine or megatron; written
-// only when megatron).
+// only when megatron), states (zero or engine) and bucket_mb (both written only when states=engine).
 // Keys not given keep their value in `base`. v > 1 with the 1f1b schedule (the
 // default) means interleaved 1F1B, so a layout that names no schedule keeps its meaning; the result
 // then says schedule=interleaved. Unknown keys and bad values throw with the list of known keys.

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "optim/make_optimizer.h"
+#include "plan/engine_memory.h"
 #include "plan/model_costs.h"
 #include "plan/recompute_model.h"
 
@@ -31,7 +32,10 @@ double MemoryBreakdown::by_tag(std::string_view tag) const {
   if (tag == "activations") return activations;
   if (tag == "comm") return comm;
   if (tag == "workspace") return workspace;
-  TS_FAIL("plan: '{}' is not a memory tag; tags are params, grads, optimizer, activations, comm, workspace", tag);
+  if (tag == "weight_stash") return weight_stash;
+  if (tag == "working_copies") return working_copies;
+  TS_FAIL("plan: '{}' is not a memory tag; tags are params, grads, optimizer, activations, comm, workspace, "
+          "weight_stash, working_copies", tag);
 }
 
 MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp, std::string_view optimizer) {
@@ -86,39 +90,46 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   return bytes;
 }
 
-MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
+double stage_activation_bytes(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
   const int64_t b = l.micro_batch;
-  const double e = element_bytes(l.precision);
-  const double s = m.seq_len, h = m.n_embd, t = l.tp;
-  const double bsh = d(b) * s * h;
-  const bool first = stage == 0, last = stage == l.pp - 1;
-
-  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp, l.optimizer);
-
   // Activations: every chunk-microbatch in flight keeps its layers' saved tensors.
   const int64_t chunks = pipeline.inflight_chunks(l, stage);
   // Chunk 0 of each microbatch holds the embedding's tensors.
   const double microbatches = std::ceil(d(chunks) / l.virtual_stages);
+  double bytes = 0;
   if (l.activations == ActivationAccounting::Engine || recompute_uses_chain(l.recompute)) {
     // The schedule's own numbers (recompute_model.h): each chunk-microbatch waiting for its
     // backward keeps R, and the one in backward peaks at P, recomputation included. This engine's
     // accounting always takes them from its chain, as the runtime does (exec::predict_activations).
     const memory::ChainSimulation sim = chunk_recompute(m, l, stage).simulation;
-    mem.activations = d(chunks - 1) * d(sim.after_forward_bytes) + d(sim.peak_bytes);
+    bytes = d(chunks - 1) * d(sim.after_forward_bytes) + d(sim.peak_bytes);
   } else {
     // The closed forms, which the chain reproduces exactly (recompute_model.h): the same numbers,
     // without building a chain for each of the search's thousands of layouts.
     const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.virtual_stages);
     const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
     const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
-    mem.activations = d(chunks) * layers_per_chunk * kept;
+    bytes = d(chunks) * layers_per_chunk * kept;
     // The layer being recomputed and back-propagated holds its full set once more.
-    mem.activations += everything - kept;
+    bytes += everything - kept;
   }
-  if (first) mem.activations += microbatches * embedding_activation_bytes(m, l);
+  if (stage == 0) bytes += microbatches * embedding_activation_bytes(m, l);
   // Megatron's head tensors for the one microbatch whose backward starts right after its forward
   // (this engine's head is the last unit of the last stage's chain).
-  if (last) mem.activations += head_activation_bytes(m, l);
+  if (stage == l.pp - 1) bytes += head_activation_bytes(m, l);
+  return bytes;
+}
+
+MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
+  if (l.states == StateAccounting::Engine) return engine_stage_memory(m, l, stage, pipeline);
+  const int64_t b = l.micro_batch;
+  const double e = element_bytes(l.precision);
+  const double s = m.seq_len, h = m.n_embd, t = l.tp;
+  const double bsh = d(b) * s * h;
+  const bool last = stage == l.pp - 1;
+
+  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp, l.optimizer);
+  mem.activations = stage_activation_bytes(m, l, stage, pipeline);
 
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging
   if (l.pp > 1) mem.comm += 2 * e * bsh / (l.sp ? t : 1);  // boundary tensor being sent and received

@@ -12,6 +12,11 @@
 namespace tessera::plan {
 
 inline constexpr std::array<std::string_view, 6> kMemoryTags = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+// The runtime's tags, in its allocator's order (core/allocator.h): the six above, then PipeDream-2BW's
+// stash of the previous weights and mixed precision's 16-bit working copies, which only the engine
+// accounting (Layout::states) counts.
+inline constexpr std::array<std::string_view, 8> kEngineMemoryTags = {
+    "params", "grads", "optimizer", "activations", "comm", "workspace", "weight_stash", "working_copies"};
 
 struct MemoryBreakdown {
   double params = 0;       // model weights in the training precision
@@ -20,7 +25,9 @@ struct MemoryBreakdown {
   double activations = 0;  // tensors kept from forward for backward, over all microbatches in flight
   double comm = 0;         // communication buffers: tp gathers, pipeline send/recv, dp buckets, ZeRO-3 gathers
   double workspace = 0;    // transients: matmul library workspace, score and logit buffers
-  double total() const { return params + grads + optimizer + activations + comm + workspace; }
+  double weight_stash = 0;    // PipeDream-2BW's previous weights (engine accounting; 0 otherwise)
+  double working_copies = 0;  // 16-bit copies of the f32 weights for the matmuls (engine accounting)
+  double total() const { return params + grads + optimizer + activations + comm + workspace + weight_stash + working_copies; }
   double by_tag(std::string_view tag) const;
 };
 
@@ -45,7 +52,13 @@ MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, 
 double layer_activation_bytes(const config::ModelConfig& m, int64_t b, int tp, bool sp, Recompute recompute, bool flash,
                               Precision precision);
 
-// Memory of one rank of pipeline stage `stage`: its parameters' model states, the activations of
+// The activations tag of one rank of pipeline stage `stage` in the layout's activation accounting:
+// the chunk-microbatches in flight at its peak, the one in backward at its full set, and the
+// embedding's and head's tensors of that stage.
+double stage_activation_bytes(const config::ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline);
+
+// Memory of one rank of pipeline stage `stage`: with states=engine, this engine's allocations
+// (plan/engine_memory.h); otherwise its parameters' model states, the activations of
 // the chunk-microbatches it holds at its peak (from the pipeline model), the working set of one
 // layer being recomputed, communication buffers and workspace. every_k and optimal take the
 // activations of their schedule over the chunk's chain, (in flight - 1) R + P (recompute_model.h);

@@ -48,16 +48,18 @@ LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Pre
     if (mask > 0) ops.attention_streams.push_back({"attn_dropout", (2 * e + mask) * scores});
   }
   const char* norm = gpt2 ? "layernorm" : "rmsnorm";
-  ops.streams.push_back({std::string(norm) + "_1", 2 * e * R});  // read x, write normalized x
+  const double hidden = d(b * s * F) / d(t);  // values of the MLP's activation on this rank
+  using K = StreamKind;
+  ops.streams.push_back({std::string(norm) + "_1", 2 * e * R, K::Norm, R});  // read x, write normalized x
   if (!gpt2) ops.streams.push_back({"rotary", 2 * e * d(b * s * (h + hkv)) / d(t)});  // rotate q and k in place
-  ops.streams.push_back({"attn_residual", (3 * e + mask) * R});   // fused bias + dropout + residual add
-  ops.streams.push_back({std::string(norm) + "_2", 2 * e * R});
+  ops.streams.push_back({"attn_residual", (3 * e + mask) * R, K::Residual, R});  // fused bias + dropout + residual add
+  ops.streams.push_back({std::string(norm) + "_2", 2 * e * R, K::Norm, R});
   if (gpt2) {
-    ops.streams.push_back({"bias_gelu", 2 * e * d(b * s * F) / d(t)});
+    ops.streams.push_back({"bias_gelu", 2 * e * hidden, K::Activation, hidden});
   } else {
-    ops.streams.push_back({"swiglu", 3 * e * d(b * s * F) / d(t)});  // read gate and up, write their product
+    ops.streams.push_back({"swiglu", 3 * e * hidden, K::Activation, hidden});  // read gate and up, write their product
   }
-  ops.streams.push_back({"mlp_residual", (3 * e + mask) * R});
+  ops.streams.push_back({"mlp_residual", (3 * e + mask) * R, K::Residual, R});
   ops.kernels = static_cast<int64_t>(ops.gemms.size() + ops.attention_gemms.size() + ops.streams.size() +
                                      ops.attention_streams.size()) + (flash ? 1 : 0);
   return ops;

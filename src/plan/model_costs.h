@@ -20,9 +20,13 @@ struct Gemm {
 };
 
 // A bandwidth-bound kernel (norm, softmax, dropout, activation, residual add): bytes it moves.
+// Which of this engine's kernels a stream is, for clusters that measured them (KernelCosts).
+enum class StreamKind { Other, Norm, Activation, Residual };
 struct Stream {
   std::string name;
   double bytes = 0;
+  StreamKind kind = StreamKind::Other;
+  double elements = 0;  // values the kernel computes (a kind's cost is per value)
 };
 
 // The forward operations of one layer on one tensor-parallel rank for a microbatch of `b`

@@ -38,6 +38,8 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
            c.max_devices(), c.max_nodes, c.devices_per_node, c.max_devices());
 
   PlanResult result;
+  // On a host cluster the ranks of a node share its memory.
+  const double capacity = process_view(c, c.devices_on_a_node(r.devices)).usable_memory();
   bool have_smallest = false;
   Layout smallest;
   double smallest_bytes = 0;
@@ -87,7 +89,7 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
                   smallest_bytes = bytes;
                   have_smallest = true;
                 }
-                if (bytes > c.usable_memory()) continue;
+                if (bytes > capacity) continue;
                 ++result.fitting;
                 Estimate est = estimate(m, l, c, pipeline);
                 if (static_cast<int>(result.best.size()) < r.top || faster(est, result.best.back())) {
@@ -111,7 +113,7 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
            "{:.1f} GiB per device ({}) but a device has {:.1f} GiB usable; use more devices, a cluster with more memory, or a "
            "smaller model",
            static_cast<double>(m.parameter_count()), r.devices, c.name, smallest_bytes / kGiB, to_string(smallest),
-           c.usable_memory() / kGiB);
+           capacity / kGiB);
   return result;
 }
 

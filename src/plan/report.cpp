@@ -141,4 +141,44 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   return out;
 }
 
+std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
+                                const std::vector<MemoryBreakdown>& stages) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const Layout& l = e.layout;
+  const TimeBreakdown& t = e.time;
+  std::string out;
+  out += fmt::format("model:   {}\n", describe_model(m));
+  out += fmt::format("cluster: {}\n", describe_cluster(c));
+  out += fmt::format("layout:  {}\n", to_string(l));
+  out += fmt::format("         {} ranks (dp {} x tp {} x pp {}), {} microbatches of {} per step, schedule {}\n\n",
+                     l.devices(), l.dp, l.tp, l.pp, l.microbatches(), l.micro_batch, config::schedule_name(l.schedule));
+  out += "peak memory per rank by tag, MiB (a rank of each pipeline stage):\n";
+  out += fmt::format("  {:<15}", "tag");
+  for (size_t s = 0; s < stages.size(); ++s) out += fmt::format(" {:>10}", fmt::format("stage {}", s));
+  out += "\n";
+  for (auto tag : kEngineMemoryTags) {
+    out += fmt::format("  {:<15}", tag);
+    for (const MemoryBreakdown& mem : stages) out += fmt::format(" {:>10.3f}", mem.by_tag(tag) / kMiB);
+    out += "\n";
+  }
+  out += fmt::format("  {:<15}", "total");
+  for (const MemoryBreakdown& mem : stages) out += fmt::format(" {:>10.3f}", mem.total() / kMiB);
+  out += fmt::format("\n  the worst rank: stage {}, {:.3f} MiB of {:.1f} GiB usable: {}\n\n", e.memory.stage,
+                     e.memory.memory.total() / kMiB, e.memory_capacity / kGiB, e.fits ? "fits" : "DOES NOT FIT");
+  out += "time per step, seconds:\n";
+  auto line = [&](const char* name, double s) {
+    out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
+  };
+  line("compute", t.compute);
+  line("tp comm", t.tp_comm);
+  line("pp comm", t.pp_comm);
+  line("bubble", t.bubble);
+  line("dp comm", t.dp_comm);
+  line("optimizer", t.optimizer);
+  out += fmt::format("  {:<12} {:9.4f}\n", "step", t.step);
+  out += fmt::format("throughput: {:.0f} tokens/s, {:.1f} GFLOP/s per rank (hardware)\n", e.tokens_per_second,
+                     e.tflops_per_device * 1e3);
+  return out;
+}
+
 }  // namespace tessera::plan

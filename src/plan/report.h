@@ -20,4 +20,9 @@ std::string format_plan(const config::ModelConfig& m, const ClusterSpec& c, cons
 // Everything known about one layout: memory by tag, time by cause, FLOPs, throughput.
 std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e);
 
+// A run's prediction (`tessera plan --config`): memory per rank of every pipeline stage by the
+// runtime's tags (`stages`, stage 0 first), the worst marked, then the step time by cause.
+std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
+                                const std::vector<MemoryBreakdown>& stages);
+
 }  // namespace tessera::plan

@@ -163,6 +163,22 @@ nlohmann::json memory_json(const MemoryStats& stats) {
   return j;
 }
 
+// The peaks of every rank (world order) from their slots of the step's sum; empty for one process.
+nlohmann::json ranks_memory_json(const std::vector<double>& summed, size_t at, int world_size) {
+  nlohmann::json all = nlohmann::json::array();
+  if (world_size <= 1) return all;
+  for (int r = 0; r < world_size; ++r) {
+    const double* peaks = summed.data() + at + static_cast<size_t>(r) * (kMemoryTagCount + 1);
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t t = 0; t < kMemoryTagCount; ++t) {
+      j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = static_cast<int64_t>(peaks[t]);
+    }
+    j["total"] = static_cast<int64_t>(peaks[kMemoryTagCount]);
+    all.push_back(std::move(j));
+  }
+  return all;
+}
+
 double unix_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -550,6 +566,15 @@ TrainResult Trainer::run() {
     }
     local.push_back(signal_number != 0 ? 1.0 : 0.0);
     local.push_back(out_of_time ? 1.0 : 0.0);
+    // Every rank's peaks by tag, each in its own slot of the same sum: the worst rank of a layout
+    // (a pipeline's last stage, say) is in metrics.jsonl without a message of its own.
+    const size_t peaks_at = local.size();
+    if (world_size > 1) {
+      local.resize(peaks_at + static_cast<size_t>(world_size) * (kMemoryTagCount + 1), 0.0);
+      double* mine = local.data() + peaks_at + static_cast<size_t>(world_->rank()) * (kMemoryTagCount + 1);
+      for (size_t t = 0; t < kMemoryTagCount; ++t) mine[t] = static_cast<double>(step_memory.peak[t]);
+      mine[kMemoryTagCount] = static_cast<double>(step_memory.peak_total);
+    }
     const std::vector<double> global = parallel::sum_over_ranks(world_, local);
     const size_t flags = 2 * static_cast<size_t>(count);
     // The steps of one engine call share its time: each is reported with the mean.
@@ -595,6 +620,7 @@ TrainResult Trainer::run() {
                         {"skipped", r.skipped}, {"loss_scale", r.loss_scale},
                         {"skipped_steps", engine.loss_scaler().state().skipped_steps},
                         {"memory", memory_json(step_memory)},
+                        {"memory_by_rank", ranks_memory_json(global, peaks_at, world_size)},
                         {"dp_bytes_sent", dp_bytes_per_step}, {"time", unix_time()},
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};

@@ -408,6 +408,52 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
   }
 }
 
+// With this engine's state accounting (states=engine, what `tessera plan --config` predicts) the
+// activations tag is the walk to the byte on every stage of 1F1B and GPipe: it also counts the
+// receive a later 1F1B stage posts ahead into an activation buffer.
+TEST(ProgramMemory, PlannerWithTheEngineStatesPredictsTheWalkExactly) {
+  config::ModelConfig model;
+  model.n_layer = 4;
+  model.n_head = 4;
+  model.n_embd = 32;
+  model.vocab_size = 61;
+  model.seq_len = 16;
+  model.dropout = 0.1f;
+  const int B = 2, T = 16;
+  for (const auto& [tp, sp] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
+    for (const int pp : {1, 2}) {
+      for (const auto& [kind, microbatches] : {std::pair{config::ScheduleKind::OneFOneB, 4},
+                                               std::pair{config::ScheduleKind::GPipe, 3}}) {
+        plan::Layout layout;
+        layout.tp = tp;
+        layout.sp = sp;
+        layout.pp = pp;
+        layout.schedule = kind;
+        layout.micro_batch = B;
+        layout.global_batch = int64_t{B} * microbatches;
+        layout.precision = plan::Precision::Fp32;
+        layout.states = plan::StateAccounting::Engine;
+        config::ParallelLayout pipeline = layout;
+        pipeline.tp = 1;
+        pipeline.sp = false;
+        pipeline.micro_batch = 1;
+        pipeline.global_batch = microbatches;
+        exec::StagePlan stages = exec::even_stages(model.n_layer + 2, pp);
+        exec::plan_recompute(stages, model, B, T, exec::RecomputeOptions{}, exec::nominal_unit_times(model, B, T), tp, sp,
+                             DType::F32);
+        const auto schedule = pipeline::make_schedule(pipeline);
+        for (int stage = 0; stage < pp; ++stage) {
+          const exec::Program program = exec::lower_training(schedule, stage, stages);
+          const int64_t walk = exec::predict_program_memory(program, model, B, T, tp, sp, DType::F32).peak;
+          const double planned = plan::stage_memory(model, layout, stage, plan::closed_form_pipeline()).activations;
+          EXPECT_EQ(static_cast<int64_t>(planned), walk)
+              << fmt::format("tp={} sp={} pp={} stage {} {}", tp, sp, pp, stage, config::schedule_name(kind));
+        }
+      }
+    }
+  }
+}
+
 // The planner's parameters per rank of an MoE model equal what the model built with this rank's
 // expert- and tensor-parallel plans declares: experts split over ep, not over tp; and its FLOPs
 // count the router and k experts per token in each MoE block.

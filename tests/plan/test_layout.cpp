@@ -72,6 +72,26 @@ TEST(PlanLayout, RecomputePolicyKeysParseAndRoundTrip) {
             "flash=false,overlap=false");
 }
 
+TEST(PlanLayout, EngineStateAccountingParsesRoundTripsAndIsChecked) {
+  // The ZeRO paper's accounting is the default and is not written; this engine's is, with its
+  // bucket size.
+  EXPECT_EQ(parse_layout("tp=2").states, StateAccounting::Zero);
+  EXPECT_FALSE(contains(to_string(parse_layout("tp=2")), "states"));
+  Layout engine = parse_layout("dp=2,gb=8,zero=3,states=engine,bucket_mb=0.01");
+  EXPECT_EQ(engine.states, StateAccounting::Engine);
+  EXPECT_EQ(engine.bucket_mb, 0.01);
+  EXPECT_TRUE(contains(to_string(engine), ",states=engine,bucket_mb=0.01")) << to_string(engine);
+  EXPECT_EQ(parse_layout(to_string(engine)), engine);
+  config::ModelConfig m;
+  check_layout(m, engine, 2);
+  // A bucket size only the engine accounting reads is refused without it, and must be positive.
+  EXPECT_TRUE(contains(error_of([&] { check_layout(m, parse_layout("dp=2,gb=8,bucket_mb=5"), 2); }),
+                       "add states=engine or drop bucket_mb"));
+  EXPECT_TRUE(contains(error_of([&] { check_layout(m, parse_layout("dp=2,gb=8,states=engine,bucket_mb=0"), 2); }),
+                       "must be a positive number of MiB"));
+  EXPECT_TRUE(contains(error_of([&] { parse_layout("states=megatron"); }), "must be zero"));
+}
+
 TEST(PlanLayout, RecomputePolicyKeysAreChecked) {
   EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=sqrt"); }), "every_k (with recompute_every=K)"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("recompute_every=-1"); }), "'recompute_every=-1' is out of range"));

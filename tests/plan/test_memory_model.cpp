@@ -1,6 +1,7 @@
 // Memory per rank: the ZeRO paper's example and Korthikanti et al.'s activation formulas.
 #include <gtest/gtest.h>
 
+#include "plan/engine_memory.h"
 #include "plan/estimate.h"
 #include "plan/memory_model.h"
 #include "plan/model_costs.h"
@@ -184,6 +185,59 @@ TEST(PlanMemoryModel, TagsAreTheAllocatorTags) {
   EXPECT_EQ(sum, mem.total());
   EXPECT_EQ(mem.by_tag("activations"), 4);
   EXPECT_TRUE(test_util::contains(test_util::error_of([&] { mem.by_tag("weights"); }), "not a memory tag"));
+}
+
+TEST(PlanMemoryModel, EngineTagsAreTheRuntimesEight) {
+  MemoryBreakdown mem{1, 2, 3, 4, 5, 6, 7, 8};
+  double sum = 0;
+  for (auto tag : kEngineMemoryTags) sum += mem.by_tag(tag);
+  EXPECT_EQ(sum, mem.total());
+  EXPECT_EQ(mem.by_tag("working_copies"), 8);
+}
+
+// This engine's allocations, derived by hand for a tiny GPT-2 (tests/train/test_planner_memory.cpp
+// holds them against the runtime's measured peaks). P = 66560 (embedding: 2048 x 32 tokens, 32 x 32
+// positions) + 2 x 12704 (blocks) + 64 (final norm) = 92032 parameters.
+TEST(PlanMemoryModel, EngineStatesCountThisEnginesAllocations) {
+  config::ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 32;
+  m.seq_len = 32;
+  m.vocab_size = 2048;
+  m.dropout = 0.1f;
+  const double P = 92032, B = 2, T = 32, C = 32;
+  auto memory = [&](const std::string& layout, int stage = 0) {
+    Layout l = parse_layout("mb=2,gb=8,precision=fp32,flash=true,states=engine,bucket_mb=0.01," + layout);
+    check_layout(m, l, l.devices());
+    return stage_memory(m, l, stage, closed_form_pipeline());
+  };
+  const MemoryBreakdown one = memory("");
+  EXPECT_EQ(one.params, 4 * P);  // f32 values: they are the master weights
+  EXPECT_EQ(one.grads, 4 * P);
+  EXPECT_EQ(one.optimizer, 8 * P);  // Adam's m and v
+  EXPECT_EQ(one.comm, 0);
+  // The MLP's backward under dropout: dy, its masked copy, fc2's input gradient and GeLU's (F = 4C
+  // each) and fc1's input gradient.
+  EXPECT_EQ(one.workspace, 4 * B * T * (3 * C + 2 * 4 * C));
+  // A pipeline stage holds the whole model's values and gradients, and updates its own: the
+  // embedding and the first block.
+  const MemoryBreakdown first = memory("pp=2", 0);
+  EXPECT_EQ(first.params, 4 * P);
+  EXPECT_EQ(first.optimizer, 8 * (66560 + 12704));
+  EXPECT_EQ(first.comm, 2 * 4 * B * T * C);  // the sent boundary tensors
+  // ZeRO-3: the embedding gathered with the first block prefetched, the embedding's bucket filling
+  // and both blocks' buckets (the second holding the final norm) still on the wire.
+  const MemoryBreakdown zero3 = memory("dp=2,zero=3");
+  EXPECT_EQ(zero3.params, 4 * P / 2);
+  EXPECT_EQ(zero3.comm, 4 * (66560 + 12704 + 66560 + 12768 + 12704));
+  EXPECT_EQ(engine_zero_comm_bytes(m, parse_layout("mb=2,gb=8,dp=2,zero=3,states=engine,bucket_mb=0.01")), zero3.comm);
+  // Mixed precision adds 16-bit working copies of what the rank reads, and halves the gradients
+  // flowing down.
+  const MemoryBreakdown bf16 = memory("precision=bf16");
+  EXPECT_EQ(bf16.params, 4 * P);
+  EXPECT_EQ(bf16.working_copies, 2 * P);
+  EXPECT_EQ(bf16.workspace, one.workspace / 2);
 }
 
 TEST(PlanMemoryModel, RecomputeAndShardingShrinkTheRightTags) {

@@ -1,0 +1,68 @@
+#include "config/workspace_bytes.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace tessera::config {
+
+std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64_t B, int64_t T, int tp, bool sp,
+                                                     DType compute) {
+  // Workspace is what a backward passes down and its scratch (nn::StepContext::workspace); a
+  // tensor lives as long as a reference to it, so each peak below lists the tensors alive at one
+  // point of the modules' code (src/nn), in the compute dtype:
+  //   R   the residual stream's gradient on this rank, [B, Ts, C] (Ts = T/t under sp, else T);
+  //   Wh  a gradient of whole sequences, [B, T, C] (= R without sp);
+  //   P   sequence parallelism's packed copy for a gather or reduce-scatter of more than one
+  //       sequence, [t, B, Ts, C] (0 without sp, or for B = 1);
+  //   Dr  the dropped-out copy of a branch's gradient, R with dropout, else 0 (the branch reads
+  //       the gradient itself);
+  //   Ft, Wq, W3  the MLP's hidden width F/t, attention's output width (H/t)·D and the qkv
+  //       projection's (H + 2 Hkv)/t·D, per token of the whole sequences.
+  // A block's backward holds its incoming gradient dy (R) throughout:
+  //   MLP, under dy and its dropped-out copy (R + Dr):
+  //     gathering the output gradient (sp)     Wh + P
+  //     the projection's input gradient        Ft (beside the gathered Wh under sp)
+  //     GeLU: dact, dpre and fc's dx           2 Ft + Wh; SwiGLU: dact, dgate, dup, up's and gate's dx 3 Ft + 2 Wh
+  //     reduce-scattering that dx (sp)         + R + P
+  //   then dy, the MLP's result dh2 and norm2's dx1 (3R), and with attention's copy Dr:
+  //     gathering (sp)                         Wh + P
+  //     the projection's input gradient dout   Wq (beside the gathered Wh under sp)
+  //     dout, dqkv and qkv's dx                Wq + W3 + Wh, reduce-scattered under sp: + R + P
+  //   and last norm1's: dy, dh2, dx1, dh, dx   5R.
+  // The head's backward starts from the logits' gradient (an activation): the projection's dx Wh,
+  // reduce-scattered under sp (+ R + P), then the final norm's dx R beside it. The embedding's
+  // backward holds dy and, under sp, gathers it whole (Wh + P). Forwards hold only P (sp), while a
+  // gather or reduce-scatter packs the sequences.
+  TS_CHECK(tp >= 1 && c.n_head % tp == 0 && c.kv_heads() % tp == 0 && c.ffn() % tp == 0,
+           "workspace bytes for tp {} of a model with {} heads, {} key/value heads and an MLP width of {}", tp,
+           c.n_head, c.kv_heads(), c.ffn());
+  TS_CHECK(!sp || (tp > 1 && T % tp == 0), "workspace bytes under sequence parallelism need tp > 1 dividing T; got "
+           "tp {}, T {}", tp, T);
+  const int64_t t = tp, C = c.n_embd;
+  const auto value = static_cast<int64_t>(dtype_size(compute));
+  const int64_t whole = B * T * value, part = B * (T / (sp ? t : 1)) * value;
+  const int64_t R = C * part, Wh = C * whole;
+  const int64_t P = sp && B > 1 ? C * whole : 0;
+  const int64_t Dr = c.dropout > 0 ? R : 0;
+  const int64_t Ft = c.ffn() / t * whole, Wq = c.n_head / t * c.head_dim() * whole, W3 = c.qkv_dim() / t * whole;
+  const int64_t gathered = sp ? Wh : 0;
+  const int64_t scattering = sp ? R + P : 0;
+  const bool gpt2 = c.arch == Architecture::Gpt2;
+
+  const int64_t mlp_base = R + Dr;
+  const int64_t mlp = mlp_base + std::max({gathered + P, gathered + Ft,
+                                           (gpt2 ? 2 * Ft + Wh : 3 * Ft + 2 * Wh) + scattering});
+  const int64_t attention_base = 3 * R + Dr;
+  const int64_t attention = attention_base + std::max({gathered + P, gathered + Wq, Wq + W3 + Wh + scattering});
+  const int64_t block = std::max({mlp, attention, 5 * R});
+
+  std::vector<UnitWorkspaceBytes> bytes;
+  bytes.push_back({.forward = P, .backward = R + gathered + P, .input_gradient = 0});
+  for (int l = 0; l < c.n_layer; ++l) bytes.push_back({.forward = P, .backward = block, .input_gradient = R});
+  const int64_t head = sp ? Wh + std::max(R + P, 2 * R) : Wh + R;
+  bytes.push_back({.forward = P, .backward = head, .input_gradient = R});
+  return bytes;
+}
+
+}  // namespace tessera::config

@@ -1,0 +1,43 @@
+#pragma once
+// This engine's memory, tag by tag, as its allocator measures it (Layout::states = engine): what
+// `tessera plan --config` predicts for a run, and tests hold against the peaks in metrics.jsonl.
+//
+//   params          every rank holds the f32 values of the whole model at its tensor-parallel rank
+//                   (pipeline stages included: a stage reads its own, the store holds them all);
+//                   ZeRO-3 keeps only this rank's 1/dp of them
+//   grads           likewise f32 for the whole model; ZeRO-2/3 keep this rank's 1/dp of its stage's
+//   optimizer       the optimizer's state (Adam: m and v, 8 bytes) over the parameters this rank
+//                   updates: its stage's (a tied table on both of its stages), 1/dp of them under
+//                   ZeRO-1/2/3. There is no separate master copy: the f32 values are the master.
+//   activations     the engine activation accounting (memory_model.h)
+//   comm            ZeRO-2/3's gradient buckets while they fill and while they are reduced, and
+//                   ZeRO-3's gathered units (the one running and the next, prefetched); a pipeline
+//                   stage's sent boundary tensors, which live until a later unit action finds their
+//                   transfer done: a bound of two under 1F1B (the last one and the one before), of
+//                   every microbatch's under GPipe; a run holds one or two. Plain data
+//                   parallelism and ZeRO-1 reduce in place in the gradients; tensor parallelism
+//                   reduces in place in the activations.
+//   workspace       the largest of the stage's units' peaks (config/workspace_bytes.h), with a
+//                   gradient receive posted ahead on stages that receive gradients
+//   weight_stash    0: the cost model does not describe PipeDream-2BW
+//   working_copies  mixed precision's 16-bit copies of the weights this rank reads: kept for the
+//                   step (all of its stage's), or under ZeRO-3 made per unit action
+#include "config/model_config.h"
+#include "plan/layout.h"
+#include "plan/memory_model.h"
+#include "plan/pipeline_model.h"
+
+namespace tessera::plan {
+
+MemoryBreakdown engine_stage_memory(const config::ModelConfig& m, const Layout& l, int stage,
+                                    const PipelineModel& pipeline);
+
+// ZeRO-2/3's comm tag (pp = 1): the peak of the bucket storage and gathered units live at once,
+// walking the program's unit actions with the runtime's rules (parallel/gradient_reducer.h,
+// parallel/parameter_gatherer.h). A bucket's storage is freed only when a later one is opened
+// while kMaxInFlight = 2 are in flight, or at the end of the step; buckets the communicator
+// finished early can be freed sooner, so this is the peak of a run whose reductions are not yet
+// done when the next bucket opens: an upper bound, and what these runs measure.
+double engine_zero_comm_bytes(const config::ModelConfig& m, const Layout& l);
+
+}  // namespace tessera::plan
