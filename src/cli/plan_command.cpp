@@ -49,7 +49,11 @@ struct PlanArgs {
 // `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
 void run_plan_config(const PlanArgs& a, const std::vector<std::string>& overrides) {
   using namespace tessera::plan;
-  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides)));
+  TS_CHECK(a.ranks >= 0 && a.ranks <= (1 << 20), "plan: --ranks must be a number of processes from 1 to {}, got {}",
+           1 << 20, a.ranks);
+  // As under `tessera launch -n ranks`: a config without parallel.dp takes the processes tp and pp leave.
+  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides),
+                                                            a.ranks > 0 ? static_cast<int>(a.ranks) : 1));
   const Layout& l = run.layout;
   TS_CHECK(a.ranks == 0 || a.ranks == l.devices(),
            "plan: --ranks {} but the config runs parallel.dp {} x parallel.tp {} x parallel.pp {} = {} processes; drop "
@@ -198,7 +202,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--config", args->config,
                   "a `tessera train` config (with --section.key overrides, as train takes them): predict that run's peak "
                   "memory per rank by tag and its step time on --cluster");
-  cmd->add_option("--ranks", args->ranks, "with --config: the processes the run starts (must be dp x tp x pp)");
+  cmd->add_option("--ranks", args->ranks, "with --config: the processes the run starts (dp x tp x pp; a config without parallel.dp takes dp = ranks / (tp x pp), as under tessera launch)");
   cmd->add_flag("--json", args->json, "with --config: print one JSON object (bytes per tag per stage, seconds)");
   cmd->add_flag("--calibrate-here", args->calibrate_here,
                 "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "

@@ -124,4 +124,21 @@ TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
   }
 }
 
+// As under `tessera launch -n 8`, a config without parallel.dp planned for --ranks 8 over tp 2 ·
+// pp 2 runs dp 2; ranks tp and pp do not divide are refused with the rule.
+TEST_F(PlannerMemory, ARunWithoutDpIsPlannedOnTheRanksTpAndPpLeave) {
+  const std::string plan = "plan --config " + (g_root / "run.toml").string() + " --cluster " +
+                           (g_root / "cluster.toml").string() + " --json --parallel.tp 2 --parallel.pp 2";
+  CliResult eight = run_tessera(plan + " --ranks 8");
+  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  const nlohmann::json predicted = nlohmann::json::parse(eight.output);
+  EXPECT_EQ(predicted["ranks"], 8) << eight.output;
+  EXPECT_NE(predicted["layout"].get<std::string>().find("dp=2"), std::string::npos) << eight.output;
+  CliResult six = run_tessera(plan + " --ranks 6");
+  EXPECT_NE(six.exit_code, 0);
+  EXPECT_NE(six.output.find("parallel.dp is left out, so it is the job's 6 processes over parallel.tp × parallel.pp"),
+            std::string::npos)
+      << six.output;
+}
+
 }  // namespace
