@@ -1,4 +1,4 @@
-// Mixture of experts under mpirun (2 and 4 ranks) against the one-process run of the same
+// Mixture of experts under mpirun (2, 4 and 8 ranks) against the one-process run of the same
 // microbatches (the capacity is counted per microbatch, so the reference runs the parallel run's
 // microbatches one after another, with gradient accumulation):
 //  - parity: losses and gradient norms within 1e-5 relative every step, parameters within 1e-4
@@ -114,7 +114,14 @@ int main(int argc, char** argv) {
     full.policy = memory::RecomputePolicy::Full;
     exec::RecomputeOptions selective;
     selective.policy = memory::RecomputePolicy::Selective;
-    std::vector<Layout> layouts{{ranks, ranks, 1, 0, {}}, {ranks, 1, 1, 0, {}}, {ranks, ranks, 1, 1, full}};
+    std::vector<Layout> layouts;
+    if (ranks <= 4) layouts = {{ranks, ranks, 1, 0, {}}, {ranks, 1, 1, 0, {}}, {ranks, ranks, 1, 1, full}};
+    if (ranks == 8) {
+      // ep 4 (a single expert per rank) with dp = 2·ep: alone, and with ZeRO-1 over dp and edp and
+      // full recomputation.
+      layouts.push_back({8, 4, 1, 0, {}});
+      layouts.push_back({8, 4, 1, 1, full});
+    }
     if (ranks == 4) {
       layouts.push_back({4, 2, 1, 0, {}});         // dp = 2·ep
       layouts.push_back({4, 2, 1, 2, selective});  // ZeRO-2 over dp and over edp
