@@ -55,6 +55,7 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides),
                                                             a.ranks > 0 ? static_cast<int>(a.ranks) : 1));
   const Layout& l = run.layout;
+  if (!run.split_note.empty()) fmt::print(stderr, "warning: plan --config: {}\n", run.split_note);
   TS_CHECK(a.ranks == 0 || a.ranks == l.devices(),
            "plan: --ranks {} but the config runs parallel.dp {} x parallel.tp {} x parallel.pp {} = {} processes; drop "
            "--ranks, or change the layout to match it", a.ranks, l.dp, l.tp, l.pp, l.devices());

@@ -1,9 +1,14 @@
 #include "cli/plan_run.h"
 
+#include <algorithm>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "core/check.h"
 #include "data/dataset.h"
+#include "exec/program.h"
+#include "exec/recompute.h"
 
 namespace tessera::cli {
 
@@ -18,6 +23,26 @@ plan::Recompute recompute_of(const train::RunConfig& c) {
   if (r == "optimal") return plan::Recompute::Optimal;
   TS_FAIL("plan --config: memory.recompute = \"{}\" is not one the cost model describes (none, selective, full, "
           "every_k, optimal)", r);
+}
+
+// The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
+// balance, parallel::TrainingEngine::split_stages) when they are not the cost model's even split:
+// a note saying so, else empty.
+std::string uneven_split_note(const train::RunConfig& c) {
+  const int stages = c.parallel.pp * c.parallel.virtual_stages;
+  if (stages == 1 || c.model.n_layer % stages != 0) return {};
+  const exec::UnitTimes nominal = exec::nominal_unit_times(c.model, c.train.micro_batch_size, c.model.seq_len);
+  std::vector<double> costs(nominal.forward.size());
+  for (size_t u = 0; u < costs.size(); ++u) costs[u] = nominal.forward[u] + nominal.backward[u];
+  const exec::StagePlan run = exec::balanced_stages(costs, stages);
+  const std::vector<int64_t> even(static_cast<size_t>(stages), c.model.n_layer / stages);
+  const exec::StagePlan planned = exec::stages_of_blocks(c.model.n_layer + 2, even);
+  if (exec::describe_stages(run) == exec::describe_stages(planned)) return {};
+  return fmt::format("the run balances its stages by the FLOP model as {}, while the cost model takes {} blocks per "
+                     "stage ({}), so the stages' memory and time are those of the even split; give "
+                     "parallel.stage_layers with {} each to train the split planned here",
+                     exec::describe_stages(run), c.model.n_layer / stages, exec::describe_stages(planned),
+                     c.model.n_layer / stages);
 }
 
 }  // namespace
@@ -55,9 +80,12 @@ PlannedRun planned_run(train::RunConfig c) {
   const config::CompressionOptions compression = c.compression_options();
   l.compression_ratio = compression.ratio;
   l.compression_rank = compression.rank;
-  TS_CHECK(c.parallel.stage_layers.empty(),
+  run.split_note = c.parallel.stage_layers.empty() ? uneven_split_note(c) : std::string();
+  TS_CHECK(c.parallel.stage_layers.empty() || std::all_of(c.parallel.stage_layers.begin(), c.parallel.stage_layers.end(),
+                                                          [&](int64_t b) { return b == c.parallel.stage_layers.front(); }),
            "plan --config: parallel.stage_layers sets uneven pipeline stages, which the cost model does not describe "
-           "(it takes model.n_layer / parallel.pp layers per stage); leave it out to plan the balanced split");
+           "(it takes model.n_layer / (parallel.pp × parallel.virtual_stages) blocks per stage); give as many blocks "
+           "to every stage");
   return run;
 }
 

@@ -11,6 +11,8 @@ namespace tessera::cli {
 struct PlannedRun {
   config::ModelConfig model;  // model.*, its vocabulary taken from the dataset when not given
   plan::Layout layout;        // parallel.*, the batch, memory.*, precision.compute, optim.name
+  // Set when the run's stages are not the even split the cost model takes: what to tell the user.
+  std::string split_note;
 };
 
 // The model and layout of `config`, in this engine's accounting (activations and states = engine)

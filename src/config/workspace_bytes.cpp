@@ -6,8 +6,39 @@
 
 namespace tessera::config {
 
+namespace {
+
+// An MoE feed-forward's workspace (nn/moe.cpp), in f32 (MoE runs in f32 only), for N tokens on a
+// rank of `ep` expert-parallel ranks holding El = E/ep experts, each with Rc = ep · capacity rows
+// (its buffers are capacity-sized whatever the routing). k choices per token, `sent` <= N·k of them
+// kept: the bound N·k is taken (the drops' few bytes of gate vectors aside, the peak is exact).
+//   forward:  the router's logits [N, E]; then dispatch: send [N·k, C] and recv [El·Rc, C]; then
+//             the experts' output [El·Rc, C] beside recv;
+//   backward: the gates' gradient rows and scales (2 sent) and dgate [N, k], then send [N·k, C],
+//             recv, dout and din [El·Rc, C] each, and one expert's dact and dpre [Rc, F] (SwiGLU:
+//             also dup [Rc, F] and the up projection's dx [Rc, C]); after the experts, send, the
+//             returned input gradients [N·k, C], the router's dprob [E], dlogits [N, E] and dx [N, C].
+struct MoeWorkspace {
+  int64_t forward = 0, backward = 0;
+};
+
+MoeWorkspace moe_workspace_bytes(const ModelConfig& c, int64_t N, int ep) {
+  const int64_t C = c.n_embd, F = c.ffn(), E = c.moe_experts, k = c.moe_top_k, f32 = 4;
+  const int64_t El = E / ep, Rc = ep * c.moe_capacity(N), rows = El * Rc;
+  const bool swiglu = c.arch != Architecture::Gpt2;
+  const int64_t gates = 3 * N * k, send = N * k * C;
+  MoeWorkspace w;
+  w.forward = f32 * std::max({N * E, send + rows * C, 2 * rows * C});
+  const int64_t experts = gates + send + 3 * rows * C + 2 * Rc * F + (swiglu ? Rc * F + Rc * C : 0);
+  const int64_t router = gates + 2 * send + E + N * E + N * C;
+  w.backward = f32 * std::max(experts, router);
+  return w;
+}
+
+}  // namespace
+
 std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64_t B, int64_t T, int tp, bool sp,
-                                                     DType compute) {
+                                                     DType compute, int ep) {
   // Workspace is what a backward passes down and its scratch (nn::StepContext::workspace); a
   // tensor lives as long as a reference to it, so each peak below lists the tensors alive at one
   // point of the modules' code (src/nn), in the compute dtype:
@@ -39,6 +70,8 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
            c.n_head, c.kv_heads(), c.ffn());
   TS_CHECK(!sp || (tp > 1 && T % tp == 0), "workspace bytes under sequence parallelism need tp > 1 dividing T; got "
            "tp {}, T {}", tp, T);
+  TS_CHECK(ep >= 1 && (c.moe_experts == 0 || c.moe_experts % ep == 0) && (c.moe_experts == 0 || !sp),
+           "workspace bytes for ep {} of a model with {} experts{}", ep, c.moe_experts, sp ? " under sp" : "");
   const int64_t t = tp, C = c.n_embd;
   const auto value = static_cast<int64_t>(dtype_size(compute));
   const int64_t whole = B * T * value, part = B * (T / (sp ? t : 1)) * value;
@@ -59,7 +92,17 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
 
   std::vector<UnitWorkspaceBytes> bytes;
   bytes.push_back({.forward = P, .backward = R + gathered + P, .input_gradient = 0});
-  for (int l = 0; l < c.n_layer; ++l) bytes.push_back({.forward = P, .backward = block, .input_gradient = R});
+  for (int l = 0; l < c.n_layer; ++l) {
+    if (!c.is_moe_layer(l)) {
+      bytes.push_back({.forward = P, .backward = block, .input_gradient = R});
+      continue;
+    }
+    // An MoE block (never under sp): its feed-forward in place of the MLP's, under the same dy and
+    // dropped-out copy.
+    const MoeWorkspace moe = moe_workspace_bytes(c, B * T, ep);
+    bytes.push_back({.forward = moe.forward, .backward = std::max({mlp_base + moe.backward, attention, 5 * R}),
+                     .input_gradient = R});
+  }
   const int64_t head = sp ? Wh + std::max(R + P, 2 * R) : Wh + R;
   bytes.push_back({.forward = P, .backward = head, .input_gradient = R});
   return bytes;

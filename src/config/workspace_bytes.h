@@ -25,10 +25,10 @@ struct UnitWorkspaceBytes {
 };
 
 // For a microbatch [B, T] on a rank of `tp` tensor-parallel ranks, with sequence parallelism when
-// `sp`, gradients in `compute` (f32, or bf16/f16 under mixed precision). One entry per unit; the
-// derivation, tensor by tensor, is written out in workspace_bytes.cpp. MoE blocks count as dense
-// ones: their routing buffers are not derived here.
+// `sp`, gradients in `compute` (f32, or bf16/f16 under mixed precision), the experts of MoE blocks
+// split over `ep` ranks. One entry per unit; the derivation, tensor by tensor, is written out in
+// workspace_bytes.cpp.
 std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& model, int64_t B, int64_t T, int tp = 1,
-                                                     bool sp = false, DType compute = DType::F32);
+                                                     bool sp = false, DType compute = DType::F32, int ep = 1);
 
 }  // namespace tessera::config

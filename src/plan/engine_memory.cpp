@@ -226,10 +226,14 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   optim::OptimizerConfig settings;
   settings.name = l.optimizer;
 
+  // ZeRO shards the dense parameters over dp and the experts over their own group, dp / ep.
+  const double experts = moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l);
+  const double shard = (domain - experts) / dp + experts / (dp / l.ep);
+
   MemoryBreakdown mem;
   mem.params = kF32 * (l.zero_stage >= 3 ? all / dp : all);
-  mem.grads = kF32 * (l.zero_stage >= 2 ? domain / dp : all);
-  mem.optimizer = optim::state_bytes_per_parameter(settings) * (l.zero_stage >= 1 ? domain / dp : domain);
+  mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
+  mem.optimizer = optim::state_bytes_per_parameter(settings) * (l.zero_stage >= 1 ? shard : domain);
   const DType compute = compute_dtype(l.precision);
   const double e = static_cast<double>(dtype_size(compute));
   const double boundary = e * l.micro_batch * (m.seq_len / (l.sp ? l.tp : 1)) * static_cast<double>(m.n_embd);
@@ -245,7 +249,7 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
 
   const auto [first, last] = stage_units(m, l, stage);
   const std::vector<config::UnitWorkspaceBytes> ws =
-      config::unit_workspace_bytes(m, l.micro_batch, m.seq_len, l.tp, l.sp, compute);
+      config::unit_workspace_bytes(m, l.micro_batch, m.seq_len, l.tp, l.sp, compute, l.ep);
   // A stage that receives gradients posts the next one ahead: during its forwards in the steady
   // state, and during the backward of its lowest unit as the pipeline drains. Interleaved, every
   // stage receives gradients and a chunk's lowest unit may be any block.

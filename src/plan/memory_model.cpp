@@ -7,6 +7,7 @@
 #include "optim/make_optimizer.h"
 #include "plan/engine_memory.h"
 #include "plan/model_costs.h"
+#include "plan/moe_model.h"
 #include "plan/recompute_model.h"
 
 namespace tessera::plan {
@@ -128,7 +129,14 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
   const double bsh = d(b) * s * h;
   const bool last = stage == l.pp - 1;
 
-  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total(), l.precision, l.zero_stage, l.dp, l.optimizer);
+  // ZeRO shards the dense parameters over dp and the experts over their own group, dp / ep.
+  const double experts = moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l);
+  MemoryBreakdown mem = model_state_bytes(stage_params(m, l, stage).total() - experts, l.precision, l.zero_stage, l.dp,
+                                          l.optimizer);
+  const MemoryBreakdown expert_states = model_state_bytes(experts, l.precision, l.zero_stage, l.dp / l.ep, l.optimizer);
+  mem.params += expert_states.params;
+  mem.grads += expert_states.grads;
+  mem.optimizer += expert_states.optimizer;
   mem.activations = stage_activation_bytes(m, l, stage, pipeline);
 
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging

@@ -24,8 +24,12 @@ double moe_extra_params_per_rank(const config::ModelConfig& m, const Layout& l) 
   const double h = m.n_embd, F = m.ffn(), t = l.tp, bias = m.bias ? 1 : 0;
   const double dense_share = m.arch == config::Architecture::Gpt2 ? (h * F + bias * F) / t + F * h / t + bias * h
                                                                   : (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h;
-  const double experts_here = static_cast<double>(m.moe_experts) / l.ep;
-  return experts_here * d(m.mlp_parameter_count()) + d(m.moe_experts) * h - dense_share;
+  return moe_expert_params_per_rank(m, l) + d(m.moe_experts) * h - dense_share;
+}
+
+double moe_expert_params_per_rank(const config::ModelConfig& m, const Layout& l) {
+  if (m.moe_experts == 0) return 0;
+  return static_cast<double>(m.moe_experts) / l.ep * d(m.mlp_parameter_count());
 }
 
 double dense_mlp_forward_flops(const config::ModelConfig& m, int64_t b) {

@@ -21,6 +21,9 @@ int moe_layers_in_stage(const config::ModelConfig& m, const Layout& l, int stage
 // Parameters one MoE block holds on a rank beyond a dense block's: E/ep whole experts and the
 // router [E, h] in place of the dense MLP's tp share.
 double moe_extra_params_per_rank(const config::ModelConfig& m, const Layout& l);
+// Parameters of the E/ep whole experts one MoE block holds on a rank: the part of a stage's
+// parameters that ZeRO shards over the experts' own data-parallel group (edp = dp / ep).
+double moe_expert_params_per_rank(const config::ModelConfig& m, const Layout& l);
 // Forward FLOPs of one MoE block's feed-forward for b sequences, all ranks together: the router
 // and k expert MLPs per token (active), or all E of them (total).
 double moe_ffn_forward_flops(const config::ModelConfig& m, int64_t b, bool total = false);

@@ -111,12 +111,19 @@ std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& 
     c.backward_time = 2 * time;
     return c;
   };
+  // The blocks of the stage's first chunk under the even split (units[1 + i] is block i): blocks
+  // differ when some are MoE (model.moe_every), and the stage's other chunks are taken to hold the
+  // same mix, as they do when moe_every divides the blocks of a chunk.
+  const int first = stage * layers;
   std::vector<memory::ChainUnit> chain;
-  for (int i = 0; i < layers; ++i) chain.push_back(unit(units[1], units[0], forward));
+  for (int i = 0; i < layers; ++i) {
+    const auto at = static_cast<size_t>(first + i);
+    chain.push_back(unit(units[at + 1], units[at], forward));
+  }
   if (stage == l.pp - 1) {
     // The head reads the last block's output; its forward is the [C, V/t] product.
     const double head = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
-    chain.push_back(unit(units.back(), units[1], head));
+    chain.push_back(unit(units.back(), units[units.size() - 2], head));
   } else {
     // The runtime closes a headless stage's chain with a boundary of no bytes, the last block's
     // output held only while its forward runs, as it is sent at once (exec::stage_chain).
