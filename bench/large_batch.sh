@@ -13,7 +13,9 @@
 # LAMB_BASE_LR (LAMB's rate at the small batch, before √K scaling; default 1.77e-2, so 0.05 at
 # K = 8), WARMUP_SHARE (the share of each run's steps spent warming up; default 0.1), DATA (the
 # prepared dataset; default data/kjv, prepared when missing), BUILD_DIR (default build/release),
-# OUT (run folders; default $BUILD_DIR/large_batch), THREADS (default 2).
+# OUT (run folders; default $BUILD_DIR/large_batch), THREADS (threads per run; default 2, or 1 with
+# TOGETHER=1), TOGETHER (1: run both at once, each on its own core, for a 2-core machine; the
+# losses do not depend on it).
 #
 # Prints both runs' final validation losses and
 #   RESULT large_batch optimizer=lamb batch=<K·B> val_loss=… adamw_val_loss=… rel_diff=…
@@ -30,7 +32,8 @@ SCALE="${SCALE:-8}"
 ADAMW_LR="${ADAMW_LR:-2e-3}"
 LAMB_BASE_LR="${LAMB_BASE_LR:-1.77e-2}"
 WARMUP_SHARE="${WARMUP_SHARE:-0.1}"
-THREADS="${THREADS:-2}"
+TOGETHER="${TOGETHER:-0}"
+if [[ $TOGETHER == 1 ]]; then THREADS="${THREADS:-1}"; else THREADS="${THREADS:-2}"; fi
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 
 if (( STEPS % SCALE != 0 )); then
@@ -67,8 +70,8 @@ run() {
   echo "== $name: $*"
   local started=$SECONDS
   "$tessera" train "${common[@]}" --train.out_dir "$OUT/$name" "$@" >"$OUT/$name.log" 2>&1 ||
-    { echo "the $name run failed; its output:" >&2; tail -n 30 "$OUT/$name.log" >&2; exit 1; }
-  echo "   $((SECONDS - started)) s"
+    { echo "the $name run failed; its output:" >&2; tail -n 30 "$OUT/$name.log" >&2; return 1; }
+  echo "   $name: $((SECONDS - started)) s"
 }
 
 final_val_loss() {
@@ -79,13 +82,18 @@ print(repr(vals[-1]['loss']))" "$OUT/$1/metrics.jsonl"
 }
 
 mkdir -p "$OUT"
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
+pids=()
 run adamw --optim.name adamw --optim.lr "$ADAMW_LR" --optim.min_lr "$(awk -v l="$ADAMW_LR" 'BEGIN { print l / 10 }')" \
   --train.steps "$STEPS" --train.batch_size "$BATCH" --train.micro_batch_size "$(micro "$BATCH")" \
-  --optim.warmup_steps "$(warmup "$STEPS")"
+  --optim.warmup_steps "$(warmup "$STEPS")" &
+pids+=($!)
+[[ $TOGETHER == 1 ]] || { wait "${pids[0]}" || exit 1; pids=(); }
 run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
   --train.steps "$lamb_steps" --train.batch_size "$lamb_batch" --train.micro_batch_size "$(micro "$lamb_batch")" \
-  --optim.warmup_steps "$(warmup "$lamb_steps")"
+  --optim.warmup_steps "$(warmup "$lamb_steps")" &
+pids+=($!)
+for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 
 adamw_val=$(final_val_loss adamw)
 lamb_val=$(final_val_loss lamb)

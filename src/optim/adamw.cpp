@@ -15,6 +15,8 @@ void AdamW::step(float lr, std::span<const Segment> segments) {
            "AdamW: the segments hold {} elements but its state covers {}: the owned elements changed",
            total_elements(segments), owned_elements());
   ++step_;
+  const int64_t frozen_at =
+      config_.variance_freeze_step > 0 && step_ > config_.variance_freeze_step ? config_.variance_freeze_step : 0;
   float* m = m_.data<float>();
   float* v = v_.data<float>();
   int64_t at = 0;
@@ -22,7 +24,8 @@ void AdamW::step(float lr, std::span<const Segment> segments) {
     // Decay matrices and embeddings, not biases and norm gains.
     const float wd = s.param->spec.global_shape.size() >= 2 ? config_.weight_decay : 0.0f;
     kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
-                          config_.beta2, config_.eps, wd, step_);
+                          config_.beta2, config_.eps, wd, step_,
+                          frozen_at);
     at += s.size();
   }
 }

@@ -13,6 +13,7 @@ struct AdamWConfig {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.1f;
+  int64_t variance_freeze_step = 0;  // v stays after this step (0: never); see optim/optimizer_config.h
 };
 
 class AdamW final : public Optimizer {

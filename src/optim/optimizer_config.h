@@ -36,6 +36,12 @@ struct OptimizerConfig {
   // and the momentum is exchanged in one bit per element (Tang et al. 2021 warm up for 15-25% of
   // training).
   int64_t freeze_step = 100;
+  // adamw: after this many steps the second moment stops updating and keeps that step's bias
+  // correction (0: never). Adam's update is then linear in the gradient, so a compressor's error
+  // feedback (parallel.compression) sums to the exact gradients over the steps, as it does for
+  // SGD; with a live v, a coordinate sent once in K steps arrives as one K-times-larger spike that
+  // v normalizes away. Set it to the compressor's warm-up (compression.warmup_steps).
+  int64_t variance_freeze_step = 0;
 };
 
 }  // namespace tessera::optim

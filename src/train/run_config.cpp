@@ -57,6 +57,7 @@ void validate_optimizer(const OptimSection& o) {
       {"block_size", o.block_size == defaults.block_size, {"adam8bit"}},
       {"quantization", o.quantization == defaults.quantization, {"adam8bit"}},
       {"freeze_step", o.freeze_step == defaults.freeze_step, {"onebit_adam"}},
+      {"variance_freeze_step", o.variance_freeze_step == defaults.variance_freeze_step, {"adamw"}},
   };
   for (const Key& k : keys) {
     if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.name) != k.readers.end()) continue;
@@ -80,6 +81,7 @@ void validate_optimizer(const OptimSection& o) {
   TS_CHECK(o.quantization == "dynamic" || o.quantization == "linear",
            "config: optim.quantization = '{}' is not known; use \"dynamic\" or \"linear\"", o.quantization);
   check_range<int64_t>("optim.freeze_step", o.freeze_step, 0, int64_t{1} << 40);
+  check_range<int64_t>("optim.variance_freeze_step", o.variance_freeze_step, 0, int64_t{1} << 40);
 }
 
 }  // namespace
@@ -437,6 +439,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     o.block_size = r.get("block_size", o.block_size);
     o.quantization = r.get("quantization", o.quantization);
     o.freeze_step = r.get("freeze_step", o.freeze_step);
+    o.variance_freeze_step = r.get("variance_freeze_step", o.variance_freeze_step);
     r.finish();
   }
   {
@@ -602,7 +605,8 @@ std::string to_toml(const RunConfig& c) {
                     {"clip_threshold", shortest(o.clip_threshold)},
                     {"block_size", o.block_size},
                     {"quantization", o.quantization},
-                    {"freeze_step", o.freeze_step}};
+                    {"freeze_step", o.freeze_step},
+                    {"variance_freeze_step", o.variance_freeze_step}};
   toml::table root{{"model", model},
                    {"data", toml::table{{"dir", c.data.dir}}},
                    {"train", train},

@@ -25,6 +25,7 @@ struct RefHyper {
   bool first_moment = false, relative_step = false;          // Adafactor
   int64_t block = 2048;                                      // 8-bit Adam
   bool linear = false;                                       // 8-bit Adam's codes
+  int64_t variance_freeze = 0;                               // AdamW: v stays after this step
 };
 
 inline double norm_of(const std::vector<double>& x) {
@@ -228,6 +229,33 @@ struct RefAdam8bit {
           mq[k][i] = ref_nearest(scode, am > 0 ? nm[i] / am : 0.0);
           vq[k][i] = ref_nearest(ucode, av > 0 ? nv[i] / av : 0.0);
         }
+      }
+    }
+  }
+};
+
+// AdamW (Loshchilov & Hutter) whose second moment stops at step T = variance_freeze and keeps
+// T's bias correction from then on, as 1-bit Adam's compressed stage does (Tang et al. 2021,
+// Algorithm 1); T = 0 is plain AdamW.
+struct RefAdamW {
+  std::vector<std::vector<double>> m, v;
+  int64_t t = 0;
+  void step(std::vector<RefTensor>& ts, const std::vector<std::vector<double>>& grads, const RefHyper& h) {
+    if (m.empty()) {
+      for (const auto& x : ts) m.emplace_back(x.w.size(), 0.0), v.emplace_back(x.w.size(), 0.0);
+    }
+    ++t;
+    const bool frozen = h.variance_freeze > 0 && t > h.variance_freeze;
+    const double bc1 = 1 - std::pow(h.beta1, double(t));
+    const double bc2 = 1 - std::pow(h.beta2, double(frozen ? h.variance_freeze : t));
+    for (size_t k = 0; k < ts.size(); ++k) {
+      RefTensor& x = ts[k];
+      const double wd = x.matrix ? h.weight_decay : 0.0;
+      for (size_t i = 0; i < x.w.size(); ++i) {
+        const double g = grads[k][i];
+        m[k][i] = h.beta1 * m[k][i] + (1 - h.beta1) * g;
+        if (!frozen) v[k][i] = h.beta2 * v[k][i] + (1 - h.beta2) * g * g;
+        x.w[i] = x.w[i] * (1 - h.lr * wd) - h.lr * (m[k][i] / bc1) / (std::sqrt(v[k][i] / bc2) + h.eps);
       }
     }
   }

@@ -5,6 +5,7 @@
 // (as ZeRO gives) with no reduction refused where a whole-tensor statistic would be wrong.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -80,6 +81,7 @@ optim::OptimizerConfig settings(const std::string& name, const RefHyper& h) {
   c.relative_step = h.relative_step;
   c.block_size = h.block;
   c.quantization = h.linear ? "linear" : "dynamic";
+  c.variance_freeze_step = h.variance_freeze;
   return c;
 }
 
@@ -147,6 +149,55 @@ TEST(Optimizers, Adam8bitMatchesThePaper) {
   h.linear = true;
   h.block = 256;
   expect_matches<testing::RefAdam8bit>("adam8bit", h, 2e-6);
+}
+
+TEST(Optimizers, AdamWMatchesThePaperWithAndWithoutAFrozenVariance) {
+  RefHyper h;
+  h.lr = 1e-2;
+  expect_matches<testing::RefAdamW>("adamw", h, 2e-6, 8);
+  h.variance_freeze = 3;
+  expect_matches<testing::RefAdamW>("adamw", h, 2e-6, 8);
+}
+
+// With the variance frozen (and no momentum), Adam's update is linear in the gradient: two steps'
+// gradients held back and sent as one sum in the second step move the weights exactly as far as
+// each sent in its own step, which is what error feedback relies on. A live variance does not.
+TEST(Optimizers, AFrozenVarianceMakesTheUpdateLinearInTheGradient) {
+  const auto moved = [](int64_t freeze, bool deferred) {
+    optim::OptimizerConfig c;
+    c.weight_decay = 0.0f;
+    c.beta1 = 0.0f;  // no momentum: the update is exactly lr · g / (√v̂ + ε)
+    c.variance_freeze_step = freeze;
+    MemoryAccountant memory;
+    nn::ParameterStore store;
+    store.declare("w", {4}, nn::Init::Zeros);
+    store.allocate(memory);
+    store.initialize(1);
+    const std::vector<optim::Segment> segments = optim::whole_parameters(store);
+    std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(memory, c, store, segments, nullptr);
+    float* g = store.grad_of(store.all()[0]).data<float>();
+    const auto step = [&](std::array<float, 4> grad) {
+      std::copy(grad.begin(), grad.end(), g);
+      opt->step(1e-2f, segments);
+    };
+    step({1.0f, -2.0f, 0.5f, 3.0f});  // step 1 sets v
+    const std::array<float, 4> a{0.2f, 0.1f, -0.3f, 0.4f}, b{0.6f, -0.2f, 0.1f, 0.2f};
+    if (deferred) {
+      step({0, 0, 0, 0});
+      step({a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]});
+    } else {
+      step(a);
+      step(b);
+    }
+    const float* w = store.value(store.all()[0]).data<float>();
+    return std::vector<float>(w, w + 4);
+  };
+  const std::vector<float> each = moved(1, false), summed = moved(1, true);
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(each[i], summed[i], 1e-6f) << "element " << i;
+  const std::vector<float> each_live = moved(0, false), summed_live = moved(0, true);
+  double apart = 0;
+  for (size_t i = 0; i < 4; ++i) apart = std::max(apart, double(std::abs(each_live[i] - summed_live[i])));
+  EXPECT_GT(apart, 1e-4) << "with a live variance the two orders should move the weights differently";
 }
 
 TEST(Optimizers, CodebooksAreThePapersCodes) {
