@@ -9,15 +9,21 @@
 #   bench/compression.sh               # 600 steps each
 #   STEPS=300 bench/compression.sh
 #
-# onebit_adam is 1-bit Adam (optim.name), which reduces its own momentum after a warm-up of exact
-# Adam of STEPS/5 steps (optim.freeze_step; the paper warms up for 15-25 % of training).
+# Every method warms up for STEPS/5 steps of exact (dense) reduction, as 1-bit Adam (optim.name =
+# onebit_adam, optim.freeze_step) must and as the PowerSGD and 1-bit Adam papers recommend
+# (15-25 % of training); top-k's ratio then ramps down over as many steps again. topk also freezes
+# AdamW's variance at the end of its warm-up (optim.variance_freeze_step): error feedback then
+# sums to the exact gradients through Adam's update, which a live variance prevents (a coordinate
+# sent once in K steps arrives as one K-times-larger value that v normalizes away). "topk_live_v"
+# is the same without the freeze, for comparison.
 #
-# Environment: STEPS (default 600), METHODS (default "none topk qsgd onebit powersgd onebit_adam"; none first), TESSERA (the binary; default build/release/src/cli/tessera),
+# Environment: STEPS (default 600), METHODS (default "none topk qsgd onebit powersgd onebit_adam"; none first;
+# topk_live_v may be added), TESSERA (the binary; default build/release/src/cli/tessera),
 # DATA (the prepared corpus; default data/kjv, prepared when missing), OUT (run folders; default
 # build/bench/compression).
 #
 # Prints:
-#   RESULT compression method=<m> ratio=<dense bytes / its bytes> val_loss=<X> val_loss_delta=<(X - dense) / dense>
+#   RESULT compression method=<m> ratio=<dense bytes / its bytes, per step once compressing at its full rate> val_loss=<X> val_loss_delta=<(X - dense) / dense> run_ratio=<the same over the whole run, warm-up included>
 #   RESULT compression_plan method=<m> model=gpt2-124m dp=64 link_gbps=25 step_seconds=<s> gain=<dense step / its step>
 set -euo pipefail
 
@@ -40,21 +46,28 @@ export OMP_NUM_THREADS=1  # one thread per rank: the two ranks share the machine
 
 val_loss() { grep '"kind":"val"' "$1/metrics.jsonl" | tail -n 1 | sed -E 's/.*"loss":([-0-9.eE+]+).*/\1/'; }
 FREEZE=$((STEPS / 5))
-# Mean bytes per step sent over the data-parallel group, after the warm-up (the dense steps): the
-# first 50 steps (25 for the compressors), the first FREEZE + 1 for 1-bit Adam.
+# Mean bytes per step sent over the data-parallel group once a method compresses at its full rate
+# (ratio), and over the whole run (run_ratio): after the dense warm-up, and top-k's ramp after it.
+first_compressed_step() {
+  case $1 in
+    */topk | */topk_live_v) echo $((2 * FREEZE + 1)) ;;
+    *) echo $((FREEZE + 1)) ;;
+  esac
+}
 bytes_per_step() {
-  local skip=51
-  [[ $1 == */onebit_adam ]] && skip=$((FREEZE + 2))
-  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +$skip |
+  local from=1
+  [[ ${2:-} == compressed ]] && from=$(first_compressed_step "$1")
+  grep '"kind":"train"' "$1/metrics.jsonl" | tail -n +"$from" |
     sed -E 's/.*"dp_bytes_sent":([-0-9.eE+]+).*/\1/' | awk '{ s += $1; n++ } END { printf "%.0f", s / n }'
 }
 
 declare -A ARGS=(
   [none]="--parallel.compression none"
-  [topk]="--parallel.compression topk --compression.ratio 0.01 --compression.warmup_steps 25"
-  [qsgd]="--parallel.compression qsgd --compression.warmup_steps 25"
-  [onebit]="--parallel.compression onebit --compression.warmup_steps 25"
-  [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps 25"
+  [topk]="--parallel.compression topk --compression.ratio 0.01 --compression.warmup_steps $FREEZE --optim.variance_freeze_step $FREEZE"
+  [topk_live_v]="--parallel.compression topk --compression.ratio 0.01 --compression.warmup_steps $FREEZE"
+  [qsgd]="--parallel.compression qsgd --compression.warmup_steps $FREEZE"
+  [onebit]="--parallel.compression onebit --compression.warmup_steps $FREEZE"
+  [powersgd]="--parallel.compression powersgd --compression.rank 4 --compression.warmup_steps $FREEZE"
   [onebit_adam]="--optim.name onebit_adam --optim.freeze_step $FREEZE"
 )
 read -r -a METHODS <<< "${METHODS:-none topk qsgd onebit powersgd onebit_adam}"
@@ -67,12 +80,13 @@ for method in "${METHODS[@]}"; do
     --parallel.dp 2 --checkpoint.every 0 --train.sample_tokens 0 --log.progress plain ${ARGS[$method]} | tail -n 3
 done
 dense_loss=$(val_loss "$OUT/none")
-dense_bytes=$(bytes_per_step "$OUT/none")
+dense_bytes=$(bytes_per_step "$OUT/none" compressed)
 for method in "${METHODS[@]}"; do
   loss=$(val_loss "$OUT/$method")
-  bytes=$(bytes_per_step "$OUT/$method")
-  awk -v m="$method" -v l="$loss" -v d="$dense_loss" -v b="$bytes" -v db="$dense_bytes" \
-    'BEGIN { printf "RESULT compression method=%s ratio=%.1f val_loss=%.4f val_loss_delta=%.4f\n", m, db / b, l, (l - d) / d }'
+  bytes=$(bytes_per_step "$OUT/$method" compressed)
+  run_bytes=$(bytes_per_step "$OUT/$method")
+  awk -v m="$method" -v l="$loss" -v d="$dense_loss" -v b="$bytes" -v rb="$run_bytes" -v db="$dense_bytes" \
+    'BEGIN { printf "RESULT compression method=%s ratio=%.1f val_loss=%.4f val_loss_delta=%.4f run_ratio=%.1f\n", m, db / b, l, (l - d) / d, db / rb }'
 done
 
 # The planner: GPT-2 124M, 64 data-parallel ranks, every rank on its own 25 GB/s link.
@@ -88,7 +102,7 @@ dense_step=$(plan_step "")
 for method in "${METHODS[@]}"; do
   case $method in
     none) extra="" ;;
-    topk) extra=",compression=topk,compression_ratio=0.01" ;;
+    topk | topk_live_v) extra=",compression=topk,compression_ratio=0.01" ;;
     powersgd) extra=",compression=powersgd,compression_rank=4" ;;
     onebit_adam) extra=",optimizer=onebit_adam" ;;
     *) extra=",compression=$method" ;;
