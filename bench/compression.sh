@@ -50,7 +50,7 @@ FREEZE=$((STEPS / 5))
 # (ratio), and over the whole run (run_ratio): after the dense warm-up, and top-k's ramp after it.
 first_compressed_step() {
   case $1 in
-    */topk | */topk_live_v) echo $((2 * FREEZE + 1)) ;;
+    */topk | */topk_live_v | */powersgd) echo $((2 * FREEZE + 1)) ;;
     *) echo $((FREEZE + 1)) ;;
   esac
 }

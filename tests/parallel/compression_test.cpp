@@ -196,6 +196,37 @@ void check_compressors(dist::Communicator& comm, RankChecks& t) {
     t.expect(worst_difference(total, sum) < 1e-3, fmt::format("powersgd rank 1: sent + kept is off the sum by {}",
                                                               worst_difference(total, sum)));
     t.expect(worst_difference(std::span(got).first(vec), std::span(sum).first(vec)) < 1e-5, "powersgd: vectors exact");
+    // After a dense warm-up of 4 steps the rank ramps down as top-k's ratio does: the share of the
+    // matrix sent, k (rows + cols) / (rows·cols), from 1 to rank 1's over 4 steps. 32 × 24 sends
+    // 56 elements a rank: the ramp starts at ⌊768 / 56⌋ = 13 and its first step sends
+    // ⌊(56 / 768)^(1/4) · 768 / 56⌋ = 7.
+    CompressionOptions o;
+    o.method = CompressionMethod::PowerSgd;
+    o.rank = 1;
+    o.warmup_steps = 4;
+    o.seed = 5;
+    auto ramped = make_compressor(o, {shape}, memory, me);
+    const auto bytes_at = [&](int64_t step) {
+      ramped->set_step(step);
+      return ramped->wire_bytes(0, R, me);
+    };
+    const auto bytes_of_rank = [&](int64_t k) {
+      return dist::all_reduce_bytes(static_cast<size_t>(vec), 4, R) +
+             dist::all_reduce_bytes(static_cast<size_t>(rows * k), 4, R) +
+             dist::all_reduce_bytes(static_cast<size_t>(cols * k), 4, R);
+    };
+    t.expect(bytes_at(5) == bytes_of_rank(7), fmt::format("powersgd ramp: {} bytes in its first step, rank 7 sends {}",
+                                                          bytes_at(5), bytes_of_rank(7)));
+    t.expect(bytes_at(8) == bytes_of_rank(1) && bytes_at(100) == bytes_of_rank(1),
+             "powersgd ramp: the final rank from the ramp's end on");
+    ramped->set_step(4);
+    got = reduce_counted(*ramped, g, comm, t, "powersgd ramp, rank 7");
+    const std::vector<float> kept7 = summed_error(*ramped, comm, "powersgd.residual.0");
+    for (size_t i = 0; i < got.size(); ++i) total[i] = got[i] + kept7[i];
+    t.expect(worst_difference(total, sum) < 1e-3, fmt::format("powersgd ramp: sent + kept is off the sum by {}",
+                                                              worst_difference(total, sum)));
+    t.expect(worst_difference(got, sum) < 1e-3, fmt::format("powersgd ramp: rank 7 >= R recovers the rank-{} sum "
+                                                            "(off by {})", R, worst_difference(got, sum)));
   }
 }
 

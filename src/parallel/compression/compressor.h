@@ -17,7 +17,8 @@
 //             a block, all-gathered
 //   powersgd  each matrix of the bucket as P Qᵀ of rank compression.rank by one power iteration on
 //             the group's sum, Q warm-started from the previous step, with error feedback (Vogels
-//             et al. 2019); vectors, and matrices too small to gain, are all-reduced exactly
+//             et al. 2019); vectors, and matrices too small to gain, are all-reduced exactly; after
+//             the dense warm-up the rank ramps down as top-k's ratio does (the share sent from 1)
 //
 // The reduction is synchronous: a compressed bucket is exchanged when the reducer posts it (the
 // decompression needs every rank's part). The state that persists across steps (error feedback,

@@ -9,6 +9,12 @@
 // and rank i keeps M_i − P̂ Qᵀ / R as its error, so the errors sum to what the group did not send.
 // Matrices where r (rows + cols) ≥ rows·cols would not gain, and everything that is not a matrix,
 // are summed exactly in one all-reduce.
+//
+// After the dense warm-up (compression.warmup_steps) the rank ramps down as top-k's ratio does:
+// the share of a matrix sent, rank·(rows + cols) / (rows·cols), falls geometrically from 1 to
+// its final value over as many steps again, so the error feedback starts from small residuals
+// instead of taking in all but four directions of the large early gradients at once. Q is kept at
+// the ramp's largest rank; a step at rank k warm-starts from its first k columns.
 #include <algorithm>
 #include <cmath>
 
@@ -23,30 +29,36 @@ namespace {
 
 struct Compressed {
   BucketShape::Matrix m;
-  int64_t rank = 0;
-  Tensor q;  // [cols, rank], kept across steps (the warm start)
+  int64_t rank = 0;      // after the ramp
+  int64_t max_rank = 0;  // at the ramp's start: the share sent is 1
+  Tensor q;              // [cols, max_rank], kept across steps (the warm start)
 };
 
 struct BucketPlan {
   std::vector<Compressed> matrices;
   std::vector<std::pair<int64_t, int64_t>> exact;  // [begin, end) runs of the bucket summed exactly
   int64_t exact_elements = 0;
-  int64_t p_elements = 0;  // Σ rows·rank
-  int64_t q_elements = 0;  // Σ cols·rank
 };
 
-// Orthonormal columns, in place: P is [rows, r] row-major. A column that vanishes stays zero.
+// Orthonormal columns, in place: P is [rows, r] row-major. Gram-Schmidt with a second pass for
+// each column ("twice is enough"), so columns stay orthogonal when r exceeds the rank of P (the
+// ramp's first steps on a low-rank sum): a column left with less than 1e-5 of its norm lies in the
+// span of those before it and becomes zero instead of normalized rounding noise.
 void orthonormalize(float* p, int64_t rows, int64_t r) {
   for (int64_t c = 0; c < r; ++c) {
-    for (int64_t prev = 0; prev < c; ++prev) {
-      double dot = 0;
-      for (int64_t i = 0; i < rows; ++i) dot += double(p[i * r + c]) * p[i * r + prev];
-      for (int64_t i = 0; i < rows; ++i) p[i * r + c] -= static_cast<float>(dot) * p[i * r + prev];
+    double before = 0;
+    for (int64_t i = 0; i < rows; ++i) before += double(p[i * r + c]) * p[i * r + c];
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t prev = 0; prev < c; ++prev) {
+        double dot = 0;
+        for (int64_t i = 0; i < rows; ++i) dot += double(p[i * r + c]) * p[i * r + prev];
+        for (int64_t i = 0; i < rows; ++i) p[i * r + c] -= static_cast<float>(dot) * p[i * r + prev];
+      }
     }
     double norm = 0;
     for (int64_t i = 0; i < rows; ++i) norm += double(p[i * r + c]) * p[i * r + c];
-    norm = std::sqrt(norm);
-    const float inv = norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.0f;
+    const bool independent = norm > 1e-10 * before && norm > 1e-60;
+    const float inv = independent ? static_cast<float>(1.0 / std::sqrt(norm)) : 0.0f;
     for (int64_t i = 0; i < rows; ++i) p[i * r + c] *= inv;
   }
 }
@@ -54,7 +66,7 @@ void orthonormalize(float* p, int64_t rows, int64_t r) {
 class PowerSgd final : public GradientCompressor {
  public:
   PowerSgd(const CompressionOptions& options, std::vector<BucketShape> buckets, MemoryAccountant& memory)
-      : rank_(options.rank) {
+      : rank_(options.rank), ramp_steps_(options.warmup_steps) {
     TS_CHECK(rank_ >= 1, "compression.rank = {} must be at least 1", rank_);
     for (size_t b = 0; b < buckets.size(); ++b) {
       const BucketShape& shape = buckets[b];
@@ -67,13 +79,13 @@ class PowerSgd final : public GradientCompressor {
         if (r * (m.rows + m.cols) >= m.rows * m.cols) continue;  // no gain: summed exactly below
         if (m.offset > at) plan.exact.emplace_back(at, m.offset);
         at = m.offset + m.rows * m.cols;
-        Compressed c{m, r, Tensor::empty({m.cols, r}, DType::F32, MemoryTag::Optimizer, memory)};
+        const int64_t max_rank =
+            ramp_steps_ > 0 ? std::max(r, std::min({m.rows, m.cols, m.rows * m.cols / (m.rows + m.cols)})) : r;
+        Compressed c{m, r, max_rank, Tensor::empty({m.cols, max_rank}, DType::F32, MemoryTag::Optimizer, memory)};
         // A random start, the same on every rank (then warm-started from each step's Q).
         float* q = c.q.data<float>();
         const uint64_t stream = stream_id("compression:powersgd") ^ (uint64_t{b} << 32) ^ static_cast<uint64_t>(m.offset);
-        for (int64_t i = 0; i < m.cols * r; ++i) q[i] = normal(options.seed, stream, static_cast<uint64_t>(i));
-        plan.p_elements += m.rows * r;
-        plan.q_elements += m.cols * r;
+        for (int64_t i = 0; i < m.cols * max_rank; ++i) q[i] = normal(options.seed, stream, static_cast<uint64_t>(i));
         plan.matrices.push_back(std::move(c));
       }
       if (shape.elements > at) plan.exact.emplace_back(at, shape.elements);
@@ -108,41 +120,54 @@ class PowerSgd final : public GradientCompressor {
       const int64_t n = c.m.rows * c.m.cols;
       for (int64_t i = 0; i < n; ++i) grad[static_cast<size_t>(c.m.offset + i)] += error[c.m.offset + i];
     }
-    std::vector<float> p(static_cast<size_t>(plan.p_elements), 0.0f), q(static_cast<size_t>(plan.q_elements), 0.0f);
+    std::vector<int64_t> ranks;
+    int64_t p_elements = 0, q_elements = 0;
+    for (const Compressed& c : plan.matrices) {
+      ranks.push_back(rank_now(c));
+      p_elements += c.m.rows * ranks.back();
+      q_elements += c.m.cols * ranks.back();
+    }
+    std::vector<float> p(static_cast<size_t>(p_elements), 0.0f), q(static_cast<size_t>(q_elements), 0.0f);
     size_t p_at = 0;
-    for (const Compressed& c : plan.matrices) {  // P = M Q
+    for (size_t x = 0; x < plan.matrices.size(); ++x) {  // P = M Q (Q's first k columns)
+      const Compressed& c = plan.matrices[x];
+      const int64_t k_now = ranks[x], ld = c.max_rank;
       const float* M = grad.data() + c.m.offset;
       const float* Q = c.q.data<float>();
       float* P = p.data() + p_at;
       for (int64_t i = 0; i < c.m.rows; ++i) {
         for (int64_t j = 0; j < c.m.cols; ++j) {
           const float mij = M[i * c.m.cols + j];
-          for (int64_t k = 0; k < c.rank; ++k) P[i * c.rank + k] += mij * Q[j * c.rank + k];
+          for (int64_t k = 0; k < k_now; ++k) P[i * k_now + k] += mij * Q[j * ld + k];
         }
       }
-      p_at += static_cast<size_t>(c.m.rows * c.rank);
+      p_at += static_cast<size_t>(c.m.rows * k_now);
     }
     comm.all_reduce(p.data(), p.size(), DType::F32, dist::ReduceOp::Sum)->wait();
     p_at = 0;
     size_t q_at = 0;
-    for (const Compressed& c : plan.matrices) {  // P̂, then Q = Mᵀ P̂
+    for (size_t x = 0; x < plan.matrices.size(); ++x) {  // P̂, then Q = Mᵀ P̂
+      const Compressed& c = plan.matrices[x];
+      const int64_t k_now = ranks[x];
       float* P = p.data() + p_at;
-      orthonormalize(P, c.m.rows, c.rank);
+      orthonormalize(P, c.m.rows, k_now);
       const float* M = grad.data() + c.m.offset;
       float* Q = q.data() + q_at;
       for (int64_t i = 0; i < c.m.rows; ++i) {
         for (int64_t j = 0; j < c.m.cols; ++j) {
           const float mij = M[i * c.m.cols + j];
-          for (int64_t k = 0; k < c.rank; ++k) Q[j * c.rank + k] += mij * P[i * c.rank + k];
+          for (int64_t k = 0; k < k_now; ++k) Q[j * k_now + k] += mij * P[i * k_now + k];
         }
       }
-      p_at += static_cast<size_t>(c.m.rows * c.rank);
-      q_at += static_cast<size_t>(c.m.cols * c.rank);
+      p_at += static_cast<size_t>(c.m.rows * k_now);
+      q_at += static_cast<size_t>(c.m.cols * k_now);
     }
     comm.all_reduce(q.data(), q.size(), DType::F32, dist::ReduceOp::Sum)->wait();
     p_at = 0;
     q_at = 0;
-    for (Compressed& c : plan.matrices) {  // S ≈ P̂ Qᵀ; error = M − P̂ Qᵀ / R; Q kept for next step
+    for (size_t x = 0; x < plan.matrices.size(); ++x) {  // S ≈ P̂ Qᵀ; error = M − P̂ Qᵀ / R; Q kept
+      Compressed& c = plan.matrices[x];
+      const int64_t k_now = ranks[x], ld = c.max_rank;
       const float* P = p.data() + p_at;
       const float* Q = q.data() + q_at;
       float* M = grad.data() + c.m.offset;
@@ -150,14 +175,15 @@ class PowerSgd final : public GradientCompressor {
       for (int64_t i = 0; i < c.m.rows; ++i) {
         for (int64_t j = 0; j < c.m.cols; ++j) {
           float approx = 0;
-          for (int64_t k = 0; k < c.rank; ++k) approx += P[i * c.rank + k] * Q[j * c.rank + k];
+          for (int64_t k = 0; k < k_now; ++k) approx += P[i * k_now + k] * Q[j * k_now + k];
           E[i * c.m.cols + j] = M[i * c.m.cols + j] - approx / R;
           M[i * c.m.cols + j] = approx;
         }
       }
-      std::copy(Q, Q + c.m.cols * c.rank, c.q.data<float>());
-      p_at += static_cast<size_t>(c.m.rows * c.rank);
-      q_at += static_cast<size_t>(c.m.cols * c.rank);
+      float* kept = c.q.data<float>();
+      for (int64_t j = 0; j < c.m.cols; ++j) std::copy(Q + j * k_now, Q + (j + 1) * k_now, kept + j * ld);
+      p_at += static_cast<size_t>(c.m.rows * k_now);
+      q_at += static_cast<size_t>(c.m.cols * k_now);
     }
   }
 
@@ -166,8 +192,13 @@ class PowerSgd final : public GradientCompressor {
     uint64_t bytes = 0;
     if (plan.exact_elements > 0) bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.exact_elements), 4, ranks);
     if (!plan.matrices.empty()) {
-      bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.p_elements), 4, ranks);
-      bytes += dist::all_reduce_bytes(static_cast<size_t>(plan.q_elements), 4, ranks);
+      int64_t p_elements = 0, q_elements = 0;
+      for (const Compressed& c : plan.matrices) {
+        p_elements += c.m.rows * rank_now(c);
+        q_elements += c.m.cols * rank_now(c);
+      }
+      bytes += dist::all_reduce_bytes(static_cast<size_t>(p_elements), 4, ranks);
+      bytes += dist::all_reduce_bytes(static_cast<size_t>(q_elements), 4, ranks);
     }
     return bytes;
   }
@@ -184,7 +215,20 @@ class PowerSgd final : public GradientCompressor {
   }
 
  private:
+  // This step's rank of a matrix: the share sent, k (rows + cols) / (rows·cols), is
+  // share^(s / ramp) in the s-th compressed step of the ramp, from 1 down to the final rank's.
+  int64_t rank_now(const Compressed& c) const {
+    const int64_t compressed = step() - ramp_steps_;
+    if (ramp_steps_ <= 0 || compressed >= ramp_steps_ || c.max_rank == c.rank) return c.rank;
+    const double elements = static_cast<double>(c.m.rows * c.m.cols), per_rank = static_cast<double>(c.m.rows + c.m.cols);
+    const double final_share = static_cast<double>(c.rank) * per_rank / elements;
+    const double share =
+        std::pow(final_share, static_cast<double>(std::max<int64_t>(compressed, 1)) / static_cast<double>(ramp_steps_));
+    return std::clamp(static_cast<int64_t>(share * elements / per_rank), c.rank, c.max_rank);
+  }
+
   int rank_;
+  int64_t ramp_steps_;  // the dense warm-up's length: the ramp takes as many steps
   std::vector<BucketPlan> plans_;
   std::vector<Tensor> residuals_;  // [bucket]: [elements], the error of the compressed matrices
 };
