@@ -41,7 +41,7 @@ if [[ ! -f $DATA/data.json ]]; then
   echo "== preparing the King James Bible in $DATA"
   "$TESSERA" data prepare --input kjv --out "$DATA" --vocab-size 4096
 fi
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 export OMP_NUM_THREADS=1  # one thread per rank: the two ranks share the machine's cores
 
 val_loss() { grep '"kind":"val"' "$1/metrics.jsonl" | tail -n 1 | sed -E 's/.*"loss":([-0-9.eE+]+).*/\1/'; }

@@ -82,7 +82,7 @@ print(repr(vals[-1]['loss']))" "$OUT/$1/metrics.jsonl"
 }
 
 mkdir -p "$OUT"
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc --all) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
 pids=()
 run adamw --optim.name adamw --optim.lr "$ADAMW_LR" --optim.min_lr "$(awk -v l="$ADAMW_LR" 'BEGIN { print l / 10 }')" \
   --train.steps "$STEPS" --train.batch_size "$BATCH" --train.micro_batch_size "$(micro "$BATCH")" \

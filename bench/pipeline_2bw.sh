@@ -38,7 +38,7 @@ if [[ ! -f $DATA/data.json ]]; then
   echo "== preparing the King James Bible in $DATA"
   "$TESSERA" data prepare --input kjv --out "$DATA" --vocab-size 4096
 fi
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 # One thread per process: the two stages share the machine's cores.
 export OMP_NUM_THREADS=1
 val_loss() {

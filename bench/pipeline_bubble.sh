@@ -42,7 +42,7 @@ mkdir -p "$OUT"
 # progress thread free to run beside its compute (dist/launch.h).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun -n "$P" --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 
 results=()
 for m in $MICROBATCHES; do

@@ -44,7 +44,7 @@ if [[ ! -f $DATA/data.json ]]; then
   "$TESSERA" data prepare --input kjv --out "$DATA" --vocab-size 2048
 fi
 mkdir -p "$OUT"
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -nE 's/^Model name: *//p'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -nE 's/^Model name: *//p'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 
 CLUSTER="${CLUSTER:-}"
 if [[ -z $CLUSTER ]]; then

@@ -59,7 +59,7 @@ TRAIN_BENCH="$BUILD_DIR/bench/train_bench"
 mkdir -p "$(dirname "$RESULTS")"
 : >"$RESULTS"
 if grep -qw avx512_bf16 /proc/cpuinfo; then bf16_cpu="has bf16 dot products (avx512_bf16)"; else bf16_cpu="has no bf16 dot products (no avx512_bf16)"; fi
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $THREADS threads, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $THREADS threads, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $bf16_cpu"
 
 record() {

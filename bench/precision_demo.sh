@@ -30,7 +30,7 @@ if [[ ! -f $DATA/data.json ]]; then
   echo "== preparing the King James Bible in $DATA"
   "$TESSERA" data prepare --input kjv --out "$DATA" --vocab-size 4096
 fi
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
 

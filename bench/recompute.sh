@@ -53,7 +53,7 @@ BENCH="$BUILD_DIR/bench/recompute_bench"
 
 mkdir -p "$(dirname "$RESULTS")"
 : >"$RESULTS"
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
 # Busy: other runnable processes in most of ten samples over a second (the sampler counts itself).
 if $PYTHON -c "
 import statistics, sys, time

@@ -34,7 +34,7 @@ if [[ ! -f $DATA/data.json ]]; then
   "$TESSERA" data prepare --input kjv --out "$DATA" --vocab-size 4096
 fi
 (( STEPS > WARMUP )) || { echo "STEPS must exceed the $WARMUP warm-up steps" >&2; exit 2; }
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # one thread per rank
 

@@ -50,7 +50,7 @@ SGEMM="$BUILD_DIR/bench/sgemm_ceiling"
 
 mkdir -p "$(dirname "$RESULTS")"
 : >"$RESULTS"
-echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $THREADS threads, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $THREADS threads, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # Busy: other runnable processes in most of ten samples over a second (the sampler counts itself).
 if $PYTHON -c "
 import statistics, sys, time
