@@ -19,7 +19,7 @@ std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const Optimi
   const std::string& n = config.name;
   if (n == "adamw") {
     return std::make_unique<AdamW>(memory, AdamWConfig{config.beta1, config.beta2, config.eps, config.weight_decay,
-                                                               config.variance_freeze_step},
+                                                       config.variance_freeze_step},
                                    total_elements(layout));
   }
   if (n == "sgd") return std::make_unique<Sgd>(memory, config, layout);
