@@ -3,25 +3,29 @@
 # on the King James Bible, two pipeline stages, the same steps, seed and batches. 1F1B applies each
 # step's gradient to the weights it was computed on; 2BW applies it one step late (the gradient of
 # W(t - 1) to W(t)) and never drains between logging points. The question is what that delay costs
-# in validation loss.
+# in validation loss. Under parallel.weight_version = "newest" (the default) only the microbatches a
+# stage starts before its previous step read the older weights; "delayed" is the paper's uniform
+# delay.
 #
 #   bench/pipeline_2bw.sh                  # 600 steps each, as configs/default.toml
 #   STEPS=300 bench/pipeline_2bw.sh
 #
-# Environment: STEPS (default 600), LR and MIN_LR (both runs' optim.lr and optim.min_lr; default
+# Environment: STEPS (default 600), WEIGHT_VERSION (2BW's parallel.weight_version: newest or
+# delayed; default newest), LR and MIN_LR (both runs' optim.lr and optim.min_lr; default
 # the config's), MICRO (micro batch; default 4, so 16 / 4 = 4 microbatches per
 # step, 2BW needs at least as many as stages), TESSERA (the binary; default
 # build/release/src/cli/tessera), DATA (the prepared corpus; default data/kjv, prepared when
 # missing), OUT (run folders; default build/bench/pipeline_2bw).
 #
 # Prints the runs' progress, then:
-#   RESULT pipeline_2bw steps=<N> val_loss_1f1b=<X> val_loss_2bw=<Y> rel_diff=<(Y - X) / X>
+#   RESULT pipeline_2bw steps=<N> weight_version=<V> val_loss_1f1b=<X> val_loss_2bw=<Y> rel_diff=<(Y - X) / X>
 # and exits 3 when 2BW's validation loss is more than 2 % above 1F1B's.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TESSERA="${TESSERA:-$ROOT/build/release/src/cli/tessera}"
 STEPS="${STEPS:-600}"
+WEIGHT_VERSION="${WEIGHT_VERSION:-newest}"
 MICRO="${MICRO:-4}"
 # The learning rate (and the floor of its cosine) of both runs: the config's unless given.
 LR_ARGS=()
@@ -47,15 +51,17 @@ val_loss() {
 }
 for schedule in 1f1b 2bw; do
   echo "== $schedule: $STEPS steps, pp 2, micro batch $MICRO"
+  VERSION_ARGS=()
+  [[ $schedule == 2bw ]] && VERSION_ARGS=(--parallel.weight_version "$WEIGHT_VERSION")
   "$TESSERA" launch -n 2 -- train --config "$ROOT/configs/default.toml" --data.dir "$DATA" \
     --train.out_dir "$OUT/$schedule" --train.overwrite true --train.steps "$STEPS" --train.micro_batch_size "$MICRO" \
     --parallel.pp 2 --parallel.schedule "$schedule" --checkpoint.every 0 --train.sample_tokens 0 --log.progress plain \
-    "${LR_ARGS[@]}"
+    "${LR_ARGS[@]}" "${VERSION_ARGS[@]}"
 done
 one=$(awk -v x="$(val_loss "$OUT/1f1b")" 'BEGIN { printf "%.4f", x }')
 two=$(awk -v x="$(val_loss "$OUT/2bw")" 'BEGIN { printf "%.4f", x }')
 rel=$(awk -v a="$one" -v b="$two" 'BEGIN { printf "%.4f", (b - a) / a }')
-echo "RESULT pipeline_2bw steps=$STEPS val_loss_1f1b=$one val_loss_2bw=$two rel_diff=$rel"
+echo "RESULT pipeline_2bw steps=$STEPS weight_version=$WEIGHT_VERSION val_loss_1f1b=$one val_loss_2bw=$two rel_diff=$rel"
 if awk -v r="$rel" 'BEGIN { exit !(r > 0.02) }'; then
   echo "2BW's validation loss is more than 2 % above 1F1B's" >&2
   exit 3

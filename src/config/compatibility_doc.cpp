@@ -77,7 +77,7 @@ std::string compatibility_markdown() {
         "and no two of its features are refused together; no refusal needs three. A feature that needs\n"
         "another brings it along: `parallel.sp = true` runs over `parallel.tp > 1` and `parallel.ep > 1` over\n"
         "`model.moe_experts > 0`, so their rows carry that feature's refusals too. Schedules other than 1F1B\n"
-        "run at `parallel.pp = 1` as well (one stage; 2bw then keeps its two weight versions, zb-h1 splits\n"
+        "run at `parallel.pp = 1` as well (one stage; 2bw then keeps its second weight version, zb-h1 splits\n"
         "each backward, interleaved runs its chunks one after the other), so a schedule's row is about the\n"
         "schedule alone and meets `parallel.pp > 1` in its own column.\n\n";
 

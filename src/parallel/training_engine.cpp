@@ -151,7 +151,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
-  schedule_ = pipeline::make_schedule(layout);
+  schedule_ = pipeline::make_schedule(layout, {.two_bw_versions = options.two_bw_versions});
   stages_ = split_stages();
   DataParallelOptions dp_options;
   dp_options.zero_stage = layout.zero_stage;
@@ -246,7 +246,7 @@ exec::StagePlan TrainingEngine::split_stages() const {
 
 void TrainingEngine::plan(const exec::UnitTimes& times) {
   // The split does not change with the number of microbatches: the stages keep their parameters.
-  schedule_ = pipeline::make_schedule(options_.layout);
+  schedule_ = pipeline::make_schedule(options_.layout, {.two_bw_versions = options_.two_bw_versions});
   pipeline::check_valid(schedule_);
   exec::plan_recompute(stages_, model_.config(), options_.layout.micro_batch, options_.seq_len, options_.recompute,
                        times, options_.layout.tp, options_.layout.sp, options_.precision.compute);
@@ -255,7 +255,7 @@ void TrainingEngine::plan(const exec::UnitTimes& times) {
 
 void TrainingEngine::plan_program(int first_step, int batches) {
   if (schedule_.first_step == first_step && schedule_.steps == batches) return;
-  schedule_ = pipeline::make_schedule(options_.layout, {.steps = batches, .first_step = first_step});
+  schedule_ = pipeline::make_schedule(options_.layout, {.steps = batches, .first_step = first_step, .two_bw_versions = options_.two_bw_versions});
   pipeline::check_valid(schedule_);
   program_ = exec::lower_training(schedule_, pp_ ? pp_->rank() : 0, stages_);
 }

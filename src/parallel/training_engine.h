@@ -7,10 +7,10 @@
 // through it, so they run the same code.
 //
 // PipeDream-2BW (parallel.schedule = "2bw") runs several batches as one program without a flush
-// (train_batches): the pipeline drains only where the program ends. Batch b computes its gradient
-// on weight version max(0, b - 1) and its step makes version b + 1 from version b, whatever the
-// programs' lengths, so a run's numbers do not depend on where it drained. This rank's previous
-// version is stashed by parallel/weight_versions.h.
+// (train_batches): the pipeline drains only where the program ends. Batch b's microbatches read
+// version b or b - 1 as the schedule's actions say (EngineOptions::two_bw_versions) and its step
+// makes version b + 1 from version b, whatever the programs' lengths, so a run's numbers do not
+// depend on where it drained. This rank's previous version is stashed by parallel/weight_versions.h.
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,6 +34,7 @@
 #include "memory/loss_scaler.h"
 #include "config/precision.h"
 #include "config/parallel_layout.h"
+#include "parallel/pipeline/generators.h"
 #include "parallel/pipeline/instruction.h"
 #include "parallel/pipeline/measured_timeline.h"
 
@@ -57,6 +58,8 @@ struct EngineOptions {
   // The compute dtype (bf16, f16: the model reads 16-bit working copies, parallel/working_copies.h),
   // fp16's loss scaling and the dtype of the gradient reduction's messages (config/precision.h).
   config::PrecisionOptions precision;
+  // Under PipeDream-2BW, which weight version a microbatch reads on a stage (pipeline/generators.h).
+  pipeline::TwoBWVersions two_bw_versions = pipeline::TwoBWVersions::Newest;
 };
 
 class TrainingEngine {

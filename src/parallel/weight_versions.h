@@ -5,8 +5,8 @@
 // optimizer steps since training began):
 //   - the newest version is the store's values, which the optimizer updates in place;
 //   - the version before it is the stash: a copy of this rank's parameters taken right before each
-//     optimizer step. Batch b + 1 started on version b before batch b's step made version b + 1,
-//     and its remaining forwards and backwards must read the same weights.
+//     optimizer step. Microbatches of batch b + 1 started on version b before batch b's step made
+//     version b + 1, and their remaining forwards and backwards must read the same weights.
 // Any other version is an error naming the action: double buffering keeps two. The stash is
 // allocated once, up front, under MemoryTag::WeightStash: it is what 2BW costs in memory (one
 // more copy of the rank's parameters), and the accountant shows it as such.

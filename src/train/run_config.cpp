@@ -152,6 +152,14 @@ void RunConfig::validate() const {
              "or \"2bw\"",
              parallel.schedule);
   }
+  TS_CHECK(parallel.weight_version == "newest" || parallel.weight_version == "delayed",
+           "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
+           "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
+           parallel.weight_version);
+  TS_CHECK(parallel.weight_version == "newest" || parallel.schedule == "2bw",
+           "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
+           "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
+           parallel.weight_version, parallel.schedule);
   check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
   TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == "interleaved",
            "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
@@ -453,6 +461,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
     c.parallel.schedule = r.get("schedule", c.parallel.schedule);
     c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
+    c.parallel.weight_version = r.get("weight_version", c.parallel.weight_version);
     c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
     c.parallel.compression = r.get("compression", c.parallel.compression);
@@ -620,6 +629,7 @@ std::string to_toml(const RunConfig& c) {
                                             {"zero_stage", c.parallel.zero_stage},
                                             {"schedule", c.parallel.schedule},
                                             {"virtual_stages", c.parallel.virtual_stages},
+                                            {"weight_version", c.parallel.weight_version},
                                             {"bucket_mb", shortest(c.parallel.bucket_mb)},
                                             {"timeout_seconds", shortest(c.parallel.timeout_seconds)},
                                             {"compression", c.parallel.compression},

@@ -67,6 +67,9 @@ struct ParallelSection {
   int zero_stage = 0;               // 0: plain data parallel; 1, 2, 3: ZeRO (optimizer, + gradients, + parameters sharded)
   std::string schedule = "1f1b";    // the order of microbatches' forwards and backwards on each rank
   int virtual_stages = 1;           // model chunks per rank (the interleaved schedule)
+  // 2bw: the weight version a microbatch reads on a stage: "newest" (stale only where the pipeline
+  // forces it) or "delayed" (all of batch b reads version b - 1); pipeline/generators.h.
+  std::string weight_version = "newest";
   float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
   float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
   std::string compression = "none"; // how gradient buckets are reduced: none, topk, qsgd, onebit, powersgd

@@ -77,6 +77,8 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.optimizer = cfg.optim;  // the optimizer part of optim.*
   o.seq_len = cfg.model.seq_len;
   o.stage_layers = cfg.parallel.stage_layers;
+  o.two_bw_versions = cfg.parallel.weight_version == "delayed" ? pipeline::TwoBWVersions::Delayed
+                                                                : pipeline::TwoBWVersions::Newest;
   o.compression = cfg.compression_options();
   o.precision = cfg.precision_options();
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
@@ -134,7 +136,11 @@ std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576
 std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& engine) {
   int recomputed = 0;
   for (const exec::Action& a : engine.program().actions) recomputed += a.phase == exec::Phase::Recompute;
-  std::string text = fmt::format("execution: schedule {} ({} microbatches per step), recompute {}", cfg.parallel.schedule,
+  std::string text = fmt::format("execution: schedule {}{} ({} microbatches per step), recompute {}",
+                                 cfg.parallel.schedule,
+                                 cfg.parallel.schedule == "2bw" ? fmt::format(" with weight_version {}",
+                                                                              cfg.parallel.weight_version)
+                                                                : std::string(),
                                  cfg.accumulation_steps(), cfg.memory.recompute);
   if (cfg.memory.recompute == "every_k") {
     text += fmt::format(" (segments of {} blocks)", cfg.memory.recompute_every > 0

@@ -217,17 +217,31 @@ int run_rank_checks(int argc, char** argv, const std::function<void(dist::Commun
 
 namespace {
 
+// A one-process model with its optimizer over every parameter: what the references start from.
+struct OneProcess {
+  explicit OneProcess(const ParityCase& c)
+      : model(c.model, memory, c.seed),
+        store(model.parameters()),
+        whole(optim::whole_parameters(store)),
+        opt(optim::make_optimizer(memory, c.optimizer, store, whole, nullptr)),
+        N(store.numel()),
+        scale(1.0f / static_cast<float>(c.global_batch * c.seq_len)),
+        values(store.flat_values().data<float>()) {}
+  MemoryAccountant memory;
+  nn::GPT model;
+  nn::ParameterStore& store;
+  const std::vector<optim::Segment> whole;
+  std::unique_ptr<optim::Optimizer> opt;
+  const int64_t N;
+  const float scale;  // of each token's loss: one over the global batch's tokens
+  float* values;
+};
+
 // The one-process run both references share. `delayed`: PipeDream-2BW's update, step t's gradient
 // taken at W(max(0, t - 1)) and applied to W(t) (two copies of the weights kept by hand).
 RunRecord run_one_process(const ParityCase& c, bool delayed) {
-  MemoryAccountant memory;
-  nn::GPT model(c.model, memory, c.seed);
-  nn::ParameterStore& store = model.parameters();
-  const std::vector<optim::Segment> whole = optim::whole_parameters(store);
-  std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(memory, c.optimizer, store, whole, nullptr);
-  const int64_t N = store.numel();
-  const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);
-  float* values = store.flat_values().data<float>();
+  OneProcess one(c);
+  auto& [memory, model, store, whole, opt, N, scale, values] = one;
   std::vector<float> older(values, values + N);  // W(max(0, t - 1)) at step t
   RunRecord rec;
   rec.numel = rec.shard = N;
@@ -260,6 +274,71 @@ RunRecord run_one_process(const ParityCase& c, bool delayed) {
 }
 
 }  // namespace
+
+RunRecord run_reference_2bw_newest(const ParityCase& c, int dp, int pp) {
+  TS_CHECK(!c.model.tied_embeddings, "the newest-version 2BW reference reads each parameter at one version per stage; "
+           "a tied embedding belongs to two stages");
+  TS_CHECK(static_cast<int>(c.stage_layers.size()) == pp, "the reference needs the blocks of each of the {} stages",
+           pp);
+  OneProcess one(c);
+  auto& [memory, model, store, whole, opt, N, scale, values] = one;
+  // The elements each stage owns: the embedding with the first blocks, the head with the last.
+  std::vector<std::vector<nn::ParamRange>> owned(static_cast<size_t>(pp));
+  {
+    int stage = 0;
+    int64_t blocks_left = c.stage_layers.front();
+    for (const nn::Unit& unit : model.units()) {
+      if (unit.kind == nn::UnitKind::Block) {
+        while (blocks_left == 0) blocks_left = c.stage_layers[static_cast<size_t>(++stage)];
+        --blocks_left;
+      }
+      const int at = unit.kind == nn::UnitKind::Head ? pp - 1 : stage;
+      owned[static_cast<size_t>(at)].push_back(unit.owned);
+    }
+  }
+  std::vector<float> older(values, values + N);  // W(max(0, t - 1)) at step t
+  RunRecord rec;
+  rec.numel = rec.shard = N;
+  std::vector<int32_t> inputs, targets;
+  for (int step = 0; step < c.steps; ++step) {
+    const std::vector<float> newest(values, values + N);
+    store.zero_grads();
+    double sum = 0;
+    for (int j = 0; j < c.micros; ++j) {
+      for (int s = 0; s < pp; ++s) {
+        const bool stale = step >= 1 && j <= pp - 2 - s;
+        const std::vector<float>& version = stale ? older : newest;
+        for (const nn::ParamRange& r : owned[static_cast<size_t>(s)]) {
+          std::copy(version.begin() + r.begin, version.begin() + r.end, values + r.begin);
+        }
+      }
+      for (int d = 0; d < dp; ++d) {
+        const data::RowRange mine = data::split_rows(c.global_batch, d, dp);
+        const data::RowRange rows = data::split_rows(mine.size(), j, c.micros);
+        const int64_t begin = mine.begin + rows.begin;
+        const int B = static_cast<int>(rows.size());
+        synthetic_rows(c, step, begin, B, inputs, targets);
+        nn::StepContext ctx{memory, store};
+        ctx.seed = c.seed;
+        ctx.step = static_cast<uint64_t>(step);
+        ctx.sample_offset = begin;
+        nn::GPT::Ctx fwd;
+        sum += model.forward(ctx, fwd, inputs.data(), targets.data(), B, c.seq_len, scale);
+        model.backward(ctx, fwd);
+      }
+    }
+    std::copy(newest.begin(), newest.end(), values);
+    const std::pair<float*, size_t> all{store.flat_grads().data<float>(), static_cast<size_t>(N)};
+    StepRecord s;
+    s.loss = sum * static_cast<double>(scale);
+    s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
+    opt->step(c.lr, whole);
+    older = newest;
+    rec.steps.push_back(s);
+  }
+  rec.params = flat_copy(store, store);
+  return rec;
+}
 
 RunRecord run_reference(const ParityCase& c) { return run_one_process(c, false); }
 
@@ -301,6 +380,8 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.compression = c.compression;
   options.measure_unit_times = false;  // a plan from FLOPs: the same on every run of the test
   options.precision = c.precision;
+  options.two_bw_versions = c.two_bw_versions;
+  options.stage_layers = c.stage_layers;
   parallel::TrainingEngine engine(model, memory, comm, options, pp, tp, ep, edp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);

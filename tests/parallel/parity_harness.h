@@ -39,6 +39,11 @@ struct ParityCase {
   // train_step per step. Under PipeDream-2BW the pipeline drains between calls only.
   std::vector<int> steps_per_call;
   config::PrecisionOptions precision;  // of the parallel run (the reference is always fp32)
+  // PipeDream-2BW's rule for the version a microbatch reads (pipeline/generators.h). The harness
+  // runs the paper's uniform delay unless a case asks for the engine's default, the newest.
+  pipeline::TwoBWVersions two_bw_versions = pipeline::TwoBWVersions::Delayed;
+  // Blocks per pipeline stage; empty: the engine's balanced split.
+  std::vector<int64_t> stage_layers;
 };
 
 struct StepRecord {
@@ -111,6 +116,12 @@ RunRecord run_reference(const ParityCase& c);
 // The same with PipeDream-2BW's delayed gradient, written out by hand with two copies of the
 // weights: step t's gradient is taken at W(max(0, t - 1)) and AdamW applies it to W(t).
 RunRecord run_reference_2bw(const ParityCase& c);
+// PipeDream-2BW with TwoBWVersions::Newest over `dp` data-parallel ranks and `pp` stages of
+// c.stage_layers blocks, by hand: the global batch as the pipelines' microbatches (microbatch j of
+// each data-parallel rank), each run on weights assembled stage by stage, where stage s reads
+// W(t - 1) for microbatches j <= pp - 2 - s of step t >= 1 and W(t) for the rest. Untied
+// embeddings only: a tied weight would be read at two versions within one forward.
+RunRecord run_reference_2bw_newest(const ParityCase& c, int dp, int pp);
 // The end of an mpirun test's main: the failures of every rank of `world` summed (so every rank
 // exits alike), a line from rank 0, and the exit code (0 when no rank failed).
 int agree_on_failures(const RankChecks& checks, dist::Communicator& world);

@@ -411,12 +411,15 @@ TEST_F(ParallelTraining, MixedPrecisionRunsTrackFp32AndResumeBitwise) {
   EXPECT_NE(manifest.find("\"loss_scale\""), std::string::npos) << manifest;
 }
 
-// parallel.schedule = "2bw": the pipeline drains only where the trainer needs it (here every third
-// step, at the progress line), yet every step's loss follows the one-process 2BW run that drains
-// at every step; a run stopped at step 2 and resumed equals the uninterrupted one bitwise, the
-// previous weight version travelling in the checkpoint. A checkpoint without it is refused.
+// parallel.schedule = "2bw" with the uniform delay (parallel.weight_version = "delayed", the same
+// arithmetic on any number of stages): the pipeline drains only where the trainer needs it (here
+// every third step, at the progress line), yet every step's loss follows the one-process 2BW run
+// that drains at every step; a run stopped at step 2 and resumed equals the uninterrupted one
+// bitwise, the previous weight version travelling in the checkpoint. A checkpoint without it is
+// refused.
 TEST_F(ParallelTraining, TwoBWRunsFollowTheOneProcessRunAndResumeBitwise) {
-  const std::string model = "--model.n_layer 4 --train.steps 6 --model.dropout 0.1 --parallel.schedule 2bw";
+  const std::string model = "--model.n_layer 4 --train.steps 6 --model.dropout 0.1 --parallel.schedule 2bw "
+                            "--parallel.weight_version delayed";
   CliResult one = run_tessera(train_args(g_root / "bw_one", model));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<double> want = losses(g_root / "bw_one" / "metrics.jsonl");

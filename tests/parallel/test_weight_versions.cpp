@@ -45,20 +45,27 @@ void add_versions(const pipeline::Schedule& s, Versions& out) {
 }  // namespace
 
 TEST(PipeDream2BWLists, ContinuedListsReadTheVersionsOfOneLongList) {
-  for (int p : {1, 2, 4}) {
-    for (int m : {p, p + 1, 2 * p + 1}) {
-      Versions whole, pieces;
-      add_versions(pipeline::make_schedule(two_bw(p, m), {.steps = 7}), whole);
-      for (auto [first, steps] : {std::pair{0, 2}, std::pair{2, 1}, std::pair{3, 4}}) {
-        const pipeline::Schedule piece = pipeline::make_schedule(two_bw(p, m), {.steps = steps, .first_step = first});
-        const pipeline::ValidationReport report = pipeline::check_valid(piece);
-        for (int v : report.peak_weight_versions) EXPECT_LE(v, 2) << "p " << p << " m " << m;
-        add_versions(piece, pieces);
-      }
-      EXPECT_EQ(whole, pieces) << "p " << p << " m " << m;
-      // Batch b reads max(0, b - 1).
-      for (const auto& [key, version] : whole) {
-        EXPECT_EQ(version, std::max(0, std::get<2>(key) / m - 1));
+  using pipeline::TwoBWVersions;
+  for (const TwoBWVersions rule : {TwoBWVersions::Newest, TwoBWVersions::Delayed}) {
+    for (int p : {1, 2, 4}) {
+      for (int m : {p, p + 1, 2 * p + 1}) {
+        Versions whole, pieces;
+        add_versions(pipeline::make_schedule(two_bw(p, m), {.steps = 7, .two_bw_versions = rule}), whole);
+        for (auto [first, steps] : {std::pair{0, 2}, std::pair{2, 1}, std::pair{3, 4}}) {
+          const pipeline::Schedule piece =
+              pipeline::make_schedule(two_bw(p, m), {.steps = steps, .first_step = first, .two_bw_versions = rule});
+          const pipeline::ValidationReport report = pipeline::check_valid(piece);
+          for (int v : report.peak_weight_versions) EXPECT_LE(v, 2) << "p " << p << " m " << m;
+          add_versions(piece, pieces);
+        }
+        EXPECT_EQ(whole, pieces) << "p " << p << " m " << m;
+        // Batch b reads max(0, b - 1) under the delay; under the newest only its first p - 1 - r
+        // microbatches on rank r do, and the rest read b.
+        for (const auto& [key, version] : whole) {
+          const int rank = std::get<0>(key), batch = std::get<2>(key) / m, j = std::get<2>(key) % m;
+          const bool older = rule == TwoBWVersions::Delayed || j <= p - 2 - rank;
+          EXPECT_EQ(version, older ? std::max(0, batch - 1) : batch);
+        }
       }
     }
   }
@@ -90,7 +97,10 @@ TEST(PipeDream2BWLists, ProgramsCarryVersionsAndBatches) {
       }
       EXPECT_EQ(a.batch, a.microbatch / m) << exec::describe(a);
       if (a.kind == exec::Action::Kind::Unit) {
-        EXPECT_EQ(a.weight_version, first + a.batch - 1) << exec::describe(a);
+        // The newest version (the default): microbatch 0 of each batch starts on rank 0 before
+        // the previous batch's step; everything else reads the batch's own version.
+        const bool early = rank == 0 && a.microbatch % m == 0;
+        EXPECT_EQ(a.weight_version, first + a.batch - (early ? 1 : 0)) << exec::describe(a);
       }
     }
     EXPECT_EQ(step_batches, (std::vector<int>{0, 1, 2}));
@@ -209,6 +219,32 @@ TEST(PipeDream2BWEngine, OneProcessMatchesTheHandWrittenReference) {
     }
     EXPECT_GT(apart, 1e-4);
   }
+}
+
+// At pp = 1 no microbatch starts before the previous step, so the newest-version rule is the
+// synchronous run, while the engine still keeps (and pays for) the stash.
+TEST(PipeDream2BWEngine, NewestVersionsOnOneStageAreTheSynchronousRun) {
+  ParityCase c;
+  c.model = tessera::testing::gpt2_odd_config();
+  c.model.dropout = 0.1f;
+  c.schedule = config::ScheduleKind::PipeDream2BW;
+  c.two_bw_versions = pipeline::TwoBWVersions::Newest;
+  c.micros = 2;
+  c.global_batch = 4;
+  c.steps = 5;
+  c.steps_per_call = {2, 3};
+  const tessera::testing::RunRecord reference = tessera::testing::run_reference(c);
+  const tessera::testing::RunRecord run = tessera::testing::run_parallel(c, nullptr, nullptr);
+  ASSERT_EQ(run.steps.size(), reference.steps.size());
+  for (size_t s = 0; s < run.steps.size(); ++s) {
+    EXPECT_NEAR(run.steps[s].loss, reference.steps[s].loss, 1e-5 * std::abs(reference.steps[s].loss)) << s;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < run.params.size(); ++i) {
+    worst = std::max(worst, std::abs(double(run.params[i]) - reference.params[i]));
+  }
+  EXPECT_LE(worst, 1e-4);
+  EXPECT_EQ(run.weight_stash_bytes, run.optimizer_param_bytes);
 }
 
 TEST(PipeDream2BWEngine, ABatchOutOfStepWithTheWeightsIsRefused) {

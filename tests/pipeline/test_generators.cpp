@@ -172,24 +172,38 @@ TEST(PipelineGenerators, ZeroBubbleSplitsBackwardAndDelaysWeightGradients) {
     for (const Instruction& ins : s.programs[r]) EXPECT_NE(ins.op, Op::Backward);
 }
 
+// Under the default (TwoBWVersions::Newest) microbatch j of batch b >= 1 reads version b - 1 on
+// rank r only when j <= p - 2 - r (its forward there precedes the step for batch b - 1), else b;
+// under ::Delayed all of batch b reads b - 1. Either way the version exists when it is read.
 TEST(PipelineGenerators, PipeDream2BWWritesTheWeightVersionOnEveryInstruction) {
   const int p = 3, m = 4, steps = 3;
-  const Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, p, m), {.steps = steps});
-  EXPECT_FALSE(s.flush);
-  for (int r = 0; r < p; ++r) {
-    int steps_seen = 0;
-    for (const Instruction& ins : s.programs[r]) {
-      if (ins.op == Op::OptimizerStep) {
-        EXPECT_EQ(ins.weight_version, ++steps_seen);
-      } else if (is_compute(ins.op)) {
-        const int batch = ins.microbatch / m;
-        EXPECT_EQ(ins.weight_version, std::max(0, batch - 1)) << describe(ins);
-        // The version it reads exists: produced by an earlier optimizer step on this rank.
-        EXPECT_LE(ins.weight_version, steps_seen) << describe(ins);
+  for (const TwoBWVersions rule : {TwoBWVersions::Newest, TwoBWVersions::Delayed}) {
+    const Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, p, m),
+                                          {.steps = steps, .two_bw_versions = rule});
+    EXPECT_FALSE(s.flush);
+    int stale = 0;
+    for (int r = 0; r < p; ++r) {
+      int steps_seen = 0;
+      for (const Instruction& ins : s.programs[r]) {
+        if (ins.op == Op::OptimizerStep) {
+          EXPECT_EQ(ins.weight_version, ++steps_seen);
+        } else if (is_compute(ins.op)) {
+          const int batch = ins.microbatch / m, j = ins.microbatch % m;
+          const bool older = rule == TwoBWVersions::Delayed || j <= p - 2 - r;
+          EXPECT_EQ(ins.weight_version, older ? std::max(0, batch - 1) : batch) << describe(ins);
+          // The version it reads exists: produced by an earlier optimizer step on this rank.
+          EXPECT_LE(ins.weight_version, steps_seen) << describe(ins);
+          if (ins.op == Op::Forward && batch >= 1 && ins.weight_version < batch) ++stale;
+        }
       }
+      EXPECT_EQ(steps_seen, steps);
     }
-    EXPECT_EQ(steps_seen, steps);
+    // Newest: batches 1 and 2 each start 2 + 1 + 0 microbatches early over the three ranks.
+    EXPECT_EQ(stale, rule == TwoBWVersions::Newest ? 2 * 3 : 2 * m * p);
+    const ValidationReport report = validate(s);
+    ASSERT_TRUE(report.ok()) << report.summary();
   }
+  const Schedule s = make_pipedream_2bw(pipeline_layout(ScheduleKind::PipeDream2BW, p, m), {.steps = steps});
   // Batches follow each other without a flush: rank 0 starts batch 1 before finishing batch 0.
   const auto tokens = compute_tokens(s, 0);
   const auto first_of_batch1 = std::find(tokens.begin(), tokens.end(), "F4");

@@ -75,7 +75,9 @@ TEST(PipelineValidator, EveryGeneratedScheduleIsValid) {
               break;
           }
           if (kind == ScheduleKind::PipeDream2BW) {
-            EXPECT_EQ(*std::max_element(r.peak_weight_versions.begin(), r.peak_weight_versions.end()), 2);
+            // One stage reads only the newest weights; with more, the first starts a batch early.
+            EXPECT_EQ(*std::max_element(r.peak_weight_versions.begin(), r.peak_weight_versions.end()),
+                      p > 1 ? 2 : 1);
           }
           ++checked;
         }

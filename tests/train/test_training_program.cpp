@@ -166,6 +166,8 @@ TEST_F(TrainingProgram, BadRecomputeSettingsAreRefused) {
       {"--memory.activation_budget_mb -1", "memory.activation_budget_mb"},
       {"--parallel.schedule 3bw", "parallel.schedule = '3bw' is not known"},
       {"--parallel.virtual_stages 2", "only the interleaved schedule runs"},
+      {"--parallel.schedule 2bw --parallel.weight_version oldest", "parallel.weight_version = 'oldest' is not known"},
+      {"--parallel.weight_version delayed", "but parallel.schedule = \"1f1b\" keeps one"},
   };
   for (const auto& c : cases) {
     CliResult r = run_tessera(train_args(g_root / "bad_recompute", "--train.steps 2 " + c.extra));
