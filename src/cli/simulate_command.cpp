@@ -35,6 +35,7 @@ struct SimulateOptions {
   int microbatches = 8;
   int chunks = 1;
   int steps = 1;
+  std::string weight_version = "newest";
   double forward = 1.0;
   double backward = 2.0;
   double weight = 1.0;
@@ -88,7 +89,10 @@ void run(const SimulateOptions& o) {
   layout.virtual_stages = o.chunks;
   layout.schedule = config::parse_schedule_kind(o.schedule);
   layout.global_batch = o.microbatches;
-  const pp::Schedule schedule = pp::make_schedule(layout, {.steps = o.steps, .recompute = o.recompute});
+  const pp::Schedule schedule = pp::make_schedule(
+      layout, {.steps = o.steps,
+               .recompute = o.recompute,
+               .two_bw_versions = o.weight_version == "delayed" ? pp::TwoBWVersions::Delayed : pp::TwoBWVersions::Newest});
   const pp::ValidationReport validation = pp::check_valid(schedule);
   plan::PipelineCosts costs = plan::uniform_costs(schedule, o.forward, o.backward, o.weight, o.p2p);
   costs.mode = o.blocking ? plan::TransferMode::Blocking : plan::TransferMode::Async;
@@ -134,6 +138,10 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chunks", options->chunks, "model chunks per rank v (interleaved)")->capture_default_str();
   cmd->add_option("--steps", options->steps, "optimizer steps in one list (2bw)")->capture_default_str();
+  cmd->add_option("--weight-version", options->weight_version,
+                  "2bw: the weights a microbatch reads, as parallel.weight_version (newest or delayed)")
+      ->check(CLI::IsMember({"newest", "delayed"}))
+      ->capture_default_str();
   cmd->add_option("--forward-time", options->forward, "forward time of one microbatch on one rank")
       ->capture_default_str();
   cmd->add_option("--backward-time", options->backward,
@@ -152,7 +160,7 @@ void add_simulate_command(CLI::App& app) {
       "--timeline", options->timeline,
       "a step measured in a run (timeline.json, log.timeline = true): draw it beside its simulation with the "
       "measured costs (SVG next to it unless --svg), print both bubbles");
-  for (const char* name : {"--schedule", "--stages", "--microbatches", "--chunks", "--steps", "--forward-time",
+  for (const char* name : {"--schedule", "--stages", "--microbatches", "--chunks", "--steps", "--weight-version", "--forward-time",
                            "--backward-time", "--weight-time", "--p2p-time", "--recompute", "--blocking"}) {
     timeline->excludes(cmd->get_option(name));
   }

@@ -176,6 +176,7 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
       {prepare + "--vocab-size 0", "error: --vocab-size 0 is out of range"},
       {"data info " + g_dataset.string() + " --sample -3", "error: --sample must be 0 or more (tokens to print), got -3"},
       {"simulate --stages four", "error: --stages takes a number, got 'four' ('tessera simulate --help'"},
+      {"simulate --weight-version late", "error: --weight-version: late not in {newest,delayed}"},
   };
   for (const auto& [args, message] : cases) {
     const CliResult r = run_tessera(args);
@@ -185,6 +186,21 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
     EXPECT_FALSE(contains(r.output, "not in range")) << args << "\n" << r.output;
   }
   EXPECT_FALSE(fs::exists(g_root / "never"));
+}
+
+// `simulate --weight-version`: under the newest rule the last stage starts batch 1 on version 1;
+// under the uniform delay on version 0 (the picture's titles name the version read).
+TEST_F(Cli, SimulateDrawsTheWeightVersionsOfEitherTwoBWRule) {
+  for (const std::string rule : {"newest", "delayed"}) {
+    const fs::path svg = g_root / ("2bw_" + rule + ".svg");
+    const CliResult r = run_tessera("simulate --schedule 2bw --stages 2 --microbatches 2 --steps 2 --weight-version " +
+                                    rule + " --svg " + svg.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string picture = tessera::testing::read_file(svg.string());
+    EXPECT_EQ(contains(picture, "forward stage 1 microbatch 2 weights v1"), rule == "newest") << rule;
+    // Stage 0 starts microbatch 2 before its first step under either rule: version 0, unnamed.
+    EXPECT_TRUE(contains(picture, "forward stage 0 microbatch 2 [")) << rule;
+  }
 }
 
 // `simulate --timeline`: a step recorded by the pipeline benchmark (ZB-H1, p = 2, m = 4, a tiny
