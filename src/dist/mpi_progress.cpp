@@ -67,6 +67,7 @@ bool MpiCommunicator::begin_op(Op& op) {
   try {
     if (options_.check_sequence && is_collective(op.kind)) check_in_step(op);
     op.start(op.requests);
+    op.work->mark_started();
     return true;
   } catch (...) {
     watchdog_->end(op.watch_token);

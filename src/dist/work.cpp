@@ -13,6 +13,11 @@ void Work::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
+void Work::wait_started() {
+  std::unique_lock lock(mutex_);
+  done_cv_.wait(lock, [&] { return started_ || done_; });
+}
+
 bool Work::is_completed() const {
   std::lock_guard lock(mutex_);
   return done_;
@@ -27,6 +32,14 @@ std::string Work::describe() const {
   if (kind_ == OpKind::Send) return fmt::format("send #{} to rank {}", seq_, peer_);
   if (kind_ == OpKind::Recv) return fmt::format("recv #{} from rank {}", seq_, peer_);
   return fmt::format("{} #{}", op_name(kind_), seq_);
+}
+
+void Work::mark_started() {
+  {
+    std::lock_guard lock(mutex_);
+    started_ = true;
+  }
+  done_cv_.notify_all();
 }
 
 void Work::mark_completed() {

@@ -25,6 +25,12 @@ class Work {
   Work& operator=(const Work&) = delete;
 
   void wait();                 // blocks until done; throws tessera::Error if the operation failed
+  // Blocks until the backend has handed the operation to its transport (or it has finished or
+  // failed). From there a receiver can take a message without this process: MPI's shared-memory
+  // transport lets the receiving rank copy a large message out of the sender's memory itself.
+  // A sender about to compute calls it so that its peer is not left waiting for the progress
+  // thread to be scheduled while both cores are busy.
+  void wait_started();
   bool is_completed() const;   // done, successfully or not; never blocks
 
   OpKind kind() const { return kind_; }
@@ -38,7 +44,9 @@ class Work {
   double seconds() const;
   std::string describe() const;                     // "all_reduce #17", "send #3 to rank 2"
 
-  // Called by the backend's progress thread, once.
+  // Called by the backend's progress thread: mark_started when the transport has the operation,
+  // then one of the other two, once.
+  void mark_started();
   void mark_completed();
   void mark_failed(std::exception_ptr error);
 
@@ -50,6 +58,7 @@ class Work {
   const std::chrono::steady_clock::time_point posted_;
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
+  bool started_ = false;
   bool done_ = false;
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_;

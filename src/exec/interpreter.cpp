@@ -86,12 +86,39 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
   if (options.timeline) options.timeline->begin(program.actions.size());
   transforms_.begin(program);
   post_receives_after(program, -1, microbatches, posted);
-  // Sends of a run of transfers posted before a receive of the run was waited for.
-  std::vector<bool> sent_ahead(program.actions.size(), false);
+  // Receives reached in the list but not yet waited for: each is waited for right before the unit
+  // action that reads its tensor (as the schedule simulator's isend/irecv model has it), so a
+  // receive listed ahead of an unrelated compute does not stall that compute.
+  std::vector<int> awaited;
+  const auto wait_receives_for = [&](const Action& consumer) {
+    std::erase_if(awaited, [&](int j) {
+      const Action& r = program.actions[static_cast<size_t>(j)];
+      // An activation is the input of the unit the receive names; a gradient is that of the
+      // output of the unit below it (the last of this rank's chunk), whose backward reads it.
+      const bool activation = r.payload == pipeline::Tensor::Activation;
+      const bool reads = r.microbatch == consumer.microbatch && activation == is_forward(consumer.phase) &&
+                         consumer.unit == (activation ? r.unit : r.unit - 1);
+      if (!reads) return false;
+      const ActionTimer timer(options.timeline, j);  // the recv's span: the time spent waiting for it
+      receive(program, j, states[static_cast<size_t>(r.microbatch)], posted);
+      return true;
+    });
+  };
   for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
-    if (sent_ahead[static_cast<size_t>(i)]) continue;
     const Action& a = program.actions[static_cast<size_t>(i)];
-    if (a.kind == Action::Kind::Recv) send_ahead(program, i, states, sends, sent_ahead, options.timeline);
+    if (a.kind == Action::Kind::Recv) {
+      post_receives_after(program, i - 1, microbatches, posted);
+      awaited.push_back(i);
+      // The stages above have back-propagated this microbatch (what a recompute before the wait
+      // must know: its output no longer goes into their input slot), whenever the data lands.
+      if (a.payload == pipeline::Tensor::Gradient) {
+        TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
+                 describe(a), a.microbatch, program.microbatches);
+        states[static_cast<size_t>(a.microbatch)].backward_done = a.unit;
+      }
+      continue;
+    }
+    if (a.kind == Action::Kind::Unit) wait_receives_for(a);  // before its own span begins
     const ActionTimer timer(options.timeline, i);
     if (a.kind == Action::Kind::OptimizerStep) {
       TS_CHECK(a.batch >= 0 && a.batch < program.batches, "{} names batch {} of {}", describe(a), a.batch,
@@ -112,10 +139,6 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     MicrobatchState& s = states[static_cast<size_t>(a.microbatch)];
     if (a.kind == Action::Kind::Send) {
       send(program, i, s, sends);
-      continue;
-    }
-    if (a.kind == Action::Kind::Recv) {
-      receive(program, i, s, posted, microbatches);
       continue;
     }
     finished = false;
@@ -148,6 +171,8 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     }
     transforms_.after(event);
   }
+  TS_CHECK(awaited.empty(), "{}: no action of the program reads what it receives",
+           describe(program.actions[static_cast<size_t>(awaited.empty() ? 0 : awaited.front())]));
   check_finished(program, states, 0, program.microbatches);
   complete_sends();
   if (!finished) transforms_.finish(program);
@@ -178,28 +203,13 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
   }
 }
 
-void Interpreter::send_ahead(const Program& program, int i, std::vector<MicrobatchState>& states,
-                             std::vector<Transfer>& sends, std::vector<bool>& sent_ahead, TimelineRecorder* timeline) {
-  for (int j = i + 1; j < static_cast<int>(program.actions.size()) && is_transfer(program.actions[static_cast<size_t>(j)]);
-       ++j) {
-    const Action& a = program.actions[static_cast<size_t>(j)];
-    if (a.kind != Action::Kind::Send || sent_ahead[static_cast<size_t>(j)]) continue;
-    TS_CHECK(a.microbatch >= 0 && a.microbatch < program.microbatches, "action {} names microbatch {} of {}",
-             describe(a), a.microbatch, program.microbatches);
-    const ActionTimer timer(timeline, j);
-    send(program, j, states[static_cast<size_t>(a.microbatch)], sends);
-    sent_ahead[static_cast<size_t>(j)] = true;
-  }
-}
-
-void Interpreter::receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
-                          std::span<const MicrobatchInput> microbatches) {
+void Interpreter::receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted) {
   const Action& a = program.actions[static_cast<size_t>(i)];
   const auto u = static_cast<size_t>(a.unit);
   const bool activation = a.payload == pipeline::Tensor::Activation;
   TS_CHECK(activation || a.payload == pipeline::Tensor::Gradient, "{}: nothing to move", describe(a));
-  post_receives_after(program, i - 1, microbatches, posted);
   Transfer& t = posted[static_cast<size_t>(i)];
+  TS_CHECK(t.work != nullptr, "{}: waited for before it was posted", describe(a));
   t.work->wait();
   if (activation) {
     TS_CHECK(!s.input[u].defined(), "{}: the input of unit {} is still stored", describe(a), a.unit);
@@ -207,7 +217,6 @@ void Interpreter::receive(const Program& program, int i, MicrobatchState& s, std
   } else {
     TS_CHECK(!s.grad[u].defined(), "{}: a gradient for unit {} is still stored", describe(a), a.unit);
     s.grad[u] = std::move(t.buffer);
-    s.backward_done = a.unit;  // the stages above have back-propagated this microbatch
   }
   t = Transfer{};
 }
@@ -233,6 +242,11 @@ void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::v
   slot = Tensor();
   dist::WorkPtr work = pipeline_->send(buffer.raw(), static_cast<size_t>(buffer.numel()), buffer.dtype(), a.peer,
                                        transfer_tag(program, a), "pipeline instruction: " + describe(a));
+  // The peer may be waiting for this tensor now. Posted only by the progress thread, it would wait
+  // until that thread got a core, which under a busy machine is after this rank's next compute
+  // (measured: 1.5-4 ms per transfer on two vCPUs, docs/benchmarks.md); handed to MPI before this
+  // rank computes again, the peer's receive completes on its own.
+  work->wait_started();
   sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }
 

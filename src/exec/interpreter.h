@@ -10,11 +10,12 @@
 // (F0 B0 F1 B1 ...); a pipeline rank runs the same interpreter on its own list, whose Send and
 // Recv actions move activations and gradients over the pipeline group's point-to-point
 // operations. Receives are posted ahead: those that follow a unit action are posted before it
-// runs, so the transfer overlaps its compute; sends complete in the background and are waited for
-// before the program ends. A send never waits, so within a run of consecutive transfers the sends
-// are posted before any receive of the run is waited for: the lists are ordered for rendezvous
-// semantics (pipeline/validator.h), where a receive placed first would hold back a neighbour
-// waiting for the send behind it. Transfers are the interpreter's own: transforms see unit
+// runs, so the transfer overlaps its compute, and each is waited for right before the unit action
+// that reads its tensor (the schedule simulator's isend/irecv timing), not at its place in the
+// list. Sends are handed to MPI before the rank computes again, complete in the background and
+// are waited for before the program ends. The lists are ordered for rendezvous semantics
+// (pipeline/validator.h), so they cannot deadlock even where a receive would wait at its place;
+// waiting later only removes waits. Transfers are the interpreter's own: transforms see unit
 // actions only.
 //
 // Memory follows memory/chain.h's rules exactly, so a recompute policy's predicted activation
@@ -104,13 +105,8 @@ class Interpreter {
   // Posts the receives of the transfer actions that follow action `i`.
   void post_receives_after(const Program& program, int i, std::span<const MicrobatchInput> microbatches,
                            std::vector<Transfer>& posted);
-  // Posts the sends of the run of transfers after the receive of action i (a send never waits, so
-  // they go before the receive is waited for: the neighbour may be waiting for them) and marks them.
-  void send_ahead(const Program& program, int i, std::vector<MicrobatchState>& states, std::vector<Transfer>& sends,
-                  std::vector<bool>& sent_ahead, TimelineRecorder* timeline);
-  // Waits for the receive of action i and puts the tensor into its slot.
-  void receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted,
-               std::span<const MicrobatchInput> microbatches);
+  // Waits for the receive of action i (posted already) and puts the tensor into its slot.
+  void receive(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& posted);
   // Posts the send of action i, taking the tensor from its slot; it completes in the background.
   void send(const Program& program, int i, MicrobatchState& s, std::vector<Transfer>& sends);
 

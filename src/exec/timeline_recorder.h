@@ -7,13 +7,13 @@
 // What an action's span covers is everything the rank did for it:
 //   unit actions    the transforms around the unit (before and after) and the unit itself
 //   Send            posting the transfer (it completes in the background)
-//   Recv            posting it if it was not posted ahead, then waiting for the data: the time the
+//   Recv            waiting for the data, right before the unit action that reads it: the time the
 //                   rank stood still for its neighbour
 //   OptimizerStep   completing the sends, the transforms' finish (gradient reductions), the
 //                   callback (tied gradients, norm, optimizer)
-// Spans never overlap, and follow the program's order except in one place: within a run of
-// consecutive transfers, the sends are posted before any receive of the run is waited for
-// (exec/interpreter.h), so a send's span may come before that of a receive listed ahead of it.
+// Spans never overlap, and follow the program's order except in one place: a receive's span comes
+// right before the unit action that reads its tensor (exec/interpreter.h), wherever the list
+// places the receive.
 //
 // parallel/pipeline_timeline.h turns the spans of every pipeline rank into one timeline of the
 // schedule's instructions on a common clock.
