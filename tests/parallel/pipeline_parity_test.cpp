@@ -85,6 +85,45 @@ void check_timeline(const RunRecord& run, const ParityCase& c, int p, const std:
   t.expect(early == 0, fmt::format("{}: {} receives ended before their sends began: {}", what, early, first_problem));
 }
 
+// Each receive is waited for right before the unit action that reads its tensor, after every
+// unit action listed before that one, wherever the list places the receive (the simulator's
+// isend/irecv timing): under Megatron's interleaved lists a receive listed ahead of an unrelated
+// compute would otherwise stall it.
+void check_receives_wait_for_their_reader(const RunRecord& run, const std::string& what, Checks& t) {
+  const std::vector<exec::Action>& actions = run.program.actions;
+  int checked = 0;
+  for (size_t j = 0; j < actions.size(); ++j) {
+    const exec::Action& r = actions[j];
+    if (r.kind != exec::Action::Kind::Recv) continue;
+    const bool activation = r.payload == pipeline::Tensor::Activation;
+    size_t reader = j, before = j;
+    for (size_t k = j + 1; k < actions.size(); ++k) {
+      const exec::Action& a = actions[k];
+      if (a.kind != exec::Action::Kind::Unit) continue;
+      if (a.microbatch == r.microbatch && activation == exec::is_forward(a.phase) &&
+          a.unit == (activation ? r.unit : r.unit - 1)) {
+        reader = k;
+        break;
+      }
+      before = k;
+    }
+    if (reader == j) {
+      t.expect(false, fmt::format("{}: {} has no reader", what, exec::describe(r)));
+      continue;
+    }
+    const auto& spans = run.spans;
+    t.expect(spans[j].end <= spans[reader].start,
+             fmt::format("{}: {} ended after its reader began", what, exec::describe(r)));
+    if (before != j) {
+      t.expect(spans[j].start >= spans[before].end,
+               fmt::format("{}: {} was waited for before '{}', which does not read it", what, exec::describe(r),
+                           exec::describe(actions[before])));
+    }
+    ++checked;
+  }
+  t.expect(checked > 0 && run.spans.size() == actions.size(), fmt::format("{}: no receive to check", what));
+}
+
 // Activation memory follows the schedule (sent tensors leave the activations at their Send, so
 // the peaks do not depend on timing): under 1F1B a stage holds at most p microbatches whatever m,
 // so m = p and m = 2p + 1 peak alike, within p times one microbatch's peak; under GPipe every
@@ -170,6 +209,7 @@ int main(int argc, char** argv) {
             check_matches_reference(run, reference, describe(c, 1, p), t);
             check_activation_prediction(run, describe(c, 1, p), t);
             check_timeline(run, c, p, describe(c, 1, p), t);
+            if (p > 1) check_receives_wait_for_their_reader(run, describe(c, 1, p), t);
             if (t.rank == 0) fmt::print("{}: checked\n", describe(c, 1, p));
           }
         }
