@@ -43,6 +43,31 @@ TEST(Work, WaitBlocksUntilCompletedAndRethrowsFailures) {
   EXPECT_TRUE(good->is_completed());
 }
 
+// A sender waits until its transfer is in MPI's hands, not until it completes; a failure before
+// that (nothing was posted) also ends the wait.
+TEST(Work, WaitStartedReturnsOnceTheTransportHasTheOperation) {
+  auto w = std::make_shared<Work>(OpKind::Send, 5, 1024, 1);
+  std::atomic<bool> started{false};
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    started = true;
+    w->mark_started();
+  });
+  w->wait_started();
+  EXPECT_TRUE(started.load());
+  EXPECT_FALSE(w->is_completed());
+  t.join();
+  w->mark_completed();
+  w->wait_started();  // still returns at once
+
+  auto failed = std::make_shared<Work>(OpKind::Send, 6, 1024, 1);
+  std::thread f([&] { failed->mark_failed(std::make_exception_ptr(Error("no such peer"))); });
+  failed->wait_started();
+  f.join();
+  EXPECT_TRUE(failed->is_completed());
+  EXPECT_THROW(failed->wait(), Error);
+}
+
 TEST(Watchdog, ReportsTheOldestLateOperationOnce) {
   std::mutex m;
   std::vector<std::string> aborts;
