@@ -92,7 +92,7 @@ void run(const SimulateOptions& o) {
   const pp::Schedule schedule = pp::make_schedule(
       layout, {.steps = o.steps,
                .recompute = o.recompute,
-               .two_bw_versions = o.weight_version == "delayed" ? pp::TwoBWVersions::Delayed : pp::TwoBWVersions::Newest});
+               .two_bw_versions = pp::parse_two_bw_versions(o.weight_version)});
   const pp::ValidationReport validation = pp::check_valid(schedule);
   plan::PipelineCosts costs = plan::uniform_costs(schedule, o.forward, o.backward, o.weight, o.p2p);
   costs.mode = o.blocking ? plan::TransferMode::Blocking : plan::TransferMode::Async;

@@ -77,8 +77,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.optimizer = cfg.optim;  // the optimizer part of optim.*
   o.seq_len = cfg.model.seq_len;
   o.stage_layers = cfg.parallel.stage_layers;
-  o.two_bw_versions = cfg.parallel.weight_version == "delayed" ? pipeline::TwoBWVersions::Delayed
-                                                                : pipeline::TwoBWVersions::Newest;
+  o.two_bw_versions = pipeline::parse_two_bw_versions(cfg.parallel.weight_version);
   o.compression = cfg.compression_options();
   o.precision = cfg.precision_options();
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);

@@ -4,6 +4,7 @@
 // global batch over dp x micro batch); the other factors (dp, tp, ep) do not change a pipeline's
 // order. Each refuses layouts it cannot serve with a tessera::Error that says why and what to use.
 #include <cstdint>
+#include <string_view>
 
 #include "config/parallel_layout.h"
 #include "parallel/pipeline/instruction.h"
@@ -22,6 +23,9 @@ enum class TwoBWVersions : std::uint8_t {
   // W(t + 1) = W(t) - lr * grad(W(t - 1)).
   Delayed,
 };
+
+// "newest" or "delayed" (parallel.weight_version); anything else throws, naming both.
+TwoBWVersions parse_two_bw_versions(std::string_view name);
 
 // What a schedule needs beyond the layout.
 struct GeneratorOptions {

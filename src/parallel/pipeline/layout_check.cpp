@@ -68,6 +68,13 @@ void check_layout_for(ScheduleKind kind, const config::ParallelLayout& layout, c
            p, v, m, options.steps, compute);
 }
 
+TwoBWVersions parse_two_bw_versions(std::string_view name) {
+  if (name == "newest") return TwoBWVersions::Newest;
+  if (name == "delayed") return TwoBWVersions::Delayed;
+  TS_FAIL("2bw weight version '{}' is not known; use \"newest\" (a microbatch reads the newest weights its stage "
+          "holds) or \"delayed\" (all of batch b reads version b - 1)", name);
+}
+
 Schedule make_schedule(const config::ParallelLayout& layout, const GeneratorOptions& options) {
   switch (layout.schedule) {
     case ScheduleKind::GPipe: return make_gpipe(layout, options);
