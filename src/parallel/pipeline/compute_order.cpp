@@ -88,21 +88,15 @@ struct Event {
 };
 
 // The compute order played as pure dataflow with nominal costs.
-struct NominalPlay {
-  std::vector<std::vector<std::int64_t>> start;  // [rank][index]
-  std::vector<std::int64_t> forward_start, backward_start;  // [stage * mbs + microbatch]
-};
+using NominalStarts = std::vector<std::vector<std::int64_t>>;  // [rank][index]
 
-NominalPlay play_nominal(const Schedule& schedule) {
+NominalStarts play_nominal(const Schedule& schedule) {
   const int p = schedule.ranks, stages = schedule.stages(), mbs = schedule.total_microbatches();
   const auto slot = [&](int stage, int mb) { return static_cast<std::size_t>(stage) * mbs + mb; };
-  NominalPlay play;
   const std::size_t slots = static_cast<std::size_t>(stages) * mbs;
-  play.forward_start.assign(slots, -1);
-  play.backward_start.assign(slots, -1);
   std::vector<std::int64_t> forward_end(slots, -1), backward_end(slots, -1);  // backward: input-gradient part
-  play.start.resize(p);
-  for (int r = 0; r < p; ++r) play.start[r].resize(schedule.programs[r].size());
+  NominalStarts start(p);
+  for (int r = 0; r < p; ++r) start[r].resize(schedule.programs[r].size());
   std::vector<std::size_t> pc(p, 0);
   std::vector<std::int64_t> clock(p, 0);
   bool progress = true;
@@ -134,16 +128,10 @@ NominalPlay play_nominal(const Schedule& schedule) {
           default: break;
         }
         if (blocked) break;
-        play.start[r][pc[r]] = ready;
+        start[r][pc[r]] = ready;
         clock[r] = ready + nominal_cost(ins.op);
-        if (ins.op == Op::Forward) {
-          play.forward_start[slot(ins.stage, ins.microbatch)] = ready;
-          forward_end[slot(ins.stage, ins.microbatch)] = clock[r];
-        }
-        if (ins.op == Op::Backward || ins.op == Op::BackwardInput) {
-          play.backward_start[slot(ins.stage, ins.microbatch)] = ready;
-          backward_end[slot(ins.stage, ins.microbatch)] = clock[r];
-        }
+        if (ins.op == Op::Forward) forward_end[slot(ins.stage, ins.microbatch)] = clock[r];
+        if (ins.op == Op::Backward || ins.op == Op::BackwardInput) backward_end[slot(ins.stage, ins.microbatch)] = clock[r];
         ++pc[r];
         progress = true;
       }
@@ -153,48 +141,25 @@ NominalPlay play_nominal(const Schedule& schedule) {
     TS_CHECK(pc[r] == schedule.programs[r].size(),
              "{} generator produced a compute order that cannot run: rank {} waits forever at {}",
              schedule_name(schedule.kind), r, describe(schedule.programs[r][pc[r]]));
-  return play;
+  return start;
 }
 
 // Every compute instruction and every cross-rank transfer as a timed event (see the header).
-std::vector<Event> timed_events(const Schedule& schedule, const NominalPlay& play) {
-  const int mbs = schedule.total_microbatches();
-  const auto slot = [&](int stage, int mb) { return static_cast<std::size_t>(stage) * mbs + mb; };
-  // The first moment at or after t when rank q is not in the middle of a compute instruction.
-  const auto free_at = [&](int q, std::int64_t t) {
-    const auto& st = play.start[q];
-    const auto it = std::lower_bound(st.begin(), st.end(), t);  // first instruction starting at or after t
-    if (it == st.begin()) return t;
-    const std::size_t prev = static_cast<std::size_t>(it - st.begin()) - 1;
-    return std::max(t, st[prev] + nominal_cost(schedule.programs[q][prev].op));
-  };
-  // The earliest moment from `ready` on when both ranks are free, so that even a blocking transfer
-  // costs neither of them time; if that is after the consumer starts, the receiver's first free
-  // moment (the sender may then wait).
-  const auto meeting = [&](int from, int to, std::int64_t ready, std::int64_t consumer_start) {
-    std::int64_t t = ready;
-    for (std::int64_t next = t;; t = next) {
-      next = std::max(free_at(from, t), free_at(to, t));
-      if (next == t) break;
-    }
-    return t <= consumer_start ? t : free_at(to, ready);
-  };
+std::vector<Event> timed_events(const Schedule& schedule, const NominalStarts& starts) {
   std::vector<Event> events;
   for (int r = 0; r < schedule.ranks; ++r) {
     const auto& program = schedule.programs[r];
     for (std::size_t i = 0; i < program.size(); ++i) {
       const Instruction& ins = program[i];
-      const std::int64_t start = play.start[r][i];
+      const std::int64_t start = starts[r][i];
       events.push_back({start, 1, r, static_cast<int>(i), 0});
       const std::int64_t end = start + nominal_cost(ins.op);
       const int mb = ins.microbatch, next = ins.stage + 1, prev = ins.stage - 1;
       if (ins.op == Op::Forward && next < schedule.stages() && schedule.rank_of_stage(next) != r) {
-        const std::int64_t t = meeting(r, schedule.rank_of_stage(next), end, play.forward_start[slot(next, mb)]);
-        events.push_back({t, 0, static_cast<int>(Tensor::Activation), mb, ins.stage});
+        events.push_back({end, 0, static_cast<int>(Tensor::Activation), mb, ins.stage});
       }
       if ((ins.op == Op::Backward || ins.op == Op::BackwardInput) && prev >= 0 && schedule.rank_of_stage(prev) != r) {
-        const std::int64_t t = meeting(r, schedule.rank_of_stage(prev), end, play.backward_start[slot(prev, mb)]);
-        events.push_back({t, 0, static_cast<int>(Tensor::Gradient), mb, prev});
+        events.push_back({end, 0, static_cast<int>(Tensor::Gradient), mb, prev});
       }
     }
   }

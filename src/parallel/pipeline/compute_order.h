@@ -4,14 +4,16 @@
 //
 // Placement rule. The compute order is played once with nominal integer costs (F = 1, B = 2, or
 // B = W = 1 when split) as pure dataflow. Every cross-rank tensor becomes one transfer event, timed
-// at the first moment after its producer finishes when sender and receiver both stand between
-// compute instructions (or, if that comes after the consumer starts, the receiver's first free
-// moment). All compute and transfer events are sorted into one global sequence (by time; at equal
-// times transfers first), and each rank's list is that sequence restricted to the rank. Because
-// every list is a projection of one sequential execution in which each Send meets its Recv at
-// once, the lists cannot deadlock even when every Send blocks until its Recv is posted, whatever
-// the real costs. The validator checks this independently. Choosing moments when both ranks are
-// free keeps blocking executors at the dataflow optimum wherever such moments exist.
+// at the moment its producer finishes. All compute and transfer events are sorted into one global
+// sequence (by time; at equal times transfers first), and each rank's list is that sequence
+// restricted to the rank. So a Send directly follows the compute that made its tensor, whatever
+// the real costs: an executor that posts sends without waiting (isend, as this one does) hands every
+// tensor over as soon as it exists, and the receiver's compute waits only for real dataflow. The
+// Recv lands before the receiver's first compute starting at or after that moment, so it is posted
+// early too. Because every list is a projection of one sequential execution in which each Send
+// meets its Recv at once, the lists cannot deadlock even when every Send blocks until its Recv is
+// posted; the validator checks this independently. A blocking executor may wait at such a Send for
+// the receiver to finish the compute it is in; the simulator's blocking mode shows what that costs.
 #include <vector>
 
 #include "parallel/pipeline/instruction.h"
