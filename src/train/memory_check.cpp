@@ -1,5 +1,6 @@
 #include "train/memory_check.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -58,12 +59,13 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
         static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive, tp, sp, precision.compute).peak);
   }
   // Transients beside them: a block's backward scratch and a unit's gathered parameters or two
-  // gradient buckets (a generous bound; the exact ones are counted while the run goes).
+  // gradient buckets (a generous bound; the exact ones are counted while the run goes). A bucket
+  // never holds more than the rank's gradients, so a small model is not charged the full size.
   const double C = c.model.n_embd, F = c.model.ffn(), tokens = double(B) * T;
   const double block_params = 12.0 * C * C + 2.0 * C * F;
   const double embedding_params = double(c.model.vocab_size) * C + double(T) * C;
-  e.buffers = 4.0 * tokens * (6.0 * C + 2.0 * F) + 2.0 * 4.0 * std::max(block_params, embedding_params) +
-              3.0 * static_cast<double>(c.parallel.bucket_mb) * 1048576.0;
+  const double bucket = std::min(static_cast<double>(c.parallel.bucket_mb) * 1048576.0, 4.0 * static_cast<double>(psi));
+  e.buffers = 4.0 * tokens * (6.0 * C + 2.0 * F) + 2.0 * 4.0 * std::max(block_params, embedding_params) + 3.0 * bucket;
   return e;
 }
 

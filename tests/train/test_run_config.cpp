@@ -237,3 +237,21 @@ TEST(RunConfig, PrecisionKeysAreReadAndRefusedWhereIgnored) {
                 .find("a compressor chooses its own messages"),
             std::string::npos);
 }
+
+// The start line's bound charges gradient buckets no larger than the rank's gradients: a small
+// model is not told it needs three full 25 MiB buckets.
+TEST(RunConfig, TheMemoryEstimateChargesNoBucketLargerThanTheGradients) {
+  const RunConfig tiny = read_run_config(toml::parse(
+      "[model]\nn_layer = 2\nn_head = 2\nn_embd = 64\nvocab_size = 256\nseq_len = 32\n"
+      "[train]\nbatch_size = 4\nmicro_batch_size = 4\n"));
+  const double gradient_bytes = 4.0 * static_cast<double>(tiny.model.parameter_count());
+  const double bucket_bytes = static_cast<double>(tiny.parallel.bucket_mb) * 1048576.0;
+  ASSERT_LT(gradient_bytes, bucket_bytes);
+  const MemoryEstimate small = estimate_run_memory(tiny);
+  EXPECT_GE(small.buffers, 3.0 * gradient_bytes);
+  EXPECT_LT(small.buffers, bucket_bytes);
+  const RunConfig large = read_run_config(toml::parse(
+      "[model]\nn_layer = 12\nn_head = 12\nn_embd = 768\nvocab_size = 50257\nseq_len = 64\n"
+      "[train]\nbatch_size = 1\nmicro_batch_size = 1\n"));
+  EXPECT_GE(estimate_run_memory(large).buffers, 3.0 * bucket_bytes);
+}
