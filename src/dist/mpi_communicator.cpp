@@ -110,6 +110,7 @@ WorkPtr MpiCommunicator::post(OpKind kind, int peer, uint64_t bytes, std::array<
   op->start = std::move(start);
   op->finish = std::move(finish);
   WorkPtr work;
+  bool start_here = false;
   {
     std::lock_guard lock(mutex_);
     op->seq = is_collective(kind) ? next_collective_++ : next_p2p_++;
@@ -119,6 +120,19 @@ WorkPtr MpiCommunicator::post(OpKind kind, int peer, uint64_t bytes, std::array<
     OpCounter& counter = stats_.by_op[static_cast<size_t>(kind)];
     counter.ops += 1;
     counter.bytes_sent += bytes;
+    // A send or receive goes to MPI on the caller's thread (MPI_Isend/MPI_Irecv return at once):
+    // handed to the progress thread, it would wait until that thread got a core, and on a machine
+    // whose cores all compute that took milliseconds in one send of ten (a woken thread queued
+    // behind another process's compute) while the peer stood waiting for the tensor. Their order
+    // against queued collectives does not matter: MPI matches point-to-point messages apart from
+    // collectives, and one thread's sends still reach MPI in the order it posts them.
+    start_here = !is_collective(kind);
+    if (!start_here) queue_.push_back(std::move(op));
+  }
+  if (start_here) {
+    if (!begin_op(*op)) return work;  // failed before anything was posted: the work holds the error
+    op->started = true;
+    std::lock_guard lock(mutex_);
     queue_.push_back(std::move(op));
   }
   queue_cv_.notify_one();

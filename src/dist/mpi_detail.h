@@ -112,7 +112,8 @@ class MpiCommunicator final : public Communicator {
     std::function<void()> finish;
     std::vector<MPI_Request> requests;
     uint64_t watch_token = 0;
-    std::string label;  // send/recv: what the transfer is for (named by the watchdog)
+    std::string label;     // send/recv: what the transfer is for (named by the watchdog)
+    bool started = false;  // posted to MPI by the caller's thread; the progress thread only polls it
   };
 
  private:

@@ -125,7 +125,7 @@ void MpiCommunicator::progress_loop() {
     }
     bool progressed = !fresh.empty();
     for (auto& op : fresh) {
-      if (begin_op(*op)) active.push_back(std::move(op));
+      if (op->started || begin_op(*op)) active.push_back(std::move(op));
     }
     for (auto it = active.begin(); it != active.end();) {
       if (poll_op(**it)) {

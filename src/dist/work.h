@@ -29,7 +29,8 @@ class Work {
   // failed). From there a receiver can take a message without this process: MPI's shared-memory
   // transport lets the receiving rank copy a large message out of the sender's memory itself.
   // A sender about to compute calls it so that its peer is not left waiting for the progress
-  // thread to be scheduled while both cores are busy.
+  // thread to be scheduled while both cores are busy. (The MPI backend posts sends and receives
+  // on the caller's thread, so there it returns at once.)
   void wait_started();
   bool is_completed() const;   // done, successfully or not; never blocks
 
@@ -44,8 +45,8 @@ class Work {
   double seconds() const;
   std::string describe() const;                     // "all_reduce #17", "send #3 to rank 2"
 
-  // Called by the backend's progress thread: mark_started when the transport has the operation,
-  // then one of the other two, once.
+  // Called by the backend: mark_started when the transport has the operation, then one of the
+  // other two, once.
   void mark_started();
   void mark_completed();
   void mark_failed(std::exception_ptr error);

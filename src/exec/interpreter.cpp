@@ -244,10 +244,11 @@ void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::v
   slot = Tensor();
   dist::WorkPtr work = pipeline_->send(buffer.raw(), static_cast<size_t>(buffer.numel()), buffer.dtype(), a.peer,
                                        transfer_tag(program, a), "pipeline instruction: " + describe(a));
-  // The peer may be waiting for this tensor now. Posted only by the progress thread, it would wait
-  // until that thread got a core, which under a busy machine is after this rank's next compute
+  // The peer may be waiting for this tensor now. Left to the progress thread, it would wait until
+  // that thread got a core, which under a busy machine is after this rank's next compute
   // (measured: 1.5-4 ms per transfer on two vCPUs, docs/benchmarks.md); handed to MPI before this
-  // rank computes again, the peer's receive completes on its own.
+  // rank computes again, the peer's receive completes on its own. (The MPI backend usually posts
+  // it on this thread already, and then this returns at once.)
   work->wait_started();
   sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }

@@ -213,6 +213,35 @@ void test_point_to_point(Communicator& c, Checks& t) {
                  "send to a rank outside the group");
 }
 
+// Sends and receives go to MPI on the caller's thread while collectives queue for the progress
+// thread: both kinds complete, and one thread's messages with the same tag arrive in the order it
+// posted them. Sends of the same tag alternate with all-reduces in flight.
+void test_point_to_point_order(Communicator& c, Checks& t) {
+  const int n = c.size();
+  if (n < 2) return;
+  const int next = (c.rank() + 1) % n, prev = (c.rank() + n - 1) % n;
+  constexpr int kMessages = 64;
+  std::vector<std::vector<float>> reduce(kMessages, std::vector<float>(1 << 14, 1.0f));
+  std::vector<int32_t> out(kMessages), in(kMessages, -1);
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < kMessages; ++k) {
+    if (k % 2 == 0) works.push_back(c.all_reduce(std::span(reduce[static_cast<size_t>(k)]), ReduceOp::Sum));
+    out[static_cast<size_t>(k)] = 1000 * c.rank() + k;
+    works.push_back(c.send(std::span<const int32_t>(&out[static_cast<size_t>(k)], 1), next, 11));
+  }
+  for (int k = 0; k < kMessages; ++k) works.push_back(c.recv(std::span(&in[static_cast<size_t>(k)], 1), prev, 11));
+  wait_all(works);
+  bool ordered = true;
+  for (int k = 0; k < kMessages; ++k) ordered &= in[static_cast<size_t>(k)] == 1000 * prev + k;
+  t.expect(ordered, "same-tag sends arrive in the order they were posted, beside all-reduces");
+  bool reduced = true;
+  for (int k = 0; k < kMessages; k += 2) {
+    const auto& r = reduce[static_cast<size_t>(k)];
+    reduced &= r[0] == static_cast<float>(n) && r.back() == static_cast<float>(n);
+  }
+  t.expect(reduced, "the all-reduces between the sends complete");
+}
+
 // Bytes and operation counts follow the ring convention of dist/ops.h, written out here.
 void test_counters_and_sequence(Communicator& c, Checks& t) {
   const int n = c.size();
@@ -362,6 +391,7 @@ int main(int argc, char** argv) {
     test_all_gather(*world, t);
     test_broadcast_and_all_to_all(*world, t);
     test_point_to_point(*world, t);
+    test_point_to_point_order(*world, t);
     test_counters_and_sequence(*world, t);
     test_async_progress(*world, t);
     test_split_and_mesh(*world, t);
