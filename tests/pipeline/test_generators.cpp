@@ -248,37 +248,29 @@ TEST(PipelineGenerators, SameInputSameLists) {
 // generator, with and without recompute.
 TEST(PipelineGenerators, EverySendDirectlyFollowsTheComputeThatMadeItsTensor) {
   int sends = 0;
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                            ScheduleKind::PipeDream2BW, ScheduleKind::ZeroBubbleH1})
-    for (int p = 2; p <= 6; ++p)
-      for (int m = 1; m <= 12; ++m)
-        for (int v = 1; v <= 3; ++v)
-          for (bool recompute : {false, true}) {
-            Schedule s;
-            try {
-              s = make_schedule(pipeline_layout(kind, p, m, v),
-                                {.steps = kind == ScheduleKind::PipeDream2BW ? 2 : 1, .recompute = recompute});
-            } catch (const Error&) {
-              continue;
-            }
-            for (int r = 0; r < p; ++r) {
-              const auto& program = s.programs[r];
-              for (std::size_t i = 0; i < program.size(); ++i) {
-                const Instruction& send = program[i];
-                if (send.op != Op::Send) continue;
-                std::size_t j = i;
-                while (j > 0 && is_transfer(program[j - 1].op)) --j;
-                ASSERT_GT(j, 0u) << describe(send) << " opens rank " << r << "'s list";
-                const Instruction& made = program[j - 1];
-                const bool producer = send.tensor == Tensor::Activation
-                                          ? made.op == Op::Forward
-                                          : made.op == Op::Backward || made.op == Op::BackwardInput;
-                EXPECT_TRUE(producer && made.stage == send.stage && made.microbatch == send.microbatch)
-                    << schedule_name(kind) << " p=" << p << " m=" << m << " v=" << v << " rank " << r << ": "
-                    << describe(send) << " comes after " << describe(made);
-                ++sends;
-              }
-            }
-          }
+  const auto one_to_twelve = [](int) {
+    std::vector<int> m(12);
+    for (int i = 0; i < 12; ++i) m[static_cast<size_t>(i)] = i + 1;
+    return m;
+  };
+  test_util::for_each_schedule(2, 6, 3, one_to_twelve, [&](const Schedule& s, const std::string& where) {
+    for (int r = 0; r < s.ranks; ++r) {
+      const auto& program = s.programs[r];
+      for (std::size_t i = 0; i < program.size(); ++i) {
+        const Instruction& send = program[i];
+        if (send.op != Op::Send) continue;
+        std::size_t j = i;
+        while (j > 0 && is_transfer(program[j - 1].op)) --j;
+        ASSERT_GT(j, 0u) << where << ": " << describe(send) << " opens rank " << r << "'s list";
+        const Instruction& made = program[j - 1];
+        const bool producer = send.tensor == Tensor::Activation
+                                  ? made.op == Op::Forward
+                                  : made.op == Op::Backward || made.op == Op::BackwardInput;
+        EXPECT_TRUE(producer && made.stage == send.stage && made.microbatch == send.microbatch)
+            << where << " rank " << r << ": " << describe(send) << " comes after " << describe(made);
+        ++sends;
+      }
+    }
+  });
   EXPECT_GT(sends, 10000);
 }

@@ -128,54 +128,42 @@ TEST(PipelineSimulator, AsyncTransfersLeaveOnlyDataflowWaitsWhateverTheCosts) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> spread(0.5, 2.0), share(0.2, 0.8);
   int checked = 0;
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                            ScheduleKind::PipeDream2BW, ScheduleKind::ZeroBubbleH1})
-    for (int p = 2; p <= 5; ++p)
-      for (int m : {1, p, 2 * p, 2 * p + 1})
-        for (int v = 1; v <= 3; ++v)
-          for (bool recompute : {false, true}) {
-            Schedule s;
-            try {
-              s = make_schedule(pipeline_layout(kind, p, m, v),
-                                {.steps = kind == ScheduleKind::PipeDream2BW ? 2 : 1, .recompute = recompute});
-            } catch (const Error&) {
-              continue;
-            }
-            PipelineCosts c = uniform_costs(s, 1, 2, 1);
-            for (int stage = 0; stage < s.stages(); ++stage) {
-              const auto at = static_cast<std::size_t>(stage);
-              c.forward[at] = spread(rng);
-              c.backward[at] = 2 * spread(rng);
-              c.weight[at] = share(rng) * c.backward[at];
-              c.recompute[at] = c.forward[at];
-            }
-            const SimulationResult result = simulate_schedule(s, c);
-            // When each (op, stage, microbatch) ended; B and its input half both pass the gradient on.
-            std::map<std::tuple<Op, int, int>, double> ended;
-            for (int r = 0; r < p; ++r)
-              for (const TimedInstruction& t : result.timeline[r]) {
-                const Instruction& ins = s.programs[r][t.index];
-                const Op op = ins.op == Op::BackwardInput ? Op::Backward : ins.op;
-                ended[{op, ins.stage, ins.microbatch}] = t.end;
-              }
-            for (int r = 0; r < p; ++r) {
-              double previous_end = 0;
-              for (const TimedInstruction& t : result.timeline[r]) {
-                const Instruction& ins = s.programs[r][t.index];
-                if (!is_compute(ins.op)) continue;
-                double ready = previous_end;
-                if (ins.op == Op::Forward && ins.stage > 0 && s.rank_of_stage(ins.stage - 1) != r)
-                  ready = std::max(ready, ended.at({Op::Forward, ins.stage - 1, ins.microbatch}));
-                if ((ins.op == Op::Backward || ins.op == Op::BackwardInput) && ins.stage + 1 < s.stages() &&
-                    s.rank_of_stage(ins.stage + 1) != r)
-                  ready = std::max(ready, ended.at({Op::Backward, ins.stage + 1, ins.microbatch}));
-                EXPECT_NEAR(t.start, ready, kTol) << schedule_name(kind) << " p=" << p << " m=" << m << " v=" << v
-                                                  << " rank " << r << ": " << describe(ins);
-                previous_end = t.end;
-                ++checked;
-              }
-            }
-          }
+  const auto shapes = [](int p) { return std::vector<int>{1, p, 2 * p, 2 * p + 1}; };
+  test_util::for_each_schedule(2, 5, 3, shapes, [&](const Schedule& s, const std::string& where) {
+    PipelineCosts c = uniform_costs(s, 1, 2, 1);
+    for (int stage = 0; stage < s.stages(); ++stage) {
+      const auto at = static_cast<std::size_t>(stage);
+      c.forward[at] = spread(rng);
+      c.backward[at] = 2 * spread(rng);
+      c.weight[at] = share(rng) * c.backward[at];
+      c.recompute[at] = c.forward[at];
+    }
+    const SimulationResult result = simulate_schedule(s, c);
+    // When each (op, stage, microbatch) ended; B and its input half both pass the gradient on.
+    std::map<std::tuple<Op, int, int>, double> ended;
+    for (int r = 0; r < s.ranks; ++r)
+      for (const TimedInstruction& t : result.timeline[r]) {
+        const Instruction& ins = s.programs[r][t.index];
+        const Op op = ins.op == Op::BackwardInput ? Op::Backward : ins.op;
+        ended[{op, ins.stage, ins.microbatch}] = t.end;
+      }
+    for (int r = 0; r < s.ranks; ++r) {
+      double previous_end = 0;
+      for (const TimedInstruction& t : result.timeline[r]) {
+        const Instruction& ins = s.programs[r][t.index];
+        if (!is_compute(ins.op)) continue;
+        double ready = previous_end;
+        if (ins.op == Op::Forward && ins.stage > 0 && s.rank_of_stage(ins.stage - 1) != r)
+          ready = std::max(ready, ended.at({Op::Forward, ins.stage - 1, ins.microbatch}));
+        if ((ins.op == Op::Backward || ins.op == Op::BackwardInput) && ins.stage + 1 < s.stages() &&
+            s.rank_of_stage(ins.stage + 1) != r)
+          ready = std::max(ready, ended.at({Op::Backward, ins.stage + 1, ins.microbatch}));
+        EXPECT_NEAR(t.start, ready, kTol) << where << " rank " << r << ": " << describe(ins);
+        previous_end = t.end;
+        ++checked;
+      }
+    }
+  });
   EXPECT_GT(checked, 10000);
 }
 
