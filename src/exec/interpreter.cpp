@@ -247,8 +247,9 @@ void Interpreter::send(const Program& program, int i, MicrobatchState& s, std::v
   // The peer may be waiting for this tensor now. Left to the progress thread, it would wait until
   // that thread got a core, which under a busy machine is after this rank's next compute
   // (measured: 1.5-4 ms per transfer on two vCPUs, docs/benchmarks.md); handed to MPI before this
-  // rank computes again, the peer's receive completes on its own. (The MPI backend usually posts
-  // it on this thread already, and then this returns at once.)
+  // rank computes again, the peer's receive completes on its own. (The MPI backend posts it on this
+  // thread already, and there this returns at once; a backend that posts from its progress thread
+  // is waited for here.)
   work->wait_started();
   sends.push_back(Transfer{std::move(work), std::move(buffer)});
 }

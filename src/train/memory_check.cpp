@@ -12,13 +12,14 @@
 
 namespace tessera::train {
 
-namespace {
-std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
-}  // namespace
+std::string readable_bytes(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
+  return bytes < kGiB ? fmt::format("{:.1f} MiB", bytes / kMiB) : fmt::format("{:.2f} GiB", bytes / kGiB);
+}
 
 std::string MemoryEstimate::describe() const {
-  return fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, buffers {}", gib(params), gib(grads),
-                     gib(optimizer), gib(activations), gib(buffers));
+  return fmt::format("parameters {}, gradients {}, optimizer {}, activations {}, buffers {}", readable_bytes(params), readable_bytes(grads),
+                     readable_bytes(optimizer), readable_bytes(activations), readable_bytes(buffers));
 }
 
 MemoryEstimate estimate_run_memory(const RunConfig& c) {
@@ -88,7 +89,7 @@ void check_memory_fits(const RunConfig& c, const MemoryEstimate& e, int processe
            "are available. Shrink it: train.micro_batch_size (now {}; activations grow with it), memory.recompute = "
            "\"full\" (keeps only each block's input), parallel.zero_stage (shards the model states over "
            "parallel.dp), or a smaller model (model.n_layer = {}, model.n_embd = {})",
-           gib(e.total()), e.describe(), processes_here, processes_here == 1 ? "" : "es", gib(need), gib(available),
+           readable_bytes(e.total()), e.describe(), processes_here, processes_here == 1 ? "" : "es", readable_bytes(need), readable_bytes(available),
            c.train.micro_batch_size, c.model.n_layer, c.model.n_embd);
 }
 

@@ -14,8 +14,12 @@ namespace tessera::train {
 struct MemoryEstimate {
   double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
   double total() const { return params + grads + optimizer + activations + buffers; }
-  std::string describe() const;  // "params 0.5 GiB, grads ..., total ..."
+  std::string describe() const;  // "parameters 14.2 MiB, gradients ..., buffers ..."
 };
+
+// Bytes in the unit that reads best: MiB below a GiB (a small model's parts are not "0.00 GiB"),
+// GiB from there.
+std::string readable_bytes(double bytes);
 
 // One process's peak, for `config` (its model's vocab_size resolved).
 MemoryEstimate estimate_run_memory(const RunConfig& config);

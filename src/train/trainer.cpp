@@ -425,7 +425,7 @@ TrainResult Trainer::run() {
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
     fmt::print("memory: at most about {} per process ({}; a bound, `tessera plan` predicts it exactly)\n",
-               mib(estimate.total()), estimate.describe());
+               readable_bytes(estimate.total()), estimate.describe());
     fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.1f} MFLOP per token; unigram "
                "baseline {:.3f} nats\n",
                peak.flops / 1e9, peak.source, flops_per_token / 1e6, result.unigram_entropy);

@@ -255,3 +255,17 @@ TEST(RunConfig, TheMemoryEstimateChargesNoBucketLargerThanTheGradients) {
       "[train]\nbatch_size = 1\nmicro_batch_size = 1\n"));
   EXPECT_GE(estimate_run_memory(large).buffers, 3.0 * bucket_bytes);
 }
+
+// The start line names each part in a unit that shows it: a small model's are not "0.00 GiB".
+TEST(RunConfig, TheMemoryEstimateReadsInMiBBelowAGiB) {
+  EXPECT_EQ(readable_bytes(14.5 * 1048576.0), "14.5 MiB");
+  EXPECT_EQ(readable_bytes(1023.0 * 1048576.0), "1023.0 MiB");
+  EXPECT_EQ(readable_bytes(3.0 * 1073741824.0), "3.00 GiB");
+  const RunConfig tiny = read_run_config(toml::parse(
+      "[model]\nn_layer = 2\nn_head = 2\nn_embd = 64\nvocab_size = 256\nseq_len = 32\n"
+      "[train]\nbatch_size = 4\nmicro_batch_size = 4\n"));
+  const MemoryEstimate estimate = estimate_run_memory(tiny);
+  const std::string text = estimate.describe();
+  EXPECT_EQ(text.find("GiB"), std::string::npos) << text;
+  EXPECT_EQ(text.find("parameters " + readable_bytes(estimate.params) + ", "), 0u) << text;
+}
