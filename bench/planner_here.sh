@@ -6,24 +6,29 @@
 # (metrics.jsonl's memory_by_rank) and the median step time.
 #
 #   bench/planner_here.sh
-#   STEPS=16 ROUNDS=3 bench/planner_here.sh
+#   STEPS=16 ROUNDS=5 bench/planner_here.sh
 #   CLUSTER=cluster-here.toml bench/planner_here.sh   # plan with a cluster calibrated before
+#
+# This machine's speed drifts by ±10 % over minutes (it is shared), so a prediction is held against
+# runs made right after its calibration: every round calibrates afresh, then runs every layout once
+# (rotating the order), and each layout's step is predicted with that round's cluster. A layout's
+# step error is the median over the rounds of (predicted − measured) / measured.
 #
 # Environment: TESSERA (the binary, default build/release/src/cli/tessera), DATA (default
 # data/kjv-2048, prepared with a 2048-token vocabulary if missing), OUT (run folders, default
 # build/bench/planner_here), STEPS (per run, default 10; the first 3 are warm-up and not timed),
-# ROUNDS (default 2: every layout runs that many times, in rotating order, and its least disturbed
-# run, the lowest median step, counts), CLUSTER (a cluster TOML to plan with; default: calibrate
-# now into $OUT/cluster-here.toml).
+# ROUNDS (default 3), CLUSTER (a cluster TOML to plan every round with, instead of calibrating
+# each round).
 #
 # Prints two Markdown tables (per layout: the worst rank's sum of its tags' peaks, predicted and
-# measured, the largest error of any tag on any rank, predicted and measured step time; then every
-# tag of every layout's worst rank) and per layout
-#   RESULT planner_here layout=<name> mem_error=<largest |relative error| of a tag, any rank> time_error=<(predicted - measured) / measured>
+# measured, the largest error of any tag on any rank, the median over the rounds of the predicted
+# and the measured step time and of the step error, and each round's error; then every tag of
+# every layout's worst rank) and per layout
+#   RESULT planner_here layout=<name> mem_error=<largest |relative error| of a tag, any rank> time_error=<median over the rounds of (predicted - measured) / measured>
 # A pipeline stage's sent boundary tensors (its comm tag) live until the peer has taken them, which
 # depends on timing: the planner counts the bound of two, a rank holds one or two; that tag is
-# checked against the bound ("bound ok") instead of counted in mem_error. The machine may be
-# shared: the load average is printed before and after, and timings taken under load are slower.
+# checked against the bound ("bound ok") instead of counted in mem_error. The load average is
+# printed before and after each run: timings taken under other work are slower.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +36,7 @@ TESSERA="${TESSERA:-$ROOT/build/release/src/cli/tessera}"
 DATA="${DATA:-$ROOT/data/kjv-2048}"
 OUT="${OUT:-$ROOT/build/bench/planner_here}"
 STEPS="${STEPS:-10}"
-ROUNDS="${ROUNDS:-2}"
+ROUNDS="${ROUNDS:-3}"
 WARMUP=3
 
 if [[ ! -x $TESSERA ]]; then
@@ -47,11 +52,6 @@ mkdir -p "$OUT"
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -nE 's/^Model name: *//p'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 
 CLUSTER="${CLUSTER:-}"
-if [[ -z $CLUSTER ]]; then
-  CLUSTER="$OUT/cluster-here.toml"
-  echo "== calibrating: $TESSERA plan --calibrate-here --out $CLUSTER"
-  "$TESSERA" plan --calibrate-here --out "$CLUSTER" | grep -vE '^ +[0-9]+ B:'
-fi
 
 # One config for the runs and the plans: the default model, four microbatches of 4 per step.
 RUN=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.micro_batch_size 4)
@@ -66,6 +66,12 @@ LAYOUTS=(
   "tp2_pp2_dp2|8|--parallel.tp 2 --parallel.pp 2 --parallel.dp 2 --parallel.zero_stage 1"
 )
 for ((r = 0; r < ROUNDS; r++)); do
+  cluster="$CLUSTER"
+  if [[ -z $cluster ]]; then
+    cluster="$OUT/cluster-here.round$r.toml"
+    echo "== round $r, calibrating: $TESSERA plan --calibrate-here --out $cluster"
+    "$TESSERA" plan --calibrate-here --out "$cluster" | grep -vE '^ +[0-9]+ B:'
+  fi
   # Rotate which layout runs first, so a drift in the machine's load favours none.
   for ((i = 0; i < ${#LAYOUTS[@]}; i++)); do
     entry="${LAYOUTS[(i + r) % ${#LAYOUTS[@]}]}"
@@ -76,14 +82,11 @@ for ((r = 0; r < ROUNDS; r++)); do
     "$TESSERA" "${launcher[@]}" train "${RUN[@]}" "${TRAIN[@]}" $keys --train.out_dir "$dir" > "$dir.log" 2>&1 < /dev/null ||
       { cat "$dir.log"; exit 1; }
     echo "== round $r, $name: tessera ${launcher[*]} train ${RUN[*]} $keys; /proc/loadavg after: $(cat /proc/loadavg)"
+    # shellcheck disable=SC2086
+    "$TESSERA" plan "${RUN[@]}" $keys --cluster "$cluster" --json > "$dir.plan.json"
+    # shellcheck disable=SC2086
+    "$TESSERA" plan "${RUN[@]}" $keys --cluster "$cluster" > "$dir.plan.txt"
   done
-done
-for entry in "${LAYOUTS[@]}"; do
-  IFS='|' read -r name ranks keys <<< "$entry"
-  # shellcheck disable=SC2086
-  "$TESSERA" plan "${RUN[@]}" $keys --cluster "$CLUSTER" --json > "$OUT/$name.plan.json"
-  # shellcheck disable=SC2086
-  "$TESSERA" plan "${RUN[@]}" $keys --cluster "$CLUSTER" > "$OUT/$name.plan.txt"
 done
 echo "== /proc/loadavg at the end: $(cat /proc/loadavg)"
 
@@ -103,39 +106,45 @@ for entry in layouts:
     name, ranks, words = entry.split("|")
     k = keys_of(words)
     tp, dp = int(k.get("--parallel.tp", 1)), int(k.get("--parallel.dp", 1))
-    plan = json.load(open(f"{out}/{name}.plan.json"))
+    plans = [json.load(open(f"{out}/{name}.round{r}.plan.json")) for r in range(rounds)]
     runs = [[json.loads(l) for l in open(f"{out}/{name}.round{r}/metrics.jsonl") if '"kind":"train"' in l]
             for r in range(rounds)]
     medians = [statistics.median([l["step_seconds"] for l in lines][warmup:]) for lines in runs]
-    lines = runs[medians.index(min(medians))]
-    measured_ranks = lines[-1].get("memory_by_rank") or [lines[-1]["memory"]]
-    pipelined = len(plan["stages"]) > 1
-    worst_error, worst_rank, bound_ok = 0.0, 0, True
-    for r, got in enumerate(measured_ranks):
-        want = plan["stages"][r // (tp * dp)]
-        if sum(got[t] for t in TAGS) > sum(measured_ranks[worst_rank][t] for t in TAGS):
-            worst_rank = r
-        for tag in TAGS:
-            p, m = want[tag], got[tag]
-            if tag == "comm" and pipelined:
-                bound_ok = bound_ok and p / 2 <= m <= p
-                continue
-            error = abs(p - m) / m if m > 0 else (0.0 if p == 0 else float("inf"))
-            worst_error = max(worst_error, error)
+    errors = [(p["step_seconds"] - m) / m for p, m in zip(plans, medians)]
+    # Memory does not depend on the calibration: every round's peaks against its plan (the comm tag
+    # against its bound), the worst rank of the last round in the tables.
+    worst_error, bound_ok = 0.0, True
+    for plan, lines in zip(plans, runs):
+        measured_ranks = lines[-1].get("memory_by_rank") or [lines[-1]["memory"]]
+        pipelined = len(plan["stages"]) > 1
+        worst_rank = 0
+        for r, got in enumerate(measured_ranks):
+            want = plan["stages"][r // (tp * dp)]
+            if sum(got[t] for t in TAGS) > sum(measured_ranks[worst_rank][t] for t in TAGS):
+                worst_rank = r
+            for tag in TAGS:
+                p, m = want[tag], got[tag]
+                if tag == "comm" and pipelined:
+                    bound_ok = bound_ok and p / 2 <= m <= p
+                    continue
+                error = abs(p - m) / m if m > 0 else (0.0 if p == 0 else float("inf"))
+                worst_error = max(worst_error, error)
     stage = worst_rank // (tp * dp)
     want, got = plan["stages"][stage], measured_ranks[worst_rank]
-    measured_step = min(medians)
-    time_error = (plan["step_seconds"] - measured_step) / measured_step
+    predicted_step = statistics.median(p["step_seconds"] for p in plans)
+    measured_step = statistics.median(medians)
+    time_error = statistics.median(errors)
     rows.append(f"| {name} | {ranks} | {stage} | {want['total'] / MiB:.2f} | {sum(got[t] for t in TAGS) / MiB:.2f} | "
                 f"{100 * worst_error:.2f}%{' (comm: bound ok)' if pipelined and bound_ok else ' (comm: BOUND EXCEEDED)' if pipelined else ''} | "
-                f"{plan['step_seconds']:.3f} | {measured_step:.3f} | {100 * time_error:+.1f}% |")
+                f"{predicted_step:.3f} | {measured_step:.3f} | {100 * time_error:+.1f}% | "
+                f"{', '.join(f'{100 * e:+.1f}%' for e in errors)} |")
     details.append(f"| {name} (rank {worst_rank}) | " +
                    " | ".join(f"{want[t] / MiB:.3f} / {got[t] / MiB:.3f}" for t in TAGS[:6]) + " |")
     results.append(f"RESULT planner_here layout={name} mem_error={worst_error:.4f} time_error={time_error:+.4f}")
 
 print("\n| layout | ranks | worst stage | predicted (MiB) | measured (MiB) | largest tag error, any rank | "
-      "predicted step (s) | measured step (s, median of the least disturbed run) | step error |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "predicted step (s) | measured step (s) | step error | each round's |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
 print("\nPer tag on the worst rank, predicted / measured MiB:\n")
 print("| layout | " + " | ".join(TAGS[:6]) + " |")
