@@ -303,22 +303,17 @@ nlohmann::json run_link_measurement(int ranks, bool busy) {
                                "processes on this machine)", ranks, option, file.string(), ranks));
 }
 
-// The reference step with `threads` threads in `copies` processes at once (`tessera plan
-// --calibrate-step FILE --step-threads N` each), as a run's ranks share the machine's caches and
-// memory: the mean of their steps.
-double concurrent_step_seconds(int threads, int copies) {
-  std::vector<std::pair<pid_t, std::filesystem::path>> started;
-  for (int i = 0; i < copies; ++i) {
-    const std::filesystem::path file = scratch_file("step", i);
-    started.emplace_back(start_tessera({"plan", "--calibrate-step", file.string(), "--step-threads",
-                                        std::to_string(threads)}), file);
-  }
-  double sum = 0;
-  for (const auto& [pid, file] : started) {
-    sum += result_of(pid, file, fmt::format("the step measurement `tessera plan --calibrate-step {} --step-threads {}`",
-                                            file.string(), threads))["seconds"].get<double>();
-  }
-  return sum / copies;
+// The reference step with `threads` threads: one process alone (`tessera plan --calibrate-step FILE
+// --step-threads N`), or, where the cores hold several, a data-parallel step over that many ranks
+// (`tessera launch -n R -- plan --calibrate-step ...`), as a run's ranks share the machine's caches
+// and memory, and wait for each other and for their communicators' progress threads.
+double reference_step_seconds(int threads, int ranks) {
+  const std::filesystem::path file = scratch_file("step", ranks);
+  std::vector<std::string> command = {"plan", "--calibrate-step", file.string(), "--step-threads",
+                                      std::to_string(threads)};
+  if (ranks > 1) command.insert(command.begin(), {"launch", "-n", std::to_string(ranks), "--"});
+  return result_of(start_tessera(command), file,
+                   fmt::format("the step measurement `tessera {}`", fmt::join(command, " ")))["seconds"].get<double>();
 }
 
 // The link's latency a and bandwidth w from two processes' all-reduces, in the ring model's
@@ -477,26 +472,25 @@ void calibrate_here(const std::string& out, const std::string& name) {
   c.efficiency.gemm = c.host.processes.back().gemm.efficiency.back();
   c.validate();
   // The whole step against its kernels: the engine's training step on a reference model with each
-  // thread count, in as many processes at once as the cores hold (a run's ranks share the caches
-  // and the memory), and what the measurements above, each taken alone, predict for it.
+  // thread count, in as many processes as the cores hold (a data-parallel run: a run's ranks share
+  // the caches and the memory and wait for each other), and what the measurements above, each taken
+  // alone, predict for it. The step efficiency divides compute only, so the predicted communication
+  // is taken off both sides; the efficiencies are still 1 while they are predicted.
   const config::ModelConfig reference = reference_model();
-  constexpr int kReferenceBatch = 4;
-  plan::Layout step = plan::parse_layout(fmt::format("mb={},gb={},precision=fp32,flash=true,states=engine",
-                                                     kReferenceBatch, kReferenceBatch));
   for (plan::ProcessSpec& p : c.host.processes) {
-    plan::ClusterSpec alone = plan::process_view(c, std::max(1, cores / p.threads));
-    alone.device.memory_bandwidth = p.memory_bandwidth;
-    alone.device.memory_bytes = c.device.memory_bytes;
-    alone.device.reserved_bytes = c.device.reserved_bytes;
-    alone.host = {};
-    alone.devices_per_node = 1;
-    const double predicted = plan::estimate(reference, step, alone).time.step;
-    const double measured = concurrent_step_seconds(p.threads, std::max(1, cores / p.threads));
-    p.step_efficiency = std::min(2.0, predicted / measured);
-    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) in {} process{} at "
-               "once: {:.1f} ms, its kernels predict {:.1f} ms: step efficiency {:.3f}\n",
-               p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(), std::max(1, cores / p.threads),
-               cores / p.threads > 1 ? "es" : "", measured * 1e3, predicted * 1e3, p.step_efficiency);
+    const int ranks = std::max(1, cores / p.threads);
+    const plan::Layout step = plan::parse_layout(fmt::format("dp={},mb={},gb={},precision=fp32,flash=true,states=engine",
+                                                             ranks, kReferenceBatch, kReferenceBatch * ranks));
+    const plan::Estimate predicted = plan::estimate(reference, step, c);
+    const double communication = predicted.time.dp_comm;
+    const double step_seconds = reference_step_seconds(p.threads, ranks);
+    p.step_efficiency = std::clamp((predicted.time.step - communication) / std::max(step_seconds - communication, 1e-9),
+                                   1e-3, 2.0);
+    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) {}: {:.1f} ms, its "
+               "kernels predict {:.1f} ms (and {:.1f} ms of gradient all-reduce): step efficiency {:.3f}\n",
+               p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(),
+               ranks > 1 ? fmt::format("in a data-parallel run of {} processes", ranks) : std::string("in one process"),
+               step_seconds * 1e3, (predicted.time.step - communication) * 1e3, communication * 1e3, p.step_efficiency);
   }
   c.validate();
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "

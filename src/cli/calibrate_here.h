@@ -10,9 +10,12 @@
 //   - the latency and bandwidth of the runtime's own communicator between two processes on this
 //     machine (shared memory): `plan --calibrate-here` starts `tessera launch -n 2 -- plan
 //     --calibrate-links FILE`, whose ranks ping-pong messages of 8 B to 16 MiB and all-reduce them;
+//   - the engine's training step on a reference model with each thread count, as a data-parallel
+//     run of cores / threads ranks (`tessera launch -n R -- plan --calibrate-step FILE`; one process
+//     where it takes every core), against what the kernels above predict for it: the step efficiency;
 //   - memory: the machine's total, less what is in use by others now (reserved).
-// Every measurement is the best of repeated runs (the least disturbed by other work); it prints
-// each as it goes and takes about a minute.
+// Every kernel and link measurement is the best of repeated runs (the least disturbed by other
+// work), the step the median of its steps; it prints each as it goes and takes about a minute.
 #include <string>
 
 namespace tessera::cli {
@@ -21,7 +24,8 @@ namespace tessera::cli {
 void calibrate_here(const std::string& out, const std::string& name);
 
 // One process's side of the step measurement: the reference step's seconds with `threads` threads,
-// written to `out` as JSON ({"seconds"}).
+// written to `out` as JSON ({"seconds"}). Started as ranks of `tessera launch`, a data-parallel step
+// over them, rank 0 writing the mean of the ranks' medians.
 void measure_step(const std::string& out, int threads);
 
 // The ranks' side of the link measurements, run under `tessera launch`: on two ranks, the one-way

@@ -14,6 +14,8 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "dist/mpi_runtime.h"
+#include "dist/startup_guard.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
 
@@ -30,25 +32,28 @@ config::ModelConfig reference_model() {
   return m;
 }
 
-double training_step_seconds(const config::ModelConfig& model, int batch, int threads) {
+double training_step_seconds(const config::ModelConfig& model, int batch, int threads, dist::Communicator* dp) {
   using Clock = std::chrono::steady_clock;
   constexpr int kWarmup = 2, kSteps = 10;
   const int saved = omp_get_max_threads();
   omp_set_num_threads(threads);
   MemoryAccountant memory;
   nn::GPT gpt(model, memory, 1);
+  const int replicas = dp ? dp->size() : 1;
+  const auto rank = static_cast<uint64_t>(dp ? dp->rank() : 0);
   parallel::EngineOptions options;
+  options.layout.dp = replicas;
   options.layout.micro_batch = batch;
-  options.layout.global_batch = batch;
+  options.layout.global_batch = int64_t{batch} * replicas;
   options.seq_len = model.seq_len;
-  parallel::TrainingEngine engine(gpt, memory, nullptr, options);
+  parallel::TrainingEngine engine(gpt, memory, dp, options);
   const int T = model.seq_len;
   std::vector<double> seconds;
   for (int s = 0; s < kWarmup + kSteps; ++s) {
-    // A different batch each step, as training sees.
+    // A different batch each step (and on each replica), as training sees.
     std::vector<int32_t> tokens, targets;
     for (int i = 0; i <= batch * T; ++i) {
-      tokens.push_back(static_cast<int32_t>(uniform(1, static_cast<uint64_t>(s), static_cast<uint64_t>(i)) *
+      tokens.push_back(static_cast<int32_t>(uniform(1 + rank, static_cast<uint64_t>(s), static_cast<uint64_t>(i)) *
                                             static_cast<float>(model.vocab_size - 1)));
     }
     targets.assign(tokens.begin() + 1, tokens.end());
@@ -70,7 +75,19 @@ double training_step_seconds(const config::ModelConfig& model, int batch, int th
 
 void measure_step(const std::string& out, int threads) {
   TS_CHECK(threads >= 1, "plan --calibrate-step needs --step-threads of at least 1, got {}", threads);
-  constexpr int kReferenceBatch = 4;
+  if (dist::launcher_size() > 1) {
+    // Started as ranks (`tessera launch -n N -- plan --calibrate-step`): a data-parallel step over
+    // them, with the communicator, its progress thread and the gradient all-reduce, as a run's
+    // ranks step. Rank 0 writes the mean of the ranks' medians.
+    dist::MpiRuntime mpi;
+    std::unique_ptr<dist::Communicator> world = mpi.world();
+    auto seconds = static_cast<float>(training_step_seconds(reference_model(), kReferenceBatch, threads, world.get()));
+    world->all_reduce(&seconds, 1, DType::F32, dist::ReduceOp::Sum)->wait();
+    if (world->rank() == 0) {
+      write_file_atomically(out, nlohmann::json{{"seconds", double(seconds) / world->size()}}.dump());
+    }
+    return;
+  }
   const double seconds = training_step_seconds(reference_model(), kReferenceBatch, threads);
   write_file_atomically(out, nlohmann::json{{"seconds", seconds}}.dump());
 }

@@ -4,6 +4,7 @@
 // step allocates, dispatches and keeps books around them. Measuring the engine's own step on a
 // reference model gives the fraction of the kernel-by-kernel prediction a step achieves.
 #include "config/model_config.h"
+#include "dist/communicator.h"
 
 namespace tessera::cli {
 
@@ -11,9 +12,14 @@ namespace tessera::cli {
 // shipped config: a reference, not one of the runs the planner is checked on.
 config::ModelConfig reference_model();
 
-// The seconds of the engine's training step (forward, backward, gradient-norm clipping, AdamW; one
-// process, fp32) on `model` for one microbatch of `batch` sequences, with `threads` OpenMP
-// threads: the median of 10 steps after 2 of warm-up.
-double training_step_seconds(const config::ModelConfig& model, int batch, int threads);
+// The sequences per rank of the reference step.
+inline constexpr int kReferenceBatch = 4;
+
+// The seconds of the engine's training step (forward, backward, gradient-norm clipping, AdamW;
+// fp32) on `model` for one microbatch of `batch` sequences, with `threads` OpenMP threads: the
+// median of 10 steps after 2 of warm-up. With `dp`, this rank's step of a data-parallel run over
+// its members (collective); without, one process alone.
+double training_step_seconds(const config::ModelConfig& model, int batch, int threads,
+                             dist::Communicator* dp = nullptr);
 
 }  // namespace tessera::cli
