@@ -1,7 +1,8 @@
 #pragma once
-// General matrix multiply on BLAS (OpenBLAS sgemm/dgemm), row-major; one-row products as matrix-vector loops.
+// General matrix multiply, row-major: float by oneDNN's sgemm, double by OpenBLAS's dgemm; one-row
+// products as matrix-vector loops.
 // 16-bit operands (bf16, f16) are multiplied with f32 sums: by oneDNN's bf16 GEMM where the CPU
-// has bf16 dot products, else widened to f32 and multiplied by sgemm (kernels/cpu/gemm_bf16.h).
+// has bf16 dot products, else widened to f32 and multiplied as floats (kernels/cpu/gemm_bf16.h).
 // Shapes: M, N, K as in out[M,N] = op(a)[M,K] · op(b)[K,N].
 #include <string>
 
