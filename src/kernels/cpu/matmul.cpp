@@ -20,11 +20,12 @@ CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::Yes ? CblasTrans 
 
 // Single-precision products go to oneDNN's sgemm rather than OpenBLAS's: on an AMD EPYC of the
 // first Zen generation, one thread of OpenBLAS 0.3.21 ran every product with 256 or fewer output
-// columns (the model's projections back to its width, most of its weight gradients) at 9-12
-// GFLOP/s against 33-35 for wider ones, and oneDNN ran all of them at 35-37; a rank with one
-// thread trained the default model 2.2 times faster with it, two threads in one process at the
-// same speed (docs/benchmarks.md, "One thread's GEMM"). Called inside an active OpenMP region, both
-// run on the calling thread alone, which keeps the bits independent of the thread count.
+// columns at 8-10 GFLOP/s until the process had once made a wider one (33-35 after), and the
+// blocks below are never wider, so a one-thread rank stayed slow; oneDNN ran the same products at
+// 35-37. A rank with one thread trained the default model 2.2 times faster with it, two threads in
+// one process at the same speed (docs/benchmarks.md, "One thread's GEMM", bench/gemm_backends).
+// Inside an active OpenMP region either runs on the calling thread alone, which keeps the bits
+// independent of the thread count.
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* a, int lda,
                const float* b, int ldb, float beta, float* c, int ldc) {
   const dnnl_status_t status = dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', M, N, K, alpha,
