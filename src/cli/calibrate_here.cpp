@@ -487,10 +487,12 @@ void calibrate_here(const std::string& out, const std::string& name) {
     p.step_efficiency = std::clamp((predicted.time.step - communication) / std::max(step_seconds - communication, 1e-9),
                                    1e-3, 2.0);
     fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) {}: {:.1f} ms, its "
-               "kernels predict {:.1f} ms (and {:.1f} ms of gradient all-reduce): step efficiency {:.3f}\n",
+               "kernels predict {:.1f} ms{}: step efficiency {:.3f}\n",
                p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(),
                ranks > 1 ? fmt::format("in a data-parallel run of {} processes", ranks) : std::string("in one process"),
-               step_seconds * 1e3, (predicted.time.step - communication) * 1e3, communication * 1e3, p.step_efficiency);
+               step_seconds * 1e3, (predicted.time.step - communication) * 1e3,
+               ranks > 1 ? fmt::format(" (and {:.1f} ms of gradient all-reduce)", communication * 1e3) : std::string(),
+               p.step_efficiency);
   }
   c.validate();
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "
