@@ -21,6 +21,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/host.h"
 #include "core/rng.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
@@ -40,6 +41,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Above this share of the cores taken by other processes, a calibration warns that it measured a
+// busy machine (a shell and a few daemons take 1-2 %).
+constexpr double kBusyShare = 0.10;
 // Seconds each measurement repeats for; the best repetition counts.
 constexpr double kBudget = 0.15;
 // A linear layer's products [2n x n] . [n x 2n] for these n: from the thinnest products of tiny
@@ -224,18 +228,6 @@ double kernel_overhead() {
   return best;
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown CPU";
-}
-
 // MemTotal and MemAvailable of /proc/meminfo, bytes.
 std::pair<double, double> memory_now() {
   std::ifstream in("/proc/meminfo");
@@ -354,7 +346,8 @@ void calibrate_here(const std::string& out, const std::string& name) {
   for (int t = 1; t < cores; t *= 2) thread_counts.push_back(t);
   thread_counts.push_back(cores);
   const auto start = Clock::now();
-  fmt::print("calibrating this machine: {}, {} cores; each figure is the best of repeated runs\n", cpu_model(), cores);
+  const host::CpuTimes cpu_at_start = host::cpu_times_now();
+  fmt::print("calibrating this machine: {}, {} cores; each figure is the best of repeated runs\n", host::cpu_model(), cores);
 
   struct Measured {
     int threads = 1;
@@ -432,10 +425,10 @@ void calibrate_here(const std::string& out, const std::string& name) {
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::localtime(&now));
   c.description = fmt::format("{}, {} cores, processes sharing them; measured by tessera plan --calibrate-here on {}",
-                              cpu_model(), cores, date);
+                              host::cpu_model(), cores, date);
   c.devices_per_node = 0;
   c.max_nodes = 1;
-  c.device.name = fmt::format("{} ({} cores)", cpu_model(), cores);
+  c.device.name = fmt::format("{} ({} cores)", host::cpu_model(), cores);
   c.device.peak_flops_fp32 = cores * per_core_peak;
   c.device.peak_flops_bf16 = cores * bf16_per_core;
   c.device.memory_bytes = total;
@@ -495,13 +488,21 @@ void calibrate_here(const std::string& out, const std::string& name) {
                p.step_efficiency);
   }
   c.validate();
+  // Work of other processes slows every figure above; the file says how much of the cores it took.
+  const double others = host::others_share(cpu_at_start, host::cpu_times_now(), cores);
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "
                                          "machine\"): written by `tessera plan --calibrate-here`.\n# The inter_node link "
-                                         "is the intra_node one: a single machine never crosses a network.\n{}",
-                                         plan::cluster_toml(c)));
+                                         "is the intra_node one: a single machine never crosses a network.\n# Other "
+                                         "processes kept {:.0f}% of the cores busy while it was measured.\n{}",
+                                         100 * others, plan::cluster_toml(c)));
   fmt::print("peak {:.1f} GFLOP/s ({} x {:.1f} per core), {:.1f} GB/s streaming, {} of {} in use by others\n",
              c.device.peak_flops_fp32 / 1e9, cores, per_core_peak / 1e9, c.device.memory_bandwidth / 1e9,
              gib(c.device.reserved_bytes), gib(total));
+  fmt::print("other processes kept {:.0f}% of the cores busy while calibrating\n", 100 * others);
+  if (others > kBusyShare) {
+    fmt::print(stderr, "warning: plan --calibrate-here: the machine was busy: every speed above is slower than this machine's own, and plans made "
+               "with {} will predict steps slower than an idle machine runs; calibrate again when it is idle\n", out);
+  }
   fmt::print("wrote {} in {:.0f} s; predict a run on it with: tessera plan --config run.toml --cluster {}\n", out,
              elapsed(start), out);
 }

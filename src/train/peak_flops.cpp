@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/check.h"
+#include "core/host.h"
 #include "kernels/cpu/matmul.h"
 
 namespace fs = std::filesystem;
@@ -20,18 +21,6 @@ namespace fs = std::filesystem;
 namespace tessera::train {
 
 namespace {
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown cpu";
-}
 
 fs::path cache_file() {
   if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir != 0) return fs::path(dir) / "peak-flops.json";
@@ -42,14 +31,6 @@ fs::path cache_file() {
     return fs::path(home) / ".cache" / "tessera" / "peak-flops.json";
   }
   return {};
-}
-
-// The load average over the last minute (0 when unknown).
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = 0;
-  in >> load;
-  return load;
 }
 
 // The best rate of square sgemms of two sizes, repeated for about `seconds`.
@@ -73,7 +54,7 @@ double measure(double seconds) {
 
 MatmulPeak matmul_peak(double configured_gflops, int threads) {
   if (configured_gflops > 0) return {configured_gflops * 1e9, "log.peak_gflops"};
-  const std::string key = fmt::format("{} | {} threads", cpu_model(), threads);
+  const std::string key = fmt::format("{} | {} threads", host::cpu_model(), threads);
   const fs::path file = cache_file();
   nlohmann::json cache = nlohmann::json::object();
   std::error_code ec;
@@ -90,7 +71,7 @@ MatmulPeak matmul_peak(double configured_gflops, int threads) {
     }
   }
   const double flops = measure(1.0);
-  const double load = load_average();
+  const double load = host::load_average();
   if (load > 0.5) {
     return {flops, fmt::format("measured now, on a busy machine (load average {:.1f}): not stored", load)};
   }
