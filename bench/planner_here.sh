@@ -11,14 +11,16 @@
 #
 # This machine's speed drifts by ±10 % over minutes (it is shared), so a prediction is held against
 # runs made right after its calibration: every round calibrates afresh, then runs every layout once
-# (rotating the order), and each layout's step is predicted with that round's cluster. A layout's
-# step error is the median over the rounds of (predicted − measured) / measured.
+# (rotating the order), and each layout's step is predicted with that round's cluster. With
+# CALIBRATE=layout every layout's run gets a calibration of its own, taken just before it (about
+# 45 s more per run), for a machine whose speed moves within a round. A layout's step error is the
+# median over the rounds of (predicted − measured) / measured.
 #
 # Environment: TESSERA (the binary, default build/release/src/cli/tessera), DATA (default
 # data/kjv-2048, prepared with a 2048-token vocabulary if missing), OUT (run folders, default
 # build/bench/planner_here), STEPS (per run, default 10; the first 3 are warm-up and not timed),
-# ROUNDS (default 3), CLUSTER (a cluster TOML to plan every round with, instead of calibrating
-# each round).
+# ROUNDS (default 3), CALIBRATE (round: one calibration per round, the default; layout: one before
+# every run), CLUSTER (a cluster TOML to plan every run with, instead of calibrating).
 #
 # Prints two Markdown tables (per layout: the worst rank's sum of its tags' peaks, predicted and
 # measured, the largest error of any tag on any rank, the median over the rounds of the predicted
@@ -52,6 +54,13 @@ mkdir -p "$OUT"
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(lscpu | sed -nE 's/^Model name: *//p'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 
 CLUSTER="${CLUSTER:-}"
+CALIBRATE="${CALIBRATE:-round}"
+[[ $CALIBRATE == round || $CALIBRATE == layout ]] ||
+  { echo "CALIBRATE is 'round' (one calibration per round) or 'layout' (one before every run), not '$CALIBRATE'" >&2; exit 2; }
+calibrate() {  # calibrate() FILE WHEN: writes FILE, prints the calibration's summary
+  echo "== $2, calibrating: $TESSERA plan --calibrate-here --out $1"
+  "$TESSERA" plan --calibrate-here --out "$1" | grep -vE '^ +[0-9]+ B:'
+}
 
 # One config for the runs and the plans: the default model, four microbatches of 4 per step.
 RUN=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.micro_batch_size 4)
@@ -67,10 +76,9 @@ LAYOUTS=(
 )
 for ((r = 0; r < ROUNDS; r++)); do
   cluster="$CLUSTER"
-  if [[ -z $cluster ]]; then
+  if [[ -z $cluster && $CALIBRATE == round ]]; then
     cluster="$OUT/cluster-here.round$r.toml"
-    echo "== round $r, calibrating: $TESSERA plan --calibrate-here --out $cluster"
-    "$TESSERA" plan --calibrate-here --out "$cluster" | grep -vE '^ +[0-9]+ B:'
+    calibrate "$cluster" "round $r"
   fi
   # Rotate which layout runs first, so a drift in the machine's load favours none.
   for ((i = 0; i < ${#LAYOUTS[@]}; i++)); do
@@ -78,6 +86,10 @@ for ((r = 0; r < ROUNDS; r++)); do
     IFS='|' read -r name ranks keys <<< "$entry"
     dir="$OUT/$name.round$r"
     launcher=(); (( ranks > 1 )) && launcher=(launch -n "$ranks" --)
+    if [[ -z $CLUSTER && $CALIBRATE == layout ]]; then
+      cluster="$OUT/cluster-here.$name.round$r.toml"
+      calibrate "$cluster" "round $r, before $name"
+    fi
     # shellcheck disable=SC2086  # the layout's keys are words
     "$TESSERA" "${launcher[@]}" train "${RUN[@]}" "${TRAIN[@]}" $keys --train.out_dir "$dir" > "$dir.log" 2>&1 < /dev/null ||
       { cat "$dir.log"; exit 1; }

@@ -500,8 +500,9 @@ void calibrate_here(const std::string& out, const std::string& name) {
              gib(c.device.reserved_bytes), gib(total));
   fmt::print("other processes kept {:.0f}% of the cores busy while calibrating\n", 100 * others);
   if (others > kBusyShare) {
-    fmt::print(stderr, "warning: plan --calibrate-here: the machine was busy: every speed above is slower than this machine's own, and plans made "
-               "with {} will predict steps slower than an idle machine runs; calibrate again when it is idle\n", out);
+    fmt::print(stderr, "warning: plan --calibrate-here: the machine was busy: every speed above is slower than this "
+               "machine's own, and plans made with {} will predict steps slower than an idle machine runs; calibrate "
+               "again when it is idle\n", out);
   }
   fmt::print("wrote {} in {:.0f} s; predict a run on it with: tessera plan --config run.toml --cluster {}\n", out,
              elapsed(start), out);
