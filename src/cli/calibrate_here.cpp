@@ -341,6 +341,16 @@ std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0
 }  // namespace
 
 void calibrate_here(const std::string& out, const std::string& name) {
+  // A minute of measuring is lost if the file cannot be written at the end: check its place first.
+  const std::filesystem::path target(out);
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  TS_CHECK(!out.empty() && !std::filesystem::is_directory(target, ec),
+           "plan --calibrate-here: --out must name a file to write, got '{}'", out);
+  TS_CHECK(std::filesystem::is_directory(folder, ec), "plan --calibrate-here: cannot write {}: the folder {} does not exist",
+           out, folder.string());
+  TS_CHECK(::access(folder.c_str(), W_OK) == 0, "plan --calibrate-here: cannot write {}: the folder {} is not writable",
+           out, folder.string());
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<int> thread_counts;
   for (int t = 1; t < cores; t *= 2) thread_counts.push_back(t);

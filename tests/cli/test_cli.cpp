@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +187,25 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
     EXPECT_FALSE(contains(r.output, "not in range")) << args << "\n" << r.output;
   }
   EXPECT_FALSE(fs::exists(g_root / "never"));
+}
+
+// A calibration measures for about a minute before it writes its file: a place it cannot write is
+// refused before any of that, not after.
+TEST_F(Cli, CalibrationRefusesAnOutputItCannotWriteBeforeMeasuring) {
+  const std::string missing = (g_root / "missing" / "here.toml").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --calibrate-here --out " + missing, "error: plan --calibrate-here: cannot write " + missing +
+                                                     ": the folder " + (g_root / "missing").string() + " does not exist"},
+      {"plan --calibrate-here --out " + g_root.string(), "error: plan --calibrate-here: --out must name a file to write"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const CliResult r = run_tessera(args);
+    expect_clean_failure(r, args);
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "GFLOP/s")) << args << " measured before refusing:\n" << r.output;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0) << args;
+  }
 }
 
 // `simulate --weight-version`: under the newest rule the last stage starts batch 1 on version 1;
