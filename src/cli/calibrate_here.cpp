@@ -349,8 +349,9 @@ void calibrate_here(const std::string& out, const std::string& name) {
            "plan --calibrate-here: --out must name a file to write, got '{}'", out);
   TS_CHECK(std::filesystem::is_directory(folder, ec), "plan --calibrate-here: cannot write {}: the folder {} does not exist",
            out, folder.string());
-  TS_CHECK(::access(folder.c_str(), W_OK) == 0, "plan --calibrate-here: cannot write {}: the folder {} is not writable",
-           out, folder.string());
+  {
+    AtomicFile probe(target);  // the same temporary file the end writes, removed uncommitted
+  }
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<int> thread_counts;
   for (int t = 1; t < cores; t *= 2) thread_counts.push_back(t);

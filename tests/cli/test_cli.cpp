@@ -197,6 +197,8 @@ TEST_F(Cli, CalibrationRefusesAnOutputItCannotWriteBeforeMeasuring) {
       {"plan --calibrate-here --out " + missing, "error: plan --calibrate-here: cannot write " + missing +
                                                      ": the folder " + (g_root / "missing").string() + " does not exist"},
       {"plan --calibrate-here --out " + g_root.string(), "error: plan --calibrate-here: --out must name a file to write"},
+      // A folder where no file can be made, whoever runs the test (root included).
+      {"plan --calibrate-here --out /proc/here.toml", "error: cannot create a file in '/proc' to write '/proc/here.toml'"},
   };
   for (const auto& [args, message] : cases) {
     const auto start = std::chrono::steady_clock::now();
