@@ -358,7 +358,8 @@ void calibrate_here(const std::string& out, const std::string& name) {
   thread_counts.push_back(cores);
   const auto start = Clock::now();
   const host::CpuTimes cpu_at_start = host::cpu_times_now();
-  fmt::print("calibrating this machine: {}, {} cores; each figure is the best of repeated runs\n", host::cpu_model(), cores);
+  const std::string cpu = host::cpu_model();
+  fmt::print("calibrating this machine: {}, {} cores; each figure is the best of repeated runs\n", cpu, cores);
 
   struct Measured {
     int threads = 1;
@@ -436,10 +437,10 @@ void calibrate_here(const std::string& out, const std::string& name) {
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::localtime(&now));
   c.description = fmt::format("{}, {} cores, processes sharing them; measured by tessera plan --calibrate-here on {}",
-                              host::cpu_model(), cores, date);
+                              cpu, cores, date);
   c.devices_per_node = 0;
   c.max_nodes = 1;
-  c.device.name = fmt::format("{} ({} cores)", host::cpu_model(), cores);
+  c.device.name = fmt::format("{} ({} cores)", cpu, cores);
   c.device.peak_flops_fp32 = cores * per_core_peak;
   c.device.peak_flops_bf16 = cores * bf16_per_core;
   c.device.memory_bytes = total;
