@@ -65,7 +65,7 @@ std::string describe_cluster(const ClusterSpec& c) {
   const std::string per_node = c.devices_per_node == 0 ? std::string(", any number of processes on its cores")
                                                        : fmt::format(" x {} per node", c.devices_per_node);
   return fmt::format("{}: {}{}, {} bf16, {} fp32, {:.0f} GiB ({:.1f} usable), {:.0f} GB/s memory, "
-                     "{:.0f} GB/s in node, {:.2g} GB/s across nodes",
+                     "{:.3g} GB/s in node, {:.3g} GB/s across nodes",
                      c.name, c.device.name, per_node, flop_rate(c.device.peak_flops_bf16),
                      flop_rate(c.device.peak_flops_fp32), c.device.memory_bytes / kGiB,
                      c.usable_memory() / kGiB, c.device.memory_bandwidth / 1e9, c.intra_node.bandwidth / 1e9,
