@@ -54,7 +54,8 @@ double measure(double seconds) {
 
 MatmulPeak matmul_peak(double configured_gflops, int threads) {
   if (configured_gflops > 0) return {configured_gflops * 1e9, "log.peak_gflops"};
-  const std::string key = fmt::format("{} | {} threads", host::cpu_model(), threads);
+  // The GEMM library is in the key: a peak stored before it changed is not this build's.
+  const std::string key = fmt::format("{} | {} threads | {}", host::cpu_model(), threads, kernels::float_gemm_name());
   const fs::path file = cache_file();
   nlohmann::json cache = nlohmann::json::object();
   std::error_code ec;

@@ -2,8 +2,8 @@
 // The matmul peak that MFU divides by. A figure measured at every start-up varies with whatever
 // else the machine is doing (0.25 s of matmul gave 21 to 141 GFLOP/s across runs of one machine)
 // and made MFU meaningless, so the peak is fixed per machine: the configured log.peak_gflops if
-// given (a datasheet or a cluster file's figure), else a calibration measured once per machine
-// and thread count — the best of many repeated matmuls over about a second — and stored
+// given (a datasheet or a cluster file's figure), else a calibration measured once per machine,
+// thread count and float GEMM library — the best of many repeated matmuls over about a second — and stored
 // (peak-flops.json in $TESSERA_CACHE_DIR, else $XDG_CACHE_HOME/tessera, else ~/.cache/tessera).
 // A machine that is busy when it is measured (load average above half a core) would store a
 // figure far too low, so then the measurement serves this run only and the next run tries again.

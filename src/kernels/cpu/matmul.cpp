@@ -259,6 +259,8 @@ void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K
 
 std::string half_gemm_description() { return half_gemm_engine().describe(); }
 
+std::string_view float_gemm_name() { return "onednn-sgemm"; }
+
 template void gemm<float>(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float,
                           float*, int);
 template void gemm<double>(Transpose, Transpose, int, int, int, double, const double*, int, const double*, int, double,

@@ -5,6 +5,7 @@
 // has bf16 dot products, else widened to f32 and multiplied as floats (kernels/cpu/gemm_bf16.h).
 // Shapes: M, N, K as in out[M,N] = op(a)[M,K] · op(b)[K,N].
 #include <string>
+#include <string_view>
 
 #include "kernels/cpu/element.h"
 
@@ -22,6 +23,10 @@ enum class Transpose { No, Yes };
 template <class T, class Out = T>
 void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
             bool accumulate);
+
+// Which library runs the float GEMM ("onednn-sgemm"): a speed measured once and stored (the MFU
+// peak, train/peak_flops.h) belongs to it, and is measured again when it changes.
+std::string_view float_gemm_name();
 
 // Which 16-bit GEMM runs on this thread: "onednn-bf16 (<oneDNN's implementation>)" or
 // "widen-to-f32" (kernels/cpu/gemm_bf16.h).
