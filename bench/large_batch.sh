@@ -10,14 +10,18 @@
 #
 # Environment: STEPS (AdamW's steps at the small batch; default 960), BATCH (the small batch in
 # sequences; default 8), SCALE (LAMB's batch multiple K; default 8), ADAMW_LR (default 2e-3),
-# LAMB_BASE_LR (LAMB's rate at the small batch, before √K scaling; default 1.77e-2, so 0.05 at
-# K = 8), WARMUP_SHARE (the share of each run's steps spent warming up; default 0.1), DATA (the
-# prepared dataset; default data/kjv, prepared when missing), BUILD_DIR (default build/release),
-# OUT (run folders; default $BUILD_DIR/large_batch), THREADS (threads per run; default 2, or 1 with
-# TOGETHER=1), TOGETHER (1: run both at once, each on its own core, for a 2-core machine; the
-# losses do not depend on it).
+# LAMB_BASE_LR (LAMB's rate at the small batch, before √K scaling; default 7.07e-3, so 0.02 at
+# K = 8, the best of a sweep in docs/benchmarks.md), LAMB_WEIGHT_DECAY (LAMB's optim.weight_decay;
+# default 0.1, the config's and AdamW's; LAMB adds it to the update before the trust ratio, so the
+# same number does not decay the weights as AdamW's decoupled decay does), WARMUP_SHARE (the share
+# of each run's steps spent warming up; default 0.1), DATA (the prepared dataset; default data/kjv,
+# prepared when missing), BUILD_DIR (default build/release), OUT (run folders; default
+# $BUILD_DIR/large_batch), THREADS (threads per run; default 2, or 1 with TOGETHER=1), TOGETHER (1:
+# run both at once, each on its own core, for a 2-core machine; the losses do not depend on it),
+# EVALS (validation losses taken over each run, evenly spaced in tokens, so that both runs are
+# measured at the same points; default 1: at the end only).
 #
-# Prints both runs' final validation losses and
+# Prints both runs' validation losses at each of the EVALS points, the last one's and
 #   RESULT large_batch optimizer=lamb batch=<K·B> val_loss=… adamw_val_loss=… rel_diff=…
 # where rel_diff = (lamb − adamw) / adamw; the goal is |rel_diff| ≤ 0.02.
 set -euo pipefail
@@ -30,14 +34,20 @@ STEPS="${STEPS:-960}"
 BATCH="${BATCH:-8}"
 SCALE="${SCALE:-8}"
 ADAMW_LR="${ADAMW_LR:-2e-3}"
-LAMB_BASE_LR="${LAMB_BASE_LR:-1.77e-2}"
+LAMB_BASE_LR="${LAMB_BASE_LR:-7.07e-3}"
+LAMB_WEIGHT_DECAY="${LAMB_WEIGHT_DECAY:-0.1}"
 WARMUP_SHARE="${WARMUP_SHARE:-0.1}"
 TOGETHER="${TOGETHER:-0}"
+EVALS="${EVALS:-1}"
 if [[ $TOGETHER == 1 ]]; then THREADS="${THREADS:-1}"; else THREADS="${THREADS:-2}"; fi
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 
 if (( STEPS % SCALE != 0 )); then
   echo "STEPS ($STEPS) must be a multiple of SCALE ($SCALE): both runs see the same number of tokens" >&2
+  exit 2
+fi
+if ! [[ $EVALS =~ ^[1-9][0-9]*$ ]] || (( (STEPS / SCALE) % EVALS != 0 )); then
+  echo "EVALS ($EVALS) must be a positive divisor of LAMB's steps ($((STEPS / SCALE))): both runs are measured at the same tokens" >&2
   exit 2
 fi
 
@@ -60,10 +70,12 @@ lamb_lr=$(awk -v b="$LAMB_BASE_LR" -v k="$SCALE" 'BEGIN { printf "%.6g", b * sqr
 warmup() { awk -v s="$1" -v f="$WARMUP_SHARE" 'BEGIN { w = int(s * f + 0.5); if (w < 1) w = 1; print w }'; }
 
 # The default config's model and data; every sequence of a step in one microbatch of at most 16.
-common=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.overwrite true --train.eval_every 0
+common=(--config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.overwrite true
         --train.eval_batches 32 --train.sample_tokens 0 --train.sample_every 0 --checkpoint.every 0
         --log.progress plain --log.every 20 --log.peak_gflops 1000)
 micro() { local b=$1; (( b > 16 )) && echo 16 || echo "$b"; }
+# 0 leaves the one evaluation the trainer always makes at the last step.
+eval_every() { (( EVALS > 1 )) && echo $(($1 / EVALS)) || echo 0; }
 
 run() {
   local name=$1; shift
@@ -74,11 +86,10 @@ run() {
   echo "   $name: $((SECONDS - started)) s"
 }
 
-final_val_loss() {
+val_losses() {
   /usr/bin/python3 -c "
 import json, sys
-vals = [r for r in map(json.loads, open(sys.argv[1])) if r.get('kind') == 'val']
-print(repr(vals[-1]['loss']))" "$OUT/$1/metrics.jsonl"
+print(' '.join(repr(r['loss']) for r in map(json.loads, open(sys.argv[1])) if r.get('kind') == 'val'))" "$OUT/$1/metrics.jsonl"
 }
 
 mkdir -p "$OUT"
@@ -86,18 +97,31 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREA
 pids=()
 run adamw --optim.name adamw --optim.lr "$ADAMW_LR" --optim.min_lr "$(awk -v l="$ADAMW_LR" 'BEGIN { print l / 10 }')" \
   --train.steps "$STEPS" --train.batch_size "$BATCH" --train.micro_batch_size "$(micro "$BATCH")" \
-  --optim.warmup_steps "$(warmup "$STEPS")" &
+  --optim.warmup_steps "$(warmup "$STEPS")" --train.eval_every "$(eval_every "$STEPS")" &
 pids+=($!)
 [[ $TOGETHER == 1 ]] || { wait "${pids[0]}" || exit 1; pids=(); }
-run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
+run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.weight_decay "$LAMB_WEIGHT_DECAY" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
   --train.steps "$lamb_steps" --train.batch_size "$lamb_batch" --train.micro_batch_size "$(micro "$lamb_batch")" \
-  --optim.warmup_steps "$(warmup "$lamb_steps")" &
+  --optim.warmup_steps "$(warmup "$lamb_steps")" --train.eval_every "$(eval_every "$lamb_steps")" &
 pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 
-adamw_val=$(final_val_loss adamw)
-lamb_val=$(final_val_loss lamb)
+adamw_vals=($(val_losses adamw))
+lamb_vals=($(val_losses lamb))
+if (( ${#adamw_vals[@]} != EVALS || ${#lamb_vals[@]} != EVALS )); then
+  echo "expected $EVALS validation losses per run, found ${#adamw_vals[@]} (adamw) and ${#lamb_vals[@]} (lamb)" >&2
+  exit 1
+fi
+if (( EVALS > 1 )); then
+  echo "validation loss at each share of the tokens:"
+  for ((i = 0; i < EVALS; ++i)); do
+    awk -v i=$((i + 1)) -v n="$EVALS" -v a="${adamw_vals[i]}" -v l="${lamb_vals[i]}" \
+      'BEGIN { printf "  %d/%d: adamw %.4f  lamb %.4f  rel_diff %+.4f\n", i, n, a, l, (l - a) / a }'
+  done
+fi
+adamw_val=${adamw_vals[EVALS - 1]}
+lamb_val=${lamb_vals[EVALS - 1]}
 rel=$(awk -v a="$adamw_val" -v l="$lamb_val" 'BEGIN { printf "%.4f", (l - a) / a }')
 echo "adamw: batch $BATCH, $STEPS steps, lr $ADAMW_LR: val loss $adamw_val"
-echo "lamb:  batch $lamb_batch, $lamb_steps steps, lr $lamb_lr: val loss $lamb_val"
+echo "lamb:  batch $lamb_batch, $lamb_steps steps, lr $lamb_lr, weight decay $LAMB_WEIGHT_DECAY: val loss $lamb_val"
 echo "RESULT large_batch optimizer=lamb batch=$lamb_batch val_loss=$lamb_val adamw_val_loss=$adamw_val rel_diff=$rel"
