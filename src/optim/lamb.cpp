@@ -70,7 +70,7 @@ void Lamb::step(float lr, std::span<const Segment> segments) {
     const float wd = adapted ? config_.weight_decay : 0.0f;
     std::span<const double> sums = norms_.of(*s.param);
     const double ratio = adapted && sums[0] > 0 && sums[1] > 0 ? std::sqrt(sums[0]) / std::sqrt(sums[1]) : 1.0;
-    const auto step_size = static_cast<float>(double(lr) * ratio);
+    const auto step_size = static_cast<float>(double(lr) * (adapted ? ratio : double(config_.unadapted_lr_scale)));
     for (int64_t i = 0; i < s.size(); ++i) {
       s.value[i] -= step_size * direction(m[at + i], v[at + i], s.value[i], wd);
     }

@@ -41,7 +41,7 @@ void Lars::step(float lr, std::span<const Segment> segments) {
   for (const Segment& s : segments) {
     const bool adapted = is_matrix(*s.param);
     const float wd = adapted ? config_.weight_decay : 0.0f;
-    double local = 1.0;
+    double local = adapted ? 1.0 : double(config_.unadapted_lr_scale);
     if (adapted) {
       std::span<const double> sums = norms_.of(*s.param);
       const double w_norm = std::sqrt(sums[0]), g_norm = std::sqrt(sums[1]);

@@ -26,6 +26,10 @@ struct OptimizerConfig {
   bool nesterov = false;       // sgd
   bool decoupled_weight_decay = false;  // sgd: p -= lr·wd·p instead of adding wd·p to the gradient
   float trust_coefficient = 0.001f;     // lars: η in η‖w‖ / (‖g‖ + wd‖w‖)
+  // lamb, lars: the rate of the tensors the trust ratio leaves out (norm gains, biases) is lr × this.
+  // Their rate is otherwise the raw lr, set for the matrices' relative steps: LAMB's 0.02 at 8× the
+  // batch is ten times AdamW's rate on them.
+  float unadapted_lr_scale = 1.0f;
   bool first_moment = false;   // adafactor: keep a momentum of the clipped update (beta1)
   bool relative_step = false;  // adafactor: the step is lr × max(1e-3, RMS(w)) per tensor
   float decay_rate = 0.8f;     // adafactor: β2 at step t is 1 − t^−decay_rate

@@ -50,6 +50,7 @@ void validate_optimizer(const OptimSection& o) {
       {"nesterov", o.nesterov == defaults.nesterov, {"sgd"}},
       {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {"sgd"}},
       {"trust_coefficient", o.trust_coefficient == defaults.trust_coefficient, {"lars"}},
+      {"unadapted_lr_scale", o.unadapted_lr_scale == defaults.unadapted_lr_scale, {"lamb", "lars"}},
       {"first_moment", o.first_moment == defaults.first_moment, {"adafactor"}},
       {"relative_step", o.relative_step == defaults.relative_step, {"adafactor"}},
       {"decay_rate", o.decay_rate == defaults.decay_rate, {"adafactor"}},
@@ -72,6 +73,10 @@ void validate_optimizer(const OptimSection& o) {
            "config: optim.nesterov = true needs momentum: set optim.momentum (for example 0.9)");
   TS_CHECK(o.trust_coefficient > 0.0f && o.trust_coefficient <= 1.0f,
            "config: optim.trust_coefficient = {} must be in (0, 1] (LARS uses 0.001)", o.trust_coefficient);
+  TS_CHECK(o.unadapted_lr_scale >= 0.0f && o.unadapted_lr_scale <= 1000.0f,
+           "config: optim.unadapted_lr_scale = {} must be in [0, 1000] (0 freezes the norm gains and biases; 1 gives "
+           "them optim.lr)",
+           o.unadapted_lr_scale);
   TS_CHECK(o.decay_rate > 0.0f && o.decay_rate <= 1.0f,
            "config: optim.decay_rate = {} must be in (0, 1] (Adafactor's beta2 at step t is 1 - t^-decay_rate; the "
            "paper uses 0.8)", o.decay_rate);
@@ -440,6 +445,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     o.nesterov = r.get("nesterov", o.nesterov);
     o.decoupled_weight_decay = r.get("decoupled_weight_decay", o.decoupled_weight_decay);
     o.trust_coefficient = r.get("trust_coefficient", o.trust_coefficient);
+    o.unadapted_lr_scale = r.get("unadapted_lr_scale", o.unadapted_lr_scale);
     o.first_moment = r.get("first_moment", o.first_moment);
     o.relative_step = r.get("relative_step", o.relative_step);
     o.decay_rate = r.get("decay_rate", o.decay_rate);
@@ -608,6 +614,7 @@ std::string to_toml(const RunConfig& c) {
                     {"nesterov", o.nesterov},
                     {"decoupled_weight_decay", o.decoupled_weight_decay},
                     {"trust_coefficient", shortest(o.trust_coefficient)},
+                    {"unadapted_lr_scale", shortest(o.unadapted_lr_scale)},
                     {"first_moment", o.first_moment},
                     {"relative_step", o.relative_step},
                     {"decay_rate", shortest(o.decay_rate)},

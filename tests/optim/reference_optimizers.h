@@ -21,6 +21,7 @@ struct RefTensor {
 struct RefHyper {
   double lr = 1e-2, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double momentum = 0.9, trust = 0.001;                      // LARS
+  double unadapted_lr_scale = 1.0;                           // LAMB, LARS: the rate of biases and gains
   double decay_rate = 0.8, clip = 1.0;                       // Adafactor
   bool first_moment = false, relative_step = false;          // Adafactor
   int64_t block = 2048;                                      // 8-bit Adam
@@ -56,7 +57,7 @@ struct RefLamb {
         u[i] = mhat / (std::sqrt(vhat) + h.eps) + wd * x.w[i];
       }
       const double wn = norm_of(x.w), un = norm_of(u);
-      const double ratio = x.matrix && wn > 0 && un > 0 ? wn / un : 1.0;
+      const double ratio = !x.matrix ? h.unadapted_lr_scale : wn > 0 && un > 0 ? wn / un : 1.0;
       for (size_t i = 0; i < u.size(); ++i) x.w[i] -= h.lr * ratio * u[i];
     }
   }
@@ -73,7 +74,7 @@ struct RefLars {
       RefTensor& x = ts[k];
       const double wd = x.matrix ? h.weight_decay : 0.0;
       const double wn = norm_of(x.w), gn = norm_of(grads[k]);
-      const double local = x.matrix && wn > 0 && gn > 0 ? h.trust * wn / (gn + wd * wn + h.eps) : 1.0;
+      const double local = !x.matrix ? h.unadapted_lr_scale : wn > 0 && gn > 0 ? h.trust * wn / (gn + wd * wn + h.eps) : 1.0;
       for (size_t i = 0; i < x.w.size(); ++i) {
         b[k][i] = h.momentum * b[k][i] + h.lr * local * (grads[k][i] + wd * x.w[i]);
         x.w[i] -= b[k][i];

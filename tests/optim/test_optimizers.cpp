@@ -75,6 +75,7 @@ optim::OptimizerConfig settings(const std::string& name, const RefHyper& h) {
   c.weight_decay = static_cast<float>(h.weight_decay);
   c.momentum = static_cast<float>(h.momentum);
   c.trust_coefficient = static_cast<float>(h.trust);
+  c.unadapted_lr_scale = static_cast<float>(h.unadapted_lr_scale);
   c.decay_rate = static_cast<float>(h.decay_rate);
   c.clip_threshold = static_cast<float>(h.clip);
   c.first_moment = h.first_moment;
@@ -120,6 +121,8 @@ TEST(Optimizers, LambMatchesThePaper) {
   RefHyper h;
   h.lr = 1e-2;
   expect_matches<testing::RefLamb>("lamb", h, 2e-6);
+  h.unadapted_lr_scale = 0.1;
+  expect_matches<testing::RefLamb>("lamb", h, 2e-6);
 }
 
 TEST(Optimizers, LarsMatchesThePaper) {
@@ -128,6 +131,8 @@ TEST(Optimizers, LarsMatchesThePaper) {
   h.weight_decay = 5e-4;
   expect_matches<testing::RefLars>("lars", h, 2e-6);
   h.momentum = 0.0;
+  expect_matches<testing::RefLars>("lars", h, 2e-6);
+  h.unadapted_lr_scale = 0.01;
   expect_matches<testing::RefLars>("lars", h, 2e-6);
 }
 

@@ -155,6 +155,16 @@ TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
   EXPECT_NE(error_of("[optim]\nname = \"adam8bit\"\nquantization = \"log\"\n").find("\"dynamic\" or \"linear\""),
             std::string::npos);
   EXPECT_NE(error_of("[optim]\nname = \"adafactor\"\ndecay_rate = 1.5\n").find("optim.decay_rate"), std::string::npos);
+  // The rate of what LAMB's and LARS' trust ratio leaves out: read, refused elsewhere, ranged.
+  EXPECT_FLOAT_EQ(
+      read_run_config(toml::parse("[optim]\nname = \"lamb\"\nunadapted_lr_scale = 0.1\n")).optim.unadapted_lr_scale,
+      0.1f);
+  EXPECT_EQ(error_of("[optim]\nname = \"lars\"\nunadapted_lr_scale = 0\n"), "");
+  EXPECT_NE(error_of("[optim]\nunadapted_lr_scale = 0.1\n").find("optim.unadapted_lr_scale is read by optim.name = "
+                                                                   "\"lamb\" or \"lars\" only"),
+            std::string::npos);
+  EXPECT_NE(error_of("[optim]\nname = \"lamb\"\nunadapted_lr_scale = -1\n").find("must be in [0, 1000]"),
+            std::string::npos);
   // 1-bit Adam: its warm-up key, and the layouts it cannot run in, each with the reason.
   EXPECT_EQ(read_run_config(toml::parse("[optim]\nname = \"onebit_adam\"\nfreeze_step = 40\n")).optim.freeze_step, 40);
   EXPECT_NE(error_of("[optim]\nfreeze_step = 40\n").find("optim.freeze_step is read by optim.name = \"onebit_adam\" only"),
