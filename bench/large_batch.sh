@@ -13,7 +13,10 @@
 # LAMB_BASE_LR (LAMB's rate at the small batch, before √K scaling; default 7.07e-3, so 0.02 at
 # K = 8, the best of a sweep in docs/benchmarks.md), LAMB_WEIGHT_DECAY (LAMB's optim.weight_decay;
 # default 0.1, the config's and AdamW's; LAMB adds it to the update before the trust ratio, so the
-# same number does not decay the weights as AdamW's decoupled decay does), WARMUP_SHARE (the share
+# same number does not decay the weights as AdamW's decoupled decay does), LAMB_UNADAPTED_LR_SCALE
+# (LAMB's optim.unadapted_lr_scale: the norm gains and biases, which the trust ratio leaves out,
+# step at LAMB's rate times this; default 0.1, the best of a sweep in docs/benchmarks.md;
+# 1 gives them the matrices' rate, ten times AdamW's), WARMUP_SHARE (the share
 # of each run's steps spent warming up; default 0.1), DATA (the prepared dataset; default data/kjv,
 # prepared when missing), BUILD_DIR (default build/release), OUT (run folders; default
 # $BUILD_DIR/large_batch), THREADS (threads per run; default 2, or 1 with TOGETHER=1), TOGETHER (1:
@@ -41,6 +44,7 @@ SCALE="${SCALE:-8}"
 ADAMW_LR="${ADAMW_LR:-2e-3}"
 LAMB_BASE_LR="${LAMB_BASE_LR:-7.07e-3}"
 LAMB_WEIGHT_DECAY="${LAMB_WEIGHT_DECAY:-0.1}"
+LAMB_UNADAPTED_LR_SCALE="${LAMB_UNADAPTED_LR_SCALE:-0.1}"
 WARMUP_SHARE="${WARMUP_SHARE:-0.1}"
 TOGETHER="${TOGETHER:-0}"
 EVALS="${EVALS:-1}"
@@ -64,7 +68,7 @@ fi
 
 # What the losses depend on; a resumed pair must have been started with the same.
 settings="STEPS=$STEPS BATCH=$BATCH SCALE=$SCALE ADAMW_LR=$ADAMW_LR LAMB_BASE_LR=$LAMB_BASE_LR"
-settings+=" LAMB_WEIGHT_DECAY=$LAMB_WEIGHT_DECAY WARMUP_SHARE=$WARMUP_SHARE EVALS=$EVALS DATA=$DATA"
+settings+=" LAMB_WEIGHT_DECAY=$LAMB_WEIGHT_DECAY LAMB_UNADAPTED_LR_SCALE=$LAMB_UNADAPTED_LR_SCALE WARMUP_SHARE=$WARMUP_SHARE EVALS=$EVALS DATA=$DATA"
 if [[ $RESUME == 1 && -f $OUT/settings ]] && [[ $(cat "$OUT/settings") != "$settings" ]]; then
   echo "RESUME=1: the runs in $OUT were started with" >&2
   echo "  $(cat "$OUT/settings")" >&2
@@ -138,7 +142,8 @@ run adamw --optim.name adamw --optim.lr "$ADAMW_LR" --optim.min_lr "$(awk -v l="
   --checkpoint.every "$(checkpoint_every "$STEPS")" &
 pids+=($!)
 [[ $TOGETHER == 1 ]] || { wait "${pids[0]}" || exit 1; pids=(); }
-run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.weight_decay "$LAMB_WEIGHT_DECAY" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
+run lamb --optim.name lamb --optim.lr "$lamb_lr" --optim.weight_decay "$LAMB_WEIGHT_DECAY" \
+  --optim.unadapted_lr_scale "$LAMB_UNADAPTED_LR_SCALE" --optim.min_lr "$(awk -v l="$lamb_lr" 'BEGIN { print l / 10 }')" \
   --train.steps "$lamb_steps" --train.batch_size "$lamb_batch" --train.micro_batch_size "$(micro "$lamb_batch")" \
   --optim.warmup_steps "$(warmup "$lamb_steps")" --train.eval_every "$(eval_every "$lamb_steps")" \
   --checkpoint.every "$(checkpoint_every "$lamb_steps")" &
@@ -162,5 +167,5 @@ adamw_val=${adamw_vals[EVALS - 1]}
 lamb_val=${lamb_vals[EVALS - 1]}
 rel=$(awk -v a="$adamw_val" -v l="$lamb_val" 'BEGIN { printf "%.4f", (l - a) / a }')
 echo "adamw: batch $BATCH, $STEPS steps, lr $ADAMW_LR: val loss $adamw_val"
-echo "lamb:  batch $lamb_batch, $lamb_steps steps, lr $lamb_lr, weight decay $LAMB_WEIGHT_DECAY: val loss $lamb_val"
+echo "lamb:  batch $lamb_batch, $lamb_steps steps, lr $lamb_lr (× $LAMB_UNADAPTED_LR_SCALE for norm gains and biases), weight decay $LAMB_WEIGHT_DECAY: val loss $lamb_val"
 echo "RESULT large_batch optimizer=lamb batch=$lamb_batch val_loss=$lamb_val adamw_val_loss=$adamw_val rel_diff=$rel"
