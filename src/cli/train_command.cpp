@@ -124,9 +124,17 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       // Under a launcher, a config without parallel.dp takes the processes tp and pp leave.
       config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()),
                                       std::max(dist::launcher_size(), 1));
-    } catch (const std::exception&) {
-      // Every rank of a job reads the same config and fails the same way: let rank 0 alone say it.
-      if (dist::launcher_rank() > 0) throw CLI::RuntimeError(1);
+    } catch (const std::exception& e) {
+      // Every rank of a job reads the same config and usually fails the same way: rank 0 says it
+      // at once, and its exit ends the job. A rank that left silently at once could end the job
+      // first and take rank 0's message with it; so the others wait, then speak for themselves,
+      // which also reports a config that fails on one node alone.
+      if (dist::launcher_rank() > 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        fmt::print(stderr, "rank {}: {}\n", dist::launcher_rank(), describe_error(e, globals.debug));
+        std::fflush(stderr);
+        throw CLI::RuntimeError(1);
+      }
       throw;
     }
     stop_on_signals();
