@@ -4,22 +4,33 @@
 // out of the box (see dist/launch.h): no core binding, oversubscription when ranks exceed cores,
 // OMP_NUM_THREADS = cores / ranks per node, the root flag in containers. The ranks learn their
 // rank and size from MPI, so plain `mpirun` and Slurm's `srun --mpi=pmix` work as well.
+//
+// The launcher stays while the job runs: it hands a Ctrl-C or SIGTERM on to every rank as one stop
+// request, and on one machine it exits with the job's own code (3 for a stop with a checkpoint)
+// and says each rank's different message once, without mpirun's abort text (dist/job_status.h).
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "config/toml_reader.h"
 #include "core/check.h"
+#include "dist/job_status.h"
 #include "dist/launch.h"
 
 namespace tessera::cli {
@@ -33,17 +44,112 @@ std::string this_executable() {
   return path.string();
 }
 
-[[noreturn]] void run(const std::vector<std::string>& command) {
+// Signals the launcher takes while mpirun runs. mpirun turns SIGINT and SIGTERM into an abort
+// of the job (SIGTERM to the ranks, SIGKILL one second later: no time for a checkpoint), while it
+// forwards SIGUSR1, SIGUSR2 and SIGTSTP/SIGCONT to every rank and lets the job go on. So mpirun
+// runs in a process group of its own, out of reach of the terminal's Ctrl-C, and the launcher
+// hands a stop request to a training job as SIGUSR1, which its ranks take as a stop
+// (core/stop_signals.h) — once every rank has said it takes them, since before that SIGUSR1 would
+// end a rank. Any other command's job gets the signal itself, and mpirun ends it.
+sigset_t launcher_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGTSTP, SIGCONT}) sigaddset(&set, s);
+  return set;
+}
+
+struct StopForwarding {
+  bool training = false;
+  const dist::JobStatus* status = nullptr;  // where the ranks say they take stop requests; null: none
+  int ranks = 0;
+
+  bool ranks_take_stops() const {
+    return status == nullptr || status->ranks_without(dist::JobStatus::Mark::TakesStopRequests, ranks).empty();
+  }
+};
+
+// Starts `command` in a process group of its own, its input from /dev/null (a process outside the
+// terminal's foreground group that reads the terminal is stopped), and waits for it while handing
+// on the signals above. Returns its exit status as a shell would give it.
+int run_and_wait(const std::vector<std::string>& command, const StopForwarding& stops) {
   std::vector<char*> argv;
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
-  execvp(argv[0], argv.data());
-  TS_FAIL("could not start '{}': {}. Install OpenMPI (openmpi-bin; scripts/install-deps.sh does) or name mpirun "
-          "with --mpirun",
-          command[0], std::strerror(errno));
+  const sigset_t set = launcher_signals();
+  sigset_t before;
+  pthread_sigmask(SIG_BLOCK, &set, &before);
+  const pid_t child = ::fork();
+  TS_CHECK(child >= 0, "launch: cannot start a process: {}", std::strerror(errno));
+  if (child == 0) {
+    ::setpgid(0, 0);
+    pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr,
+                 "error: could not start '%s': %s. Install OpenMPI (openmpi-bin; scripts/install-deps.sh does) or "
+                 "name mpirun with --mpirun\n",
+                 argv[0], std::strerror(errno));
+    ::_exit(kExitError);
+  }
+  ::setpgid(child, child);  // also here, so no signal can come before the child is in its group
+  using Clock = std::chrono::steady_clock;
+  constexpr std::chrono::seconds kRepeat{3};  // a group's several deliveries of one Ctrl-C: one request
+  std::optional<Clock::time_point> last_request;
+  bool request_waiting = false;  // a request that came before every rank took them
+  const timespec poll{0, 100'000'000};
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(child, &status, WNOHANG | WUNTRACED);
+    if (done == child && (WIFEXITED(status) || WIFSIGNALED(status))) break;
+    const int sig = ::sigtimedwait(&set, nullptr, &poll);
+    if (sig == SIGTSTP) {
+      ::kill(child, SIGTSTP);
+      ::raise(SIGSTOP);  // the launcher stops with its job; SIGCONT wakes both
+    } else if (sig == SIGCONT) {
+      ::kill(child, SIGCONT);
+    } else if (sig > 0) {
+      const Clock::time_point now = Clock::now();
+      if (!last_request || now - *last_request > kRepeat) {
+        last_request = now;
+        if (stops.training) {
+          request_waiting = true;
+        } else {
+          ::kill(child, sig);
+        }
+      }
+    }
+    if (request_waiting && stops.ranks_take_stops()) {
+      request_waiting = false;
+      ::kill(child, SIGUSR1);
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+// A folder for the ranks' outcomes (dist/job_status.h), removed when the launch ends.
+class StatusFolder {
+ public:
+  StatusFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = (std::filesystem::path(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") / "tessera-launch-XXXXXX").string();
+    TS_CHECK(::mkdtemp(pattern.data()) != nullptr, "launch: cannot make a folder for the ranks' outcomes ({}): {}",
+             pattern, std::strerror(errno));
+    path_ = pattern;
+  }
+  ~StatusFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  StatusFolder(const StatusFolder&) = delete;
+  StatusFolder& operator=(const StatusFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // The words after "--" must start a tessera command (each rank runs this tessera with them): a
 // misspelt command, or the program's own name in front of it, is caught here once rather than by
@@ -121,13 +227,32 @@ void add_launch_command(CLI::App& app) {
     std::istringstream words(opts->mpi_args);
     for (std::string w; words >> w;) opts->request.mpirun_args.push_back(w);
     opts->request.executable = this_executable();
-    const std::vector<std::string> command = dist::mpirun_command(opts->request, dist::this_machine(opts->request));
+    const dist::MachineInfo machine = dist::this_machine(opts->request);
     if (opts->dry_run) {
-      fmt::print("{}\n", dist::shell_line(command));
+      fmt::print("{}\n", dist::shell_line(dist::mpirun_command(opts->request, machine)));
       return;
     }
-    fmt::print(stderr, "tessera launch: {}\n", dist::shell_line(command));
-    run(command);
+    fmt::print(stderr, "tessera launch: {}\n", dist::shell_line(dist::mpirun_command(opts->request, machine)));
+    // On one machine the ranks leave their outcomes for the launcher. Across machines the folder
+    // would have to be on a file system every host shares, so there the ranks exit with their own
+    // codes and mpirun reports them.
+    std::optional<StatusFolder> folder;
+    std::optional<dist::JobStatus> status;
+    if (opts->request.hosts.empty() && opts->request.hostfile.empty()) {
+      folder.emplace();
+      opts->request.job_status_dir = folder->path();
+      status.emplace(folder->path(), -1);
+    }
+    const bool training = !opts->request.args.empty() && opts->request.args.front() == "train";
+    const int mpirun_code = run_and_wait(dist::mpirun_command(opts->request, machine),
+                                         {training, status ? &*status : nullptr, opts->request.ranks});
+    int code = mpirun_code;
+    if (status) {
+      const std::vector<dist::RankOutcome> outcomes = status->outcomes();
+      for (const std::string& line : dist::messages_to_repeat(outcomes)) fmt::print(stderr, "{}\n", line);
+      if (mpirun_code == 0) code = dist::job_exit_code(outcomes);
+    }
+    if (code != 0) throw CLI::RuntimeError(code);
   });
 }
 

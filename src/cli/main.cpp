@@ -13,6 +13,7 @@
 #include "cli/errors.h"
 #include "config/toml_reader.h"
 #include "core/check.h"
+#include "dist/job_status.h"
 
 namespace {
 
@@ -137,9 +138,47 @@ std::string parse_error_message(const CLI::ParseError& e, const CLI::App& app, c
   return what;
 }
 
-int usage_error(const std::string& message) {
-  fmt::print(stderr, "error: {}\n", message);
-  return kExitUsage;
+// How the command ended: its exit code and, on failure, the message that says why.
+struct Outcome {
+  int code = 0;
+  std::string message;
+};
+
+Outcome usage_error(const std::string& message) { return {kExitUsage, fmt::format("error: {}", message)}; }
+
+Outcome run_command(CLI::App& app, const std::vector<std::string>& args, const char* program,
+                    const tessera::cli::Globals& globals) {
+  if (args.empty()) {
+    const Outcome error = usage_error(fmt::format("no command given; try 'tessera train --config "
+                                                 "configs/default.toml', or 'tessera <command> --help' (commands: {})",
+                                                 command_names(app)));
+    return {error.code, app.help() + error.message};
+  }
+  if (const std::string unknown = unknown_command(app, args); !unknown.empty()) return usage_error(unknown);
+
+  std::vector<std::string> words_kept(args);
+  std::vector<char*> words{const_cast<char*>(program)};
+  for (std::string& a : words_kept) words.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(words.size()), words.data());
+  } catch (const CLI::RuntimeError& e) {
+    // A command's own outcome code (train's 3: stopped early with a checkpoint), said already.
+    return {e.get_exit_code(), ""};
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return {app.exit(e), ""};  // --help, --version
+    const auto [command, path] = deepest_command(app);
+    if (!commands_of(*command).empty() && command->get_subcommands().empty()) {
+      return usage_error(fmt::format("'{}' needs a command: {} ('{} --help' says what each does)", path,
+                                     command_names(*command), path));
+    }
+    return usage_error(
+        fmt::format("{} ('{} --help' lists the options)", parse_error_message(e, app, *command, path), path));
+  } catch (const std::exception& e) {
+    return {kExitError, tessera::cli::describe_error(e, globals.debug)};
+  } catch (...) {
+    return {kExitError, tessera::cli::describe_unknown_error()};
+  }
+  return {};
 }
 
 }  // namespace
@@ -162,39 +201,14 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   globals.debug = take_debug_flag(args);
-  if (args.empty()) {
-    fmt::print(stderr, "{}", app.help());
-    return usage_error(fmt::format("no command given; try 'tessera train --config configs/default.toml', or "
-                                   "'tessera <command> --help' (commands: {})",
-                                   command_names(app)));
-  }
-  if (const std::string unknown = unknown_command(app, args); !unknown.empty()) return usage_error(unknown);
-
-  std::vector<char*> words{argv[0]};
-  for (std::string& a : args) words.push_back(a.data());
-  try {
-    app.parse(static_cast<int>(words.size()), words.data());
-  } catch (const CLI::RuntimeError& e) {
-    // A command's own outcome code (train's 3: stopped early with a checkpoint), said already.
-    std::fflush(stdout);
-    return e.get_exit_code();
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    const auto [command, path] = deepest_command(app);
-    if (!commands_of(*command).empty() && command->get_subcommands().empty()) {
-      return usage_error(fmt::format("'{}' needs a command: {} ('{} --help' says what each does)", path,
-                                     command_names(*command), path));
-    }
-    return usage_error(
-        fmt::format("{} ('{} --help' lists the options)", parse_error_message(e, app, *command, path), path));
-  } catch (const std::exception& e) {
-    std::fflush(stdout);  // what the command printed comes before the error that ended it
-    fmt::print(stderr, "{}\n", tessera::cli::describe_error(e, globals.debug));
-    return kExitError;
-  } catch (...) {
-    std::fflush(stdout);
-    fmt::print(stderr, "{}\n", tessera::cli::describe_unknown_error());
-    return kExitError;
-  }
+  const Outcome outcome = run_command(app, args, argv[0], globals);
+  std::fflush(stdout);  // what the command printed comes before the error that ended it
+  // Under `tessera launch` a rank other than 0 leaves its message to the launcher, which says each
+  // different one once; and every rank exits 0, since mpirun would turn a rank's own code (even
+  // 3, a stop with a checkpoint) into an aborted job and a screen of its text.
+  const std::optional<tessera::dist::JobStatus> job = tessera::dist::JobStatus::of_this_process();
+  if (!outcome.message.empty() && (!job || job->rank() == 0)) fmt::print(stderr, "{}\n", outcome.message);
+  if (!job) return outcome.code;
+  job->record_outcome(outcome.code, outcome.message);
   return 0;
 }

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -18,6 +17,8 @@
 #include "cli/errors.h"
 #include "cli/run_overrides.h"
 #include "config/model_config.h"
+#include "core/stop_signals.h"
+#include "dist/job_status.h"
 #include "dist/mpi_runtime.h"
 #include "dist/startup_guard.h"
 #include "train/trainer.h"
@@ -27,23 +28,6 @@ namespace tessera::cli {
 namespace {
 
 constexpr int kStoppedEarly = 3;
-
-// The signal that asked the run to stop, or 0. A signal handler can reach nothing but a global;
-// this one is the program's, and the trainer only ever sees it through a pointer.
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void request_stop(int signal_number) {
-  g_stop_signal.store(signal_number);
-  // A second signal ends the process at once, the usual way.
-  std::signal(signal_number, SIG_DFL);
-}
-
-// SIGINT and SIGTERM (a terminal's ^C, a scheduler's preemption) stop at the next step boundary
-// with a checkpoint instead of losing the work since the last one.
-void stop_on_signals() {
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
-}
 
 // Whether an MPI launcher (mpirun, srun) started this process. A plain `tessera train` with
 // parallel.dp = 1 then never touches MPI, so it starts fast and needs no MPI runtime at all.
@@ -59,7 +43,14 @@ void print_result(const train::TrainResult& r) {
     fmt::print("stopped at step {}: {}; continue with --checkpoint.resume latest\n", r.steps, r.stop_reason);
   }
   fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
-  fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
+  // The result is the validation loss where the run ended; a stop that skipped the evaluation (a
+  // signal asks for a prompt exit) has none to report.
+  if (r.val_step == r.steps) {
+    fmt::print("RESULT val_loss={:.4f} baseline={:.4f}\n", r.val_loss, r.unigram_entropy);
+  } else {
+    fmt::print("no validation loss at step {}: the stop skipped the evaluation; the run's RESULT line comes when it "
+               "finishes\n", r.steps);
+  }
 }
 
 void exit_for(const train::TrainResult& r) {
@@ -80,10 +71,10 @@ void exit_for(const train::TrainResult& r) {
 // One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
 // launch`, which only builds an mpirun command, never starts it); communicators go before it. The
 // result is returned, not acted on: an exit code thrown while MPI is alive would abort the job.
-train::TrainResult train_under_mpi(const train::RunConfig& config, const Globals& globals) {
+train::TrainResult train_under_mpi(const train::RunConfig& config, const Globals& globals, StopSignals& stop) {
   // Until the world exists no watchdog can see a missing rank: the start-up guard covers that.
   std::optional<dist::StartupGuard> guard(std::in_place, config.parallel.timeout_seconds, dist::launcher_rank(),
-                                          dist::launcher_size());
+                                          dist::launcher_size(), dist::JobStatus::of_this_process());
   dist::MpiRuntime mpi;
   train::TrainResult r;
   try {
@@ -91,7 +82,7 @@ train::TrainResult train_under_mpi(const train::RunConfig& config, const Globals
     options.timeout_seconds = config.parallel.timeout_seconds;
     auto world = mpi.world(options);
     guard.reset();
-    r = train::Trainer(config, world.get(), &g_stop_signal).run();
+    r = train::Trainer(config, world.get(), &stop).run();
     world.reset();
   } catch (const std::exception& e) {
     if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
@@ -116,6 +107,10 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       "Exit codes: 0 finished, 1 error, 2 bad command line, 3 stopped early with a checkpoint (train.exit_after,\n"
       "train.max_minutes, SIGINT, SIGTERM).");
   cmd->callback([cmd, config_path, &globals]() {
+    // First, before anything starts a thread: SIGINT and SIGTERM stop at the next step boundary
+    // with a checkpoint instead of losing the work since the last one. Rank 0 says what a signal did.
+    StopSignals stop(StopSignals::Options{.announce = dist::launcher_rank() <= 0});
+    if (const auto job = dist::JobStatus::of_this_process()) job->mark(dist::JobStatus::Mark::TakesStopRequests);
     train::RunConfig config;
     try {
       std::error_code ec;
@@ -124,12 +119,15 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       // Under a launcher, a config without parallel.dp takes the processes tp and pp leave.
       config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()),
                                       std::max(dist::launcher_size(), 1));
+      // Before MPI starts: a layout that does not fit the job fails here like any config error.
+      if (dist::launcher_size() >= 1) train::check_world_size(config, dist::launcher_size());
     } catch (const std::exception& e) {
       // Every rank of a job reads the same config and usually fails the same way: rank 0 says it
       // at once, and its exit ends the job. A rank that left silently at once could end the job
       // first and take rank 0's message with it; so the others wait, then speak for themselves,
-      // which also reports a config that fails on one node alone.
-      if (dist::launcher_rank() > 0) {
+      // which also reports a config that fails on one node alone. Under `tessera launch` the
+      // launcher says each different message once (dist/job_status.h).
+      if (dist::launcher_rank() > 0 && !dist::JobStatus::of_this_process()) {
         std::this_thread::sleep_for(std::chrono::seconds(2));
         fmt::print(stderr, "rank {}: {}\n", dist::launcher_rank(), describe_error(e, globals.debug));
         std::fflush(stderr);
@@ -137,12 +135,11 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       }
       throw;
     }
-    stop_on_signals();
     if (started_by_mpi_launcher()) {
-      exit_for(train_under_mpi(config, globals));
+      exit_for(train_under_mpi(config, globals, stop));
     } else {
       // One process; a config asking for dp > 1 is refused by the trainer, naming the launcher.
-      const train::TrainResult r = train::Trainer(config, nullptr, &g_stop_signal).run();
+      const train::TrainResult r = train::Trainer(config, nullptr, &stop).run();
       print_result(r);
       exit_for(r);
     }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "dist/job_status.h"
 
 namespace tessera::dist {
 
@@ -173,6 +174,7 @@ std::vector<std::string> mpirun_command(const LaunchRequest& r, const MachineInf
   if (r.hosts.empty() && r.hostfile.empty()) cmd.insert(cmd.end(), {"--mca", "btl", "self,vader"});
   cmd.insert(cmd.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
   cmd.insert(cmd.end(), {"-x", fmt::format("TESSERA_TERMINAL={}", machine.terminal ? 1 : 0)});
+  if (!r.job_status_dir.empty()) cmd.insert(cmd.end(), {"-x", fmt::format("{}={}", kJobStatusVariable, r.job_status_dir)});
   cmd.insert(cmd.end(), r.mpirun_args.begin(), r.mpirun_args.end());
   cmd.push_back(r.executable);
   cmd.insert(cmd.end(), r.args.begin(), r.args.end());

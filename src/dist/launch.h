@@ -42,6 +42,7 @@ struct LaunchRequest {
   std::vector<std::string> mpirun_args{};  // passed to mpirun before the program
   std::string executable{};           // absolute path of the program every rank runs
   std::vector<std::string> args{};    // its arguments
+  std::string job_status_dir{};       // given to the ranks as TESSERA_JOB_STATUS (dist/job_status.h); empty: none
 };
 
 struct MachineInfo {

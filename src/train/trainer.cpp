@@ -57,17 +57,9 @@ using Clock = std::chrono::steady_clock;
 // The groups of the layout (Megatron's rank order: tp fastest, then dp, then pp). Checks the layout
 // first, so a wrong world size fails on every rank with the factors named.
 std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* world) {
-  const config::ParallelLayout layout = cfg.layout();
-  const int world_size = world == nullptr ? 1 : world->size();
-  try {
-    layout.validate_world(world_size);
-  } catch (const Error& e) {
-    TS_FAIL("{}. tessera train runs parallel.dp × parallel.tp × parallel.pp processes: start it with `tessera launch "
-            "-n {} -- train ...` (or mpirun -n {}), or set parallel.dp × parallel.tp × parallel.pp = {}",
-            e.what(), layout.world_size(), layout.world_size(), world_size);
-  }
+  check_world_size(cfg, world == nullptr ? 1 : world->size());
   if (world == nullptr) return std::nullopt;
-  return std::optional<dist::Mesh>(std::in_place, *world, layout);
+  return std::optional<dist::Mesh>(std::in_place, *world, cfg.layout());
 }
 
 parallel::EngineOptions engine_options(const RunConfig& cfg) {
@@ -241,7 +233,18 @@ std::string choose_start(const RunConfig& cfg, RunFolder& folder, const Checkpoi
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, dist::Communicator* world, const std::atomic<int>* stop)
+void check_world_size(const RunConfig& cfg, int world_size) {
+  const config::ParallelLayout layout = cfg.layout();
+  try {
+    layout.validate_world(world_size);
+  } catch (const Error& e) {
+    TS_FAIL("{}. tessera train runs parallel.dp × parallel.tp × parallel.pp processes: start it with `tessera launch "
+            "-n {} -- train ...` (or mpirun -n {}), or set parallel.dp × parallel.tp × parallel.pp = {}",
+            e.what(), layout.world_size(), layout.world_size(), world_size);
+  }
+}
+
+Trainer::Trainer(RunConfig config, dist::Communicator* world, StopSignals* stop)
     : config_(std::move(config)), world_(world), stop_(stop) {}
 
 TrainResult Trainer::run() {
@@ -485,6 +488,7 @@ TrainResult Trainer::run() {
     return dataset.tokenizer.decode(generate(whole, scratch, whole.parameters(), prompt, options));
   };
   auto save = [&]() {
+    const StopSignals::Saving saving(stop_);
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt};
     if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
@@ -563,7 +567,7 @@ TrainResult Trainer::run() {
     // over all ranks in the one message the steps send anyway, so they all stop at the same step.
     // Every rank of a pipeline reports its pipeline's loss, so the ratio is the global batch's mean.
     const double minutes = std::chrono::duration<double>(Clock::now() - run_start).count() / 60.0;
-    const int signal_number = stop_ != nullptr ? stop_->load() : 0;
+    const int signal_number = stop_ != nullptr ? stop_->requested() : 0;
     const bool out_of_time = cfg.train.max_minutes > 0 && minutes >= cfg.train.max_minutes;
     std::vector<double> local;
     for (const parallel::TrainingEngine::StepResult& r : stepped) {
@@ -662,6 +666,7 @@ TrainResult Trainer::run() {
     const bool signalled = global[flags] > 0;
     if ((last && !signalled) || (cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0)) {
       result.val_loss = evaluate();
+      result.val_step = step;
       val_history.push_back(result.val_loss);
       history.val.x.push_back(static_cast<double>(step));
       history.val.y.push_back(result.val_loss);

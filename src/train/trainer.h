@@ -12,10 +12,10 @@
 // A run ends in one of three ways (the program's exit codes in README): finished (train.steps
 // reached, or nothing to do when resuming a finished run), stopped early with a checkpoint
 // (train.exit_after, train.max_minutes, or a stop signal), or an error (an exception).
-#include <atomic>
 #include <string>
 #include <vector>
 
+#include "core/stop_signals.h"
 #include "dist/communicator.h"
 #include "train/run_config.h"
 
@@ -29,23 +29,27 @@ struct TrainResult {
   int64_t steps = 0;               // steps completed in total
   std::vector<double> losses;      // training loss of each step this run took
   double val_loss = 0;             // last evaluation
+  int64_t val_step = -1;           // the step it was measured at; -1: none in this process
   double unigram_entropy = 0;      // nats: the loss of predicting tokens by their frequency alone
   std::string run_dir, metrics_path, chart_path, checkpoint_path, sample_text;
 };
 
+// Refuses a layout whose processes are not `world_size`, naming the launch that fits.
+void check_world_size(const RunConfig& cfg, int world_size);
+
 class Trainer {
  public:
   // `world`: every process of the job (must outlive the trainer), or null for one process alone.
-  // `stop`: set (to the signal number) when the run should stop at the next step boundary with a
-  // checkpoint; the ranks agree on the step. Null: never.
-  explicit Trainer(RunConfig config, dist::Communicator* world = nullptr, const std::atomic<int>* stop = nullptr);
+  // `stop`: asks the run to stop at the next step boundary with a checkpoint (the ranks agree on
+  // the step), and hears when a checkpoint is being written. Null: never.
+  explicit Trainer(RunConfig config, dist::Communicator* world = nullptr, StopSignals* stop = nullptr);
   // Collective over `world`.
   TrainResult run();
 
  private:
   RunConfig config_;
   dist::Communicator* world_;
-  const std::atomic<int>* stop_;
+  StopSignals* stop_;
 };
 
 }  // namespace tessera::train

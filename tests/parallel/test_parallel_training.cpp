@@ -452,15 +452,44 @@ TEST_F(ParallelTraining, TwoBWRunsFollowTheOneProcessRunAndResumeBitwise) {
   EXPECT_NE(refused.output.find("holds no previous weight version"), std::string::npos) << refused.output;
 }
 
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// mpirun's own words when a rank exits non-zero or aborts; `tessera launch` says the job's outcome
+// without them.
+void expect_no_mpirun_abort_text(const CliResult& r) {
+  for (const char* text : {"Primary job", "mpirun detected", "ORTE_ERROR_LOG", "MPI_ABORT", "aborted"}) {
+    EXPECT_EQ(r.output.find(text), std::string::npos) << "'" << text << "' in:\n" << r.output;
+  }
+}
+
 TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   CliResult r = run_tessera(launch(2, g_root / "bad", "--train.steps 2 --parallel.dp 4"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("dp 4 × pp 1 × tp 1 = 4 ≠ world size 2"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "dp 4 × pp 1 × tp 1 = 4 ≠ world size 2"), 1u) << r.output;
   EXPECT_NE(r.output.find("tessera launch -n 4 -- train"), std::string::npos) << r.output;
+  expect_no_mpirun_abort_text(r);
   CliResult alone = run_tessera(train_args(g_root / "bad", "--train.steps 2 --parallel.dp 2"));
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.output.find("≠ world size 1"), std::string::npos) << alone.output;
   EXPECT_NE(alone.output.find("set parallel.dp × parallel.tp × parallel.pp = 1"), std::string::npos) << alone.output;
+}
+
+// Under `tessera launch` a stop with a checkpoint exits 3 and a config error is said once, both
+// without mpirun's abort text.
+TEST_F(ParallelTraining, TheLauncherSaysAStopOrAConfigErrorOnceWithTheJobsCode) {
+  CliResult stopped = run_tessera(launch(2, g_root / "launch_stop", "--train.steps 4 --parallel.dp 2 --train.exit_after 2"));
+  EXPECT_EQ(stopped.exit_code, 3) << stopped.output;
+  EXPECT_EQ(count(stopped.output, "stopped at step 2"), 1u) << stopped.output;
+  expect_no_mpirun_abort_text(stopped);
+  CliResult bad = run_tessera(launch(2, g_root / "launch_bad", "--train.steps 2 --parallel.dp 2 --optim.lrr 1"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.exit_code, 3);
+  EXPECT_EQ(count(bad.output, "unknown key 'optim.lrr'"), 1u) << bad.output;
+  expect_no_mpirun_abort_text(bad);
 }
 
 // Under a launcher, a config without parallel.dp gets the processes tp and pp leave (Megatron's

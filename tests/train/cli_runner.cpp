@@ -33,6 +33,7 @@ CliResult run_tessera(const std::string& args) {
 pid_t spawn_tessera(const std::string& args, const std::string& log_path) {
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::setpgid(0, 0);  // a group of its own, as a terminal's job: signals can go to the whole group
     const std::string command = "exec env OMP_NUM_THREADS=1 " + tessera_exe() + " " + args + " > " + log_path + " 2>&1";
     ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);

@@ -13,7 +13,8 @@ struct CliResult {
 
 // `args` is appended to the tessera executable's path and run through the shell.
 CliResult run_tessera(const std::string& args);
-// Starts tessera in the background (output to `log_path`); returns its pid.
+// Starts tessera in the background (output to `log_path`) in a process group of its own, whose id
+// is its pid; returns the pid.
 pid_t spawn_tessera(const std::string& args, const std::string& log_path);
 std::string tessera_exe();
 std::string read_file(const std::string& path);

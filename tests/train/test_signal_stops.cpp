@@ -1,0 +1,170 @@
+// Fifty stops by SIGINT and SIGTERM at random moments of a training run — start-up, forward,
+// backward, the optimizer step, the gradient reduction, a checkpoint being written — in one
+// process and under `tessera launch -n 2`, sometimes delivered twice as a terminal's or a
+// scheduler's group signal is. Every stop must end with exit code 3 and a checkpoint equal, file
+// for file, to the one an uninterrupted run wrote at that step, and resuming it must continue the
+// uninterrupted run bit for bit. A crash, a sanitizer report or a lost checkpoint fails it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fmt/format.h>
+#include <random>
+#include <thread>
+
+#include "cli_runner.h"
+
+namespace fs = std::filesystem;
+using namespace tessera::testing;
+
+namespace {
+
+fs::path g_root;
+fs::path g_dataset;
+
+// Steps of some tens of milliseconds, a checkpoint after each, so a random moment lands in every
+// part of a step and often inside a save.
+const std::string kModel =
+    "--model.n_layer 2 --model.n_head 2 --model.n_embd 96 --model.seq_len 64 --train.batch_size 8 "
+    "--train.micro_batch_size 4 --train.eval_every 0 --train.eval_batches 1 --train.sample_tokens 0 "
+    "--optim.warmup_steps 2 --log.progress plain --log.every 1 --log.peak_gflops 1000 "
+    "--checkpoint.every 1";
+constexpr int kSteps = 10;
+
+struct Layout {
+  std::string name;
+  std::string launcher;  // "" or "launch -n 2 -- "
+  std::string keys;
+  std::vector<std::string> files;  // the checkpoint files compared byte for byte
+  int stops = 0;
+};
+
+std::string train_args(const Layout& l, const fs::path& out, const std::string& extra) {
+  return l.launcher + "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel +
+         " --train.steps " + std::to_string(kSteps) + " " + l.keys + " " + extra;
+}
+
+std::string step_folder(int step) { return fmt::format("step_{:08d}", step); }
+
+struct Exit {
+  bool exited = false;
+  int code = -1;    // when exited
+  int signal = 0;   // when not
+  std::string how;
+};
+
+Exit wait_for(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) return {true, WEXITSTATUS(status), 0, fmt::format("exit code {}", WEXITSTATUS(status))};
+  return {false, -1, WTERMSIG(status),
+          fmt::format("killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)))};
+}
+
+class SignalStops : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::setenv("ASAN_OPTIONS", "detect_leaks=0", 0);  // the launched jobs run under mpirun
+    g_root = fs::temp_directory_path() / ("tessera_signal_stops_" + std::to_string(::getpid()));
+    g_dataset = g_root / "data";
+    CliResult r = prepare_test_dataset(g_root.string(), 60000, 320);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { fs::remove_all(g_root); }
+
+  // The uninterrupted run, keeping every step's checkpoint; then `stops` runs, each stopped by a
+  // signal at a random moment of its life and resumed for one step, against it.
+  static void stop_at_random_moments(const Layout& l, uint32_t seed) {
+    const fs::path reference = g_root / (l.name + "_reference");
+    const auto t0 = std::chrono::steady_clock::now();
+    const CliResult whole = run_tessera(train_args(l, reference, "--checkpoint.keep 100"));
+    const double lifetime = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    const std::vector<double> reference_losses = train_losses_of((reference / "metrics.jsonl").string());
+    ASSERT_EQ(reference_losses.size(), static_cast<size_t>(kSteps));
+
+    std::mt19937 random(seed);
+    int stops = 0, finished_first = 0, before_start = 0;
+    for (int attempt = 0; stops < l.stops; ++attempt) {
+      ASSERT_LT(attempt, 3 * l.stops) << "most runs finished before their signal or ended before they started";
+      const fs::path run = g_root / fmt::format("{}_{}", l.name, attempt);
+      const fs::path log = g_root / fmt::format("{}_{}.log", l.name, attempt);
+      const int signal_number = attempt % 2 == 0 ? SIGINT : SIGTERM;
+      const bool twice = random() % 2 == 0;
+      const double at = std::uniform_real_distribution<double>(0.0, 0.9)(random) * lifetime;
+      const pid_t pid = spawn_tessera(train_args(l, run, "--checkpoint.keep 2"), log.string());
+      std::this_thread::sleep_for(std::chrono::duration<double>(at));
+      // To the whole process group, as a terminal's Ctrl-C; a second copy a moment later, as a
+      // group delivery repeated by a launcher or a scheduler.
+      ::kill(-pid, signal_number);
+      if (twice) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(random() % 20));
+        ::kill(-pid, signal_number);
+      }
+      const Exit exit = wait_for(pid);
+      const std::string context = fmt::format("{} attempt {}: signal {}{} at {:.3f} s of a {:.3f} s run\n{}", l.name,
+                                              attempt, signal_number, twice ? " twice" : "", at, lifetime,
+                                              read_file(log.string()));
+      // A signal in the first moments of a process, before its main() has blocked it, ends it the
+      // usual way: allowed only while it has said nothing yet.
+      if (!exit.exited && exit.signal == signal_number && read_file(log.string()).empty()) {
+        ++before_start;
+        continue;
+      }
+      ASSERT_TRUE(exit.exited && (exit.code == 3 || exit.code == 0)) << exit.how << "\n" << context;
+      const std::vector<double> losses = train_losses_of((run / "metrics.jsonl").string());
+      if (exit.code == 0) {  // the run ended before the signal came: not a stop
+        ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps)) << context;
+        ++finished_first;
+        continue;
+      }
+      ++stops;
+      const int step = static_cast<int>(losses.size());
+      ASSERT_GE(step, 1) << context;
+      ASSERT_LT(step, kSteps) << context;
+      EXPECT_NE(read_file(log.string()).find("stopped by signal"), std::string::npos) << context;
+      EXPECT_EQ(losses, std::vector<double>(reference_losses.begin(), reference_losses.begin() + step)) << context;
+      for (const std::string& file : l.files) {
+        EXPECT_EQ(read_file((run / "checkpoints" / step_folder(step) / file).string()),
+                  read_file((reference / "checkpoints" / step_folder(step) / file).string()))
+            << file << " of the stop's checkpoint differs from the uninterrupted run's at step " << step << "\n"
+            << context;
+      }
+      // One more step from the stop's checkpoint: the uninterrupted run's step, bit for bit.
+      const CliResult resumed = run_tessera(train_args(l, run, "--checkpoint.keep 2 --checkpoint.resume latest "
+                                                               "--train.exit_after 1"));
+      ASSERT_EQ(resumed.exit_code, step + 1 == kSteps ? 0 : 3) << resumed.output << context;
+      const std::vector<double> after = train_losses_of((run / "metrics.jsonl").string());
+      ASSERT_EQ(after.size(), static_cast<size_t>(step + 1)) << resumed.output;
+      EXPECT_EQ(after.back(), reference_losses[static_cast<size_t>(step)]) << resumed.output;
+      for (const std::string& file : l.files) {
+        EXPECT_EQ(read_file((run / "checkpoints" / step_folder(step + 1) / file).string()),
+                  read_file((reference / "checkpoints" / step_folder(step + 1) / file).string()))
+            << file << " after resuming from step " << step << " differs from the uninterrupted run's\n"
+            << resumed.output;
+      }
+      fs::remove_all(run);
+      if (::testing::Test::HasFailure()) return;
+    }
+    std::printf("%s: %d stops, %d runs finished before their signal, %d ended by it before main()\n",
+                l.name.c_str(), stops, finished_first, before_start);
+  }
+};
+
+TEST_F(SignalStops, OneProcess) {
+  stop_at_random_moments({"one_process", "", "", {"model.safetensors", "optimizer.rank00000.safetensors"}, 30}, 1);
+}
+
+// Data parallel with ZeRO-1: the signal reaches the launcher, which hands one stop to every rank.
+TEST_F(SignalStops, UnderLaunchWithDataParallelZero1) {
+  stop_at_random_moments({"dp2_zero1",
+                          "launch -n 2 -- ",
+                          "--parallel.dp 2 --parallel.zero_stage 1",
+                          {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"},
+                          20},
+                         2);
+}
+
+}  // namespace
