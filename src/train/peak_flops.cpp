@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +51,9 @@ double measure(double seconds) {
   return best;
 }
 
+// Other processes' share of the cores above which a measurement does not stand for the machine.
+constexpr double kQuietShare = 0.1;
+
 }  // namespace
 
 MatmulPeak matmul_peak(double configured_gflops, int threads) {
@@ -71,10 +75,17 @@ MatmulPeak matmul_peak(double configured_gflops, int threads) {
       return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
     }
   }
+  // Stored only when nothing else ran: other processes' share of the cores while it measured (a
+  // training job started a moment ago does not show in the load average yet), and the load
+  // average (a job that paused for the moment it measured).
+  const host::CpuTimes before = host::cpu_times_now();
   const double flops = measure(1.0);
+  const double others =
+      host::others_share(before, host::cpu_times_now(), std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
   const double load = host::load_average();
-  if (load > 0.5) {
-    return {flops, fmt::format("measured now, on a busy machine (load average {:.1f}): not stored", load)};
+  if (others > kQuietShare || load > 0.5) {
+    return {flops, fmt::format("measured now, on a busy machine (other processes took {:.0f}% of the cores, load "
+                               "average {:.1f}): not stored", 100 * others, load)};
   }
   cache[key] = {{"gflops", flops / 1e9}, {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
   if (!file.empty()) {

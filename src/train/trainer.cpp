@@ -367,9 +367,12 @@ TrainResult Trainer::run() {
   // it (the log's last line may be a few steps older), or from the log for checkpoints of format 1.
   const double elapsed_before = checkpoint_elapsed > 0 ? checkpoint_elapsed : history.elapsed_seconds;
 
-  const int64_t N = model.parameters().numel();
+  // The whole model's, whatever share of it this rank holds under tensor, pipeline or expert
+  // parallelism: MFU divides the model's FLOPs by every process's time and peak, so it reads the
+  // same under every layout.
+  const int64_t N = cfg.model.parameter_count();
   // A token reads k of an MoE block's E experts: the MFU counts the parameters it reads.
-  const int64_t active = N - (cfg.model.parameter_count() - cfg.model.active_parameter_count());
+  const int64_t active = cfg.model.active_parameter_count();
   const double flops_per_token = 6.0 * static_cast<double>(active) +
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * static_cast<double>(T);
   const int64_t tokens_per_step = static_cast<int64_t>(cfg.train.batch_size) * T;
@@ -429,7 +432,7 @@ TrainResult Trainer::run() {
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
     fmt::print("memory: at most about {} per process ({}; a bound, `tessera plan` predicts it exactly)\n",
                readable_bytes(estimate.total()), estimate.describe());
-    fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.1f} MFLOP per token; unigram "
+    fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.4g} MFLOP per token; unigram "
                "baseline {:.3f} nats\n",
                peak.flops / 1e9, peak.source, flops_per_token / 1e6, result.unigram_entropy);
     if (cfg.optim.warmup_steps > cfg.train.steps) {

@@ -478,6 +478,54 @@ TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   EXPECT_NE(alone.output.find("set parallel.dp × parallel.tp × parallel.pp = 1"), std::string::npos) << alone.output;
 }
 
+// The text between `before` and the next `after` on the first line that has `before`.
+std::string field(const std::string& text, const std::string& before, const std::string& after) {
+  const size_t at = text.find(before);
+  if (at == std::string::npos) return "";
+  const size_t from = at + before.size();
+  return text.substr(from, text.find(after, from) - from);
+}
+
+// The start line and the MFU are the whole model's under every layout: a rank's share of the
+// parameters under tensor or expert parallelism is not the model, and MFU divides the model's FLOPs
+// by every process's time and peak (log.peak_gflops 1000 here).
+TEST_F(ParallelTraining, TheStartLineAndMfuAreTheWholeModelsUnderEveryLayout) {
+  const std::string moe = "--model.moe_experts 4 --model.moe_top_k 2 --train.steps 2";
+  struct Run {
+    int ranks;
+    std::string args;
+  } runs[] = {{1, "--train.steps 2"}, {2, "--train.steps 2 --parallel.tp 2"}, {2, "--train.steps 2 --parallel.pp 2"},
+              {1, moe}, {2, moe + " --parallel.dp 2 --parallel.ep 2"}};
+  std::string dense_params, dense_flops, moe_params, moe_flops;
+  int n = 0;
+  for (const Run& r : runs) {
+    const fs::path out = g_root / ("start_line_" + std::to_string(n++));
+    CliResult result = run_tessera(r.ranks == 1 ? train_args(out, r.args) : launch(r.ranks, out, r.args));
+    ASSERT_EQ(result.exit_code, 0) << r.args << "\n" << result.output;
+    const std::string params = field(result.output, "model: ", " parameters");
+    const std::string flops = field(result.output, "the MFU reference; ", " MFLOP per token");
+    ASSERT_FALSE(params.empty() || flops.empty()) << result.output;
+    const bool is_moe = r.args.find("moe_experts") != std::string::npos;
+    std::string& want_params = is_moe ? moe_params : dense_params;
+    std::string& want_flops = is_moe ? moe_flops : dense_flops;
+    if (want_params.empty()) {
+      want_params = params;
+      want_flops = flops;
+    }
+    EXPECT_EQ(params, want_params) << r.args << "\n" << result.output;
+    EXPECT_EQ(flops, want_flops) << r.args << "\n" << result.output;
+    // metrics.jsonl's mfu: global tokens per second × the model's FLOP per token over the world's peak.
+    std::ifstream in(out / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j["kind"] != "train" || j["mfu"].is_null()) continue;
+      const double expected = j["tokens_per_second"].get<double>() * std::stod(flops) * 1e6 / (r.ranks * 1000e9);
+      EXPECT_NEAR(j["mfu"].get<double>(), expected, 1e-3 * expected) << r.args << "\n" << line;
+    }
+  }
+}
+
 // Under `tessera launch` a stop with a checkpoint exits 3 and a config error is said once, both
 // without mpirun's abort text.
 TEST_F(ParallelTraining, TheLauncherSaysAStopOrAConfigErrorOnceWithTheJobsCode) {
