@@ -1,6 +1,7 @@
 #include "dist/launch.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -113,6 +114,8 @@ MachineInfo this_machine(const LaunchRequest& request) {
   m.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   m.root = geteuid() == 0;
   m.terminal = ::isatty(STDOUT_FILENO) == 1;
+  winsize size{};
+  if (m.terminal && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0) m.columns = size.ws_col;
   if (!request.hostfile.empty()) {
     const HostfileInfo file = read_hostfile(request.hostfile);
     m.hostfile_hosts = file.hosts;
@@ -174,6 +177,7 @@ std::vector<std::string> mpirun_command(const LaunchRequest& r, const MachineInf
   if (r.hosts.empty() && r.hostfile.empty()) cmd.insert(cmd.end(), {"--mca", "btl", "self,vader"});
   cmd.insert(cmd.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
   cmd.insert(cmd.end(), {"-x", fmt::format("TESSERA_TERMINAL={}", machine.terminal ? 1 : 0)});
+  if (machine.columns > 0) cmd.insert(cmd.end(), {"-x", fmt::format("COLUMNS={}", machine.columns)});
   if (!r.job_status_dir.empty()) cmd.insert(cmd.end(), {"-x", fmt::format("{}={}", kJobStatusVariable, r.job_status_dir)});
   cmd.insert(cmd.end(), r.mpirun_args.begin(), r.mpirun_args.end());
   cmd.push_back(r.executable);

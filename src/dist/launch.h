@@ -52,6 +52,8 @@ struct MachineInfo {
   // terminal whatever mpirun's output is, so the ranks are told (TESSERA_TERMINAL), and progress
   // bars are not drawn into a log file.
   bool terminal = false;
+  // That terminal's width, passed on as COLUMNS so the ranks' progress bars fit it; 0: unknown.
+  int columns = 0;
   int hostfile_hosts = 0;           // hosts listed in the request's hostfile (when there is one)
   std::vector<int> hostfile_slots{};  // their slots=K, in order; 0 where a line gives none
 };

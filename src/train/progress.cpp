@@ -1,11 +1,14 @@
 #include "train/progress.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "train/peak_flops.h"
 
@@ -36,6 +39,52 @@ bool stdout_is_terminal() {
   return ::isatty(STDOUT_FILENO) == 1;
 }
 
+int terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS"); columns != nullptr) {
+    const int n = std::atoi(columns);
+    if (n > 0) return n;
+  }
+  return 80;
+}
+
+std::string fit_bar_line(double fraction, const ProgressFields& f, int columns) {
+  const auto bar = [&](int width) {
+    const auto filled = static_cast<int>(static_cast<double>(width) * std::clamp(fraction, 0.0, 1.0));
+    std::string text(static_cast<size_t>(filled), '#');
+    text.resize(static_cast<size_t>(width), '.');
+    return "[" + text + "] ";
+  };
+  // From the fullest line to the barest, each dropping the next least important part.
+  struct Shape {
+    int bar;  // 0: none
+    bool grad_norm, lr, memory, mfu, rate, eta;
+  };
+  const Shape shapes[] = {
+      {24, true, true, true, true, true, true},    {24, false, true, true, true, true, true},
+      {24, false, false, true, true, true, true},  {24, false, false, false, true, true, true},
+      {10, false, false, false, true, true, true}, {10, false, false, false, false, true, true},
+      {10, false, false, false, false, false, true}, {0, false, false, false, false, false, true},
+      {0, false, false, false, false, false, false},
+  };
+  const size_t room = static_cast<size_t>(std::max(columns - 1, 1));
+  std::string line;
+  for (const Shape& shape : shapes) {
+    std::vector<std::string> parts{f.step, f.loss};
+    if (shape.lr) parts.push_back(f.lr);
+    if (shape.grad_norm) parts.push_back(f.grad_norm);
+    if (shape.rate) parts.push_back(f.rate);
+    if (shape.mfu) parts.push_back(f.mfu);
+    if (shape.memory) parts.push_back(f.memory);
+    if (shape.eta) parts.push_back(f.eta);
+    line = shape.bar > 0 ? bar(shape.bar) : std::string();
+    for (size_t i = 0; i < parts.size(); ++i) line += (i > 0 ? " | " : "") + parts[i];
+    if (line.size() <= room) return line;
+  }
+  return line.substr(0, room);  // a terminal narrower than step and loss
+}
+
 Progress::Progress(int64_t first_step, int64_t total_steps, int log_every, const std::string& mode,
                    double flops_per_token, double peak_flops, int ranks)
     : first_step_(first_step),
@@ -62,21 +111,22 @@ void Progress::update(const StepReport& r) {
   const double tokens_per_second = interval_seconds_ > 0 ? static_cast<double>(interval_tokens_) / interval_seconds_ : 0;
   const double mfu = model_flops_utilization(tokens_per_second / ranks_ * flops_per_token_, peak_flops_);
   const std::string mfu_text = mfu >= 0 ? fmt::format("{:.1f}%", 100.0 * mfu) : std::string("n/a");
-  const std::string stats =
-      fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {} tok/s | MFU {} | mem {} | ETA {}",
-                  r.step, std::to_string(total_steps_).size(), total_steps_, r.loss, r.lr, r.grad_norm,
-                  rate(tokens_per_second), mfu_text, bytes(r.peak_bytes), eta(r.step));
+  ProgressFields fields{fmt::format("step {:>{}}/{}", r.step, std::to_string(total_steps_).size(), total_steps_),
+                        fmt::format("loss {:.4f}", r.loss),
+                        fmt::format("lr {:.2e}", r.lr),
+                        fmt::format("gnorm {:.3f}", r.grad_norm),
+                        fmt::format("{} tok/s", rate(tokens_per_second)),
+                        fmt::format("MFU {}", mfu_text),
+                        fmt::format("mem {}", bytes(r.peak_bytes)),
+                        fmt::format("ETA {}", eta(r.step))};
   if (bar_) {
-    const int width = 24;
-    const auto filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) /
-                                         static_cast<double>(total_steps_));
-    std::string bar(static_cast<size_t>(filled), '#');
-    bar.resize(static_cast<size_t>(width), '.');
-    fmt::print("\r\033[K[{}] {}", bar, stats);
+    const double fraction = static_cast<double>(r.step) / static_cast<double>(total_steps_);
+    fmt::print("\r\033[K{}", fit_bar_line(fraction, fields, terminal_columns()));
     std::fflush(stdout);
     bar_drawn_ = true;
   } else {
-    fmt::print("{}\n", stats);
+    fmt::print("{} | {} | {} | {} | {} | {} | {} | {}\n", fields.step, fields.loss, fields.lr, fields.grad_norm,
+               fields.rate, fields.mfu, fields.memory, fields.eta);
     std::fflush(stdout);
   }
   if (line_due) {

@@ -5,6 +5,11 @@
 // terminal whatever mpirun's own output is, so the launcher says whether that is a terminal
 // (TESSERA_TERMINAL=1 or 0) and "auto" believes it.
 //
+// The bar fits the terminal: its width is read at every redraw (a resized window is followed), and
+// where the line would not fit, the least important fields go first (gradient norm, learning rate,
+// memory, then a shorter bar, MFU, tokens/s, the bar, ETA); step and loss always stay. A line that
+// wraps would leave a new line at every redraw.
+//
 // Tokens/s and MFU are averages over the interval since the last line (or, for the bar, since the
 // last plain line would have been), not the last step alone; an MFU above 100% is never shown
 // (it would mean the peak is wrong, see peak_flops.h).
@@ -26,6 +31,17 @@ struct StepReport {
 
 // Whether stdout shows to a person: TESSERA_TERMINAL when the launcher set it, else isatty.
 bool stdout_is_terminal();
+
+// The width of the terminal stdout shows in: the terminal's own, else COLUMNS (the launcher passes
+// its terminal's to the ranks, whose pseudo terminals have none), else 80.
+int terminal_columns();
+
+// The bar's line for a terminal `columns` wide, at most columns - 1 characters (the last column
+// would wrap on some terminals): `fraction` of the bar filled, then the fields.
+struct ProgressFields {
+  std::string step, loss, lr, grad_norm, rate, mfu, memory, eta;
+};
+std::string fit_bar_line(double fraction, const ProgressFields& fields, int columns);
 
 class Progress {
  public:
