@@ -233,6 +233,31 @@ std::string choose_start(const RunConfig& cfg, RunFolder& folder, const Checkpoi
 
 }  // namespace
 
+std::vector<std::string> data_size_warnings(const RunConfig& cfg, int64_t train_tokens, double epochs) {
+  std::vector<std::string> warnings;
+  // A piece the tokenizer learned from a handful of occurrences is one the model sees too rarely
+  // to learn; below ~50 training tokens per piece most pieces are such.
+  constexpr double kTokensPerPiece = 50;
+  const double per_piece = static_cast<double>(train_tokens) / cfg.model.vocab_size;
+  if (per_piece < kTokensPerPiece) {
+    int64_t fits = 256;
+    while (static_cast<double>(fits) * 2 * kTokensPerPiece <= static_cast<double>(train_tokens)) fits *= 2;
+    warnings.push_back(fmt::format(
+        "a vocabulary of {} pieces on {} training tokens is {:.1f} tokens per piece, fewer than the ~{:g} that let "
+        "the model learn most pieces; prepare the data with a smaller --vocab-size (about {}), or give it more text",
+        cfg.model.vocab_size, train_tokens, per_piece, kTokensPerPiece, fits));
+  }
+  // Past a few passes a model of this size memorizes the corpus: validation loss rises.
+  constexpr double kManyEpochs = 4;
+  if (epochs > kManyEpochs) {
+    warnings.push_back(fmt::format(
+        "{} steps read the training tokens {:.3g} times (epochs): past ~{:g} the model memorizes them and the "
+        "validation loss rises; train fewer steps (train.steps) or on more text",
+        cfg.train.steps, epochs, kManyEpochs));
+  }
+  return warnings;
+}
+
 void check_world_size(const RunConfig& cfg, int world_size) {
   const config::ParallelLayout layout = cfg.layout();
   try {
@@ -376,6 +401,9 @@ TrainResult Trainer::run() {
   const double flops_per_token = 6.0 * static_cast<double>(active) +
                                  12.0 * cfg.model.n_layer * cfg.model.n_embd * static_cast<double>(T);
   const int64_t tokens_per_step = static_cast<int64_t>(cfg.train.batch_size) * T;
+  // An epoch is every training window once (data/loader.h): steps × batch_size sequences of them.
+  const double windows = static_cast<double>(loader.windows_per_epoch());
+  const double planned_epochs = static_cast<double>(cfg.train.steps) * cfg.train.batch_size / windows;
   // The MFU reference: fixed per machine (peak_flops.h), not re-measured under today's load.
   const MatmulPeak peak = leader ? matmul_peak(cfg.log.peak_gflops, omp_get_max_threads()) : MatmulPeak{};
   const double peak_flops = peak.flops;
@@ -396,8 +424,13 @@ TrainResult Trainer::run() {
                  int64_t{micro} * T, cfg.model.active_parameter_count(), cfg.model.moe_aux_loss_coef,
                  cfg.model.moe_z_loss_coef);
     }
-    fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {})\n",
-               dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T);
+    fmt::print("data: {} training tokens, {} validation tokens; {} tokens per step (dp {} × {} microbatches of {} × {}); "
+               "{} steps read the training tokens {:.3g} times (epochs)\n",
+               dataset.train->size(), dataset.val->size(), tokens_per_step, cfg.parallel.dp, accumulation, micro, T,
+               cfg.train.steps, planned_epochs);
+    for (const std::string& warning : data_size_warnings(cfg, dataset.train->size(), planned_epochs)) {
+      fmt::print("warning: {}\n", warning);
+    }
     if (world_size > 1) {
       fmt::print("mesh: {} processes = dp {} × pp {} × tp {} (tp the fastest-varying rank, then dp, then pp){}\n",
                  world_size, cfg.parallel.dp, cfg.parallel.pp, cfg.parallel.tp,
@@ -634,7 +667,9 @@ TrainResult Trainer::run() {
                         {"skipped_steps", engine.loss_scaler().state().skipped_steps},
                         {"memory", memory_json(step_memory)},
                         {"memory_by_rank", ranks_memory_json(global, peaks_at, world_size)},
-                        {"dp_bytes_sent", dp_bytes_per_step}, {"time", unix_time()},
+                        {"dp_bytes_sent", dp_bytes_per_step},
+                        {"epoch", static_cast<double>(step) * cfg.train.batch_size / windows},
+                        {"tokens_seen", step * tokens_per_step}, {"time", unix_time()},
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};
         if (r.moe.routings > 0) line.update(moe_fields(r.moe));

@@ -34,6 +34,10 @@ struct TrainResult {
   std::string run_dir, metrics_path, chart_path, checkpoint_path, sample_text;
 };
 
+// What the start line warns of the data's size: a vocabulary too large for the training tokens, a
+// run that reads them many times (`epochs`).
+std::vector<std::string> data_size_warnings(const RunConfig& cfg, int64_t train_tokens, double epochs);
+
 // Refuses a layout whose processes are not `world_size`, naming the launch that fits.
 void check_world_size(const RunConfig& cfg, int world_size);
 

@@ -8,6 +8,7 @@
 #include "config/tensor_parallel_shape.h"
 #include "train/memory_check.h"
 #include "train/run_config.h"
+#include "train/trainer.h"
 
 using namespace tessera;
 using namespace tessera::train;
@@ -278,4 +279,23 @@ TEST(RunConfig, TheMemoryEstimateReadsInMiBBelowAGiB) {
   const std::string text = estimate.describe();
   EXPECT_EQ(text.find("GiB"), std::string::npos) << text;
   EXPECT_EQ(text.find("parameters " + readable_bytes(estimate.params) + ", "), 0u) << text;
+}
+
+// The start line's warnings on the data's size: too few tokens per vocabulary piece, too many epochs.
+TEST(RunConfig, DataSizeWarningsNameTheRatioAndTheFix) {
+  tessera::train::RunConfig cfg;
+  cfg.model.vocab_size = 8192;
+  cfg.train.steps = 100;
+  auto warnings = tessera::train::data_size_warnings(cfg, 21000, 10.0);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("a vocabulary of 8192 pieces on 21000 training tokens is 2.6 tokens per piece"),
+            std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("--vocab-size (about 256)"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("100 steps read the training tokens 10 times (epochs)"), std::string::npos) << warnings[1];
+  cfg.model.vocab_size = 4096;
+  EXPECT_TRUE(tessera::train::data_size_warnings(cfg, 988181, 2.0).empty());
+  const auto one = tessera::train::data_size_warnings(cfg, 988181, 4.5);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_NE(one[0].find("4.5 times"), std::string::npos) << one[0];
+  EXPECT_NE(tessera::train::data_size_warnings(cfg, 150000, 1.0).at(0).find("about 2048"), std::string::npos);
 }

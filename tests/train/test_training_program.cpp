@@ -74,6 +74,20 @@ TEST_F(TrainingProgram, ResumeInANewProcessContinuesBitwise) {
   // Losses of every step, printed with all digits, and the final weights and optimizer state.
   EXPECT_EQ(train_losses(whole / "metrics.jsonl"), train_losses(split / "metrics.jsonl"));
   EXPECT_EQ(train_losses(whole / "metrics.jsonl").size(), 6u);
+  // How much of the data the run reads: on the start line, and per step in metrics.jsonl.
+  EXPECT_NE(a.output.find("6 steps read the training tokens "), std::string::npos) << a.output;
+  {
+    std::ifstream in(whole / "metrics.jsonl");
+    std::string line;
+    int64_t step = 0;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["kind"] != "train") continue;
+      ++step;
+      EXPECT_EQ(j["tokens_seen"].get<int64_t>(), step * 4 * 32) << line;
+      EXPECT_GT(j["epoch"].get<double>(), 0.0) << line;
+    }
+  }
   for (const char* file : {"model.safetensors", "optimizer.rank00000.safetensors"}) {
     EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000006" / file).string()),
               read_file((split / "checkpoints" / "step_00000006" / file).string()))
