@@ -75,8 +75,47 @@ std::string message_of(const std::exception& e) {
 
 }  // namespace
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto escape = [&](unsigned char c) { out += fmt::format("\\x{:02X}", c); };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c >= 0x20 && c < 0x7F) || c == '\n' || c == '\t') {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {  // a control byte: ESC would steer the terminal, CR overwrite the line
+      escape(c);
+      ++i;
+      continue;
+    }
+    // A well-formed UTF-8 sequence (no overlong forms, surrogates or code points past U+10FFFF)
+    // is text; any other byte is shown as a number.
+    const size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    bool valid = length >= 2 && c >= 0xC2 && c <= 0xF4 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (valid && length >= 3) {
+      const auto second = static_cast<unsigned char>(text[i + 1]);
+      if (c == 0xE0 && second < 0xA0) valid = false;  // overlong
+      if (c == 0xED && second >= 0xA0) valid = false;  // surrogate
+      if (c == 0xF0 && second < 0x90) valid = false;  // overlong
+      if (c == 0xF4 && second >= 0x90) valid = false;  // past U+10FFFF
+    }
+    if (!valid) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, length));
+    i += length;
+  }
+  return out;
+}
+
 std::string describe_error(const std::exception& e, bool debug) {
-  std::string line = "error: " + message_of(e);
+  std::string line = "error: " + printable(message_of(e));
   if (!debug) return line;
   const auto* t = dynamic_cast<const Error*>(&e);
   if (t != nullptr && !t->where().empty()) return line + "\n  at " + t->where();

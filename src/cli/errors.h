@@ -5,7 +5,9 @@
 // called". The place in the source (Error::where(), or the C++ type of a foreign exception) is for
 // developers and is printed only with --debug.
 #include <exception>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tessera::cli {
 
@@ -14,7 +16,21 @@ namespace tessera::cli {
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 
-// "error: <message>" (no trailing newline); with `debug`, a second line "  at <where>".
+// A command line that is wrong (an unknown option, say), found by a command's own checks rather
+// than by the option parser: it exits with kExitUsage like the parser's errors.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// `text` safe to print to a terminal: control bytes (ESC, CR, ...; not newline and tab, which some
+// messages use to lay out a list) and bytes that are not well-formed UTF-8 become \xNN; printable
+// ASCII and valid UTF-8 stay as they are. Messages quote what users and files give (config values,
+// paths, data.json fields), which may be anything.
+std::string printable(std::string_view text);
+
+// "error: <message>" (no trailing newline), the message through printable(); with `debug`, a
+// second line "  at <where>".
 std::string describe_error(const std::exception& e, bool debug);
 // The same for an exception that is not a std::exception.
 std::string describe_unknown_error();

@@ -144,7 +144,9 @@ struct Outcome {
   std::string message;
 };
 
-Outcome usage_error(const std::string& message) { return {kExitUsage, fmt::format("error: {}", message)}; }
+Outcome usage_error(const std::string& message) {
+  return {kExitUsage, fmt::format("error: {}", tessera::cli::printable(message))};
+}
 
 Outcome run_command(CLI::App& app, const std::vector<std::string>& args, const char* program,
                     const tessera::cli::Globals& globals) {
@@ -173,6 +175,8 @@ Outcome run_command(CLI::App& app, const std::vector<std::string>& args, const c
     }
     return usage_error(
         fmt::format("{} ('{} --help' lists the options)", parse_error_message(e, app, *command, path), path));
+  } catch (const tessera::cli::UsageError& e) {
+    return usage_error(e.what());
   } catch (const std::exception& e) {
     return {kExitError, tessera::cli::describe_error(e, globals.debug)};
   } catch (...) {
@@ -184,7 +188,8 @@ Outcome run_command(CLI::App& app, const std::vector<std::string>& args, const c
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tessera: training large neural networks with every kind of parallelism, and planning them"};
+  // Named, so usage lines say "tessera train" rather than the path it was started by.
+  CLI::App app{"tessera: training large neural networks with every kind of parallelism, and planning them", "tessera"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tessera 0.1.0");
   tessera::cli::Globals globals;

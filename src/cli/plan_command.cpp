@@ -44,6 +44,7 @@ struct PlanArgs {
   std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
   std::string step_out;                   // set: one process of the reference step measurement
   int step_threads = 1;
+  std::vector<std::string> options;  // the command's own, for suggestions on a misspelt one
 };
 
 // `tessera plan --config`: the run's peak memory per rank by the runtime's tags and its step time.
@@ -52,7 +53,7 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   TS_CHECK(a.ranks >= 0 && a.ranks <= (1 << 20), "plan: --ranks must be a number of processes from 1 to {}, got {}",
            1 << 20, a.ranks);
   // As under `tessera launch -n ranks`: a config without parallel.dp takes the processes tp and pp leave.
-  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides),
+  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides, a.options),
                                                             a.ranks > 0 ? static_cast<int>(a.ranks) : 1));
   const Layout& l = run.layout;
   if (!run.split_note.empty()) fmt::print(stderr, "warning: plan --config: {}\n", run.split_note);
@@ -225,6 +226,7 @@ void add_plan_command(CLI::App& app) {
     // Words of no option are the run's overrides, which only --config takes: without it, the
     // usual "has no option ...; did you mean" for a misspelt option.
     if (args->config.empty() && !cmd->remaining().empty()) throw CLI::ExtrasError(cmd->remaining());
+    args->options = option_names(*cmd);
     run_plan(*args, cmd->remaining());
   });
 }

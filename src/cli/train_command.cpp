@@ -117,7 +117,7 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       TS_CHECK(!std::filesystem::is_directory(*config_path, ec), "{}",
                config::describe_folder_given_as_toml(*config_path, "--config"));
       // Under a launcher, a config without parallel.dp takes the processes tp and pp leave.
-      config = train::load_run_config(*config_path, parse_overrides(cmd->remaining()),
+      config = train::load_run_config(*config_path, parse_overrides(cmd->remaining(), option_names(*cmd)),
                                       std::max(dist::launcher_size(), 1));
       // Before MPI starts: a layout that does not fit the job fails here like any config error.
       if (dist::launcher_size() >= 1) train::check_world_size(config, dist::launcher_size());
@@ -131,7 +131,7 @@ void add_train_command(CLI::App& app, const Globals& globals) {
         std::this_thread::sleep_for(std::chrono::seconds(2));
         fmt::print(stderr, "rank {}: {}\n", dist::launcher_rank(), describe_error(e, globals.debug));
         std::fflush(stderr);
-        throw CLI::RuntimeError(1);
+        throw CLI::RuntimeError(dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : kExitError);
       }
       throw;
     }

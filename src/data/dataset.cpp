@@ -103,6 +103,24 @@ void write_dataset_info(const fs::path& dir, const DatasetInfo& info) {
 }
 
 DatasetInfo parse_dataset_info(std::string_view text, const fs::path& path) {
+  return parse_dataset_info(text, path, SplitCheck::Yes);
+}
+
+namespace {
+
+// The split takes round(fraction × tokens) validation tokens (split_train_val). Which of the three
+// fields is wrong only the token files can tell, so open_dataset checks them against the files first.
+void check_split(const DatasetInfo& info, const std::string& file) {
+  const int64_t total = info.train_tokens + info.val_tokens;
+  const auto expected_val = static_cast<int64_t>(std::llround(info.val_fraction * static_cast<double>(total)));
+  TS_CHECK(expected_val == info.val_tokens,
+           "{}: \"val_fraction\" = {} of {} tokens is {} validation tokens, but \"val_tokens\" says {}; prepare the "
+           "data again", file, info.val_fraction, total, expected_val, info.val_tokens);
+}
+
+}  // namespace
+
+DatasetInfo parse_dataset_info(std::string_view text, const fs::path& path, SplitCheck split) {
   const std::string file = path.string();
   nlohmann::json j;
   try {
@@ -149,11 +167,6 @@ DatasetInfo parse_dataset_info(std::string_view text, const fs::path& path) {
   const int64_t total = info.train_tokens + info.val_tokens;
   TS_CHECK(std::isfinite(info.val_fraction) && info.val_fraction >= 0.0 && info.val_fraction < 1.0,
            "{}: \"val_fraction\" = {} must be in [0, 1); prepare the data again", file, info.val_fraction);
-  // The split takes round(fraction × tokens) validation tokens (split_train_val).
-  const auto expected_val = static_cast<int64_t>(std::llround(info.val_fraction * static_cast<double>(total)));
-  TS_CHECK(expected_val == info.val_tokens,
-           "{}: \"val_fraction\" = {} of {} tokens is {} validation tokens, but \"val_tokens\" says {}; prepare the "
-           "data again", file, info.val_fraction, total, expected_val, info.val_tokens);
   TS_CHECK((info.val_tokens == 0 && info.val_pieces == 0) ||
                (info.val_tokens > 0 && info.val_pieces >= 1 && info.val_pieces <= info.val_tokens),
            "{}: \"val_pieces\" = {} is impossible for {} validation tokens; prepare the data again", file,
@@ -166,10 +179,11 @@ DatasetInfo parse_dataset_info(std::string_view text, const fs::path& path) {
            "token; prepare the data again", file, info.documents, total);
   TS_CHECK(info.corpus_bytes >= 1, "{}: \"corpus_bytes\" = {}: a dataset is made from a non-empty corpus; prepare the "
            "data again", file, info.corpus_bytes);
+  if (split == SplitCheck::Yes) check_split(info, file);
   return info;
 }
 
-DatasetInfo read_dataset_info(const fs::path& dir) {
+DatasetInfo read_dataset_info(const fs::path& dir, SplitCheck split) {
   const fs::path path = dir / "data.json";
   std::error_code ec;
   TS_CHECK(fs::is_regular_file(path, ec),
@@ -184,7 +198,7 @@ DatasetInfo read_dataset_info(const fs::path& dir) {
   TS_CHECK(in.good(), "cannot open {}: {} is not a prepared dataset; make one with `tessera data prepare --out {}`",
            path.string(), dir.string(), dir.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_dataset_info(text, path);
+  return parse_dataset_info(text, path, split);
 }
 
 namespace {
@@ -204,7 +218,7 @@ int64_t count_token(const TokenFile& file, int32_t id) {
 }  // namespace
 
 Dataset open_dataset(const fs::path& dir) {
-  DatasetInfo info = read_dataset_info(dir);
+  DatasetInfo info = read_dataset_info(dir, SplitCheck::AfterTheTokenFiles);
   const std::string json_path = (dir / "data.json").string();
   const fs::path model = dir / "tokenizer.model";
   Tokenizer tokenizer = Tokenizer::load(model);
@@ -219,9 +233,13 @@ Dataset open_dataset(const fs::path& dir) {
            info.bos_id, info.eos_id, tokenizer.bos_id(), tokenizer.eos_id());
   auto train = TokenFile::open(dir / "train.bin", info.vocab_size);
   auto val = TokenFile::open(dir / "val.bin", info.vocab_size);
-  TS_CHECK(train->size() == info.train_tokens && val->size() == info.val_tokens,
-           "the token files in {} hold {} train and {} val tokens but data.json says {} and {}; prepare the data again",
-           dir.string(), train->size(), val->size(), info.train_tokens, info.val_tokens);
+  TS_CHECK(train->size() == info.train_tokens,
+           "{} holds {} tokens but {} says \"train_tokens\": {}: data.json was edited or train.bin replaced; prepare "
+           "the data again", (dir / "train.bin").string(), train->size(), json_path, info.train_tokens);
+  TS_CHECK(val->size() == info.val_tokens,
+           "{} holds {} tokens but {} says \"val_tokens\": {}: data.json was edited or val.bin replaced; prepare the "
+           "data again", (dir / "val.bin").string(), val->size(), json_path, info.val_tokens);
+  check_split(info, json_path);
   TS_CHECK(train->version() == info.token_file_version && val->version() == info.token_file_version,
            "the token files in {} are versions {} (train) and {} (val) but data.json says {}; prepare the data again",
            dir.string(), train->version(), val->version(), info.token_file_version);

@@ -64,11 +64,17 @@ struct Dataset {
 // intact (checksum) with the recorded bos/eos ids, token files valid with every token inside the
 // vocabulary and the recorded counts, versions and documents (one end-of-sequence token each).
 Dataset open_dataset(const std::filesystem::path& dir);
-DatasetInfo read_dataset_info(const std::filesystem::path& dir);
+
+// Whether data.json's split (train_tokens, val_tokens, val_fraction) is checked as it is read, or
+// left for after the token files, which can tell which of the three fields is wrong.
+enum class SplitCheck { Yes, AfterTheTokenFiles };
+
+DatasetInfo read_dataset_info(const std::filesystem::path& dir, SplitCheck split = SplitCheck::Yes);
 // Parses and checks data.json's text (`path` names it in messages): every field of its type and
 // range, and what the numbers claim possible (ids inside the vocabulary, a known token-file
 // version, a split that matches val_fraction, documents that fit the tokens).
 DatasetInfo parse_dataset_info(std::string_view text, const std::filesystem::path& path);
+DatasetInfo parse_dataset_info(std::string_view text, const std::filesystem::path& path, SplitCheck split);
 // Writes DIR/data.json atomically.
 void write_dataset_info(const std::filesystem::path& dir, const DatasetInfo& info);
 

@@ -16,6 +16,11 @@ std::vector<std::string> default_config_dirs() {
   // The source tree the library was built from: lets a build-tree binary find the shipped configs
   // without any environment set up.
   dirs.push_back((fs::path(TESSERA_PLAN_SOURCE_ROOT) / "configs").string());
+  // An installed binary (cmake --install): PREFIX/bin/tessera finds PREFIX/share/tessera/configs.
+  std::error_code ec;
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec) {
+    dirs.push_back((exe.parent_path().parent_path() / "share" / "tessera" / "configs").string());
+  }
   dirs.emplace_back("configs");
   return dirs;
 }

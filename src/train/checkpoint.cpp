@@ -273,6 +273,7 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
                                 {"finite_steps", state.loss_scale->finite_steps},
                                 {"skipped_steps", state.loss_scale->skipped_steps}};
     }
+    if (state.lr_restart) manifest["lr_restart"] = {{"step", state.lr_restart->step}, {"rate", state.lr_restart->rate}};
     saving(dir_, tmp, final_path, [&] { finalize(tmp, final_path, name, manifest); });
   }
   barrier(comm);  // no rank moves on (or exits) before the checkpoint is complete

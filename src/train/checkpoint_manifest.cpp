@@ -267,6 +267,18 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
     s.loss_scale = ls;
   }
 
+  if (root.contains("lr_restart")) {
+    const json& restart = f.object(root, "", "lr_restart");
+    CheckpointState::LrRestart r;
+    r.step = f.integer(restart, "lr_restart", "step", 0, s.step, "a step no later than the checkpoint's");
+    const json& rate = f.get(restart, "lr_restart", "rate");
+    if (!rate.is_number() || !std::isfinite(rate.get<double>()) || rate.get<double>() < 0) {
+      f.fail("lr_restart.rate", fmt::format("must be a non-negative learning rate, got {}", shown(rate)));
+    }
+    r.rate = rate.get<double>();
+    s.lr_restart = r;
+  }
+
   m.model = f.object(root, "", "model");
   check_model(f, m.model);
   m.parameter_count = f.integer(root, "", "parameter_count", 1, std::numeric_limits<int64_t>::max(),

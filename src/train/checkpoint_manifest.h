@@ -45,6 +45,13 @@ struct CheckpointState {
   double elapsed_seconds = 0;     // wall time of the run up to this step, over every process that ran it
   // fp16's loss scale where it runs with one (memory/loss_scaler.h), so a resumed run scales the same.
   std::optional<memory::LossScaler::State> loss_scale;
+  // Where the learning-rate schedule was continued with another length (optim::WarmupCosine's
+  // restart): from this step on, a cosine from this rate. None while the schedule is the config's.
+  struct LrRestart {
+    int64_t step = 0;
+    double rate = 0;
+  };
+  std::optional<LrRestart> lr_restart;
 };
 
 struct CheckpointFileEntry {

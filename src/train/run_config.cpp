@@ -127,10 +127,20 @@ void RunConfig::validate() const {
            parallel.timeout_seconds);
   // In 64 bits: each factor is in range, their product need not fit an int.
   const int64_t per_round = int64_t{train.micro_batch_size} * parallel.dp;
-  TS_CHECK(train.batch_size % per_round == 0,
-           "config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
-           "for example set train.batch_size = {}",
-           train.batch_size, train.micro_batch_size, parallel.dp, per_round, (train.batch_size / per_round + 1) * per_round);
+  if (train.batch_size % per_round != 0) {
+    // A smaller microbatch keeps the global batch (and so the run's numbers); a larger batch changes them.
+    const int64_t larger_batch = (train.batch_size / per_round + 1) * per_round;
+    std::string fix = fmt::format("set train.batch_size = {} (a larger global batch)", larger_batch);
+    if (train.batch_size % parallel.dp == 0) {
+      const int64_t per_rank = train.batch_size / parallel.dp;
+      int64_t micro = std::min<int64_t>(train.micro_batch_size, per_rank);
+      while (per_rank % micro != 0) --micro;
+      fix = fmt::format("set train.micro_batch_size = {}, which keeps the global batch of {} ({} × dp {} × {} "
+                        "microbatches), or {}", micro, train.batch_size, micro, parallel.dp, per_rank / micro, fix);
+    }
+    TS_FAIL("config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
+            "{}", train.batch_size, train.micro_batch_size, parallel.dp, per_round, fix);
+  }
   check_range("train.eval_every", train.eval_every, 0, 1 << 30);
   check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
   check_range("train.sample_every", train.sample_every, 0, 1 << 30);
@@ -415,6 +425,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     t.exit_after = r.get("exit_after", t.exit_after);
     t.max_minutes = r.get("max_minutes", t.max_minutes);
     t.overwrite = r.get("overwrite", t.overwrite);
+    t.allow_changes = r.get("allow_changes", t.allow_changes);
     t.batch_size = r.get("batch_size", t.batch_size);
     t.micro_batch_size = r.get("micro_batch_size", t.micro_batch_size);
     t.seed = static_cast<uint64_t>(r.get<int64_t>("seed", static_cast<int64_t>(t.seed)));
@@ -588,6 +599,7 @@ std::string to_toml(const RunConfig& c) {
                     {"exit_after", t.exit_after},
                     {"max_minutes", shortest(t.max_minutes)},
                     {"overwrite", t.overwrite},
+                    {"allow_changes", t.allow_changes},
                     {"batch_size", t.batch_size},
                     {"micro_batch_size", t.micro_batch_size},
                     {"seed", static_cast<int64_t>(t.seed)},
@@ -684,6 +696,15 @@ config::CompressionOptions RunConfig::compression_options() const {
   o.warmup_steps = compression.warmup_steps;
   o.seed = train.seed;
   return o;
+}
+
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  const toml::table resolved = toml::parse(to_toml(RunConfig{}));
+  for (const auto& [section, table] : resolved) {
+    for (const auto& [key, value] : *table.as_table()) keys.push_back(std::string(section.str()) + "." + std::string(key.str()));
+  }
+  return keys;
 }
 
 }  // namespace tessera::train

@@ -27,6 +27,7 @@ struct TrainSection {
   int64_t exit_after = 0;     // stop (with a checkpoint) after this many steps in this process; 0: run to the end
   float max_minutes = 0;      // stop (with a checkpoint) after this many minutes in this process; 0: no limit
   bool overwrite = false;     // start over in a run folder that holds an earlier run (deletes its checkpoints)
+  bool allow_changes = false; // resume with settings that change the optimization (learning rate, schedule length, ...)
   int batch_size = 16;        // sequences per optimizer step, over all data-parallel ranks
   int micro_batch_size = 16;  // sequences per forward/backward on one rank
   uint64_t seed = 1337;
@@ -154,5 +155,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
                           int world_size = 1);
 // The resolved config as TOML text (every key, defaults included): saved with runs and checkpoints.
 std::string to_toml(const RunConfig& config);
+// Every key of the schema, dotted ("train.steps"), in the order to_toml writes them.
+std::vector<std::string> config_keys();
 
 }  // namespace tessera::train

@@ -24,6 +24,7 @@
 #include "parallel/rank_sum.h"
 #include "parallel/training_engine.h"
 #include "train/checkpoint.h"
+#include "train/config_changes.h"
 #include "train/memory_check.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
@@ -316,17 +317,41 @@ TrainResult Trainer::run() {
   result.run_dir = cfg.train.out_dir;
   result.metrics_path = (fs::path(cfg.train.out_dir) / "metrics.jsonl").string();
   result.chart_path = (fs::path(cfg.train.out_dir) / "loss.svg").string();
+  // The config the checkpoint was saved with: what the resumed run changes of it is said, and
+  // a change of the optimization is refused unless train.allow_changes.
+  std::optional<RunConfig> saved_config;
+  std::string changes_note;
   if (!resume_path.empty()) {
+    const CheckpointManifest manifest = read_checkpoint_manifest(resume_path);
+    const int64_t saved = manifest.state.step;
     // A finished run resumed (a requeued job that already completed) has nothing to do: say so, no work.
-    const int64_t saved = read_checkpoint_manifest(resume_path).state.step;
     if (saved >= cfg.train.steps) {
       result.outcome = TrainResult::Outcome::NothingToDo;
-      result.stop_reason = fmt::format("checkpoint '{}' is at step {} of train.steps = {}: nothing to do (raise "
-                                       "train.steps to train further)", resume_path, saved, cfg.train.steps);
+      result.stop_reason = fmt::format("checkpoint '{}' is at step {} of train.steps = {}: nothing to do (to train "
+                                       "further, raise train.steps with --train.allow_changes true)",
+                                       resume_path, saved, cfg.train.steps);
       result.first_step = result.steps = saved;
       result.checkpoint_path = resume_path;
       return result;
     }
+    saved_config = checkpoint_run_config(manifest, resume_path);
+    const std::vector<ConfigChange> changes = config_changes(manifest.config_toml, to_toml(cfg));
+    // Another model shape or another optimizer cannot be resumed at all: loading the checkpoint
+    // refuses those with their own fix, whatever train.allow_changes says.
+    const bool loader_refuses = std::any_of(changes.begin(), changes.end(), [](const ConfigChange& c) {
+      return c.key.starts_with("model.") || c.key == "optim.name";
+    });
+    std::vector<ConfigChange> refused;
+    for (const ConfigChange& c : changes) {
+      if (c.changes_optimization && !loader_refuses) refused.push_back(c);
+    }
+    TS_CHECK(refused.empty() || cfg.train.allow_changes,
+             "resuming '{}' with {}: the run would no longer continue the one it resumes. Resume with the checkpoint's "
+             "values, or accept the change with --train.allow_changes true (a different train.steps then continues "
+             "the learning rate's decay from where it is)",
+             resume_path, describe_changes(refused));
+    if (!changes.empty()) changes_note = fmt::format("resuming with changes to the checkpoint's config: {}",
+                                                     describe_changes(changes));
   }
   if (leader) write_file_atomically(folder->config_path(), to_toml(cfg));
 
@@ -336,7 +361,7 @@ TrainResult Trainer::run() {
   const parallel::ExpertParallelPlan expert_plan(cfg.model, cfg.parallel.ep, ep_comm ? ep_comm->rank() : 0, &tensor_plan);
   nn::GPT model(cfg.model, memory, cfg.train.seed, &expert_plan);
   parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm, tp_comm, ep_comm, edp_comm);
-  const optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
+  optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 
   int64_t step = 0;
@@ -369,6 +394,21 @@ TrainResult Trainer::run() {
         fmt::print("note: {} holds no loss scale (it was not saved by an fp16 run): the scale starts at {:g}\n",
                    resume_path, engine.loss_scaler().scale());
       }
+    }
+    // The schedule where it was: a restart saved by an earlier change of length, or a new one
+    // from this step where this resume changes the length past warmup.
+    optim::WarmupCosine before{saved_config->optim.lr, saved_config->optim.min_lr, saved_config->optim.warmup_steps,
+                               saved_config->train.steps};
+    if (loaded.state.lr_restart) {
+      before.restart_step = loaded.state.lr_restart->step;
+      before.restart_rate = static_cast<float>(loaded.state.lr_restart->rate);
+    }
+    if (saved_config->train.steps != cfg.train.steps && step >= before.warmup_steps) {
+      schedule.restart_step = step;
+      schedule.restart_rate = before.at(step);
+    } else {
+      schedule.restart_step = before.restart_step;
+      schedule.restart_rate = before.restart_rate;
     }
     val_history = loaded.state.val_history;
     checkpoint_elapsed = loaded.state.elapsed_seconds;
@@ -410,6 +450,13 @@ TrainResult Trainer::run() {
   if (leader) {
     if (!start_note.empty()) fmt::print("{}\n", start_note);
     if (step > 0) fmt::print("resumed from {} at step {}\n", resume_path, step);
+    if (!changes_note.empty()) fmt::print("{}\n", changes_note);
+    if (schedule.restart_step >= 0 && schedule.restart_step == step) {
+      fmt::print("train.steps is {} (the checkpoint's run had {}): the learning rate continues its decay from {:.3g} "
+                 "at step {} to optim.min_lr = {:g} at step {}\n",
+                 cfg.train.steps, saved_config->train.steps, schedule.restart_rate, step, cfg.optim.min_lr,
+                 cfg.train.steps);
+    }
     const std::string kv_heads = cfg.model.kv_heads() != cfg.model.n_head
                                      ? fmt::format(" sharing {} key/value heads", cfg.model.kv_heads())
                                      : "";
@@ -526,8 +573,9 @@ TrainResult Trainer::run() {
   auto save = [&]() {
     const StopSignals::Saving saving(stop_);
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt};
+    CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt, std::nullopt};
     if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
+    if (schedule.restart_step >= 0) state.lr_restart = CheckpointState::LrRestart{schedule.restart_step, schedule.restart_rate};
     parallel::DataParallel::FullParameters full = engine.full_parameters();
     return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, world_);
   };

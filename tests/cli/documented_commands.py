@@ -4,8 +4,10 @@
 Each ```sh block of README.md and docs/*.md runs through bash, block by block in document order,
 in a scratch folder laid out like a checkout: `tessera` is on the PATH (and at
 build/release/src/cli/tessera), configs/ holds the shipped model and cluster files, and the config
-files the commands name (configs/default.toml, run.toml) are the shipped default with a tiny model,
-so a training command finishes in a second. What a command needs is there as the README assumes
+files the commands name (configs/default.toml, configs/moe.toml, run.toml) are the shipped ones
+with a tiny model, so a training command finishes in a second. Then each complete training command
+written inline in the prose (`tessera train --config ...`, `tessera launch -n 4 -- train --config
+...`, without placeholders such as `N` or `...`) runs too, into a run folder of its own. What a command needs is there as the README assumes
 it: the demo's run in runs/default (what scripts/demo.sh leaves), a folder of texts (my_texts/), a
 note (notes.txt), a tokenizer (llama/tokenizer.model).
 
@@ -74,6 +76,11 @@ progress = "plain"
 peak_gflops = 100
 """
 
+# configs/moe.toml as shipped (every block's MLP as 4 experts, top-1, batch 16 in one microbatch)
+# on the tiny model.
+MOE = TINY.replace('out_dir = "runs/default"', 'out_dir = "runs/moe"').replace(
+    "seq_len = 32\n", "seq_len = 32\nmoe_experts = 4\nmoe_top_k = 1\nmoe_capacity_factor = 1.25\n")
+
 # run.toml: a user's own config, for the commands that start it on 4 ranks.
 RUN = TINY.replace('out_dir = "runs/default"', 'out_dir = "runs/run"').replace(
     "micro_batch_size = 16", "micro_batch_size = 4") + "\n[parallel]\ndp = 4\n"
@@ -83,6 +90,23 @@ def blocks(path):
     text = open(path, encoding="utf-8").read()
     for m in re.finditer(r"```sh\n(.*?)```", text, re.S):
         yield m.group(1)
+
+
+# A training command written inline: complete, with no placeholder (a capital letter standing for a
+# value, "FILE", "...", "…", "[optional]").
+INLINE = re.compile(r"`(tessera (?:launch -n \d+ -- )?train --config [^`]*)`")
+PLACEHOLDER = re.compile(r"…|\.\.\.|\[|\b[A-Z]\b|\bFILE\b|/")
+
+
+def inline_commands(path):
+    text = re.sub(r"```.*?```", "", open(path, encoding="utf-8").read(), flags=re.S)
+    for n, m in enumerate(INLINE.finditer(text.replace("\n", " "))):
+        command = " ".join(m.group(1).split())
+        if PLACEHOLDER.search(command.replace("configs/", "configs_")):
+            continue
+        if "--train.out_dir" not in command:
+            command += f" --train.out_dir runs/inline_{n}"
+        yield command
 
 
 def skip_reason(block):
@@ -117,6 +141,8 @@ def prepare(scratch, tessera, source):
     shutil.copytree(os.path.join(source, "configs"), os.path.join(scratch, "configs"))
     with open(os.path.join(scratch, "configs/default.toml"), "w") as f:
         f.write(TINY)
+    with open(os.path.join(scratch, "configs/moe.toml"), "w") as f:
+        f.write(MOE)
     with open(os.path.join(scratch, "run.toml"), "w") as f:
         f.write(RUN)
     # A user's texts: the King James Bible (Debian's bible-kjv, installed with the other dependencies).
@@ -175,6 +201,13 @@ def main():
                 print(f"{status:<18} {name}: {block.strip().splitlines()[0][:90]}")
                 if code != 0:
                     failures.append((name, block, output))
+            for command in inline_commands(path):
+                ran += 1
+                code, output = run(command + "\n", scratch, doc_env, name)
+                status = "ok" if code == 0 else f"FAILED (exit {code})"
+                print(f"{status:<18} {name} (inline): {command[:90]}")
+                if code != 0:
+                    failures.append((name, command, output))
     for name, block, output in failures:
         print(f"\n==== {name} ====\n{block}\n---- output ----\n{output[-3000:]}")
     print(f"\n{ran} blocks ran, {skipped} skipped, {len(failures)} failed")

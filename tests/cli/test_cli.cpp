@@ -76,6 +76,43 @@ TEST_F(Cli, AnUnknownCommandIsNamedWithASuggestion) {
       << r.output;
 }
 
+// Unknown options of train exit 2 with the option they most likely meant; --help names the program.
+TEST_F(Cli, UnknownTrainOptionsAreUsageErrorsWithASuggestion) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"train --config x.toml --lr 1e-3", "unknown option '--lr'; did you mean '--optim.lr'?"},
+      {"train --confg x.toml", "unknown option '--confg'; did you mean '--config'?"},
+      {"train --config x.toml --optim.lrr 1", "unknown option '--optim.lrr'; did you mean '--optim.lr'?"},
+      {"train --config x.toml --train.stepz=3", "unknown option '--train.stepz'; did you mean '--train.steps'?"},
+  };
+  for (const auto& [args, message] : cases) {
+    const CliResult r = run_tessera(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "error: " + message)) << args << "\n" << r.output;
+  }
+  for (const std::string command : {"train", "plan", "data prepare", "launch"}) {
+    const CliResult help = run_tessera(command + " --help");
+    EXPECT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_TRUE(contains(help.output, "Usage: tessera " + command + " [OPTIONS]")) << help.output;
+  }
+}
+
+// Bytes a config or a file holds are quoted into messages escaped: no ESC reaches the terminal,
+// no malformed UTF-8 reaches the log; text in other scripts stays as it is.
+TEST_F(Cli, UntrustedBytesInMessagesAreEscaped) {
+  const fs::path config = g_root / "escapes.toml";
+  std::ofstream(config) << "[data]\ndir = \"no/such/\u001b[31mfolder\u00e9\"\n";
+  const CliResult r = run_tessera("train --config " + config.string() + " --train.out_dir " + (g_root / "esc").string());
+  expect_clean_failure(r, "escapes");
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_TRUE(contains(r.output, "no/such/\\x1B[31mfolder\u00e9")) << r.output;
+  const fs::path bad = g_root / "latin1.toml";
+  std::ofstream(bad, std::ios::binary) << "[train]\nout_dir = \"caf\xe9\"\nsteps = \"\x1b\"\n";
+  const CliResult l = run_tessera("train --config " + bad.string());
+  expect_clean_failure(l, "latin1");
+  EXPECT_EQ(l.output.find('\x1b'), std::string::npos) << l.output;
+  EXPECT_EQ(l.output.find('\xe9'), std::string::npos) << l.output;
+}
+
 TEST_F(Cli, ForeignExceptionsEndInOneLineNamingTheFile) {
   // A file where the run folder should go: the standard library's filesystem error.
   std::ofstream(g_root / "a_file") << "x";

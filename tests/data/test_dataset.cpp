@@ -188,7 +188,15 @@ TEST_F(PreparedDataset, ImpossibleClaimsInDataJsonAreRefused) {
     j["train_tokens"] = info.train_tokens + 1;
     j["val_fraction"] = static_cast<double>(info.val_tokens) / static_cast<double>(total + 1);
     write_bytes(out / "data.json", j.dump(2));
-    EXPECT_ERROR_WITH(open_dataset(out), "data.json says");
+    EXPECT_ERROR_WITH(open_dataset(out), "data.json says \"train_tokens\"");
+  }
+  // One count edited alone: the field that is wrong is named, not the split it breaks.
+  for (const char* key : {"train_tokens", "val_tokens"}) {
+    auto j = good;
+    j[key] = j[key].get<int64_t>() + 7;
+    write_bytes(out / "data.json", j.dump(2));
+    const std::string named = std::string("says \"") + key + "\": ";
+    EXPECT_ERROR_WITH(open_dataset(out), named.c_str(), "data.json was edited");
   }
   write_bytes(out / "data.json", original);
   EXPECT_NO_THROW(open_dataset(out));

@@ -22,3 +22,18 @@ TEST(LrSchedule, NoWarmupAndSingleStep) {
   EXPECT_FLOAT_EQ(t.at(0), 2e-3f);
   EXPECT_FLOAT_EQ(t.at(2), 0.0f);
 }
+
+// A schedule continued with another length: from the restart step the rate falls from the restart
+// rate to the floor at the new last step, and before it the schedule is unchanged.
+TEST(LrSchedule, ARestartContinuesTheDecayFromItsRate) {
+  WarmupCosine s{1e-3f, 1e-4f, 10, 201};
+  const WarmupCosine before{1e-3f, 1e-4f, 10, 101};
+  s.restart_step = 60;
+  s.restart_rate = before.at(60);
+  const WarmupCosine unrestarted{1e-3f, 1e-4f, 10, 201};
+  EXPECT_FLOAT_EQ(s.at(59), unrestarted.at(59));
+  EXPECT_FLOAT_EQ(s.at(60), before.at(60));
+  for (int64_t t = 61; t <= 200; ++t) EXPECT_LT(s.at(t), s.at(t - 1)) << t;
+  EXPECT_FLOAT_EQ(s.at(200), 1e-4f);
+  EXPECT_FLOAT_EQ(s.at(500), 1e-4f);
+}

@@ -337,13 +337,13 @@ TEST_F(ParallelTraining, CompressedRunsResumeBitwise) {
     }
   }
   CliResult dense = run_tessera(launch(2, g_root / "compressed_dense", "--parallel.dp 2 --parallel.zero_stage 1 --train.steps 5 "
-                                                                       "--checkpoint.resume " +
+                                                                       "--train.allow_changes true --checkpoint.resume " +
                                                                        (g_root / "compressed_split").string()));
   ASSERT_EQ(dense.exit_code, 0) << dense.output;
   EXPECT_NE(dense.output.find("without its per-rank error feedback (of gradient compression or 1-bit Adam, the error not yet sent)"), std::string::npos)
       << dense.output;
   CliResult other = run_tessera(launch(2, g_root / "compressed_other", "--parallel.dp 2 --train.steps 5 --parallel.zero_stage 1 "
-                                       "--parallel.compression onebit --checkpoint.resume " +
+                                       "--parallel.compression onebit --train.allow_changes true --checkpoint.resume " +
                                        (g_root / "compressed_split").string()));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.output.find("holds the state of 'topk', but this run uses 'onebit'"), std::string::npos)
@@ -447,7 +447,7 @@ TEST_F(ParallelTraining, TwoBWRunsFollowTheOneProcessRunAndResumeBitwise) {
   const std::string one_f_one_b = "--model.n_layer 4 --train.steps 2 --parallel.pp 2";
   ASSERT_EQ(run_tessera(launch(2, flushing, one_f_one_b)).exit_code, 0);
   CliResult refused = run_tessera(launch(2, flushing, "--model.n_layer 4 --train.steps 4 --parallel.pp 2 "
-                                                      "--parallel.schedule 2bw --checkpoint.resume latest"));
+                                                      "--parallel.schedule 2bw --train.allow_changes true --checkpoint.resume latest"));
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.output.find("holds no previous weight version"), std::string::npos) << refused.output;
 }
@@ -536,7 +536,8 @@ TEST_F(ParallelTraining, TheLauncherSaysAStopOrAConfigErrorOnceWithTheJobsCode) 
   CliResult bad = run_tessera(launch(2, g_root / "launch_bad", "--train.steps 2 --parallel.dp 2 --optim.lrr 1"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.exit_code, 3);
-  EXPECT_EQ(count(bad.output, "unknown key 'optim.lrr'"), 1u) << bad.output;
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_EQ(count(bad.output, "unknown option '--optim.lrr'; did you mean '--optim.lr'?"), 1u) << bad.output;
   expect_no_mpirun_abort_text(bad);
 }
 

@@ -55,7 +55,15 @@ TEST(RunConfig, ErrorsNameTheKeyAndTheFix) {
   EXPECT_NE(error_of("[train]\nsteps = \"ten\"\n").find("'train.steps' must be an integer"), std::string::npos);
   std::string e = error_of("[train]\nbatch_size = 10\nmicro_batch_size = 4\n");
   EXPECT_NE(e.find("train.batch_size (10) must be a multiple of train.micro_batch_size × parallel.dp"), std::string::npos) << e;
-  EXPECT_NE(e.find("set train.batch_size = 12"), std::string::npos) << e;
+  EXPECT_NE(e.find("set train.micro_batch_size = 2, which keeps the global batch of 10 (2 × dp 1 × 5 microbatches), "
+                   "or set train.batch_size = 12"), std::string::npos) << e;
+  // The README's MoE command: dp 4 with microbatches of 16 in a batch of 16; a microbatch of 4 fits.
+  e = error_of("[train]\nbatch_size = 16\nmicro_batch_size = 16\n[parallel]\ndp = 4\n");
+  EXPECT_NE(e.find("set train.micro_batch_size = 4, which keeps the global batch of 16"), std::string::npos) << e;
+  // A batch dp does not divide: only a larger batch fits.
+  e = error_of("[train]\nbatch_size = 6\nmicro_batch_size = 1\n[parallel]\ndp = 4\n");
+  EXPECT_EQ(e.find("micro_batch_size ="), std::string::npos) << e;
+  EXPECT_NE(e.find("set train.batch_size = 8"), std::string::npos) << e;
   // Factors each in range whose product overflows an int (UBSan in the fuzz build; the input is in
   // tests/fuzz/corpus/fuzz_run_config/regression_batch_product_overflow.toml).
   e = error_of("[train]\nbatch_size = 16777216\nmicro_batch_size = 16777216\n[parallel]\ndp = 1048576\n");

@@ -108,7 +108,7 @@ TEST_F(TrainingProgram, BadConfigIsRefusedWithTheKeyAndTheFix) {
   struct Case {
     std::string extra, message;
   } cases[] = {
-      {"--train.stpes 3", "unknown key 'train.stpes'; did you mean 'train.steps'?"},
+      {"--train.stpes 3", "unknown option '--train.stpes'; did you mean '--train.steps'?"},
       {"--train.steps many", "'train.steps' must be an integer"},
       {"--train.batch_size 5", "train.batch_size (5) must be a multiple of train.micro_batch_size"},
       {"--model.n_head 5", "divisible by model.n_head"},
@@ -198,7 +198,8 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   const std::string good_model = read_file((good / "model.safetensors").string());
 
   auto resume = [&](const fs::path& from, const std::string& extra) {
-    return run_tessera(train_args(run, "--train.steps 8 --checkpoint.resume " + from.string() + " " + extra));
+    return run_tessera(train_args(run, "--train.steps 8 --train.allow_changes true --checkpoint.resume " +
+                                           from.string() + " " + extra));
   };
   // A flipped byte in the weights.
   {
@@ -315,7 +316,7 @@ TEST_F(TrainingProgram, RunFoldersAreLockedAndNotOverwrittenByAccident) {
   EXPECT_EQ(train_losses(run / "metrics.jsonl").size(), 2u) << "the earlier run's metrics are gone";
 
   // auto: resumes when there is a checkpoint, finishes, and then has nothing to do (exit 0).
-  CliResult more = run_tessera(train_args(run, "--train.steps 4 --checkpoint.resume auto"));
+  CliResult more = run_tessera(train_args(run, "--train.steps 4 --checkpoint.resume auto --train.allow_changes true"));
   ASSERT_EQ(more.exit_code, 0) << more.output;
   EXPECT_NE(more.output.find("resumed from"), std::string::npos) << more.output;
   CliResult again = run_tessera(train_args(run, "--train.steps 4 --checkpoint.resume auto"));
@@ -331,6 +332,66 @@ TEST_F(TrainingProgram, RunFoldersAreLockedAndNotOverwrittenByAccident) {
   CliResult file = run_tessera(train_args(g_root / "a_file", "--train.steps 1"));
   EXPECT_NE(file.exit_code, 0);
   EXPECT_NE(file.output.find("is a file, not a folder"), std::string::npos) << file.output;
+}
+
+std::vector<double> lrs_of(const fs::path& metrics) {
+  std::vector<double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") out.push_back(j["lr"].get<double>());
+  }
+  return out;
+}
+
+// A resumed run says what it changes of its checkpoint's config, refuses a change of the
+// optimization unless train.allow_changes, and a longer train.steps continues the learning rate's
+// decay from where it was, through later resumes bit for bit.
+TEST_F(TrainingProgram, ResumeSaysWhatChangedAndRefusesOptimizationChanges) {
+  const fs::path whole = g_root / "changes_whole", run = g_root / "changes", longer = g_root / "changes_longer";
+  ASSERT_EQ(run_tessera(train_args(whole, "--train.steps 6")).exit_code, 0);
+  ASSERT_EQ(run_tessera(train_args(run, "--train.steps 6 --train.exit_after 3 --checkpoint.keep 10")).exit_code, 3);
+
+  CliResult lr = run_tessera(train_args(run, "--train.steps 6 --checkpoint.resume latest --optim.lr 0.01"));
+  EXPECT_NE(lr.exit_code, 0);
+  EXPECT_NE(lr.output.find("with optim.lr 0.001 -> 0.01: the run would no longer continue"), std::string::npos)
+      << lr.output;
+  EXPECT_NE(lr.output.find("--train.allow_changes true"), std::string::npos) << lr.output;
+  CliResult batch = run_tessera(train_args(run, "--train.steps 6 --checkpoint.resume latest --train.batch_size 8"));
+  EXPECT_NE(batch.exit_code, 0);
+  EXPECT_NE(batch.output.find("train.batch_size 4 -> 8"), std::string::npos) << batch.output;
+
+  // Settings that do not change the optimization are said and allowed.
+  const fs::path other = g_root / "changes_other";
+  fs::copy(run, other, fs::copy_options::recursive);
+  CliResult fine = run_tessera(train_args(other, "--train.steps 6 --checkpoint.resume latest --log.every 2"));
+  ASSERT_EQ(fine.exit_code, 0) << fine.output;
+  EXPECT_NE(fine.output.find("resuming with changes to the checkpoint's config: "), std::string::npos) << fine.output;
+  EXPECT_NE(fine.output.find("log.every 1 -> 2"), std::string::npos)
+      << fine.output;
+  EXPECT_EQ(train_losses(other / "metrics.jsonl"), train_losses(whole / "metrics.jsonl"));
+
+  // Twice the steps: the rate goes on from the step-4 rate of the 6-step run, then decays.
+  fs::copy(run, longer, fs::copy_options::recursive);
+  CliResult extended = run_tessera(train_args(longer, "--train.steps 12 --checkpoint.resume latest "
+                                                      "--train.allow_changes true"));
+  ASSERT_EQ(extended.exit_code, 0) << extended.output;
+  EXPECT_NE(extended.output.find("train.steps 6 -> 12"), std::string::npos) << extended.output;
+  EXPECT_NE(extended.output.find("the learning rate continues its decay"), std::string::npos) << extended.output;
+  const std::vector<double> base = lrs_of(whole / "metrics.jsonl"), after = lrs_of(longer / "metrics.jsonl");
+  ASSERT_EQ(after.size(), 12u);
+  EXPECT_EQ(after[3], base[3]) << "the first resumed step keeps the rate it would have had";
+  for (size_t i = 4; i < after.size(); ++i) EXPECT_LT(after[i], after[i - 1]) << "step " << i + 1;
+
+  // The same extension stopped and resumed again: the saved restart keeps it bit for bit.
+  CliResult part = run_tessera(train_args(run, "--train.steps 12 --checkpoint.resume latest --train.allow_changes true "
+                                               "--train.exit_after 4"));
+  ASSERT_EQ(part.exit_code, 3) << part.output;
+  CliResult rest = run_tessera(train_args(run, "--train.steps 12 --checkpoint.resume latest"));
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(train_losses(run / "metrics.jsonl"), train_losses(longer / "metrics.jsonl"));
+  EXPECT_EQ(lrs_of(run / "metrics.jsonl"), after);
 }
 
 // SIGTERM (a scheduler's preemption) and train.max_minutes stop the run at a step boundary with a
@@ -351,8 +412,11 @@ TEST_F(TrainingProgram, StopsWithACheckpointOnSignalsAndTimeLimits) {
   EXPECT_NE(log.find("stopped by signal 15"), std::string::npos) << log;
   const size_t steps = train_losses(run / "metrics.jsonl").size();
   EXPECT_TRUE(fs::exists(run / "checkpoints" / fmt::format("step_{:08d}", steps) / "manifest.json")) << log;
-  CliResult resumed = run_tessera(train_args(run, fmt::format("--train.steps {} --checkpoint.resume latest", steps + 1)));
-  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  // A signal skips the evaluation: no RESULT line reports a loss that was never measured.
+  EXPECT_EQ(log.find("RESULT val_loss"), std::string::npos) << log;
+  CliResult resumed = run_tessera(train_args(run, "--train.steps 100000 --checkpoint.resume latest --train.exit_after 1"));
+  EXPECT_EQ(resumed.exit_code, 3) << resumed.output;
+  EXPECT_EQ(train_losses(run / "metrics.jsonl").size(), steps + 1) << resumed.output;
 
   CliResult timed = run_tessera(train_args(g_root / "timed", "--train.steps 100000 --train.max_minutes 0.0001"));
   EXPECT_EQ(timed.exit_code, 3) << timed.output;
@@ -489,7 +553,7 @@ TEST_F(TrainingProgram, InitFromStartsANewRunFromACheckpointsWeights) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("initialized from the weights of"), std::string::npos) << first.output;
   EXPECT_EQ(train_losses(requeued / "metrics.jsonl"), steps) << "the same run as without auto";
-  CliResult later = run_tessera(train_args(requeued, "--train.steps 3" + auto_args));
+  CliResult later = run_tessera(train_args(requeued, "--train.steps 3 --train.allow_changes true" + auto_args));
   ASSERT_EQ(later.exit_code, 0) << later.output;
   EXPECT_NE(later.output.find("resumed from"), std::string::npos) << later.output;
   EXPECT_EQ(later.output.find("initialized from"), std::string::npos) << later.output;
