@@ -9,6 +9,7 @@
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 #include "train/checkpoint.h"
+#include "train/hf_import.h"
 #include "train/sampler.h"
 
 namespace tessera::cli {
@@ -24,7 +25,8 @@ void add_sample_command(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   cmd->add_option("--checkpoint", o->checkpoint,
-                  "a run folder, its checkpoints/ folder (their latest checkpoint) or a step folder")
+                  "a run folder, its checkpoints/ folder (their latest checkpoint), a step folder, or a folder in "
+                  "the Hugging Face layout (config.json, model.safetensors or its shards, tokenizer.model)")
       ->required();
   cmd->add_option("--prompt", o->prompt, "text to continue (default: a newline)");
   cmd->add_option("--tokens", o->sampling.max_new_tokens, "tokens to generate")->capture_default_str();
@@ -52,21 +54,31 @@ void add_sample_command(CLI::App& app) {
              "the --prompt text is not valid UTF-8: the byte 0x{:02X} at offset {} does not start a valid character; "
              "give the prompt in UTF-8 (check the terminal's or the file's encoding)",
              static_cast<unsigned>(static_cast<unsigned char>(o->prompt[bad])), bad);
-    std::string note;
-    const std::string path = train::resolve_checkpoint(o->checkpoint, "", &note);
-    // On stderr: stdout carries only the generated text.
-    if (!note.empty()) fmt::print(stderr, "{}\n", note);
-    const train::CheckpointManifest manifest = train::read_checkpoint_manifest(path);
-    const train::RunConfig config = train::checkpoint_run_config(manifest, path);
+    const bool hugging_face = train::is_hf_folder(o->checkpoint);
+    std::string path = o->checkpoint;
+    config::ModelConfig model_config;
+    if (hugging_face) {
+      model_config = train::read_hf_model_config(path);
+    } else {
+      std::string note;
+      path = train::resolve_checkpoint(o->checkpoint, "", &note);
+      // On stderr: stdout carries only the generated text.
+      if (!note.empty()) fmt::print(stderr, "{}\n", note);
+      model_config = train::checkpoint_run_config(train::read_checkpoint_manifest(path), path).model;
+    }
     const std::filesystem::path tokenizer_path = std::filesystem::path(path) / "tokenizer.model";
     TS_CHECK(std::filesystem::exists(tokenizer_path),
-             "checkpoint '{}' has no tokenizer.model, so its text cannot be encoded or decoded; copy the dataset's "
-             "tokenizer.model into it",
-             path);
+             "{} '{}' has no tokenizer.model, so its text cannot be encoded or decoded; {}",
+             hugging_face ? "Hugging Face folder" : "checkpoint", path,
+             hugging_face ? fmt::format("tessera reads SentencePiece tokenizers only: put the model's SentencePiece "
+                                        "model at {}", tokenizer_path.string())
+                          : std::string("copy the dataset's tokenizer.model into it"));
     data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
     MemoryAccountant memory;
-    nn::GPT model(config.model, memory, 0);
-    train::load_weights(path, config.model, {model.parameters(), model.parameters(), nullptr, {}});
+    nn::GPT model(model_config, memory, 0);
+    const train::LoadedWeights weights =
+        train::load_weights(path, model_config, {model.parameters(), model.parameters(), nullptr, {}});
+    if (hugging_face && !weights.note.empty()) fmt::print(stderr, "{}\n", weights.note);
     std::vector<int32_t> prompt = tokenizer.encode(o->prompt.empty() ? std::string("\n") : o->prompt);
     TS_CHECK(!prompt.empty(), "the prompt encodes to no tokens; give a longer --prompt");
     train::SamplingOptions sampling = o->sampling;

@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "io/safetensors.h"
 #include "parallel/tensor_parallel.h"
+#include "train/hf_import.h"
 #include "train/optimizer_shards.h"
 
 namespace fs = std::filesystem;
@@ -527,18 +528,26 @@ void load_parameters(const std::string& path, const ModelState& model) {
     std::vector<float> storage(static_cast<size_t>(shape_numel(p.spec.unpadded_shape())));
     Tensor whole = Tensor::from_external(storage.data(), p.spec.unpadded_shape(), DType::F32);
     values.copy_to(p.name, whole);
-    const float* from = storage.data();
-    float* into = value.data<float>();
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      const int64_t g = p.spec.global_index(i);
-      into[i] = p.spec.is_padding(g) ? 0.0f : from[g];
-    }
+    set_parameter_from_whole(model, p, whole);
   }
 }
 
 }  // namespace
 
+void set_parameter_from_whole(const ModelState& model, const nn::Parameter& p, const Tensor& whole) {
+  TS_CHECK(whole.dtype() == DType::F32 && whole.is_contiguous() && whole.shape() == p.spec.unpadded_shape(),
+           "parameter '{}' is set from a tensor of shape {}, not its whole shape {}", p.name, whole.shape_string(),
+           shape_to_string(p.spec.unpadded_shape()));
+  const float* from = whole.data<float>();
+  float* into = model.values.weight(p).data<float>();
+  for (int64_t i = 0; i < p.numel(); ++i) {
+    const int64_t g = p.spec.global_index(i);
+    into[i] = p.spec.is_padding(g) ? 0.0f : from[g];
+  }
+}
+
 LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state) {
+  if (is_hf_folder(checkpoint)) return load_hf_weights(checkpoint, model, state);
   LoadedWeights loaded;
   loaded.path = resolve_checkpoint(checkpoint, "", &loaded.note);
   loaded.manifest = read_checkpoint_manifest(loaded.path);

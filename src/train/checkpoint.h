@@ -151,14 +151,19 @@ std::string resolve_checkpoint(const std::string& given, const std::string& run_
 // position or seed (`train.init_from` starts a new run from them; `tessera sample` and `export`
 // read them). model.safetensors holds the whole parameters whatever the layout that saved it, so
 // any layout loads them. A model of another shape is refused, listing the differing keys; another
-// vocabulary size also names the fix (prepare the data with the checkpoint's tokenizer).
+// vocabulary size also names the fix (prepare the data with the checkpoint's tokenizer). A folder
+// in the Hugging Face layout (train/hf_import.h) is read the same way, with the same refusals.
 struct LoadedWeights {
   std::string path;            // the resolved step folder
   std::string tokenizer_path;  // its tokenizer.model, or "" when it has none
   std::string note;            // how the path was resolved, when not as named (resolve_checkpoint's note)
-  CheckpointManifest manifest;
+  CheckpointManifest manifest;  // empty for a Hugging Face folder
 };
 LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state);
+
+// Sets this rank's part of parameter `p` from its whole value (`whole`: contiguous f32 [the
+// one-process shape]): all of it, or under tensor parallelism its block, with zero padding rows.
+void set_parameter_from_whole(const ModelState& model, const nn::Parameter& p, const Tensor& whole);
 
 // XXH3-64 of a whole file.
 uint64_t file_checksum(const std::string& path);

@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "nn/gpt.h"
 #include "train/checkpoint.h"
+#include "train/hf_layout.h"
 
 namespace fs = std::filesystem;
 
@@ -23,149 +24,27 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Builds the HF tensors from the model's parameters. Tensors made here (transposes, splits, zero
-// biases) come from `memory`; the writer keeps every tensor alive until it writes.
-class HfWeights {
- public:
-  HfWeights(nn::GPT& model, MemoryAccountant& memory) : store_(model.parameters()), memory_(memory) {}
-
-  Tensor param(const std::string& name) { return store_.value(store_.get(name)); }
-  bool has(const std::string& name) const {
-    for (const auto& p : store_.all()) {
-      if (p.name == name) return true;
+// The HF tensors of the model's parameters (train/hf_layout.h). Tensors made here (transposes,
+// zero biases) come from `memory`; the writer keeps every tensor alive until it writes.
+io::SafeTensorsWriter hf_weights(nn::GPT& model, MemoryAccountant& memory) {
+  nn::ParameterStore& store = model.parameters();
+  io::SafeTensorsWriter writer;
+  for (const HfTensor& t : hf_tensors(model.config())) {
+    Tensor value;
+    switch (t.mapping) {
+      case HfMapping::Same: value = store.value(store.get(t.param)); break;
+      case HfMapping::Transposed:
+        value = store.value(store.get(t.param)).transpose(0, 1).contiguous(memory, MemoryTag::Workspace);
+        break;
+      case HfMapping::Rows: value = store.value(store.get(t.param)).slice(0, t.row_begin, t.row_end); break;
+      case HfMapping::Zeros: value = Tensor::zeros(t.shape, DType::F32, MemoryTag::Workspace, memory); break;
     }
-    return false;
+    TS_CHECK(value.shape() == t.shape, "export: '{}' from '{}' has shape {}, the layout says {}", t.name, t.param,
+             value.shape_string(), shape_to_string(t.shape));
+    writer.add(t.name, value);
   }
-  void add(const std::string& name, const Tensor& t) { writer_.add(name, t); }
-  // GPT-2's Conv1D: [out, in] -> [in, out].
-  void add_transposed(const std::string& name, const std::string& param_name) {
-    add(name, param(param_name).transpose(0, 1).contiguous(memory_, MemoryTag::Workspace));
-  }
-  // Rows [begin, end) of a [out, ...] parameter (a slice of whole rows is contiguous).
-  void add_rows(const std::string& name, const std::string& param_name, int64_t begin, int64_t end) {
-    add(name, param(param_name).slice(0, begin, end));
-  }
-  void add_bias_or_zeros(const std::string& name, const std::string& param_name, int64_t size) {
-    if (has(param_name)) {
-      add(name, param(param_name));
-    } else {
-      add(name, Tensor::zeros({size}, DType::F32, MemoryTag::Workspace, memory_));
-    }
-  }
-  void write(const std::string& path) {
-    writer_.set_metadata("format", "pt");  // transformers refuses safetensors files without it
-    writer_.write(path);
-  }
-
- private:
-  nn::ParameterStore& store_;
-  MemoryAccountant& memory_;
-  io::SafeTensorsWriter writer_;
-};
-
-void gpt2_weights(HfWeights& w, const config::ModelConfig& c) {
-  const int64_t C = c.n_embd, F = c.ffn();
-  w.add("transformer.wte.weight", w.param("embed.tokens.weight"));
-  w.add("transformer.wpe.weight", w.param("embed.positions.weight"));
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string t = "blocks." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
-    w.add(h + "ln_1.weight", w.param(t + "norm1.weight"));
-    w.add_bias_or_zeros(h + "ln_1.bias", t + "norm1.bias", C);
-    w.add_transposed(h + "attn.c_attn.weight", t + "attn.qkv.weight");
-    w.add_bias_or_zeros(h + "attn.c_attn.bias", t + "attn.qkv.bias", c.qkv_dim());
-    w.add_transposed(h + "attn.c_proj.weight", t + "attn.proj.weight");
-    w.add_bias_or_zeros(h + "attn.c_proj.bias", t + "attn.proj.bias", C);
-    w.add(h + "ln_2.weight", w.param(t + "norm2.weight"));
-    w.add_bias_or_zeros(h + "ln_2.bias", t + "norm2.bias", C);
-    w.add_transposed(h + "mlp.c_fc.weight", t + "mlp.fc.weight");
-    w.add_bias_or_zeros(h + "mlp.c_fc.bias", t + "mlp.fc.bias", F);
-    w.add_transposed(h + "mlp.c_proj.weight", t + "mlp.proj.weight");
-    w.add_bias_or_zeros(h + "mlp.c_proj.bias", t + "mlp.proj.bias", C);
-  }
-  w.add("transformer.ln_f.weight", w.param("norm.weight"));
-  w.add_bias_or_zeros("transformer.ln_f.bias", "norm.bias", C);
-  if (!c.tied_embeddings) w.add("lm_head.weight", w.param("head.weight"));
-}
-
-void llama_weights(HfWeights& w, const config::ModelConfig& c) {
-  const int64_t C = c.n_embd;
-  w.add("model.embed_tokens.weight", w.param("embed.tokens.weight"));
-  for (int l = 0; l < c.n_layer; ++l) {
-    const std::string t = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
-    w.add(h + "input_layernorm.weight", w.param(t + "norm1.weight"));
-    // The qkv rows: q [C], then k and v [Hkv·D] each (fewer under grouped-query attention).
-    const char* parts[] = {"q_proj", "k_proj", "v_proj"};
-    const int64_t Ckv = c.kv_dim(), begin[] = {0, C, C + Ckv}, end[] = {C, C + Ckv, C + 2 * Ckv};
-    for (int i = 0; i < 3; ++i) {
-      w.add_rows(h + "self_attn." + parts[i] + ".weight", t + "attn.qkv.weight", begin[i], end[i]);
-      if (c.bias) w.add_rows(h + "self_attn." + parts[i] + ".bias", t + "attn.qkv.bias", begin[i], end[i]);
-    }
-    w.add(h + "self_attn.o_proj.weight", w.param(t + "attn.proj.weight"));
-    w.add(h + "post_attention_layernorm.weight", w.param(t + "norm2.weight"));
-    w.add(h + "mlp.gate_proj.weight", w.param(t + "mlp.gate.weight"));
-    w.add(h + "mlp.up_proj.weight", w.param(t + "mlp.up.weight"));
-    w.add(h + "mlp.down_proj.weight", w.param(t + "mlp.down.weight"));
-    if (c.bias) {
-      w.add(h + "self_attn.o_proj.bias", w.param(t + "attn.proj.bias"));
-      w.add(h + "mlp.gate_proj.bias", w.param(t + "mlp.gate.bias"));
-      w.add(h + "mlp.up_proj.bias", w.param(t + "mlp.up.bias"));
-      w.add(h + "mlp.down_proj.bias", w.param(t + "mlp.down.bias"));
-    }
-  }
-  w.add("model.norm.weight", w.param("norm.weight"));
-  if (!c.tied_embeddings) w.add("lm_head.weight", w.param("head.weight"));
-}
-
-// An id the tokenizer has, or null: transformers' GPT-2 defaults (50256) would point outside a
-// smaller vocabulary.
-Json token_id(int32_t id) { return id >= 0 ? Json(id) : Json(nullptr); }
-
-Json hf_config(const RunConfig& run, const data::Tokenizer* tokenizer) {
-  const config::ModelConfig& c = run.model;
-  const int32_t bos = tokenizer ? tokenizer->bos_id() : -1, eos = tokenizer ? tokenizer->eos_id() : -1;
-  Json j;
-  if (c.arch == config::Architecture::Gpt2) {
-    j["architectures"] = {"GPT2LMHeadModel"};
-    j["model_type"] = "gpt2";
-    j["vocab_size"] = c.vocab_size;
-    j["n_positions"] = c.seq_len;
-    j["n_ctx"] = c.seq_len;
-    j["n_embd"] = c.n_embd;
-    j["n_layer"] = c.n_layer;
-    j["n_head"] = c.n_head;
-    j["n_inner"] = c.ffn();
-    j["activation_function"] = "gelu_new";  // GELU's tanh approximation, as tessera trains it
-    j["layer_norm_epsilon"] = c.norm_eps;
-    j["resid_pdrop"] = c.dropout;  // tessera drops out on the residual branches only
-    j["embd_pdrop"] = 0.0;
-    j["attn_pdrop"] = 0.0;
-    j["scale_attn_weights"] = true;
-  } else {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.n_embd;
-    j["intermediate_size"] = c.ffn();
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.kv_heads();
-    j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = c.seq_len;
-    j["rms_norm_eps"] = c.norm_eps;
-    j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
-    j["attention_bias"] = c.bias;
-    j["mlp_bias"] = c.bias;
-    j["attention_dropout"] = 0.0;
-  }
-  j["tie_word_embeddings"] = c.tied_embeddings;
-  j["bos_token_id"] = token_id(bos);
-  j["eos_token_id"] = token_id(eos);
-  j["initializer_range"] = 0.02;
-  j["use_cache"] = true;
-  j["torch_dtype"] = "float32";
-  return j;
+  writer.set_metadata("format", "pt");  // transformers refuses safetensors files without it
+  return writer;
 }
 
 Json tokenizer_config(const RunConfig& run, const data::Tokenizer& tokenizer) {
@@ -217,16 +96,12 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   std::optional<data::Tokenizer> tokenizer;
   if (!loaded.tokenizer_path.empty()) tokenizer.emplace(data::Tokenizer::load(loaded.tokenizer_path));
 
-  HfWeights weights(model, memory);
-  if (c.arch == config::Architecture::Gpt2) {
-    gpt2_weights(weights, c);
-  } else {
-    llama_weights(weights, c);
-  }
-  result.model_type = config::architecture_name(c.arch);
+  const io::SafeTensorsWriter weights = hf_weights(model, memory);
+  result.model_type = hf_model_type(c.arch);
   fs::create_directories(out);
   weights.write((out / "model.safetensors").string());
-  write_file_atomically((out / "config.json").string(), hf_config(run, tokenizer ? &*tokenizer : nullptr).dump(2) + "\n");
+  const int32_t bos = tokenizer ? tokenizer->bos_id() : -1, eos = tokenizer ? tokenizer->eos_id() : -1;
+  write_file_atomically((out / "config.json").string(), hf_config_json(c, bos, eos).dump(2) + "\n");
   result.files = {"model.safetensors", "config.json"};
   if (tokenizer) {
     tokenizer->save(out / "tokenizer.model");

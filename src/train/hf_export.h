@@ -8,16 +8,8 @@
 //   tokenizer_config.json  special tokens and LlamaTokenizer, transformers' reader of SentencePiece
 //                          models (GPT-2's own tokenizer is byte-level BPE and cannot read one)
 //
-// Names and layouts:
-//   GPT-2: transformer.wte / wpe, transformer.h.N.ln_1 / attn.c_attn / attn.c_proj / ln_2 /
-//          mlp.c_fc / mlp.c_proj, transformer.ln_f, and lm_head.weight when the head is not tied.
-//          GPT-2's Conv1D stores its weight [in, out], the transpose of tessera's Linear [out, in];
-//          c_attn keeps tessera's q | k | v order of output columns. The HF model always has
-//          biases, so a model trained without them exports zero biases (the same function).
-//   Llama: model.embed_tokens, model.layers.N.input_layernorm / self_attn.{q,k,v,o}_proj /
-//          post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm, lm_head (untied). The
-//          fused qkv [3C, C] is split into q, k and v [C, C]. Rotary positions need no permutation:
-//          tessera rotates the pairs (i, i + D/2) of each head ("rotate half"), as HF Llama does.
+// The names, layouts and config.json keys are train/hf_layout.h's, which the import
+// (train/hf_import.h: train.init_from and `tessera sample` read such a folder) shares.
 #include <string>
 #include <vector>
 

@@ -39,8 +39,9 @@ struct TrainSection {
   float sample_temperature = 0.8f;
   int sample_top_k = 40;
   std::string sample_prompt;
-  // A checkpoint (step folder, checkpoints/ folder or run folder) whose weights start this run, and
-  // nothing else of it: step 0, a fresh optimizer state and data order, this run's seed. "": none.
+  // A checkpoint (step folder, checkpoints/ folder or run folder) or a Hugging Face folder
+  // (train/hf_import.h) whose weights start this run, and nothing else of it: step 0, a fresh
+  // optimizer state and data order, this run's seed. "": none.
   std::string init_from;
 };
 

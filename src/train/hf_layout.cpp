@@ -1,0 +1,319 @@
+#include "train/hf_layout.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <optional>
+
+#include "core/check.h"
+
+namespace tessera::train {
+
+using config::Architecture;
+using config::ModelConfig;
+
+namespace {
+
+std::vector<HfTensor> gpt2_tensors(const ModelConfig& c) {
+  const int64_t C = c.n_embd, F = c.ffn(), W3 = c.qkv_dim();
+  std::vector<HfTensor> t;
+  const auto same = [&](std::string name, std::string param, Shape shape) {
+    t.push_back({std::move(name), std::move(param), HfMapping::Same, std::move(shape)});
+  };
+  const auto conv1d = [&](std::string name, std::string param, int64_t in, int64_t out) {
+    t.push_back({std::move(name), std::move(param), HfMapping::Transposed, {in, out}});
+  };
+  const auto bias = [&](std::string name, std::string param, int64_t size) {
+    t.push_back({std::move(name), std::move(param), c.bias ? HfMapping::Same : HfMapping::Zeros, {size}});
+  };
+  same("transformer.wte.weight", "embed.tokens.weight", {c.vocab_size, C});
+  same("transformer.wpe.weight", "embed.positions.weight", {c.seq_len, C});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".", h = "transformer.h." + std::to_string(l) + ".";
+    same(h + "ln_1.weight", p + "norm1.weight", {C});
+    bias(h + "ln_1.bias", p + "norm1.bias", C);
+    conv1d(h + "attn.c_attn.weight", p + "attn.qkv.weight", C, W3);
+    bias(h + "attn.c_attn.bias", p + "attn.qkv.bias", W3);
+    conv1d(h + "attn.c_proj.weight", p + "attn.proj.weight", C, C);
+    bias(h + "attn.c_proj.bias", p + "attn.proj.bias", C);
+    same(h + "ln_2.weight", p + "norm2.weight", {C});
+    bias(h + "ln_2.bias", p + "norm2.bias", C);
+    conv1d(h + "mlp.c_fc.weight", p + "mlp.fc.weight", C, F);
+    bias(h + "mlp.c_fc.bias", p + "mlp.fc.bias", F);
+    conv1d(h + "mlp.c_proj.weight", p + "mlp.proj.weight", F, C);
+    bias(h + "mlp.c_proj.bias", p + "mlp.proj.bias", C);
+  }
+  same("transformer.ln_f.weight", "norm.weight", {C});
+  bias("transformer.ln_f.bias", "norm.bias", C);
+  if (!c.tied_embeddings) same("lm_head.weight", "head.weight", {c.vocab_size, C});
+  return t;
+}
+
+std::vector<HfTensor> llama_tensors(const ModelConfig& c) {
+  const int64_t C = c.n_embd, F = c.ffn(), Ckv = c.kv_dim();
+  std::vector<HfTensor> t;
+  const auto same = [&](std::string name, std::string param, Shape shape) {
+    t.push_back({std::move(name), std::move(param), HfMapping::Same, std::move(shape)});
+  };
+  same("model.embed_tokens.weight", "embed.tokens.weight", {c.vocab_size, C});
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    same(h + "input_layernorm.weight", p + "norm1.weight", {C});
+    // The qkv rows: q [C], then k and v [Ckv] each (fewer under grouped-query attention).
+    const char* parts[] = {"q_proj", "k_proj", "v_proj"};
+    const int64_t begin[] = {0, C, C + Ckv}, end[] = {C, C + Ckv, C + 2 * Ckv};
+    for (int i = 0; i < 3; ++i) {
+      const std::string name = h + "self_attn." + parts[i];
+      const int64_t rows = end[i] - begin[i];
+      t.push_back({name + ".weight", p + "attn.qkv.weight", HfMapping::Rows, {rows, C}, begin[i], end[i]});
+      if (c.bias) t.push_back({name + ".bias", p + "attn.qkv.bias", HfMapping::Rows, {rows}, begin[i], end[i]});
+    }
+    same(h + "self_attn.o_proj.weight", p + "attn.proj.weight", {C, C});
+    if (c.bias) same(h + "self_attn.o_proj.bias", p + "attn.proj.bias", {C});
+    same(h + "post_attention_layernorm.weight", p + "norm2.weight", {C});
+    same(h + "mlp.gate_proj.weight", p + "mlp.gate.weight", {F, C});
+    same(h + "mlp.up_proj.weight", p + "mlp.up.weight", {F, C});
+    same(h + "mlp.down_proj.weight", p + "mlp.down.weight", {C, F});
+    if (c.bias) {
+      same(h + "mlp.gate_proj.bias", p + "mlp.gate.bias", {F});
+      same(h + "mlp.up_proj.bias", p + "mlp.up.bias", {F});
+      same(h + "mlp.down_proj.bias", p + "mlp.down.bias", {C});
+    }
+  }
+  same("model.norm.weight", "norm.weight", {C});
+  if (!c.tied_embeddings) same("lm_head.weight", "head.weight", {c.vocab_size, C});
+  return t;
+}
+
+// tessera's model keys and the config.json key of each class that holds it ("" where it has none).
+struct ConfigKey {
+  std::string_view tessera, gpt2, llama;
+};
+constexpr ConfigKey kConfigKeys[] = {
+    {"arch", "model_type", "model_type"},
+    {"vocab_size", "vocab_size", "vocab_size"},
+    {"n_layer", "n_layer", "num_hidden_layers"},
+    {"n_head", "n_head", "num_attention_heads"},
+    {"n_kv_head", "", "num_key_value_heads"},
+    {"n_embd", "n_embd", "hidden_size"},
+    {"ffn_hidden", "n_inner", "intermediate_size"},
+    {"seq_len", "n_positions", "max_position_embeddings"},
+    {"norm_eps", "layer_norm_epsilon", "rms_norm_eps"},
+    {"rope_theta", "", "rope_theta"},
+    {"bias", "", "attention_bias"},
+    {"tied_embeddings", "tie_word_embeddings", "tie_word_embeddings"},
+};
+
+const std::string kSupported = "\"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)";
+
+// Reads config.json's values by their keys; a null value counts as absent (GPT-2's n_inner is null
+// for the default width).
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& json, const std::string& file) : json_(json), file_(file) {}
+
+  const nlohmann::json* find(std::string_view key) const {
+    const auto it = json_.find(key);
+    return it == json_.end() || it->is_null() ? nullptr : &*it;
+  }
+  int integer(std::string_view key, std::optional<int> fallback = std::nullopt) const {
+    const nlohmann::json* v = find(key);
+    if (v == nullptr) {
+      TS_CHECK(fallback.has_value(), "'{}' has no \"{}\", which tessera needs to build the model; add it", file_, key);
+      return *fallback;
+    }
+    TS_CHECK(v->is_number_integer() && v->get<int64_t>() >= INT_MIN && v->get<int64_t>() <= INT_MAX,
+             "'{}': \"{}\" = {} is not an integer of 32 bits; give a whole number", file_, key, v->dump());
+    return static_cast<int>(v->get<int64_t>());
+  }
+  float number(std::string_view key, float fallback) const {
+    const nlohmann::json* v = find(key);
+    if (v == nullptr) return fallback;
+    TS_CHECK(v->is_number(), "'{}': \"{}\" = {} is not a number", file_, key, v->dump());
+    return static_cast<float>(v->get<double>());
+  }
+  bool boolean(std::string_view key, bool fallback) const {
+    const nlohmann::json* v = find(key);
+    if (v == nullptr) return fallback;
+    TS_CHECK(v->is_boolean(), "'{}': \"{}\" = {} is not true or false", file_, key, v->dump());
+    return v->get<bool>();
+  }
+  std::string text(std::string_view key, const std::string& fallback) const {
+    const nlohmann::json* v = find(key);
+    if (v == nullptr) return fallback;
+    TS_CHECK(v->is_string(), "'{}': \"{}\" = {} is not a string", file_, key, v->dump());
+    return v->get<std::string>();
+  }
+
+ private:
+  const nlohmann::json& json_;
+  const std::string& file_;
+};
+
+std::optional<Architecture> architecture_of_type(const std::string& type) {
+  for (Architecture a : {Architecture::Gpt2, Architecture::Llama}) {
+    if (type == hf_model_type(a)) return a;
+  }
+  return std::nullopt;
+}
+
+std::optional<Architecture> architecture_of_class(const std::string& name) {
+  for (Architecture a : {Architecture::Gpt2, Architecture::Llama}) {
+    if (name == hf_class_name(a)) return a;
+  }
+  return std::nullopt;
+}
+
+// From model_type, or without it from architectures; where both are given they must agree.
+Architecture architecture_of(const ConfigReader& r, const std::string& file) {
+  std::optional<Architecture> arch;
+  const std::string type = r.text("model_type", "");
+  if (!type.empty()) {
+    arch = architecture_of_type(type);
+    TS_CHECK(arch.has_value(), "'{}': model_type \"{}\" is not a model tessera reads; it reads {}", file, type,
+             kSupported);
+  }
+  if (const nlohmann::json* classes = r.find("architectures")) {
+    TS_CHECK(classes->is_array() && !classes->empty() && classes->front().is_string(),
+             "'{}': \"architectures\" = {} is not a list of class names such as [\"LlamaForCausalLM\"]", file,
+             classes->dump());
+    const std::string name = classes->front().get<std::string>();
+    const std::optional<Architecture> by_class = architecture_of_class(name);
+    TS_CHECK(by_class.has_value(), "'{}': architectures names {}, a model class tessera does not read; it reads {}",
+             file, name, kSupported);
+    TS_CHECK(!arch || *arch == *by_class, "'{}': model_type \"{}\" and architectures [\"{}\"] name different models; "
+             "correct one of them", file, type, name);
+    arch = by_class;
+  }
+  TS_CHECK(arch.has_value(), "'{}' names no model_type or architectures, so the model is unknown; tessera reads {}",
+           file, kSupported);
+  return *arch;
+}
+
+void read_gpt2(const ConfigReader& r, const std::string& file, ModelConfig& c) {
+  const std::string act = r.text("activation_function", "gelu_new");
+  TS_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
+           "'{}': activation_function \"{}\" is not tessera's GELU; tessera's GPT-2 uses the tanh approximation "
+           "(\"gelu_new\" or \"gelu_pytorch_tanh\")", file, act);
+  TS_CHECK(r.boolean("scale_attn_weights", true) && !r.boolean("scale_attn_by_inverse_layer_idx", false),
+           "'{}': tessera's attention scales its scores by 1/sqrt(head size) only, which needs "
+           "scale_attn_weights = true and scale_attn_by_inverse_layer_idx = false", file);
+  c.ffn_hidden = r.integer("n_inner", 0);  // 0: tessera's default for GPT-2, 4C, as transformers' null
+  c.bias = true;                           // GPT-2's layers always have biases
+}
+
+void read_llama(const ConfigReader& r, const std::string& file, ModelConfig& c) {
+  const auto key = [](std::string_view k) { return hf_config_key(Architecture::Llama, k); };
+  const std::string act = r.text("hidden_act", "silu");
+  TS_CHECK(act == "silu", "'{}': hidden_act \"{}\" is not tessera's; tessera's Llama uses SwiGLU (\"silu\")", file,
+           act);
+  TS_CHECK(r.find("rope_scaling") == nullptr,
+           "'{}': rope_scaling = {} is set, and tessera's rotary positions have no scaling; only models without it "
+           "load", file, r.find("rope_scaling")->dump());
+  c.ffn_hidden = r.integer(key("ffn_hidden"));
+  c.n_kv_head = r.integer(key("n_kv_head"), c.n_head);
+  c.rope_theta = r.number(key("rope_theta"), 10000.0f);
+  const bool attention_bias = r.boolean(key("bias"), false), mlp_bias = r.boolean("mlp_bias", false);
+  TS_CHECK(attention_bias == mlp_bias,
+           "'{}': attention_bias = {} but mlp_bias = {}; tessera's model.bias puts biases in both or in neither",
+           file, attention_bias, mlp_bias);
+  c.bias = attention_bias;
+  if (c.n_head > 0) {
+    const int head_dim = r.integer("head_dim", c.n_embd / c.n_head);
+    TS_CHECK(head_dim * c.n_head == c.n_embd,
+             "'{}': head_dim = {} with {} heads is not hidden_size = {}; tessera's heads split the width evenly "
+             "(head size = hidden_size / num_attention_heads)", file, head_dim, c.n_head, c.n_embd);
+  }
+}
+
+}  // namespace
+
+std::vector<HfTensor> hf_tensors(const ModelConfig& model) {
+  TS_CHECK(model.moe_experts == 0, "the Hugging Face GPT-2 and Llama models hold no mixture of experts");
+  TS_CHECK(model.arch != Architecture::Gpt2 || model.kv_heads() == model.n_head,
+           "the Hugging Face GPT-2 model holds no grouped-query attention");
+  return model.arch == Architecture::Gpt2 ? gpt2_tensors(model) : llama_tensors(model);
+}
+
+std::string_view hf_model_type(Architecture arch) { return arch == Architecture::Gpt2 ? "gpt2" : "llama"; }
+
+std::string_view hf_class_name(Architecture arch) {
+  return arch == Architecture::Gpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+}
+
+std::string_view hf_config_key(Architecture arch, std::string_view key) {
+  for (const ConfigKey& k : kConfigKeys) {
+    if (k.tessera == key) return arch == Architecture::Gpt2 ? k.gpt2 : k.llama;
+  }
+  return {};
+}
+
+nlohmann::ordered_json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_id) {
+  using Json = nlohmann::ordered_json;
+  const auto key = [&](std::string_view k) { return std::string(hf_config_key(c.arch, k)); };
+  Json j;
+  j["architectures"] = {hf_class_name(c.arch)};
+  j["model_type"] = hf_model_type(c.arch);
+  j[key("vocab_size")] = c.vocab_size;
+  j[key("seq_len")] = c.seq_len;
+  j[key("n_embd")] = c.n_embd;
+  j[key("ffn_hidden")] = c.ffn();
+  j[key("n_layer")] = c.n_layer;
+  j[key("n_head")] = c.n_head;
+  j[key("norm_eps")] = c.norm_eps;
+  if (c.arch == Architecture::Gpt2) {
+    j["n_ctx"] = c.seq_len;
+    j["activation_function"] = "gelu_new";  // GELU's tanh approximation, as tessera trains it
+    j["resid_pdrop"] = c.dropout;           // tessera drops out on the residual branches only
+    j["embd_pdrop"] = 0.0;
+    j["attn_pdrop"] = 0.0;
+    j["scale_attn_weights"] = true;
+  } else {
+    j[key("n_kv_head")] = c.kv_heads();
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j[key("rope_theta")] = c.rope_theta;
+    j["rope_scaling"] = nullptr;
+    j[key("bias")] = c.bias;
+    j["mlp_bias"] = c.bias;
+    j["attention_dropout"] = 0.0;
+  }
+  j[key("tied_embeddings")] = c.tied_embeddings;
+  // transformers' GPT-2 defaults (50256) would point outside a smaller vocabulary.
+  j["bos_token_id"] = bos_id >= 0 ? Json(bos_id) : Json(nullptr);
+  j["eos_token_id"] = eos_id >= 0 ? Json(eos_id) : Json(nullptr);
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& file) {
+  TS_CHECK(config.is_object(), "'{}' is not a JSON object of model settings", file);
+  const ConfigReader r(config, file);
+  ModelConfig c;
+  c.arch = architecture_of(r, file);
+  const auto key = [&](std::string_view k) { return hf_config_key(c.arch, k); };
+  const bool gpt2 = c.arch == Architecture::Gpt2;
+  c.vocab_size = r.integer(key("vocab_size"));
+  c.n_layer = r.integer(key("n_layer"));
+  c.n_head = r.integer(key("n_head"));
+  c.n_embd = r.integer(key("n_embd"));
+  c.seq_len = r.integer(key("seq_len"), gpt2 ? 1024 : 2048);
+  c.norm_eps = r.number(key("norm_eps"), gpt2 ? 1e-5f : 1e-6f);
+  c.tied_embeddings = r.boolean(key("tied_embeddings"), gpt2);
+  c.dropout = 0.0f;
+  if (gpt2) {
+    read_gpt2(r, file, c);
+  } else {
+    read_llama(r, file, c);
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    TS_FAIL("'{}' describes a model tessera cannot build: {}", file, e.what());
+  }
+  return c;
+}
+
+}  // namespace tessera::train
