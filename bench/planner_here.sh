@@ -22,7 +22,7 @@
 # ROUNDS (default 3), CALIBRATE (round: one calibration per round, the default; layout: one before
 # every run), CLUSTER (a cluster TOML to plan every run with, instead of calibrating).
 #
-# Prints two Markdown tables (per layout: the worst rank's sum of its tags' peaks, predicted and
+# Prints two Markdown tables (per layout: the worst rank's memory peak, every tag at once, predicted and
 # measured, the largest error of any tag on any rank, the median over the rounds of the predicted
 # and the measured step time and of the step error, and each round's error; then every tag of
 # every layout's worst rank) and per layout
@@ -132,7 +132,7 @@ for entry in layouts:
         worst_rank = 0
         for r, got in enumerate(measured_ranks):
             want = plan["stages"][r // (tp * dp)]
-            if sum(got[t] for t in TAGS) > sum(measured_ranks[worst_rank][t] for t in TAGS):
+            if got["peak"] > measured_ranks[worst_rank]["peak"]:
                 worst_rank = r
             for tag in TAGS:
                 p, m = want[tag], got[tag]
@@ -146,7 +146,7 @@ for entry in layouts:
     predicted_step = statistics.median(p["step_seconds"] for p in plans)
     measured_step = statistics.median(medians)
     time_error = statistics.median(errors)
-    rows.append(f"| {name} | {ranks} | {stage} | {want['total'] / MiB:.2f} | {sum(got[t] for t in TAGS) / MiB:.2f} | "
+    rows.append(f"| {name} | {ranks} | {stage} | {want['peak'] / MiB:.2f} | {got['peak'] / MiB:.2f} | "
                 f"{100 * worst_error:.2f}%{' (comm: bound ok)' if pipelined and bound_ok else ' (comm: BOUND EXCEEDED)' if pipelined else ''} | "
                 f"{predicted_step:.3f} | {measured_step:.3f} | {100 * time_error:+.1f}% | "
                 f"{', '.join(f'{100 * e:+.1f}%' for e in errors)} |")
@@ -154,7 +154,7 @@ for entry in layouts:
                    " | ".join(f"{want[t] / MiB:.3f} / {got[t] / MiB:.3f}" for t in TAGS[:6]) + " |")
     results.append(f"RESULT planner_here layout={name} mem_error={worst_error:.4f} time_error={time_error:+.4f}")
 
-print("\n| layout | ranks | worst stage | predicted (MiB) | measured (MiB) | largest tag error, any rank | "
+print("\n| layout | ranks | worst stage | predicted memory peak (MiB) | measured (MiB) | largest tag error, any rank | "
       "predicted step (s) | measured step (s) | step error | each round's |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))

@@ -6,7 +6,7 @@
 
 #include "cli/calibrate_here.h"
 #include "cli/commands.h"
-#include "cli/plan_run.h"
+#include "train/planned_run.h"
 #include "cli/run_overrides.h"
 #include "core/check.h"
 #include "plan/config_files.h"
@@ -53,8 +53,10 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   TS_CHECK(a.ranks >= 0 && a.ranks <= (1 << 20), "plan: --ranks must be a number of processes from 1 to {}, got {}",
            1 << 20, a.ranks);
   // As under `tessera launch -n ranks`: a config without parallel.dp takes the processes tp and pp leave.
-  const PlannedRun run = planned_run(train::load_run_config(a.config, parse_overrides(overrides, a.options),
-                                                            a.ranks > 0 ? static_cast<int>(a.ranks) : 1));
+  train::RunConfig config = train::load_run_config(a.config, parse_overrides(overrides, a.options),
+                                                   a.ranks > 0 ? static_cast<int>(a.ranks) : 1);
+  const train::PlannedRun run = train::planned_run(config);
+  config.model.vocab_size = run.model.vocab_size;
   const Layout& l = run.layout;
   if (!run.split_note.empty()) fmt::print(stderr, "warning: plan --config: {}\n", run.split_note);
   TS_CHECK(a.ranks == 0 || a.ranks == l.devices(),
@@ -67,23 +69,23 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
   check_layout(run.model, l, l.devices());
   const Estimate est = estimate(run.model, l, cluster, pipeline);
-  std::vector<MemoryBreakdown> stages;
-  for (int s = 0; s < l.pp; ++s) stages.push_back(stage_memory(run.model, l, s, pipeline));
+  // The run's own accounting: each tag's peak and the peak of all of them at once, per stage.
+  const train::PredictedMemory memory = train::predict_memory(config, run);
   if (!a.json) {
-    fmt::print("{}", format_run_estimate(run.model, cluster, est, stages));
+    fmt::print("{}", format_run_estimate(run.model, cluster, est, memory.tags, memory.peak));
     return;
   }
-  auto tags = [](const MemoryBreakdown& m) {
+  auto tags = [](const MemoryBreakdown& m, double peak) {
     nlohmann::json j = nlohmann::json::object();
     for (auto tag : kEngineMemoryTags) j[std::string(tag)] = m.by_tag(tag);
-    j["total"] = m.total();
+    j["peak"] = peak;
     return j;
   };
   nlohmann::json out = {{"layout", to_string(l)},
                         {"ranks", l.devices()},
                         {"cluster", cluster.name},
-                        {"worst_stage", est.memory.stage},
-                        {"memory", tags(est.memory.memory)},
+                        {"worst_stage", memory.worst},
+                        {"memory", tags(memory.tags[static_cast<size_t>(memory.worst)], memory.peak[static_cast<size_t>(memory.worst)])},
                         {"stages", nlohmann::json::array()},
                         {"step_seconds", est.time.step},
                         {"time",
@@ -96,7 +98,7 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
                           {"microbatch_forward", est.microbatch.forward},
                           {"microbatch_backward", est.microbatch.backward},
                           {"microbatch_transfer", est.microbatch.p2p}}}};
-  for (const MemoryBreakdown& m : stages) out["stages"].push_back(tags(m));
+  for (size_t s = 0; s < memory.tags.size(); ++s) out["stages"].push_back(tags(memory.tags[s], memory.peak[s]));
   fmt::print("{}\n", out.dump());
 }
 

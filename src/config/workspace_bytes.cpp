@@ -90,21 +90,27 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
   const int64_t attention = attention_base + std::max({gathered + P, gathered + Wq, Wq + W3 + Wh + scattering});
   const int64_t block = std::max({mlp, attention, 5 * R});
 
+  // Before the MLP's backward lets go of its kept tensors: dy, its dropped-out copy, and the
+  // gathered gradient or the projection's input gradient.
+  const int64_t block_first_step = mlp_base + std::max(gathered + P, gathered + Ft);
+
   std::vector<UnitWorkspaceBytes> bytes;
-  bytes.push_back({.forward = P, .backward = R + gathered + P, .input_gradient = 0});
+  const int64_t embedding = R + gathered + P;
+  bytes.push_back({.forward = P, .backward = embedding, .input_gradient = 0, .backward_beside_activations = embedding});
   for (int l = 0; l < c.n_layer; ++l) {
     if (!c.is_moe_layer(l)) {
-      bytes.push_back({.forward = P, .backward = block, .input_gradient = R});
+      bytes.push_back({.forward = P, .backward = block, .input_gradient = R, .backward_beside_activations = block_first_step});
       continue;
     }
     // An MoE block (never under sp): its feed-forward in place of the MLP's, under the same dy and
-    // dropped-out copy.
+    // dropped-out copy; its routing buffers are taken beside every kept tensor.
     const MoeWorkspace moe = moe_workspace_bytes(c, B * T, ep);
-    bytes.push_back({.forward = moe.forward, .backward = std::max({mlp_base + moe.backward, attention, 5 * R}),
-                     .input_gradient = R});
+    const int64_t moe_block = std::max({mlp_base + moe.backward, attention, 5 * R});
+    bytes.push_back({.forward = moe.forward, .backward = moe_block, .input_gradient = R,
+                     .backward_beside_activations = moe_block});
   }
   const int64_t head = sp ? Wh + std::max(R + P, 2 * R) : Wh + R;
-  bytes.push_back({.forward = P, .backward = head, .input_gradient = R});
+  bytes.push_back({.forward = P, .backward = head, .input_gradient = R, .backward_beside_activations = head});
   return bytes;
 }
 

@@ -22,6 +22,10 @@ struct UnitWorkspaceBytes {
   // The gradient of its input it hands down: held until the unit below has run its backward (0 for
   // the embedding).
   int64_t input_gradient = 0;
+  // The most its backward holds before it lets go of any activation it kept: a block's first
+  // gradient step (dy, its dropped-out copy, the MLP projection's input gradient); its workspace
+  // peak comes later, beside fewer activations. What the memory peak of every tag at once reads.
+  int64_t backward_beside_activations = 0;
 };
 
 // For a microbatch [B, T] on a rank of `tp` tensor-parallel ranks, with sequence parallelism when

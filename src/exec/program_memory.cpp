@@ -144,4 +144,28 @@ ProgramMemory predict_program_memory(const Program& program, const config::Model
   return ActivationWalk(program, model, B, T, tp, sp, activations).run();
 }
 
+int64_t predict_transient_peak(const Program& program, const ProgramMemory& activations,
+                               const std::vector<UnitWorkspace>& workspace, int64_t sent_bytes,
+                               const std::vector<int64_t>& comm_during) {
+  int64_t peak = 0, sent = 0;
+  for (size_t i = 0; i < program.actions.size(); ++i) {
+    const Action& a = program.actions[i];
+    if (a.kind == Action::Kind::Send) sent += sent_bytes;
+    if (a.kind == Action::Kind::Recv) sent = 0;
+    const int64_t comm = sent + (comm_during.empty() ? 0 : comm_during[i]);
+    if (a.kind != Action::Kind::Unit) {
+      peak = std::max(peak, activations.during[i] + comm);
+      continue;
+    }
+    const UnitWorkspace& w = workspace[static_cast<size_t>(a.unit)];
+    if (is_forward(a.phase)) {
+      peak = std::max(peak, activations.during[i] + w.forward + comm);
+      continue;
+    }
+    peak = std::max({peak, activations.during[i] + w.backward_beside_activations + comm,
+                     activations.after[i] + w.backward + comm});
+  }
+  return peak;
+}
+
 }  // namespace tessera::exec

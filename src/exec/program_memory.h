@@ -40,4 +40,24 @@ struct ProgramMemory {
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T,
                                      int tp = 1, bool sp = false, DType activations = DType::F32);
 
+// What a unit's actions hold in workspace while they run (config::unit_workspace_bytes, with what
+// the rank has posted ahead for a transfer beside them).
+struct UnitWorkspace {
+  int64_t forward = 0;   // a forward or recompute
+  int64_t backward = 0;  // a backward, either half of a split one
+  int64_t backward_beside_activations = 0;  // before the backward lets go of what the unit kept
+};
+
+// The most activations, workspace and the pipeline's sent tensors hold together at any point of
+// `program`: each action's activation peak (`activations`, from predict_program_memory) with its
+// unit's workspace — a backward's workspace peak beside what is left once it has let go of the
+// unit's activations, and its first steps beside all of them — and the tensors of `sent_bytes`
+// each sent since the rank last received one (a receive means the pipeline has moved on, and the
+// next unit action finds those sends done), and `comm_during` (per action; empty: none) of other
+// communication buffers. The memory peak of a step is this beside the states, which do not change
+// within it.
+int64_t predict_transient_peak(const Program& program, const ProgramMemory& activations,
+                               const std::vector<UnitWorkspace>& workspace, int64_t sent_bytes,
+                               const std::vector<int64_t>& comm_during = {});
+
 }  // namespace tessera::exec

@@ -142,6 +142,12 @@ std::vector<UnitAction> one_stage_program(const Layout& l, int units) {
 }  // namespace
 
 double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l) {
+  double peak = 0;
+  for (const ZeroCommAction& a : engine_zero_comm_walk(m, l)) peak = std::max(peak, a.bytes);
+  return peak;
+}
+
+std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const Layout& l) {
   TS_CHECK(l.pp == 1 && l.zero_stage >= 2, "plan: the ZeRO-2/3 bucket walk is for one pipeline stage and ZeRO-2 or 3 "
            "(got pp={}, zero={})", l.pp, l.zero_stage);
   const Units u = engine_units(m, l);
@@ -176,7 +182,8 @@ double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l) {
     }
   }
 
-  double peak = 0, filling = 0, gathered = 0;
+  std::vector<ZeroCommAction> walk;
+  double filling = 0, gathered = 0;
   struct Posted {
     double elements;
     int action;  // after which it was posted
@@ -204,7 +211,8 @@ double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l) {
     }
     double in_flight_elements = 0;
     for (const Posted& p : in_flight) in_flight_elements += p.elements;
-    peak = std::max(peak, gathered + filling + in_flight_elements);
+    const UnitAction& action = actions[static_cast<size_t>(i)];
+    walk.push_back({action.unit, action.microbatch, action.backward, kF32 * (gathered + filling + in_flight_elements)});
     for (int b : post_at[i]) {
       filling -= buckets[static_cast<size_t>(b)].elements;
       in_flight.push_back({buckets[static_cast<size_t>(b)].elements, i});
@@ -214,7 +222,7 @@ double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l) {
       slots.erase(run);
     }
   }
-  return kF32 * peak;
+  return walk;
 }
 
 MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {

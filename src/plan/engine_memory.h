@@ -22,6 +22,8 @@
 //   weight_stash    0: the cost model does not describe PipeDream-2BW
 //   working_copies  mixed precision's 16-bit copies of the weights this rank reads: kept for the
 //                   step (all of its stage's), or under ZeRO-3 made per unit action
+#include <vector>
+
 #include "config/model_config.h"
 #include "plan/layout.h"
 #include "plan/memory_model.h"
@@ -39,5 +41,16 @@ MemoryBreakdown engine_stage_memory(const config::ModelConfig& m, const Layout& 
 // finished early can be freed sooner, so this is the peak of a run whose reductions are not yet
 // done when the next bucket opens: an upper bound, and what these runs measure.
 double engine_zero_comm_bytes(const config::ModelConfig& m, const Layout& l);
+
+// The same walk, action by action: the bytes the comm tag holds while each unit action of the
+// step runs (a forward or a backward of a unit for a microbatch), for the memory peak of every
+// tag at once.
+struct ZeroCommAction {
+  int unit = 0;
+  int microbatch = 0;
+  bool backward = false;
+  double bytes = 0;
+};
+std::vector<ZeroCommAction> engine_zero_comm_walk(const config::ModelConfig& m, const Layout& l);
 
 }  // namespace tessera::plan

@@ -146,7 +146,7 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
 }
 
 std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
-                                const std::vector<MemoryBreakdown>& stages) {
+                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks) {
   constexpr double kMiB = 1024.0 * 1024.0;
   const Layout& l = e.layout;
   const TimeBreakdown& t = e.time;
@@ -156,7 +156,8 @@ std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec&
   out += fmt::format("layout:  {}\n", to_string(l));
   out += fmt::format("         {} ranks (dp {} x tp {} x pp {}), {} microbatches of {} per step, schedule {}\n\n",
                      l.devices(), l.dp, l.tp, l.pp, l.microbatches(), l.micro_batch, config::schedule_name(l.schedule));
-  out += "peak memory per rank by tag, MiB (a rank of each pipeline stage):\n";
+  out += "memory per rank, MiB (a rank of each pipeline stage): each tag's own peak, then the memory peak, every "
+         "tag at once:\n";
   out += fmt::format("  {:<15}", "tag");
   for (size_t s = 0; s < stages.size(); ++s) out += fmt::format(" {:>10}", fmt::format("stage {}", s));
   out += "\n";
@@ -165,10 +166,15 @@ std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec&
     for (const MemoryBreakdown& mem : stages) out += fmt::format(" {:>10.3f}", mem.by_tag(tag) / kMiB);
     out += "\n";
   }
-  out += fmt::format("  {:<15}", "total");
-  for (const MemoryBreakdown& mem : stages) out += fmt::format(" {:>10.3f}", mem.total() / kMiB);
-  out += fmt::format("\n  the worst rank: stage {}, {:.3f} MiB of {:.1f} GiB usable: {}\n\n", e.memory.stage,
-                     e.memory.memory.total() / kMiB, e.memory_capacity / kGiB, e.fits ? "fits" : "DOES NOT FIT");
+  out += fmt::format("  {:<15}", "memory peak");
+  size_t worst = 0;
+  for (size_t s = 0; s < peaks.size(); ++s) {
+    out += fmt::format(" {:>10.3f}", peaks[s] / kMiB);
+    if (peaks[s] > peaks[worst]) worst = s;
+  }
+  const double peak = peaks.empty() ? 0.0 : peaks[worst];
+  out += fmt::format("\n  the worst rank: stage {}, a memory peak of {:.3f} MiB of {:.1f} GiB usable: {}\n\n", worst,
+                     peak / kMiB, e.memory_capacity / kGiB, peak <= e.memory_capacity ? "fits" : "DOES NOT FIT");
   out += "time per step, seconds:\n";
   auto line = [&](const char* name, double s) {
     out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);

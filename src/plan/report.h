@@ -21,8 +21,9 @@ std::string format_plan(const config::ModelConfig& m, const ClusterSpec& c, cons
 std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e);
 
 // A run's prediction (`tessera plan --config`): memory per rank of every pipeline stage by the
-// runtime's tags (`stages`, stage 0 first), the worst marked, then the step time by cause.
+// runtime's tags (`stages`, stage 0 first) and the memory peak of every tag at once (`peaks`), the
+// worst rank marked, then the step time by cause.
 std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
-                                const std::vector<MemoryBreakdown>& stages);
+                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks);
 
 }  // namespace tessera::plan

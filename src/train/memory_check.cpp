@@ -81,15 +81,16 @@ double available_memory_bytes() {
   return 0;
 }
 
-void check_memory_fits(const RunConfig& c, const MemoryEstimate& e, int processes_here, double available) {
+void check_memory_fits(const RunConfig& c, double per_process, const std::string& description, int processes_here,
+                       double available) {
   if (!(available > 0)) return;  // not Linux, or no /proc: nothing to compare with
-  const double need = e.total() * processes_here;
+  const double need = per_process * processes_here;
   TS_CHECK(need <= available,
            "this run needs about {} per process ({}) for {} process{} on this machine, {} in all, but only {} "
            "are available. Shrink it: train.micro_batch_size (now {}; activations grow with it), memory.recompute = "
            "\"full\" (keeps only each block's input), parallel.zero_stage (shards the model states over "
            "parallel.dp), or a smaller model (model.n_layer = {}, model.n_embd = {})",
-           readable_bytes(e.total()), e.describe(), processes_here, processes_here == 1 ? "" : "es", readable_bytes(need), readable_bytes(available),
+           readable_bytes(per_process), description, processes_here, processes_here == 1 ? "" : "es", readable_bytes(need), readable_bytes(available),
            c.train.micro_batch_size, c.model.n_layer, c.model.n_embd);
 }
 

@@ -27,8 +27,9 @@ MemoryEstimate estimate_run_memory(const RunConfig& config);
 // Bytes the operating system can still give (MemAvailable of /proc/meminfo); 0 when unknown.
 double available_memory_bytes();
 
-// Throws when `estimate` (one process) × `processes_here` exceeds what is available.
-void check_memory_fits(const RunConfig& config, const MemoryEstimate& estimate, int processes_here,
-                       double available_bytes);
+// Throws when `per_process` bytes (made up as `description` says) × `processes_here` exceed what is
+// available.
+void check_memory_fits(const RunConfig& config, double per_process, const std::string& description,
+                       int processes_here, double available_bytes);
 
 }  // namespace tessera::train

@@ -117,7 +117,7 @@ void Progress::update(const StepReport& r) {
                         fmt::format("gnorm {:.3f}", r.grad_norm),
                         fmt::format("{} tok/s", rate(tokens_per_second)),
                         fmt::format("MFU {}", mfu_text),
-                        fmt::format("mem {}", bytes(r.peak_bytes)),
+                        fmt::format("mem peak {}", bytes(r.peak_bytes)),
                         fmt::format("ETA {}", eta(r.step))};
   if (bar_) {
     const double fraction = static_cast<double>(r.step) / static_cast<double>(total_steps_);

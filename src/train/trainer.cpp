@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/config_changes.h"
 #include "train/memory_check.h"
+#include "train/planned_run.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
 #include "train/run_folder.h"
@@ -152,12 +153,52 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   return text;
 }
 
+// The memory a process of the run needs: `tessera plan --config`'s memory peak where the planner
+// describes the run, else the bound of memory_check.h, with the start line that says which.
+struct RunMemory {
+  double per_process = 0;
+  std::string description;  // what makes it up, for an error that says it does not fit
+  std::string start_line;
+};
+
+RunMemory run_memory_of(const RunConfig& cfg) {
+  RunMemory r;
+  try {
+    const PlannedRun run = planned_run(cfg);
+    const PredictedMemory memory = predict_memory(cfg, run);
+    const auto worst = static_cast<size_t>(memory.worst);
+    const plan::MemoryBreakdown& tags = memory.tags[worst];
+    r.per_process = memory.peak[worst];
+    r.description = fmt::format(
+        "each tag's own peak: parameters {}, gradients {}, optimizer {}, activations {}, workspace {}, communication "
+        "{}{}{}", readable_bytes(tags.params), readable_bytes(tags.grads), readable_bytes(tags.optimizer),
+        readable_bytes(tags.activations), readable_bytes(tags.workspace), readable_bytes(tags.comm),
+        tags.working_copies > 0 ? ", working copies " + readable_bytes(tags.working_copies) : std::string(),
+        tags.weight_stash > 0 ? ", weight stash " + readable_bytes(tags.weight_stash) : std::string());
+    r.start_line = fmt::format("memory peak: about {} per process{}, every tag at once, as `tessera plan --config` "
+                               "predicts it ({}){}",
+                               readable_bytes(r.per_process),
+                               memory.peak.size() > 1 ? fmt::format(" on pipeline stage {}, the highest", memory.worst)
+                                                      : std::string(),
+                               r.description,
+                               run.split_note.empty() ? std::string() : "; it predicts the even split of the stages");
+  } catch (const Error& e) {
+    // A run the cost model does not describe (uneven stages, say) still gets a bound.
+    const MemoryEstimate estimate = estimate_run_memory(cfg);
+    r.per_process = estimate.total();
+    r.description = estimate.describe();
+    r.start_line = fmt::format("memory: at most about {} per process ({}; a bound: {})", readable_bytes(r.per_process),
+                               r.description, e.what());
+  }
+  return r;
+}
+
 nlohmann::json memory_json(const MemoryStats& stats) {
   nlohmann::json j = nlohmann::json::object();
   for (size_t t = 0; t < kMemoryTagCount; ++t) {
     j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = stats.peak[t];
   }
-  j["total"] = stats.peak_total;
+  j["peak"] = stats.peak_total;
   return j;
 }
 
@@ -171,7 +212,7 @@ nlohmann::json ranks_memory_json(const std::vector<double>& summed, size_t at, i
     for (size_t t = 0; t < kMemoryTagCount; ++t) {
       j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = static_cast<int64_t>(peaks[t]);
     }
-    j["total"] = static_cast<int64_t>(peaks[kMemoryTagCount]);
+    j["peak"] = static_cast<int64_t>(peaks[kMemoryTagCount]);
     all.push_back(std::move(j));
   }
   return all;
@@ -298,8 +339,9 @@ TrainResult Trainer::run() {
     data::check_model_vocab(cfg.model.vocab_size, dataset.info.vocab_size, cfg.data.dir);
   }
   cfg.validate();
-  const MemoryEstimate estimate = estimate_run_memory(cfg);
-  check_memory_fits(cfg, estimate, processes_on_this_machine(world_), available_memory_bytes());
+  const RunMemory run_memory = run_memory_of(cfg);
+  check_memory_fits(cfg, run_memory.per_process, run_memory.description, processes_on_this_machine(world_),
+                    available_memory_bytes());
   const int T = cfg.model.seq_len;
   const int micro = cfg.train.micro_batch_size;
   const int accumulation = cfg.accumulation_steps();
@@ -510,8 +552,7 @@ TrainResult Trainer::run() {
     }
     fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
                mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
-    fmt::print("memory: at most about {} per process ({}; a bound, `tessera plan` predicts it exactly)\n",
-               readable_bytes(estimate.total()), estimate.describe());
+    fmt::print("{}\n", run_memory.start_line);
     fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.4g} MFLOP per token; unigram "
                "baseline {:.3f} nats\n",
                peak.flops / 1e9, peak.source, flops_per_token / 1e6, result.unigram_entropy);

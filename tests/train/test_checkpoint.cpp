@@ -81,7 +81,7 @@ class Checkpoint : public ::testing::Test {
     position.seed = 7;
     position.seq_len = 8;
     position.tokens = 1000;
-    return CheckpointState{step, data::to_json(position), 7, {2.5, 2.25}, elapsed, std::nullopt};
+    return CheckpointState{step, data::to_json(position), 7, {2.5, 2.25}, elapsed, std::nullopt, std::nullopt};
   }
   std::string save(CheckpointStore& store, int64_t step, double elapsed = 0) {
     return store.save(config_, at_step(step, elapsed), state(), "");

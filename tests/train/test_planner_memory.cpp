@@ -2,7 +2,8 @@
 // resharding matrix (one process, dp 2, dp 2 · ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 with ZeRO-1),
 // plus mixed precision, sequence parallelism and mixture of experts (expert parallelism with ZeRO,
 // SwiGLU experts in every other block), and `tessera plan --config run.toml` (the same
-// file and overrides) predicts every rank's peak of every memory tag in metrics.jsonl within 5%.
+// file and overrides) predicts every rank's peak of every memory tag in metrics.jsonl, and its
+// memory peak (every tag at once), within 5%; the trainer's start line states that figure.
 // Memory is deterministic and the prediction is the runtime's own accounting, so most tags match
 // to the byte. One is not deterministic: the boundary tensors a pipeline stage has sent live until
 // the next unit action finds the transfer done, which depends on the peer; the planner counts two
@@ -134,7 +135,16 @@ TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
         }
         EXPECT_LE(std::abs(p - m), 0.05 * m) << where;
       }
+      // One memory figure: the peak of every tag at once, predicted and measured under one name.
+      const double p = want["peak"].get<double>(), m = got["peak"].get<double>();
+      EXPECT_LE(std::abs(p - m), 0.05 * m)
+          << fmt::format("rank {} (stage {}): memory peak predicted {} B, measured {} B", r, stage, p, m);
     }
+    // The start line states the planner's figure for the worst stage.
+    const double worst = predicted["memory"]["peak"].get<double>();
+    EXPECT_NE(run.output.find(fmt::format("memory peak: about {:.1f} MiB per process", worst / 1048576.0)),
+              std::string::npos)
+        << run.output;
   }
 }
 

@@ -1,20 +1,27 @@
-#include "cli/plan_run.h"
+#include "train/planned_run.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/check.h"
 #include "data/dataset.h"
 #include "exec/program.h"
+#include "config/workspace_bytes.h"
+#include "exec/program_memory.h"
 #include "exec/recompute.h"
+#include "parallel/pipeline/generators.h"
+#include "plan/engine_memory.h"
+#include "plan/pipeline_model.h"
 
-namespace tessera::cli {
+namespace tessera::train {
 
 namespace {
 
-plan::Recompute recompute_of(const train::RunConfig& c) {
+plan::Recompute recompute_of(const RunConfig& c) {
   const std::string& r = c.memory.recompute;
   if (r == "none") return plan::Recompute::None;
   if (r == "selective") return plan::Recompute::Selective;
@@ -28,7 +35,7 @@ plan::Recompute recompute_of(const train::RunConfig& c) {
 // The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
 // balance, parallel::TrainingEngine::split_stages) when they are not the cost model's even split:
 // a note saying so, else empty.
-std::string uneven_split_note(const train::RunConfig& c) {
+std::string uneven_split_note(const RunConfig& c) {
   const int stages = c.parallel.pp * c.parallel.virtual_stages;
   if (stages == 1 || c.model.n_layer % stages != 0) return {};
   const exec::UnitTimes nominal = exec::nominal_unit_times(c.model, c.train.micro_batch_size, c.model.seq_len);
@@ -47,7 +54,7 @@ std::string uneven_split_note(const train::RunConfig& c) {
 
 }  // namespace
 
-PlannedRun planned_run(train::RunConfig c) {
+PlannedRun planned_run(RunConfig c) {
   if (c.vocab_from_data) {
     const std::filesystem::path info = std::filesystem::path(c.data.dir) / "data.json";
     std::error_code ec;
@@ -89,4 +96,69 @@ PlannedRun planned_run(train::RunConfig c) {
   return run;
 }
 
-}  // namespace tessera::cli
+PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
+  const plan::Layout& l = run.layout;
+  const config::ModelConfig& m = run.model;
+  const int B = c.train.micro_batch_size, T = m.seq_len;
+  const DType compute = c.precision_options().compute;
+  // The program of each pipeline rank, as the engine lowers it on the planner's even split.
+  const pipeline::Schedule schedule =
+      pipeline::make_schedule(c.layout(), {.two_bw_versions = pipeline::parse_two_bw_versions(c.parallel.weight_version)});
+  const int stages = l.pp * l.virtual_stages, units = m.n_layer + 2;
+  exec::StagePlan split = exec::even_stages(units, stages);
+  exec::RecomputeOptions recompute;
+  recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
+  recompute.every_k = c.memory.recompute_every;
+  recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
+  exec::plan_recompute(split, m, B, T, recompute, exec::nominal_unit_times(m, B, T), l.tp, l.sp, compute);
+  const std::vector<config::UnitWorkspaceBytes> unit_bytes =
+      config::unit_workspace_bytes(m, B, T, l.tp, l.sp, compute, l.ep);
+  // A stage that receives gradients posts the next receive ahead (plan::engine_stage_memory): during
+  // its forwards, and during the backward of the lowest unit of each of its chunks.
+  const int64_t boundary = static_cast<int64_t>(dtype_size(compute)) * B * (T / (l.sp ? l.tp : 1)) * m.n_embd;
+  const plan::PipelineModel pipeline = plan::closed_form_pipeline();
+
+  PredictedMemory out;
+  for (int rank = 0; rank < l.pp; ++rank) {
+    const plan::MemoryBreakdown tags = plan::stage_memory(m, l, rank, pipeline);
+    const exec::Program program = exec::lower_training(schedule, rank, split);
+    const exec::ProgramMemory activations = exec::predict_program_memory(program, m, B, T, l.tp, l.sp, compute);
+    const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
+    std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
+    for (size_t u = 0; u < unit_bytes.size(); ++u) {
+      const bool lowest_of_a_chunk = std::any_of(split.stages.begin(), split.stages.end(), [&](const exec::StagePlan::Stage& s) {
+        return s.first == static_cast<int>(u) && u > 0;
+      });
+      const int64_t posted = receives_gradients ? boundary : 0;
+      const int64_t drains = lowest_of_a_chunk ? posted : 0;
+      workspace[u] = {unit_bytes[u].forward + posted, unit_bytes[u].backward + drains,
+                      unit_bytes[u].backward_beside_activations + drains};
+    }
+    // Communication buffers are walked with the program: a pipeline's sent tensors, and ZeRO-2/3's
+    // buckets and gathered units (one stage: pipelines do not run ZeRO-2 or 3) by the planner's
+    // walk of the same unit actions.
+    std::vector<int64_t> zero_comm;
+    if (l.dp > 1 && l.zero_stage >= 2 && l.pp == 1) {
+      std::map<std::tuple<int, int, bool>, int64_t> by_action;
+      for (const plan::ZeroCommAction& a : plan::engine_zero_comm_walk(m, l)) {
+        by_action[{a.unit, a.microbatch, a.backward}] = static_cast<int64_t>(a.bytes);
+      }
+      for (const exec::Action& a : program.actions) {
+        // A recomputation runs inside the backward, among its buffers.
+        const bool backward = a.kind == exec::Action::Kind::Unit &&
+                              (a.phase != exec::Phase::Forward && a.phase != exec::Phase::Eval);
+        const auto it = by_action.find({a.unit, a.microbatch, backward});
+        zero_comm.push_back(a.kind == exec::Action::Kind::Unit && it != by_action.end() ? it->second : 0);
+      }
+    }
+    const double transient = static_cast<double>(
+        exec::predict_transient_peak(program, activations, workspace, l.pp > 1 ? boundary : 0, zero_comm));
+    const double states = tags.params + tags.grads + tags.optimizer + tags.weight_stash + tags.working_copies;
+    out.tags.push_back(tags);
+    out.peak.push_back(states + transient);
+    if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
+  }
+  return out;
+}
+
+}  // namespace tessera::train
