@@ -87,10 +87,25 @@ std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& nam
   return spec;
 }
 
+namespace {
+
+// Whether `model` has the layer a rule names: the Megatron rules cover GPT-2's MLP (fc, proj) and
+// Llama's (gate, up, down), and an untied head; a plan's description lists only this model's.
+bool has_layer(const config::ModelConfig& model, std::string_view layer) {
+  if (layer == "head") return !model.tied_embeddings;
+  const bool gpt2_mlp = layer == "mlp.fc" || layer == "mlp.proj";
+  const bool llama_mlp = layer == "mlp.gate" || layer == "mlp.up" || layer == "mlp.down";
+  if (gpt2_mlp || llama_mlp) return gpt2_mlp == (model.arch == config::Architecture::Gpt2);
+  return true;
+}
+
+}  // namespace
+
 std::string TensorParallelPlan::describe() const {
   std::string text = fmt::format("tensor parallel: tp {}", tp_);
   const char* separator = "; ";
   for (const TensorParallelRule& r : rules_) {
+    if (!has_layer(model_, r.layer)) continue;
     text += fmt::format("{}{} {}", separator, r.layer, tensor_split_name(r.split));
     separator = ", ";
   }

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,9 +57,12 @@ RunFolder::RunFolder(std::string path) : path_(std::move(path)) {
              "or give this run another train.out_dir", path_, holder.empty() ? "holder unknown" : holder);
     TS_FAIL("cannot lock the run folder '{}': {}", path_, std::strerror(err));
   }
-  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string me = fmt::format("process {} on host {}, since unix time {}\n", ::getpid(), host_name(), now);
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char since[32] = {};
+  std::strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  const std::string me = fmt::format("process {} on host {}, since {}\n", ::getpid(), host_name(), since);
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
     // The lock holds without the note; only the message to a second trainer would be poorer.
   }

@@ -262,6 +262,9 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
     ASSERT_EQ(r.exit_code, 0) << l.args << "\n" << r.output;
     EXPECT_NE(r.output.find("tensor parallel: tp 2; embed.tokens vocabulary rows, attn.qkv column (by heads)"),
               std::string::npos) << r.output;
+    // A GPT-2 model's plan names its own MLP layers, not Llama's, and no head (tied).
+    EXPECT_EQ(r.output.find("mlp.gate"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(", head "), std::string::npos) << r.output;
     const std::vector<double> got = losses(out / "metrics.jsonl");
     ASSERT_EQ(got.size(), want.size()) << r.output;
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << l.args << " step " << i + 1;

@@ -300,6 +300,7 @@ TEST_F(TrainingProgram, RunFoldersAreLockedAndNotOverwrittenByAccident) {
   ASSERT_TRUE(fs::exists(run / "metrics.jsonl")) << "the first trainer wrote no metrics within a minute";
   CliResult second = run_tessera(train_args(run, "--train.steps 2 --train.overwrite true"));
   EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.output.find(" UTC)"), std::string::npos) << "the holder's start as a date: " << second.output;
   EXPECT_NE(second.output.find("is in use by another trainer (process " + std::to_string(first)), std::string::npos)
       << second.output;
   ::kill(first, SIGKILL);
