@@ -491,13 +491,16 @@ void calibrate_here(const std::string& out, const std::string& name) {
     const double step_seconds = reference_step_seconds(p.threads, ranks);
     p.step_efficiency = std::clamp((predicted.time.step - communication) / std::max(step_seconds - communication, 1e-9),
                                    1e-3, 2.0);
-    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) {}: {:.1f} ms, its "
-               "kernels predict {:.1f} ms{}: step efficiency {:.3f}\n",
+    // The figures printed are the two the efficiency divides, so a reader can check it.
+    fmt::print("  {} thread{}: the engine's training step of a reference model ({} parameters) {}: {:.1f} ms of "
+               "compute{}, its kernels predict {:.1f} ms: step efficiency {:.3f}\n",
                p.threads, p.threads == 1 ? "" : "s", reference.parameter_count(),
                ranks > 1 ? fmt::format("in a data-parallel run of {} processes", ranks) : std::string("in one process"),
-               step_seconds * 1e3, (predicted.time.step - communication) * 1e3,
-               ranks > 1 ? fmt::format(" (and {:.1f} ms of gradient all-reduce)", communication * 1e3) : std::string(),
-               p.step_efficiency);
+               (step_seconds - communication) * 1e3,
+               ranks > 1 ? fmt::format(" (the step's {:.1f} ms less {:.1f} ms of gradient all-reduce)", step_seconds * 1e3,
+                                       communication * 1e3)
+                         : std::string(),
+               (predicted.time.step - communication) * 1e3, p.step_efficiency);
   }
   c.validate();
   // Work of other processes slows every figure above; the file says how much of the cores it took.
