@@ -10,7 +10,7 @@ namespace tessera::memory {
 struct DiskBandwidth {
   double read_bytes_per_second = 0;
   double write_bytes_per_second = 0;
-  bool direct = false;  // whether the store used direct I/O (false: the page cache was in the way)
+  bool direct = false;  // whether the store used direct I/O (false: buffered, through the page cache)
 };
 
 // Writes `bytes` into a store in `dir` with `threads` copy threads, waits until the disk holds

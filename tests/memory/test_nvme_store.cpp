@@ -250,6 +250,7 @@ TEST(NvmeStore, RefusesTransfersOutsideAllocatedExtents) {
 TEST(NvmeStore, DestructorRemovesItsFile) {
   TempDir dir;
   std::string path, second_path;
+  std::vector<std::byte> memory(kMiB, std::byte{1});  // outlives the store: a write reads it until done
   {
     NvmeStore store(options_in(dir));
     NvmeStore second(options_in(dir));
@@ -259,7 +260,6 @@ TEST(NvmeStore, DestructorRemovesItsFile) {
     EXPECT_EQ(fs::path(path).parent_path(), dir.path());
     EXPECT_TRUE(fs::exists(path));
     const Extent extent = store.allocate(kMiB);
-    std::vector<std::byte> memory(kMiB, std::byte{1});
     store.write(extent, memory.data(), kMiB);  // still in flight when the store goes
   }
   EXPECT_FALSE(fs::exists(path));
