@@ -6,9 +6,11 @@ namespace tessera::detail {
 
 namespace {
 const char* short_path(const char* file) {
-  // Report paths relative to src/ so messages do not depend on where the tree was built.
-  const char* src = std::strstr(file, "src/");
-  return src != nullptr ? src + 4 : file;
+  // Report paths relative to the tree's src/ so messages do not depend on where the tree was built
+  // — which may itself lie under a folder named src: the last one is the tree's.
+  const char* last = std::strncmp(file, "src/", 4) == 0 ? file + 4 : nullptr;
+  for (const char* at = std::strstr(file, "/src/"); at != nullptr; at = std::strstr(at + 1, "/src/")) last = at + 5;
+  return last != nullptr ? last : file;
 }
 }  // namespace
 
