@@ -11,7 +11,23 @@ Storage::Storage(MemoryAccountant& accountant, size_t bytes, MemoryTag tag)
 Storage::Storage(void* external, size_t bytes) : data_(external), bytes_(bytes) {}
 
 Storage::~Storage() {
-  if (accountant_ != nullptr) accountant_->deallocate(data_, bytes_, tag_);
+  if (accountant_ != nullptr && tier_ == Tier::Compute) accountant_->deallocate(data_, bytes_, tag_);
+}
+
+void Storage::evict(Tier tier) {
+  TS_CHECK(movable(), "storage of {} bytes over external memory cannot leave it", bytes_);
+  TS_CHECK(tier_ == Tier::Compute && tier != Tier::Compute, "storage of {} bytes evicted from the {} tier to the {} "
+           "tier", bytes_, tier_name(tier_), tier_name(tier));
+  accountant_->deallocate(data_, bytes_, tag_);
+  data_ = nullptr;
+  tier_ = tier;
+}
+
+void* Storage::make_resident() {
+  TS_CHECK(tier_ != Tier::Compute, "storage of {} bytes made resident twice", bytes_);
+  data_ = accountant_->allocate(bytes_, tag_);
+  tier_ = Tier::Compute;
+  return data_;
 }
 
 std::string shape_to_string(const Shape& shape) {

@@ -12,12 +12,17 @@
 #include "core/allocator.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/tier.h"
 
 namespace tessera {
 
 enum class Device : uint8_t { CPU, CUDA };
 using Shape = std::vector<int64_t>;
 
+// Bytes a tensor's views share, and where they live. Kernels read only storage in the compute
+// tier; a mover (exec/activation_offload.h) copies the bytes to another tier, then evicts the
+// compute copy, and later makes it resident again and copies them back. Every view of the storage
+// sees the bytes move: views reach them through the storage, never keep the pointer.
 class Storage {
  public:
   Storage(MemoryAccountant& accountant, size_t bytes, MemoryTag tag);
@@ -27,15 +32,28 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const {
+    TS_CHECK(tier_ == Tier::Compute, "a tensor was read while its {} bytes live in the {} tier; whoever moved them "
+             "must bring them back before the tensor is read", bytes_, tier_name(tier_));
+    return data_;
+  }
   size_t bytes() const { return bytes_; }
   MemoryTag tag() const { return tag_; }
+  Tier tier() const { return tier_; }
+  // Whether its compute memory may be given up (owned storage; external memory stays).
+  bool movable() const { return accountant_ != nullptr; }
+
+  // The bytes are now in `tier` (copied there by the caller): the compute copy is freed.
+  void evict(Tier tier);
+  // Compute memory again, for the caller to copy the bytes back into; returns it.
+  void* make_resident();
 
  private:
   MemoryAccountant* accountant_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemoryTag tag_ = MemoryTag::Workspace;
+  Tier tier_ = Tier::Compute;
 };
 
 template <class T>
@@ -78,6 +96,8 @@ class Tensor {
     return static_cast<T*>(raw()) ;
   }
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_)); }
+  // The storage its bytes are in (shared with its views), for what moves it between tiers.
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   Tensor slice(int d, int64_t start, int64_t end) const;  // [start, end) along d, shares storage
   Tensor reshape(const Shape& shape) const;               // view; needs a contiguous tensor

@@ -169,7 +169,14 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     } else {
       backward(a, s, step);
     }
-    transforms_.after(event);
+    // What a training forward kept is a value of the program the transforms may move.
+    Event done = event;
+    std::vector<Tensor> saved;
+    if (a.phase == Phase::Forward && s.kept[static_cast<size_t>(a.unit)]) {
+      saved = s.ctx[static_cast<size_t>(a.unit)].saved();
+      done.saved = &saved;
+    }
+    transforms_.after(done);
   }
   if (!awaited.empty()) {
     TS_FAIL("{}: no action of the program reads what it receives",

@@ -44,7 +44,10 @@ std::string describe(const Action& a) {
   std::string text = fmt::format("{} unit {} mb{}", phase_name(a.phase), a.unit, a.microbatch);
   if (a.chunk != 0) text += fmt::format(" chunk {}", a.chunk);
   if (a.weight_version >= 0) text += fmt::format(" weights v{}", a.weight_version);
-  if (is_forward(a.phase)) text += fmt::format(" (keep {}{})", memory::keep_name(a.keep), a.selective ? ", selective" : "");
+  if (is_forward(a.phase)) {
+    text += fmt::format(" (keep {}{}{})", memory::keep_name(a.keep), a.selective ? ", selective" : "",
+                        a.offload ? ", offloaded" : "");
+  }
   return text;
 }
 
@@ -173,6 +176,8 @@ void lower_instruction(const pipeline::Schedule& schedule, const pipeline::Instr
     Action* a = unit_action(op.is_forward() ? forward_phase : backward_phase, unit, op.keep);
     // Selective recomputation drops parts of blocks; the head, the chain's last unit, keeps all.
     a->selective = stage.selective && op.is_forward() && unit + 1 < units;
+    a->offload = a->phase == Phase::Forward && a->keep == memory::Keep::All &&
+                 std::binary_search(stage.offloaded.begin(), stage.offloaded.end(), unit);
   };
   switch (ins.op) {
     case pipeline::Op::Forward:

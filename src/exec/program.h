@@ -57,6 +57,9 @@ struct Action {
   int microbatch = 0;
   memory::Keep keep = memory::Keep::All;  // forward phases: what stays after the unit ran
   bool selective = false;                 // forward phases of a block: drop what is cheap to rebuild
+  // A training forward keeping All: what the unit saved goes to the nvme tier until its backward
+  // (exec/activation_offload.h).
+  bool offload = false;
   // Transfers: what moves, the pipeline rank at the other end, and the stage boundary crossed
   // (edge e joins stages e and e + 1).
   pipeline::Tensor payload = pipeline::Tensor::None;
@@ -98,6 +101,9 @@ struct StagePlan {
     int last = 0;   // one past the last unit
     memory::ChainSchedule recompute;  // over the chain units [chain_first(), last)
     bool selective = false;
+    // Units (of the model) whose activations, kept from their forward, are offloaded until their
+    // backward; sorted.
+    std::vector<int> offloaded;
     int chain_first() const { return first == 0 ? 1 : first; }
   };
   std::vector<Stage> stages;

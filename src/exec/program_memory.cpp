@@ -27,6 +27,7 @@ class ActivationWalk {
     post_receives_after(-1);
     for (int i = 0; i < static_cast<int>(program_.actions.size()); ++i) {
       const Action& a = program_.actions[static_cast<size_t>(i)];
+      if (a.kind == Action::Kind::Unit) move_offloaded(i, a);
       int64_t during = live_;
       switch (a.kind) {
         case Action::Kind::OptimizerStep:
@@ -52,6 +53,7 @@ class ActivationWalk {
       out.after.push_back(live_);
       out.peak = std::max(out.peak, out.during.back());
     }
+    out.nvme_peak = nvme_peak_;
     return out;
   }
 
@@ -83,6 +85,41 @@ class ActivationWalk {
     }
   }
 
+  // Offloading (exec/activation_offload.h), before unit action i: writes issued two unit actions
+  // ago leave compute memory; a backward's own activations, and those of the next backward of the
+  // program, come back.
+  void move_offloaded(int i, const Action& a) {
+    const int now = unit_actions_++;
+    for (Offloaded& o : offloaded_) {
+      if (!o.evicted && !o.back && o.written_at < now - 1) {
+        o.evicted = true;
+        live_ -= o.bytes;
+        on_nvme_ += o.bytes;
+        nvme_peak_ = std::max(nvme_peak_, on_nvme_);
+      }
+    }
+    if (!writes_gradients(a.phase) || a.phase == Phase::BackwardWeight) return;
+    bring_back(a.microbatch, a.unit);
+    for (int j = i + 1; j < static_cast<int>(program_.actions.size()); ++j) {
+      const Action& next = program_.actions[static_cast<size_t>(j)];
+      if (next.kind != Action::Kind::Unit || !writes_gradients(next.phase) || next.phase == Phase::BackwardWeight) {
+        continue;
+      }
+      bring_back(next.microbatch, next.unit);
+      break;
+    }
+  }
+  void bring_back(int microbatch, int unit) {
+    for (Offloaded& o : offloaded_) {
+      if (o.microbatch != microbatch || o.unit != unit || o.back) continue;
+      if (o.evicted) {
+        live_ += o.bytes;
+        on_nvme_ -= o.bytes;
+      }
+      o.back = true;
+    }
+  }
+
   // Runs a unit action; returns the live bytes at its peak.
   int64_t unit(const Action& a) {
     MicrobatchState& s = state(a);
@@ -101,6 +138,10 @@ class ActivationWalk {
           s.kept[u] = own;
           s.rebuilt[u] = a.selective ? b.rebuild_peak : 0;
           live_ += own;
+          // What the unit keeps, its stored input among it, moves to the nvme tier.
+          if (a.offload && a.phase == Phase::Forward) {
+            offloaded_.push_back({a.microbatch, a.unit, own + (s.input[u] ? input_bytes(a.unit) : 0), unit_actions_ - 1});
+          }
         }
         if (!keeps_all && (a.keep == memory::Keep::Nothing || a.phase == Phase::Eval)) drop_input(s, a.unit);
         if (!last_unit && static_cast<int>(u + 1) < s.backward_done) {
@@ -130,7 +171,17 @@ class ActivationWalk {
     return live_;
   }
 
+  struct Offloaded {
+    int microbatch = 0, unit = 0;
+    int64_t bytes = 0;
+    int written_at = 0;  // the unit action that saved them
+    bool evicted = false, back = false;
+  };
+
   const Program& program_;
+  std::vector<Offloaded> offloaded_;
+  int unit_actions_ = 0;
+  int64_t on_nvme_ = 0, nvme_peak_ = 0;
   std::vector<config::UnitActivationBytes> bytes_;
   std::vector<MicrobatchState> states_;
   std::vector<bool> posted_;  // [action]: its receive is posted

@@ -16,7 +16,9 @@
 //   - during a forward, its own bytes, its output and what it holds only while it runs; during a
 //     backward, what it rebuilds (a selective block's dropped tensors);
 //   - between the input half of a split backward and the weight half, what the weight half reads:
-//     the inputs of the unit's linear layers (config::UnitActivationBytes::weight_half).
+//     the inputs of the unit's linear layers (config::UnitActivationBytes::weight_half);
+//   - an offloaded forward's kept bytes (Action::offload, exec/activation_offload.h) leave before
+//     the unit action after the next, and come back before the backward before theirs.
 // Gradients flowing down are workspace, not activations, and are not counted.
 #include <cstdint>
 #include <vector>
@@ -29,6 +31,7 @@ namespace tessera::exec {
 
 struct ProgramMemory {
   int64_t peak = 0;                 // the largest live activation bytes at any point of the program
+  int64_t nvme_peak = 0;            // the most offloaded activations on the nvme tier at once
   std::vector<int64_t> after;       // [action]: live bytes once the action is done
   std::vector<int64_t> during;      // [action]: the largest live bytes while it runs
 };

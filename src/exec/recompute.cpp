@@ -108,7 +108,21 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
                static_cast<double>(options.budget_bytes) / 1048576.0, static_cast<double>(minimum) / 1048576.0, B, T);
     }
     stage.recompute = memory::plan_recompute(options.policy, chain, every_k, budget);
+    // Offloading takes what the units keep; the embedding's token ids stay (a few bytes).
+    stage.offloaded.clear();
+    if (options.offload == ActivationOffloadMode::Nvme) {
+      const int head = model.n_layer + 1;
+      for (int u = stage.chain_first(); u < stage.last; ++u) {
+        if (u != head) stage.offloaded.push_back(u);
+      }
+    }
   }
+}
+
+ActivationOffloadMode parse_activation_offload(std::string_view name) {
+  if (name == "none") return ActivationOffloadMode::None;
+  if (name == "nvme") return ActivationOffloadMode::Nvme;
+  TS_FAIL("memory.offload_activations = \"{}\" is not known; use \"none\" or \"nvme\"", name);
 }
 
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,

@@ -15,6 +15,7 @@
 // while the other microbatches sit at R. Tests hold the allocator's measured peak equal to it.
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "exec/program.h"
@@ -24,10 +25,18 @@
 
 namespace tessera::exec {
 
+// Where the activations a unit keeps from its forward wait for its backward (memory.offload_activations).
+enum class ActivationOffloadMode : uint8_t {
+  None,  // in compute memory
+  Nvme,  // every unit that keeps them, but the head (whose backward follows its forward at once), in the nvme tier
+};
+ActivationOffloadMode parse_activation_offload(std::string_view name);  // "none", "nvme"
+
 struct RecomputeOptions {
   memory::RecomputePolicy policy = memory::RecomputePolicy::None;
   int every_k = 0;           // segment length for every_k; 0: ⌈√L⌉
   int64_t budget_bytes = 0;  // optimal: the activation peak allowed, whole microbatch (token ids included)
+  ActivationOffloadMode offload = ActivationOffloadMode::None;
 };
 
 // Forward and backward time of every unit (seconds, or any unit of time: only ratios matter).
@@ -49,8 +58,8 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
                                            int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false,
                                            DType activations = DType::F32);
 
-// Sets every stage's recompute schedule and selective flag. The optimal policy's budget is the
-// whole microbatch's activation peak; the embedding's token ids come off it first.
+// Sets every stage's recompute schedule, selective flag and offloaded units. The optimal policy's
+// budget is the whole microbatch's activation peak; the embedding's token ids come off it first.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times, int tp = 1, bool sp = false, DType activations = DType::F32);
 

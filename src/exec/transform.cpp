@@ -12,6 +12,7 @@ Event event_of(const Program& program, int index) {
 std::string_view slot_name(TransformSlot slot) {
   switch (slot) {
     case TransformSlot::Observer: return "observer";
+    case TransformSlot::ActivationPlacement: return "activation placement";
     case TransformSlot::ParameterPlacement: return "parameter placement";
     case TransformSlot::Precision: return "precision";
     case TransformSlot::GradientReduction: return "gradient reduction";

@@ -9,6 +9,9 @@
 //
 //   Observer           outermost: sees the action before any transform prepared it and after
 //                      all have finished with it (recorders, timers, tests)
+//   ActivationPlacement where a unit's saved activations are: offloading writes them to the nvme
+//                      tier after the forward that saved them and reads them back before the
+//                      backward that reads them (exec/activation_offload.h)
 //   ParameterPlacement where the parameters are: ZeRO-3 gathers a unit's shards before it runs and
 //                      frees them after; offloading fetches from host
 //   Precision          the working copies' dtype (mixed precision casts)
@@ -18,6 +21,9 @@
 // One transform per slot; a second one is refused, naming both.
 #include <array>
 #include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
 
 #include "exec/program.h"
 
@@ -30,6 +36,9 @@ struct Event {
   int unit = 0;
   int chunk = 0;
   int microbatch = 0;
+  // After a training forward that keeps the unit's activations: every tensor the unit saved for
+  // its backward (nn::GPT::UnitCtx::saved); null otherwise.
+  const std::vector<Tensor>* saved = nullptr;
 
   const Action& action() const { return program->actions[static_cast<size_t>(index)]; }
 };
@@ -52,8 +61,15 @@ class Transform {
 
 // ExpertGradientReduction: the reduction of the expert parameters over their own group (expert
 // parallelism's edp group), beside the dense parameters' over dp.
-enum class TransformSlot : uint8_t { Observer, ParameterPlacement, Precision, GradientReduction, ExpertGradientReduction };
-inline constexpr size_t kTransformSlots = 5;
+enum class TransformSlot : uint8_t {
+  Observer,
+  ActivationPlacement,
+  ParameterPlacement,
+  Precision,
+  GradientReduction,
+  ExpertGradientReduction
+};
+inline constexpr size_t kTransformSlots = 6;
 std::string_view slot_name(TransformSlot slot);
 
 class TransformChain {

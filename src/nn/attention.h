@@ -22,6 +22,14 @@ class Attention {
     Tensor out;            // [B, T, W] attention output before the projection
     Tensor lse;            // [B, H/tp, T] f32: log-sum-exp of the scaled scores
     Linear::Ctx out_proj;
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      qkv_proj.for_each_tensor(f);
+      f(qkv);
+      f(out);
+      f(lse);
+      out_proj.for_each_tensor(f);
+    }
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [B, T, C] -> [B, T, C]
   // dy [B, T, C] -> dx [B, T, C] (undefined for the weight half).

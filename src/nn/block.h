@@ -22,6 +22,14 @@ class Block {
     MoeFeedForward::Ctx moe;
     uint64_t dropout_offset = 0;  // first mask index of this microbatch
     bool recomputable_dropped = false;
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      norm1.for_each_tensor(f);
+      attn.for_each_tensor(f);
+      norm2.for_each_tensor(f);
+      mlp.for_each_tensor(f);
+      moe.for_each_tensor(f);
+    }
   };
   // [B, T, C] -> [B, T, C]. Selective recomputation (keep_recomputable false) drops the tensors
   // config::recomputable_values_per_token counts (an MoE block only norm1's output: its layer keeps

@@ -17,6 +17,11 @@ class Embedding {
   struct Ctx {
     Tensor tokens;  // [B, T] i32, kept for the backward scatter
     Tensor dy;      // [B, Ts, C]: the output gradient, kept by the input half for the weight half
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      f(tokens);
+      f(dy);
+    }
   };
   // tokens [B, T] i32 -> [B, Ts, C] (Ts: the part of each sequence the residual stream holds on
   // this rank, nn/tensor_region.h). Token ids outside [0, V) raise an error naming id and position.

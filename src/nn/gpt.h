@@ -44,11 +44,31 @@ class GPT {
     Linear::Ctx proj;
     Tensor dlogits;  // [B, T, V]: the fused loss writes the logits' gradient here during forward
     Tensor losses;   // [B, T] f32 per-token losses (0 where the target is ignored)
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      norm.for_each_tensor(f);
+      proj.for_each_tensor(f);
+      f(dlogits);
+      f(losses);
+    }
   };
+  // What a unit saved for its backward: the values of the program that recomputation drops,
+  // offloading moves to another tier and the backward reads (exec/activation_offload.h).
   struct UnitCtx {
     Embedding::Ctx embed;
     Block::Ctx block;
     HeadCtx head;
+    // Every tensor it holds, once per view (views may share a storage).
+    std::vector<Tensor> saved() const {
+      std::vector<Tensor> out;
+      const auto take = [&](const Tensor& t) {
+        if (t.defined()) out.push_back(t);
+      };
+      embed.for_each_tensor(take);
+      block.for_each_tensor(take);
+      head.for_each_tensor(take);
+      return out;
+    }
   };
 
   enum class Save {

@@ -19,6 +19,11 @@ class Linear {
   struct Ctx {
     Tensor inp;  // [N.., IC]
     Tensor dy;   // [N.., OC]: kept by the input half of the backward for the weight half
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      f(inp);
+      f(dy);
+    }
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // x [N.., IC] -> [N.., OC]
   // dy [N.., OC] -> dx [N.., IC] (input half and both; undefined for the weight half); dW, db +=.

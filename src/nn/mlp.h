@@ -20,6 +20,14 @@ class Mlp {
     Linear::Ctx proj;  // GELU: proj; SwiGLU: down. inp: the activation [N.., F]
     Tensor pre;        // [N.., F] fc output (GELU) or gate output (SwiGLU)
     Tensor up_out;     // [N.., F] SwiGLU only
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      fc.for_each_tensor(f);
+      up.for_each_tensor(f);
+      proj.for_each_tensor(f);
+      f(pre);
+      f(up_out);
+    }
   };
   // x [N.., C] -> [N.., C]. With keep_recomputable false (selective recomputation) the input and
   // the activation are dropped as soon as the projections read them (x is taken by value so the

@@ -70,6 +70,14 @@ class MoeFeedForward {
     std::vector<int64_t> expert_rows;           // [E_l] rows each local expert received
     int64_t sent = 0;
     float grad_scale = 1.0f;  // the microbatch's (StepContext::grad_scale at the forward)
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      router.for_each_tensor(f);
+      for (const Tensor* t : {&probs, &lse, &choice, &slot, &gate, &sent_token, &sent_choice, &returned, &in, &pre,
+                              &up, &act}) {
+        f(*t);
+      }
+    }
   };
   // x [B, T, C] -> [B, T, C]. Training forwards keep in ctx what the backward reads; evaluation
   // keeps nothing.

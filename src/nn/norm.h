@@ -20,6 +20,12 @@ class Norm {
     Tensor inp;   // [N.., C]
     Tensor mean;  // [N..] f32 (LayerNorm only)
     Tensor rstd;  // [N..] f32
+    template <class F>
+    void for_each_tensor(F&& f) const {
+      f(inp);
+      f(mean);
+      f(rstd);
+    }
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]
   // The output again, from what forward saved (the statistics are recomputed to the same bits):

@@ -185,6 +185,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
+  if (options.recompute.offload != exec::ActivationOffloadMode::None) {
+    TS_CHECK(!options.offload_dir.empty(), "offloading activations needs the nvme tier's folder (EngineOptions::offload_dir)");
+    nvme_ = std::make_unique<memory::NvmeStore>(memory::NvmeStore::Options{.dir = options.offload_dir});
+    activation_offload_ = std::make_unique<exec::ActivationOffload>(*nvme_);
+    transforms_.add(exec::TransformSlot::ActivationPlacement, *activation_offload_);
+  }
 
   const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
@@ -265,7 +271,9 @@ void TrainingEngine::set_microbatches(int microbatches) {
   plan(times_);
 }
 
-TrainingEngine::~TrainingEngine() = default;
+TrainingEngine::~TrainingEngine() {
+  if (activation_offload_) transforms_.remove(exec::TransformSlot::ActivationPlacement);
+}
 
 TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::MicrobatchInput> microbatches,
                                                       const exec::StepOptions& options, float lr,

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "dist/communicator.h"
+#include "exec/activation_offload.h"
 #include "exec/interpreter.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
@@ -60,6 +61,8 @@ struct EngineOptions {
   config::PrecisionOptions precision;
   // Under PipeDream-2BW, which weight version a microbatch reads on a stage (pipeline/generators.h).
   pipeline::TwoBWVersions two_bw_versions = pipeline::TwoBWVersions::Newest;
+  // The nvme tier's folder, this rank's alone: where offloaded activations (recompute.offload) go.
+  std::string offload_dir;
 };
 
 class TrainingEngine {
@@ -117,6 +120,8 @@ class TrainingEngine {
 
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
+  // The nvme tier, for its accounting (null without offloading).
+  const memory::NvmeStore* nvme() const { return nvme_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).
   WeightVersions* weight_versions() { return weight_versions_.get(); }
   // After a checkpoint load at `step`: the parameters are weight version `step` and, under
@@ -187,6 +192,9 @@ class TrainingEngine {
   dist::Communicator* tp_ = nullptr;
   dist::Communicator* ep_ = nullptr;
   dist::Communicator* edp_ = nullptr;
+  // The nvme tier and the offloading of kept activations into it (null without offloading).
+  std::unique_ptr<memory::NvmeStore> nvme_;
+  std::unique_ptr<exec::ActivationOffload> activation_offload_;
   std::unique_ptr<nn::TensorRegion> region_;
   std::unique_ptr<nn::ExpertExchange> experts_;
   std::unique_ptr<DataParallel> dp_;

@@ -110,6 +110,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
   recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
+  recompute.offload = exec::parse_activation_offload(c.memory.offload_activations);
   exec::plan_recompute(split, m, B, T, recompute, exec::nominal_unit_times(m, B, T), l.tp, l.sp, compute);
   const std::vector<config::UnitWorkspaceBytes> unit_bytes =
       config::unit_workspace_bytes(m, B, T, l.tp, l.sp, compute, l.ep);
@@ -120,9 +121,12 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
 
   PredictedMemory out;
   for (int rank = 0; rank < l.pp; ++rank) {
-    const plan::MemoryBreakdown tags = plan::stage_memory(m, l, rank, pipeline);
+    plan::MemoryBreakdown tags = plan::stage_memory(m, l, rank, pipeline);
     const exec::Program program = exec::lower_training(schedule, rank, split);
     const exec::ProgramMemory activations = exec::predict_program_memory(program, m, B, T, l.tp, l.sp, compute);
+    // The cost model's chains keep everything in compute memory; offloading moves some out.
+    if (recompute.offload != exec::ActivationOffloadMode::None) tags.activations = static_cast<double>(activations.peak);
+    out.nvme.push_back(static_cast<double>(activations.nvme_peak));
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {

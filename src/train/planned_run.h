@@ -33,6 +33,7 @@ PlannedRun planned_run(RunConfig config);
 struct PredictedMemory {
   std::vector<plan::MemoryBreakdown> tags;  // [stage]
   std::vector<double> peak;                 // [stage]
+  std::vector<double> nvme;                 // [stage]: the most the nvme tier holds at once
   int worst = 0;                            // the stage whose peak is highest
 };
 PredictedMemory predict_memory(const RunConfig& config, const PlannedRun& run);

@@ -1,5 +1,7 @@
 #include "train/run_config.h"
 
+#include "exec/recompute.h"
+
 #include "config/compatibility.h"
 #include "config/expert_parallel_shape.h"
 #include "config/tensor_parallel_shape.h"
@@ -286,6 +288,10 @@ void RunConfig::validate() const {
   TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
+  exec::parse_activation_offload(memory.offload_activations);
+  TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
+           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations = "
+           "\"nvme\"); set that too, or leave the folder out", memory.offload_dir);
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
@@ -517,6 +523,8 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.recompute = r.get("recompute", c.memory.recompute);
     c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
+    c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
+    c.memory.offload_dir = r.get("offload_dir", c.memory.offload_dir);
     r.finish();
   }
   {
@@ -660,7 +668,9 @@ std::string to_toml(const RunConfig& c) {
                                                {"warmup_steps", c.compression.warmup_steps}}},
                    {"memory", toml::table{{"recompute", c.memory.recompute},
                                           {"recompute_every", c.memory.recompute_every},
-                                          {"activation_budget_mb", shortest(c.memory.activation_budget_mb)}}},
+                                          {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
+                                          {"offload_activations", c.memory.offload_activations},
+                                          {"offload_dir", c.memory.offload_dir}}},
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},
                                               {"keep", c.checkpoint.keep},
                                               {"resume", c.checkpoint.resume}}},

@@ -101,6 +101,9 @@ struct MemorySection {
   std::string recompute = "none";   // none, full, every_k, selective, optimal
   int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
   float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
+  std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward
+  std::string offload_dir;          // the nvme tier's folder; "": <train.out_dir>/offload
+  bool offloads() const { return offload_activations != "none"; }
 };
 
 struct CheckpointSection {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "train/folder_lock.h"
+
 namespace tessera::train {
 
 class RunFolder {
@@ -32,7 +34,7 @@ class RunFolder {
 
  private:
   std::string path_;
-  int lock_fd_ = -1;
+  std::optional<FolderLock> lock_;
 };
 
 }  // namespace tessera::train

@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/config_changes.h"
 #include "train/memory_check.h"
+#include "train/offload_folder.h"
 #include "train/planned_run.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
@@ -77,6 +78,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
+  o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);
   return o;
 }
 
@@ -150,6 +152,13 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   }
   text += fmt::format("; predicted activation peak {}{}", mib(static_cast<double>(engine.predicted_activation_peak())),
                       cfg.parallel.pp > 1 ? " on this rank" : "");
+  if (cfg.memory.offloads()) {
+    int offloaded = 0;
+    for (const exec::Action& a : engine.program().actions) offloaded += a.offload;
+    text += fmt::format("\nmemory tiers: the activations of {} unit forwards per step wait for their backward in the "
+                        "nvme tier ({}); parameters, gradients and optimizer state in compute memory",
+                        offloaded, cfg.memory.offload_dir.empty() ? cfg.train.out_dir + "/offload" : cfg.memory.offload_dir);
+  }
   return text;
 }
 
@@ -402,7 +411,12 @@ TrainResult Trainer::run() {
   const parallel::TensorParallelPlan tensor_plan(cfg.model, cfg.parallel.tp, tp_comm ? tp_comm->rank() : 0);
   const parallel::ExpertParallelPlan expert_plan(cfg.model, cfg.parallel.ep, ep_comm ? ep_comm->rank() : 0, &tensor_plan);
   nn::GPT model(cfg.model, memory, cfg.train.seed, &expert_plan);
-  parallel::TrainingEngine engine(model, memory, dp_comm, engine_options(cfg), pp_comm, tp_comm, ep_comm, edp_comm);
+  // The nvme tier: this rank's scratch folder, removed when the run ends.
+  std::optional<OffloadFolder> offload;
+  if (cfg.memory.offloads()) offload.emplace(cfg.memory.offload_dir, cfg.train.out_dir, world_ ? world_->rank() : 0);
+  parallel::EngineOptions engine_settings = engine_options(cfg);
+  if (offload) engine_settings.offload_dir = offload->scratch();
+  parallel::TrainingEngine engine(model, memory, dp_comm, engine_settings, pp_comm, tp_comm, ep_comm, edp_comm);
   optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
 

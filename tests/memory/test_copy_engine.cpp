@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "memory/copy_engine.h"
-#include "memory/tier.h"
+#include "core/tier.h"
 
 using namespace tessera;
 using namespace tessera::memory;

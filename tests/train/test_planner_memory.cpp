@@ -49,6 +49,9 @@ const std::vector<Layout> kLayouts = {
     // A dense and an MoE block per stage: the even split, given (the FLOP model would move a block).
     {"moe_pp2", 2, "--model.n_layer 4 --model.moe_experts 4 --model.moe_every 2 --parallel.pp 2 "
                    "--parallel.stage_layers 2 2"},
+    // Kept activations offloaded to the nvme tier (the run's own folder).
+    {"one_offload", 1, "--memory.offload_activations nvme"},
+    {"dp2_zero3_offload", 2, "--parallel.dp 2 --parallel.zero_stage 3 --memory.offload_activations nvme", 1, 2},
 };
 
 const std::vector<std::string> kTags = {"params",    "grads",        "optimizer",     "activations",
