@@ -54,6 +54,7 @@ class ActivationWalk {
       out.peak = std::max(out.peak, out.during.back());
     }
     out.nvme_peak = nvme_peak_;
+    out.offloaded_bytes = offloaded_bytes_;
     return out;
   }
 
@@ -141,6 +142,7 @@ class ActivationWalk {
           // What the unit keeps, its stored input among it, moves to the nvme tier.
           if (a.offload && a.phase == Phase::Forward) {
             offloaded_.push_back({a.microbatch, a.unit, own + (s.input[u] ? input_bytes(a.unit) : 0), unit_actions_ - 1});
+            offloaded_bytes_ += offloaded_.back().bytes;
           }
         }
         if (!keeps_all && (a.keep == memory::Keep::Nothing || a.phase == Phase::Eval)) drop_input(s, a.unit);
@@ -181,7 +183,7 @@ class ActivationWalk {
   const Program& program_;
   std::vector<Offloaded> offloaded_;
   int unit_actions_ = 0;
-  int64_t on_nvme_ = 0, nvme_peak_ = 0;
+  int64_t on_nvme_ = 0, nvme_peak_ = 0, offloaded_bytes_ = 0;
   std::vector<config::UnitActivationBytes> bytes_;
   std::vector<MicrobatchState> states_;
   std::vector<bool> posted_;  // [action]: its receive is posted

@@ -32,6 +32,7 @@ namespace tessera::exec {
 struct ProgramMemory {
   int64_t peak = 0;                 // the largest live activation bytes at any point of the program
   int64_t nvme_peak = 0;            // the most offloaded activations on the nvme tier at once
+  int64_t offloaded_bytes = 0;      // written to the nvme tier (and read back) over the program
   std::vector<int64_t> after;       // [action]: live bytes once the action is done
   std::vector<int64_t> during;      // [action]: the largest live bytes while it runs
 };

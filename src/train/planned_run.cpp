@@ -127,6 +127,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     // The cost model's chains keep everything in compute memory; offloading moves some out.
     if (recompute.offload != exec::ActivationOffloadMode::None) tags.activations = static_cast<double>(activations.peak);
     out.nvme.push_back(static_cast<double>(activations.nvme_peak));
+    out.nvme_traffic.push_back(static_cast<double>(activations.offloaded_bytes));
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {

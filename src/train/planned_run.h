@@ -34,6 +34,7 @@ struct PredictedMemory {
   std::vector<plan::MemoryBreakdown> tags;  // [stage]
   std::vector<double> peak;                 // [stage]
   std::vector<double> nvme;                 // [stage]: the most the nvme tier holds at once
+  std::vector<double> nvme_traffic;         // [stage]: bytes written to the nvme tier per step (each read back once)
   int worst = 0;                            // the stage whose peak is highest
 };
 PredictedMemory predict_memory(const RunConfig& config, const PlannedRun& run);
