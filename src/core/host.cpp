@@ -69,4 +69,17 @@ double others_share(const CpuTimes& from, const CpuTimes& to, int cores) {
   return std::clamp(others / (cores * wall), 0.0, 1.0);
 }
 
+ResidentSet resident_set() {
+  ResidentSet r;
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    size_t kib = 0;
+    if (key == "VmRSS:" && in >> kib) r.now = kib * 1024;
+    if (key == "VmHWM:" && in >> kib) r.peak = kib * 1024;
+    in.ignore(1 << 16, '\n');
+  }
+  return r;
+}
+
 }  // namespace tessera::host

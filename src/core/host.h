@@ -14,6 +14,14 @@ std::string cpu_model();
 // The load average over the last minute; 0 where the system does not say.
 double load_average();
 
+// This process's resident set now, and its highest so far (VmRSS and VmHWM of /proc/self/status),
+// in bytes; 0 where the system does not say.
+struct ResidentSet {
+  size_t now = 0;
+  size_t peak = 0;
+};
+ResidentSet resident_set();
+
 // CPU seconds spent so far: by the whole machine (every core's busy time, hypervisor steal
 // included, since a stolen core did none of this process's work) and by this process with the
 // children it has waited for; and a steady clock in seconds.

@@ -121,7 +121,7 @@ class TrainingEngine {
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
   // The nvme tier, for its accounting (null without offloading).
-  const memory::NvmeStore* nvme() const { return nvme_.get(); }
+  memory::NvmeStore* nvme() { return nvme_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).
   WeightVersions* weight_versions() { return weight_versions_.get(); }
   // After a checkpoint load at `step`: the parameters are weight version `step` and, under

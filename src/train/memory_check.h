@@ -27,9 +27,26 @@ MemoryEstimate estimate_run_memory(const RunConfig& config);
 // Bytes the operating system can still give (MemAvailable of /proc/meminfo); 0 when unknown.
 double available_memory_bytes();
 
-// Throws when `per_process` bytes (made up as `description` says) × `processes_here` exceed what is
-// available.
-void check_memory_fits(const RunConfig& config, double per_process, const std::string& description,
-                       int processes_here, double available_bytes);
+// What a process of the run needs: `tessera plan --config`'s memory peak (train/planned_run.h)
+// where the planner describes the run, else the bound above; with the start line that says which,
+// and what the nvme tier holds at most when something is offloaded.
+struct RunMemory {
+  double per_process = 0;   // the compute tier's memory peak, every tag at once
+  double nvme = 0;          // the nvme tier's peak (0: nothing offloaded)
+  std::string description;  // what makes it up, for an error that says it does not fit
+  std::string start_line;
+};
+RunMemory run_memory_of(const RunConfig& config);
+
+// RAM the nvme tier's staging buffers take (memory/nvme_store.h) when the run offloads anything.
+double staging_bytes(const RunConfig& config);
+
+// Refuses, before anything is allocated, a run whose processes on this machine need more than it
+// has available (`available_bytes`), or whose process needs more than memory.ram_budget_mb: its
+// memory peak, what the process held before the model (`baseline_bytes`: libraries, data) and the
+// staging buffers. The message names the settings that would fit. An offload folder on a disk with
+// less room than the nvme tier's peak needs is refused naming both.
+void check_memory_fits(const RunConfig& config, const RunMemory& memory, int processes_here, double available_bytes,
+                       double baseline_bytes);
 
 }  // namespace tessera::train

@@ -77,6 +77,7 @@ std::string fit_bar_line(double fraction, const ProgressFields& f, int columns) 
     if (shape.rate) parts.push_back(f.rate);
     if (shape.mfu) parts.push_back(f.mfu);
     if (shape.memory) parts.push_back(f.memory);
+    if (shape.memory && !f.nvme.empty()) parts.push_back(f.nvme);
     if (shape.eta) parts.push_back(f.eta);
     line = shape.bar > 0 ? bar(shape.bar) : std::string();
     for (size_t i = 0; i < parts.size(); ++i) line += (i > 0 ? " | " : "") + parts[i];
@@ -118,15 +119,16 @@ void Progress::update(const StepReport& r) {
                         fmt::format("{} tok/s", rate(tokens_per_second)),
                         fmt::format("MFU {}", mfu_text),
                         fmt::format("mem peak {}", bytes(r.peak_bytes)),
-                        fmt::format("ETA {}", eta(r.step))};
+                        fmt::format("ETA {}", eta(r.step)),
+                        r.nvme_bytes ? fmt::format("nvme {}", bytes(*r.nvme_bytes)) : std::string()};
   if (bar_) {
     const double fraction = static_cast<double>(r.step) / static_cast<double>(total_steps_);
     fmt::print("\r\033[K{}", fit_bar_line(fraction, fields, terminal_columns()));
     std::fflush(stdout);
     bar_drawn_ = true;
   } else {
-    fmt::print("{} | {} | {} | {} | {} | {} | {} | {}\n", fields.step, fields.loss, fields.lr, fields.grad_norm,
-               fields.rate, fields.mfu, fields.memory, fields.eta);
+    fmt::print("{} | {} | {} | {} | {} | {} | {}{} | {}\n", fields.step, fields.loss, fields.lr, fields.grad_norm,
+               fields.rate, fields.mfu, fields.memory, fields.nvme.empty() ? "" : " | " + fields.nvme, fields.eta);
     std::fflush(stdout);
   }
   if (line_due) {

@@ -15,6 +15,7 @@
 // (it would mean the peak is wrong, see peak_flops.h).
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tessera::train {
@@ -27,6 +28,7 @@ struct StepReport {
   int64_t tokens = 0;     // processed in this step, all ranks
   double seconds = 0;     // the step's wall time
   size_t peak_bytes = 0;  // counted memory at its highest during the step, every tag together
+  std::optional<size_t> nvme_bytes;  // the nvme tier at its highest during the step (when offloading)
 };
 
 // Whether stdout shows to a person: TESSERA_TERMINAL when the launcher set it, else isatty.
@@ -40,6 +42,7 @@ int terminal_columns();
 // would wrap on some terminals): `fraction` of the bar filled, then the fields.
 struct ProgressFields {
   std::string step, loss, lr, grad_norm, rate, mfu, memory, eta;
+  std::string nvme = {};  // empty: nothing offloaded
 };
 std::string fit_bar_line(double fraction, const ProgressFields& fields, int columns);
 

@@ -289,6 +289,9 @@ void RunConfig::validate() const {
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
   exec::parse_activation_offload(memory.offload_activations);
+  TS_CHECK(std::isfinite(memory.ram_budget_mb) && memory.ram_budget_mb >= 0.0f && memory.ram_budget_mb <= 1e9f,
+           "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
+           memory.ram_budget_mb);
   TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
            "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations = "
            "\"nvme\"); set that too, or leave the folder out", memory.offload_dir);
@@ -525,6 +528,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
     c.memory.offload_dir = r.get("offload_dir", c.memory.offload_dir);
+    c.memory.ram_budget_mb = r.get("ram_budget_mb", c.memory.ram_budget_mb);
     r.finish();
   }
   {
@@ -670,7 +674,8 @@ std::string to_toml(const RunConfig& c) {
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
                                           {"offload_activations", c.memory.offload_activations},
-                                          {"offload_dir", c.memory.offload_dir}}},
+                                          {"offload_dir", c.memory.offload_dir},
+                                          {"ram_budget_mb", shortest(c.memory.ram_budget_mb)}}},
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},
                                               {"keep", c.checkpoint.keep},
                                               {"resume", c.checkpoint.resume}}},

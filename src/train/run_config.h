@@ -103,6 +103,7 @@ struct MemorySection {
   float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
   std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward
   std::string offload_dir;          // the nvme tier's folder; "": <train.out_dir>/offload
+  float ram_budget_mb = 0;          // what a process may hold in RAM (MiB); 0: the memory the machine has available
   bool offloads() const { return offload_activations != "none"; }
 };
 

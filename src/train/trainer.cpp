@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "core/atomic_file.h"
+#include "core/host.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "dist/mesh.h"
@@ -162,52 +163,19 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   return text;
 }
 
-// The memory a process of the run needs: `tessera plan --config`'s memory peak where the planner
-// describes the run, else the bound of memory_check.h, with the start line that says which.
-struct RunMemory {
-  double per_process = 0;
-  std::string description;  // what makes it up, for an error that says it does not fit
-  std::string start_line;
-};
-
-RunMemory run_memory_of(const RunConfig& cfg) {
-  RunMemory r;
-  try {
-    const PlannedRun run = planned_run(cfg);
-    const PredictedMemory memory = predict_memory(cfg, run);
-    const auto worst = static_cast<size_t>(memory.worst);
-    const plan::MemoryBreakdown& tags = memory.tags[worst];
-    r.per_process = memory.peak[worst];
-    r.description = fmt::format(
-        "each tag's own peak: parameters {}, gradients {}, optimizer {}, activations {}, workspace {}, communication "
-        "{}{}{}", readable_bytes(tags.params), readable_bytes(tags.grads), readable_bytes(tags.optimizer),
-        readable_bytes(tags.activations), readable_bytes(tags.workspace), readable_bytes(tags.comm),
-        tags.working_copies > 0 ? ", working copies " + readable_bytes(tags.working_copies) : std::string(),
-        tags.weight_stash > 0 ? ", weight stash " + readable_bytes(tags.weight_stash) : std::string());
-    r.start_line = fmt::format("memory peak: about {} per process{}, every tag at once, as `tessera plan --config` "
-                               "predicts it ({}){}",
-                               readable_bytes(r.per_process),
-                               memory.peak.size() > 1 ? fmt::format(" on pipeline stage {}, the highest", memory.worst)
-                                                      : std::string(),
-                               r.description,
-                               run.split_note.empty() ? std::string() : "; it predicts the even split of the stages");
-  } catch (const Error& e) {
-    // A run the cost model does not describe (uneven stages, say) still gets a bound.
-    const MemoryEstimate estimate = estimate_run_memory(cfg);
-    r.per_process = estimate.total();
-    r.description = estimate.describe();
-    r.start_line = fmt::format("memory: at most about {} per process ({}; a bound: {})", readable_bytes(r.per_process),
-                               r.description, e.what());
-  }
-  return r;
-}
-
-nlohmann::json memory_json(const MemoryStats& stats) {
+// The step's peaks by tag and of every tag at once (the compute tier), the nvme tier's peak when
+// something is offloaded, and the process's resident set (all it holds in RAM, the allocator's
+// cache and the libraries' buffers included) at the step's end and at its highest so far.
+nlohmann::json memory_json(const MemoryStats& stats, std::optional<size_t> nvme_peak) {
   nlohmann::json j = nlohmann::json::object();
   for (size_t t = 0; t < kMemoryTagCount; ++t) {
     j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = stats.peak[t];
   }
   j["peak"] = stats.peak_total;
+  if (nvme_peak) j["nvme"] = *nvme_peak;
+  const host::ResidentSet rss = host::resident_set();
+  j["rss"] = rss.now;
+  j["rss_peak"] = rss.peak;
   return j;
 }
 
@@ -349,8 +317,8 @@ TrainResult Trainer::run() {
   }
   cfg.validate();
   const RunMemory run_memory = run_memory_of(cfg);
-  check_memory_fits(cfg, run_memory.per_process, run_memory.description, processes_on_this_machine(world_),
-                    available_memory_bytes());
+  check_memory_fits(cfg, run_memory, processes_on_this_machine(world_), available_memory_bytes(),
+                    host::resident_set().now);
   const int T = cfg.model.seq_len;
   const int micro = cfg.train.micro_batch_size;
   const int accumulation = cfg.accumulation_steps();
@@ -691,6 +659,7 @@ TrainResult Trainer::run() {
       loader.advance();
     }
     memory.reset_peaks();
+    if (engine.nvme() != nullptr) engine.nvme()->reset_peak();
     // What this rank sends over its data-parallel group: the gradient reduction's traffic, which
     // compression shrinks (metrics.jsonl: dp_bytes_sent).
     dist::Communicator* dp_group = engine.data_parallel().comm();
@@ -756,7 +725,11 @@ TrainResult Trainer::run() {
       }
       ++step;
 
-      if (progress) progress->update({step, loss, lr, grad_norm, tokens_per_step, seconds, step_memory.peak_total});
+      const std::optional<size_t> nvme_peak =
+          engine.nvme() != nullptr ? std::optional<size_t>(engine.nvme()->peak_bytes()) : std::nullopt;
+      if (progress) {
+        progress->update({step, loss, lr, grad_norm, tokens_per_step, seconds, step_memory.peak_total, nvme_peak});
+      }
       result.losses.push_back(loss);
       history.train.x.push_back(static_cast<double>(step));
       history.train.y.push_back(loss);
@@ -768,7 +741,7 @@ TrainResult Trainer::run() {
                         {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
                         {"skipped", r.skipped}, {"loss_scale", r.loss_scale},
                         {"skipped_steps", engine.loss_scaler().state().skipped_steps},
-                        {"memory", memory_json(step_memory)},
+                        {"memory", memory_json(step_memory, nvme_peak)},
                         {"memory_by_rank", ranks_memory_json(global, peaks_at, world_size)},
                         {"dp_bytes_sent", dp_bytes_per_step},
                         {"epoch", static_cast<double>(step) * cfg.train.batch_size / windows},

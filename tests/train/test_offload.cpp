@@ -4,8 +4,14 @@
 // no scratch files behind, and refuses an offload folder it cannot use.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -108,6 +114,12 @@ TEST_F(Offload, OffloadedActivationsGiveTheSameRunUnderEveryLayout) {
     if (l.keys.find("pp") == std::string::npos) {  // a pipeline's start line predicts rank 0's
       EXPECT_NEAR(ranks[0]["activations"].get<double>() / 1048576.0, predicted, 0.05) << b.output;
     }
+    // The nvme tier's peak beside the compute tier's, and the resident set, in every step's line.
+    EXPECT_TRUE(measured["memory"].contains("nvme")) << measured.dump();
+    if (l.lower) EXPECT_GT(measured["memory"]["nvme"].get<double>(), 0.0) << measured.dump();
+    EXPECT_FALSE(plain_measured["memory"].contains("nvme")) << plain_measured.dump();
+    EXPECT_GT(measured["memory"]["rss"].get<double>(), measured["memory"]["peak"].get<double>()) << measured.dump();
+    EXPECT_NE(b.output.find(" | nvme "), std::string::npos) << b.output;
     const double with = measured["memory"]["activations"].get<double>();
     const double without = plain_measured["memory"]["activations"].get<double>();
     if (l.lower) {
@@ -122,6 +134,34 @@ TEST_F(Offload, OffloadedActivationsGiveTheSameRunUnderEveryLayout) {
   }
 }
 
+// A run over memory.ram_budget_mb is refused before it allocates, naming the settings that change
+// its need and whether each fits.
+TEST_F(Offload, ARunOverItsRamBudgetIsRefusedWithTheSettingsThatFit) {
+  CliResult r = run_tessera(train_args(g_root / "budget", "--memory.ram_budget_mb 1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("over memory.ram_budget_mb = 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory.offload_activations = \"nvme\" (still"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory.recompute = \"full\""), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(g_root / "budget" / "metrics.jsonl")) << "refused before the first step";
+  CliResult fits = run_tessera(train_args(g_root / "budget_fits", "--memory.ram_budget_mb 4000 --train.steps 1"));
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
+// An offload folder on a disk with less room than the nvme tier's peak is refused, naming both.
+TEST_F(Offload, AnOffloadFolderWithoutRoomIsRefusedNamingBothSizes) {
+  const fs::path small = g_root / "small_disk";
+  fs::create_directories(small);
+  if (std::system(("mount -t tmpfs -o size=16k tmpfs " + small.string() + " 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "mounting a small tmpfs needs privileges this test does not have";
+  }
+  CliResult r = run_tessera(train_args(g_root / "no_room", "--memory.offload_activations nvme --memory.offload_dir " +
+                                                               small.string()));
+  std::system(("umount " + small.string()).c_str());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is on a disk with"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("holds up to"), std::string::npos) << r.output;
+}
+
 TEST_F(Offload, AnOffloadFolderThatCannotServeIsRefusedAtStart) {
   const std::string offload = " --memory.offload_activations nvme --memory.offload_dir ";
   CliResult missing = run_tessera(train_args(g_root / "missing", offload + (g_root / "nowhere").string()));
@@ -131,6 +171,26 @@ TEST_F(Offload, AnOffloadFolderThatCannotServeIsRefusedAtStart) {
   CliResult file = run_tessera(train_args(g_root / "file", offload + (g_root / "a_file").string()));
   EXPECT_NE(file.exit_code, 0);
   EXPECT_NE(file.output.find("is not a folder"), std::string::npos) << file.output;
+  // A folder another live run offloads into.
+  const fs::path shared = g_root / "shared_offload";
+  fs::create_directories(shared);
+  const pid_t first = spawn_tessera(train_args(g_root / "first", offload + shared.string() + " --train.steps 100000"),
+                                    (g_root / "first.log").string());
+  for (int i = 0; i < 600 && !fs::exists(g_root / "first" / "metrics.jsonl"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CliResult second = run_tessera(train_args(g_root / "second", offload + shared.string()));
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.output.find("is in use by another live run (process " + std::to_string(first)), std::string::npos)
+      << second.output;
+  // The killed run left its scratch folder; the next run there removes it.
+  CliResult third = run_tessera(train_args(g_root / "third", offload + shared.string() + " --train.steps 1"));
+  EXPECT_EQ(third.exit_code, 0) << third.output;
+  for (const fs::directory_entry& e : fs::directory_iterator(shared)) {
+    EXPECT_TRUE(e.path().filename().string().starts_with(".lock")) << e.path() << " left behind";
+  }
   CliResult unread = run_tessera(train_args(g_root / "unread", "--memory.offload_dir " + g_root.string()));
   EXPECT_NE(unread.exit_code, 0) << unread.output;
   EXPECT_NE(unread.output.find("memory.offload_dir"), std::string::npos) << unread.output;
