@@ -185,9 +185,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
-  if (options.recompute.offload != exec::ActivationOffloadMode::None) {
-    TS_CHECK(!options.offload_dir.empty(), "offloading activations needs the nvme tier's folder (EngineOptions::offload_dir)");
+  const bool offloads_activations = options.recompute.offload != exec::ActivationOffloadMode::None;
+  if (offloads_activations || options.offload_optimizer_chunk_bytes > 0) {
+    TS_CHECK(!options.offload_dir.empty(), "offloading needs the nvme tier's folder (EngineOptions::offload_dir)");
     nvme_ = std::make_unique<memory::NvmeStore>(memory::NvmeStore::Options{.dir = options.offload_dir});
+  }
+  if (offloads_activations) {
     activation_offload_ = std::make_unique<exec::ActivationOffload>(*nvme_);
     transforms_.add(exec::TransformSlot::ActivationPlacement, *activation_offload_);
   }
@@ -229,6 +232,15 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
                                                 optim::total_elements(ownership_.master_segments()), dp_group_);
     one_bit_adam_ = one_bit.get();
     optimizer_ = std::move(one_bit);
+  } else if (options.offload_optimizer_chunk_bytes > 0) {
+    const auto make = [&](std::span<const optim::Segment> chunk) {
+      return optim::make_optimizer(memory, options.optimizer, model.parameters(), chunk, shard_reduction_.get());
+    };
+    const auto bytes = [&](std::span<const optim::Segment> chunk) { return optim::state_bytes(options.optimizer, chunk); };
+    auto offloaded = std::make_unique<optim::OffloadedOptimizer>(ownership_.master_segments(), make, bytes, *nvme_,
+                                                                 options.offload_optimizer_chunk_bytes, memory);
+    offloaded_optimizer_ = offloaded.get();
+    optimizer_ = std::move(offloaded);
   } else {
     optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
                                        shard_reduction_.get());

@@ -17,6 +17,7 @@
 
 #include "dist/communicator.h"
 #include "exec/activation_offload.h"
+#include "optim/offloaded_optimizer.h"
 #include "exec/interpreter.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
@@ -61,8 +62,12 @@ struct EngineOptions {
   config::PrecisionOptions precision;
   // Under PipeDream-2BW, which weight version a microbatch reads on a stage (pipeline/generators.h).
   pipeline::TwoBWVersions two_bw_versions = pipeline::TwoBWVersions::Newest;
-  // The nvme tier's folder, this rank's alone: where offloaded activations (recompute.offload) go.
+  // The nvme tier's folder, this rank's alone: where offloaded activations (recompute.offload) and
+  // an offloaded optimizer state go.
   std::string offload_dir;
+  // The optimizer's state in the nvme tier, streamed through memory in chunks of about this many
+  // bytes (optim/offloaded_optimizer.h); 0: in memory.
+  int64_t offload_optimizer_chunk_bytes = 0;
 };
 
 class TrainingEngine {
@@ -143,6 +148,8 @@ class TrainingEngine {
   // The parameters whose master copy this rank's optimizer updates, in its state's order.
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
+  // The chunks an offloaded optimizer state streams in (0: the state is in compute memory).
+  size_t optimizer_state_chunks() const { return offloaded_optimizer_ != nullptr ? offloaded_optimizer_->chunks() : 0; }
   // This rank's own persistent state for checkpoints (a gradient compressor's, 1-bit Adam's
   // errors); null when it has none.
   RankLocalState* rank_local_state();
@@ -208,6 +215,7 @@ class TrainingEngine {
   // Per-tensor optimizer statistics summed over the ZeRO shards (null without ZeRO).
   std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::OffloadedOptimizer* offloaded_optimizer_ = nullptr;  // optimizer_, when its state is offloaded
   // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
   // itself, and the data-parallel group it does it over. Null otherwise.
   OneBitAdam* one_bit_adam_ = nullptr;

@@ -128,6 +128,15 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     if (recompute.offload != exec::ActivationOffloadMode::None) tags.activations = static_cast<double>(activations.peak);
     out.nvme.push_back(static_cast<double>(activations.nvme_peak));
     out.nvme_traffic.push_back(static_cast<double>(activations.offloaded_bytes));
+    if (c.memory.offload_optimizer == "nvme") {
+      // The state lives in the nvme tier; a step streams it through compute memory three chunks at a
+      // time (optim/offloaded_optimizer.h): a bound, as a chunk holds whole parameters and may be a
+      // parameter's state larger than the chunk size.
+      const double chunk = static_cast<double>(c.memory.offload_chunk_mb) * 1048576.0;
+      out.nvme.back() += tags.optimizer;
+      out.nvme_traffic.back() += tags.optimizer;
+      tags.optimizer = std::min(tags.optimizer, 3.0 * chunk);
+    }
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {
@@ -158,9 +167,12 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     }
     const double transient = static_cast<double>(
         exec::predict_transient_peak(program, activations, workspace, l.pp > 1 ? boundary : 0, zero_comm));
-    const double states = tags.params + tags.grads + tags.optimizer + tags.weight_stash + tags.working_copies;
+    const double states = tags.params + tags.grads + tags.weight_stash + tags.working_copies;
     out.tags.push_back(tags);
-    out.peak.push_back(states + transient);
+    // An offloaded optimizer state is in compute memory only during the optimizer step, after the
+    // backward has freed the activations; otherwise it is there all step long.
+    out.peak.push_back(c.memory.offload_optimizer == "nvme" ? states + std::max(transient, tags.optimizer)
+                                                            : states + tags.optimizer + transient);
     if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
   }
   return out;

@@ -293,8 +293,28 @@ void RunConfig::validate() const {
            "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
            memory.ram_budget_mb);
   TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
-           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations = "
-           "\"nvme\"); set that too, or leave the folder out", memory.offload_dir);
+           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations or "
+           "memory.offload_optimizer = \"nvme\"); set one, or leave the folder out", memory.offload_dir);
+  TS_CHECK(memory.offload_optimizer == "none" || memory.offload_optimizer == "nvme",
+           "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_optimizer);
+  TS_CHECK(std::isfinite(memory.offload_chunk_mb) && memory.offload_chunk_mb >= 0.01f && memory.offload_chunk_mb <= 1e6f,
+           "config: memory.offload_chunk_mb = {} must be a size in MiB, at least 0.01", memory.offload_chunk_mb);
+  if (memory.offload_optimizer != "none") {
+    TS_CHECK(optim.name != "onebit_adam",
+             "config: memory.offload_optimizer = \"{}\" with optim.name = \"onebit_adam\": 1-bit Adam exchanges its "
+             "momentum inside its step, which the chunked stream of an offloaded state does not run; use adamw",
+             memory.offload_optimizer);
+    const bool elementwise = optim.name == "adamw" || optim.name == "sgd";
+    const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
+    TS_CHECK(elementwise || !sharded,
+             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
+             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
+             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
+             memory.offload_optimizer, optim.name,
+             parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
+                                      : parallel.tp > 1 ? "tensor parallelism" : "expert parallelism",
+             optim.name);
+  }
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
@@ -527,6 +547,8 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
+    c.memory.offload_optimizer = r.get("offload_optimizer", c.memory.offload_optimizer);
+    c.memory.offload_chunk_mb = r.get("offload_chunk_mb", c.memory.offload_chunk_mb);
     c.memory.offload_dir = r.get("offload_dir", c.memory.offload_dir);
     c.memory.ram_budget_mb = r.get("ram_budget_mb", c.memory.ram_budget_mb);
     r.finish();
@@ -674,6 +696,8 @@ std::string to_toml(const RunConfig& c) {
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
                                           {"offload_activations", c.memory.offload_activations},
+                                          {"offload_optimizer", c.memory.offload_optimizer},
+                                          {"offload_chunk_mb", shortest(c.memory.offload_chunk_mb)},
                                           {"offload_dir", c.memory.offload_dir},
                                           {"ram_budget_mb", shortest(c.memory.ram_budget_mb)}}},
                    {"checkpoint", toml::table{{"every", c.checkpoint.every},

@@ -80,6 +80,9 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
   o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);
+  if (cfg.memory.offload_optimizer == "nvme") {
+    o.offload_optimizer_chunk_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.offload_chunk_mb) * 1048576.0);
+  }
   return o;
 }
 
@@ -156,9 +159,17 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   if (cfg.memory.offloads()) {
     int offloaded = 0;
     for (const exec::Action& a : engine.program().actions) offloaded += a.offload;
-    text += fmt::format("\nmemory tiers: the activations of {} unit forwards per step wait for their backward in the "
-                        "nvme tier ({}); parameters, gradients and optimizer state in compute memory",
-                        offloaded, cfg.memory.offload_dir.empty() ? cfg.train.out_dir + "/offload" : cfg.memory.offload_dir);
+    const size_t chunks = engine.optimizer_state_chunks();
+    text += fmt::format("\nmemory tiers ({}): the activations {}; the optimizer state {}; parameters and gradients in "
+                        "compute memory",
+                        cfg.memory.offload_dir.empty() ? cfg.train.out_dir + "/offload" : cfg.memory.offload_dir,
+                        offloaded > 0 ? fmt::format("of {} unit forwards per step wait for their backward in the nvme "
+                                                    "tier", offloaded)
+                                      : std::string("in compute memory"),
+                        chunks > 0 ? fmt::format("in the nvme tier, streamed through compute memory in {} chunk{} of "
+                                                 "about {:g} MiB", chunks, chunks == 1 ? "" : "s",
+                                                 cfg.memory.offload_chunk_mb)
+                                   : std::string("in compute memory"));
   }
   return text;
 }

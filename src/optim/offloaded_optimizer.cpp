@@ -1,0 +1,177 @@
+#include "optim/offloaded_optimizer.h"
+
+#include <algorithm>
+#include <map>
+
+namespace tessera::optim {
+
+namespace {
+
+// The end of the chunk that starts at segment `first`: whole parameters, at least one, as many as
+// stay within `chunk_bytes` of state.
+size_t chunk_end(std::span<const Segment> segments, size_t first, const OffloadedOptimizer::StateBytes& state_bytes,
+                 int64_t chunk_bytes) {
+  size_t end = first;
+  while (end < segments.size()) {
+    size_t next = end + 1;
+    while (next < segments.size() && segments[next].param == segments[end].param) ++next;
+    if (end > first && state_bytes(segments.subspan(first, next - first)) > chunk_bytes) break;
+    end = next;
+  }
+  return end;
+}
+
+}  // namespace
+
+OffloadedOptimizer::OffloadedOptimizer(std::span<const Segment> segments, const Factory& make,
+                                       const StateBytes& state_bytes, memory::NvmeStore& store, int64_t chunk_bytes,
+                                       MemoryAccountant& memory)
+    : store_(store), memory_(memory) {
+  TS_CHECK(!segments.empty(), "an offloaded optimizer over no parameters");
+  TS_CHECK(chunk_bytes > 0, "optimizer state chunks of {} bytes", chunk_bytes);
+  owned_elements_ = total_elements(segments);
+  for (size_t first = 0; first < segments.size();) {
+    Chunk& c = chunks_.emplace_back();
+    c.first = first;
+    c.end = chunk_end(segments, first, state_bytes, chunk_bytes);
+    for (size_t i = c.first; i < c.end; ++i) c.sizes.push_back(segments[i].size());
+    c.optimizer = make(segments.subspan(c.first, c.end - c.first));
+    for (const StateTensor& t : c.optimizer->state_dict().tensors) {
+      const std::shared_ptr<Storage>& s = t.values.storage();
+      if (!t.values.defined() || !s->movable() || s->bytes() == 0) continue;
+      if (std::find(c.storages.begin(), c.storages.end(), s) == c.storages.end()) c.storages.push_back(s);
+    }
+    for (const std::shared_ptr<Storage>& s : c.storages) c.extents.push_back(store_.allocate(s->bytes()));
+    write_back(c);
+    evict(c);
+    first = c.end;
+  }
+}
+
+OffloadedOptimizer::~OffloadedOptimizer() {
+  for (Chunk& c : chunks_) {
+    for (const std::shared_ptr<memory::CopyWork>& w : c.works) {
+      try {
+        if (w) w->wait();
+      } catch (const std::exception&) {
+        // The run is already ending with the error that stopped it.
+      }
+    }
+    for (const memory::Extent& e : c.extents) store_.release(e);
+  }
+}
+
+void OffloadedOptimizer::write_back(Chunk& c) {
+  c.works.clear();
+  for (size_t i = 0; i < c.storages.size(); ++i) {
+    c.works.push_back(store_.write(c.extents[i], c.storages[i]->data(), c.storages[i]->bytes()));
+  }
+}
+
+void OffloadedOptimizer::evict(Chunk& c) {
+  for (const std::shared_ptr<memory::CopyWork>& w : c.works) w->wait();
+  c.works.clear();
+  for (const std::shared_ptr<Storage>& s : c.storages) s->evict(Tier::Nvme);
+  c.resident = false;
+}
+
+void OffloadedOptimizer::fetch(Chunk& c) {
+  if (c.resident) return;
+  c.works.clear();
+  for (size_t i = 0; i < c.storages.size(); ++i) {
+    void* into = c.storages[i]->make_resident();
+    c.works.push_back(store_.read(c.extents[i], into, c.storages[i]->bytes()));
+  }
+  c.resident = true;
+}
+
+void OffloadedOptimizer::wait(Chunk& c) {
+  for (const std::shared_ptr<memory::CopyWork>& w : c.works) w->wait();
+  c.works.clear();
+}
+
+void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
+  TS_CHECK(segments.size() == chunks_.back().end, "offloaded optimizer: {} segments, its chunks cover {}",
+           segments.size(), chunks_.back().end);
+  // Chunk k updates while k + 1 is read and k − 1 is written: three chunks' state at most.
+  fetch(chunks_.front());
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    Chunk& c = chunks_[k];
+    if (k + 1 < chunks_.size()) fetch(chunks_[k + 1]);
+    wait(c);
+    c.optimizer->step(lr, segments.subspan(c.first, c.end - c.first));
+    if (k > 0) evict(chunks_[k - 1]);
+    write_back(c);
+  }
+  evict(chunks_.back());
+}
+
+StateDict OffloadedOptimizer::state_dict() {
+  // Every chunk's state, concatenated in segment order: the state of one optimizer over all of them.
+  StateDict whole;
+  whole.steps = steps_taken();
+  std::vector<std::vector<StateTensor>> parts;
+  for (Chunk& c : chunks_) {
+    fetch(c);
+    wait(c);
+    parts.push_back(c.optimizer->state_dict().tensors);
+  }
+  for (size_t t = 0; t < parts.front().size(); ++t) {
+    int64_t elements = 0;
+    for (const auto& p : parts) elements += p[t].values.defined() ? p[t].values.numel() : 0;
+    const StateTensor& first = parts.front()[t];
+    StateTensor joined{first.name, Tensor(), {}};
+    if (elements > 0 || first.values.defined()) {
+      joined.values = Tensor::empty({elements}, first.values.dtype(), MemoryTag::Optimizer, memory_);
+    }
+    int64_t at = 0;
+    const bool per_segment = std::any_of(parts.begin(), parts.end(), [&](const auto& p) { return !p[t].segment_offsets.empty(); });
+    if (per_segment) joined.segment_offsets.push_back(0);
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const StateTensor& piece = parts[k][t];
+      const int64_t n = piece.values.defined() ? piece.values.numel() : 0;
+      if (n > 0) joined.values.slice(0, at, at + n).copy_from(piece.values.reshape({n}));
+      if (per_segment) {
+        // A chunk's part offsets, or one part per element of each of its segments.
+        int64_t elements_before = 0;
+        for (size_t i = 0; i < chunks_[k].sizes.size(); ++i) {
+          elements_before += chunks_[k].sizes[i];
+          joined.segment_offsets.push_back(at + (piece.segment_offsets.empty() ? elements_before
+                                                                               : piece.segment_offsets[i + 1]));
+        }
+      }
+      at += n;
+    }
+    whole.tensors.push_back(std::move(joined));
+  }
+  for (Chunk& c : chunks_) {
+    write_back(c);
+    evict(c);
+  }
+  return whole;
+}
+
+void OffloadedOptimizer::load_state_dict(StateDict state) {
+  // Each chunk takes its part of every tensor, found by the lengths of its own state.
+  std::map<std::string, int64_t> at;
+  for (Chunk& c : chunks_) {
+    fetch(c);
+    wait(c);
+    StateDict mine = c.optimizer->state_dict();
+    for (StateTensor& t : mine.tensors) {
+      const int64_t n = t.values.defined() ? t.values.numel() : 0;
+      const Tensor& whole = state.at(t.name);
+      int64_t& from = at[t.name];
+      TS_CHECK(from + n <= whole.numel(), "optimizer state '{}' holds {} elements, fewer than its chunks need",
+               t.name, whole.numel());
+      if (n > 0) t.values = whole.reshape({whole.numel()}).slice(0, from, from + n);
+      from += n;
+    }
+    mine.steps = state.steps;
+    c.optimizer->load_state_dict(std::move(mine));
+    write_back(c);
+    evict(c);
+  }
+}
+
+}  // namespace tessera::optim

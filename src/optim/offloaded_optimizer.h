@@ -1,0 +1,68 @@
+#pragma once
+// The optimizer's state in the nvme tier (memory.offload_optimizer = "nvme"; ZeRO-Offload's and
+// ZeRO-Infinity's optimizer offload). The owned segments are cut, at parameter boundaries, into
+// chunks of at most about `chunk_bytes` of state; each chunk has an optimizer of its own, of the
+// same kind and settings, whose state lives in the nvme tier between steps. A step streams the
+// chunks: while chunk k updates, chunk k + 1's state is read and chunk k − 1's written back, so at
+// most three chunks' state is in compute memory at once, and the disk works while the cores do.
+//
+// An optimizer over a chunk gives the bits it gives over all segments when its update of a
+// parameter reads only that parameter's segments: every optimizer here does when a parameter is
+// one segment on the rank (no ZeRO, tensor or expert sharding), and the elementwise ones (AdamW,
+// SGD) always. The run config refuses the others under sharding, whose per-tensor statistics are
+// summed over ranks in collectives a chunked step would split differently on each rank.
+//
+// A checkpoint reads the state whole (state_dict concatenates the chunks' in compute memory), so
+// a state larger than RAM cannot be saved yet.
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "memory/nvme_store.h"
+#include "optim/optimizer.h"
+
+namespace tessera::optim {
+
+class OffloadedOptimizer final : public Optimizer {
+ public:
+  // Builds the optimizer of one chunk's segments (the kind and settings of the whole).
+  using Factory = std::function<std::unique_ptr<Optimizer>(std::span<const Segment> chunk)>;
+  // The state bytes an optimizer of that kind keeps for some segments.
+  using StateBytes = std::function<int64_t(std::span<const Segment> chunk)>;
+  // `segments`: the owned segments every step will pass, in order. Builds the chunks one at a time,
+  // each written out before the next is made, so construction holds one chunk's state at most.
+  OffloadedOptimizer(std::span<const Segment> segments, const Factory& make, const StateBytes& state_bytes,
+                     memory::NvmeStore& store, int64_t chunk_bytes, MemoryAccountant& memory);
+  ~OffloadedOptimizer() override;
+
+  std::string_view name() const override { return chunks_.front().optimizer->name(); }
+  void step(float lr, std::span<const Segment> segments) override;
+  StateDict state_dict() override;
+  void load_state_dict(StateDict state) override;
+  int64_t steps_taken() const override { return chunks_.front().optimizer->steps_taken(); }
+  int64_t owned_elements() const override { return owned_elements_; }
+  size_t chunks() const { return chunks_.size(); }
+
+ private:
+  struct Chunk {
+    size_t first = 0, end = 0;  // segments [first, end)
+    std::vector<int64_t> sizes;  // their elements
+    std::unique_ptr<Optimizer> optimizer;
+    std::vector<std::shared_ptr<Storage>> storages;  // its state's, each once
+    std::vector<memory::Extent> extents;             // where each lives on the nvme tier
+    std::vector<std::shared_ptr<memory::CopyWork>> works;
+    bool resident = true;
+  };
+  void write_back(Chunk& chunk);  // posts the writes
+  void evict(Chunk& chunk);       // waits for them and frees the compute copies
+  void fetch(Chunk& chunk);       // makes the state resident and posts the reads
+  void wait(Chunk& chunk);        // waits for the reads
+
+  memory::NvmeStore& store_;
+  MemoryAccountant& memory_;  // for the whole state a checkpoint reads
+  std::vector<Chunk> chunks_;
+  int64_t owned_elements_ = 0;
+};
+
+}  // namespace tessera::optim
