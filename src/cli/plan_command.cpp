@@ -42,6 +42,7 @@ struct PlanArgs {
   bool calibrate_here = false;
   std::string out = "cluster-here.toml";  // where --calibrate-here writes
   std::string name = "here";              // the cluster's name in that file
+  std::string offload_dir;                // the folder whose disk it measures; "": the output's
   std::string links_out;                  // set: this process is a rank of the link measurement
   std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
   std::string step_out;                   // set: one process of the reference step measurement
@@ -148,11 +149,13 @@ void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
   }
   if (a.calibrate_here) {
     TS_CHECK(extras.empty() && a.config.empty() && a.ranks == 0 && !a.json && a.model.empty() && a.layout.empty(),
-             "plan: --calibrate-here measures this machine and takes only --out and --name; predict a run afterwards "
-             "with --config run.toml --cluster {}", a.out);
-    calibrate_here(a.out, a.name);
+             "plan: --calibrate-here measures this machine and takes only --out, --name and --offload-dir; predict a "
+             "run afterwards with --config run.toml --cluster {}", a.out);
+    calibrate_here(a.out, a.name, a.offload_dir);
     return;
   }
+  TS_CHECK(a.offload_dir.empty(), "plan: --offload-dir goes with --calibrate-here (the folder whose disk it measures); "
+           "a run's offload folder is memory.offload_dir in its config");
   if (!a.config.empty()) {
     run_plan_config(a, extras);
     return;
@@ -244,9 +247,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "with --config: print one JSON object (bytes per tag per stage, seconds)");
   cmd->add_flag("--calibrate-here", args->calibrate_here,
                 "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "
-                "latency and bandwidth between two processes) and write it as a cluster TOML to --out (about a minute)");
+                "latency and bandwidth between two processes, the disk of --offload-dir) and write it as a cluster "
+                "TOML to --out (about a minute)");
   cmd->add_option("--out", args->out, "with --calibrate-here: the cluster TOML to write")->capture_default_str();
   cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
+  cmd->add_option("--offload-dir", args->offload_dir,
+                  "with --calibrate-here: the folder whose disk it measures for the nvme tier (where runs offload, "
+                  "memory.offload_dir; default: --out's folder)");
   // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
   cmd->add_option("--calibrate-links", args->links_out)->group("");
   cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");
