@@ -1,4 +1,5 @@
 #include "cli/calibrate_here.h"
+#include "cli/calibrate_disk.h"
 #include "cli/calibrate_step.h"
 
 #include <fmt/format.h>
@@ -340,7 +341,7 @@ std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0
 
 }  // namespace
 
-void calibrate_here(const std::string& out, const std::string& name) {
+void calibrate_here(const std::string& out, const std::string& name, const std::string& offload_dir) {
   // A minute of measuring is lost if the file cannot be written at the end: check its place first.
   const std::filesystem::path target(out);
   const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
@@ -352,6 +353,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
   {
     AtomicFile probe(target);  // the same temporary file the end writes, removed uncommitted
   }
+  const DiskMeasurement disk = plan_disk_measurement(offload_dir.empty() ? folder.string() : offload_dir);
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<int> thread_counts;
   for (int t = 1; t < cores; t *= 2) thread_counts.push_back(t);
@@ -430,6 +432,8 @@ void calibrate_here(const std::string& out, const std::string& name) {
                "after about 2 ms of compute, halved)\n", factor, shared_latency.back() * 1e6);
   }
 
+  const plan::DiskSpec disk_bandwidth = measure_disk(disk);
+
   const auto [total, available] = memory_now();
   plan::ClusterSpec c;
   c.name = name;
@@ -452,6 +456,7 @@ void calibrate_here(const std::string& out, const std::string& name) {
   c.efficiency.link = 1.0;
   c.efficiency.kernel_overhead = measured.back().overhead;
   c.efficiency.kernels = measured.back().kernels;
+  c.disk = disk_bandwidth;
   c.host.cores = cores;
   c.host.shared_factor = shared_factor;
   c.host.shared_latency = shared_latency;
@@ -510,9 +515,10 @@ void calibrate_here(const std::string& out, const std::string& name) {
                                          "is the intra_node one: a single machine never crosses a network.\n# Other "
                                          "processes kept {:.0f}% of the cores busy while it was measured.\n{}",
                                          100 * others, plan::cluster_toml(c)));
-  fmt::print("peak {:.1f} GFLOP/s ({} x {:.1f} per core), {:.1f} GB/s streaming, {} of {} in use by others\n",
+  fmt::print("peak {:.1f} GFLOP/s ({} x {:.1f} per core), {:.1f} GB/s streaming, {} of {} in use by others, disk "
+             "{:.2f} GB/s written and {:.2f} GB/s read\n",
              c.device.peak_flops_fp32 / 1e9, cores, per_core_peak / 1e9, c.device.memory_bandwidth / 1e9,
-             gib(c.device.reserved_bytes), gib(total));
+             gib(c.device.reserved_bytes), gib(total), c.disk.write_bandwidth / 1e9, c.disk.read_bandwidth / 1e9);
   fmt::print("other processes kept {:.0f}% of the cores busy while calibrating\n", 100 * others);
   if (others > kBusyShare) {
     fmt::print(stderr, "warning: plan --calibrate-here: the machine was busy: every speed above is slower than this "

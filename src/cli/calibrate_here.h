@@ -13,15 +13,19 @@
 //   - the engine's training step on a reference model with each thread count, as a data-parallel
 //     run of cores / threads ranks (`tessera launch -n R -- plan --calibrate-step FILE`; one process
 //     where it takes every core), against what the kernels above predict for it: the step efficiency;
-//   - memory: the machine's total, less what is in use by others now (reserved).
+//   - memory: the machine's total, less what is in use by others now (reserved);
+//   - the disk's write and read bandwidth through the nvme tier's store in the offload folder
+//     (calibrate_disk.h), a few seconds.
 // Every kernel and link measurement is the best of repeated runs (the least disturbed by other
 // work), the step the median of its steps; it prints each as it goes and takes about a minute.
 #include <string>
 
 namespace tessera::cli {
 
-// Measures this machine and writes its cluster TOML to `out` (named `name`).
-void calibrate_here(const std::string& out, const std::string& name);
+// Measures this machine and writes its cluster TOML to `out` (named `name`), the disk in
+// `offload_dir` ("": the folder `out` goes to). Refuses an `out` or `offload_dir` it cannot use
+// before it measures anything.
+void calibrate_here(const std::string& out, const std::string& name, const std::string& offload_dir);
 
 // One process's side of the step measurement: the reference step's seconds with `threads` threads,
 // written to `out` as JSON ({"seconds"}). Started as ranks of `tessera launch`, a data-parallel step

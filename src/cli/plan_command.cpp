@@ -1,6 +1,7 @@
 // `tessera plan`: memory and time of a layout, or the best layouts, of a model on a cluster.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,7 @@
 #include "core/check.h"
 #include "plan/config_files.h"
 #include "plan/memory_model.h"
+#include "plan/offload_io.h"
 #include "plan/planner.h"
 #include "plan/published.h"
 #include "plan/report.h"
@@ -40,6 +42,7 @@ struct PlanArgs {
   bool calibrate_here = false;
   std::string out = "cluster-here.toml";  // where --calibrate-here writes
   std::string name = "here";              // the cluster's name in that file
+  std::string offload_dir;                // the folder whose disk it measures; "": the output's
   std::string links_out;                  // set: this process is a rank of the link measurement
   std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
   std::string step_out;                   // set: one process of the reference step measurement
@@ -68,25 +71,53 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   const ClusterSpec cluster = load_cluster(a.cluster);
   const PipelineModel pipeline = a.simulate ? simulated_pipeline() : closed_form_pipeline();
   check_layout(run.model, l, l.devices());
-  const Estimate est = estimate(run.model, l, cluster, pipeline);
+  Estimate est = estimate(run.model, l, cluster, pipeline);
   // The run's own accounting: each tag's peak and the peak of all of them at once, per stage.
   const train::PredictedMemory memory = train::predict_memory(config, run);
+  // The nvme tier's traffic of each stage, beside the compute of the step; the slowest stage's
+  // exposed I/O lengthens the step, which waits for its slowest rank.
+  std::vector<OffloadIo> io;
+  double exposed = 0;
+  for (double bytes : memory.nvme_traffic) {
+    io.push_back(offload_io(cluster, bytes, cluster.devices_on_a_node(l.devices()), est.time.compute));
+    exposed = std::max(exposed, io.back().exposed_seconds);
+  }
+  add_exposed_io(est, exposed);
+  const bool timed = std::all_of(io.begin(), io.end(), [](const OffloadIo& s) { return s.timed; });
   if (!a.json) {
-    fmt::print("{}", format_run_estimate(run.model, cluster, est, memory.tags, memory.peak));
+    fmt::print("{}", format_run_estimate(run.model, cluster, est, memory.tags, memory.peak, memory.nvme, io));
     return;
   }
-  auto tags = [](const MemoryBreakdown& m, double peak) {
+  // Seconds where the disk is known; null where the run moves bytes the cluster cannot time.
+  auto seconds = [&](double s) { return timed ? nlohmann::json(s) : nlohmann::json(nullptr); };
+  auto io_of = [&](size_t stage) {
+    return nlohmann::json{{"bytes_written", io[stage].bytes_written},
+                          {"bytes_read", io[stage].bytes_read},
+                          {"seconds", seconds(io[stage].seconds)},
+                          {"exposed_seconds", seconds(io[stage].exposed_seconds)}};
+  };
+  auto tags = [&](size_t stage) {
     nlohmann::json j = nlohmann::json::object();
-    for (auto tag : kEngineMemoryTags) j[std::string(tag)] = m.by_tag(tag);
-    j["peak"] = peak;
+    for (auto tag : kEngineMemoryTags) j[std::string(tag)] = memory.tags[stage].by_tag(tag);
+    j["peak"] = memory.peak[stage];
+    j["nvme"] = memory.nvme[stage];
     return j;
   };
+  const auto worst = static_cast<size_t>(memory.worst);
+  // The step's I/O: the stage that moves the most, whose exposed part lengthens the step.
+  size_t busiest = 0;
+  for (size_t s = 0; s < io.size(); ++s) {
+    if (io[s].bytes_written > io[busiest].bytes_written) busiest = s;
+  }
+  nlohmann::json step_io = io_of(busiest);
+  step_io["stage"] = busiest;
   nlohmann::json out = {{"layout", to_string(l)},
                         {"ranks", l.devices()},
                         {"cluster", cluster.name},
                         {"worst_stage", memory.worst},
-                        {"memory", tags(memory.tags[static_cast<size_t>(memory.worst)], memory.peak[static_cast<size_t>(memory.worst)])},
+                        {"memory", tags(worst)},
                         {"stages", nlohmann::json::array()},
+                        {"io", step_io},
                         {"step_seconds", est.time.step},
                         {"time",
                          {{"compute", est.time.compute},
@@ -95,10 +126,14 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
                           {"bubble", est.time.bubble},
                           {"dp_comm", est.time.dp_comm},
                           {"optimizer", est.time.optimizer},
+                          {"io", seconds(est.time.io)},
                           {"microbatch_forward", est.microbatch.forward},
                           {"microbatch_backward", est.microbatch.backward},
                           {"microbatch_transfer", est.microbatch.p2p}}}};
-  for (size_t s = 0; s < memory.tags.size(); ++s) out["stages"].push_back(tags(memory.tags[s], memory.peak[s]));
+  for (size_t s = 0; s < memory.tags.size(); ++s) {
+    out["stages"].push_back(tags(s));
+    out["stages"].back()["io"] = io_of(s);
+  }
   fmt::print("{}\n", out.dump());
 }
 
@@ -114,11 +149,13 @@ void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
   }
   if (a.calibrate_here) {
     TS_CHECK(extras.empty() && a.config.empty() && a.ranks == 0 && !a.json && a.model.empty() && a.layout.empty(),
-             "plan: --calibrate-here measures this machine and takes only --out and --name; predict a run afterwards "
-             "with --config run.toml --cluster {}", a.out);
-    calibrate_here(a.out, a.name);
+             "plan: --calibrate-here measures this machine and takes only --out, --name and --offload-dir; predict a "
+             "run afterwards with --config run.toml --cluster {}", a.out);
+    calibrate_here(a.out, a.name, a.offload_dir);
     return;
   }
+  TS_CHECK(a.offload_dir.empty(), "plan: --offload-dir goes with --calibrate-here (the folder whose disk it measures); "
+           "a run's offload folder is memory.offload_dir in its config");
   if (!a.config.empty()) {
     run_plan_config(a, extras);
     return;
@@ -210,9 +247,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "with --config: print one JSON object (bytes per tag per stage, seconds)");
   cmd->add_flag("--calibrate-here", args->calibrate_here,
                 "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "
-                "latency and bandwidth between two processes) and write it as a cluster TOML to --out (about a minute)");
+                "latency and bandwidth between two processes, the disk of --offload-dir) and write it as a cluster "
+                "TOML to --out (about a minute)");
   cmd->add_option("--out", args->out, "with --calibrate-here: the cluster TOML to write")->capture_default_str();
   cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
+  cmd->add_option("--offload-dir", args->offload_dir,
+                  "with --calibrate-here: the folder whose disk it measures for the nvme tier (where runs offload, "
+                  "memory.offload_dir; default: --out's folder)");
   // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
   cmd->add_option("--calibrate-links", args->links_out)->group("");
   cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");

@@ -139,6 +139,13 @@ void ClusterSpec::validate() const {
   check_curve(efficiency.attention_curve, name, "cluster.efficiency.attention_efficiency");
   check_curve(efficiency.attention_backward_curve, name, "cluster.efficiency.attention_backward_efficiency");
   check_kernels(efficiency.kernels, name, "cluster.efficiency");
+  // Both figures or neither: a disk known in one direction cannot time a step, which writes and
+  // reads every offloaded byte.
+  TS_CHECK(std::isfinite(disk.read_bandwidth) && std::isfinite(disk.write_bandwidth) && disk.read_bandwidth >= 0 &&
+               disk.write_bandwidth >= 0 && (disk.read_bandwidth > 0) == (disk.write_bandwidth > 0),
+           "config: cluster '{}': cluster.disk.read_gbps = {} and write_gbps = {} must both be positive (GB/s through "
+           "the nvme tier's store; tessera plan --calibrate-here --offload-dir DIR measures them), or both left out "
+           "when the disk is not known", name, disk.read_bandwidth / kGB, disk.write_bandwidth / kGB);
   TS_CHECK(host.cores >= 0, "config: cluster '{}': cluster.host.cores must be positive", name);
   if (host.cores == 0) return;
   TS_CHECK(host.shared_factor.size() == host.shared_latency.size(),
@@ -274,6 +281,10 @@ ClusterSpec read_cluster_config(config::TableReader r) {
   TS_CHECK(c.host.cores > 0 || c.host.processes.empty(),
            "config: cluster '{}': [[cluster.host.process]] entries need cluster.host.cores", c.name);
   h.finish();
+  config::TableReader disk = r.table("disk");
+  c.disk.read_bandwidth = disk.get<double>("read_gbps", 0.0) * kGB;
+  c.disk.write_bandwidth = disk.get<double>("write_gbps", 0.0) * kGB;
+  disk.finish();
   r.finish();
   c.validate();
   return c;
@@ -302,6 +313,10 @@ std::string cluster_toml(const ClusterSpec& c) {
                      c.efficiency.memory, c.efficiency.link, c.efficiency.kernel_overhead / kMicro);
   out += curve_toml(c.efficiency.gemm_curve, "gemm") + curve_toml(c.efficiency.attention_curve, "attention") +
          curve_toml(c.efficiency.attention_backward_curve, "attention_backward") + kernels_toml(c.efficiency.kernels);
+  if (c.disk.known()) {
+    out += fmt::format("\n[cluster.disk]\nread_gbps = {}\nwrite_gbps = {}\n", c.disk.read_bandwidth / kGB,
+                       c.disk.write_bandwidth / kGB);
+  }
   if (c.host.cores == 0) return out;
   out += fmt::format("\n[cluster.host]\ncores = {}\n", c.host.cores);
   if (!c.host.shared_factor.empty()) {

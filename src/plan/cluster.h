@@ -101,6 +101,16 @@ struct HostSpec {
   bool operator==(const HostSpec&) const = default;
 };
 
+// The node's local disk, where the nvme tier keeps its files (memory.offload_activations = "nvme"):
+// the bandwidth of large transfers through the store, all of the node's processes together (they
+// share it). 0 where not known: a plan that moves bytes to the tier then says it cannot time them.
+struct DiskSpec {
+  double read_bandwidth = 0;   // bytes/s
+  double write_bandwidth = 0;  // bytes/s
+  bool known() const { return read_bandwidth > 0 && write_bandwidth > 0; }
+  bool operator==(const DiskSpec&) const = default;
+};
+
 struct ClusterSpec {
   std::string name;
   std::string description;
@@ -111,6 +121,7 @@ struct ClusterSpec {
   LinkSpec inter_node;    // e.g. one InfiniBand NIC per device
   EfficiencySpec efficiency;
   HostSpec host;          // a shared CPU machine; absent (cores 0) for accelerators
+  DiskSpec disk;          // a node's, for the nvme tier; absent (0) when not known
 
   double peak_flops(Precision p) const { return p == Precision::Bf16 ? device.peak_flops_bf16 : device.peak_flops_fp32; }
   double usable_memory() const { return device.memory_bytes - device.reserved_bytes; }
@@ -123,7 +134,7 @@ struct ClusterSpec {
 };
 
 // Reads the `[cluster]` table (units as written in the TOML: TFLOP/s, GiB, GB/s, microseconds,
-// GFLOP for the curves' points).
+// GFLOP for the curves' points; the disk's `[cluster.disk]` read_gbps and write_gbps in GB/s).
 ClusterSpec read_cluster_config(config::TableReader reader);
 // The `[cluster]` TOML that read_cluster_config reads back as `c` (up to the rounding of its units).
 std::string cluster_toml(const ClusterSpec& c);

@@ -19,6 +19,7 @@ struct TimeBreakdown {
   double bubble = 0;     // pipeline fill and drain: makespan minus the three above
   double dp_comm = 0;    // exposed data-parallel / ZeRO communication and the tied-embedding sync
   double optimizer = 0;  // the optimizer step on the rank's shard (bandwidth-bound)
+  double io = 0;         // nvme-tier transfers the compute does not hide (plan/offload_io.h; a run's plan only)
   double step = 0;       // the sum: seconds per optimizer step
 };
 

@@ -1,8 +1,10 @@
 #include "plan/report.h"
 
-#include "plan/moe_model.h"
+#include <algorithm>
 
 #include <fmt/format.h>
+
+#include "plan/moe_model.h"
 
 #include "plan/recompute_model.h"
 
@@ -145,19 +147,55 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   return out;
 }
 
+namespace {
+
+// The nvme tier's traffic per step, a column per stage, and its time at the cluster's disk.
+std::string format_io(const ClusterSpec& c, const Estimate& e, const std::vector<OffloadIo>& io) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  auto row = [&](const char* name, auto value) {
+    std::string line = fmt::format("  {:<15}", name);
+    for (const OffloadIo& s : io) line += fmt::format(" {:>10}", value(s));
+    return line + "\n";
+  };
+  std::string out = "nvme I/O per step, a rank of each stage (the offloaded activations, written after their forward "
+                    "and read back once before their backward):\n";
+  out += row("written MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_written / kMiB); });
+  out += row("read MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_read / kMiB); });
+  const bool timed = std::all_of(io.begin(), io.end(), [](const OffloadIo& s) { return s.timed; });
+  if (!timed) {
+    return out + fmt::format("  cluster '{}' does not give its disk's bandwidth ([cluster.disk] read_gbps and "
+                             "write_gbps; `tessera plan --calibrate-here --offload-dir DIR` measures them): the I/O "
+                             "is not timed, and the step time below leaves it out\n\n", c.name);
+  }
+  const int64_t sharing = c.devices_on_a_node(e.layout.devices());
+  out += row("seconds", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.seconds); });
+  out += row("exposed s", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.exposed_seconds); });
+  out += fmt::format("  at the disk's {:.2f} GB/s written and {:.2f} GB/s read{}; the copy engine runs beside the "
+                     "step's {:.4f} s of forwards and backwards, and what outlasts them is exposed\n\n",
+                     c.disk.write_bandwidth / 1e9, c.disk.read_bandwidth / 1e9,
+                     sharing > 1 ? fmt::format(", shared by the node's {} ranks", sharing) : std::string(),
+                     e.time.compute);
+  return out;
+}
+
+}  // namespace
+
 std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
-                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks) {
+                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks,
+                                const std::vector<double>& nvme_peaks, const std::vector<OffloadIo>& io) {
   constexpr double kMiB = 1024.0 * 1024.0;
   const Layout& l = e.layout;
   const TimeBreakdown& t = e.time;
+  const bool offloads = std::any_of(nvme_peaks.begin(), nvme_peaks.end(), [](double b) { return b > 0; }) ||
+                        std::any_of(io.begin(), io.end(), [](const OffloadIo& s) { return s.bytes_written > 0; });
   std::string out;
   out += fmt::format("model:   {}\n", describe_model(m));
   out += fmt::format("cluster: {}\n", describe_cluster(c));
   out += fmt::format("layout:  {}\n", to_string(l));
   out += fmt::format("         {} ranks (dp {} x tp {} x pp {}), {} microbatches of {} per step, schedule {}\n\n",
                      l.devices(), l.dp, l.tp, l.pp, l.microbatches(), l.micro_batch, config::schedule_name(l.schedule));
-  out += "memory per rank, MiB (a rank of each pipeline stage): each tag's own peak, then the memory peak, every "
-         "tag at once:\n";
+  out += fmt::format("memory per rank, MiB (a rank of each pipeline stage): each tag's own peak, then the memory peak, "
+                     "every tag at once{}:\n", offloads ? ", and the most the nvme tier holds at once" : "");
   out += fmt::format("  {:<15}", "tag");
   for (size_t s = 0; s < stages.size(); ++s) out += fmt::format(" {:>10}", fmt::format("stage {}", s));
   out += "\n";
@@ -172,9 +210,17 @@ std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec&
     out += fmt::format(" {:>10.3f}", peaks[s] / kMiB);
     if (peaks[s] > peaks[worst]) worst = s;
   }
+  out += "\n";
+  if (offloads) {
+    // The nvme tier beside the compute tier: files in the offload folder, not the device's memory.
+    out += fmt::format("  {:<15}", "nvme peak");
+    for (double b : nvme_peaks) out += fmt::format(" {:>10.3f}", b / kMiB);
+    out += "\n";
+  }
   const double peak = peaks.empty() ? 0.0 : peaks[worst];
-  out += fmt::format("\n  the worst rank: stage {}, a memory peak of {:.3f} MiB of {:.1f} GiB usable: {}\n\n", worst,
+  out += fmt::format("  the worst rank: stage {}, a memory peak of {:.3f} MiB of {:.1f} GiB usable: {}\n\n", worst,
                      peak / kMiB, e.memory_capacity / kGiB, peak <= e.memory_capacity ? "fits" : "DOES NOT FIT");
+  if (offloads) out += format_io(c, e, io);
   out += "time per step, seconds:\n";
   auto line = [&](const char* name, double s) {
     out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
@@ -185,6 +231,7 @@ std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec&
   line("bubble", t.bubble);
   line("dp comm", t.dp_comm);
   line("optimizer", t.optimizer);
+  if (offloads) line("nvme I/O", t.io);
   out += fmt::format("  {:<12} {:9.4f}\n", "step", t.step);
   out += fmt::format("throughput: {:.0f} tokens/s, {:.1f} GFLOP/s per rank (hardware)\n", e.tokens_per_second,
                      e.tflops_per_device * 1e3);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "plan/estimate.h"
+#include "plan/offload_io.h"
 #include "plan/planner.h"
 
 namespace tessera::plan {
@@ -21,9 +22,11 @@ std::string format_plan(const config::ModelConfig& m, const ClusterSpec& c, cons
 std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e);
 
 // A run's prediction (`tessera plan --config`): memory per rank of every pipeline stage by the
-// runtime's tags (`stages`, stage 0 first) and the memory peak of every tag at once (`peaks`), the
-// worst rank marked, then the step time by cause.
+// runtime's tags (`stages`, stage 0 first), the memory peak of every tag at once (`peaks`, the
+// compute tier) and the most the nvme tier holds (`nvme_peaks`), the worst rank marked; each
+// stage's nvme I/O per step (`io`), where the run offloads; then the step time by cause.
 std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec& c, const Estimate& e,
-                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks);
+                                const std::vector<MemoryBreakdown>& stages, const std::vector<double>& peaks,
+                                const std::vector<double>& nvme_peaks, const std::vector<OffloadIo>& io);
 
 }  // namespace tessera::plan

@@ -226,8 +226,8 @@ TEST_F(Cli, NumericOptionsSayWhatTheyNeed) {
   EXPECT_FALSE(fs::exists(g_root / "never"));
 }
 
-// A calibration measures for about a minute before it writes its file: a place it cannot write is
-// refused before any of that, not after.
+// A calibration measures for about a minute before it writes its file: a place it cannot write, or
+// an offload folder whose disk it cannot measure, is refused before any of that, not after.
 TEST_F(Cli, CalibrationRefusesAnOutputItCannotWriteBeforeMeasuring) {
   const std::string missing = (g_root / "missing" / "here.toml").string();
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -236,6 +236,15 @@ TEST_F(Cli, CalibrationRefusesAnOutputItCannotWriteBeforeMeasuring) {
       {"plan --calibrate-here --out " + g_root.string(), "error: plan --calibrate-here: --out must name a file to write"},
       // A folder where no file can be made, whoever runs the test (root included).
       {"plan --calibrate-here --out /proc/here.toml", "error: cannot create a file in '/proc' to write '/proc/here.toml'"},
+      // The disk it measures: a folder that exists, is one, and takes a file.
+      {"plan --calibrate-here --out " + (g_root / "here.toml").string() + " --offload-dir " + (g_root / "nowhere").string(),
+       "error: plan --calibrate-here: --offload-dir '" + (g_root / "nowhere").string() + "' does not exist"},
+      {"plan --calibrate-here --out " + (g_root / "here.toml").string() + " --offload-dir /proc/version",
+       "error: plan --calibrate-here: --offload-dir '/proc/version' is not a folder"},
+      {"plan --calibrate-here --out " + (g_root / "here.toml").string() + " --offload-dir /proc",
+       "error: plan --calibrate-here: --offload-dir '/proc' is not writable"},
+      {"plan --config run.toml --cluster cpu-2core --offload-dir " + g_root.string(),
+       "error: plan: --offload-dir goes with --calibrate-here"},
   };
   for (const auto& [args, message] : cases) {
     const auto start = std::chrono::steady_clock::now();
