@@ -74,12 +74,18 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   Estimate est = estimate(run.model, l, cluster, pipeline);
   // The run's own accounting: each tag's peak and the peak of all of them at once, per stage.
   const train::PredictedMemory memory = train::predict_memory(config, run);
-  // The nvme tier's traffic of each stage, beside the compute of the step; the slowest stage's
-  // exposed I/O lengthens the step, which waits for its slowest rank.
+  // The nvme tier's traffic of each stage: the activations' beside the step's forwards and
+  // backwards, the optimizer state's beside the optimizer's update, which is when it streams. The
+  // slowest stage's exposed I/O lengthens the step, which waits for its slowest rank.
   std::vector<OffloadIo> io;
   double exposed = 0;
-  for (double bytes : memory.nvme_traffic) {
-    io.push_back(offload_io(cluster, bytes, cluster.devices_on_a_node(l.devices()), est.time.compute));
+  const int64_t sharing = cluster.devices_on_a_node(l.devices());
+  for (size_t s = 0; s < memory.nvme_traffic.size(); ++s) {
+    const OffloadIo activations = offload_io(cluster, memory.nvme_traffic[s], sharing, est.time.compute);
+    const OffloadIo state = offload_io(cluster, memory.nvme_optimizer_traffic[s], sharing, est.time.optimizer);
+    io.push_back({activations.bytes_written + state.bytes_written, activations.bytes_read + state.bytes_read,
+                  activations.timed && state.timed, activations.seconds + state.seconds,
+                  activations.exposed_seconds + state.exposed_seconds});
     exposed = std::max(exposed, io.back().exposed_seconds);
   }
   add_exposed_io(est, exposed);

@@ -157,8 +157,9 @@ std::string format_io(const ClusterSpec& c, const Estimate& e, const std::vector
     for (const OffloadIo& s : io) line += fmt::format(" {:>10}", value(s));
     return line + "\n";
   };
-  std::string out = "nvme I/O per step, a rank of each stage (the offloaded activations, written after their forward "
-                    "and read back once before their backward):\n";
+  std::string out = "nvme I/O per step, a rank of each stage (offloaded activations, written after their forward and "
+                    "read back once before their backward; an offloaded optimizer state, read and written back in the "
+                    "update):\n";
   out += row("written MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_written / kMiB); });
   out += row("read MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_read / kMiB); });
   const bool timed = std::all_of(io.begin(), io.end(), [](const OffloadIo& s) { return s.timed; });
@@ -170,11 +171,12 @@ std::string format_io(const ClusterSpec& c, const Estimate& e, const std::vector
   const int64_t sharing = c.devices_on_a_node(e.layout.devices());
   out += row("seconds", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.seconds); });
   out += row("exposed s", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.exposed_seconds); });
-  out += fmt::format("  at the disk's {:.2f} GB/s written and {:.2f} GB/s read{}; the copy engine runs beside the "
-                     "step's {:.4f} s of forwards and backwards, and what outlasts them is exposed\n\n",
+  out += fmt::format("  at the disk's {:.2f} GB/s written and {:.2f} GB/s read{}; the copy engine moves the "
+                     "activations beside the step's {:.4f} s of forwards and backwards and the optimizer state beside "
+                     "its {:.4f} s update, and what outlasts them is exposed\n\n",
                      c.disk.write_bandwidth / 1e9, c.disk.read_bandwidth / 1e9,
                      sharing > 1 ? fmt::format(", shared by the node's {} ranks", sharing) : std::string(),
-                     e.time.compute);
+                     e.time.compute, e.time.optimizer);
   return out;
 }
 

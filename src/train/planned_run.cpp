@@ -134,8 +134,10 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       // parameter's state larger than the chunk size.
       const double chunk = static_cast<double>(c.memory.offload_chunk_mb) * 1048576.0;
       out.nvme.back() += tags.optimizer;
-      out.nvme_traffic.back() += tags.optimizer;
+      out.nvme_optimizer_traffic.push_back(tags.optimizer);
       tags.optimizer = std::min(tags.optimizer, 3.0 * chunk);
+    } else {
+      out.nvme_optimizer_traffic.push_back(0);
     }
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
