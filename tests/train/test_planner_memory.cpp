@@ -139,9 +139,18 @@ TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
         EXPECT_LE(std::abs(p - m), 0.05 * m) << where;
       }
       // One memory figure: the peak of every tag at once, predicted and measured under one name.
+      // Where buckets are reduced, what they hold at the peak depends on when the peer took them,
+      // as for the comm tag: the peak is then at most the prediction, by no more than half the
+      // predicted comm peak.
       const double p = want["peak"].get<double>(), m = got["peak"].get<double>();
-      EXPECT_LE(std::abs(p - m), 0.05 * m)
-          << fmt::format("rank {} (stage {}): memory peak predicted {} B, measured {} B", r, stage, p, m);
+      const std::string where = fmt::format("rank {} (stage {}): memory peak predicted {} B, measured {} B", r, stage,
+                                            p, m);
+      if (reducing_buckets) {
+        EXPECT_LE(m, p + 0.05 * m) << where;
+        EXPECT_GE(m, p - want["comm"].get<double>() / 2 - 0.05 * m) << where;
+      } else {
+        EXPECT_LE(std::abs(p - m), 0.05 * m) << where;
+      }
     }
     // The start line states the planner's figure for the worst stage.
     const double worst = predicted["memory"]["peak"].get<double>();

@@ -294,10 +294,15 @@ TEST_F(TrainingProgram, RunFoldersAreLockedAndNotOverwrittenByAccident) {
   const fs::path run = g_root / "folder_rules";
   const pid_t first = spawn_tessera(train_args(run, "--train.steps 100000 --checkpoint.every 1000000"),
                                     (g_root / "folder_rules.log").string());
-  // Wait until the first trainer holds the folder (its metrics appear after the first step). Under
-  // a loaded test run the first step has taken more than 10 s, so allow a minute.
-  for (int i = 0; i < 1200 && !fs::exists(run / "metrics.jsonl"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(fs::exists(run / "metrics.jsonl")) << "the first trainer wrote no metrics within a minute";
+  // Wait until the first trainer holds the folder and has logged a step (the metrics file is made
+  // before the first step and written after it; an empty one is no earlier run). Under a loaded
+  // test run the first step has taken more than 10 s, so allow a minute.
+  const auto logged = [&] {
+    std::error_code ec;
+    return fs::exists(run / "metrics.jsonl", ec) && fs::file_size(run / "metrics.jsonl", ec) > 0;
+  };
+  for (int i = 0; i < 1200 && !logged(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(logged()) << "the first trainer wrote no metrics within a minute";
   CliResult second = run_tessera(train_args(run, "--train.steps 2 --train.overwrite true"));
   EXPECT_NE(second.exit_code, 0);
   EXPECT_NE(second.output.find(" UTC)"), std::string::npos) << "the holder's start as a date: " << second.output;
