@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 
+#include "exec/program_memory.h"
 #include "memory/optimal.h"
+#include "parallel/pipeline/generators.h"
 
 namespace tessera::exec {
 
@@ -91,8 +93,122 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
   return chain;
 }
 
+namespace {
+
+// The activation peak of one microbatch through `plan` (one stage), walked with the interpreter's
+// rules, offloading's included.
+int64_t walked_peak(const StagePlan& plan, const config::ModelConfig& model, int B, int T, int tp, bool sp,
+                    DType activations) {
+  config::ParallelLayout one;
+  one.micro_batch = B;
+  one.global_batch = B;
+  const Program program = lower_training(pipeline::make_schedule(one), 0, plan);
+  return predict_program_memory(program, model, B, T, tp, sp, activations).peak;
+}
+
+double recompute_time(std::span<const memory::ChainUnit> chain, const memory::ChainSchedule& schedule) {
+  double t = 0;
+  for (const memory::ChainOp& op : schedule.backward) {
+    if (op.is_forward()) t += chain[static_cast<size_t>(op.unit)].forward_time;
+  }
+  return t;
+}
+
+// Offloading the first k chain units of the one stage, k = 0 (none) upward; for each, the largest
+// budget handed to the recompute DP whose schedule's walked peak fits `budget`, found by bisection
+// (the walk, not the DP's chain, knows what offloading frees). The cheapest choice in recomputed
+// forwards plus disk time beyond what the step's compute hides wins; ties keep fewer offloads.
+JointPlanChoice plan_jointly(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
+                             std::span<const memory::ChainUnit> chain, int64_t chain_budget, int tp, bool sp,
+                             DType activations) {
+  StagePlan::Stage& stage = plan.stages.front();
+  const int head = model.n_layer + 1;
+  const int64_t lowest = memory::minimum_budget(chain);
+  const int64_t highest = memory::simulate(chain, memory::plan_recompute(memory::RecomputePolicy::None, chain, 1, 0)).peak_bytes;
+  double compute = 0;
+  for (const memory::ChainUnit& u : chain) compute += u.forward_time + u.backward_time;
+  const std::vector<config::UnitActivationBytes> bytes = config::unit_activation_bytes(model, B, T, tp, sp, activations);
+  const double disk = options.disk_write_bytes_per_second > 0 && options.disk_read_bytes_per_second > 0
+                          ? 1.0 / options.disk_write_bytes_per_second + 1.0 / options.disk_read_bytes_per_second
+                          : 0.0;
+  JointPlanChoice best;
+  double best_cost = -1;
+  memory::ChainSchedule best_schedule;
+  std::vector<int> best_offloaded;
+  for (int k = 0; stage.chain_first() + k <= std::min(stage.last - 1, head - 1); ++k) {
+    if (k > 0 && disk == 0) break;  // a disk of unknown speed is not offloaded to
+    std::vector<int> offloaded;
+    int64_t moved = 0;
+    for (int u = stage.chain_first(); u < stage.chain_first() + k; ++u) {
+      offloaded.push_back(u);
+      moved += bytes[static_cast<size_t>(u)].own + bytes[static_cast<size_t>(u - 1)].output;
+    }
+    stage.offloaded = offloaded;
+    const auto fits = [&](int64_t dp_budget, memory::ChainSchedule& schedule) {
+      schedule = memory::optimal_schedule(chain, dp_budget);
+      stage.recompute = schedule;
+      return walked_peak(plan, model, B, T, tp, sp, activations) <= options.budget_bytes;
+    };
+    // The largest DP budget that fits, between the least one and none's peak: a larger budget
+    // recomputes less and keeps more.
+    memory::ChainSchedule schedule, trial;
+    const int64_t start = std::clamp(chain_budget, lowest, highest);
+    int64_t lo = 0;
+    if (fits(start, trial)) {
+      lo = start;
+    } else if (fits(lowest, trial)) {
+      lo = lowest;
+    } else {
+      continue;
+    }
+    int64_t hi = highest;
+    if (fits(hi, trial)) {
+      lo = hi;
+    } else {
+      while (hi - lo > std::max<int64_t>(1, (highest - lowest) / 256)) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (fits(mid, trial)) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+    }
+    fits(lo, schedule);
+    const double recompute = recompute_time(chain, schedule);
+    const double io = static_cast<double>(moved) * disk;
+    const double exposed = std::max(0.0, io - compute);
+    const double cost = recompute + exposed;
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = {k, recompute, exposed, walked_peak(plan, model, B, T, tp, sp, activations)};
+      best_schedule = schedule;
+      best_offloaded = offloaded;
+    }
+  }
+  TS_CHECK(best_cost >= 0, "memory.activation_budget_mb = {:.2f} is below what this model needs with every unit "
+           "offloaded and recomputed for a microbatch of {} × {}; raise the budget or lower train.micro_batch_size",
+           static_cast<double>(options.budget_bytes) / 1048576.0, B, T);
+  stage.recompute = best_schedule;
+  stage.offloaded = best_offloaded;
+  return best;
+}
+
+}  // namespace
+
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times, int tp, bool sp, DType activations) {
+  if (options.offload == ActivationOffloadMode::Auto) {
+    TS_CHECK(options.policy == memory::RecomputePolicy::Optimal && plan.stages.size() == 1,
+             "memory.offload_activations = \"auto\" plans offloading together with memory.recompute = \"optimal\" "
+             "for one pipeline stage; use \"nvme\" under pipelines or with other policies");
+    StagePlan::Stage& stage = plan.stages.front();
+    stage.selective = false;
+    const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, false, times, tp, sp, activations);
+    plan_jointly(plan, model, B, T, options, chain, options.budget_bytes - embedding_bytes(model, B, T), tp, sp,
+                 activations);
+    return;
+  }
   const bool selective = options.policy == memory::RecomputePolicy::Selective;
   const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.n_layer);
   for (StagePlan::Stage& stage : plan.stages) {
@@ -122,7 +238,8 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
 ActivationOffloadMode parse_activation_offload(std::string_view name) {
   if (name == "none") return ActivationOffloadMode::None;
   if (name == "nvme") return ActivationOffloadMode::Nvme;
-  TS_FAIL("memory.offload_activations = \"{}\" is not known; use \"none\" or \"nvme\"", name);
+  if (name == "auto") return ActivationOffloadMode::Auto;
+  TS_FAIL("memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"", name);
 }
 
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,

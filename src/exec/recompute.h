@@ -29,14 +29,31 @@ namespace tessera::exec {
 enum class ActivationOffloadMode : uint8_t {
   None,  // in compute memory
   Nvme,  // every unit that keeps them, but the head (whose backward follows its forward at once), in the nvme tier
+  // With the optimal policy: which units to offload and which to recompute, planned together under
+  // the budget (plan_recompute): offloading the first k units for each k, each with the fastest
+  // recompute schedule whose activation peak — walked with offloading's own rules — fits, and the
+  // cheapest of them in recomputation plus the disk time the step cannot hide.
+  Auto,
 };
-ActivationOffloadMode parse_activation_offload(std::string_view name);  // "none", "nvme"
+ActivationOffloadMode parse_activation_offload(std::string_view name);  // "none", "nvme", "auto"
 
 struct RecomputeOptions {
   memory::RecomputePolicy policy = memory::RecomputePolicy::None;
   int every_k = 0;           // segment length for every_k; 0: ⌈√L⌉
   int64_t budget_bytes = 0;  // optimal: the activation peak allowed, whole microbatch (token ids included)
   ActivationOffloadMode offload = ActivationOffloadMode::None;
+  // Auto: the disk's write and read bandwidth (bytes/s) that offloading's time is reckoned at.
+  double disk_write_bytes_per_second = 0;
+  double disk_read_bytes_per_second = 0;
+};
+
+// What the joint plan chose for one stage (ActivationOffloadMode::Auto): the recompute schedule's
+// cost, the offloaded units, and the time the disk adds, in the unit times' units.
+struct JointPlanChoice {
+  int offloaded_units = 0;
+  double recompute_time = 0;
+  double exposed_io_time = 0;
+  int64_t activation_peak = 0;
 };
 
 // Forward and backward time of every unit (seconds, or any unit of time: only ratios matter).

@@ -289,6 +289,11 @@ void RunConfig::validate() const {
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
   exec::parse_activation_offload(memory.offload_activations);
+  TS_CHECK(memory.offload_activations != "auto" || (memory.recompute == "optimal" && parallel.pp == 1),
+           "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
+           "\"optimal\" under memory.activation_budget_mb, for one pipeline stage (it is \"{}\" with parallel.pp = "
+           "{}); set memory.recompute = \"optimal\" and a budget, or offload every unit with \"nvme\"",
+           memory.recompute, parallel.pp);
   TS_CHECK(std::isfinite(memory.ram_budget_mb) && memory.ram_budget_mb >= 0.0f && memory.ram_budget_mb <= 1e9f,
            "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
            memory.ram_budget_mb);

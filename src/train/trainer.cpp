@@ -28,6 +28,7 @@
 #include "train/config_changes.h"
 #include "train/memory_check.h"
 #include "train/offload_folder.h"
+#include "memory/disk_bandwidth.h"
 #include "train/planned_run.h"
 #include "train/peak_flops.h"
 #include "train/progress.h"
@@ -394,7 +395,16 @@ TrainResult Trainer::run() {
   std::optional<OffloadFolder> offload;
   if (cfg.memory.offloads()) offload.emplace(cfg.memory.offload_dir, cfg.train.out_dir, world_ ? world_->rank() : 0);
   parallel::EngineOptions engine_settings = engine_options(cfg);
-  if (offload) engine_settings.offload_dir = offload->scratch();
+  std::optional<memory::DiskBandwidth> disk;
+  if (offload) {
+    engine_settings.offload_dir = offload->scratch();
+    // Planning offload and recomputation together weighs recomputation against the disk's time.
+    if (engine_settings.recompute.offload == exec::ActivationOffloadMode::Auto) {
+      disk = memory::measure_disk_bandwidth(offload->scratch(), size_t{64} << 20, 2);
+      engine_settings.recompute.disk_write_bytes_per_second = disk->write_bytes_per_second;
+      engine_settings.recompute.disk_read_bytes_per_second = disk->read_bytes_per_second;
+    }
+  }
   parallel::TrainingEngine engine(model, memory, dp_comm, engine_settings, pp_comm, tp_comm, ep_comm, edp_comm);
   optim::WarmupCosine schedule{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps};
   const std::string tokenizer_path = (fs::path(cfg.data.dir) / "tokenizer.model").string();
@@ -552,6 +562,12 @@ TrainResult Trainer::run() {
     if (cfg.optim.warmup_steps > cfg.train.steps) {
       fmt::print("warning: optim.warmup_steps = {} is more than train.steps = {}: the learning rate never reaches "
                  "optim.lr = {}\n", cfg.optim.warmup_steps, cfg.train.steps, cfg.optim.lr);
+    }
+    if (disk) {
+      fmt::print("offloading planned with recomputation under the budget, at the offload folder's disk: {:.2f} GB/s "
+                 "written, {:.2f} GB/s read{}\n",
+                 disk->write_bytes_per_second / 1e9, disk->read_bytes_per_second / 1e9,
+                 disk->direct ? "" : " (buffered)");
     }
     fmt::print("run folder: {}\n", cfg.train.out_dir);
   }

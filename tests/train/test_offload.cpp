@@ -202,6 +202,56 @@ TEST_F(Offload, AnOffloadedOptimizerStateGivesTheSameRun) {
   }
 }
 
+// "n unit forwards recomputed per step" of the start line.
+int recomputed_forwards(const std::string& output) {
+  const size_t at = output.find(" unit forwards recomputed per step");
+  if (at == std::string::npos) return -1;
+  size_t begin = output.rfind(' ', at - 1);
+  return std::stoi(output.substr(begin + 1, at - begin - 1));
+}
+
+// Offloading and recomputation planned together (memory.offload_activations = "auto" with the
+// optimal policy): at five budgets between the least one and no recomputation's peak, the plan
+// recomputes no more than the optimal policy alone, strictly less where offloading fits what
+// recomputation would have rebuilt, and the activation peak measured is the one predicted.
+TEST_F(Offload, OffloadAndRecomputationPlannedTogetherRecomputeLess) {
+  const std::string model =
+      "--model.n_layer 4 --model.n_embd 128 --model.n_head 4 --model.seq_len 64 --model.dropout 0 "
+      "--train.batch_size 8 --train.micro_batch_size 8 --train.steps 2";
+  const auto run = [&](const std::string& name, const std::string& keys) {
+    return run_tessera(train_args(g_root / name, model + " " + keys));
+  };
+  const CliResult none = run("joint_none", "");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  const double highest = predicted_activation_peak(none.output);
+  const CliResult least = run("joint_least", "--memory.recompute optimal --memory.activation_budget_mb 0.01");
+  const std::string key = "is below the ";
+  ASSERT_NE(least.output.find(key), std::string::npos) << least.output;
+  const double lowest = std::stod(least.output.substr(least.output.find(key) + key.size()));
+  int strictly_less = 0;
+  for (int i = 1; i <= 5; ++i) {
+    const double budget = lowest + (highest - lowest) * i / 6.0;
+    SCOPED_TRACE(fmt::format("budget {:.3f} MiB", budget));
+    const std::string optimal = fmt::format("--memory.recompute optimal --memory.activation_budget_mb {:.3f}", budget);
+    const CliResult alone = run(fmt::format("joint_alone_{}", i), optimal);
+    ASSERT_EQ(alone.exit_code, 0) << alone.output;
+    const CliResult both = run(fmt::format("joint_both_{}", i), optimal + " --memory.offload_activations auto");
+    ASSERT_EQ(both.exit_code, 0) << both.output;
+    EXPECT_NE(both.output.find("offloading planned with recomputation"), std::string::npos) << both.output;
+    const int with = recomputed_forwards(both.output), without = recomputed_forwards(alone.output);
+    EXPECT_LE(with, without) << both.output;
+    strictly_less += with < without;
+    const double measured =
+        last_train_line(g_root / fmt::format("joint_both_{}", i) / "metrics.jsonl")["memory"]["activations"].get<double>();
+    EXPECT_NEAR(measured / 1048576.0, predicted_activation_peak(both.output), 0.05) << both.output;
+    EXPECT_LE(measured / 1048576.0, budget + 0.05) << both.output;
+    EXPECT_EQ(train_losses_of((g_root / fmt::format("joint_both_{}", i) / "metrics.jsonl").string()),
+              train_losses_of((g_root / "joint_none" / "metrics.jsonl").string()))
+        << "recomputation and offloading give the same bits";
+  }
+  EXPECT_GE(strictly_less, 3) << "offloading fitted where recomputation would have rebuilt in at most 2 of 5 budgets";
+}
+
 // A run over memory.ram_budget_mb is refused before it allocates, naming the settings that change
 // its need and whether each fits.
 TEST_F(Offload, ARunOverItsRamBudgetIsRefusedWithTheSettingsThatFit) {
