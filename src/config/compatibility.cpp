@@ -50,6 +50,9 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
     {F::Lamb, "optim.name = \"lamb\"", "optim.name"},
     {F::Lars, "optim.name = \"lars\"", "optim.name"},
     {F::OneBitAdam, "optim.name = \"onebit_adam\"", "optim.name"},
+    {F::OffloadActivations, "memory.offload_activations = \"nvme\"", "memory.offload_activations"},
+    {F::OffloadActivationsAuto, "memory.offload_activations = \"auto\"", "memory.offload_activations"},
+    {F::OffloadOptimizer, "memory.offload_optimizer = \"nvme\"", "memory.offload_optimizer"},
     {F::Moe, "model.moe_experts > 0", "model.moe_experts"},
 }};
 
@@ -74,6 +77,8 @@ auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
   if (key == "precision.compute") return &s.compute;
   if (key == "memory.recompute") return &s.recompute;
   if (key == "optim.name") return &s.optimizer;
+  if (key == "memory.offload_activations") return &s.offload_activations;
+  if (key == "memory.offload_optimizer") return &s.offload_optimizer;
   return nullptr;
 }
 
@@ -159,6 +164,21 @@ const std::vector<Refusal> kRefusals = {
      "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
      "optim.freeze_step",
      "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
+    {{F::OffloadActivationsAuto},
+     {F::Pipeline},
+     "planning offloading together with recomputation walks one stage's program, and a pipeline stage's depends on "
+     "the schedule's other stages",
+     "use memory.offload_activations = \"nvme\" (every unit offloaded) under pipelines"},
+    {{F::OffloadActivationsAuto},
+     {F::RecomputeFull, F::RecomputeEveryK, F::RecomputeSelective},
+     "memory.offload_activations = \"auto\" chooses, with the optimal policy's dynamic program, what to recompute "
+     "and what to offload under memory.activation_budget_mb",
+     "use memory.recompute = \"optimal\" with a budget, or memory.offload_activations = \"nvme\" beside this "
+     "policy"},
+    {{F::OffloadOptimizer},
+     {F::OneBitAdam},
+     "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run",
+     "use optim.name = \"adamw\" with memory.offload_optimizer, or keep 1-bit Adam's state in memory"},
     {{F::Adafactor},
      {F::TensorParallel, F::ExpertParallel},
      "Adafactor's factored second moment and its update RMS are statistics of whole matrices, but a tensor- or "
@@ -176,6 +196,9 @@ constexpr std::string_view kTwoBWCli = "ParallelTraining.TwoBWRunsFollowTheOnePr
 constexpr std::string_view kCompressedCli = "ParallelTraining.CompressedRunsResumeBitwise";
 constexpr std::string_view kMixedPrecisionCli = "ParallelTraining.MixedPrecisionRunsTrackFp32AndResumeBitwise";
 constexpr std::string_view kExpertParallelCli = "Resharding.ExpertParallelTrainsAndMovesLikeOneProcess";
+constexpr std::string_view kOffloadedActivationsCli = "Offload.OffloadedActivationsGiveTheSameRunUnderEveryLayout";
+constexpr std::string_view kOffloadedStateCli = "Offload.AnOffloadedOptimizerStateGivesTheSameRun";
+constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 
 // Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
 const std::vector<TestedPair> kTested = {
@@ -289,6 +312,18 @@ const std::vector<TestedPair> kTested = {
     {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},
     {F::Bf16, F::GradBf16, {kMixedPrecisionCli}},
     {F::Fp16, F::GradBf16, {kMixedPrecisionCli}},
+    {F::Zero3, F::OffloadActivations, {kOffloadedActivationsCli}},
+    {F::TensorParallel, F::OffloadActivations, {kOffloadedActivationsCli}},
+    {F::Pipeline, F::OffloadActivations, {kOffloadedActivationsCli}},
+    {F::RecomputeEveryK, F::OffloadActivations, {kOffloadedActivationsCli}},
+    {F::RecomputeOptimal, F::OffloadActivationsAuto, {kJointPlanCli}},
+    {F::Zero3, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::TensorParallel, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Pipeline, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Sgd, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Lamb, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Adafactor, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Adam8bit, F::OffloadOptimizer, {kOffloadedStateCli}},
 };
 
 bool holds_any(const std::vector<Feature>& features, const FeatureSettings& s) {
@@ -341,6 +376,11 @@ FeatureSettings with_feature(FeatureSettings s, Feature f) {
       return s;
     case F::Pipeline: s.pp = std::max(s.pp, kSplit); return s;
     case F::Moe: s.moe_experts = std::max(s.moe_experts, kExperts); return s;
+    case F::OffloadActivationsAuto:
+      // It plans with the optimal policy.
+      s.offload_activations = "auto";
+      if (s.recompute == "none") s.recompute = "optimal";
+      return s;
     default: break;
   }
   std::string* value = string_value(info(f).key, s);

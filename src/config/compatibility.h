@@ -32,6 +32,8 @@ struct FeatureSettings {
   std::string compute = "fp32";
   std::string recompute = "none";
   std::string optimizer = "adamw";
+  std::string offload_activations = "none";
+  std::string offload_optimizer = "none";
   int64_t moe_experts = 0;
 };
 
@@ -43,6 +45,7 @@ enum class Feature : uint8_t {
   RecomputeFull, RecomputeEveryK, RecomputeSelective, RecomputeOptimal,
   Bf16, Fp16, GradBf16, GradFp16,
   AdamW, Sgd, Adafactor, Adam8bit, Lamb, Lars, OneBitAdam,
+  OffloadActivations, OffloadActivationsAuto, OffloadOptimizer,
   Moe,
 };
 inline constexpr size_t kFeatureCount = static_cast<size_t>(Feature::Moe) + 1;
@@ -52,7 +55,8 @@ std::string_view feature_name(Feature f);  // `parallel.zero_stage = 3`, `parall
 std::string_view feature_key(Feature f);   // `parallel.zero_stage`: two features of one key never meet
 bool feature_holds(Feature f, const FeatureSettings& s);
 // `s` with feature `f` turned on, and what `f` needs to be valid on its own (sp: tp 2; ep: 2
-// experts over 2 ranks); dp, batch sizes and budgets are the run config's to choose.
+// experts over 2 ranks; offloading planned with recomputation: the optimal policy); dp, batch
+// sizes and budgets are the run config's to choose.
 FeatureSettings with_feature(FeatureSettings s, Feature f);
 // The setting that makes `f` hold, with its value in `s`: `parallel.pp = 4`, `model.moe_experts = 8`.
 std::string feature_setting(Feature f, const FeatureSettings& s);

@@ -289,11 +289,9 @@ void RunConfig::validate() const {
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
   exec::parse_activation_offload(memory.offload_activations);
-  TS_CHECK(memory.offload_activations != "auto" || (memory.recompute == "optimal" && parallel.pp == 1),
+  TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
            "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
-           "\"optimal\" under memory.activation_budget_mb, for one pipeline stage (it is \"{}\" with parallel.pp = "
-           "{}); set memory.recompute = \"optimal\" and a budget, or offload every unit with \"nvme\"",
-           memory.recompute, parallel.pp);
+           "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
   TS_CHECK(std::isfinite(memory.ram_budget_mb) && memory.ram_budget_mb >= 0.0f && memory.ram_budget_mb <= 1e9f,
            "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
            memory.ram_budget_mb);
@@ -305,11 +303,9 @@ void RunConfig::validate() const {
   TS_CHECK(std::isfinite(memory.offload_chunk_mb) && memory.offload_chunk_mb >= 0.01f && memory.offload_chunk_mb <= 1e6f,
            "config: memory.offload_chunk_mb = {} must be a size in MiB, at least 0.01", memory.offload_chunk_mb);
   if (memory.offload_optimizer != "none") {
-    TS_CHECK(optim.name != "onebit_adam",
-             "config: memory.offload_optimizer = \"{}\" with optim.name = \"onebit_adam\": 1-bit Adam exchanges its "
-             "momentum inside its step, which the chunked stream of an offloaded state does not run; use adamw",
-             memory.offload_optimizer);
-    const bool elementwise = optim.name == "adamw" || optim.name == "sgd";
+    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
+    // an offloaded state and a sharding.
+    const bool elementwise = optim.name == "adamw" || optim.name == "sgd" || optim.name == "onebit_adam";
     const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
     TS_CHECK(elementwise || !sharded,
              "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
@@ -365,6 +361,8 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.recompute = memory.recompute;
   s.optimizer = optim.name;
   s.moe_experts = model.moe_experts;
+  s.offload_activations = memory.offload_activations;
+  s.offload_optimizer = memory.offload_optimizer;
   return s;
 }
 
