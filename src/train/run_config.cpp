@@ -1,7 +1,5 @@
 #include "train/run_config.h"
 
-#include "exec/recompute.h"
-
 #include "config/compatibility.h"
 #include "config/expert_parallel_shape.h"
 #include "config/tensor_parallel_shape.h"
@@ -288,7 +286,10 @@ void RunConfig::validate() const {
   TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
            memory.recompute);
-  exec::parse_activation_offload(memory.offload_activations);
+  TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
+               memory.offload_activations == "auto",
+           "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
+           memory.offload_activations);
   TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
            "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
            "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
