@@ -21,8 +21,15 @@ std::string_view memory_tag_name(MemoryTag tag) {
 }
 
 namespace {
+// Large blocks start on a page, so the nvme tier reads and writes them with direct I/O as they are
+// instead of through its staging buffers (memory/nvme_store.h); a page is what O_DIRECT asks.
+constexpr size_t kPage = 4096;
+constexpr size_t kPageAlignedFrom = size_t{64} << 10;
+
+size_t alignment_of(size_t bytes) { return bytes >= kPageAlignedFrom ? kPage : MemoryAccountant::kAlignment; }
+
 size_t round_up(size_t bytes) {
-  size_t a = MemoryAccountant::kAlignment;
+  const size_t a = alignment_of(bytes);
   return bytes == 0 ? a : (bytes + a - 1) / a * a;
 }
 }  // namespace
@@ -54,7 +61,7 @@ void* MemoryAccountant::allocate(size_t bytes, MemoryTag tag) {
     if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
   }
   if (ptr == nullptr) {
-    ptr = std::aligned_alloc(kAlignment, rounded);
+    ptr = std::aligned_alloc(alignment_of(rounded), rounded);
     if (ptr == nullptr) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.live[static_cast<size_t>(tag)] -= bytes;

@@ -42,7 +42,8 @@ class MemoryAccountant {
   MemoryAccountant(const MemoryAccountant&) = delete;
   MemoryAccountant& operator=(const MemoryAccountant&) = delete;
 
-  // 64-byte aligned, uninitialized. Throws tessera::Error when the budget would be exceeded.
+  // 64-byte aligned (a page from 64 KiB on), uninitialized. Throws tessera::Error when the budget
+  // would be exceeded.
   void* allocate(size_t bytes, MemoryTag tag);
   void deallocate(void* ptr, size_t bytes, MemoryTag tag);
 
