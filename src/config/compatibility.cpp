@@ -53,6 +53,7 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
     {F::OffloadActivations, "memory.offload_activations = \"nvme\"", "memory.offload_activations"},
     {F::OffloadActivationsAuto, "memory.offload_activations = \"auto\"", "memory.offload_activations"},
     {F::OffloadOptimizer, "memory.offload_optimizer = \"nvme\"", "memory.offload_optimizer"},
+    {F::DelayedUpdate, "optim.delayed_update_after > 0", "optim.delayed_update_after"},
     {F::Moe, "model.moe_experts > 0", "model.moe_experts"},
 }};
 
@@ -179,6 +180,16 @@ const std::vector<Refusal> kRefusals = {
      {F::OneBitAdam},
      "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run",
      "use optim.name = \"adamw\" with memory.offload_optimizer, or keep 1-bit Adam's state in memory"},
+    {{F::DelayedUpdate},
+     {F::OneBitAdam},
+     "1-bit Adam exchanges its momentum inside its step, and a delayed update runs on its own thread beside the "
+     "next step's collectives",
+     "use optim.name = \"adamw\" with optim.delayed_update_after"},
+    {{F::DelayedUpdate},
+     {F::TwoBW},
+     "2BW's microbatches already read the weights one step old by schedule; delaying the update too would make them "
+     "two steps old, which neither its stash nor the delayed update keeps",
+     "use a flushing schedule (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\") with the delayed update"},
     {{F::Adafactor},
      {F::TensorParallel, F::ExpertParallel},
      "Adafactor's factored second moment and its update RMS are statistics of whole matrices, but a tensor- or "
@@ -198,6 +209,8 @@ constexpr std::string_view kMixedPrecisionCli = "ParallelTraining.MixedPrecision
 constexpr std::string_view kExpertParallelCli = "Resharding.ExpertParallelTrainsAndMovesLikeOneProcess";
 constexpr std::string_view kOffloadedActivationsCli = "Offload.OffloadedActivationsGiveTheSameRunUnderEveryLayout";
 constexpr std::string_view kOffloadedStateCli = "Offload.AnOffloadedOptimizerStateGivesTheSameRun";
+constexpr std::string_view kDelayedUpdateCli = "DelayedUpdateRuns.ExactBeforeItsStartThenOneStepStaleAlikeUnderEveryLayout";
+constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFollowsTheUninterruptedOneBitwise";
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 
 // Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
@@ -324,6 +337,13 @@ const std::vector<TestedPair> kTested = {
     {F::Lamb, F::OffloadOptimizer, {kOffloadedStateCli}},
     {F::Adafactor, F::OffloadOptimizer, {kOffloadedStateCli}},
     {F::Adam8bit, F::OffloadOptimizer, {kOffloadedStateCli}},
+    {F::Zero1, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::Zero2, F::DelayedUpdate, {kDelayedResumeCli}},
+    {F::Zero3, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::TensorParallel, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::Pipeline, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::Bf16, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::OffloadOptimizer, F::DelayedUpdate, {kDelayedUpdateCli}},
 };
 
 bool holds_any(const std::vector<Feature>& features, const FeatureSettings& s) {
@@ -353,6 +373,7 @@ bool feature_holds(Feature f, const FeatureSettings& s) {
     case F::ExpertParallel: return s.ep > 1;
     case F::Pipeline: return s.pp > 1;
     case F::Moe: return s.moe_experts > 0;
+    case F::DelayedUpdate: return s.delayed_update_after > 0;
     default: break;
   }
   const std::string* value = string_value(info(f).key, s);
@@ -376,6 +397,7 @@ FeatureSettings with_feature(FeatureSettings s, Feature f) {
       return s;
     case F::Pipeline: s.pp = std::max(s.pp, kSplit); return s;
     case F::Moe: s.moe_experts = std::max(s.moe_experts, kExperts); return s;
+    case F::DelayedUpdate: s.delayed_update_after = std::max<int64_t>(s.delayed_update_after, 1); return s;
     case F::OffloadActivationsAuto:
       // It plans with the optimal policy.
       s.offload_activations = "auto";
@@ -395,6 +417,7 @@ std::string feature_setting(Feature f, const FeatureSettings& s) {
     case F::ExpertParallel: return fmt::format("parallel.ep = {}", s.ep);
     case F::Pipeline: return fmt::format("parallel.pp = {}", s.pp);
     case F::Moe: return fmt::format("model.moe_experts = {}", s.moe_experts);
+    case F::DelayedUpdate: return fmt::format("optim.delayed_update_after = {}", s.delayed_update_after);
     default: return std::string(info(f).name);
   }
 }

@@ -34,6 +34,7 @@ struct FeatureSettings {
   std::string optimizer = "adamw";
   std::string offload_activations = "none";
   std::string offload_optimizer = "none";
+  int64_t delayed_update_after = 0;
   int64_t moe_experts = 0;
 };
 
@@ -45,7 +46,7 @@ enum class Feature : uint8_t {
   RecomputeFull, RecomputeEveryK, RecomputeSelective, RecomputeOptimal,
   Bf16, Fp16, GradBf16, GradFp16,
   AdamW, Sgd, Adafactor, Adam8bit, Lamb, Lars, OneBitAdam,
-  OffloadActivations, OffloadActivationsAuto, OffloadOptimizer,
+  OffloadActivations, OffloadActivationsAuto, OffloadOptimizer, DelayedUpdate,
   Moe,
 };
 inline constexpr size_t kFeatureCount = static_cast<size_t>(Feature::Moe) + 1;

@@ -16,6 +16,13 @@ inline constexpr std::array<std::string_view, 7> kOptimizerNames = {"adamw", "sg
                                                                      "lars", "onebit_adam"};
 inline std::span<const std::string_view> optimizer_names() { return kOptimizerNames; }
 
+// Whether the optimizer updates each element from that element's own state alone. The others keep
+// per-tensor statistics (Adafactor's factored moments, LAMB's and LARS' trust ratios, 8-bit Adam's
+// block scales), summed over the ranks that hold a tensor's parts.
+inline bool updates_elementwise(std::string_view name) {
+  return name == "adamw" || name == "sgd" || name == "onebit_adam";
+}
+
 struct OptimizerConfig {
   std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars, onebit_adam
   float weight_decay = 0.1f;   // every optimizer, on matrices and embeddings only

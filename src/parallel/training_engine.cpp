@@ -245,6 +245,17 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), ownership_.master_segments(),
                                        shard_reduction_.get());
   }
+  if (options.delayed_update_after > 0) {
+    TS_CHECK(one_bit_adam_ == nullptr && weight_versions_ == nullptr,
+             "the delayed parameter update runs with a flushing schedule and an optimizer that does not communicate "
+             "(not 1-bit Adam, not 2BW)");
+    TS_CHECK(shard_reduction_ == nullptr || optim::updates_elementwise(options.optimizer.name),
+             "optim.delayed_update_after with optim.name = \"{}\" under ZeRO, tensor or expert parallelism: its "
+             "step sums per-tensor statistics over ranks, which an update on its own thread cannot do beside the next "
+             "step's collectives; delay adamw or sgd there",
+             options.optimizer.name);
+    delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()), memory);
+  }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
 
@@ -292,6 +303,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
                                                       std::optional<double> max_grad_norm) {
   if (weight_versions_) return train_batches(microbatches, options, std::span(&lr, 1), max_grad_norm).front();
   plan_program(0, 1);
+  running_step_ = options.step;
   StepResult result;
   zero_grads();
   // 1-bit Adam's compressed steps keep each rank's gradient its own.
@@ -409,6 +421,9 @@ std::vector<exec::MicrobatchInput> TrainingEngine::with_loss_scale(std::span<con
 
 void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
   const std::vector<optim::Segment> segments = ownership_.master_segments();
+  // The previous step's delayed update is done with by now (this step's backward read the weights
+  // before it); its values go in before this step's update starts from them.
+  if (delayed_update_ && delayed_update_->apply(segments)) after_update_applied();
   if (options_.layout.sp && tp_ != nullptr) sum_sequence_parallel_gradients(*tp_, segments);
   if (stage_params_) stage_params_->sum_shared_gradients(segments);
   result.loss_scale = program_loss_scale_;
@@ -437,9 +452,24 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
     }
     if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
+  if (delayed_update_ && running_step_ >= static_cast<uint64_t>(options_.delayed_update_after)) {
+    delayed_update_->start(*optimizer_, lr, segments);
+    return;
+  }
   optimizer_->step(lr, segments);
+  after_update_applied();
+}
+
+void TrainingEngine::after_update_applied() {
   after_optimizer_step();
   if (working_copies_) working_copies_->invalidate();
+}
+
+void TrainingEngine::apply_delayed_update() {
+  if (!delayed_update_) return;
+  if (delayed_update_->apply(ownership_.master_segments())) after_update_applied();
+  // What comes next (a load) may write the master values: they are copied again at the next start.
+  delayed_update_->forget_values();
 }
 
 void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
@@ -459,8 +489,7 @@ void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::opti
     GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
-  after_optimizer_step();
-  if (working_copies_) working_copies_->invalidate();
+  after_update_applied();
 }
 
 RankLocalState* TrainingEngine::rank_local_state() {

@@ -27,6 +27,7 @@
 #include "optim/optimizer_config.h"
 #include "parallel/compression/one_bit_adam.h"
 #include "parallel/data_parallel.h"
+#include "parallel/delayed_update.h"
 #include "parallel/grad_norm.h"
 #include "parallel/shard_reduction.h"
 #include "parallel/tensor_parallel.h"
@@ -68,6 +69,10 @@ struct EngineOptions {
   // The optimizer's state in the nvme tier, streamed through memory in chunks of about this many
   // bytes (optim/offloaded_optimizer.h); 0: in memory.
   int64_t offload_optimizer_chunk_bytes = 0;
+  // ZeRO-Offload's delayed parameter update (parallel/delayed_update.h): from this optimizer step
+  // on, each step's update runs while the next step's forward and backward read the weights from
+  // before it; the steps before it are exact. 0: never.
+  int64_t delayed_update_after = 0;
 };
 
 class TrainingEngine {
@@ -113,6 +118,15 @@ class TrainingEngine {
   std::vector<StepResult> train_batches(std::span<const exec::MicrobatchInput> microbatches,
                                         const exec::StepOptions& options, std::span<const float> lrs,
                                         std::optional<double> max_grad_norm);
+  // Applies a delayed update still running (EngineOptions::delayed_update_after), so that the
+  // parameters are the newest weights: before an evaluation, a sample or a checkpoint reads them,
+  // and after a load writes them. A run that applies at the same steps takes the same path, so a
+  // resumed run follows the uninterrupted one. Collective under ZeRO (the shards are gathered).
+  void apply_delayed_update();
+  // Seconds the last step waited for the previous step's delayed update: what it did not hide.
+  double delayed_update_wait_seconds() const {
+    return delayed_update_ ? delayed_update_->last_wait_seconds() : 0.0;
+  }
   // The timeline of the last step run with `recorder` in its StepOptions, every pipeline rank's on
   // one clock (parallel/pipeline_timeline.h). Collective over the pipeline group.
   pipeline::MeasuredTimeline measured_timeline(const exec::TimelineRecorder& recorder) const;
@@ -184,6 +198,8 @@ class TrainingEngine {
   // Both data-parallel domains (the dense one and, under expert parallelism, the experts').
   void zero_grads();
   void after_optimizer_step();
+  // After new master values: ZeRO's gathers and the 16-bit working copies follow them.
+  void after_update_applied();
   // A program's MoE statistics summed over the data-parallel and pipeline groups (collective for
   // an MoE model; a dense model has none).
   nn::MoeStatistics moe_over_ranks(const nn::MoeStatistics& mine) const;
@@ -216,6 +232,9 @@ class TrainingEngine {
   std::unique_ptr<GroupShardReduction> shard_reduction_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::OffloadedOptimizer* offloaded_optimizer_ = nullptr;  // optimizer_, when its state is offloaded
+  // Declared after the optimizer, so that an update still running ends before the optimizer does.
+  std::unique_ptr<DelayedUpdate> delayed_update_;
+  uint64_t running_step_ = 0;  // the optimizer step the running program's batch is
   // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
   // itself, and the data-parallel group it does it over. Null otherwise.
   OneBitAdam* one_bit_adam_ = nullptr;

@@ -225,6 +225,23 @@ std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const La
   return walk;
 }
 
+namespace {
+
+// This stage's parameters over ZeRO's shards: the dense ones over dp, the experts over their own
+// group, dp / ep.
+double zero_shard_elements(const ModelConfig& m, const Layout& l, int stage) {
+  const double domain = stage_params(m, l, stage).total();
+  const double experts = moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l);
+  return (domain - experts) / l.dp + experts / (l.dp / l.ep);
+}
+
+}  // namespace
+
+double engine_optimizer_elements(const ModelConfig& m, const Layout& l, int stage) {
+  // The stage's parameters (a tied table on both of its stages), or ZeRO's shard of them.
+  return l.zero_stage >= 1 ? zero_shard_elements(m, l, stage) : stage_params(m, l, stage).total();
+}
+
 MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int stage, const PipelineModel& pipeline) {
   TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
   const Units u = engine_units(m, l);
@@ -233,15 +250,12 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   const double dp = l.dp;
   optim::OptimizerConfig settings;
   settings.name = l.optimizer;
-
-  // ZeRO shards the dense parameters over dp and the experts over their own group, dp / ep.
-  const double experts = moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l);
-  const double shard = (domain - experts) / dp + experts / (dp / l.ep);
+  const double shard = zero_shard_elements(m, l, stage);
 
   MemoryBreakdown mem;
   mem.params = kF32 * (l.zero_stage >= 3 ? all / dp : all);
   mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
-  mem.optimizer = optim::state_bytes_per_parameter(settings) * (l.zero_stage >= 1 ? shard : domain);
+  mem.optimizer = optim::state_bytes_per_parameter(settings) * engine_optimizer_elements(m, l, stage);
   const DType compute = compute_dtype(l.precision);
   const double e = static_cast<double>(dtype_size(compute));
   const double boundary = e * l.micro_batch * (m.seq_len / (l.sp ? l.tp : 1)) * static_cast<double>(m.n_embd);
@@ -253,7 +267,7 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   // Sent boundary tensors live until a later unit action finds their transfer done: under 1F1B
   // the latest and the one before; GPipe sends every microbatch's in a row.
   if (l.pp > 1) mem.comm += (l.schedule == config::ScheduleKind::GPipe ? d(l.microbatches()) : 2.0) * boundary;
-  if (l.dp > 1 && l.zero_stage >= 2) mem.comm += engine_zero_comm_bytes(m, l);
+  if (l.zero_stage >= 2) mem.comm += engine_zero_comm_bytes(m, l);
 
   const auto [first, last] = stage_units(m, l, stage);
   const std::vector<config::UnitWorkspaceBytes> ws =

@@ -34,6 +34,11 @@ namespace tessera::plan {
 MemoryBreakdown engine_stage_memory(const config::ModelConfig& m, const Layout& l, int stage,
                                     const PipelineModel& pipeline);
 
+// The elements whose master copy stage `stage`'s rank updates: its stage's parameters, 1/dp of them
+// under ZeRO (the experts' 1/(dp / ep)). A delayed update (parallel/delayed_update.h) keeps two
+// more f32 copies of them.
+double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, int stage);
+
 // ZeRO-2/3's comm tag (pp = 1): the peak of the bucket storage and gathered units live at once,
 // walking the program's unit actions with the runtime's rules (parallel/gradient_reducer.h,
 // parallel/parameter_gatherer.h). A bucket's storage is freed only when a later one is opened

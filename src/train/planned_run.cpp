@@ -139,6 +139,9 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     } else {
       out.nvme_optimizer_traffic.push_back(0);
     }
+    // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
+    const bool delayed = c.optim.delayed_update_after > 0;
+    if (delayed) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {
@@ -154,7 +157,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     // buckets and gathered units (one stage: pipelines do not run ZeRO-2 or 3) by the planner's
     // walk of the same unit actions.
     std::vector<int64_t> zero_comm;
-    if (l.dp > 1 && l.zero_stage >= 2 && l.pp == 1) {
+    if (l.zero_stage >= 2 && l.pp == 1) {
       std::map<std::tuple<int, int, bool>, int64_t> by_action;
       for (const plan::ZeroCommAction& a : plan::engine_zero_comm_walk(m, l)) {
         by_action[{a.unit, a.microbatch, a.backward}] = static_cast<int64_t>(a.bytes);
@@ -172,9 +175,10 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     const double states = tags.params + tags.grads + tags.weight_stash + tags.working_copies;
     out.tags.push_back(tags);
     // An offloaded optimizer state is in compute memory only during the optimizer step, after the
-    // backward has freed the activations; otherwise it is there all step long.
-    out.peak.push_back(c.memory.offload_optimizer == "nvme" ? states + std::max(transient, tags.optimizer)
-                                                            : states + tags.optimizer + transient);
+    // backward has freed the activations; otherwise it is there all step long, and so is the state
+    // a delayed update streams while the next step computes.
+    out.peak.push_back(c.memory.offload_optimizer == "nvme" && !delayed ? states + std::max(transient, tags.optimizer)
+                                                                        : states + tags.optimizer + transient);
     if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
   }
   return out;

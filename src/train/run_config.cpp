@@ -303,20 +303,27 @@ void RunConfig::validate() const {
            "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_optimizer);
   TS_CHECK(std::isfinite(memory.offload_chunk_mb) && memory.offload_chunk_mb >= 0.01f && memory.offload_chunk_mb <= 1e6f,
            "config: memory.offload_chunk_mb = {} must be a size in MiB, at least 0.01", memory.offload_chunk_mb);
+  const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
+  const std::string sharding = parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
+                               : parallel.tp > 1       ? "tensor parallelism"
+                                                       : "expert parallelism";
   if (memory.offload_optimizer != "none") {
     // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
     // an offloaded state and a sharding.
-    const bool elementwise = optim.name == "adamw" || optim.name == "sgd" || optim.name == "onebit_adam";
-    const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
-    TS_CHECK(elementwise || !sharded,
+    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
              "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
              "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
              "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             memory.offload_optimizer, optim.name,
-             parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
-                                      : parallel.tp > 1 ? "tensor parallelism" : "expert parallelism",
-             optim.name);
+             memory.offload_optimizer, optim.name, sharding, optim.name);
   }
+  check_range<int64_t>("optim.delayed_update_after", optim.delayed_update_after, 0, int64_t{1} << 40);
+  // The same rule of three for an update on its own thread: the main thread's collectives run
+  // beside it, so it must not sum statistics over ranks.
+  TS_CHECK(optim.delayed_update_after == 0 || optim::updates_elementwise(optim.name) || !sharded,
+           "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
+           "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
+           "step's collectives; delay adamw or sgd there, or {} without sharding",
+           optim.name, sharding, optim.name);
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
@@ -364,6 +371,7 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
   s.offload_optimizer = memory.offload_optimizer;
+  s.delayed_update_after = optim.delayed_update_after;
   return s;
 }
 
@@ -485,6 +493,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     o.beta2 = r.get("beta2", o.beta2);
     o.eps = r.get("eps", o.eps);
     o.grad_clip = r.get("grad_clip", o.grad_clip);
+    o.delayed_update_after = r.get("delayed_update_after", o.delayed_update_after);
     o.momentum = r.get("momentum", o.momentum);
     o.nesterov = r.get("nesterov", o.nesterov);
     o.decoupled_weight_decay = r.get("decoupled_weight_decay", o.decoupled_weight_decay);
@@ -660,6 +669,7 @@ std::string to_toml(const RunConfig& c) {
                     {"beta2", shortest(o.beta2)},
                     {"eps", shortest(o.eps)},
                     {"grad_clip", shortest(o.grad_clip)},
+                    {"delayed_update_after", o.delayed_update_after},
                     {"momentum", shortest(o.momentum)},
                     {"nesterov", o.nesterov},
                     {"decoupled_weight_decay", o.decoupled_weight_decay},

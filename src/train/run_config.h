@@ -52,6 +52,9 @@ struct OptimSection : optim::OptimizerConfig {
   float min_lr = 1e-4f;
   int64_t warmup_steps = 100;
   float grad_clip = 1.0f;  // 0: no clipping
+  // ZeRO-Offload's delayed parameter update from this step on: each step's update runs while the
+  // next step computes on the weights before it (parallel/delayed_update.h). 0: off.
+  int64_t delayed_update_after = 0;
 };
 
 struct ParallelSection {

@@ -81,6 +81,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
   o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);
+  o.delayed_update_after = cfg.optim.delayed_update_after;
   if (cfg.memory.offload_optimizer == "nvme") {
     o.offload_optimizer_chunk_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.offload_chunk_mb) * 1048576.0);
   }
@@ -553,8 +554,14 @@ TrainResult Trainer::run() {
       fmt::print("precision: {}; 16-bit matmuls by {}\n", precision.describe(),
                  precision.mixed() ? kernels::half_gemm_description() : std::string("none"));
     }
-    fmt::print("optimizer: {}, {} of state on this process\n", engine.optimizer().name(),
-               mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))));
+    const std::string delayed =
+        cfg.optim.delayed_update_after > 0
+            ? fmt::format("; from step {} each update runs while the next step computes on the weights before it "
+                          "(delayed by one step, 2 copies of the owned values and gradients beside it)",
+                          cfg.optim.delayed_update_after + 1)
+            : std::string();
+    fmt::print("optimizer: {}, {} of state on this process{}\n", engine.optimizer().name(),
+               mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))), delayed);
     fmt::print("{}\n", run_memory.start_line);
     fmt::print("matmul peak {:.1f} GFLOP/s per process ({}), the MFU reference; {:.4g} MFLOP per token; unigram "
                "baseline {:.3f} nats\n",
@@ -588,7 +595,10 @@ TrainResult Trainer::run() {
   const int64_t eval_sequences = std::min<int64_t>(int64_t{cfg.train.eval_batches} * cfg.train.batch_size,
                                                    data::TokenLoader(dataset.val, {T, 1, 0, false}).windows_per_epoch());
   const data::TokenLoader val(dataset.val, {T, eval_sequences, 0, false});
+  // Evaluations, samples and checkpoints read the newest weights: a delayed update still running
+  // is applied first (so a resumed run, which starts with none pending, follows the same path).
   auto evaluate = [&]() {
+    engine.apply_delayed_update();
     double sum = 0;
     int64_t count = 0;
     for (int64_t begin = 0; begin < eval_sequences; begin += micro) {
@@ -604,6 +614,7 @@ TrainResult Trainer::run() {
   };
   // On every rank (the same text): with ZeRO-3 the parameters are gathered for it.
   auto sample = [&]() {
+    engine.apply_delayed_update();
     std::vector<int32_t> prompt = cfg.train.sample_prompt.empty() ? std::vector<int32_t>{dataset.val->at(0)}
                                                                  : dataset.tokenizer.encode(cfg.train.sample_prompt);
     if (prompt.empty()) prompt = {dataset.val->at(0)};
@@ -622,6 +633,7 @@ TrainResult Trainer::run() {
   };
   auto save = [&]() {
     const StopSignals::Saving saving(stop_);
+    engine.apply_delayed_update();
     const double elapsed = elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count();
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt, std::nullopt};
     if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
@@ -776,6 +788,7 @@ TrainResult Trainer::run() {
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};
         if (r.moe.routings > 0) line.update(moe_fields(r.moe));
+        if (cfg.optim.delayed_update_after > 0) line["update_wait_seconds"] = engine.delayed_update_wait_seconds();
         metrics->write(line);
       }
     }

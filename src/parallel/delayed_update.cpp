@@ -1,0 +1,98 @@
+#include "parallel/delayed_update.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace tessera::parallel {
+
+DelayedUpdate::DelayedUpdate(int64_t owned_elements, MemoryAccountant& memory)
+    : values_(Tensor::empty({std::max<int64_t>(owned_elements, 1)}, DType::F32, MemoryTag::Optimizer, memory)),
+      grads_(Tensor::empty({std::max<int64_t>(owned_elements, 1)}, DType::F32, MemoryTag::Optimizer, memory)),
+      worker_([this] { work(); }) {}
+
+DelayedUpdate::~DelayedUpdate() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  worker_.join();
+}
+
+void DelayedUpdate::work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || running_; });
+    if (!running_) return;  // stopping with nothing queued
+    std::function<void()> job = std::move(job_);
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      job();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    error_ = error;
+    running_ = false;
+    wake_.notify_all();
+  }
+}
+
+void DelayedUpdate::start(optim::Optimizer& optimizer, float lr, std::span<const optim::Segment> segments) {
+  TS_CHECK(!pending_, "a delayed update is still pending: apply it before starting the next");
+  TS_CHECK(optim::total_elements(segments) <= values_.numel(),
+           "the delayed update holds {} elements, the optimizer's segments {}", values_.numel(),
+           optim::total_elements(segments));
+  auto* values = values_.data<float>();
+  auto* grads = grads_.data<float>();
+  std::vector<optim::Segment> shadow(segments.begin(), segments.end());
+  int64_t at = 0;
+  for (optim::Segment& s : shadow) {
+    const auto bytes = static_cast<size_t>(s.size()) * sizeof(float);
+    if (!shadow_current_) std::memcpy(values + at, s.value, bytes);
+    std::memcpy(grads + at, s.grad, bytes);
+    s.value = values + at;
+    s.grad = grads + at;
+    at += s.size();
+  }
+  shadow_current_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    job_ = [&optimizer, lr, shadow = std::move(shadow)] { optimizer.step(lr, shadow); };
+    running_ = true;
+    error_ = nullptr;
+  }
+  pending_ = true;
+  wake_.notify_all();
+}
+
+bool DelayedUpdate::apply(std::span<const optim::Segment> segments) {
+  last_wait_seconds_ = 0;
+  if (!pending_) return false;
+  const auto before = std::chrono::steady_clock::now();
+  std::exception_ptr error;
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return !running_; });
+    error = error_;
+  }
+  last_wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  pending_ = false;
+  if (error) {
+    shadow_current_ = false;  // the update stopped part way: its values are no one's
+    std::rethrow_exception(error);
+  }
+  const auto* values = values_.data<float>();
+  int64_t at = 0;
+  for (const optim::Segment& s : segments) {
+    std::memcpy(s.value, values + at, static_cast<size_t>(s.size()) * sizeof(float));
+    at += s.size();
+  }
+  return true;
+}
+
+}  // namespace tessera::parallel

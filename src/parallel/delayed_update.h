@@ -1,0 +1,71 @@
+#pragma once
+// ZeRO-Offload's delayed parameter update (Ren et al. 2021, §4.2): the optimizer step of step t runs
+// on a thread of its own while step t + 1's forward and backward run on the weights from before it,
+// so the step's time hides behind the next step's compute at the price of gradients one step stale.
+//
+// The update cannot write the parameters the next step is reading, nor read the gradients it is
+// writing: it runs on shadow copies of the master values and of the gradients (this rank's owned
+// elements, two more copies of them, under MemoryTag::Optimizer), and its result is copied into
+// the master values when the next optimizer step begins — after that step's backward, before its
+// own update starts. Whatever the optimizer does within its step stays as it is: the segments it
+// is given differ only in where the values and gradients live. It must not communicate (the main
+// thread's collectives run meanwhile): the engine refuses the optimizers whose step sums
+// statistics over ranks.
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "optim/optimizer.h"
+
+namespace tessera::parallel {
+
+class DelayedUpdate {
+ public:
+  DelayedUpdate(int64_t owned_elements, MemoryAccountant& memory);
+  // Waits for an update still running (its result is then dropped, as the run is ending).
+  ~DelayedUpdate();
+  DelayedUpdate(const DelayedUpdate&) = delete;
+  DelayedUpdate& operator=(const DelayedUpdate&) = delete;
+
+  // Starts `optimizer`'s step with learning rate `lr` over `segments`' gradients as they are now,
+  // on the shadow copies, and returns at once. No update may be pending (apply() first).
+  void start(optim::Optimizer& optimizer, float lr, std::span<const optim::Segment> segments);
+  // Waits for the pending update, if any, and copies its values into `segments` (the same segments
+  // it started with); rethrows what the update threw. Returns whether there was one: the values
+  // changed, and what derives from them (ZeRO's gathered copies, 16-bit working copies) must follow.
+  bool apply(std::span<const optim::Segment> segments);
+  bool pending() const { return pending_; }
+  // Seconds the last apply() waited for the update to finish: the part of the step it did not hide.
+  double last_wait_seconds() const { return last_wait_seconds_; }
+  // After the master values changed from outside (a checkpoint load): the shadow values are copied
+  // from them again at the next start.
+  void forget_values() { shadow_current_ = false; }
+
+ private:
+  void work();
+
+  Tensor values_;  // [owned elements]: the master values the pending update writes
+  Tensor grads_;   // [owned elements]: the gradients it reads
+  // Whether values_ equals the master values (they are copied only when it does not).
+  bool shadow_current_ = false;
+  bool pending_ = false;
+  double last_wait_seconds_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::function<void()> job_;  // set: a job to run; cleared by the worker when done
+  bool running_ = false;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  // One long-lived worker: the optimizer's parallel kernels keep their thread pool across steps.
+  // Last, so that it starts once everything it reads is built.
+  std::thread worker_;
+};
+
+}  // namespace tessera::parallel
