@@ -8,14 +8,18 @@
 #
 #   bench/offload.sh
 #   ROUNDS=5 STEPS=6 OFFLOAD_DIR=/mnt/nvme bench/offload.sh
+#   DELAYED_AFTER=1 bench/offload.sh   # both runs with ZeRO-Offload's delayed update from step 1
 #
 # Environment: ROUNDS (default 3), STEPS (steps per run, default 5, the first WARMUP not timed),
 # WARMUP (default 2), OFFLOAD_DIR (the nvme tier's folder, default $BUILD_DIR/offload-bench),
-# BUILD_DIR (default build/release), DATA (default data/kjv, prepared when missing).
+# BUILD_DIR (default build/release), DATA (default data/kjv, prepared when missing), DELAYED_AFTER
+# (optim.delayed_update_after of both runs, default 0: synchronous updates; with it the offloaded
+# state streams while the next step computes, as ZeRO-Offload runs it).
 #
 # Prints one line per run and, last:
 #   RESULT offload_overhead config=gpt2-124M ratio=<offloaded ÷ in-memory median step> \
-#          activation_ratio=<peaks> optimizer_ratio=<peaks> nvme_peak_mib=<offloaded run's>
+#          activation_ratio=<peaks> optimizer_ratio=<peaks> nvme_peak_mib=<offloaded run's> \
+#          delayed_update_after=<DELAYED_AFTER>
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +27,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build/release}"
 ROUNDS="${ROUNDS:-3}"
 STEPS="${STEPS:-5}"
 WARMUP="${WARMUP:-2}"
+DELAYED_AFTER="${DELAYED_AFTER:-0}"
 DATA="${DATA:-$ROOT/data/kjv}"
 OFFLOAD_DIR="${OFFLOAD_DIR:-$BUILD_DIR/offload-bench}"
 PYTHON=/usr/bin/python3
@@ -44,7 +49,8 @@ mkdir -p "$OUT"
 MODEL=(--model.arch gpt2 --model.n_layer 12 --model.n_embd 768 --model.n_head 12 --model.seq_len 256
        --model.vocab_size 50257 --data.dir "$DATA" --train.batch_size 4 --train.micro_batch_size 4
        --train.steps "$STEPS" --train.eval_every 0 --train.eval_batches 1 --train.sample_tokens 0
-       --checkpoint.every 0 --log.every 1 --log.progress plain --optim.warmup_steps 1 --log.peak_gflops 1000)
+       --checkpoint.every 0 --log.every 1 --log.progress plain --optim.warmup_steps 1 --log.peak_gflops 1000
+       --optim.delayed_update_after "$DELAYED_AFTER")
 OFFLOADED=(--memory.offload_activations nvme --memory.offload_optimizer nvme --memory.offload_dir "$OFFLOAD_DIR")
 
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $OMP_NUM_THREADS threads, /proc/loadavg: $(cat /proc/loadavg)"
@@ -77,9 +83,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   fi
 done
 
-$PYTHON - "$OUT" "$ROUNDS" "$WARMUP" <<'EOF'
+$PYTHON - "$OUT" "$ROUNDS" "$WARMUP" "$DELAYED_AFTER" <<'EOF'
 import json, statistics, sys
-out, rounds, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rounds, warmup, delayed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def runs(name):
     for r in range(1, rounds + 1):
         yield [json.loads(l) for l in open(f"{out}/{name}-{r}/metrics.jsonl") if '"kind":"train"' in l]
@@ -91,5 +97,5 @@ base, moved = median_step("in_memory"), median_step("offloaded")
 a, b = last_memory("in_memory"), last_memory("offloaded")
 print(f"RESULT offload_overhead config=gpt2-124M ratio={moved / base:.3f} "
       f"activation_ratio={b['activations'] / a['activations']:.3f} optimizer_ratio={b['optimizer'] / a['optimizer']:.3f} "
-      f"nvme_peak_mib={b.get('nvme', 0) / 2**20:.1f}")
+      f"nvme_peak_mib={b.get('nvme', 0) / 2**20:.1f} delayed_update_after={delayed}")
 EOF

@@ -237,16 +237,18 @@ struct OneProcess {
   float* values;
 };
 
-// The one-process run both references share. `delayed`: PipeDream-2BW's update, step t's gradient
-// taken at W(max(0, t - 1)) and applied to W(t) (two copies of the weights kept by hand).
-RunRecord run_one_process(const ParityCase& c, bool delayed) {
+// The one-process run the references share. From step `delayed_from` on (never when it is past
+// the run), step t's gradient is taken at W(t - 1) and applied to W(t) (two copies of the weights
+// kept by hand): PipeDream-2BW's update from step 1, the delayed parameter update from its start.
+RunRecord run_one_process(const ParityCase& c, int delayed_from) {
   OneProcess one(c);
   auto& [memory, model, store, whole, opt, N, scale, values] = one;
-  std::vector<float> older(values, values + N);  // W(max(0, t - 1)) at step t
+  std::vector<float> older(values, values + N);  // W(t - 1) at step t
   RunRecord rec;
   rec.numel = rec.shard = N;
   std::vector<int32_t> inputs, targets;
   for (int step = 0; step < c.steps; ++step) {
+    const bool delayed = step >= delayed_from;
     std::vector<float> newest;  // W(step), while the gradient is taken at the older weights
     if (delayed) {
       newest.assign(values, values + N);
@@ -265,8 +267,9 @@ RunRecord run_one_process(const ParityCase& c, bool delayed) {
     StepRecord s;
     s.loss = sum * static_cast<double>(scale);
     s.grad_norm = kernels::clip_grad_norm(std::span(&all, 1), c.grad_clip);
+    const std::vector<float> before(values, values + N);
     opt->step(c.lr, whole);
-    if (delayed) older = std::move(newest);
+    older = delayed ? std::move(newest) : before;
     rec.steps.push_back(s);
   }
   rec.params = flat_copy(store, store);
@@ -340,9 +343,13 @@ RunRecord run_reference_2bw_newest(const ParityCase& c, int dp, int pp) {
   return rec;
 }
 
-RunRecord run_reference(const ParityCase& c) { return run_one_process(c, false); }
+RunRecord run_reference(const ParityCase& c) { return run_one_process(c, c.steps); }
 
-RunRecord run_reference_2bw(const ParityCase& c) { return run_one_process(c, true); }
+RunRecord run_reference_2bw(const ParityCase& c) { return run_one_process(c, 1); }
+
+RunRecord run_reference_delayed_update(const ParityCase& c) {
+  return run_one_process(c, static_cast<int>(c.delayed_update_after) + 1);
+}
 
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
 
@@ -382,6 +389,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.precision = c.precision;
   options.two_bw_versions = c.two_bw_versions;
   options.stage_layers = c.stage_layers;
+  options.delayed_update_after = c.delayed_update_after;
   parallel::TrainingEngine engine(model, memory, comm, options, pp, tp, ep, edp);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
@@ -475,6 +483,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
     rec.steps.push_back(s);
   }
   engine.transforms().remove(exec::TransformSlot::Observer);
+  engine.apply_delayed_update();  // the last step's update, which a delayed run leaves running
   parallel::DataParallel::FullParameters full = engine.full_parameters();
   rec.params = tp_size > 1 || ep_size > 1 ? gathered_copy(model.parameters(), full, tp, ep)
                                           : flat_copy(model.parameters(), full);

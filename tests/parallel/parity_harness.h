@@ -44,6 +44,8 @@ struct ParityCase {
   pipeline::TwoBWVersions two_bw_versions = pipeline::TwoBWVersions::Delayed;
   // Blocks per pipeline stage; empty: the engine's balanced split.
   std::vector<int64_t> stage_layers;
+  // ZeRO-Offload's delayed update from this step (EngineOptions::delayed_update_after; 0: off).
+  int64_t delayed_update_after = 0;
 };
 
 struct StepRecord {
@@ -116,6 +118,10 @@ RunRecord run_reference(const ParityCase& c);
 // The same with PipeDream-2BW's delayed gradient, written out by hand with two copies of the
 // weights: step t's gradient is taken at W(max(0, t - 1)) and AdamW applies it to W(t).
 RunRecord run_reference_2bw(const ParityCase& c);
+// The delayed parameter update (ParityCase::delayed_update_after = N), by hand with the same two
+// copies: steps up to N take their gradient at W(t), later ones at W(t - 1), and each is applied
+// to W(t).
+RunRecord run_reference_delayed_update(const ParityCase& c);
 // PipeDream-2BW with TwoBWVersions::Newest over `dp` data-parallel ranks and `pp` stages of
 // c.stage_layers blocks, by hand: the global batch as the pipelines' microbatches (microbatch j of
 // each data-parallel rank), each run on weights assembled stage by stage, where stage s reads
