@@ -75,14 +75,19 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   // The run's own accounting: each tag's peak and the peak of all of them at once, per stage.
   const train::PredictedMemory memory = train::predict_memory(config, run);
   // The nvme tier's traffic of each stage: the activations' beside the step's forwards and
-  // backwards, the optimizer state's beside the optimizer's update, which is when it streams. The
+  // backwards, the optimizer state's beside the optimizer's update, which is when it streams (with
+  // the delayed update, beside the next step too). The
   // slowest stage's exposed I/O lengthens the step, which waits for its slowest rank.
   std::vector<OffloadIo> io;
   double exposed = 0;
   const int64_t sharing = cluster.devices_on_a_node(l.devices());
   for (size_t s = 0; s < memory.nvme_traffic.size(); ++s) {
     const OffloadIo activations = offload_io(cluster, memory.nvme_traffic[s], sharing, est.time.compute);
-    const OffloadIo state = offload_io(cluster, memory.nvme_optimizer_traffic[s], sharing, est.time.optimizer);
+    // A delayed update streams the state while the next step computes; its compute still takes the
+    // cores, but its disk traffic has the whole step to hide behind.
+    const double state_window =
+        config.optim.delayed_update_after > 0 ? est.time.compute + est.time.optimizer : est.time.optimizer;
+    const OffloadIo state = offload_io(cluster, memory.nvme_optimizer_traffic[s], sharing, state_window);
     io.push_back({activations.bytes_written + state.bytes_written, activations.bytes_read + state.bytes_read,
                   activations.timed && state.timed, activations.seconds + state.seconds,
                   activations.exposed_seconds + state.exposed_seconds});

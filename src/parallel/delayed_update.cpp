@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <omp.h>
+
 #include "core/check.h"
 
 namespace tessera::parallel {
@@ -23,6 +25,11 @@ DelayedUpdate::~DelayedUpdate() {
 }
 
 void DelayedUpdate::work() {
+  // The update shares the cores with the next step's forward and backward, which already use them
+  // all: one thread keeps it from taking them over (the kernels' blocks, and so their bits, do not
+  // depend on the number of threads). Its memory traffic and an offloaded state's disk reads are
+  // what overlaps the compute.
+  omp_set_num_threads(1);
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || running_; });

@@ -134,6 +134,29 @@ TEST_F(PlannerTiers, WhatTheComputeDoesNotHideLengthensTheStep) {
   }
 }
 
+// An offloaded optimizer state streams during the update; with the delayed update it streams while
+// the next step computes, which hides the compute's time more of its traffic.
+TEST_F(PlannerTiers, TheDelayedUpdateHidesTheStateTrafficBehindTheStep) {
+  const std::string state = "--memory.offload_optimizer nvme";
+  const nlohmann::json sync = plan_json("slow", state);
+  const nlohmann::json delayed = plan_json("slow", state + " --optim.delayed_update_after 1");
+  ASSERT_FALSE(sync.is_null());
+  ASSERT_FALSE(delayed.is_null());
+  EXPECT_DOUBLE_EQ(sync["io"]["seconds"].get<double>(), delayed["io"]["seconds"].get<double>());
+  const double compute = sync["time"]["compute"].get<double>();
+  ASSERT_GT(delayed["io"]["exposed_seconds"].get<double>(), 0) << delayed.dump();
+  EXPECT_NEAR(sync["io"]["exposed_seconds"].get<double>() - delayed["io"]["exposed_seconds"].get<double>(), compute,
+              1e-9 * sync["io"]["seconds"].get<double>());
+  EXPECT_LT(delayed["step_seconds"].get<double>(), sync["step_seconds"].get<double>());
+  // Its shadow values and gradients are in the memory prediction: two more f32 copies of the state's
+  // parameters beside the state.
+  const nlohmann::json plain = plan_json("slow", "");
+  const nlohmann::json plain_delayed = plan_json("slow", "--optim.delayed_update_after 1");
+  ASSERT_FALSE(plain_delayed.is_null());
+  EXPECT_DOUBLE_EQ(plain_delayed["memory"]["optimizer"].get<double>(), 2 * plain["memory"]["optimizer"].get<double>())
+      << "AdamW keeps two f32 moments per parameter, as many bytes as the shadow copies";
+}
+
 TEST_F(PlannerTiers, AClusterWithoutADiskSaysSoInsteadOfTiming) {
   const nlohmann::json p = plan_json("none", "--memory.offload_activations nvme");
   ASSERT_FALSE(p.is_null());
