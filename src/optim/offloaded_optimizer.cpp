@@ -93,6 +93,9 @@ void OffloadedOptimizer::wait(Chunk& c) {
 void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
   TS_CHECK(segments.size() == chunks_.back().end, "offloaded optimizer: {} segments, its chunks cover {}",
            segments.size(), chunks_.back().end);
+  // The last chunk of the step before has finished its write-back behind the forward and backward;
+  // unless it is one of those read ahead, it leaves before this step's first chunks come in.
+  if (chunks_.size() > kReadAhead && chunks_.back().resident) evict(chunks_.back());
   // Chunk k updates while k + 1 is read and k − 1 is written: three chunks' state at most.
   fetch(chunks_.front());
   for (size_t k = 0; k < chunks_.size(); ++k) {
@@ -103,7 +106,9 @@ void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
     if (k > 0) evict(chunks_[k - 1]);
     write_back(c);
   }
-  evict(chunks_.back());
+  // The last write-back and the next step's first reads then run behind the next forward and
+  // backward instead of at either end of the update, where the disk is all the step waits on.
+  for (size_t k = 0; k < std::min(kReadAhead, chunks_.size()); ++k) fetch(chunks_[k]);
 }
 
 StateDict OffloadedOptimizer::state_dict() {

@@ -5,6 +5,8 @@
 // same kind and settings, whose state lives in the nvme tier between steps. A step streams the
 // chunks: while chunk k updates, chunk k + 1's state is read and chunk k − 1's written back, so at
 // most three chunks' state is in compute memory at once, and the disk works while the cores do.
+// Between steps the last chunk finishes its write-back and the first kReadAhead chunks are read
+// for the next step, behind its forward and backward (three chunks then too).
 //
 // An optimizer over a chunk gives the bits it gives over all segments when its update of a
 // parameter reads only that parameter's segments: every optimizer here does when a parameter is
@@ -43,6 +45,8 @@ class OffloadedOptimizer final : public Optimizer {
   int64_t steps_taken() const override { return chunks_.front().optimizer->steps_taken(); }
   int64_t owned_elements() const override { return owned_elements_; }
   size_t chunks() const { return chunks_.size(); }
+  // Chunks read for the next step as soon as a step ends.
+  static constexpr size_t kReadAhead = 2;
 
  private:
   struct Chunk {

@@ -140,8 +140,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       out.nvme_optimizer_traffic.push_back(0);
     }
     // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
-    const bool delayed = c.optim.delayed_update_after > 0;
-    if (delayed) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
+    if (c.optim.delayed_update_after > 0) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {
@@ -174,11 +173,10 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
         exec::predict_transient_peak(program, activations, workspace, l.pp > 1 ? boundary : 0, zero_comm));
     const double states = tags.params + tags.grads + tags.weight_stash + tags.working_copies;
     out.tags.push_back(tags);
-    // An offloaded optimizer state is in compute memory only during the optimizer step, after the
-    // backward has freed the activations; otherwise it is there all step long, and so is the state
-    // a delayed update streams while the next step computes.
-    out.peak.push_back(c.memory.offload_optimizer == "nvme" && !delayed ? states + std::max(transient, tags.optimizer)
-                                                                        : states + tags.optimizer + transient);
+    // The optimizer's state is in compute memory all step long: in memory, or, offloaded, the three
+    // chunks a step streams (between steps: the last one's write-back and the next step's first two,
+    // read ahead), and a delayed update's shadow copies.
+    out.peak.push_back(states + tags.optimizer + transient);
     if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
   }
   return out;

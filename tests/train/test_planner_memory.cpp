@@ -55,6 +55,10 @@ const std::vector<Layout> kLayouts = {
     // The delayed update's shadow values and gradients, beside the state; with a streamed state.
     {"one_delayed", 1, "--optim.delayed_update_after 1"},
     {"dp2_zero1_delayed", 2, "--parallel.dp 2 --parallel.zero_stage 1 --optim.delayed_update_after 1", 1, 2},
+    {"one_offloaded_state_delayed", 1,
+     "--memory.offload_optimizer nvme --memory.offload_chunk_mb 0.05 --optim.delayed_update_after 1"},
+    // The optimizer state streamed in chunks, three of them in memory all step long.
+    {"one_offloaded_state", 1, "--memory.offload_optimizer nvme --memory.offload_chunk_mb 0.05"},
 };
 
 const std::vector<std::string> kTags = {"params",    "grads",        "optimizer",     "activations",
