@@ -25,16 +25,20 @@ size_t chunk_end(std::span<const Segment> segments, size_t first, const Offloade
 
 OffloadedOptimizer::OffloadedOptimizer(std::span<const Segment> segments, const Factory& make,
                                        const StateBytes& state_bytes, memory::NvmeStore& store, int64_t chunk_bytes,
-                                       MemoryAccountant& memory)
-    : store_(store), memory_(memory) {
+                                       MemoryAccountant& memory, OffloadedValues* values)
+    : store_(store), memory_(memory), values_(values) {
   TS_CHECK(!segments.empty(), "an offloaded optimizer over no parameters");
   TS_CHECK(chunk_bytes > 0, "optimizer state chunks of {} bytes", chunk_bytes);
   owned_elements_ = total_elements(segments);
+  int64_t element = 0;
   for (size_t first = 0; first < segments.size();) {
     Chunk& c = chunks_.emplace_back();
     c.first = first;
     c.end = chunk_end(segments, first, state_bytes, chunk_bytes);
     for (size_t i = c.first; i < c.end; ++i) c.sizes.push_back(segments[i].size());
+    c.first_element = element;
+    c.elements = total_elements(segments.subspan(c.first, c.end - c.first));
+    element += c.elements;
     c.optimizer = make(segments.subspan(c.first, c.end - c.first));
     for (const StateTensor& t : c.optimizer->state_dict().tensors) {
       const std::shared_ptr<Storage>& s = t.values.storage();
@@ -50,11 +54,13 @@ OffloadedOptimizer::OffloadedOptimizer(std::span<const Segment> segments, const 
 
 OffloadedOptimizer::~OffloadedOptimizer() {
   for (Chunk& c : chunks_) {
-    for (const std::shared_ptr<memory::CopyWork>& w : c.works) {
-      try {
-        if (w) w->wait();
-      } catch (const std::exception&) {
-        // The run is already ending with the error that stopped it.
+    for (const auto* works : {&c.works, &c.value_writes}) {
+      for (const std::shared_ptr<memory::CopyWork>& w : *works) {
+        try {
+          if (w) w->wait();
+        } catch (const std::exception&) {
+          // The run is already ending with the error that stopped it.
+        }
       }
     }
     for (const memory::Extent& e : c.extents) store_.release(e);
@@ -72,7 +78,27 @@ void OffloadedOptimizer::evict(Chunk& c) {
   for (const std::shared_ptr<memory::CopyWork>& w : c.works) w->wait();
   c.works.clear();
   for (const std::shared_ptr<Storage>& s : c.storages) s->evict(Tier::Nvme);
+  put_values(c);
   c.resident = false;
+}
+
+void OffloadedOptimizer::put_values(Chunk& c) {
+  for (const std::shared_ptr<memory::CopyWork>& w : c.value_writes) w->wait();
+  c.value_writes.clear();
+  c.values = Tensor();
+}
+
+void OffloadedOptimizer::fetch_values(Chunk& c) {
+  if (values_ == nullptr || c.values.defined()) return;
+  c.values = Tensor::empty({c.elements}, DType::F32, MemoryTag::Params, memory_);
+  for (auto& w : values_->read(c.first_element, c.elements, c.values.data<float>())) c.works.push_back(std::move(w));
+}
+
+void OffloadedOptimizer::write_values(Chunk& c) {
+  if (values_ == nullptr) return;
+  for (auto& w : values_->write(c.first_element, c.elements, c.values.data<float>())) {
+    c.value_writes.push_back(std::move(w));
+  }
 }
 
 void OffloadedOptimizer::fetch(Chunk& c) {
@@ -96,16 +122,34 @@ void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
   // The last chunk of the step before has finished its write-back behind the forward and backward;
   // unless it is one of those read ahead, it leaves before this step's first chunks come in.
   if (chunks_.size() > kReadAhead && chunks_.back().resident) evict(chunks_.back());
-  // Chunk k updates while k + 1 is read and k − 1 is written: three chunks' state at most.
-  fetch(chunks_.front());
+  // Chunk k updates while k + 1 is read and k − 1 is written: three chunks' state at most (and,
+  // with offloaded values, three chunks' values).
+  const auto read = [&](Chunk& c) {
+    fetch(c);
+    fetch_values(c);
+  };
+  read(chunks_.front());
   for (size_t k = 0; k < chunks_.size(); ++k) {
     Chunk& c = chunks_[k];
-    if (k + 1 < chunks_.size()) fetch(chunks_[k + 1]);
+    if (k + 1 < chunks_.size()) read(chunks_[k + 1]);
     wait(c);
-    c.optimizer->step(lr, segments.subspan(c.first, c.end - c.first));
+    std::vector<Segment> mine(segments.begin() + static_cast<std::ptrdiff_t>(c.first),
+                              segments.begin() + static_cast<std::ptrdiff_t>(c.end));
+    if (values_ != nullptr) {
+      int64_t at = 0;
+      for (Segment& s : mine) {
+        s.value = c.values.data<float>() + at;
+        at += s.size();
+      }
+    }
+    c.optimizer->step(lr, mine);
     if (k > 0) evict(chunks_[k - 1]);
     write_back(c);
+    write_values(c);
   }
+  // The master values are back in the nvme tier before the step ends: the next forward's gathers
+  // read them there.
+  put_values(chunks_.back());
   // The last write-back and the next step's first reads then run behind the next forward and
   // backward instead of at either end of the update, where the disk is all the step waits on.
   for (size_t k = 0; k < std::min(kReadAhead, chunks_.size()); ++k) fetch(chunks_[k]);

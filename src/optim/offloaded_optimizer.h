@@ -16,6 +16,12 @@
 //
 // A checkpoint reads the state whole (state_dict concatenates the chunks' in compute memory), so
 // a state larger than RAM cannot be saved yet.
+//
+// The master values may live in the nvme tier too (memory.offload_params: ZeRO-3's shard, given
+// as OffloadedValues): the segments then carry no values, and each chunk's values are read with
+// its state before its update and written back with it, three chunks' at most (tag params). Unlike
+// the state, none stay or are read ahead between steps: the step waits for the last chunk's
+// values to be written, since the next forward's gathers read them from the nvme tier.
 #include <functional>
 #include <memory>
 #include <span>
@@ -26,6 +32,18 @@
 
 namespace tessera::optim {
 
+// Master values kept outside compute memory, addressed by their index in the owned order (the
+// segments' elements one after another).
+class OffloadedValues {
+ public:
+  virtual ~OffloadedValues() = default;
+  // Post the transfer of elements [first, first + count) into `into` or from `from`, which the
+  // caller keeps alive until every handle completes. `first` and `first + count` fall on segment
+  // boundaries.
+  virtual std::vector<std::shared_ptr<memory::CopyWork>> read(int64_t first, int64_t count, float* into) = 0;
+  virtual std::vector<std::shared_ptr<memory::CopyWork>> write(int64_t first, int64_t count, const float* from) = 0;
+};
+
 class OffloadedOptimizer final : public Optimizer {
  public:
   // Builds the optimizer of one chunk's segments (the kind and settings of the whole).
@@ -34,8 +52,10 @@ class OffloadedOptimizer final : public Optimizer {
   using StateBytes = std::function<int64_t(std::span<const Segment> chunk)>;
   // `segments`: the owned segments every step will pass, in order. Builds the chunks one at a time,
   // each written out before the next is made, so construction holds one chunk's state at most.
+  // `values`: where the master values live when the segments carry none (null: in the segments).
   OffloadedOptimizer(std::span<const Segment> segments, const Factory& make, const StateBytes& state_bytes,
-                     memory::NvmeStore& store, int64_t chunk_bytes, MemoryAccountant& memory);
+                     memory::NvmeStore& store, int64_t chunk_bytes, MemoryAccountant& memory,
+                     OffloadedValues* values = nullptr);
   ~OffloadedOptimizer() override;
 
   std::string_view name() const override { return chunks_.front().optimizer->name(); }
@@ -57,14 +77,21 @@ class OffloadedOptimizer final : public Optimizer {
     std::vector<memory::Extent> extents;             // where each lives on the nvme tier
     std::vector<std::shared_ptr<memory::CopyWork>> works;
     bool resident = true;
+    int64_t first_element = 0, elements = 0;  // in the owned order
+    Tensor values;  // its master values while it updates (with OffloadedValues), tag params
+    std::vector<std::shared_ptr<memory::CopyWork>> value_writes;
   };
   void write_back(Chunk& chunk);  // posts the writes
   void evict(Chunk& chunk);       // waits for them and frees the compute copies
   void fetch(Chunk& chunk);       // makes the state resident and posts the reads
   void wait(Chunk& chunk);        // waits for the reads
+  void fetch_values(Chunk& chunk);  // posts the reads of its master values
+  void write_values(Chunk& chunk);  // posts their writes
+  void put_values(Chunk& chunk);    // waits for those and frees the buffer (evict does too)
 
   memory::NvmeStore& store_;
   MemoryAccountant& memory_;  // for the whole state a checkpoint reads
+  OffloadedValues* values_;
   std::vector<Chunk> chunks_;
   int64_t owned_elements_ = 0;
 };

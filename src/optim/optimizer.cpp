@@ -47,8 +47,9 @@ std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::Para
     const auto first = static_cast<int64_t>(p.offset);
     const int64_t lo = std::max(owned.begin, first), hi = std::min(owned.end, first + p.numel());
     if (hi <= lo) continue;
-    out.push_back({&p, lo - first, hi - first, values + (lo - owned.begin), grads + (lo - owned.begin),
-                   sharded_over | p.spec.split_mask()});
+    // No values: they live elsewhere (an offloaded shard), and the segments carry none.
+    out.push_back({&p, lo - first, hi - first, values != nullptr ? values + (lo - owned.begin) : nullptr,
+                   grads + (lo - owned.begin), sharded_over | p.spec.split_mask()});
   }
   return out;
 }
