@@ -53,6 +53,7 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
     {F::OffloadActivations, "memory.offload_activations = \"nvme\"", "memory.offload_activations"},
     {F::OffloadActivationsAuto, "memory.offload_activations = \"auto\"", "memory.offload_activations"},
     {F::OffloadOptimizer, "memory.offload_optimizer = \"nvme\"", "memory.offload_optimizer"},
+    {F::OffloadParams, "memory.offload_params = \"nvme\"", "memory.offload_params"},
     {F::DelayedUpdate, "optim.delayed_update_after > 0", "optim.delayed_update_after"},
     {F::Moe, "model.moe_experts > 0", "model.moe_experts"},
 }};
@@ -80,6 +81,7 @@ auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
   if (key == "optim.name") return &s.optimizer;
   if (key == "memory.offload_activations") return &s.offload_activations;
   if (key == "memory.offload_optimizer") return &s.offload_optimizer;
+  if (key == "memory.offload_params") return &s.offload_params;
   return nullptr;
 }
 
@@ -180,6 +182,23 @@ const std::vector<Refusal> kRefusals = {
      {F::OneBitAdam},
      "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run",
      "use optim.name = \"adamw\" with memory.offload_optimizer, or keep 1-bit Adam's state in memory"},
+    {{F::OffloadParams},
+     {F::Zero1, F::Zero2},
+     "memory.offload_params moves ZeRO-3's parameter shards, and stages 1 and 2 keep every parameter whole on each "
+     "rank",
+     "use parallel.zero_stage = 3 with memory.offload_params (at dp 1 the shard is the whole model)"},
+    {{F::OffloadParams},
+     {F::Adafactor, F::Adam8bit, F::Lamb, F::Lars},
+     "offloaded parameters stream through an offloaded optimizer state in chunks, under ZeRO-3's sharding, where "
+     "this optimizer's per-tensor statistics are summed over ranks in collectives a chunked step would split "
+     "differently on each rank",
+     "use optim.name = \"adamw\" or \"sgd\" with memory.offload_params"},
+    {{F::OffloadParams},
+     {F::DelayedUpdate},
+     "the delayed update works on a copy of the master values in compute memory, which offloaded parameters keep in "
+     "the nvme tier",
+     "use memory.offload_optimizer = \"nvme\" with optim.delayed_update_after, or offload the parameters without "
+     "delaying the update"},
     {{F::DelayedUpdate},
      {F::OneBitAdam},
      "1-bit Adam exchanges its momentum inside its step, and a delayed update runs on its own thread beside the "
@@ -212,6 +231,7 @@ constexpr std::string_view kOffloadedStateCli = "Offload.AnOffloadedOptimizerSta
 constexpr std::string_view kDelayedUpdateCli = "DelayedUpdateRuns.ExactBeforeItsStartThenOneStepStaleAlikeUnderEveryLayout";
 constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFollowsTheUninterruptedOneBitwise";
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
+constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
 
 // Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
 const std::vector<TestedPair> kTested = {
@@ -344,6 +364,8 @@ const std::vector<TestedPair> kTested = {
     {F::Pipeline, F::DelayedUpdate, {kDelayedUpdateCli}},
     {F::Bf16, F::DelayedUpdate, {kDelayedUpdateCli}},
     {F::OffloadOptimizer, F::DelayedUpdate, {kDelayedUpdateCli}},
+    {F::Zero3, F::OffloadParams, {kOffloadedParamsCli}},
+    {F::OffloadOptimizer, F::OffloadParams, {kOffloadedParamsCli}},
 };
 
 bool holds_any(const std::vector<Feature>& features, const FeatureSettings& s) {
@@ -398,6 +420,12 @@ FeatureSettings with_feature(FeatureSettings s, Feature f) {
     case F::Pipeline: s.pp = std::max(s.pp, kSplit); return s;
     case F::Moe: s.moe_experts = std::max(s.moe_experts, kExperts); return s;
     case F::DelayedUpdate: s.delayed_update_after = std::max<int64_t>(s.delayed_update_after, 1); return s;
+    case F::OffloadParams:
+      // It moves ZeRO-3's shards, whose values the offloaded optimizer streams.
+      s.offload_params = "nvme";
+      s.offload_optimizer = "nvme";
+      if (s.zero_stage == 0) s.zero_stage = 3;
+      return s;
     case F::OffloadActivationsAuto:
       // It plans with the optimal policy.
       s.offload_activations = "auto";

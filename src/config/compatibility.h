@@ -34,6 +34,7 @@ struct FeatureSettings {
   std::string optimizer = "adamw";
   std::string offload_activations = "none";
   std::string offload_optimizer = "none";
+  std::string offload_params = "none";
   int64_t delayed_update_after = 0;
   int64_t moe_experts = 0;
 };
@@ -46,7 +47,7 @@ enum class Feature : uint8_t {
   RecomputeFull, RecomputeEveryK, RecomputeSelective, RecomputeOptimal,
   Bf16, Fp16, GradBf16, GradFp16,
   AdamW, Sgd, Adafactor, Adam8bit, Lamb, Lars, OneBitAdam,
-  OffloadActivations, OffloadActivationsAuto, OffloadOptimizer, DelayedUpdate,
+  OffloadActivations, OffloadActivationsAuto, OffloadOptimizer, OffloadParams, DelayedUpdate,
   Moe,
 };
 inline constexpr size_t kFeatureCount = static_cast<size_t>(Feature::Moe) + 1;
@@ -56,7 +57,8 @@ std::string_view feature_name(Feature f);  // `parallel.zero_stage = 3`, `parall
 std::string_view feature_key(Feature f);   // `parallel.zero_stage`: two features of one key never meet
 bool feature_holds(Feature f, const FeatureSettings& s);
 // `s` with feature `f` turned on, and what `f` needs to be valid on its own (sp: tp 2; ep: 2
-// experts over 2 ranks; offloading planned with recomputation: the optimal policy); dp, batch
+// experts over 2 ranks; offloading planned with recomputation: the optimal policy; offloaded
+// parameters: ZeRO-3 and an offloaded optimizer state); dp, batch
 // sizes and budgets are the run config's to choose.
 FeatureSettings with_feature(FeatureSettings s, Feature f);
 // The setting that makes `f` hold, with its value in `s`: `parallel.pp = 4`, `model.moe_experts = 8`.

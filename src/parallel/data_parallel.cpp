@@ -48,9 +48,13 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
   if (options.zero_stage >= 2) {
     grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
   }
+  TS_CHECK(options.offload_params == nullptr || options.zero_stage == 3,
+           "memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the shard is "
+           "the whole model), not {}", options.zero_stage);
   if (options.zero_stage == 3) {
     TS_CHECK(options.domain.empty(), "ZeRO-3 shards the whole model: it takes no domain of pipeline stages");
-    gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership);
+    gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership,
+                                                    options.offload_params);
     transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
   }
   reducer_ = std::make_unique<GradientReducer>(params, units, layout_, rank_, comm, memory, options.zero_stage,
@@ -84,7 +88,10 @@ size_t DataParallel::comm_bound_bytes() const {
 }
 
 float* DataParallel::values_of(nn::ParamRange part) {
-  if (gatherer_) return gatherer_->shard() + (part.begin - layout_.shard(rank_).begin);
+  if (gatherer_) {
+    float* shard = gatherer_->shard();
+    return shard != nullptr ? shard + (part.begin - layout_.shard(rank_).begin) : nullptr;
+  }
   return params_.flat_values().data<float>() + part.begin;
 }
 
@@ -108,6 +115,7 @@ std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Pa
   const uint32_t over_dp = 1u << static_cast<int>(options_.group);
   std::vector<optim::Segment> out;
   for (const nn::ParamRange& part : owned()) {
+    // Offloaded values (null) live in the nvme tier: offloaded_values().
     for (optim::Segment& s : optim::segments_of_range(params_, part, values_of(part), grads_of(part), over_dp)) {
       out.push_back(s);
     }

@@ -52,6 +52,9 @@ struct DataParallelOptions {
   // (their reduction takes the chain's ExpertGradientReduction slot, and their ZeRO shards are
   // spread over edp, which a global norm must sum over).
   config::MeshDim group = config::MeshDim::DP;
+  // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params); null:
+  // compute memory.
+  memory::NvmeStore* offload_params = nullptr;
 };
 
 class DataParallel final : public exec::StorageOwner {
@@ -80,6 +83,9 @@ class DataParallel final : public exec::StorageOwner {
   void set_reducing(bool reducing);
   // Upper bound of live 'comm' bytes during a step (bucket storage and gathered parameters).
   size_t comm_bound_bytes() const;
+  // ZeRO-3 with the shard in the nvme tier: where the master values are, for the offloaded
+  // optimizer (the master segments then carry no values). Null otherwise.
+  optim::OffloadedValues* offloaded_values() const { return gatherer_ ? gatherer_->offloaded() : nullptr; }
 
   void zero_grads();
   // ZeRO-1/2: every rank's updated shard is all-gathered into the whole buffer. Collective.

@@ -1,6 +1,8 @@
 #include "parallel/parameter_gatherer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
 
 namespace tessera::parallel {
 
@@ -32,11 +34,16 @@ void wait_works(std::vector<dist::WorkPtr>& works) {
 
 ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                      const ShardLayout& layout, int rank, dist::Communicator* comm,
-                                     MemoryAccountant& memory, exec::ParameterOwnership& ownership)
+                                     MemoryAccountant& memory, exec::ParameterOwnership& ownership,
+                                     memory::NvmeStore* nvme)
     : layout_(layout), rank_(rank), comm_(comm), memory_(memory), mine_(layout.shard(rank)) {
-  shard_ = Tensor::empty({mine_.size()}, DType::F32, MemoryTag::Params, memory);
-  std::memcpy(shard_.raw(), params.flat_values().data<float>() + mine_.begin,
-              sizeof(float) * static_cast<size_t>(mine_.size()));
+  const float* values = params.flat_values().data<float>() + mine_.begin;
+  if (nvme != nullptr) {
+    offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_, values);
+  } else {
+    shard_ = Tensor::empty({mine_.size()}, DType::F32, MemoryTag::Params, memory);
+    std::memcpy(shard_.raw(), values, sizeof(float) * static_cast<size_t>(mine_.size()));
+  }
   for (const nn::Unit& unit : units) unit_params_.push_back({unit.params});
   ownership.claim(exec::Role::Working, *this);
   params.release_values("ZeRO-3 (each rank keeps a shard; units are gathered while they run)");
@@ -51,8 +58,18 @@ ParameterGatherer::~ParameterGatherer() {
 }
 
 void ParameterGatherer::drain() {
-  for (auto& [run, g] : slots_) wait_works(g.works);
+  // Every transfer is waited for before its buffers go, even after an error.
+  std::exception_ptr error;
+  for (auto& [run, g] : slots_) {
+    try {
+      wait_all(g.reads);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    wait_works(g.works);
+  }
   slots_.clear();
+  if (error) std::rethrow_exception(error);
 }
 
 size_t ParameterGatherer::largest_unit_bytes() const {
@@ -86,18 +103,48 @@ void ParameterGatherer::post(int run) {
   Gathered g;
   for (const nn::ParamRange& r : up.ranges) {
     Tensor buffer = Tensor::empty({r.size()}, DType::F32, MemoryTag::Comm, memory_);
-    g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
+    if (!offloaded_) {
+      g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
+    } else if (alone()) {
+      // The whole range is this rank's: read it where the unit will read it.
+      for (auto& w : offloaded_->read_range(r, buffer.data<float>())) g.reads.push_back(std::move(w));
+    } else {
+      const nn::ParamRange part = layout_.part(r, rank_);
+      // At least one element: a rank with no part of the range still sends from a valid address.
+      Tensor mine = Tensor::empty({std::max<int64_t>(part.size(), 1)}, DType::F32, MemoryTag::Params, memory_);
+      for (auto& w : offloaded_->read_range(part, mine.data<float>())) g.reads.push_back(std::move(w));
+      g.parts.push_back(std::move(mine));
+    }
     g.buffers.push_back(std::move(buffer));
   }
+  g.gathering = !offloaded_ || alone();
   slots_.emplace(run, std::move(g));
+}
+
+void ParameterGatherer::complete(int run) {
+  Gathered& g = slots_.at(run);
+  if (g.ready) return;
+  wait_all(g.reads);
+  if (!g.gathering) {
+    const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
+    for (size_t i = 0; i < up.ranges.size(); ++i) {
+      const nn::ParamRange& r = up.ranges[i];
+      g.works.push_back(comm_->all_gather(g.parts[i].data<float>(), g.buffers[i].data<float>(), layout_.counts(r),
+                                          DType::F32));
+    }
+    g.gathering = true;
+  }
+  wait_works(g.works);
+  g.parts.clear();
+  g.ready = true;
 }
 
 void ParameterGatherer::before(const exec::Event& event) {
   const int run = run_of_[static_cast<size_t>(event.index)];
   if (run < 0 || runs_[static_cast<size_t>(run)].first != event.index) return;
   if (!slots_.count(run)) post(run);
-  wait_works(slots_.at(run).works);
-  // Prefetch: the next run's gather moves while this one computes.
+  complete(run);
+  // Prefetch: the next run's gather (offloaded: its reads) moves while this one computes.
   if (run + 1 < static_cast<int>(runs_.size()) && !slots_.count(run + 1)) post(run + 1);
 }
 
@@ -113,7 +160,7 @@ Tensor ParameterGatherer::working(const nn::Parameter& p, const exec::Event* eve
            "model through the interpreter, or gather everything with full_parameters()", p.name);
   const int run = run_of_[static_cast<size_t>(event->index)];
   auto it = slots_.find(run);
-  TS_CHECK(run >= 0 && it != slots_.end() && it->second.works.empty(),
+  TS_CHECK(run >= 0 && it != slots_.end() && it->second.ready,
            "ZeRO-3: parameter '{}' read during {}, when its unit is not gathered", p.name,
            exec::describe(event->action()));
   const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
@@ -132,7 +179,13 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
   drain();
   Tensor full = Tensor::empty({layout_.numel()}, DType::F32, MemoryTag::Comm, memory_);
   auto* out = full.data<float>();
-  std::memcpy(out + mine_.begin, shard(), sizeof(float) * static_cast<size_t>(mine_.size()));
+  if (offloaded_) {
+    // The whole shard in compute memory at once: a state larger than RAM cannot be read whole yet.
+    OffloadedShard::Works reads = offloaded_->read_range(mine_, out + mine_.begin);
+    wait_all(reads);
+  } else {
+    std::memcpy(out + mine_.begin, shard(), sizeof(float) * static_cast<size_t>(mine_.size()));
+  }
   if (comm_ != nullptr && comm_->size() > 1) {
     // In place: this rank's chunk is already where it belongs in the output.
     std::vector<size_t> counts = layout_.counts({0, layout_.numel()});
@@ -152,6 +205,11 @@ Tensor ParameterGatherer::Full::grad(const nn::Parameter& p) {
 
 void ParameterGatherer::Full::write_back() {
   const nn::ParamRange mine = owner_->mine_;
+  if (owner_->offloaded_) {
+    OffloadedShard::Works writes = owner_->offloaded_->write_range(mine, buffer_.data<float>() + mine.begin);
+    wait_all(writes);
+    return;
+  }
   std::memcpy(owner_->shard(), buffer_.data<float>() + mine.begin, sizeof(float) * static_cast<size_t>(mine.size()));
 }
 

@@ -14,6 +14,14 @@
 //
 // Volume: a unit's ranges are gathered once per run; a tied head reads the token embedding, which
 // is then gathered a second time in each direction.
+//
+// With the nvme tier (memory.offload_params = "nvme") the shard lives there (offloaded_shard.h)
+// instead of in compute memory. A run's parts of the shard are read before its gather: when the
+// run starts, the next run's reads are posted, so the disk works while this run computes, and the
+// gather of a run is posted once its reads are in (in one process the reads land straight in the
+// gathered buffers). In compute memory: the gathered buffers as without it, and with more than
+// one rank one run's parts of the shard (tag params) between their read and their gather. The
+// master values are then no RAM buffer: the offloaded optimizer streams them (shard_values()).
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,20 +30,26 @@
 #include "dist/communicator.h"
 #include "exec/ownership.h"
 #include "exec/transform.h"
+#include "memory/nvme_store.h"
 #include "nn/parameters.h"
+#include "parallel/offloaded_shard.h"
 #include "parallel/shard_layout.h"
 
 namespace tessera::parallel {
 
 class ParameterGatherer final : public exec::Transform, public exec::StorageOwner {
  public:
-  // Copies this rank's shard out of the (initialized) store, releases the store's buffer and
-  // claims the working copies of every parameter.
+  // Copies this rank's shard out of the (initialized) store — into `nvme` when given —, releases
+  // the store's buffer and claims the working copies of every parameter.
   ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
-                    dist::Communicator* comm, MemoryAccountant& memory, exec::ParameterOwnership& ownership);
+                    dist::Communicator* comm, MemoryAccountant& memory, exec::ParameterOwnership& ownership,
+                    memory::NvmeStore* nvme = nullptr);
   ~ParameterGatherer() override;
 
-  float* shard() { return shard_.data<float>(); }  // flat element shard_begin + i at i
+  // Flat element shard_begin + i at i; null when the shard is in the nvme tier.
+  float* shard() { return shard_.defined() ? shard_.data<float>() : nullptr; }
+  // The shard in the nvme tier, for the optimizer's master values (null when it is in memory).
+  OffloadedShard* offloaded() { return offloaded_.get(); }
 
   // Largest gathered buffer of one unit, in bytes (two of them live at once).
   size_t largest_unit_bytes() const;
@@ -70,7 +84,11 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
  private:
   struct Gathered {
     std::vector<Tensor> buffers;  // one per range the unit reads
+    std::vector<Tensor> parts;    // offloaded, several ranks: this rank's part of each range, read
+    OffloadedShard::Works reads;  // offloaded: the reads of the parts (or of the buffers, alone)
     std::vector<dist::WorkPtr> works;
+    bool gathering = false;  // the gathers are posted (or need none)
+    bool ready = false;      // the buffers hold the unit's parameters
   };
   struct UnitParams {
     std::vector<nn::ParamRange> ranges;
@@ -81,14 +99,18 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     int last = 0;
   };
   void post(int run);
+  // Waits for the run's reads, posts its gathers if they wait for them, and waits for the gathers.
+  void complete(int run);
   void drain();
+  bool alone() const { return comm_ == nullptr || comm_->size() == 1; }
 
   ShardLayout layout_;
   int rank_;
   dist::Communicator* comm_;
   MemoryAccountant& memory_;
   nn::ParamRange mine_;
-  Tensor shard_;  // [shard size], tag params
+  Tensor shard_;  // [shard size], tag params; undefined when offloaded
+  std::unique_ptr<OffloadedShard> offloaded_;
   std::vector<UnitParams> unit_params_;
   std::vector<Run> runs_;
   std::vector<int> run_of_;        // [action index] -> run, -1 for actions without a unit

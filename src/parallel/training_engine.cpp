@@ -45,6 +45,8 @@ config::FeatureSettings feature_settings(const EngineOptions& o, const config::M
   s.recompute = memory::recompute_policy_name(o.recompute.policy);
   s.optimizer = o.optimizer.name;
   s.moe_experts = model.moe_experts;
+  s.offload_optimizer = o.offload_optimizer_chunk_bytes > 0 ? "nvme" : "none";
+  s.offload_params = o.offload_params ? "nvme" : "none";
   return s;
 }
 
@@ -153,8 +155,23 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
   schedule_ = pipeline::make_schedule(layout, {.two_bw_versions = options.two_bw_versions});
   stages_ = split_stages();
+  const bool offloads_activations = options.recompute.offload != exec::ActivationOffloadMode::None;
+  if (offloads_activations || options.offload_optimizer_chunk_bytes > 0 || options.offload_params) {
+    TS_CHECK(!options.offload_dir.empty(), "offloading needs the nvme tier's folder (EngineOptions::offload_dir)");
+    nvme_ = std::make_unique<memory::NvmeStore>(memory::NvmeStore::Options{.dir = options.offload_dir});
+  }
+  if (options.offload_params) {
+    TS_CHECK(layout.zero_stage == 3, "memory.offload_params moves ZeRO-3's parameter shards; set "
+             "parallel.zero_stage = 3 (at dp 1 the shard is the whole model), not {}", layout.zero_stage);
+    TS_CHECK(options.offload_optimizer_chunk_bytes > 0, "memory.offload_params keeps the master values in the nvme "
+             "tier, which the offloaded optimizer streams through memory with its state; set "
+             "memory.offload_optimizer = \"nvme\" too");
+    TS_CHECK(options.delayed_update_after == 0, "memory.offload_params with optim.delayed_update_after: the delayed "
+             "update copies the master values, which are in the nvme tier");
+  }
   DataParallelOptions dp_options;
   dp_options.zero_stage = layout.zero_stage;
+  dp_options.offload_params = options.offload_params ? nvme_.get() : nullptr;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.compression = options.compression;
   dp_options.message_dtype = options.precision.grad_dtype;
@@ -185,11 +202,6 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
-  const bool offloads_activations = options.recompute.offload != exec::ActivationOffloadMode::None;
-  if (offloads_activations || options.offload_optimizer_chunk_bytes > 0) {
-    TS_CHECK(!options.offload_dir.empty(), "offloading needs the nvme tier's folder (EngineOptions::offload_dir)");
-    nvme_ = std::make_unique<memory::NvmeStore>(memory::NvmeStore::Options{.dir = options.offload_dir});
-  }
   if (offloads_activations) {
     activation_offload_ = std::make_unique<exec::ActivationOffload>(*nvme_);
     transforms_.add(exec::TransformSlot::ActivationPlacement, *activation_offload_);
@@ -238,7 +250,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     };
     const auto bytes = [&](std::span<const optim::Segment> chunk) { return optim::state_bytes(options.optimizer, chunk); };
     auto offloaded = std::make_unique<optim::OffloadedOptimizer>(ownership_.master_segments(), make, bytes, *nvme_,
-                                                                 options.offload_optimizer_chunk_bytes, memory);
+                                                                 options.offload_optimizer_chunk_bytes, memory,
+                                                                 dp_->offloaded_values());
     offloaded_optimizer_ = offloaded.get();
     optimizer_ = std::move(offloaded);
   } else {

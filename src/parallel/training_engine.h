@@ -69,6 +69,9 @@ struct EngineOptions {
   // The optimizer's state in the nvme tier, streamed through memory in chunks of about this many
   // bytes (optim/offloaded_optimizer.h); 0: in memory.
   int64_t offload_optimizer_chunk_bytes = 0;
+  // ZeRO-3's parameter shard in the nvme tier (parallel/parameter_gatherer.h); needs zero_stage 3
+  // and an offloaded optimizer state, which streams the master values with its chunks.
+  bool offload_params = false;
   // ZeRO-Offload's delayed parameter update (parallel/delayed_update.h): from this optimizer step
   // on, each step's update runs while the next step's forward and backward read the weights from
   // before it; the steps before it are exact. 0: never.

@@ -297,25 +297,19 @@ void RunConfig::validate() const {
            "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
            memory.ram_budget_mb);
   TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
-           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations or "
-           "memory.offload_optimizer = \"nvme\"); set one, or leave the folder out", memory.offload_dir);
+           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations, "
+           "memory.offload_optimizer or memory.offload_params = \"nvme\"); set one, or leave the folder out",
+           memory.offload_dir);
   TS_CHECK(memory.offload_optimizer == "none" || memory.offload_optimizer == "nvme",
            "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_optimizer);
+  TS_CHECK(memory.offload_params == "none" || memory.offload_params == "nvme",
+           "config: memory.offload_params = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_params);
   TS_CHECK(std::isfinite(memory.offload_chunk_mb) && memory.offload_chunk_mb >= 0.01f && memory.offload_chunk_mb <= 1e6f,
            "config: memory.offload_chunk_mb = {} must be a size in MiB, at least 0.01", memory.offload_chunk_mb);
   const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
   const std::string sharding = parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
                                : parallel.tp > 1       ? "tensor parallelism"
                                                        : "expert parallelism";
-  if (memory.offload_optimizer != "none") {
-    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
-    // an offloaded state and a sharding.
-    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
-             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
-             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
-             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             memory.offload_optimizer, optim.name, sharding, optim.name);
-  }
   check_range<int64_t>("optim.delayed_update_after", optim.delayed_update_after, 0, int64_t{1} << 40);
   // The same rule of three for an update on its own thread: the main thread's collectives run
   // beside it, so it must not sum statistics over ranks.
@@ -327,6 +321,25 @@ void RunConfig::validate() const {
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
+  // After the table, whose pairs (offloaded parameters with such an optimizer) say it first.
+  if (memory.offload_optimizer != "none") {
+    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
+    // an offloaded state and a sharding.
+    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
+             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
+             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
+             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
+             memory.offload_optimizer, optim.name, sharding, optim.name);
+  }
+  // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
+  // the offloaded optimizer that streams their values.
+  TS_CHECK(memory.offload_params == "none" || parallel.zero_stage == 3,
+           "config: memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the "
+           "shard is the whole model), not {}", parallel.zero_stage);
+  TS_CHECK(memory.offload_params == "none" || memory.offload_optimizer == "nvme",
+           "config: memory.offload_params = \"{}\" keeps the master values in the nvme tier, which the offloaded "
+           "optimizer streams through memory with its state; set memory.offload_optimizer = \"nvme\" too",
+           memory.offload_params);
   {
     // The generator's own limit, here so that the run is refused when its config is read.
     const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
@@ -371,6 +384,7 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
   s.offload_optimizer = memory.offload_optimizer;
+  s.offload_params = memory.offload_params;
   s.delayed_update_after = optim.delayed_update_after;
   return s;
 }
@@ -561,6 +575,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
     c.memory.offload_optimizer = r.get("offload_optimizer", c.memory.offload_optimizer);
+    c.memory.offload_params = r.get("offload_params", c.memory.offload_params);
     c.memory.offload_chunk_mb = r.get("offload_chunk_mb", c.memory.offload_chunk_mb);
     c.memory.offload_dir = r.get("offload_dir", c.memory.offload_dir);
     c.memory.ram_budget_mb = r.get("ram_budget_mb", c.memory.ram_budget_mb);
@@ -711,6 +726,7 @@ std::string to_toml(const RunConfig& c) {
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
                                           {"offload_activations", c.memory.offload_activations},
                                           {"offload_optimizer", c.memory.offload_optimizer},
+                                          {"offload_params", c.memory.offload_params},
                                           {"offload_chunk_mb", shortest(c.memory.offload_chunk_mb)},
                                           {"offload_dir", c.memory.offload_dir},
                                           {"ram_budget_mb", shortest(c.memory.ram_budget_mb)}}},

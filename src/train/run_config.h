@@ -106,10 +106,13 @@ struct MemorySection {
   float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
   std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward
   std::string offload_optimizer = "none";    // none, nvme: where the optimizer's state lives between steps
+  std::string offload_params = "none";       // none, nvme: where ZeRO-3's parameter shard lives between its uses
   float offload_chunk_mb = 64;      // offloaded optimizer state moves in chunks of about this much
   std::string offload_dir;          // the nvme tier's folder; "": <train.out_dir>/offload
   float ram_budget_mb = 0;          // what a process may hold in RAM (MiB); 0: the memory the machine has available
-  bool offloads() const { return offload_activations != "none" || offload_optimizer != "none"; }
+  bool offloads() const {
+    return offload_activations != "none" || offload_optimizer != "none" || offload_params != "none";
+  }
 };
 
 struct CheckpointSection {

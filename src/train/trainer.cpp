@@ -85,6 +85,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   if (cfg.memory.offload_optimizer == "nvme") {
     o.offload_optimizer_chunk_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.offload_chunk_mb) * 1048576.0);
   }
+  o.offload_params = cfg.memory.offload_params == "nvme";
   return o;
 }
 
@@ -162,8 +163,8 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
     int offloaded = 0;
     for (const exec::Action& a : engine.program().actions) offloaded += a.offload;
     const size_t chunks = engine.optimizer_state_chunks();
-    text += fmt::format("\nmemory tiers ({}): the activations {}; the optimizer state {}; parameters and gradients in "
-                        "compute memory",
+    const bool params = cfg.memory.offload_params == "nvme";
+    text += fmt::format("\nmemory tiers ({}): the activations {}; the optimizer state {}; {}",
                         cfg.memory.offload_dir.empty() ? cfg.train.out_dir + "/offload" : cfg.memory.offload_dir,
                         offloaded > 0 ? fmt::format("of {} unit forwards per step wait for their backward in the nvme "
                                                     "tier", offloaded)
@@ -171,7 +172,11 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
                         chunks > 0 ? fmt::format("in the nvme tier, streamed through compute memory in {} chunk{} of "
                                                  "about {:g} MiB", chunks, chunks == 1 ? "" : "s",
                                                  cfg.memory.offload_chunk_mb)
-                                   : std::string("in compute memory"));
+                                   : std::string("in compute memory"),
+                        params ? "ZeRO-3's parameter shard in the nvme tier, each unit's parameters read into compute "
+                                 "memory before it runs (the next unit's while it runs) and the master values with "
+                                 "the optimizer state's chunks; gradients in compute memory"
+                               : "parameters and gradients in compute memory");
   }
   return text;
 }

@@ -130,7 +130,8 @@ TEST(CompatibilityMatrix, FeaturesAreDistinctAndEachTurnsOnAlone) {
       if (g == f || !feature_holds(g, alone)) continue;
       const bool brought = (f == Feature::SequenceParallel && g == Feature::TensorParallel) ||
                            (f == Feature::ExpertParallel && g == Feature::Moe) ||
-                           (f == Feature::OffloadActivationsAuto && g == Feature::RecomputeOptimal);
+                           (f == Feature::OffloadActivationsAuto && g == Feature::RecomputeOptimal) ||
+                           (f == Feature::OffloadParams && (g == Feature::Zero3 || g == Feature::OffloadOptimizer));
       const bool default_choice = (g == Feature::OneFOneB && feature_key(f) != "parallel.schedule") ||
                                   (g == Feature::AdamW && feature_key(f) != "optim.name");
       EXPECT_TRUE(brought || default_choice) << feature_name(f) << " turns on " << feature_name(g);

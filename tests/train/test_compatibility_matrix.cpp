@@ -40,6 +40,7 @@ RunConfig config_with(const config::FeatureSettings& s) {
   if (s.recompute == "optimal") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
   c.memory.offload_optimizer = s.offload_optimizer;
+  c.memory.offload_params = s.offload_params;
   c.optim.delayed_update_after = s.delayed_update_after;
   c.optim.name = s.optimizer;
   const bool data_parallel = s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
