@@ -138,6 +138,17 @@ std::string settings_that_fit(const RunConfig& c, double limit, double beside) {
   if (!c.memory.offloads()) {
     changes.push_back({"memory.offload_activations = \"nvme\"", [](RunConfig& r) { r.memory.offload_activations = "nvme"; }});
   }
+  if (c.memory.offload_params == "none" && c.parallel.pp == 1) {
+    // The parameters and the optimizer state move to the nvme tier together, as ZeRO-3's shards.
+    const bool zero3 = c.parallel.zero_stage == 3;
+    changes.push_back({fmt::format("{}memory.offload_params = \"nvme\" with memory.offload_optimizer = \"nvme\"",
+                                   zero3 ? "" : "parallel.zero_stage = 3, "),
+                       [](RunConfig& r) {
+                         r.parallel.zero_stage = 3;
+                         r.memory.offload_params = "nvme";
+                         r.memory.offload_optimizer = "nvme";
+                       }});
+  }
   if (c.memory.recompute != "full") {
     changes.push_back({"memory.recompute = \"full\"", [](RunConfig& r) {
                          r.memory.recompute = "full";

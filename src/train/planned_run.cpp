@@ -1,6 +1,7 @@
 #include "train/planned_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "config/workspace_bytes.h"
 #include "exec/program_memory.h"
 #include "exec/recompute.h"
+#include "optim/make_optimizer.h"
 #include "parallel/pipeline/generators.h"
 #include "plan/engine_memory.h"
 #include "plan/pipeline_model.h"
@@ -139,6 +141,28 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     } else {
       out.nvme_optimizer_traffic.push_back(0);
     }
+    // Offloaded parameters (ZeRO-3's shard in the nvme tier): in compute memory, the master values of
+    // the optimizer's chunks in flight (three at most, in the optimizer step) and, with several
+    // ranks, one unit's parts of the shard between their read and their gather (in the step's
+    // units). Like the state's, a chunk's size is the setting's: one holds whole parameters, so a
+    // parameter larger than the chunk comes in whole, above the prediction.
+    const bool params_offloaded = c.memory.offload_params == "nvme";
+    double params_in_units = 0, params_in_optimizer = 0;
+    if (params_offloaded) {
+      const double shard = tags.params;
+      out.nvme.back() += shard;
+      const double chunk = static_cast<double>(c.memory.offload_chunk_mb) * 1048576.0;
+      const double state_per_parameter = optim::state_bytes_per_parameter(c.optim);
+      const double chunk_values = state_per_parameter > 0 ? sizeof(float) * chunk / state_per_parameter : shard;
+      params_in_optimizer = std::min(shard, 3.0 * chunk_values);
+      if (l.dp > 1) {
+        // The largest unit: a block, or the embedding table (a tied head reads it again).
+        const double C = m.n_embd, F = m.ffn();
+        const double largest = std::max(12.0 * C * C + 2.0 * C * F, double(m.vocab_size) * C + double(T) * C);
+        params_in_units = std::min(shard, sizeof(float) * std::ceil(largest / l.dp));
+      }
+      tags.params = std::max(params_in_optimizer, params_in_units);
+    }
     // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
     if (c.optim.delayed_update_after > 0) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
@@ -171,12 +195,14 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     }
     const double transient = static_cast<double>(
         exec::predict_transient_peak(program, activations, workspace, l.pp > 1 ? boundary : 0, zero_comm));
-    const double states = tags.params + tags.grads + tags.weight_stash + tags.working_copies;
+    const double states = (params_offloaded ? 0.0 : tags.params) + tags.grads + tags.weight_stash + tags.working_copies;
     out.tags.push_back(tags);
     // The optimizer's state is in compute memory all step long: in memory, or, offloaded, the three
     // chunks a step streams (between steps: the last one's write-back and the next step's first two,
-    // read ahead), and a delayed update's shadow copies.
-    out.peak.push_back(states + tags.optimizer + transient);
+    // read ahead), and a delayed update's shadow copies. Offloaded parameters' values come in with
+    // the state's chunks in the optimizer step, and their units' parts beside the step's transients.
+    out.peak.push_back(states + tags.optimizer +
+                       (params_offloaded ? std::max(transient + params_in_units, params_in_optimizer) : transient));
     if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
   }
   return out;
