@@ -54,6 +54,8 @@ const std::vector<Layout> kLayouts = {
     {"dp2_zero3_offload", 2, "--parallel.dp 2 --parallel.zero_stage 3 --memory.offload_activations nvme", 1, 2},
     // ZeRO-3's shard in the nvme tier: its values in compute memory with the optimizer's chunks.
     {"zero3_offload_params", 1, "--parallel.zero_stage 3 --memory.offload_params nvme --memory.offload_optimizer nvme"},
+    {"dp2_zero3_offload_params", 2,
+     "--parallel.dp 2 --parallel.zero_stage 3 --memory.offload_params nvme --memory.offload_optimizer nvme", 1, 2},
     // The delayed update's shadow values and gradients, beside the state; with a streamed state.
     {"one_delayed", 1, "--optim.delayed_update_after 1"},
     {"dp2_zero1_delayed", 2, "--parallel.dp 2 --parallel.zero_stage 1 --optim.delayed_update_after 1", 1, 2},
