@@ -101,39 +101,48 @@ void ParameterGatherer::begin(const exec::Program& program) {
 void ParameterGatherer::post(int run) {
   const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
   Gathered g;
+  g.gathering = !offloaded_ || alone();
   for (const nn::ParamRange& r : up.ranges) {
-    Tensor buffer = Tensor::empty({r.size()}, DType::F32, MemoryTag::Comm, memory_);
-    if (!offloaded_) {
-      g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
-    } else if (alone()) {
-      // The whole range is this rank's: read it where the unit will read it.
-      for (auto& w : offloaded_->read_range(r, buffer.data<float>())) g.reads.push_back(std::move(w));
-    } else {
+    if (!g.gathering) {
+      // Only this rank's part is read now; the gathered buffer comes with the gather.
       const nn::ParamRange part = layout_.part(r, rank_);
       // At least one element: a rank with no part of the range still sends from a valid address.
       Tensor mine = Tensor::empty({std::max<int64_t>(part.size(), 1)}, DType::F32, MemoryTag::Params, memory_);
       for (auto& w : offloaded_->read_range(part, mine.data<float>())) g.reads.push_back(std::move(w));
       g.parts.push_back(std::move(mine));
+      continue;
+    }
+    Tensor buffer = Tensor::empty({r.size()}, DType::F32, MemoryTag::Comm, memory_);
+    if (offloaded_) {
+      // The whole range is this rank's: read it where the unit will read it.
+      for (auto& w : offloaded_->read_range(r, buffer.data<float>())) g.reads.push_back(std::move(w));
+    } else {
+      g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
     }
     g.buffers.push_back(std::move(buffer));
   }
-  g.gathering = !offloaded_ || alone();
   slots_.emplace(run, std::move(g));
+}
+
+void ParameterGatherer::start_gather(int run) {
+  Gathered& g = slots_.at(run);
+  if (g.gathering) return;
+  wait_all(g.reads);
+  const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
+  for (size_t i = 0; i < up.ranges.size(); ++i) {
+    const nn::ParamRange& r = up.ranges[i];
+    Tensor buffer = Tensor::empty({r.size()}, DType::F32, MemoryTag::Comm, memory_);
+    g.works.push_back(comm_->all_gather(g.parts[i].data<float>(), buffer.data<float>(), layout_.counts(r), DType::F32));
+    g.buffers.push_back(std::move(buffer));
+  }
+  g.gathering = true;
 }
 
 void ParameterGatherer::complete(int run) {
   Gathered& g = slots_.at(run);
   if (g.ready) return;
+  start_gather(run);
   wait_all(g.reads);
-  if (!g.gathering) {
-    const UnitParams& up = unit_params_[static_cast<size_t>(runs_[static_cast<size_t>(run)].unit)];
-    for (size_t i = 0; i < up.ranges.size(); ++i) {
-      const nn::ParamRange& r = up.ranges[i];
-      g.works.push_back(comm_->all_gather(g.parts[i].data<float>(), g.buffers[i].data<float>(), layout_.counts(r),
-                                          DType::F32));
-    }
-    g.gathering = true;
-  }
   wait_works(g.works);
   g.parts.clear();
   g.ready = true;
@@ -144,8 +153,15 @@ void ParameterGatherer::before(const exec::Event& event) {
   if (run < 0 || runs_[static_cast<size_t>(run)].first != event.index) return;
   if (!slots_.count(run)) post(run);
   complete(run);
-  // Prefetch: the next run's gather (offloaded: its reads) moves while this one computes.
-  if (run + 1 < static_cast<int>(runs_.size()) && !slots_.count(run + 1)) post(run + 1);
+  // Prefetch: the next run's gather moves while this one computes. Offloaded over several ranks,
+  // the next run's parts were read while the previous run computed: its gather starts now, and the
+  // reads of the run after it.
+  const int runs = static_cast<int>(runs_.size());
+  if (run + 1 < runs && !slots_.count(run + 1)) post(run + 1);
+  if (offloaded_ && !alone()) {
+    if (run + 1 < runs) start_gather(run + 1);
+    if (run + 2 < runs && !slots_.count(run + 2)) post(run + 2);
+  }
 }
 
 void ParameterGatherer::after(const exec::Event& event) {

@@ -16,12 +16,14 @@
 // is then gathered a second time in each direction.
 //
 // With the nvme tier (memory.offload_params = "nvme") the shard lives there (offloaded_shard.h)
-// instead of in compute memory. A run's parts of the shard are read before its gather: when the
-// run starts, the next run's reads are posted, so the disk works while this run computes, and the
-// gather of a run is posted once its reads are in (in one process the reads land straight in the
-// gathered buffers). In compute memory: the gathered buffers as without it, and with more than
-// one rank one run's parts of the shard (tag params) between their read and their gather. The
-// master values are then no RAM buffer: the offloaded optimizer streams them (shard_values()).
+// instead of in compute memory. A run's parts of the shard are read before its gather. In one
+// process the reads land straight in the gathered buffers, and the next run's are posted when a
+// run starts, as its gather would be. With several ranks the reads go one run further ahead:
+// when a run starts, the next run's gather is posted (its parts were read while the previous run
+// computed) and the reads of the run after it, so both the disk and the network work while this
+// run computes. In compute memory: the gathered buffers as without it, and with several ranks
+// two runs' parts of the shard (tag params) between their read and their gather. The master
+// values are then no RAM buffer: the offloaded optimizer streams them (offloaded()).
 #include <map>
 #include <memory>
 #include <optional>
@@ -83,7 +85,7 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
 
  private:
   struct Gathered {
-    std::vector<Tensor> buffers;  // one per range the unit reads
+    std::vector<Tensor> buffers;  // one per range the unit reads (offloaded, several ranks: once gathering)
     std::vector<Tensor> parts;    // offloaded, several ranks: this rank's part of each range, read
     OffloadedShard::Works reads;  // offloaded: the reads of the parts (or of the buffers, alone)
     std::vector<dist::WorkPtr> works;
@@ -99,6 +101,8 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     int last = 0;
   };
   void post(int run);
+  // Offloaded over several ranks: waits for the run's reads and posts its gathers.
+  void start_gather(int run);
   // Waits for the run's reads, posts its gathers if they wait for them, and waits for the gathers.
   void complete(int run);
   void drain();

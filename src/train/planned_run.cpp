@@ -143,7 +143,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     }
     // Offloaded parameters (ZeRO-3's shard in the nvme tier): in compute memory, the master values of
     // the optimizer's chunks in flight (three at most, in the optimizer step) and, with several
-    // ranks, one unit's parts of the shard between their read and their gather (in the step's
+    // ranks, two units' parts of the shard between their read and their gather (in the step's
     // units). Like the state's, a chunk's size is the setting's: one holds whole parameters, so a
     // parameter larger than the chunk comes in whole, above the prediction.
     const bool params_offloaded = c.memory.offload_params == "nvme";
@@ -159,7 +159,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
         // The largest unit: a block, or the embedding table (a tied head reads it again).
         const double C = m.n_embd, F = m.ffn();
         const double largest = std::max(12.0 * C * C + 2.0 * C * F, double(m.vocab_size) * C + double(T) * C);
-        params_in_units = std::min(shard, sizeof(float) * std::ceil(largest / l.dp));
+        params_in_units = std::min(shard, 2.0 * sizeof(float) * std::ceil(largest / l.dp));
       }
       tags.params = std::max(params_in_optimizer, params_in_units);
     }

@@ -25,9 +25,10 @@ namespace {
 fs::path g_root;
 fs::path g_dataset;
 
-// Four blocks, so that the three chunks the optimizer streams are less than the whole model.
+// Eight blocks, so that the chunks and units in flight (two units' parts of the shard ahead under dp
+// 2) are well below a shard.
 const std::string kModel =
-    "--model.n_layer 4 --model.n_head 2 --model.n_embd 32 --model.seq_len 32 --model.dropout 0.1 "
+    "--model.n_layer 8 --model.n_head 2 --model.n_embd 32 --model.seq_len 32 --model.dropout 0.1 "
     "--train.batch_size 8 --train.micro_batch_size 2 --train.eval_every 2 --train.eval_batches 2 "
     "--train.sample_tokens 0 --optim.warmup_steps 2 --log.progress plain --log.every 1 --log.peak_gflops 1000 "
     "--train.steps 4 --parallel.bucket_mb 0.01";
