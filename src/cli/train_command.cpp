@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -51,6 +52,8 @@ void print_result(const train::TrainResult& r) {
     fmt::print("no validation loss at step {}: the stop skipped the evaluation; the run's RESULT line comes when it "
                "finishes\n", r.steps);
   }
+  // Said before anything else can end the process: the run's work is done and saved.
+  std::fflush(stdout);
 }
 
 void exit_for(const train::TrainResult& r) {

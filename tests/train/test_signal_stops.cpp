@@ -113,8 +113,15 @@ class SignalStops : public ::testing::Test {
         ++before_start;
         continue;
       }
-      ASSERT_TRUE(exit.exited && (exit.code == 3 || exit.code == 0)) << exit.how << "\n" << context;
       const std::vector<double> losses = train_losses_of((run / "metrics.jsonl").string());
+      // Likewise at the very end, once the run has finished and said so: its stop handling is gone
+      // with it (core/stop_signals.h), and there is nothing left to stop.
+      if (!exit.exited && exit.signal == signal_number && losses.size() == static_cast<size_t>(kSteps) &&
+          read_file(log.string()).find("RESULT val_loss") != std::string::npos) {
+        ++finished_first;
+        continue;
+      }
+      ASSERT_TRUE(exit.exited && (exit.code == 3 || exit.code == 0)) << exit.how << "\n" << context;
       if (exit.code == 0) {  // the run ended before the signal came: not a stop
         ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps)) << context;
         ++finished_first;
