@@ -366,6 +366,9 @@ const std::vector<TestedPair> kTested = {
     {F::OffloadOptimizer, F::DelayedUpdate, {kDelayedUpdateCli}},
     {F::Zero3, F::OffloadParams, {kOffloadedParamsCli}},
     {F::OffloadOptimizer, F::OffloadParams, {kOffloadedParamsCli}},
+    {F::TensorParallel, F::OffloadParams, {kOffloadedParamsCli}},
+    {F::Bf16, F::OffloadParams, {kOffloadedParamsCli}},
+    {F::OffloadActivations, F::OffloadParams, {kOffloadedParamsCli}},
 };
 
 bool holds_any(const std::vector<Feature>& features, const FeatureSettings& s) {

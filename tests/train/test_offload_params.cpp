@@ -1,6 +1,7 @@
 // ZeRO-3's parameter shard in the nvme tier (memory.offload_params = "nvme") through the real
 // program: one process at dp 1 (the shard is the whole model) and two at dp 2 give bitwise the
-// losses and checkpoints of the same layout in memory, with a lower peak of the params tag and an
+// losses and checkpoints of the same layout in memory (also with bf16, offloaded activations and
+// tensor parallelism beside it), with a lower peak of the params tag and an
 // nvme tier that holds the shard beside the optimizer state; a stopped run resumes to the
 // uninterrupted one; the settings it needs are named when they are missing.
 #include <gtest/gtest.h>
@@ -72,6 +73,13 @@ TEST_F(OffloadParams, ParametersInTheNvmeTierGiveTheSameRun) {
       {"zero3", 1, "--parallel.zero_stage 3", {"model.safetensors", "optimizer.rank00000.safetensors"}},
       {"dp2_zero3", 2, "--parallel.dp 2 --parallel.zero_stage 3",
        {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"}},
+      // With what else the table lets it run beside: 16-bit compute, offloaded activations, tensor
+      // parallelism (each tensor-parallel rank's shard of its blocks).
+      {"zero3_bf16", 1, "--parallel.zero_stage 3 --precision.compute bf16",
+       {"model.safetensors", "optimizer.rank00000.safetensors"}},
+      {"zero3_activations", 1, "--parallel.zero_stage 3 --memory.offload_activations nvme",
+       {"model.safetensors", "optimizer.rank00000.safetensors"}},
+      {"dp2_tp2_zero3", 4, "--parallel.dp 2 --parallel.tp 2 --parallel.zero_stage 3", {"model.safetensors"}},
   };
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.name);
