@@ -81,4 +81,15 @@ std::vector<double> train_losses_of(const std::string& metrics_path) {
   return out;
 }
 
+nlohmann::json last_train_line(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string line;
+  nlohmann::json last;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["kind"] == "train") last = std::move(j);
+  }
+  return last;
+}
+
 }  // namespace tessera::testing

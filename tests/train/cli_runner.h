@@ -4,6 +4,8 @@
 #include <vector>
 #include <sys/types.h>
 
+#include <nlohmann/json.hpp>
+
 namespace tessera::testing {
 
 struct CliResult {
@@ -20,6 +22,8 @@ std::string tessera_exe();
 std::string read_file(const std::string& path);
 // The loss of every "train" line of a run's metrics.jsonl, in order.
 std::vector<double> train_losses_of(const std::string& metrics_path);
+// The last "train" line of a run's metrics.jsonl (null when it has none).
+nlohmann::json last_train_line(const std::string& metrics_path);
 // Deterministic English-like text (sentences over a small vocabulary) for a tokenizer and a tiny model.
 std::string make_test_corpus(size_t bytes);
 // Writes `corpus_bytes` of that text into `root` and prepares it as the dataset `root`/data with a

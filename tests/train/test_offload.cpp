@@ -40,17 +40,6 @@ std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
 }
 
-nlohmann::json last_train_line(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line;
-  nlohmann::json last;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") last = j;
-  }
-  return last;
-}
-
 // "predicted activation peak 0.3 MiB" of the start line, in MiB.
 double predicted_activation_peak(const std::string& output) {
   const std::string key = "predicted activation peak ";
@@ -107,8 +96,8 @@ TEST_F(Offload, OffloadedActivationsGiveTheSameRunUnderEveryLayout) {
     }
     // The activation peak is what the start line predicted (the moves happen at fixed points of the
     // program), and lower than without offloading.
-    const nlohmann::json measured = last_train_line(moved / "metrics.jsonl");
-    const nlohmann::json plain_measured = last_train_line(plain / "metrics.jsonl");
+    const nlohmann::json measured = last_train_line((moved / "metrics.jsonl").string());
+    const nlohmann::json plain_measured = last_train_line((plain / "metrics.jsonl").string());
     const nlohmann::json ranks =
         l.ranks == 1 ? nlohmann::json::array({measured["memory"]}) : measured["memory_by_rank"];
     const double predicted = predicted_activation_peak(b.output);
@@ -172,8 +161,8 @@ TEST_F(Offload, AnOffloadedOptimizerStateGivesTheSameRun) {
                 read_file((moved / "checkpoints" / "step_00000004" / file).string()))
           << file << " differs with the optimizer state offloaded";
     }
-    const nlohmann::json with = last_train_line(moved / "metrics.jsonl")["memory"];
-    const nlohmann::json without = last_train_line(plain / "metrics.jsonl")["memory"];
+    const nlohmann::json with = last_train_line((moved / "metrics.jsonl").string())["memory"];
+    const nlohmann::json without = last_train_line((plain / "metrics.jsonl").string())["memory"];
     // Three chunks at most in compute memory: less than the whole where the whole is more.
     const double chunk = 0.05 * 1048576.0;
     EXPECT_LE(with["optimizer"].get<double>(), without["optimizer"].get<double>()) << with.dump();
@@ -242,7 +231,7 @@ TEST_F(Offload, OffloadAndRecomputationPlannedTogetherRecomputeLess) {
     EXPECT_LE(with, without) << both.output;
     strictly_less += with < without;
     const double measured =
-        last_train_line(g_root / fmt::format("joint_both_{}", i) / "metrics.jsonl")["memory"]["activations"].get<double>();
+        last_train_line((g_root / fmt::format("joint_both_{}", i) / "metrics.jsonl").string())["memory"]["activations"].get<double>();
     EXPECT_NEAR(measured / 1048576.0, predicted_activation_peak(both.output), 0.05) << both.output;
     EXPECT_LE(measured / 1048576.0, budget + 0.05) << both.output;
     EXPECT_EQ(train_losses_of((g_root / fmt::format("joint_both_{}", i) / "metrics.jsonl").string()),

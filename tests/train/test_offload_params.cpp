@@ -40,17 +40,6 @@ std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
 }
 
-nlohmann::json last_train_line(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line;
-  nlohmann::json last;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") last = j;
-  }
-  return last;
-}
-
 class OffloadParams : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -98,8 +87,8 @@ TEST_F(OffloadParams, ParametersInTheNvmeTierGiveTheSameRun) {
                 read_file((moved / "checkpoints" / "step_00000004" / file).string()))
           << file << " differs with the parameters offloaded";
     }
-    const nlohmann::json with_line = last_train_line(moved / "metrics.jsonl");
-    const nlohmann::json without_line = last_train_line(plain / "metrics.jsonl");
+    const nlohmann::json with_line = last_train_line((moved / "metrics.jsonl").string());
+    const nlohmann::json without_line = last_train_line((plain / "metrics.jsonl").string());
     const nlohmann::json with_ranks =
         l.ranks == 1 ? nlohmann::json::array({with_line["memory"]}) : with_line["memory_by_rank"];
     const nlohmann::json without_ranks =

@@ -99,17 +99,6 @@ class PlannerMemory : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(g_root); }
 };
 
-nlohmann::json last_train_line(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line;
-  nlohmann::json last;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line);
-    if (j["kind"] == "train") last = j;
-  }
-  return last;
-}
-
 TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
   const std::string config = (g_root / "run.toml").string();
   for (const Layout& layout : kLayouts) {
@@ -122,7 +111,7 @@ TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
                                  " --json " + layout.keys);
     ASSERT_EQ(plan.exit_code, 0) << plan.output;
     const nlohmann::json predicted = nlohmann::json::parse(plan.output);
-    const nlohmann::json measured = last_train_line(out / "metrics.jsonl");
+    const nlohmann::json measured = last_train_line((out / "metrics.jsonl").string());
     const nlohmann::json ranks =
         layout.ranks == 1 ? nlohmann::json::array({measured["memory"]}) : measured["memory_by_rank"];
     ASSERT_EQ(static_cast<int>(ranks.size()), layout.ranks) << measured.dump();
