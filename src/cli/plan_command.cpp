@@ -82,7 +82,10 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   double exposed = 0;
   const int64_t sharing = cluster.devices_on_a_node(l.devices());
   for (size_t s = 0; s < memory.nvme_traffic.size(); ++s) {
-    const OffloadIo activations = offload_io(cluster, memory.nvme_traffic[s], sharing, est.time.compute);
+    // Offloaded parameters are read for the units' gathers beside the same forwards and backwards.
+    const OffloadIo activations = offload_io(cluster, memory.nvme_traffic[s],
+                                             memory.nvme_traffic[s] + memory.nvme_parameter_reads[s], sharing,
+                                             est.time.compute);
     // A delayed update streams the state while the next step computes; its compute still takes the
     // cores, but its disk traffic has the whole step to hide behind.
     const double state_window =

@@ -153,7 +153,7 @@ void ParameterStore::allocate(MemoryAccountant& accountant) {
     TS_CHECK(*names[i] != *names[i - 1], "parameter '{}' declared twice", *names[i]);
   }
   values_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Params, accountant);
-  grads_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Grads, accountant);
+  accountant_ = &accountant;
   allocated_ = true;
 }
 
@@ -193,6 +193,7 @@ Tensor& ParameterStore::flat_values() {
 }
 
 Tensor& ParameterStore::flat_grads() {
+  if (!grads_.defined() && holds_grads()) grads_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Grads, *accountant_);
   TS_CHECK(grads_.defined(), "{}", grads_owner_.empty() ? std::string("the parameters are not allocated yet")
                                                         : "the whole parameter gradients are not held here: " +
                                                               grads_owner_ + " holds them");

@@ -124,11 +124,13 @@ class ParameterStore final : public ParameterAccess {
 
   // The whole flat buffers, while this store holds them. A transform that takes a role over (ZeRO-3
   // keeps the values as shards, ZeRO-2 the gradients) releases the store's buffer; reading it
-  // afterwards is an error that says who holds the values instead.
+  // afterwards is an error that says who holds the values instead. The gradients are allocated on
+  // first use: a run whose reducer takes them over before any backward never holds the whole
+  // buffer (with the values, the two would not fit where only a shard of each is meant to).
   Tensor& flat_values();
   Tensor& flat_grads();
   bool holds_values() const { return values_.defined(); }
-  bool holds_grads() const { return grads_.defined(); }
+  bool holds_grads() const { return allocated_ && grads_owner_.empty(); }
   void release_values(const std::string& new_owner);
   void release_grads(const std::string& new_owner);
 
@@ -145,8 +147,9 @@ class ParameterStore final : public ParameterAccess {
   std::deque<Parameter> params_;
   int64_t total_ = 0;
   bool allocated_ = false;
+  MemoryAccountant* accountant_ = nullptr;  // the gradients' when they are first used
   Tensor values_;  // [numel]
-  Tensor grads_;   // [numel]
+  Tensor grads_;   // [numel], once used
   std::string values_owner_, grads_owner_;  // who took them over, for error messages
 };
 

@@ -45,17 +45,19 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
     if (inside || p.numel() == 0) domain_ids_.push_back(p.id);
   }
   if (options.zero_stage >= 1) ownership.claim(exec::Role::Master, *this, domain_ids_);
-  if (options.zero_stage >= 2) {
-    grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
-  }
   TS_CHECK(options.offload_params == nullptr || options.zero_stage == 3,
            "memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the shard is "
            "the whole model), not {}", options.zero_stage);
+  // The whole values go before the gradient shard comes: a model near the size of RAM has room for
+  // one of the two at a time.
   if (options.zero_stage == 3) {
     TS_CHECK(options.domain.empty(), "ZeRO-3 shards the whole model: it takes no domain of pipeline stages");
     gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership,
                                                     options.offload_params);
     transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
+  }
+  if (options.zero_stage >= 2) {
+    grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
   }
   reducer_ = std::make_unique<GradientReducer>(params, units, layout_, rank_, comm, memory, options.zero_stage,
                                                options.bucket_bytes / 4,

@@ -47,6 +47,9 @@ ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vect
   for (const nn::Unit& unit : units) unit_params_.push_back({unit.params});
   ownership.claim(exec::Role::Working, *this);
   params.release_values("ZeRO-3 (each rank keeps a shard; units are gathered while they run)");
+  // The whole buffer goes back to the system rather than to the accountant's cache of free blocks:
+  // no later buffer has its size, and keeping it would keep the memory ZeRO-3 exists to free.
+  memory.release_cache();
 }
 
 ParameterGatherer::~ParameterGatherer() {

@@ -225,6 +225,19 @@ std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const La
   return walk;
 }
 
+double engine_zero3_gathered_elements(const ModelConfig& m, const Layout& l) {
+  TS_CHECK(l.pp == 1 && l.zero_stage == 3, "plan: ZeRO-3's gathers are walked for one pipeline stage and ZeRO-3 (got "
+           "pp={}, zero={})", l.pp, l.zero_stage);
+  const Units u = engine_units(m, l);
+  double elements = 0;
+  int previous = -1;
+  for (const UnitAction& a : one_stage_program(l, static_cast<int>(u.owned.size()))) {
+    if (a.unit != previous) elements += u.reads[static_cast<size_t>(a.unit)];
+    previous = a.unit;
+  }
+  return elements;
+}
+
 namespace {
 
 // This stage's parameters over ZeRO's shards: the dense ones over dp, the experts over their own

@@ -47,6 +47,12 @@ double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, 
 // done when the next bucket opens: an upper bound, and what these runs measure.
 double engine_zero_comm_bytes(const config::ModelConfig& m, const Layout& l);
 
+// The elements ZeRO-3 gathers in one step (pp = 1): each run of consecutive actions on one unit
+// gathers the ranges the unit reads once (parallel::ParameterGatherer), so a unit's parameters come
+// once for its forward and once for its backward per microbatch, and a tied head reads the token
+// embedding again. With memory.offload_params a rank reads its 1/dp of them from the nvme tier.
+double engine_zero3_gathered_elements(const config::ModelConfig& m, const Layout& l);
+
 // The same walk, action by action: the bytes the comm tag holds while each unit action of the
 // step runs (a forward or a backward of a unit for a microbatch), for the memory peak of every
 // tag at once.

@@ -6,14 +6,15 @@
 
 namespace tessera::plan {
 
-OffloadIo offload_io(const ClusterSpec& c, double bytes_per_step, int64_t ranks_on_node, double compute_seconds) {
-  TS_CHECK(bytes_per_step >= 0 && ranks_on_node >= 1 && compute_seconds >= 0,
-           "plan: the nvme tier's I/O of {} bytes per step on one of {} ranks beside {} s of compute", bytes_per_step,
-           ranks_on_node, compute_seconds);
+OffloadIo offload_io(const ClusterSpec& c, double bytes_written, double bytes_read, int64_t ranks_on_node,
+                     double compute_seconds) {
+  TS_CHECK(bytes_written >= 0 && bytes_read >= 0 && ranks_on_node >= 1 && compute_seconds >= 0,
+           "plan: the nvme tier's I/O of {} bytes written and {} read per step on one of {} ranks beside {} s of "
+           "compute", bytes_written, bytes_read, ranks_on_node, compute_seconds);
   OffloadIo io;
-  io.bytes_written = bytes_per_step;
-  io.bytes_read = bytes_per_step;
-  if (bytes_per_step == 0) {
+  io.bytes_written = bytes_written;
+  io.bytes_read = bytes_read;
+  if (bytes_written == 0 && bytes_read == 0) {
     io.timed = true;  // nothing to move takes no time, known disk or not
     return io;
   }

@@ -23,15 +23,21 @@ namespace tessera::plan {
 
 struct OffloadIo {
   double bytes_written = 0;  // per step, by one rank
-  double bytes_read = 0;     // per step: every written byte is read back once
+  double bytes_read = 0;     // per step
   bool timed = false;        // false: traffic without a known disk (ClusterSpec::disk), not timed
   double seconds = 0;        // the transfers at the rank's share of the disk
   double exposed_seconds = 0;  // of those, what the step's compute does not hide
 };
 
-// One rank's I/O of a step that writes `bytes_per_step` to the nvme tier and reads them back, one
-// of `ranks_on_node` sharing the node's disk, beside `compute_seconds` of forwards and backwards.
-OffloadIo offload_io(const ClusterSpec& c, double bytes_per_step, int64_t ranks_on_node, double compute_seconds);
+// One rank's I/O of a step that writes `bytes_written` to the nvme tier and reads `bytes_read`
+// from it, one of `ranks_on_node` sharing the node's disk, beside `compute_seconds` of the work it
+// runs with (the forwards and backwards, or the optimizer's update).
+OffloadIo offload_io(const ClusterSpec& c, double bytes_written, double bytes_read, int64_t ranks_on_node,
+                     double compute_seconds);
+// A step that writes `bytes_per_step` and reads each of them back once.
+inline OffloadIo offload_io(const ClusterSpec& c, double bytes_per_step, int64_t ranks_on_node, double compute_seconds) {
+  return offload_io(c, bytes_per_step, bytes_per_step, ranks_on_node, compute_seconds);
+}
 
 // The estimate with `exposed_seconds` of I/O on its step (time.io), its throughput figures
 // (TFLOP/s per device, MFU, HFU, tokens/s) for the longer step.

@@ -158,7 +158,8 @@ std::string format_io(const ClusterSpec& c, const Estimate& e, const std::vector
     return line + "\n";
   };
   std::string out = "nvme I/O per step, a rank of each stage (offloaded activations, written after their forward and "
-                    "read back once before their backward; an offloaded optimizer state, read and written back in the "
+                    "read back once before their backward; offloaded parameters, read for each unit's forward and "
+                    "backward; an offloaded optimizer state and master values, read and written back in the "
                     "update):\n";
   out += row("written MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_written / kMiB); });
   out += row("read MiB", [](const OffloadIo& s) { return fmt::format("{:.3f}", s.bytes_read / kMiB); });

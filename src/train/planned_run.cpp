@@ -151,6 +151,9 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     if (params_offloaded) {
       const double shard = tags.params;
       out.nvme.back() += shard;
+      // The optimizer step reads each chunk's master values with its state and writes them back.
+      out.nvme_optimizer_traffic.back() += shard;
+      out.nvme_parameter_reads.push_back(sizeof(float) * plan::engine_zero3_gathered_elements(m, l) / l.dp);
       const double chunk = static_cast<double>(c.memory.offload_chunk_mb) * 1048576.0;
       const double state_per_parameter = optim::state_bytes_per_parameter(c.optim);
       const double chunk_values = state_per_parameter > 0 ? sizeof(float) * chunk / state_per_parameter : shard;
@@ -162,6 +165,8 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
         params_in_units = std::min(shard, 2.0 * sizeof(float) * std::ceil(largest / l.dp));
       }
       tags.params = std::max(params_in_optimizer, params_in_units);
+    } else {
+      out.nvme_parameter_reads.push_back(0);
     }
     // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
     if (c.optim.delayed_update_after > 0) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);

@@ -35,7 +35,8 @@ struct PredictedMemory {
   std::vector<double> peak;                 // [stage]
   std::vector<double> nvme;                 // [stage]: the most the nvme tier holds at once
   std::vector<double> nvme_traffic;         // [stage]: activation bytes written to the nvme tier per step (each read back once)
-  std::vector<double> nvme_optimizer_traffic;  // [stage]: optimizer-state bytes read and written back in the step
+  std::vector<double> nvme_optimizer_traffic;  // [stage]: optimizer-state (and offloaded master value) bytes read and written back in the step
+  std::vector<double> nvme_parameter_reads;    // [stage]: offloaded parameter bytes read for the units' gathers per step
   int worst = 0;                            // the stage whose peak is highest
 };
 PredictedMemory predict_memory(const RunConfig& config, const PlannedRun& run);

@@ -181,16 +181,31 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   return text;
 }
 
-// The step's peaks by tag and of every tag at once (the compute tier), the nvme tier's peak when
-// something is offloaded, and the process's resident set (all it holds in RAM, the allocator's
-// cache and the libraries' buffers included) at the step's end and at its highest so far.
-nlohmann::json memory_json(const MemoryStats& stats, std::optional<size_t> nvme_peak) {
+// Bytes the nvme tier has read and written (zero without one).
+struct NvmeTraffic {
+  double read = 0, written = 0;
+  NvmeTraffic operator-(const NvmeTraffic& o) const { return {read - o.read, written - o.written}; }
+  NvmeTraffic operator/(double n) const { return {read / n, written / n}; }
+};
+NvmeTraffic nvme_traffic(const memory::NvmeStore* store) {
+  if (store == nullptr) return {};
+  return {static_cast<double>(store->bytes_read()), static_cast<double>(store->bytes_written())};
+}
+
+// The step's peaks by tag and of every tag at once (the compute tier), the nvme tier's peak and
+// traffic when something is offloaded, and the process's resident set (all it holds in RAM, the
+// allocator's cache and the libraries' buffers included) at the step's end and at its highest so far.
+nlohmann::json memory_json(const MemoryStats& stats, std::optional<size_t> nvme_peak, const NvmeTraffic& nvme_step) {
   nlohmann::json j = nlohmann::json::object();
   for (size_t t = 0; t < kMemoryTagCount; ++t) {
     j[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = stats.peak[t];
   }
   j["peak"] = stats.peak_total;
-  if (nvme_peak) j["nvme"] = *nvme_peak;
+  if (nvme_peak) {
+    j["nvme"] = *nvme_peak;
+    j["nvme_read"] = nvme_step.read;
+    j["nvme_written"] = nvme_step.written;
+  }
   const host::ResidentSet rss = host::resident_set();
   j["rss"] = rss.now;
   j["rss_peak"] = rss.peak;
@@ -708,10 +723,14 @@ TrainResult Trainer::run() {
     // compression shrinks (metrics.jsonl: dp_bytes_sent).
     dist::Communicator* dp_group = engine.data_parallel().comm();
     const uint64_t dp_bytes_before = dp_group != nullptr ? dp_group->stats().bytes_sent : 0;
+    // The nvme tier's traffic of the step, as the copy engine completes it (metrics.jsonl:
+    // memory.nvme_read and nvme_written, what `tessera plan --config` predicts as the step's I/O).
+    const NvmeTraffic nvme_before = nvme_traffic(engine.nvme());
     const std::vector<parallel::TrainingEngine::StepResult> stepped = engine.train_batches(
         inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr}, lrs,
         cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
+    const NvmeTraffic nvme_step = (nvme_traffic(engine.nvme()) - nvme_before) / count;
     const double dp_bytes_per_step =
         static_cast<double>((dp_group != nullptr ? dp_group->stats().bytes_sent : 0) - dp_bytes_before) /
         static_cast<double>(count);
@@ -785,7 +804,7 @@ TrainResult Trainer::run() {
                         {"mfu", mfu >= 0 ? nlohmann::json(mfu) : nlohmann::json(nullptr)}, {"step_seconds", seconds},
                         {"skipped", r.skipped}, {"loss_scale", r.loss_scale},
                         {"skipped_steps", engine.loss_scaler().state().skipped_steps},
-                        {"memory", memory_json(step_memory, nvme_peak)},
+                        {"memory", memory_json(step_memory, nvme_peak, nvme_step)},
                         {"memory_by_rank", ranks_memory_json(global, peaks_at, world_size)},
                         {"dp_bytes_sent", dp_bytes_per_step},
                         {"epoch", static_cast<double>(step) * cfg.train.batch_size / windows},

@@ -98,6 +98,12 @@ TEST(PlanOffloadIo, TheStepsTransfersAtTheRanksShareOfTheDiskOutlastingItsComput
   io = offload_io(c, 1e9, 4, 10.0);
   EXPECT_DOUBLE_EQ(io.seconds, 6.0);
   EXPECT_DOUBLE_EQ(io.exposed_seconds, 0.0);
+  // Reads without writes (offloaded parameters, read for each unit's forward and backward).
+  io = offload_io(c, 1e9, 3e9, 1, 1.0);
+  EXPECT_DOUBLE_EQ(io.bytes_written, 1e9);
+  EXPECT_DOUBLE_EQ(io.bytes_read, 3e9);
+  EXPECT_DOUBLE_EQ(io.seconds, 2.5);
+  EXPECT_DOUBLE_EQ(offload_io(c, 0, 2e9, 2, 0.5).exposed_seconds, 1.5);
   // Without a disk, traffic is not timed; no traffic takes no time on any cluster.
   const ClusterSpec none = read_toml(kCluster);
   EXPECT_FALSE(offload_io(none, 1e9, 1, 1.0).timed);
