@@ -119,13 +119,13 @@ void GradientReducer::begin(const exec::Program& program) {
 void GradientReducer::before(const exec::Event& event) {
   auto it = open_before_.find(event.index);
   if (it == open_before_.end()) return;
-  for (const Window& w : it->second) allocate(w);
+  for (const Window& w : it->second) allocate(w, event.index);
 }
 
 void GradientReducer::after(const exec::Event& event) {
   auto it = post_after_.find(event.index);
   if (it == post_after_.end()) return;
-  for (const Window& w : it->second) post(w);
+  for (const Window& w : it->second) post(w, event.index);
 }
 
 void GradientReducer::finish(const exec::Program& program) {
@@ -144,8 +144,9 @@ Tensor GradientReducer::gradient_target(const nn::Parameter& p, const exec::Even
   return it->second.slice(0, at, at + p.numel()).reshape(p.shape);
 }
 
-void GradientReducer::allocate(Window w) {
-  while (!in_flight_.empty() && (in_flight_.front().work == nullptr || in_flight_.front().work->is_completed())) {
+void GradientReducer::allocate(Window w, int action) {
+  while (!in_flight_.empty() && (in_flight_.front().work == nullptr || in_flight_.front().work->is_completed() ||
+                                 in_flight_.front().posted_after < action - 1)) {
     complete_oldest();  // frees storage early when the communicator is ahead
   }
   while (in_flight_.size() >= kMaxInFlight) complete_oldest();
@@ -153,11 +154,12 @@ void GradientReducer::allocate(Window w) {
   filling_.emplace(w, Tensor::zeros({b.range.size()}, DType::F32, MemoryTag::Comm, memory_));
 }
 
-void GradientReducer::post(Window w) {
+void GradientReducer::post(Window w, int action) {
   const Bucket& b = buckets_[static_cast<size_t>(w.first)];
   const bool alone = comm_ == nullptr || comm_->size() == 1 || !reducing_;
   InFlight f;
   f.window = w;
+  f.posted_after = action;
   float* data = nullptr;
   if (sharded_grads()) {
     auto it = filling_.find(w);

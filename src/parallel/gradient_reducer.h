@@ -18,7 +18,10 @@
 //                   reduce-scattered, this rank's part added into the persistent gradient shard
 //                   (tag grads) and the storage freed (DeepSpeed's scheme: there is nothing to
 //                   accumulate microbatches in). At most kMaxInFlight buckets are in flight; a new
-//                   one waits for the oldest beyond that.
+//                   one waits for the oldest beyond that, and for those posted before the action
+//                   preceding it: they have had a whole action to finish, and completing them then
+//                   makes the comm tag's peak the one plan::engine_zero_comm_walk predicts, not
+//                   one that depends on how soon the communicator happened to finish.
 #include <deque>
 #include <map>
 #include <span>
@@ -88,6 +91,7 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   using Window = std::pair<int, int>;  // (bucket, microbatch)
   struct InFlight {
     Window window;
+    int posted_after = 0;  // the program action after which it was posted
     Tensor storage;  // stages 2 and 3
     dist::WorkPtr work;
     // 16-bit messages (set_message_dtype): the bucket rounded, and every member's chunk of this
@@ -96,8 +100,8 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
     float* data = nullptr;
   };
   bool sharded_grads() const { return stage_ >= 2; }
-  void allocate(Window w);
-  void post(Window w);
+  void allocate(Window w, int action);
+  void post(Window w, int action);
   void complete(InFlight& f);
   // The 16-bit exchange of one bucket (set_message_dtype): posts the all-to-all of f.sent.
   void post_low_precision(InFlight& f, const Bucket& b);

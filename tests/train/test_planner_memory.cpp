@@ -37,6 +37,9 @@ const std::vector<Layout> kLayouts = {
     {"one", 1, ""},
     {"dp2", 2, "--parallel.dp 2", 1, 2},
     {"dp2_zero3", 2, "--parallel.dp 2 --parallel.zero_stage 3", 1, 2},
+    // One bucket for the whole model: each microbatch's is reduced while the next one's forward
+    // runs, and is freed before the next opens however soon the communicator finished.
+    {"dp2_zero2_one_bucket", 2, "--parallel.dp 2 --parallel.zero_stage 2 --parallel.bucket_mb 25", 1, 2},
     {"tp2", 2, "--parallel.tp 2", 2, 1},
     {"pp2", 2, "--parallel.pp 2", 1, 1},
     {"tp2_pp2_dp2", 8, "--parallel.tp 2 --parallel.pp 2 --parallel.dp 2 --parallel.zero_stage 1", 2, 2},
