@@ -63,6 +63,7 @@ run() {  # name round extra...
     tail -5 "$dir.log" >&2
     exit 1
   }
+  rm -rf "$dir/checkpoints"  # 1.4 GB a run, never read
   $PYTHON - "$dir/metrics.jsonl" "$WARMUP" "$name" "$round" <<'EOF'
 import json, statistics, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"train"' in l]
