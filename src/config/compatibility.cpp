@@ -137,12 +137,6 @@ const std::vector<Refusal> kRefusals = {
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
      "two do not agree on yet",
      "use parallel.compression = \"none\" with 2bw, or another schedule"},
-    {{F::Fp16},
-     {F::TopK, F::OneBit, F::PowerSgd},
-     "a step that the loss scale skips for an overflow has already added its non-finite gradient to the "
-     "compressor's error feedback (and PowerSGD's warm-started Q), which carries it into every later step",
-     "use precision.compute = \"bf16\" (no loss scale) with this compressor, or parallel.compression = \"qsgd\" (no "
-     "error feedback) with fp16"},
     {{F::GradBf16, F::GradFp16},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      "a compressor chooses its own messages",
@@ -232,6 +226,7 @@ constexpr std::string_view kDelayedUpdateCli = "DelayedUpdateRuns.ExactBeforeIts
 constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFollowsTheUninterruptedOneBitwise";
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
+constexpr std::string_view kFp16CompressionCli = "Fp16Compression.SkippedStepsLeaveTheCompressorsStateAsTheyFoundIt";
 
 // Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
 const std::vector<TestedPair> kTested = {
@@ -345,6 +340,9 @@ const std::vector<TestedPair> kTested = {
     {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},
     {F::Bf16, F::GradBf16, {kMixedPrecisionCli}},
     {F::Fp16, F::GradBf16, {kMixedPrecisionCli}},
+    {F::Fp16, F::TopK, {kFp16CompressionCli}},
+    {F::Fp16, F::OneBit, {kFp16CompressionCli}},
+    {F::Fp16, F::PowerSgd, {kFp16CompressionCli}},
     {F::Zero3, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::TensorParallel, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::Pipeline, F::OffloadActivations, {kOffloadedActivationsCli}},

@@ -81,6 +81,8 @@ DataParallel::~DataParallel() {
 
 void DataParallel::set_reducing(bool reducing) { reducer_->set_reducing(reducing); }
 
+bool DataParallel::compressed_non_finite() const { return reducer_->compressed_non_finite(); }
+
 std::vector<nn::ParamRange> DataParallel::owned() const {
   return options_.zero_stage == 0 ? layout_.pieces() : layout_.shards(rank_);
 }

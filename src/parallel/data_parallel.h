@@ -79,6 +79,8 @@ class DataParallel final : public exec::StorageOwner {
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
   // The gradient compressor (null without compression): its state persists across steps.
   GradientCompressor* compressor() const { return compressor_.get(); }
+  // A bucket of this step held a non-finite value before its compressor saw it.
+  bool compressed_non_finite() const;
   // Whether the gradient buckets are reduced (GradientReducer::set_reducing).
   void set_reducing(bool reducing);
   // Upper bound of live 'comm' bytes during a step (bucket storage and gathered parameters).

@@ -1,6 +1,7 @@
 #include "parallel/grad_norm.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "kernels/cpu/grad_norm.h"
@@ -11,7 +12,7 @@ namespace tessera::parallel {
 
 GradNormService::GradNormService(std::array<dist::Communicator*, config::kMeshDims.size()> groups) : groups_(groups) {}
 
-GradNorm GradNormService::compute(std::span<const optim::Segment> segments) const {
+GradNorm GradNormService::compute(std::span<const optim::Segment> segments, bool found_non_finite) const {
   // Squares by sharding class. Segments that follow each other in memory are summed as one run, so
   // a whole flat buffer (or a ZeRO shard) gives the bits of one pass over it.
   // A class is keyed by the dimensions its squares are summed over; a dimension with one rank
@@ -38,6 +39,8 @@ GradNorm GradNormService::compute(std::span<const optim::Segment> segments) cons
     by_class[segments[i].sharded_over & reducing] += kernels::sum_of_squares(segments[i].grad, static_cast<size_t>(n));
     i = j;
   }
+  // Into the class every rank sums over every dimension, so that all of them see it.
+  if (found_non_finite) by_class[reducing] = std::numeric_limits<double>::infinity();
   double total = 0;
   for (auto [mask, sum] : by_class) {
     for (size_t d = 0; d < groups_.size(); ++d) {

@@ -27,7 +27,9 @@ class GradNormService {
   // groups[d]: this rank's communicator of mesh dimension d (null where the dimension has one rank).
   explicit GradNormService(std::array<dist::Communicator*, config::kMeshDims.size()> groups = {});
 
-  GradNorm compute(std::span<const optim::Segment> segments) const;
+  // `found_non_finite`: this rank saw a value that is not finite where the segments no longer show
+  // it (a compressor may leave it out of its message); the norm is then non-finite on every rank.
+  GradNorm compute(std::span<const optim::Segment> segments, bool found_non_finite = false) const;
   // PyTorch's clip_grad_norm_: scales every segment's gradient by max_norm / (norm + 1e-6) when
   // that is below 1 and max_norm > 0; nothing for a non-finite norm.
   static void clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm);

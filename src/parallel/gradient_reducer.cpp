@@ -1,8 +1,10 @@
 #include "parallel/gradient_reducer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/grad_norm.h"
 
 namespace tessera::parallel {
 
@@ -95,6 +97,7 @@ void GradientReducer::set_reducing(bool reducing) {
 
 void GradientReducer::begin(const exec::Program& program) {
   TS_CHECK(in_flight_.empty() && filling_.empty(), "gradient reduction: a program began before the last finished");
+  compressed_non_finite_ = false;
   open_before_.clear();
   post_after_.clear();
   if (!program.training) return;
@@ -171,6 +174,9 @@ void GradientReducer::post(Window w, int action) {
     data = params_.flat_grads().data<float>() + b.range.begin;
   }
   if (!alone && compressor_ != nullptr && compressor_->active(warmup_steps_)) {
+    // Squares of finite floats cannot overflow a double: a non-finite sum is a non-finite element.
+    compressed_non_finite_ =
+        compressed_non_finite_ || !std::isfinite(kernels::sum_of_squares(data, static_cast<size_t>(b.range.size())));
     // The whole decompressed sum lands in the bucket; under ZeRO this rank keeps its part of it.
     compressor_->reduce(w.first, std::span(data, static_cast<size_t>(b.range.size())), *comm_);
   } else if (!alone && message_dtype_ != DType::F32) {

@@ -59,6 +59,10 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
     compressor_ = compressor;
     warmup_steps_ = warmup_steps;
   }
+  // Whether a bucket this step held a value that is not finite before the compressor saw it: with
+  // a loss scale the step is then skipped on every rank (the norm says so), also when the
+  // compressor's message happened to leave the value out. Reset when a program begins.
+  bool compressed_non_finite() const { return compressed_non_finite_; }
   // Whether buckets are reduced at all: an optimizer that exchanges its own state instead (1-bit
   // Adam after its warm-up) turns reduction off for the steps it compresses, and each rank's
   // gradient stays its own. Stage 0 only (the run config refuses ZeRO with such an optimizer).
@@ -126,6 +130,7 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   GradientCompressor* compressor_ = nullptr;
   int64_t warmup_steps_ = 0;
   bool reducing_ = true;
+  bool compressed_non_finite_ = false;
   DType message_dtype_ = DType::F32;
 };
 

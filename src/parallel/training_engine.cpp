@@ -1,6 +1,7 @@
 #include "parallel/training_engine.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "config/compatibility.h"
 #include "exec/program_memory.h"
@@ -202,6 +203,14 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
                                        transforms_);
+  // A step the loss scale skips must leave a compressor's error feedback (and PowerSGD's warm start)
+  // as it found them: the step's overflow would otherwise stay in them for every later step. A copy
+  // of that state, taken as each step begins.
+  if (loss_scaler_.enabled() && dp_->compressor() != nullptr) {
+    for (auto& [name, tensor] : dp_->compressor()->rank_state_tensors()) {
+      compressor_state_at_step_start_.push_back(Tensor::empty(tensor.shape(), tensor.dtype(), MemoryTag::Optimizer, memory));
+    }
+  }
   if (offloads_activations) {
     activation_offload_ = std::make_unique<exec::ActivationOffload>(*nvme_);
     transforms_.add(exec::TransformSlot::ActivationPlacement, *activation_offload_);
@@ -322,6 +331,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   // 1-bit Adam's compressed steps keep each rank's gradient its own.
   if (one_bit_adam_ != nullptr) dp_->set_reducing(!one_bit_adam_->next_step_compressed());
   const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
+  copy_compressor_state(CompressorStateCopy::Keep);
   const exec::ProgramResult run = interpreter_.run(program_, scaled, options,
                                                    [&](int) { optimizer_step(result, lr, max_grad_norm); });
   const exec::ProgramResult total = over_pipeline(run);
@@ -329,6 +339,20 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   result.counted = total.counted;
   result.moe = moe_over_ranks(run.moe);
   return result;
+}
+
+void TrainingEngine::copy_compressor_state(CompressorStateCopy direction) {
+  if (compressor_state_at_step_start_.empty()) return;
+  std::vector<std::pair<std::string, Tensor>> state = dp_->compressor()->rank_state_tensors();
+  for (size_t i = 0; i < state.size(); ++i) {
+    Tensor& kept = compressor_state_at_step_start_[i];
+    Tensor& live = state[i].second;
+    if (direction == CompressorStateCopy::Keep) {
+      std::memcpy(kept.raw(), live.raw(), live.nbytes());
+    } else {
+      std::memcpy(live.raw(), kept.raw(), live.nbytes());
+    }
+  }
 }
 
 void TrainingEngine::zero_grads() {
@@ -447,10 +471,12 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   // With a loss scale the norm is measured even without clipping: it is how every rank learns, with
   // no message of its own, whether any rank's gradient overflowed.
   if (max_grad_norm || loss_scaler_.enabled()) {
-    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
+    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments,
+                                      dp_->compressed_non_finite());
     if (result.grad_norm.non_finite) {
       result.skipped = true;  // every rank sees the same norm, so every rank skips
       loss_scaler_.update(false);
+      copy_compressor_state(CompressorStateCopy::Restore);
       return;
     }
     if (loss_scaler_.enabled()) {

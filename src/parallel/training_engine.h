@@ -247,6 +247,10 @@ class TrainingEngine {
   std::unique_ptr<WorkingCopies> working_copies_;
   memory::LossScaler loss_scaler_;
   double program_loss_scale_ = 1;  // the scale the running program's microbatches carry
+  // With a loss scale and a compressor: its state as the running step found it (empty otherwise).
+  std::vector<Tensor> compressor_state_at_step_start_;
+  enum class CompressorStateCopy { Keep, Restore };
+  void copy_compressor_state(CompressorStateCopy direction);
   GradNormService norms_;
   exec::Interpreter interpreter_;
   pipeline::Schedule schedule_;
