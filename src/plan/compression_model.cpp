@@ -11,28 +11,54 @@ bool known_compression(std::string_view name) {
   return name == "none" || name == "topk" || name == "qsgd" || name == "onebit" || name == "powersgd";
 }
 
-MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int stage) {
+namespace {
+
+// `add(rows, cols, count)` for each kind of weight matrix of the stage, as the parameters store them
+// (a linear layer's weight is [out, in]; PowerSGD's Q has a row per column).
+template <class Add>
+void for_each_stage_matrix(const config::ModelConfig& m, const Layout& l, int stage, Add add) {
   const double C = m.n_embd, F = m.ffn(), V = m.vocab_size, T = m.seq_len, t = l.tp;
-  const double r = std::max(1, l.compression_rank);
-  MatrixShare share;
-  // A matrix enters only when rank r gains on it (r (rows + cols) < rows·cols), as at run time.
-  const auto add = [&](double rows, double cols, double count) {
-    if (r * (rows + cols) >= rows * cols) return;
-    share.elements += count * rows * cols;
-    share.rows_and_cols += count * (rows + cols);
-  };
   const double layers = static_cast<double>(m.n_layer) / l.pp;
   const bool llama = m.arch == config::Architecture::Llama;
-  add(C, m.qkv_dim() / t, layers);  // q, k, v (column-parallel)
-  add(C / t, C, layers);      // attention output (row-parallel)
-  add(C, F / t, layers * (llama ? 2 : 1));  // first MLP projection(s)
-  add(F / t, C, layers);      // second MLP projection
+  add(m.qkv_dim() / t, C, layers);  // q, k, v (column-parallel)
+  add(C, C / t, layers);      // attention output (row-parallel)
+  add(F / t, C, layers * (llama ? 2 : 1));  // first MLP projection(s)
+  add(C, F / t, layers);      // second MLP projection
   if (stage == 0) {
     add(V / t, C, 1);         // token embedding (vocabulary-parallel)
     if (!llama) add(T, C, 1); // learned positions
   }
   if (stage == l.pp - 1 && !m.tied_embeddings) add(V / t, C, 1);  // untied head
+}
+
+}  // namespace
+
+MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int stage) {
+  const double r = std::max(1, l.compression_rank);
+  MatrixShare share;
+  // A matrix enters only when rank r gains on it (r (rows + cols) < rows·cols), as at run time.
+  for_each_stage_matrix(m, l, stage, [&](double rows, double cols, double count) {
+    if (r * (rows + cols) >= rows * cols) return;
+    share.elements += count * rows * cols;
+    share.rows_and_cols += count * (rows + cols);
+  });
   return share;
+}
+
+double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int stage, double domain_elements,
+                              int64_t warmup_steps) {
+  if (l.compression == "none" || l.compression == "qsgd") return 0;
+  double elements = domain_elements;  // the error feedback
+  if (l.compression == "powersgd") {
+    for_each_stage_matrix(m, l, stage, [&](double rows, double cols, double count) {
+      const double r = std::min({static_cast<double>(std::max(1, l.compression_rank)), rows, cols});
+      if (r * (rows + cols) >= rows * cols) return;
+      const double largest = warmup_steps > 0 ? std::max(r, std::min({rows, cols, std::floor(rows * cols / (rows + cols))}))
+                                              : r;
+      elements += count * cols * largest;
+    });
+  }
+  return 4 * elements;
 }
 
 double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,

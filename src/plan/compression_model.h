@@ -36,4 +36,11 @@ double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const
 // The weight matrices of pipeline stage `stage` (tensor-parallel splits applied).
 MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int stage);
 
+// The bytes a rank's compressor keeps across steps: top-k's and one-bit's error feedback, one f32 per
+// element of the stage's reduced gradient (`domain_elements`), PowerSGD's too and its warm-start Q
+// (cols × rank per compressed matrix; with `warmup_steps` the rank ramps down from each matrix's
+// largest useful one, which Q is sized for); QSGD keeps nothing.
+double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int stage, double domain_elements,
+                              int64_t warmup_steps);
+
 }  // namespace tessera::plan

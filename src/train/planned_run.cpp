@@ -16,7 +16,9 @@
 #include "exec/recompute.h"
 #include "optim/make_optimizer.h"
 #include "parallel/pipeline/generators.h"
+#include "plan/compression_model.h"
 #include "plan/engine_memory.h"
+#include "plan/model_costs.h"
 #include "plan/pipeline_model.h"
 
 namespace tessera::train {
@@ -167,6 +169,13 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       tags.params = std::max(params_in_optimizer, params_in_units);
     } else {
       out.nvme_parameter_reads.push_back(0);
+    }
+    // A data-parallel compressor's state, and with a loss scale its copy from the step's start,
+    // which a skipped step puts back (parallel/training_engine.h).
+    if (l.dp > 1) {
+      const double domain = plan::stage_params(m, l, rank).total();
+      const double state = plan::compressor_state_bytes(m, l, rank, domain, c.compression_options().warmup_steps);
+      tags.optimizer += (c.precision_options().loss_scaling.enabled ? 2.0 : 1.0) * state;
     }
     // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
     if (c.optim.delayed_update_after > 0) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);

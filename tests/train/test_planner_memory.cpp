@@ -64,6 +64,13 @@ const std::vector<Layout> kLayouts = {
     {"dp2_zero1_delayed", 2, "--parallel.dp 2 --parallel.zero_stage 1 --optim.delayed_update_after 1", 1, 2},
     {"one_offloaded_state_delayed", 1,
      "--memory.offload_optimizer nvme --memory.offload_chunk_mb 0.05 --optim.delayed_update_after 1"},
+    // A compressor's error feedback (and PowerSGD's Q, sized for its ramp), with fp16 twice: the
+    // copy a skipped step puts back.
+    {"dp2_topk", 2, "--parallel.dp 2 --parallel.compression topk", 1, 2},
+    {"dp2_fp16_onebit", 2, "--parallel.dp 2 --parallel.compression onebit --precision.compute fp16", 1, 2},
+    {"dp2_zero2_fp16_powersgd", 2,
+     "--parallel.dp 2 --parallel.zero_stage 2 --parallel.compression powersgd --compression.warmup_steps 1 "
+     "--precision.compute fp16", 1, 2},
     // The optimizer state streamed in chunks, three of them in memory all step long.
     {"one_offloaded_state", 1, "--memory.offload_optimizer nvme --memory.offload_chunk_mb 0.05"},
 };
