@@ -67,6 +67,8 @@ std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* wo
   return std::optional<dist::Mesh>(std::in_place, *world, cfg.layout());
 }
 
+}  // namespace
+
 parallel::EngineOptions engine_options(const RunConfig& cfg) {
   parallel::EngineOptions o;
   o.layout = cfg.layout();
@@ -116,6 +118,8 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   }
   return state;
 }
+
+namespace {
 
 // "; reduced by powersgd (rank 2) after 2 exact steps", or nothing without compression.
 std::string describe_compression(const config::CompressionOptions& o) {
