@@ -82,7 +82,6 @@ class OffloadedOptimizer final : public Optimizer {
     ChunkReader(const ChunkReader&) = delete;
     ChunkReader& operator=(const ChunkReader&) = delete;
 
-    size_t chunks() const { return owner_.chunks_.size(); }
     // The chunk that holds owned segment `segment`, and its first segment.
     size_t chunk_of(size_t segment) const;
     size_t first_segment(size_t chunk) const { return owner_.chunks_.at(chunk).first; }
@@ -127,7 +126,9 @@ class OffloadedOptimizer final : public Optimizer {
   void put_values(Chunk& chunk);    // waits for those and frees the buffer (evict does too)
 
   memory::NvmeStore& store_;
-  MemoryAccountant& memory_;  // for the whole state state_dict() joins
+  // Counts the chunks' master values, the whole state state_dict() joins and what a ChunkReader's
+  // user copies out of a chunk.
+  MemoryAccountant& memory_;
   OffloadedValues* values_;
   std::vector<Chunk> chunks_;
   int64_t owned_elements_ = 0;
