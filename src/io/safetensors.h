@@ -11,6 +11,7 @@
 // file and the problem. The file is memory-mapped copy-on-write, so opening a large checkpoint
 // costs no copy and writes through a view never reach the file.
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <unordered_set>
 #include <memory>
@@ -42,10 +43,18 @@ class SafeTensorsWriter {
   void add(const std::string& name, const Tensor& tensor);
   // Records raw bytes; `data` must stay valid until write() returns.
   void add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t bytes);
+  // Makes a deferred item's bytes when write() reaches it: a contiguous tensor of the item's dtype
+  // and byte count (a view of something alive, or a fresh buffer).
+  using Producer = std::function<Tensor()>;
+  // Records an item whose bytes exist only while write() writes it: `produce` is called once, in
+  // file order, and its tensor released before the next item's producer runs. A file of items that
+  // do not fit in memory together (a model streamed from the nvme tier) is written holding one.
+  void add(const std::string& name, DType dtype, const Shape& shape, size_t bytes, Producer produce);
   void set_metadata(const std::string& key, const std::string& value);
 
   // Writes the file atomically: a temporary file in the same folder, fsync, rename over `path`,
   // fsync of the folder. A crash leaves either the old file or the new one, never a partial one.
+  // Fails when a producer's tensor is not the item it announced.
   void write(const std::string& path) const;
 
   size_t size() const { return items_.size(); }
@@ -55,10 +64,13 @@ class SafeTensorsWriter {
     std::string name;
     DType dtype;
     Shape shape;
-    const void* data;
+    const void* data;  // null for a deferred item
     size_t bytes;
     Tensor keep_alive;
+    Producer produce;  // set for a deferred item
   };
+  // Checks an item's name, shape and byte count, and records the name.
+  void check_new_item(const std::string& name, DType dtype, const Shape& shape, size_t bytes);
   std::vector<Item> items_;
   std::unordered_set<std::string> names_;  // a model of many thousand layers has as many tensors
   std::map<std::string, std::string> metadata_;

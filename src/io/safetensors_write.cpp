@@ -40,7 +40,7 @@ void SafeTensorsWriter::add(const std::string& name, const Tensor& tensor) {
   items_.back().keep_alive = tensor;
 }
 
-void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t bytes) {
+void SafeTensorsWriter::check_new_item(const std::string& name, DType dtype, const Shape& shape, size_t bytes) {
   TS_CHECK(!name.empty(), "safetensors: a tensor needs a non-empty name");
   TS_CHECK(name != "__metadata__", "safetensors: '__metadata__' is reserved for the metadata; rename the tensor");
   TS_CHECK(!names_.contains(name), "safetensors: tensor '{}' added twice", name);
@@ -48,8 +48,19 @@ void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& s
   size_t expected = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   TS_CHECK(bytes == expected, "safetensors: tensor '{}' {} {} needs {} bytes, got {}", name, dtype_name(dtype),
            shape_to_string(shape), expected, bytes);
+}
+
+void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, const void* data, size_t bytes) {
+  check_new_item(name, dtype, shape, bytes);
   TS_CHECK(data != nullptr || bytes == 0, "safetensors: tensor '{}' has no data", name);
-  items_.push_back(Item{name, dtype, shape, data, bytes, Tensor()});
+  items_.push_back(Item{name, dtype, shape, data, bytes, Tensor(), nullptr});
+  names_.insert(name);
+}
+
+void SafeTensorsWriter::add(const std::string& name, DType dtype, const Shape& shape, size_t bytes, Producer produce) {
+  check_new_item(name, dtype, shape, bytes);
+  TS_CHECK(produce != nullptr, "safetensors: deferred tensor '{}' has no producer", name);
+  items_.push_back(Item{name, dtype, shape, nullptr, bytes, Tensor(), std::move(produce)});
   names_.insert(name);
 }
 
@@ -86,7 +97,21 @@ void SafeTensorsWriter::write(const std::string& path) const {
   AtomicFile file(path);
   file.write(&header_len, sizeof(header_len));
   file.write(text.data(), text.size());
-  for (const Item* item : order) file.write(item->data, item->bytes);
+  for (const Item* item : order) {
+    if (!item->produce) {
+      file.write(item->data, item->bytes);
+      continue;
+    }
+    // Released at the end of this iteration, before the next producer runs.
+    const Tensor bytes = item->produce();
+    TS_CHECK(bytes.defined() && bytes.is_contiguous() && bytes.dtype() == item->dtype && bytes.nbytes() == item->bytes,
+             "safetensors: the producer of '{}' ({} {}, {} bytes) made {}", item->name, dtype_name(item->dtype),
+             shape_to_string(item->shape), item->bytes,
+             bytes.defined() ? fmt::format("a{} {} tensor {} of {} bytes", bytes.is_contiguous() ? "" : " non-contiguous",
+                                           dtype_name(bytes.dtype()), bytes.shape_string(), bytes.nbytes())
+                             : std::string("no tensor"));
+    file.write(bytes.raw(), item->bytes);
+  }
   file.commit();
 }
 

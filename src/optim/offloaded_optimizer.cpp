@@ -223,4 +223,48 @@ void OffloadedOptimizer::load_state_dict(StateDict state) {
   }
 }
 
+size_t OffloadedOptimizer::ChunkReader::chunk_of(size_t segment) const {
+  const std::vector<Chunk>& chunks = owner_.chunks_;
+  const auto it = std::upper_bound(chunks.begin(), chunks.end(), segment,
+                                   [](size_t s, const Chunk& c) { return s < c.first; });
+  TS_CHECK(it != chunks.begin() && segment < std::prev(it)->end,
+           "offloaded optimizer: segment {} lies outside its chunks, which cover {}", segment, chunks.back().end);
+  return static_cast<size_t>(std::prev(it) - chunks.begin());
+}
+
+const StateDict& OffloadedOptimizer::ChunkReader::read(size_t chunk) {
+  if (current_ == chunk) return state_;
+  finish();
+  Chunk& c = owner_.chunks_.at(chunk);
+  evict_current_ = !c.resident;
+  current_ = chunk;
+  // A chunk resident between steps has reads (read ahead) or writes (the last write-back) in
+  // flight: both leave its compute copy what the nvme tier holds once they end.
+  owner_.fetch(c);
+  owner_.wait(c);
+  state_ = c.optimizer->state_dict();
+  offsets_.assign(1, 0);
+  for (const int64_t size : c.sizes) offsets_.push_back(offsets_.back() + size);
+  return state_;
+}
+
+void OffloadedOptimizer::ChunkReader::finish() {
+  state_ = StateDict();
+  if (current_.has_value() && evict_current_) {
+    // Only read: the nvme tier still holds these bytes, so the compute copy goes without a write.
+    owner_.evict(owner_.chunks_[*current_]);
+  }
+  current_.reset();
+  evict_current_ = false;
+}
+
+OffloadedOptimizer::ChunkReader::~ChunkReader() {
+  try {
+    finish();
+  } catch (const std::exception&) {
+    // Only an error already on its way out ends a reader early; the optimizer's own destructor
+    // waits for what is left.
+  }
+}
+
 }  // namespace tessera::optim

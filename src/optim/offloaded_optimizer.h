@@ -14,8 +14,9 @@
 // SGD) always. The run config refuses the others under sharding, whose per-tensor statistics are
 // summed over ranks in collectives a chunked step would split differently on each rank.
 //
-// A checkpoint reads the state whole (state_dict concatenates the chunks' in compute memory), so
-// a state larger than RAM cannot be saved yet.
+// A checkpoint reads the state chunk by chunk (ChunkReader): one chunk beyond those the step keeps
+// resident, so a state larger than RAM can be saved. state_dict() concatenates every chunk's in
+// compute memory, for loading and for optimizers whose state is not one value per element.
 //
 // The master values may live in the nvme tier too (memory.offload_params: ZeRO-3's shard, given
 // as OffloadedValues): the segments then carry no values, and each chunk's values are read with
@@ -24,6 +25,7 @@
 // values to be written, since the next forward's gathers read them from the nvme tier.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -68,6 +70,40 @@ class OffloadedOptimizer final : public Optimizer {
   // Chunks read for the next step as soon as a step ends.
   static constexpr size_t kReadAhead = 2;
 
+  // Reads the state one chunk at a time, for a checkpoint of a state larger than RAM. A chunk read
+  // from the nvme tier leaves compute memory when the next is read (or the reader goes); one the
+  // step keeps resident (read ahead for the next step, or still being written back) stays, its
+  // transfers waited for. Nothing is written and the step's chunks are where the step left them,
+  // so the next step runs as it would have, bit for bit. No step may run while a reader lives.
+  class ChunkReader {
+   public:
+    explicit ChunkReader(OffloadedOptimizer& owner) : owner_(owner) {}
+    ~ChunkReader();
+    ChunkReader(const ChunkReader&) = delete;
+    ChunkReader& operator=(const ChunkReader&) = delete;
+
+    // The chunk that holds owned segment `segment`, and its first segment.
+    size_t chunk_of(size_t segment) const;
+    size_t first_segment(size_t chunk) const { return owner_.chunks_.at(chunk).first; }
+    // Chunk `chunk`'s state: its optimizer's state dict over its own segments (views of the
+    // resident state, valid until another chunk is read or the reader goes), and where each of its
+    // segments starts in it (segments + 1 element offsets, for StateDict::part). Reading the chunk
+    // read last costs nothing.
+    const StateDict& read(size_t chunk);
+    std::span<const int64_t> element_offsets() const { return offsets_; }
+    // Accounts what the reader's user copies out of a chunk.
+    MemoryAccountant& memory() const { return owner_.memory_; }
+    // Lets go of the chunk read last (when it was not resident before); the destructor does too.
+    void finish();
+
+   private:
+    OffloadedOptimizer& owner_;
+    std::optional<size_t> current_;  // the chunk read last
+    bool evict_current_ = false;     // it came from the nvme tier for the reader
+    StateDict state_;
+    std::vector<int64_t> offsets_;
+  };
+
  private:
   struct Chunk {
     size_t first = 0, end = 0;  // segments [first, end)
@@ -90,7 +126,9 @@ class OffloadedOptimizer final : public Optimizer {
   void put_values(Chunk& chunk);    // waits for those and frees the buffer (evict does too)
 
   memory::NvmeStore& store_;
-  MemoryAccountant& memory_;  // for the whole state a checkpoint reads
+  // Counts the chunks' master values, the whole state state_dict() joins and what a ChunkReader's
+  // user copies out of a chunk.
+  MemoryAccountant& memory_;
   OffloadedValues* values_;
   std::vector<Chunk> chunks_;
   int64_t owned_elements_ = 0;

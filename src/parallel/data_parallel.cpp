@@ -147,4 +147,17 @@ DataParallel::FullParameters DataParallel::full_parameters() {
   return FullParameters(params_, gatherer_->gather_all());
 }
 
+DataParallel::ReadOnlyParameters DataParallel::read_only_parameters() {
+  // With several ranks each parameter is spread over their shards and reading it is an all-gather,
+  // which every rank would have to post for the same parameter in the same order, whatever its
+  // reader asks for; the whole buffer is gathered once instead.
+  if (gatherer_ && gatherer_->reads_one_at_a_time()) return ReadOnlyParameters(gatherer_->read_one_at_a_time());
+  return ReadOnlyParameters(full_parameters());
+}
+
+Tensor DataParallel::ReadOnlyParameters::grad(const nn::Parameter& p) {
+  TS_FAIL("the parameters read for a checkpoint or a sample have no gradient ('{}'): they are for reading the model",
+          p.name);
+}
+
 }  // namespace tessera::parallel

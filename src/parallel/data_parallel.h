@@ -112,6 +112,24 @@ class DataParallel final : public exec::StorageOwner {
   };
   FullParameters full_parameters();
 
+  // Every parameter readable until the handle goes away, for code that only reads the model
+  // (checkpoint saves, sampling): what it is given are the values or copies of them, and nothing
+  // written into them is kept (loading uses full_parameters() and its write_back()). ZeRO-3 with
+  // the shard in the nvme tier in one process reads each parameter from there when asked, so a
+  // model larger than RAM can be read; elsewhere it is full_parameters(). Collective as that.
+  class ReadOnlyParameters final : public nn::ParameterAccess {
+   public:
+    explicit ReadOnlyParameters(FullParameters full) : full_(std::move(full)) {}
+    explicit ReadOnlyParameters(ParameterGatherer::OneAtATime streamed) : streamed_(std::move(streamed)) {}
+    Tensor weight(const nn::Parameter& p) override { return streamed_ ? streamed_->weight(p) : full_->weight(p); }
+    Tensor grad(const nn::Parameter& p) override;
+
+   private:
+    std::optional<FullParameters> full_;
+    std::optional<ParameterGatherer::OneAtATime> streamed_;
+  };
+  ReadOnlyParameters read_only_parameters();
+
   // exec::StorageOwner: the master role from stage 1 on.
   std::string_view owner_name() const override { return "ZeRO (this rank's master shard)"; }
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const> params) override;

@@ -199,7 +199,8 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
   Tensor full = Tensor::empty({layout_.numel()}, DType::F32, MemoryTag::Comm, memory_);
   auto* out = full.data<float>();
   if (offloaded_) {
-    // The whole shard in compute memory at once: a state larger than RAM cannot be read whole yet.
+    // The whole shard in compute memory at once; code that only reads the model reads it one
+    // parameter at a time instead (read_one_at_a_time), where one process holds the shard.
     OffloadedShard::Works reads = offloaded_->read_range(mine_, out + mine_.begin);
     wait_all(reads);
   } else {
@@ -220,6 +221,27 @@ Tensor ParameterGatherer::Full::weight(const nn::Parameter& p) {
 
 Tensor ParameterGatherer::Full::grad(const nn::Parameter& p) {
   TS_FAIL("ZeRO-3: the gathered parameters have no gradient ('{}'): they are for reading the model", p.name);
+}
+
+ParameterGatherer::OneAtATime ParameterGatherer::read_one_at_a_time() {
+  TS_CHECK(reads_one_at_a_time(), "ZeRO-3: the parameters are read one at a time only from a shard in the nvme tier "
+           "that holds the whole model (one data-parallel rank); gather them with gather_all()");
+  // The prefetched gathers are let go, as gather_all does: no unit runs while the model is read.
+  drain();
+  return OneAtATime(*this);
+}
+
+Tensor ParameterGatherer::OneAtATime::weight(const nn::Parameter& p) {
+  const auto at = static_cast<int64_t>(p.offset);
+  Tensor value = Tensor::empty(p.shape, DType::F32, MemoryTag::Comm, owner_->memory_);
+  // A parameter is whole parts of the shard (offloaded_shard.h), so it is read as it was written.
+  OffloadedShard::Works reads = owner_->offloaded_->read_range({at, at + p.numel()}, value.data<float>());
+  wait_all(reads);
+  return value;
+}
+
+Tensor ParameterGatherer::OneAtATime::grad(const nn::Parameter& p) {
+  TS_FAIL("ZeRO-3: the parameters read one at a time have no gradient ('{}'): they are for reading the model", p.name);
 }
 
 void ParameterGatherer::Full::write_back() {

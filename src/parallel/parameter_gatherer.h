@@ -83,6 +83,24 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
   };
   Full gather_all();
 
+  // Every parameter read from the nvme tier when it is asked for, each into a fresh buffer (tag
+  // comm) that lives as long as the caller keeps it: for code that only reads the model
+  // (checkpoint saves, sampling), which then holds one parameter at a time instead of the whole
+  // model. Only where the shard is the whole model (reads_one_at_a_time()). Its tensors are copies:
+  // what is written into them never reaches the shard, so loading goes through gather_all().
+  class OneAtATime final : public nn::ParameterAccess {
+   public:
+    explicit OneAtATime(ParameterGatherer& owner) : owner_(&owner) {}
+    Tensor weight(const nn::Parameter& p) override;
+    Tensor grad(const nn::Parameter& p) override;
+
+   private:
+    ParameterGatherer* owner_;
+  };
+  // The shard is in the nvme tier and this process holds all of it (one data-parallel rank).
+  bool reads_one_at_a_time() const { return offloaded_ != nullptr && alone(); }
+  OneAtATime read_one_at_a_time();
+
  private:
   struct Gathered {
     std::vector<Tensor> buffers;  // one per range the unit reads (offloaded, several ranks: once gathering)

@@ -142,6 +142,9 @@ class TrainingEngine {
 
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
+  // The same values for code that only reads them (checkpoint saves, sampling): with ZeRO-3's
+  // shard in the nvme tier in one process, read one parameter at a time (DataParallel).
+  DataParallel::ReadOnlyParameters read_only_parameters();
   // The nvme tier, for its accounting (null without offloading).
   memory::NvmeStore* nvme() { return nvme_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).

@@ -235,9 +235,15 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
     saving(dir_, tmp, final_path, [&] {
       io::SafeTensorsWriter values;
       for (const auto& p : model.params.all()) {
-        values.add(p.name, gathered.empty() ? model.values.weight(p)
-                                            : Tensor::from_external(gathered[static_cast<size_t>(p.id)].data(),
-                                                                    p.spec.unpadded_shape(), DType::F32));
+        if (!gathered.empty()) {
+          values.add(p.name, Tensor::from_external(gathered[static_cast<size_t>(p.id)].data(), p.spec.unpadded_shape(),
+                                                   DType::F32));
+          continue;
+        }
+        // Read when the file reaches it: a model streamed from the nvme tier is then in compute
+        // memory one parameter at a time, never whole.
+        values.add(p.name, DType::F32, p.shape, static_cast<size_t>(p.numel()) * sizeof(float),
+                   [&model, &p] { return model.values.weight(p); });
       }
       values.set_metadata("format", "tessera-parameters");
       values.write((fs::path(tmp) / kModelFile).string());

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "io/safetensors.h"
+#include "optim/offloaded_optimizer.h"
 
 namespace fs = std::filesystem;
 
@@ -54,15 +55,30 @@ std::vector<int32_t> runs_table(const nn::Parameter& p, const std::vector<Run>& 
   return table;
 }
 
+int64_t elements_of(const std::vector<Run>& runs) {
+  int64_t n = 0;
+  for (const Run& r : runs) n += r.length;
+  return n;
+}
+
 // The elements of `from` (a segment's part of a state tensor, whose first element is local element
-// `first`) at `runs`, appended to `out` as bytes.
-void append_runs(const Tensor& from, int64_t first, const std::vector<Run>& runs, std::vector<char>& out) {
+// `first`) at `runs`, copied to `into` as bytes; returns the end of what it wrote.
+char* copy_runs(const Tensor& from, int64_t first, const std::vector<Run>& runs, char* into) {
   const size_t element = dtype_size(from.dtype());
   const char* base = static_cast<const char*>(from.raw());
   for (const Run& r : runs) {
-    const char* src = base + static_cast<size_t>(r.local - first) * element;
-    out.insert(out.end(), src, src + static_cast<size_t>(r.length) * element);
+    const size_t bytes = static_cast<size_t>(r.length) * element;
+    std::memcpy(into, base + static_cast<size_t>(r.local - first) * element, bytes);
+    into += bytes;
   }
+  return into;
+}
+
+// The same, appended to `out`.
+void append_runs(const Tensor& from, int64_t first, const std::vector<Run>& runs, std::vector<char>& out) {
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(elements_of(runs)) * dtype_size(from.dtype()));
+  copy_runs(from, first, runs, out.data() + at);
 }
 
 // Keeps byte buffers alive until the writer has written them.
@@ -75,6 +91,10 @@ struct ShardWriter {
     bytes.push_back(std::move(data));
     const std::vector<char>& b = bytes.back();
     file.add(name, dtype, {static_cast<int64_t>(b.size() / dtype_size(dtype))}, b.data(), b.size());
+  }
+  // Bytes made when the file is written, one item at a time.
+  void add_deferred(const std::string& name, DType dtype, int64_t elements, io::SafeTensorsWriter::Producer produce) {
+    file.add(name, dtype, {elements}, static_cast<size_t>(elements) * dtype_size(dtype), std::move(produce));
   }
   void add_runs(const std::string& name, std::vector<int32_t> table) {
     tables.push_back(std::move(table));
@@ -106,6 +126,34 @@ std::string layout_fingerprint(const std::vector<optim::Segment>& segments) {
   return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
 }
 
+// One piece of a parameter in a rank's optimizer state: its segment (in the owned order) and the
+// runs of the segment's elements that the file holds.
+struct StatePiece {
+  size_t segment = 0;
+  int64_t first = 0;  // the segment's first local element of the parameter
+  std::vector<Run> runs;
+};
+
+// The producer of one parameter's values of state tensor `tensor` for an offloaded optimizer: it
+// reads the chunk that holds them (the reader keeps the chunk read last, so the parameters of one
+// chunk read it once) and copies them out, one parameter's bytes beside the chunk.
+io::SafeTensorsWriter::Producer offloaded_state_of(std::shared_ptr<optim::OffloadedOptimizer::ChunkReader> reader,
+                                                   std::vector<StatePiece> pieces, size_t tensor, DType dtype,
+                                                   int64_t elements) {
+  return [reader = std::move(reader), pieces = std::move(pieces), tensor, dtype, elements] {
+    Tensor out = Tensor::empty({elements}, dtype, MemoryTag::Optimizer, reader->memory());
+    char* into = static_cast<char*>(out.raw());
+    for (const StatePiece& piece : pieces) {
+      const size_t chunk = reader->chunk_of(piece.segment);
+      const optim::StateDict& state = reader->read(chunk);
+      const Tensor part = optim::StateDict::part(state.tensors.at(tensor), piece.segment - reader->first_segment(chunk),
+                                                 reader->element_offsets());
+      into = copy_runs(part, piece.first, piece.runs, into);
+    }
+    return out;
+  };
+}
+
 }  // namespace
 
 bool state_moves_between_layouts(const optim::StateDict& state) {
@@ -121,8 +169,16 @@ void write_optimizer_shard(const std::string& path, const ModelState& model, int
   out.file.set_metadata("format", "tessera-optimizer-shard");
   out.file.set_metadata("rank", std::to_string(rank));
   out.file.set_metadata("ranks", std::to_string(ranks));
+  // An offloaded state is read chunk by chunk as the file is written, never whole; its first chunk
+  // tells the names and kinds of the state's tensors. A state that is not one value per element
+  // (which needs the whole layout) is still read whole.
+  std::shared_ptr<optim::OffloadedOptimizer::ChunkReader> reader;
+  if (auto* offloaded = dynamic_cast<optim::OffloadedOptimizer*>(model.optimizer)) {
+    reader = std::make_shared<optim::OffloadedOptimizer::ChunkReader>(*offloaded);
+    if (!state_moves_between_layouts(reader->read(0))) reader.reset();
+  }
   if (model.optimizer != nullptr) {
-    optim::StateDict state = model.optimizer->state_dict();
+    optim::StateDict state = reader ? reader->read(0) : model.optimizer->state_dict();
     TS_CHECK(optim::total_elements(segments) == model.optimizer->owned_elements(),
              "the optimizer holds {} elements but its segments {}", model.optimizer->owned_elements(),
              optim::total_elements(segments));
@@ -148,17 +204,25 @@ void write_optimizer_shard(const std::string& path, const ModelState& model, int
       }
       for (const nn::Parameter* p : order) {
         std::vector<Run> all_runs;
-        std::vector<std::vector<char>> data(state.tensors.size());
+        std::vector<StatePiece> pieces;
         for (const size_t i : by_param[p]) {
-          const std::vector<Run> runs = runs_of(*p, segments[i].begin, segments[i].end);
-          all_runs.insert(all_runs.end(), runs.begin(), runs.end());
-          for (size_t t = 0; t < state.tensors.size(); ++t) {
-            append_runs(optim::StateDict::part(state.tensors[t], i, offsets), segments[i].begin, runs, data[t]);
-          }
+          pieces.push_back({i, segments[i].begin, runs_of(*p, segments[i].begin, segments[i].end)});
+          all_runs.insert(all_runs.end(), pieces.back().runs.begin(), pieces.back().runs.end());
         }
         out.add_runs("runs." + p->name, runs_table(*p, all_runs));
         for (size_t t = 0; t < state.tensors.size(); ++t) {
-          out.add_bytes(state.tensors[t].name + "." + p->name, state.tensors[t].values.dtype(), std::move(data[t]));
+          const std::string name = state.tensors[t].name + "." + p->name;
+          const DType dtype = state.tensors[t].values.dtype();
+          if (reader) {
+            out.add_deferred(name, dtype, elements_of(all_runs),
+                             offloaded_state_of(reader, pieces, t, dtype, elements_of(all_runs)));
+            continue;
+          }
+          std::vector<char> data;
+          for (const StatePiece& piece : pieces) {
+            append_runs(optim::StateDict::part(state.tensors[t], piece.segment, offsets), piece.first, piece.runs, data);
+          }
+          out.add_bytes(name, dtype, std::move(data));
         }
       }
     }
@@ -172,6 +236,7 @@ void write_optimizer_shard(const std::string& path, const ModelState& model, int
     out.add_bytes("previous." + p->name, DType::F32, std::move(data));
   }
   out.file.write(path);
+  if (reader) reader->finish();
 }
 
 namespace {

@@ -67,6 +67,8 @@ std::optional<dist::Mesh> make_mesh(const RunConfig& cfg, dist::Communicator* wo
   return std::optional<dist::Mesh>(std::in_place, *world, cfg.layout());
 }
 
+}  // namespace
+
 parallel::EngineOptions engine_options(const RunConfig& cfg) {
   parallel::EngineOptions o;
   o.layout = cfg.layout();
@@ -116,6 +118,8 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   }
   return state;
 }
+
+namespace {
 
 // "; reduced by powersgd (rank 2) after 2 exact steps", or nothing without compression.
 std::string describe_compression(const config::CompressionOptions& o) {
@@ -640,7 +644,7 @@ TrainResult Trainer::run() {
     if (prompt.empty()) prompt = {dataset.val->at(0)};
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
-    parallel::DataParallel::FullParameters full = engine.full_parameters();
+    parallel::DataParallel::ReadOnlyParameters full = engine.read_only_parameters();
     if (engine.tensor_parallel() == nullptr && engine.expert_parallel() == nullptr) {
       return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
     }
@@ -658,8 +662,8 @@ TrainResult Trainer::run() {
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt, std::nullopt};
     if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
     if (schedule.restart_step >= 0) state.lr_restart = CheckpointState::LrRestart{schedule.restart_step, schedule.restart_rate};
-    parallel::DataParallel::FullParameters full = engine.full_parameters();
-    return checkpoints.save(cfg, state, model_state(model, engine, full), tokenizer_path, world_);
+    parallel::DataParallel::ReadOnlyParameters values = engine.read_only_parameters();
+    return checkpoints.save(cfg, state, model_state(model, engine, values), tokenizer_path, world_);
   };
   auto message = [&](Progress* progress, const std::string& text) {
     if (progress != nullptr) progress->message(text);

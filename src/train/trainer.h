@@ -19,7 +19,25 @@
 #include "dist/communicator.h"
 #include "train/run_config.h"
 
+namespace tessera::nn {
+class GPT;
+class ParameterAccess;
+}  // namespace tessera::nn
+namespace tessera::parallel {
+struct EngineOptions;
+class TrainingEngine;
+}  // namespace tessera::parallel
+
 namespace tessera::train {
+
+struct ModelState;
+
+// The training engine's settings of a run (all but the nvme tier's folder, which the run makes).
+parallel::EngineOptions engine_options(const RunConfig& cfg);
+// What a checkpoint saves of a run and loads into it: the parameters' values through `values`
+// (read_only_parameters() to save, full_parameters() to load), the engine's optimizer state and
+// which of it this rank writes.
+ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values);
 
 struct TrainResult {
   enum class Outcome { Finished, NothingToDo, StoppedEarly };

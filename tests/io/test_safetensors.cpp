@@ -163,6 +163,78 @@ TEST_F(SafeTensors, WriterKeepsAddedTensorsAlive) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(v.data<int32_t>()[i], i * i + 1);
 }
 
+// Deferred items: the file is the one eager items give, byte for byte (the same order by element
+// size, the same header), and each producer's bytes are gone before the next producer runs.
+TEST_F(SafeTensors, DeferredItemsWriteTheEagerFileOneItemAtATime) {
+  MemoryAccountant acc;
+  struct Source {
+    std::string name;
+    DType dtype;
+    Shape shape;
+  };
+  // Mixed element sizes and an empty tensor, so that the data order differs from the order added.
+  const std::vector<Source> sources = {{"small.i8", DType::I8, {5}},      {"w", DType::F32, {3, 4}},
+                                       {"half", DType::BF16, {7}},         {"ids", DType::I32, {2, 2}},
+                                       {"empty", DType::F32, {0}},         {"bias", DType::F32, {4}}};
+  std::vector<Tensor> values;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Tensor t = Tensor::empty(sources[i].shape, sources[i].dtype, MemoryTag::Workspace, acc);
+    auto* bytes = static_cast<uint8_t*>(t.raw());
+    for (size_t b = 0; b < t.nbytes(); ++b) bytes[b] = static_cast<uint8_t>(31 * i + 7 * b + 1);
+    values.push_back(t);
+  }
+  SafeTensorsWriter eager;
+  for (size_t i = 0; i < sources.size(); ++i) eager.add(sources[i].name, values[i]);
+  eager.set_metadata("format", "test");
+  eager.write(path("eager.safetensors"));
+
+  MemoryAccountant produced;  // only the producers' outputs
+  int live = 0, most_live = 0;
+  std::vector<std::string> called;
+  SafeTensorsWriter deferred;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const Source& s = sources[i];
+    deferred.add(s.name, s.dtype, s.shape, values[i].nbytes(), [&, i] {
+      // Every earlier output was released: nothing the producers made is alive.
+      live = produced.stats().live_total == 0 ? 1 : live + 1;
+      most_live = std::max(most_live, live);
+      called.push_back(sources[i].name);
+      Tensor out = Tensor::empty(sources[i].shape, sources[i].dtype, MemoryTag::Comm, produced);
+      if (out.nbytes() > 0) std::memcpy(out.raw(), values[i].raw(), out.nbytes());
+      return out;
+    });
+  }
+  deferred.set_metadata("format", "test");
+  EXPECT_TRUE(called.empty()) << "producers run only when the file is written";
+  deferred.write(path("deferred.safetensors"));
+
+  EXPECT_EQ(read_bytes(path("deferred.safetensors")), read_bytes(path("eager.safetensors")));
+  EXPECT_EQ(most_live, 1);
+  EXPECT_EQ(produced.stats().live_total, 0u);
+  EXPECT_EQ(produced.stats().peak_total, 48u) << "one item at a time: the largest, w";
+  // Called once each, in the order of the file's data.
+  EXPECT_EQ(called, SafeTensorsFile::open(path("deferred.safetensors")).names());
+}
+
+TEST_F(SafeTensors, ADeferredItemsProducerMustMakeTheItemItAnnounced) {
+  MemoryAccountant acc;
+  const auto write_with = [&](std::function<Tensor()> produce) {
+    SafeTensorsWriter w;
+    w.add("x", DType::F32, {2, 3}, 24, std::move(produce));
+    w.write(path("bad.safetensors"));
+  };
+  EXPECT_THROW(write_with([&] { return Tensor::zeros({2, 3}, DType::I32, MemoryTag::Workspace, acc); }), Error);
+  EXPECT_THROW(write_with([&] { return Tensor::zeros({5}, DType::F32, MemoryTag::Workspace, acc); }), Error);
+  EXPECT_THROW(write_with([] { return Tensor(); }), Error);
+  EXPECT_THROW(write_with([&] { return Tensor::zeros({3, 2}, DType::F32, MemoryTag::Workspace, acc).transpose(0, 1); }),
+               Error);
+  EXPECT_FALSE(fs::exists(path("bad.safetensors"))) << "a failed write leaves no file";
+  SafeTensorsWriter w;
+  EXPECT_THROW(w.add("y", DType::F32, {2, 3}, 20, [&] { return Tensor(); }), Error);  // wrong byte count
+  EXPECT_THROW(w.add("z", DType::F32, {2, 3}, 24, nullptr), Error);                  // no producer
+  EXPECT_EQ(w.size(), 0u);
+}
+
 TEST_F(SafeTensors, CopyToChecksShapeAndDtype) {
   std::string p = small_valid_file();
   SafeTensorsFile f = SafeTensorsFile::open(p);

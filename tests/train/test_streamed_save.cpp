@@ -1,0 +1,170 @@
+// A checkpoint of a run whose parameters and optimizer state live in the nvme tier (ZeRO-3 at dp 1,
+// memory.offload_params and memory.offload_optimizer = "nvme") is written as a stream: the model
+// one parameter at a time, the optimizer state one chunk at a time. Its files are byte for byte
+// those of the same run in memory, the steps after the save are too, and the save adds far less
+// than the whole state to compute memory.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/rng.h"
+#include "nn/gpt.h"
+#include "parallel/training_engine.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace tessera::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Four blocks of width 32 and AdamW chunks of about 20 KB: most chunks are one or two parameters,
+// so the state streams through many of them.
+RunConfig small_run(bool offloaded) {
+  RunConfig cfg;
+  cfg.model.n_layer = 4;
+  cfg.model.n_head = 2;
+  cfg.model.n_embd = 32;
+  cfg.model.vocab_size = 96;
+  cfg.model.seq_len = 16;
+  cfg.train.batch_size = 4;
+  cfg.train.micro_batch_size = 2;
+  cfg.train.seed = 11;
+  cfg.parallel.zero_stage = 3;
+  if (offloaded) {
+    cfg.memory.offload_params = "nvme";
+    cfg.memory.offload_optimizer = "nvme";
+    cfg.memory.offload_chunk_mb = 0.02;
+  }
+  return cfg;
+}
+
+// One process's training engine over a small model, stepped on synthetic tokens and saved.
+class SmallRun {
+ public:
+  SmallRun(const RunConfig& cfg, const fs::path& dir) : cfg_(cfg), dir_(dir), model_(cfg.model, memory_, cfg.train.seed) {
+    fs::create_directories(dir / "offload");
+    parallel::EngineOptions options = engine_options(cfg);
+    options.offload_dir = (dir / "offload").string();
+    options.measure_unit_times = false;  // the same plan in both runs
+    engine_ = std::make_unique<parallel::TrainingEngine>(model_, memory_, nullptr, options);
+  }
+
+  void step(int step) {
+    const int T = cfg_.model.seq_len, B = cfg_.train.micro_batch_size;
+    const int micros = cfg_.train.batch_size / B;
+    std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(micros)), targets(static_cast<size_t>(micros));
+    std::vector<exec::MicrobatchInput> microbatches;
+    for (int m = 0; m < micros; ++m) {
+      for (int i = 0; i < B * (T + 1); ++i) {
+        const auto token = static_cast<int32_t>(
+            uniform(cfg_.train.seed, 100 + static_cast<uint64_t>(step), static_cast<uint64_t>(m * B * (T + 1) + i)) *
+            static_cast<float>(cfg_.model.vocab_size));
+        if (i % (T + 1) < T) inputs[static_cast<size_t>(m)].push_back(token);
+        if (i % (T + 1) > 0) targets[static_cast<size_t>(m)].push_back(token);
+      }
+      microbatches.push_back({{nn::token_tensor(inputs[static_cast<size_t>(m)].data(), B, T),
+                               nn::token_tensor(targets[static_cast<size_t>(m)].data(), B, T),
+                               1.0f / static_cast<float>(cfg_.train.batch_size * T)},
+                              int64_t{m} * B});
+    }
+    engine_->train_step(microbatches, {cfg_.train.seed, static_cast<uint64_t>(step), nullptr}, 1e-2f, 1.0);
+  }
+
+  // The checkpoint folder of step `step`, saved as the training loop saves it.
+  fs::path save(int64_t step) {
+    CheckpointStore store((dir_ / "checkpoints").string(), 10);
+    const CheckpointState state{step, nlohmann::json::object(), cfg_.train.seed, {}, 0, std::nullopt, std::nullopt};
+    parallel::DataParallel::ReadOnlyParameters values = engine_->read_only_parameters();
+    return store.save(cfg_, state, model_state(model_, *engine_, values), "");
+  }
+
+  MemoryAccountant& memory() { return memory_; }
+  nn::GPT& model() { return model_; }
+  parallel::TrainingEngine& engine() { return *engine_; }
+
+ private:
+  RunConfig cfg_;
+  fs::path dir_;
+  MemoryAccountant memory_;
+  nn::GPT model_;
+  std::unique_ptr<parallel::TrainingEngine> engine_;
+};
+
+class OffloadedCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / fmt::format("tessera_streamed_save_{}", ::getpid());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+const std::vector<std::string> kFiles = {"model.safetensors", "optimizer.rank00000.safetensors"};
+
+TEST_F(OffloadedCheckpoint, AnOffloadedRunSavesTheInMemoryRunsFilesAndStepsOnUnchanged) {
+  SmallRun plain(small_run(false), root_ / "plain");
+  SmallRun offloaded(small_run(true), root_ / "offloaded");
+  ASSERT_GT(offloaded.engine().optimizer_state_chunks(), 4u) << "the state streams through several chunks";
+  for (int step = 0; step < 2; ++step) {
+    plain.step(step);
+    offloaded.step(step);
+  }
+  const fs::path a = plain.save(2), b = offloaded.save(2);
+  for (const std::string& file : kFiles) {
+    EXPECT_EQ(read_bytes(a / file), read_bytes(b / file)) << file << " differs when saved from the nvme tier";
+  }
+  // The save left the chunks read ahead and the shard as the next step needs them.
+  for (int step = 2; step < 4; ++step) {
+    plain.step(step);
+    offloaded.step(step);
+  }
+  const fs::path c = plain.save(4), d = offloaded.save(4);
+  for (const std::string& file : kFiles) {
+    EXPECT_EQ(read_bytes(c / file), read_bytes(d / file)) << file << " differs in the steps after a save";
+  }
+}
+
+TEST_F(OffloadedCheckpoint, TheSaveHoldsAParameterAndAChunkNotTheWholeState) {
+  SmallRun offloaded(small_run(true), root_ / "offloaded");
+  offloaded.step(0);
+  int64_t largest = 0, elements = 0;
+  for (const nn::Parameter& p : offloaded.model().parameters().all()) {
+    largest = std::max(largest, p.numel());
+    elements += p.numel();
+  }
+  const size_t largest_parameter = sizeof(float) * static_cast<size_t>(largest);
+  // AdamW's two moments per element; a chunk is at least one whole parameter.
+  const size_t chunk = std::max<size_t>(static_cast<size_t>(0.02 * 1048576.0), 2 * largest_parameter);
+  const size_t whole_state = 2 * sizeof(float) * static_cast<size_t>(elements);
+  const size_t bound = largest_parameter + 3 * chunk;
+  ASSERT_LT(bound, whole_state / 2) << "the model is large enough for the bound to tell";
+
+  MemoryAccountant& memory = offloaded.memory();
+  const size_t before = memory.stats().live_total;
+  memory.reset_peaks();
+  offloaded.save(1);
+  const MemoryStats during = memory.stats();
+  EXPECT_LE(during.peak_total - before, bound)
+      << fmt::format("the save added {} bytes (optimizer {}, comm {}) to compute memory; the whole state is {}",
+                     during.peak_total - before, during.peak_of(MemoryTag::Optimizer), during.peak_of(MemoryTag::Comm),
+                     whole_state);
+  EXPECT_EQ(during.live_total, before) << "the save leaves compute memory as it found it";
+}
+
+}  // namespace
+}  // namespace tessera::train
