@@ -79,10 +79,11 @@ plan::DiskSpec measure_disk(const DiskMeasurement& m) {
     const memory::DiskBandwidth b = memory::measure_disk_bandwidth(m.dir, m.bytes, threads);
     disk.write_bandwidth = std::max(disk.write_bandwidth, b.write_bytes_per_second);
     disk.read_bandwidth = std::max(disk.read_bandwidth, b.read_bytes_per_second);
+    disk.mixed_bandwidth = std::max(disk.mixed_bandwidth, b.mixed_bytes_per_second);
     direct = b.direct;
   }
-  fmt::print("  disk: {:.2f} GB/s written, {:.2f} GB/s read ({}; the best of two)\n", disk.write_bandwidth / 1e9,
-             disk.read_bandwidth / 1e9,
+  fmt::print("  disk: {:.2f} GB/s written, {:.2f} GB/s read, {:.2f} GB/s both at once ({}; the best of two)\n",
+             disk.write_bandwidth / 1e9, disk.read_bandwidth / 1e9, disk.mixed_bandwidth / 1e9,
              direct ? "direct I/O" : "buffered I/O: this file system has no direct I/O, so reads may come from RAM");
   return disk;
 }

@@ -10,6 +10,7 @@ namespace tessera::memory {
 struct DiskBandwidth {
   double read_bytes_per_second = 0;
   double write_bytes_per_second = 0;
+  double mixed_bytes_per_second = 0;  // read and written together, while both run at once
   bool direct = false;  // whether the store used direct I/O (false: buffered, through the page cache)
 };
 

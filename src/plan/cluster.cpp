@@ -146,6 +146,11 @@ void ClusterSpec::validate() const {
            "config: cluster '{}': cluster.disk.read_gbps = {} and write_gbps = {} must both be positive (GB/s through "
            "the nvme tier's store; tessera plan --calibrate-here --offload-dir DIR measures them), or both left out "
            "when the disk is not known", name, disk.read_bandwidth / kGB, disk.write_bandwidth / kGB);
+  TS_CHECK(std::isfinite(disk.mixed_bandwidth) && disk.mixed_bandwidth >= 0 &&
+               (disk.mixed_bandwidth == 0 || disk.known()),
+           "config: cluster '{}': cluster.disk.mixed_gbps = {} must be positive (GB/s read and written together while "
+           "both run at once), and goes with read_gbps and write_gbps; leave it out when it is not measured", name,
+           disk.mixed_bandwidth / kGB);
   TS_CHECK(host.cores >= 0, "config: cluster '{}': cluster.host.cores must be positive", name);
   if (host.cores == 0) return;
   TS_CHECK(host.shared_factor.size() == host.shared_latency.size(),
@@ -284,6 +289,7 @@ ClusterSpec read_cluster_config(config::TableReader r) {
   config::TableReader disk = r.table("disk");
   c.disk.read_bandwidth = disk.get<double>("read_gbps", 0.0) * kGB;
   c.disk.write_bandwidth = disk.get<double>("write_gbps", 0.0) * kGB;
+  c.disk.mixed_bandwidth = disk.get<double>("mixed_gbps", 0.0) * kGB;
   disk.finish();
   r.finish();
   c.validate();
@@ -316,6 +322,7 @@ std::string cluster_toml(const ClusterSpec& c) {
   if (c.disk.known()) {
     out += fmt::format("\n[cluster.disk]\nread_gbps = {}\nwrite_gbps = {}\n", c.disk.read_bandwidth / kGB,
                        c.disk.write_bandwidth / kGB);
+    if (c.disk.mixed_bandwidth > 0) out += fmt::format("mixed_gbps = {}\n", c.disk.mixed_bandwidth / kGB);
   }
   if (c.host.cores == 0) return out;
   out += fmt::format("\n[cluster.host]\ncores = {}\n", c.host.cores);

@@ -107,6 +107,9 @@ struct HostSpec {
 struct DiskSpec {
   double read_bandwidth = 0;   // bytes/s
   double write_bandwidth = 0;  // bytes/s
+  // bytes/s read and written together while reads and writes run at once (0: not measured; they
+  // then take turns at their own rates)
+  double mixed_bandwidth = 0;
   bool known() const { return read_bandwidth > 0 && write_bandwidth > 0; }
   bool operator==(const DiskSpec&) const = default;
 };

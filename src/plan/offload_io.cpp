@@ -21,7 +21,13 @@ OffloadIo offload_io(const ClusterSpec& c, double bytes_written, double bytes_re
   if (!c.disk.known()) return io;
   const auto share = static_cast<double>(ranks_on_node);
   io.timed = true;
-  io.seconds = io.bytes_written * share / c.disk.write_bandwidth + io.bytes_read * share / c.disk.read_bandwidth;
+  const double reading = io.bytes_read * share / c.disk.read_bandwidth;
+  const double writing = io.bytes_written * share / c.disk.write_bandwidth;
+  // A disk that serves reads and writes at once (as an offloaded optimizer posts them) moves both at
+  // its mixed rate, each still no faster than alone; otherwise they take turns.
+  io.seconds = c.disk.mixed_bandwidth > 0
+                   ? std::max({reading, writing, (io.bytes_read + io.bytes_written) * share / c.disk.mixed_bandwidth})
+                   : reading + writing;
   io.exposed_seconds = std::max(0.0, io.seconds - compute_seconds);
   return io;
 }

@@ -329,5 +329,7 @@ TEST(DiskBandwidth, MeasuresPositiveRatesAndLeavesNoFile) {
   EXPECT_GT(bandwidth.read_bytes_per_second, 0.0);
   EXPECT_TRUE(std::isfinite(bandwidth.write_bytes_per_second));
   EXPECT_TRUE(std::isfinite(bandwidth.read_bytes_per_second));
+  EXPECT_GT(bandwidth.mixed_bytes_per_second, 0.0);
+  EXPECT_TRUE(std::isfinite(bandwidth.mixed_bytes_per_second));
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }

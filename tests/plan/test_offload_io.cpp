@@ -52,6 +52,10 @@ TEST(PlanOffloadIo, TheDiskReadsBackAsWritten) {
   const ClusterSpec back = read_toml(cluster_toml(c));
   EXPECT_NEAR(back.disk.read_bandwidth, 2e9, 1e-6);
   EXPECT_NEAR(back.disk.write_bandwidth, 1.25e9, 1e-6);
+  EXPECT_FALSE(contains(cluster_toml(c), "mixed_gbps"));  // not measured: not written
+  // Reads and writes at once, when measured, travel too.
+  const ClusterSpec mixed = with_disk("read_gbps = 2\nwrite_gbps = 1.25\nmixed_gbps = 3\n");
+  EXPECT_NEAR(read_toml(cluster_toml(mixed)).disk.mixed_bandwidth, 3e9, 1e-6);
   // A cluster without a disk is allowed, and writes none.
   const ClusterSpec none = read_toml(kCluster);
   EXPECT_FALSE(none.disk.known());
@@ -71,6 +75,11 @@ TEST(PlanOffloadIo, BadDiskFiguresAreRefusedNamingTheKeys) {
     const std::string message = error_of([&] { with_disk(bad); });
     EXPECT_TRUE(contains(message, "cluster.disk.read_gbps")) << bad << ": " << message;
     EXPECT_TRUE(contains(message, "must both be positive")) << bad << ": " << message;
+  }
+  // A mixed rate without the two it goes with, or not positive.
+  for (const std::string& bad : {std::string("mixed_gbps = 3\n"), std::string("read_gbps = 1\nwrite_gbps = 1\nmixed_gbps = -1\n")}) {
+    const std::string message = error_of([&] { with_disk(bad); });
+    EXPECT_TRUE(contains(message, "cluster.disk.mixed_gbps")) << bad << ": " << message;
   }
   // TOML's nan and inf: the reader refuses them, naming the key.
   EXPECT_TRUE(contains(error_of([] { with_disk("read_gbps = nan\nwrite_gbps = 1\n"); }),
@@ -98,6 +107,11 @@ TEST(PlanOffloadIo, TheStepsTransfersAtTheRanksShareOfTheDiskOutlastingItsComput
   io = offload_io(c, 1e9, 4, 10.0);
   EXPECT_DOUBLE_EQ(io.seconds, 6.0);
   EXPECT_DOUBLE_EQ(io.exposed_seconds, 0.0);
+  // A disk that serves both at once moves them at its mixed rate, each no faster than alone.
+  const ClusterSpec both = with_disk("read_gbps = 2\nwrite_gbps = 1\nmixed_gbps = 2.5\n");
+  EXPECT_DOUBLE_EQ(offload_io(both, 1e9, 1, 0.0).seconds, 1.0);        // the writes alone take 1 s
+  EXPECT_DOUBLE_EQ(offload_io(both, 0.5e9, 2e9, 1, 0.0).seconds, 1.0);  // the reads alone take 1 s
+  EXPECT_DOUBLE_EQ(offload_io(both, 2e9, 3e9, 1, 0.0).seconds, 2.0);    // 5 GB at 2.5 GB/s
   // Reads without writes (offloaded parameters, read for each unit's forward and backward).
   io = offload_io(c, 1e9, 3e9, 1, 1.0);
   EXPECT_DOUBLE_EQ(io.bytes_written, 1e9);
