@@ -131,6 +131,16 @@ LoadedCheckpoint load_run_checkpoint(const std::string& path, const RunConfig& c
   return loaded;
 }
 
+LoadedWeights load_run_weights(const std::string& checkpoint, const RunConfig& cfg, nn::GPT& model,
+                               parallel::TrainingEngine& engine) {
+  parallel::DataParallel::WritableParameters into = engine.writable_parameters();
+  ModelState weights{model.parameters(), into};
+  weights.sink = &into;
+  LoadedWeights loaded = load_weights(checkpoint, cfg.model, weights);
+  into.finish();
+  return loaded;
+}
+
 namespace {
 
 // "; reduced by powersgd (rank 2) after 2 exact steps", or nothing without compression.
@@ -451,11 +461,7 @@ TrainResult Trainer::run() {
   double checkpoint_elapsed = 0;  // the run's wall time up to the resumed checkpoint (0: not recorded)
   if (resume_path.empty() && !cfg.train.init_from.empty()) {
     // Weights only: the step, optimizer state, data position and seed stay this run's own.
-    parallel::DataParallel::WritableParameters into = engine.writable_parameters();
-    ModelState weights{model.parameters(), into};
-    weights.sink = &into;
-    const LoadedWeights init = load_weights(cfg.train.init_from, cfg.model, weights);
-    into.finish();
+    const LoadedWeights init = load_run_weights(cfg.train.init_from, cfg, model, engine);
     if (leader) {
       if (!init.note.empty()) fmt::print("{}\n", init.note);
       fmt::print("initialized from the weights of {}: a new run from step 0\n", init.path);

@@ -32,6 +32,7 @@ namespace tessera::train {
 
 struct ModelState;
 struct LoadedCheckpoint;
+struct LoadedWeights;
 
 // The training engine's settings of a run (all but the nvme tier's folder, which the run makes).
 parallel::EngineOptions engine_options(const RunConfig& cfg);
@@ -45,6 +46,10 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
 // chunk where it is offloaded; so a run whose state is larger than RAM resumes.
 LoadedCheckpoint load_run_checkpoint(const std::string& path, const RunConfig& cfg, nn::GPT& model,
                                      parallel::TrainingEngine& engine, dist::Communicator* world);
+// Loads the weights alone of `checkpoint` into a run's model (train.init_from; collective over the
+// engine's groups), through writable_parameters() as load_run_checkpoint does.
+LoadedWeights load_run_weights(const std::string& checkpoint, const RunConfig& cfg, nn::GPT& model,
+                               parallel::TrainingEngine& engine);
 
 struct TrainResult {
   enum class Outcome { Finished, NothingToDo, StoppedEarly };

@@ -220,6 +220,24 @@ TEST_F(OffloadedCheckpoint, AResumedRunLoadsOneParameterAndOneChunkAtATimeAndCon
   }
 }
 
+TEST_F(OffloadedCheckpoint, WeightsToStartFromAreWrittenOneParameterAtATime) {
+  SmallRun trained(small_run(true), root_ / "trained");
+  trained.step(0);
+  const fs::path checkpoint = trained.save(1);
+  SmallRun started(small_run(true), root_ / "started");
+  MemoryAccountant& memory = started.memory();
+  const size_t before = memory.stats().live_total;
+  memory.reset_peaks();
+  load_run_weights(checkpoint.string(), small_run(true), started.model(), started.engine());
+  int64_t largest = 0;
+  for (const nn::Parameter& p : started.model().parameters().all()) largest = std::max(largest, p.numel());
+  EXPECT_LE(memory.stats().peak_total - before, sizeof(float) * static_cast<size_t>(largest))
+      << "one parameter in compute memory at a time";
+  // The weights went into the nvme tier: the model file saved from there is the checkpoint's.
+  const fs::path saved = started.save(0);
+  EXPECT_EQ(read_bytes(checkpoint / "model.safetensors"), read_bytes(saved / "model.safetensors"));
+}
+
 TEST_F(OffloadedCheckpoint, TheLoadHoldsAParameterAndAChunkNotTheWholeState) {
   SmallRun saved(small_run(true), root_ / "saved");
   saved.step(0);
