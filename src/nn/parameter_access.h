@@ -17,4 +17,28 @@ class ParameterAccess {
   virtual Tensor grad(const Parameter& p) = 0;
 };
 
+// Where a loader writes parameters (a checkpoint, weights to start from), one at a time: take(p)
+// hands out a tensor [p.shape] to fill with p's value, and put(p) keeps what was written into it,
+// before the next parameter is taken. Why two calls: a sink need not hold the model in compute
+// memory (ZeRO-3's shard in the nvme tier writes each parameter there when it is put), so the
+// loader says when a parameter is complete instead of the sink guessing it.
+class ParameterSink {
+ public:
+  virtual ~ParameterSink() = default;
+  virtual Tensor take(const Parameter& p) = 0;
+  virtual void put(const Parameter& p) = 0;
+};
+
+// The sink over an access whose weights are the values themselves (a store, a gathered buffer):
+// what is written into a taken tensor is kept already, so putting has nothing to do.
+class InPlaceSink final : public ParameterSink {
+ public:
+  explicit InPlaceSink(ParameterAccess& values) : values_(values) {}
+  Tensor take(const Parameter& p) override { return values_.weight(p); }
+  void put(const Parameter&) override {}
+
+ private:
+  ParameterAccess& values_;
+};
+
 }  // namespace tessera::nn

@@ -223,6 +223,43 @@ void OffloadedOptimizer::load_state_dict(StateDict state) {
   }
 }
 
+void OffloadedOptimizer::load_chunk_by_chunk(int64_t steps, const ChunkFill& fill) {
+  std::vector<int64_t> offsets;
+  for (Chunk& c : chunks_) {
+    // Reads or writes in flight (the read-ahead, the last write-back) end before the bytes are
+    // replaced; a chunk in the nvme tier only needs its compute memory back, since every byte of
+    // it is about to be written.
+    if (c.resident) {
+      wait(c);
+      for (const std::shared_ptr<memory::CopyWork>& w : c.value_writes) w->wait();
+    } else {
+      for (const std::shared_ptr<Storage>& s : c.storages) s->make_resident();
+      c.resident = true;
+    }
+    StateDict mine = c.optimizer->state_dict();
+    offsets.assign(1, 0);
+    for (const int64_t size : c.sizes) offsets.push_back(offsets.back() + size);
+    try {
+      for (const StateTensor& t : mine.tensors) {
+        TS_CHECK(t.segment_offsets.empty() && (!t.values.defined() || t.values.numel() == c.elements),
+                 "{}: its state '{}' is not one value per element, so it is not loaded chunk by chunk; load it "
+                 "whole with load_state_dict()", name(), t.name);
+      }
+      fill(mine, c.first, offsets);
+    } catch (...) {
+      // Half-written bytes never reach a step: the chunk goes back to what the nvme tier holds.
+      for (const std::shared_ptr<Storage>& s : c.storages) s->evict(Tier::Nvme);
+      put_values(c);
+      c.resident = false;
+      throw;
+    }
+    mine.steps = steps;
+    c.optimizer->load_state_dict(std::move(mine));
+    write_back(c);
+    evict(c);
+  }
+}
+
 size_t OffloadedOptimizer::ChunkReader::chunk_of(size_t segment) const {
   const std::vector<Chunk>& chunks = owner_.chunks_;
   const auto it = std::upper_bound(chunks.begin(), chunks.end(), segment,

@@ -15,8 +15,10 @@
 // summed over ranks in collectives a chunked step would split differently on each rank.
 //
 // A checkpoint reads the state chunk by chunk (ChunkReader): one chunk beyond those the step keeps
-// resident, so a state larger than RAM can be saved. state_dict() concatenates every chunk's in
-// compute memory, for loading and for optimizers whose state is not one value per element.
+// resident, so a state larger than RAM can be saved; and a resume writes it chunk by chunk
+// (load_chunk_by_chunk), one chunk resident, so it can be loaded. state_dict() and
+// load_state_dict() hold every chunk's state at once in compute memory, for optimizers whose state
+// is not one value per element.
 //
 // The master values may live in the nvme tier too (memory.offload_params: ZeRO-3's shard, given
 // as OffloadedValues): the segments then carry no values, and each chunk's values are read with
@@ -69,6 +71,19 @@ class OffloadedOptimizer final : public Optimizer {
   size_t chunks() const { return chunks_.size(); }
   // Chunks read for the next step as soon as a step ends.
   static constexpr size_t kReadAhead = 2;
+
+  // Loads the state one chunk at a time, for resuming a state larger than RAM. `fill` is given each
+  // chunk's state in turn: its optimizer's state dict over its own segments (views of compute
+  // memory), the owned index of its first segment and where each of its segments starts in it
+  // (segments + 1 element offsets, for StateDict::part); it writes every element. The chunk is then
+  // written to the nvme tier and leaves compute memory before the next is filled, and its old
+  // bytes are never read. The optimizer is left as load_state_dict() leaves it: `steps` steps
+  // taken, no chunk resident. Only for state that is one value per element (AdamW's moments, SGD's
+  // momentum: what `fill` can cover whole); other state is refused. A `fill` that throws leaves the
+  // chunks before it loaded and the rest as they were.
+  using ChunkFill =
+      std::function<void(StateDict& state, size_t first_segment, std::span<const int64_t> element_offsets)>;
+  void load_chunk_by_chunk(int64_t steps, const ChunkFill& fill);
 
   // Reads the state one chunk at a time, for a checkpoint of a state larger than RAM. A chunk read
   // from the nvme tier leaves compute memory when the next is read (or the reader goes); one the

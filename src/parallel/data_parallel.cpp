@@ -155,6 +155,36 @@ DataParallel::ReadOnlyParameters DataParallel::read_only_parameters() {
   return ReadOnlyParameters(full_parameters());
 }
 
+DataParallel::WritableParameters DataParallel::writable_parameters() {
+  // Several ranks would all write each parameter into the shards of all of them; the whole buffer
+  // is gathered and each rank keeps its part, as for reading.
+  if (gatherer_ && gatherer_->reads_one_at_a_time()) return WritableParameters(gatherer_->write_one_at_a_time());
+  return WritableParameters(full_parameters());
+}
+
+Tensor DataParallel::WritableParameters::take(const nn::Parameter& p) {
+  return streamed_ ? streamed_->take(p) : full_->weight(p);
+}
+
+void DataParallel::WritableParameters::put(const nn::Parameter& p) {
+  // A view of the values keeps what was written into it already.
+  if (streamed_) streamed_->put(p);
+}
+
+void DataParallel::WritableParameters::finish() {
+  if (full_) full_->write_back();
+}
+
+Tensor DataParallel::WritableParameters::weight(const nn::Parameter& p) {
+  TS_CHECK(full_.has_value(), "parameter '{}' asked for while the model is loaded one parameter at a time into the "
+           "nvme tier, where no buffer holds it: write it with take() and put()", p.name);
+  return full_->weight(p);
+}
+
+Tensor DataParallel::WritableParameters::grad(const nn::Parameter& p) {
+  TS_FAIL("the parameters written by a load have no gradient ('{}')", p.name);
+}
+
 Tensor DataParallel::ReadOnlyParameters::grad(const nn::Parameter& p) {
   TS_FAIL("the parameters read for a checkpoint or a sample have no gradient ('{}'): they are for reading the model",
           p.name);

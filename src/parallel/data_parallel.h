@@ -114,7 +114,7 @@ class DataParallel final : public exec::StorageOwner {
 
   // Every parameter readable until the handle goes away, for code that only reads the model
   // (checkpoint saves, sampling): what it is given are the values or copies of them, and nothing
-  // written into them is kept (loading uses full_parameters() and its write_back()). ZeRO-3 with
+  // written into them is kept (loading uses writable_parameters()). ZeRO-3 with
   // the shard in the nvme tier in one process reads each parameter from there when asked, so a
   // model larger than RAM can be read; elsewhere it is full_parameters(). Collective as that.
   class ReadOnlyParameters final : public nn::ParameterAccess {
@@ -129,6 +129,34 @@ class DataParallel final : public exec::StorageOwner {
     std::optional<ParameterGatherer::OneAtATime> streamed_;
   };
   ReadOnlyParameters read_only_parameters();
+
+  // Every parameter writable, for loading a checkpoint or weights into the model: the loader takes
+  // a parameter's tensor, fills it and puts it back (nn::ParameterSink), then calls finish(), which
+  // keeps what was loaded. ZeRO-3 with the shard in the nvme tier in one process writes each
+  // parameter there when it is put, so a model larger than RAM can be loaded. Elsewhere the tensors
+  // are views of the values: of the store, or with ZeRO-3 of the whole model gathered into one
+  // buffer, whose part of this rank finish() copies into the shard (several ranks each cut their
+  // part out of the one buffer every rank loaded). Collective as full_parameters().
+  //
+  // As a ParameterAccess (what a checkpoint's ModelState holds) it answers the values where they
+  // are the buffer written; written one at a time, there is no such buffer, and asking fails.
+  class WritableParameters final : public nn::ParameterAccess, public nn::ParameterSink {
+   public:
+    explicit WritableParameters(FullParameters full) : full_(std::move(full)) {}
+    explicit WritableParameters(ParameterGatherer::WriteOneAtATime streamed) : streamed_(std::move(streamed)) {}
+    Tensor take(const nn::Parameter& p) override;
+    void put(const nn::Parameter& p) override;
+    // The load is complete: ZeRO-3's gathered buffer goes back into this rank's shard.
+    void finish();
+    bool one_at_a_time() const { return streamed_.has_value(); }
+    Tensor weight(const nn::Parameter& p) override;
+    Tensor grad(const nn::Parameter& p) override;
+
+   private:
+    std::optional<FullParameters> full_;
+    std::optional<ParameterGatherer::WriteOneAtATime> streamed_;
+  };
+  WritableParameters writable_parameters();
 
   // exec::StorageOwner: the master role from stage 1 on.
   std::string_view owner_name() const override { return "ZeRO (this rank's master shard)"; }

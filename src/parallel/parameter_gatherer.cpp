@@ -244,6 +244,33 @@ Tensor ParameterGatherer::OneAtATime::grad(const nn::Parameter& p) {
   TS_FAIL("ZeRO-3: the parameters read one at a time have no gradient ('{}'): they are for reading the model", p.name);
 }
 
+ParameterGatherer::WriteOneAtATime ParameterGatherer::write_one_at_a_time() {
+  TS_CHECK(reads_one_at_a_time(), "ZeRO-3: the parameters are written one at a time only into a shard in the nvme "
+           "tier that holds the whole model (one data-parallel rank); gather them with gather_all() and write_back()");
+  // A prefetched gather would hold values from before the load: no unit runs while it is written.
+  drain();
+  return WriteOneAtATime(*this);
+}
+
+Tensor ParameterGatherer::WriteOneAtATime::take(const nn::Parameter& p) {
+  TS_CHECK(taken_ == nullptr, "ZeRO-3: parameter '{}' taken for loading while '{}' is not put back yet; put each "
+           "parameter before taking the next", p.name, taken_ == nullptr ? "" : taken_->name);
+  value_ = Tensor::empty(p.shape, DType::F32, MemoryTag::Comm, owner_->memory_);
+  taken_ = &p;
+  return value_;
+}
+
+void ParameterGatherer::WriteOneAtATime::put(const nn::Parameter& p) {
+  TS_CHECK(taken_ == &p, "ZeRO-3: parameter '{}' put back, but the parameter taken is '{}'", p.name,
+           taken_ == nullptr ? "none" : taken_->name);
+  const auto at = static_cast<int64_t>(p.offset);
+  // A parameter is whole parts of the shard (offloaded_shard.h), so it is written as it is read.
+  OffloadedShard::Works writes = owner_->offloaded_->write_range({at, at + p.numel()}, value_.data<float>());
+  taken_ = nullptr;
+  wait_all(writes);
+  value_ = Tensor();
+}
+
 void ParameterGatherer::Full::write_back() {
   const nn::ParamRange mine = owner_->mine_;
   if (owner_->offloaded_) {

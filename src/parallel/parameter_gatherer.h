@@ -87,7 +87,7 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
   // comm) that lives as long as the caller keeps it: for code that only reads the model
   // (checkpoint saves, sampling), which then holds one parameter at a time instead of the whole
   // model. Only where the shard is the whole model (reads_one_at_a_time()). Its tensors are copies:
-  // what is written into them never reaches the shard, so loading goes through gather_all().
+  // what is written into them never reaches the shard; loading goes through WriteOneAtATime.
   class OneAtATime final : public nn::ParameterAccess {
    public:
     explicit OneAtATime(ParameterGatherer& owner) : owner_(&owner) {}
@@ -100,6 +100,24 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
   // The shard is in the nvme tier and this process holds all of it (one data-parallel rank).
   bool reads_one_at_a_time() const { return offloaded_ != nullptr && alone(); }
   OneAtATime read_one_at_a_time();
+
+  // Every parameter written to the nvme tier one at a time, for loading a model larger than RAM
+  // (a checkpoint, weights to start from): take(p) hands out a fresh buffer (tag comm) for p's
+  // value, put(p) writes it over p's part of the shard, waits for the writes and lets the buffer
+  // go. So a load holds one parameter, not the whole model that gather_all() and Full::write_back()
+  // hold. A parameter taken and not put is not written. Where reads_one_at_a_time() holds.
+  class WriteOneAtATime final : public nn::ParameterSink {
+   public:
+    explicit WriteOneAtATime(ParameterGatherer& owner) : owner_(&owner) {}
+    Tensor take(const nn::Parameter& p) override;
+    void put(const nn::Parameter& p) override;
+
+   private:
+    ParameterGatherer* owner_;
+    const nn::Parameter* taken_ = nullptr;  // the parameter handed out and not yet put
+    Tensor value_;                          // its buffer [p.shape]
+  };
+  WriteOneAtATime write_one_at_a_time();
 
  private:
   struct Gathered {

@@ -586,6 +586,11 @@ DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters() {
   return dp_->read_only_parameters();
 }
 
+DataParallel::WritableParameters TrainingEngine::writable_parameters() {
+  if (stage_params_) stage_params_->full_values();
+  return dp_->writable_parameters();
+}
+
 int64_t TrainingEngine::predicted_activation_peak() const {
   return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len,
                                       options_.layout.tp, options_.layout.sp, options_.precision.compute)

@@ -145,6 +145,9 @@ class TrainingEngine {
   // The same values for code that only reads them (checkpoint saves, sampling): with ZeRO-3's
   // shard in the nvme tier in one process, read one parameter at a time (DataParallel).
   DataParallel::ReadOnlyParameters read_only_parameters();
+  // Every parameter writable, for loading (DataParallel::WritableParameters: with ZeRO-3's shard
+  // in the nvme tier in one process, one parameter at a time). Collective as full_parameters().
+  DataParallel::WritableParameters writable_parameters();
   // The nvme tier, for its accounting (null without offloading).
   memory::NvmeStore* nvme() { return nvme_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).

@@ -520,15 +520,26 @@ std::string model_differences(const CheckpointManifest& manifest, const config::
   return differences;
 }
 
+// Writes parameter `p` through the model's sink: `fill` writes its value into the tensor it is
+// given ([p.shape]), which is then put back.
+template <class Fill>
+void write_parameter(const ModelState& model, const nn::Parameter& p, Fill fill) {
+  nn::InPlaceSink in_place(model.values);
+  nn::ParameterSink& sink = model.sink != nullptr ? *model.sink : in_place;
+  Tensor value = sink.take(p);
+  fill(value);
+  sink.put(p);
+}
+
 // The model file holds whole parameters; a rank that holds blocks of them (tensor parallelism)
-// cuts its block out, its padding rows zero.
+// cuts its block out, its padding rows zero. One parameter at a time: the file is mapped, and the
+// sink may hold nothing but the parameter it is given.
 void load_parameters(const std::string& path, const ModelState& model) {
   io::SafeTensorsFile values = io::SafeTensorsFile::open((fs::path(path) / kModelFile).string());
   for (const auto& p : model.params.all()) {
     TS_CHECK(values.has(p.name), "checkpoint '{}' has no parameter '{}'", path, p.name);
-    Tensor value = model.values.weight(p);
     if (p.spec.splits.empty() && p.spec.padding_rows == 0) {
-      values.copy_to(p.name, value);
+      write_parameter(model, p, [&](Tensor& value) { values.copy_to(p.name, value); });
       continue;
     }
     std::vector<float> storage(static_cast<size_t>(shape_numel(p.spec.unpadded_shape())));
@@ -545,11 +556,13 @@ void set_parameter_from_whole(const ModelState& model, const nn::Parameter& p, c
            "parameter '{}' is set from a tensor of shape {}, not its whole shape {}", p.name, whole.shape_string(),
            shape_to_string(p.spec.unpadded_shape()));
   const float* from = whole.data<float>();
-  float* into = model.values.weight(p).data<float>();
-  for (int64_t i = 0; i < p.numel(); ++i) {
-    const int64_t g = p.spec.global_index(i);
-    into[i] = p.spec.is_padding(g) ? 0.0f : from[g];
-  }
+  write_parameter(model, p, [&](Tensor& value) {
+    float* into = value.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const int64_t g = p.spec.global_index(i);
+      into[i] = p.spec.is_padding(g) ? 0.0f : from[g];
+    }
+  });
 }
 
 LoadedWeights load_weights(const std::string& checkpoint, const config::ModelConfig& model, const ModelState& state) {
@@ -657,12 +670,13 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
   load_parameters(path, model);
   const std::string saved_layout = layout_text(checkpoint_run_config(manifest, path).parallel, manifest.ranks);
   const std::string this_layout = layout_text(config.parallel, size_of(comm));
-  if (model.optimizer != nullptr) {
+  bool optimizer_chunk_by_chunk = false;
+  if (model.optimizer != nullptr && !per_layout_files) {
+    optimizer_chunk_by_chunk = load_optimizer_shards(path, manifest, model, saved_layout, this_layout);
+  } else if (model.optimizer != nullptr) {
     // The state dict's tensors are views of the optimizer's storage: loading into them loads it.
     optim::StateDict state = model.optimizer->state_dict();
-    if (!per_layout_files) {
-      load_optimizer_shards(path, manifest, model, state, saved_layout, this_layout);
-    } else if (manifest.zero_stage >= 1) {
+    if (manifest.zero_stage >= 1) {
       load_shard(path, manifest, model, state, rank_in(comm), size_of(comm));
     } else {
       load_optimizer(path, manifest, model, state);
@@ -688,6 +702,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const RunConfig& confi
                     "run does not use it";
   }
   loaded.config_toml = manifest.config_toml;
+  loaded.optimizer_chunk_by_chunk = optimizer_chunk_by_chunk;
   return loaded;
 }
 

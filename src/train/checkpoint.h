@@ -28,8 +28,10 @@
 // 0 alone checksums everything, writes the manifest and renames the folder into place; a last
 // barrier keeps every rank until the checkpoint is complete. Rank 0 also writes model.safetensors:
 // the whole parameters, gathered from the tensor- and expert-parallel blocks (with ZeRO-3 the caller
-// gathers them first). Checkpoints of formats 1 and 2 (optimizer state in files per layout) load on
-// the layout that saved them.
+// gathers them first, or reads them one at a time from the nvme tier). A load writes the parameters
+// one at a time through ModelState::sink and an offloaded optimizer's state chunk by chunk, so a
+// run whose state is larger than RAM resumes. Checkpoints of formats 1 and 2 (optimizer state in
+// files per layout) load on the layout that saved them.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,6 +57,10 @@ struct ModelState {
 
   const nn::ParameterStore& params;   // names, shapes and flat offsets
   nn::ParameterAccess& values;        // every parameter's value (ZeRO-3: gathered for the occasion)
+  // Where a load writes the parameters, one at a time (parallel::DataParallel::WritableParameters,
+  // which may hold no more than the parameter being written); null: into the tensors `values`
+  // answers, which must be the values themselves.
+  nn::ParameterSink* sink = nullptr;
   optim::Optimizer* optimizer = nullptr;  // null: parameters only
   // The flat elements whose optimizer state this rank holds (all of them without ZeRO; under
   // pipelining its stages' parameters, or its shard of them), laid out in flat order in the
@@ -124,6 +130,10 @@ struct LoadedCheckpoint {
   // What of the checkpoint this run does not use (e.g. a compressor's unsent error when the run
   // reduces densely), for the log; empty when it uses everything.
   std::string unused;
+  // How a state in the nvme tier was loaded, for the log: the parameters one at a time (set by the
+  // caller, who chose the sink) and the optimizer state chunk by chunk; neither held whole.
+  bool parameters_one_at_a_time = false;
+  bool optimizer_chunk_by_chunk = false;
 };
 
 // Verifies checksums and that the checkpoint's model equals `config.model` (an error lists the
@@ -163,6 +173,7 @@ LoadedWeights load_weights(const std::string& checkpoint, const config::ModelCon
 
 // Sets this rank's part of parameter `p` from its whole value (`whole`: contiguous f32 [the
 // one-process shape]): all of it, or under tensor parallelism its block, with zero padding rows.
+// Writes through the model's sink (ModelState::sink).
 void set_parameter_from_whole(const ModelState& model, const nn::Parameter& p, const Tensor& whole);
 
 // XXH3-64 of a whole file.

@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <span>
 
 #include "io/safetensors.h"
 #include "optim/offloaded_optimizer.h"
@@ -318,44 +319,81 @@ ShardFiles open_shard_files(const std::string& path, const CheckpointManifest& m
   return shards;
 }
 
+// Segment `s`'s part of every tensor of `state` (part `index`, where the state's segments start at
+// `element_offsets`), picked out of the files' pieces; `whole` and `covered` hold one parameter's
+// assembled values at a time.
+void load_segment_state(const ShardFiles& shards, const optim::Segment& s, optim::StateDict& state, size_t index,
+                        std::span<const int64_t> element_offsets, std::vector<char>& whole,
+                        std::vector<uint8_t>& covered) {
+  if (s.size() == 0) return;
+  for (const optim::StateTensor& t : state.tensors) {
+    shards.assemble(*s.param, "runs", t.name, t.values.dtype(), whole, covered);
+    shards.pick(*s.param, s.begin, s.end, whole, covered, fmt::format("optimizer state '{}'", t.name),
+                optim::StateDict::part(t, index, element_offsets));
+  }
+}
+
+// Whether an offloaded optimizer's state is one value per element: its first chunk tells, read
+// and let go again as a save reads it.
+bool offloaded_state_moves(optim::OffloadedOptimizer& offloaded) {
+  optim::OffloadedOptimizer::ChunkReader reader(offloaded);
+  return state_moves_between_layouts(reader.read(0));
+}
+
 }  // namespace
 
-void load_optimizer_shards(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
-                           optim::StateDict& state, const std::string& saved_layout, const std::string& this_layout) {
+bool load_optimizer_shards(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
+                           const std::string& saved_layout, const std::string& this_layout) {
   const ShardFiles shards = open_shard_files(path, manifest);
   const std::vector<optim::Segment> segments = model.master_segments();
   std::vector<char> whole;
   std::vector<uint8_t> covered;
-  if (model.optimizer != nullptr && !state_moves_between_layouts(state)) {
-    const std::string mine = layout_fingerprint(segments);
-    const io::SafeTensorsFile* twin = nullptr;
-    for (const io::SafeTensorsFile& f : shards.files) {
-      const auto& meta = f.metadata();
-      if (meta.contains("layout") && meta.at("layout") == mine && f.has("raw." + state.tensors.front().name)) {
-        twin = &f;
-        break;
-      }
-    }
-    TS_CHECK(twin != nullptr,
-             "checkpoint '{}' was saved with {} and this run has {}: optim.name = \"{}\" keeps state that is not one "
-             "value per element (per-tensor or per-block statistics laid out by the shards of the saving layout), "
-             "which does not move between layouts. Resume with {}, or start a new run from its weights with "
-             "train.init_from",
-             path, saved_layout, this_layout, model.optimizer->name(), saved_layout);
-    for (optim::StateTensor& t : state.tensors) twin->copy_to("raw." + t.name, t.values);
+  auto* offloaded = dynamic_cast<optim::OffloadedOptimizer*>(model.optimizer);
+  const bool chunk_by_chunk = offloaded != nullptr && offloaded_state_moves(*offloaded);
+  if (chunk_by_chunk) {
+    // Chunk by chunk into the nvme tier, one chunk's state in compute memory: the whole state may
+    // be larger than RAM. The bits are those of the whole load: each element comes from the same
+    // place in the files.
+    TS_CHECK(optim::total_elements(segments) == offloaded->owned_elements(),
+             "the optimizer holds {} elements but its segments {}", offloaded->owned_elements(),
+             optim::total_elements(segments));
+    offloaded->load_chunk_by_chunk(
+        manifest.optimizer_steps, [&](optim::StateDict& state, size_t first, std::span<const int64_t> offsets) {
+          for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+            load_segment_state(shards, segments.at(first + i), state, i, offsets, whole, covered);
+          }
+        });
   } else if (model.optimizer != nullptr) {
-    const std::vector<int64_t> offsets = element_offsets(segments);
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const optim::Segment& s = segments[i];
-      if (s.size() == 0) continue;
-      for (const optim::StateTensor& t : state.tensors) {
-        shards.assemble(*s.param, "runs", t.name, t.values.dtype(), whole, covered);
-        shards.pick(*s.param, s.begin, s.end, whole, covered, fmt::format("optimizer state '{}'", t.name),
-                    optim::StateDict::part(t, i, offsets));
+    // The state dict's tensors are views of the optimizer's storage (or, offloaded, every chunk's
+    // joined): loading into them and then load_state_dict() loads it.
+    optim::StateDict state = model.optimizer->state_dict();
+    if (!state_moves_between_layouts(state)) {
+      const std::string mine = layout_fingerprint(segments);
+      const io::SafeTensorsFile* twin = nullptr;
+      for (const io::SafeTensorsFile& f : shards.files) {
+        const auto& meta = f.metadata();
+        if (meta.contains("layout") && meta.at("layout") == mine && f.has("raw." + state.tensors.front().name)) {
+          twin = &f;
+          break;
+        }
+      }
+      TS_CHECK(twin != nullptr,
+               "checkpoint '{}' was saved with {} and this run has {}: optim.name = \"{}\" keeps state that is not "
+               "one value per element (per-tensor or per-block statistics laid out by the shards of the saving "
+               "layout), which does not move between layouts. Resume with {}, or start a new run from its weights "
+               "with train.init_from",
+               path, saved_layout, this_layout, model.optimizer->name(), saved_layout);
+      for (optim::StateTensor& t : state.tensors) twin->copy_to("raw." + t.name, t.values);
+    } else {
+      const std::vector<int64_t> offsets = element_offsets(segments);
+      for (size_t i = 0; i < segments.size(); ++i) {
+        load_segment_state(shards, segments[i], state, i, offsets, whole, covered);
       }
     }
+    state.steps = manifest.optimizer_steps;
+    model.optimizer->load_state_dict(std::move(state));
   }
-  if (model.previous_weights.empty() || manifest.state.step == 0) return;
+  if (model.previous_weights.empty() || manifest.state.step == 0) return chunk_by_chunk;
   bool saved_previous = false;
   for (const io::SafeTensorsFile& f : shards.files) {
     saved_previous = saved_previous || f.has("previous_runs." + model.previous_weights.front().first->name);
@@ -367,6 +405,7 @@ void load_optimizer_shards(const std::string& path, const CheckpointManifest& ma
     shards.assemble(*p, "previous_runs", "previous", DType::F32, whole, covered);
     shards.pick(*p, 0, p->numel(), whole, covered, "previous weight version (PipeDream-2BW)", value.reshape({p->numel()}));
   }
+  return chunk_by_chunk;
 }
 
 }  // namespace tessera::train

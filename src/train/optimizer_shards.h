@@ -33,10 +33,13 @@ bool state_moves_between_layouts(const optim::StateDict& state);
 // Writes this rank's file `path` of a format-3 checkpoint.
 void write_optimizer_shard(const std::string& path, const ModelState& model, int rank, int ranks);
 
-// Loads this rank's optimizer state (`state`: views of the optimizer's storage) and, when the model
-// keeps one, its previous weight version, from the shard files of the checkpoint at `path`.
-// `saved_layout` and `this_layout` describe the two layouts for the error that refuses a move.
-void load_optimizer_shards(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
-                           optim::StateDict& state, const std::string& saved_layout, const std::string& this_layout);
+// Loads this rank's optimizer state (with the manifest's step count) and, when the model keeps one,
+// its previous weight version, from the shard files of the checkpoint at `path`. An offloaded
+// optimizer whose state is one value per element is loaded chunk by chunk into the nvme tier
+// (optim::OffloadedOptimizer::load_chunk_by_chunk), so a state larger than RAM can be resumed;
+// any other is loaded whole, through its state dict. `saved_layout` and `this_layout` describe the
+// two layouts for the error that refuses a move. Returns whether the state was loaded chunk by chunk.
+bool load_optimizer_shards(const std::string& path, const CheckpointManifest& manifest, const ModelState& model,
+                           const std::string& saved_layout, const std::string& this_layout);
 
 }  // namespace tessera::train

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -117,6 +118,27 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
     state.writes_previous_weights = engine.data_parallel().rank() == 0;
   }
   return state;
+}
+
+LoadedCheckpoint load_run_checkpoint(const std::string& path, const RunConfig& cfg, nn::GPT& model,
+                                     parallel::TrainingEngine& engine, dist::Communicator* world) {
+  parallel::DataParallel::WritableParameters into = engine.writable_parameters();
+  ModelState state = model_state(model, engine, into);
+  state.sink = &into;
+  LoadedCheckpoint loaded = load_checkpoint(path, cfg, state, world);
+  into.finish();
+  loaded.parameters_one_at_a_time = into.one_at_a_time();
+  return loaded;
+}
+
+LoadedWeights load_run_weights(const std::string& checkpoint, const RunConfig& cfg, nn::GPT& model,
+                               parallel::TrainingEngine& engine) {
+  parallel::DataParallel::WritableParameters into = engine.writable_parameters();
+  ModelState weights{model.parameters(), into};
+  weights.sink = &into;
+  LoadedWeights loaded = load_weights(checkpoint, cfg.model, weights);
+  into.finish();
+  return loaded;
 }
 
 namespace {
@@ -439,9 +461,7 @@ TrainResult Trainer::run() {
   double checkpoint_elapsed = 0;  // the run's wall time up to the resumed checkpoint (0: not recorded)
   if (resume_path.empty() && !cfg.train.init_from.empty()) {
     // Weights only: the step, optimizer state, data position and seed stay this run's own.
-    parallel::DataParallel::FullParameters full = engine.full_parameters();
-    const LoadedWeights init = load_weights(cfg.train.init_from, cfg.model, {model.parameters(), full, nullptr, {}});
-    full.write_back();
+    const LoadedWeights init = load_run_weights(cfg.train.init_from, cfg, model, engine);
     if (leader) {
       if (!init.note.empty()) fmt::print("{}\n", init.note);
       fmt::print("initialized from the weights of {}: a new run from step 0\n", init.path);
@@ -451,10 +471,15 @@ TrainResult Trainer::run() {
       }
     }
   }
+  std::string streamed_load_note;  // how the checkpoint went into the nvme tier, for the resume line
   if (!resume_path.empty()) {
-    parallel::DataParallel::FullParameters full = engine.full_parameters();
-    LoadedCheckpoint loaded = load_checkpoint(resume_path, cfg, model_state(model, engine, full), world_);
-    full.write_back();
+    LoadedCheckpoint loaded = load_run_checkpoint(resume_path, cfg, model, engine, world_);
+    std::vector<std::string> streamed;
+    if (loaded.parameters_one_at_a_time) streamed.push_back("the parameters one at a time");
+    if (loaded.optimizer_chunk_by_chunk) streamed.push_back("the optimizer state chunk by chunk");
+    if (!streamed.empty()) {
+      streamed_load_note = fmt::format(" (loaded into the nvme tier: {})", fmt::join(streamed, ", "));
+    }
     step = loaded.state.step;
     engine.restore_weight_versions(step);
     if (engine.loss_scaler().enabled()) {
@@ -519,7 +544,7 @@ TrainResult Trainer::run() {
   const double peak_flops = peak.flops;
   if (leader) {
     if (!start_note.empty()) fmt::print("{}\n", start_note);
-    if (step > 0) fmt::print("resumed from {} at step {}\n", resume_path, step);
+    if (step > 0) fmt::print("resumed from {} at step {}{}\n", resume_path, step, streamed_load_note);
     if (!changes_note.empty()) fmt::print("{}\n", changes_note);
     if (schedule.restart_step >= 0 && schedule.restart_step == step) {
       fmt::print("train.steps is {} (the checkpoint's run had {}): the learning rate continues its decay from {:.3g} "

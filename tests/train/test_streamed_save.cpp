@@ -2,7 +2,8 @@
 // memory.offload_params and memory.offload_optimizer = "nvme") is written as a stream: the model
 // one parameter at a time, the optimizer state one chunk at a time. Its files are byte for byte
 // those of the same run in memory, the steps after the save are too, and the save adds far less
-// than the whole state to compute memory.
+// than the whole state to compute memory. It is loaded as a stream too: a resumed run continues the
+// uninterrupted one bit for bit, and the load adds no more than a save does.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "core/rng.h"
+#include "data/loader.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
 #include "train/checkpoint.h"
@@ -63,7 +65,8 @@ class SmallRun {
     engine_ = std::make_unique<parallel::TrainingEngine>(model_, memory_, nullptr, options);
   }
 
-  void step(int step) {
+  // The step's loss sum.
+  double step(int step) {
     const int T = cfg_.model.seq_len, B = cfg_.train.micro_batch_size;
     const int micros = cfg_.train.batch_size / B;
     std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(micros)), targets(static_cast<size_t>(micros));
@@ -81,15 +84,27 @@ class SmallRun {
                                1.0f / static_cast<float>(cfg_.train.batch_size * T)},
                               int64_t{m} * B});
     }
-    engine_->train_step(microbatches, {cfg_.train.seed, static_cast<uint64_t>(step), nullptr}, 1e-2f, 1.0);
+    return engine_->train_step(microbatches, {cfg_.train.seed, static_cast<uint64_t>(step), nullptr}, 1e-2f, 1.0)
+        .loss_sum;
   }
 
   // The checkpoint folder of step `step`, saved as the training loop saves it.
   fs::path save(int64_t step) {
     CheckpointStore store((dir_ / "checkpoints").string(), 10);
-    const CheckpointState state{step, nlohmann::json::object(), cfg_.train.seed, {}, 0, std::nullopt, std::nullopt};
+    // The data position of a loader that served `step` global batches (a load checks its fields).
+    data::LoaderState position;
+    position.sequences = static_cast<uint64_t>(step * cfg_.train.batch_size);
+    position.steps = static_cast<uint64_t>(step);
+    position.seed = cfg_.train.seed;
+    position.seq_len = cfg_.model.seq_len;
+    const CheckpointState state{step, data::to_json(position), cfg_.train.seed, {}, 0, std::nullopt, std::nullopt};
     parallel::DataParallel::ReadOnlyParameters values = engine_->read_only_parameters();
     return store.save(cfg_, state, model_state(model_, *engine_, values), "");
+  }
+
+  // Loads a checkpoint as resuming does.
+  LoadedCheckpoint load(const fs::path& checkpoint) {
+    return load_run_checkpoint(checkpoint.string(), cfg_, model_, *engine_, nullptr);
   }
 
   MemoryAccountant& memory() { return memory_; }
@@ -139,19 +154,28 @@ TEST_F(OffloadedCheckpoint, AnOffloadedRunSavesTheInMemoryRunsFilesAndStepsOnUnc
   }
 }
 
-TEST_F(OffloadedCheckpoint, TheSaveHoldsAParameterAndAChunkNotTheWholeState) {
-  SmallRun offloaded(small_run(true), root_ / "offloaded");
-  offloaded.step(0);
+// What a streamed save or load may add to compute memory, against the whole state.
+struct StreamBound {
+  size_t bound = 0;
+  size_t whole_state = 0;
+};
+
+StreamBound stream_bound(nn::GPT& model) {
   int64_t largest = 0, elements = 0;
-  for (const nn::Parameter& p : offloaded.model().parameters().all()) {
+  for (const nn::Parameter& p : model.parameters().all()) {
     largest = std::max(largest, p.numel());
     elements += p.numel();
   }
   const size_t largest_parameter = sizeof(float) * static_cast<size_t>(largest);
   // AdamW's two moments per element; a chunk is at least one whole parameter.
   const size_t chunk = std::max<size_t>(static_cast<size_t>(0.02 * 1048576.0), 2 * largest_parameter);
-  const size_t whole_state = 2 * sizeof(float) * static_cast<size_t>(elements);
-  const size_t bound = largest_parameter + 3 * chunk;
+  return {largest_parameter + 3 * chunk, 2 * sizeof(float) * static_cast<size_t>(elements)};
+}
+
+TEST_F(OffloadedCheckpoint, TheSaveHoldsAParameterAndAChunkNotTheWholeState) {
+  SmallRun offloaded(small_run(true), root_ / "offloaded");
+  offloaded.step(0);
+  const auto [bound, whole_state] = stream_bound(offloaded.model());
   ASSERT_LT(bound, whole_state / 2) << "the model is large enough for the bound to tell";
 
   MemoryAccountant& memory = offloaded.memory();
@@ -164,6 +188,74 @@ TEST_F(OffloadedCheckpoint, TheSaveHoldsAParameterAndAChunkNotTheWholeState) {
                      during.peak_total - before, during.peak_of(MemoryTag::Optimizer), during.peak_of(MemoryTag::Comm),
                      whole_state);
   EXPECT_EQ(during.live_total, before) << "the save leaves compute memory as it found it";
+}
+
+TEST_F(OffloadedCheckpoint, AResumedRunLoadsOneParameterAndOneChunkAtATimeAndContinuesBitForBit) {
+  SmallRun uninterrupted(small_run(true), root_ / "uninterrupted");
+  std::vector<double> losses;
+  fs::path at_two;
+  for (int step = 0; step < 4; ++step) {
+    if (step == 2) at_two = uninterrupted.save(2);
+    losses.push_back(uninterrupted.step(step));
+  }
+  const fs::path at_four = uninterrupted.save(4);
+
+  // A new process's run (its own nvme tier, its parameters as initialized) resumed from step 2.
+  SmallRun resumed(small_run(true), root_ / "resumed");
+  const LoadedCheckpoint loaded = resumed.load(at_two);
+  EXPECT_EQ(loaded.state.step, 2);
+  EXPECT_TRUE(loaded.parameters_one_at_a_time) << "the parameters went to the nvme tier one at a time";
+  EXPECT_TRUE(loaded.optimizer_chunk_by_chunk) << "the optimizer state went to the nvme tier chunk by chunk";
+  // The loaded bits are those saved: saving them again gives the same files.
+  const fs::path again = resumed.save(2);
+  for (const std::string& file : kFiles) {
+    EXPECT_EQ(read_bytes(at_two / file), read_bytes(again / file)) << file << " differs once loaded";
+  }
+  for (int step = 2; step < 4; ++step) {
+    EXPECT_EQ(resumed.step(step), losses[static_cast<size_t>(step)]) << "step " << step << " after resuming";
+  }
+  const fs::path end = resumed.save(4);
+  for (const std::string& file : kFiles) {
+    EXPECT_EQ(read_bytes(at_four / file), read_bytes(end / file)) << file << " differs from the uninterrupted run's";
+  }
+}
+
+TEST_F(OffloadedCheckpoint, WeightsToStartFromAreWrittenOneParameterAtATime) {
+  SmallRun trained(small_run(true), root_ / "trained");
+  trained.step(0);
+  const fs::path checkpoint = trained.save(1);
+  SmallRun started(small_run(true), root_ / "started");
+  MemoryAccountant& memory = started.memory();
+  const size_t before = memory.stats().live_total;
+  memory.reset_peaks();
+  load_run_weights(checkpoint.string(), small_run(true), started.model(), started.engine());
+  int64_t largest = 0;
+  for (const nn::Parameter& p : started.model().parameters().all()) largest = std::max(largest, p.numel());
+  EXPECT_LE(memory.stats().peak_total - before, sizeof(float) * static_cast<size_t>(largest))
+      << "one parameter in compute memory at a time";
+  // The weights went into the nvme tier: the model file saved from there is the checkpoint's.
+  const fs::path saved = started.save(0);
+  EXPECT_EQ(read_bytes(checkpoint / "model.safetensors"), read_bytes(saved / "model.safetensors"));
+}
+
+TEST_F(OffloadedCheckpoint, TheLoadHoldsAParameterAndAChunkNotTheWholeState) {
+  SmallRun saved(small_run(true), root_ / "saved");
+  saved.step(0);
+  const fs::path checkpoint = saved.save(1);
+  SmallRun resumed(small_run(true), root_ / "resumed");
+  const auto [bound, whole_state] = stream_bound(resumed.model());
+  ASSERT_LT(bound, whole_state / 2) << "the model is large enough for the bound to tell";
+
+  MemoryAccountant& memory = resumed.memory();
+  const size_t before = memory.stats().live_total;
+  memory.reset_peaks();
+  resumed.load(checkpoint);
+  const MemoryStats during = memory.stats();
+  EXPECT_LE(during.peak_total - before, bound)
+      << fmt::format("the load added {} bytes (optimizer {}, comm {}) to compute memory; the whole state is {}",
+                     during.peak_total - before, during.peak_of(MemoryTag::Optimizer), during.peak_of(MemoryTag::Comm),
+                     whole_state);
+  EXPECT_LE(during.live_total, before) << "the loaded state is in the nvme tier, not in compute memory";
 }
 
 }  // namespace
