@@ -3,8 +3,10 @@
 // interpreter and the planner call.
 //
 //   none       keep everything; the fastest schedule and the largest peak.
-//   selective  Korthikanti et al.'s selective recomputation: the cheap-to-recompute, memory-heavy
-//              parts (attention scores) are recomputed inside each unit's backward. That changes
+//   selective  after Korthikanti et al.'s selective recomputation: the cheap-to-recompute parts
+//              are recomputed inside each unit's backward — here the norm outputs and the MLP's
+//              activation, 2C + F values a token (the tiled attention never stores the scores that
+//              their paper recomputes). That changes
 //              the chain, not the schedule: the caller builds the chain with the smaller own_bytes
 //              and the backward_extra_bytes, and the schedule is none's.
 //   full       every_k with k = 1: each unit's input is stored, everything else recomputed.

@@ -23,7 +23,7 @@ class GPT {
  public:
   // Declares every parameter, allocates the flat parameter and gradient buffers from `memory`
   // and initializes them GPT-2 style from `seed`. `sharding` (kept; may be null) gives this rank
-  // its blocks of the parameters a tensor-parallel plan splits (parallel/tensor_parallel_plan.h):
+  // its blocks of the parameters a tensor-parallel plan splits (parallel/tensor_parallel.h):
   // the model declares the one-process shapes and runs on the blocks it gets; the values are
   // those of the one-process model's elements at their global index.
   GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed,

@@ -14,7 +14,7 @@
 // part's terms and the sums are reduced over the shards (optim/tensor_statistics.h), and a rank
 // holding part of a matrix keeps the matrix's whole R and C, the same on every holder.
 // State per owned segment: rows + columns floats for a factored matrix, one per element otherwise;
-// one per element more with first_moment (optim/state_bytes.h).
+// one per element more with first_moment (optim::state_bytes_per_parameter, optim/make_optimizer.h).
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
 #include "optim/tensor_statistics.h"
