@@ -204,12 +204,13 @@ const std::vector<Refusal> kRefusals = {
      "two steps old, which neither its stash nor the delayed update keeps",
      "use a flushing schedule (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\") with the delayed update"},
     {{F::Adafactor},
-     {F::TensorParallel, F::ExpertParallel},
-     "Adafactor's factored second moment and its update RMS are statistics of whole matrices, but a tensor- or "
-     "expert-parallel rank holds a block of each: summed over the group, the row (or column) sums of different "
-     "blocks land on one another, and the RMS is divided by one block's size",
-     "use another optimizer (\"adamw\", \"adam8bit\", \"lamb\", \"lars\" or \"sgd\") with parallel.tp > 1 or "
-     "parallel.ep > 1; Adafactor is exact under ZeRO and pipelining"},
+     {F::ExpertParallel},
+     "Adafactor's factored second moment and its update RMS are statistics of whole matrices; a tensor-parallel "
+     "block's terms go to the matrix's global rows and columns, but the experts' stacked matrices split over ep "
+     "are not yet held to the one-process run",
+     "use parallel.ep = 1 (experts replicated) with Adafactor, or another optimizer (\"adamw\", \"adam8bit\", "
+     "\"lamb\", \"lars\" or \"sgd\") with parallel.ep > 1; Adafactor is exact under ZeRO, tensor parallelism and "
+     "pipelining"},
 };
 
 // The `tessera train` tests (GoogleTest cases under launched jobs) that cite several pairs.
@@ -340,6 +341,7 @@ const std::vector<TestedPair> kTested = {
     {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},
     {F::Bf16, F::GradBf16, {kMixedPrecisionCli}},
     {F::Fp16, F::GradBf16, {kMixedPrecisionCli}},
+    {F::Adafactor, F::TensorParallel, {"parallel_tensor_parallel_2", "parallel_tensor_parallel_4"}},
     {F::Fp16, F::TopK, {kFp16CompressionCli}},
     {F::Fp16, F::OneBit, {kFp16CompressionCli}},
     {F::Fp16, F::PowerSgd, {kFp16CompressionCli}},

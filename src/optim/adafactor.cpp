@@ -6,12 +6,17 @@
 namespace tessera::optim {
 
 Adafactor::Factors Adafactor::factors_of(const nn::Parameter& p) {
-  if (p.shape.size() < 2) return {};
-  const int64_t cols = p.shape.back();
-  return {p.numel() / cols, cols};
+  const Shape& shape = p.spec.global_shape;
+  if (shape.size() < 2) return {};
+  const int64_t cols = shape.back();
+  return {shape_numel(shape) / cols, cols};
 }
 
 namespace {
+
+// The one-process tensor's elements: its global shape without the padding rows a vocabulary split
+// adds (the RMS of a tensor is over these).
+double whole_numel(const nn::Parameter& p) { return static_cast<double>(shape_numel(p.spec.unpadded_shape())); }
 
 std::vector<int64_t> statistics_slots(const nn::ParameterStore& store) {
   std::vector<int64_t> slots;
@@ -58,15 +63,20 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   const auto new_weight = static_cast<float>(1.0 - beta2), old_weight = static_cast<float>(beta2);
 
   // Row and column sums of G² + ε1 (or nothing, for an unfactored tensor) and Σ W².
+  // Rows and columns are the whole tensor's: a tensor-parallel block's element goes to its global
+  // row and column, so that the sums over the group add each row's terms from every block that holds
+  // part of it (and a ZeRO shard's, from every shard). Padding rows add nothing.
   sums_.clear();
   for (const Segment& s : segments) {
     const Factors f = factors_of(*s.param);
+    const nn::ShardSpec& spec = s.param->spec;
     std::span<double> sums = sums_.of(*s.param);
     double w_squares = 0;
     for (int64_t i = 0; i < s.size(); ++i) {
+      const int64_t element = spec.global_index(s.begin + i);
+      if (spec.is_padding(element)) continue;
       w_squares += double(s.value[i]) * double(s.value[i]);
       if (f.factored()) {
-        const int64_t element = s.begin + i;
         const double square = double(s.grad[i]) * double(s.grad[i]) + kEps1;
         sums[static_cast<size_t>(element / f.cols)] += square;
         sums[static_cast<size_t>(f.rows + element % f.cols)] += square;
@@ -103,11 +113,11 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
       }
     }
   }
-  // U = G / √V̂, the same expression in both passes below.
+  // U = G / √V̂, the same expression in both passes below (padding elements take none).
   auto unclipped = [&](size_t k, const Segment& s, const Factors& f, int64_t i) {
     double second;
     if (f.factored()) {
-      const int64_t element = s.begin + i;
+      const int64_t element = s.param->spec.global_index(s.begin + i);
       second = double(row[row_at_[k] + element / f.cols]) * double(col[col_at_[k] + element % f.cols]) / row_total[k];
     } else {
       second = double(v[v_at_[k] + i]);
@@ -121,6 +131,7 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
     const Factors f = factors_of(*s.param);
     double squares = 0;
     for (int64_t i = 0; i < s.size(); ++i) {
+      if (s.param->spec.is_padding(s.param->spec.global_index(s.begin + i))) continue;
       const double u = unclipped(k, s, f, i);
       squares += u * u;
     }
@@ -134,13 +145,14 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
-    const auto numel = static_cast<double>(s.param->numel());
+    const double numel = whole_numel(*s.param);
     const double update_rms = std::sqrt(updates_.of(*s.param)[0] / numel);
     const double clip = std::max(1.0, update_rms / double(config_.clip_threshold));
     double alpha = lr;
     if (config_.relative_step) alpha *= std::max(kEps2, std::sqrt(sums_.of(*s.param).back() / numel));
     const double decay = 1.0 - alpha * (is_matrix(*s.param) ? double(config_.weight_decay) : 0.0);
     for (int64_t i = 0; i < s.size(); ++i) {
+      if (s.param->spec.is_padding(s.param->spec.global_index(s.begin + i))) continue;  // stays zero
       double u = unclipped(k, s, f, i) / clip;
       if (m != nullptr) {
         m[at + i] = static_cast<float>(b1 * double(m[at + i]) + (1.0 - b1) * u);

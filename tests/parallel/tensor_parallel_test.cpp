@@ -221,7 +221,45 @@ int main(int argc, char** argv) {
       }
       if (t.rank == 0) fmt::print("{}: checked\n", what);
     };
+    // Adafactor's row and column sums and its update RMS are whole-matrix statistics: each block's
+    // terms go to the matrix's global rows and columns (a padded vocabulary's padding rows add none),
+    // summed over the group. Llama models only: GPT-2's attention key bias has a zero gradient up to
+    // rounding, which Adafactor's unfactored second moment turns into a unit update (as in
+    // optimizer_parity_test).
+    auto run_adafactor = [&](const config::ModelConfig& model, const config::ParallelLayout& layout, int zero_stage,
+                             bool first_moment) {
+      dist::Mesh mesh(world, layout);
+      ParityCase c;
+      c.model = model;
+      c.zero_stage = zero_stage;
+      c.micros = 2;
+      c.optimizer.name = "adafactor";
+      c.optimizer.first_moment = first_moment;
+      c.optimizer.relative_step = first_moment;
+      c.lr = 1e-2f;
+      c.global_batch = 2 * layout.dp * c.micros;
+      const RunRecord reference = run_reference(c);
+      const RunRecord run = run_parallel(c, layout.dp > 1 ? &mesh.dp() : nullptr, nullptr, &mesh.tp());
+      const std::string what = fmt::format("adafactor{} {}", first_moment ? " (first moment, relative step)" : "",
+                                           describe(c, layout));
+      check_matches_reference(run, reference, what, t);
+      if (t.rank == 0) fmt::print("{}: checked\n", what);
+    };
     // tp over the whole world.
+    if (n <= 4) {
+      config::ParallelLayout tp_only;
+      tp_only.tp = n;
+      for (const config::ModelConfig& model : {models[2], models[4]}) {
+        for (bool first_moment : {false, true}) run_adafactor(model, tp_only, 0, first_moment);
+      }
+    }
+    if (n == 4) {
+      // ZeRO's shards cut the blocks' elements too.
+      config::ParallelLayout tp_dp;
+      tp_dp.tp = 2;
+      tp_dp.dp = 2;
+      for (int zero_stage : {1, 3}) run_adafactor(models[2], tp_dp, zero_stage, true);
+    }
     if (n <= 4) {
       config::ParallelLayout layout;
       layout.tp = n;
