@@ -78,8 +78,9 @@ struct ShardSpec {
 };
 
 // Says how a parameter is split when the model declares it: a tensor-parallel plan
-// (parallel/tensor_parallel.h) is one, an expert-parallel one (parallel/expert_parallel.h) another. The model itself declares every parameter by its
-// one-process shape and reads the shapes it was given back.
+// (parallel/tensor_parallel.h) is one, an expert-parallel one (parallel/expert_parallel.h)
+// another. The model itself declares every parameter by its one-process shape and reads the
+// shapes it was given back.
 class ShardingRules {
  public:
   virtual ~ShardingRules() = default;

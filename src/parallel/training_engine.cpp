@@ -208,7 +208,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   // of that state, taken as each step begins.
   if (loss_scaler_.enabled() && dp_->compressor() != nullptr) {
     for (auto& [name, tensor] : dp_->compressor()->rank_state_tensors()) {
-      compressor_state_at_step_start_.push_back(Tensor::empty(tensor.shape(), tensor.dtype(), MemoryTag::Optimizer, memory));
+      compressor_state_at_step_start_.push_back(
+          Tensor::empty(tensor.shape(), tensor.dtype(), MemoryTag::Optimizer, memory));
     }
   }
   if (offloads_activations) {

@@ -53,8 +53,8 @@ double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int
     for_each_stage_matrix(m, l, stage, [&](double rows, double cols, double count) {
       const double r = std::min({static_cast<double>(std::max(1, l.compression_rank)), rows, cols});
       if (r * (rows + cols) >= rows * cols) return;
-      const double largest = warmup_steps > 0 ? std::max(r, std::min({rows, cols, std::floor(rows * cols / (rows + cols))}))
-                                              : r;
+      const double useful = std::min({rows, cols, std::floor(rows * cols / (rows + cols))});
+      const double largest = warmup_steps > 0 ? std::max(r, useful) : r;
       elements += count * cols * largest;
     });
   }
