@@ -68,13 +68,34 @@ struct StopForwarding {
   }
 };
 
+// This process's environment with `extra` ("NAME=value" entries) set over it.
+std::vector<std::string> environment_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const bool replaced = std::any_of(extra.begin(), extra.end(), [&](const std::string& x) {
+      return entry.substr(0, entry.find('=') + 1) == std::string_view(x).substr(0, x.find('=') + 1);
+    });
+    if (!replaced) out.emplace_back(entry);
+  }
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
 // Starts `command` in a process group of its own, its input from /dev/null (a process outside the
-// terminal's foreground group that reads the terminal is stopped), and waits for it while handing
-// on the signals above. Returns its exit status as a shell would give it.
-int run_and_wait(const std::vector<std::string>& command, const StopForwarding& stops) {
+// terminal's foreground group that reads the terminal is stopped), with `environment` set over
+// this process's, and waits for it while handing on the signals above. Returns its exit status as
+// a shell would give it.
+int run_and_wait(const std::vector<std::string>& command, const std::vector<std::string>& environment,
+                 const StopForwarding& stops) {
   std::vector<char*> argv;
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // Made before the fork: the child only executes.
+  const std::vector<std::string> env_strings = environment_with(environment);
+  std::vector<char*> envp;
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   const sigset_t set = launcher_signals();
@@ -86,7 +107,7 @@ int run_and_wait(const std::vector<std::string>& command, const StopForwarding& 
     ::setpgid(0, 0);
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
-    execvp(argv[0], argv.data());
+    execvpe(argv[0], argv.data(), envp.data());
     std::fprintf(stderr,
                  "error: could not start '%s': %s. Install OpenMPI (openmpi-bin; scripts/install-deps.sh does) or "
                  "name mpirun with --mpirun\n",
@@ -238,13 +259,20 @@ void add_launch_command(CLI::App& app) {
     // codes and mpirun reports them.
     std::optional<StatusFolder> folder;
     std::optional<dist::JobStatus> status;
+    std::vector<std::string> environment;
     if (opts->request.hosts.empty() && opts->request.hostfile.empty()) {
       folder.emplace();
       opts->request.job_status_dir = folder->path();
       status.emplace(folder->path(), -1);
+      // Open MPI 4 keeps a job's session files under <TMPDIR>/ompi.<host>.<uid>, which every job
+      // of the user on the machine shares and the last to finish removes: two jobs that start at
+      // the same moment can both find it missing, and the second one's mkdir fails the job
+      // ("orte_session_dir failed"). Under the job's own folder no other job meets it. Through the
+      // environment, where an Open MPI that does not know the variable ignores it.
+      environment.push_back("OMPI_MCA_orte_tmpdir_base=" + folder->path());
     }
     const bool training = !opts->request.args.empty() && opts->request.args.front() == "train";
-    const int mpirun_code = run_and_wait(dist::mpirun_command(opts->request, machine),
+    const int mpirun_code = run_and_wait(dist::mpirun_command(opts->request, machine), environment,
                                          {training, status ? &*status : nullptr, opts->request.ranks});
     int code = mpirun_code;
     if (status) {

@@ -1,9 +1,11 @@
 // The mpirun command `tessera launch` builds, for several machines, without running it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <filesystem>
 #include <functional>
 
 #include "cli_runner.h"
@@ -203,4 +205,26 @@ TEST(LaunchCommand, BadValuesGetOneClearLine) {
     EXPECT_EQ(r.output.find("mpirun -n"), std::string::npos) << args << "\n" << r.output;
     EXPECT_LT(r.output.size(), 400u) << args << "\n" << r.output;  // no 309-digit range
   }
+}
+
+// Open MPI 4's session files go under a folder of the launch's own, not the one every job of the
+// user shares, which two jobs starting at once could both find missing. A stand-in for mpirun
+// records what it was given, for two launches.
+TEST(LaunchCommand, EachOneMachineJobKeepsMpisSessionFilesInAFolderOfItsOwn) {
+  const std::string dir = ::testing::TempDir() + "tessera_launch_session_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string fake = dir + "/mpirun";
+  {
+    std::ofstream script(fake);
+    script << "#!/bin/sh\necho \"$OMPI_MCA_orte_tmpdir_base\" >> " << dir << "/seen\nexit 0\n";
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  for (int i = 0; i < 2; ++i) tessera::testing::run_tessera("launch --mpirun " + fake + " -n 2 -- compatibility");
+  std::ifstream seen(dir + "/seen");
+  std::vector<std::string> bases;
+  for (std::string line; std::getline(seen, line);) bases.push_back(line);
+  ASSERT_EQ(bases.size(), 2u);
+  for (const std::string& base : bases) EXPECT_NE(base.find("tessera-launch-"), std::string::npos) << base;
+  EXPECT_NE(bases[0], bases[1]);
+  std::filesystem::remove_all(dir);
 }
