@@ -46,9 +46,11 @@ class OffloadTraffic : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(g_root); }
 };
 
-// The median over the steps. The reads ahead of the next step's first chunks, and the write-back
-// of the last, complete on either side of the step's end, which moves a few bytes of the state from
-// one step's count to the next: the counts agree to 1 %, and most steps exactly.
+// The median over the steps. The reads ahead of the next step's first chunks and units, and the
+// write-back of the last chunk, complete on either side of the step's end, which moves some bytes
+// from one step's count to the next: most steps agree exactly, and a loaded machine has moved 1.5 %
+// of a step's reads for several steps in a row. The bound, 5 %, is far below what leaving out a
+// kind of traffic would miss by (the parameters' reads are over half of them here).
 double median_of(const fs::path& metrics, const char* key) {
   std::vector<double> values;
   std::ifstream in(metrics);
@@ -75,8 +77,8 @@ TEST_F(OffloadTraffic, TheStepsNvmeTrafficIsThePlannersPrediction) {
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     const nlohmann::json io = nlohmann::json::parse(planned.output)["io"];
     const double read = io["bytes_read"].get<double>(), written = io["bytes_written"].get<double>();
-    EXPECT_NEAR(median_of(out / "metrics.jsonl", "nvme_read"), read, 0.01 * read) << io.dump();
-    EXPECT_NEAR(median_of(out / "metrics.jsonl", "nvme_written"), written, 0.01 * written) << io.dump();
+    EXPECT_NEAR(median_of(out / "metrics.jsonl", "nvme_read"), read, 0.05 * read) << io.dump();
+    EXPECT_NEAR(median_of(out / "metrics.jsonl", "nvme_written"), written, 0.05 * written) << io.dump();
   }
 }
 
