@@ -172,10 +172,13 @@ std::string format_io(const ClusterSpec& c, const Estimate& e, const std::vector
   const int64_t sharing = c.devices_on_a_node(e.layout.devices());
   out += row("seconds", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.seconds); });
   out += row("exposed s", [](const OffloadIo& s) { return fmt::format("{:.4f}", s.exposed_seconds); });
-  out += fmt::format("  at the disk's {:.2f} GB/s written and {:.2f} GB/s read{}; the copy engine moves the "
+  out += fmt::format("  at the disk's {:.2f} GB/s written and {:.2f} GB/s read{}{}; the copy engine moves the "
                      "activations beside the step's {:.4f} s of forwards and backwards and the optimizer state beside "
                      "its {:.4f} s update, and what outlasts them is exposed\n\n",
                      c.disk.write_bandwidth / 1e9, c.disk.read_bandwidth / 1e9,
+                     c.disk.mixed_bandwidth > 0
+                         ? fmt::format(" ({:.2f} GB/s together while both run)", c.disk.mixed_bandwidth / 1e9)
+                         : std::string(),
                      sharing > 1 ? fmt::format(", shared by the node's {} ranks", sharing) : std::string(),
                      e.time.compute, e.time.optimizer);
   return out;
