@@ -8,6 +8,12 @@ namespace tessera::parallel {
 
 namespace {
 
+// The flat elements of `p`.
+nn::ParamRange flat_range(const nn::Parameter& p) {
+  const auto at = static_cast<int64_t>(p.offset);
+  return {at, at + p.numel()};
+}
+
 // Posts an all-gather of `range` from the shards into `out` (range.size() elements); a group of
 // one copies. Returns null when nothing is in flight.
 dist::WorkPtr gather_range(dist::Communicator* comm, const ShardLayout& layout, int rank, const float* shard,
@@ -232,10 +238,9 @@ ParameterGatherer::OneAtATime ParameterGatherer::read_one_at_a_time() {
 }
 
 Tensor ParameterGatherer::OneAtATime::weight(const nn::Parameter& p) {
-  const auto at = static_cast<int64_t>(p.offset);
   Tensor value = Tensor::empty(p.shape, DType::F32, MemoryTag::Comm, owner_->memory_);
   // A parameter is whole parts of the shard (offloaded_shard.h), so it is read as it was written.
-  OffloadedShard::Works reads = owner_->offloaded_->read_range({at, at + p.numel()}, value.data<float>());
+  OffloadedShard::Works reads = owner_->offloaded_->read_range(flat_range(p), value.data<float>());
   wait_all(reads);
   return value;
 }
@@ -263,9 +268,8 @@ Tensor ParameterGatherer::WriteOneAtATime::take(const nn::Parameter& p) {
 void ParameterGatherer::WriteOneAtATime::put(const nn::Parameter& p) {
   TS_CHECK(taken_ == &p, "ZeRO-3: parameter '{}' put back, but the parameter taken is '{}'", p.name,
            taken_ == nullptr ? "none" : taken_->name);
-  const auto at = static_cast<int64_t>(p.offset);
   // A parameter is whole parts of the shard (offloaded_shard.h), so it is written as it is read.
-  OffloadedShard::Works writes = owner_->offloaded_->write_range({at, at + p.numel()}, value_.data<float>());
+  OffloadedShard::Works writes = owner_->offloaded_->write_range(flat_range(p), value_.data<float>());
   taken_ = nullptr;
   wait_all(writes);
   value_ = Tensor();
