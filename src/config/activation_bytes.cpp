@@ -56,7 +56,7 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   const int64_t reduce_scatter_input = sp ? C * whole : 0;
   std::vector<UnitActivationBytes> bytes;
   bytes.push_back({.own = 1 * whole_stat, .output = C * part, .weight_half = 1 * whole_stat,
-                   .forward_transient = reduce_scatter_input});
+                   .forward_transient = reduce_scatter_input, .exact = 1 * whole_stat});
   const int64_t split = gpt2 ? W3 + C + 2 * F : W3 + C + 3 * F;  // activations inside the region, lse aside
   const int64_t block = (2 * C + split / t) * whole + H / t * whole_stat + C * part + 2 * norm_stats * part_stat;
   const int64_t recomputable = recomputable_values_per_token(c, tp) * whole;
@@ -79,7 +79,9 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                        .output = C * part,
                        .recomputable = C * whole,
                        .weight_half = (C + C / t) * whole,
-                       .rebuild_peak = C * whole});
+                       .rebuild_peak = C * whole,
+                       .exact = H / t * whole_stat + 2 * norm_stats * part_stat + (E + 1 + k) * whole_stat +
+                                4 * k * tokens * 4});
       continue;
     }
     bytes.push_back({.own = block,
@@ -88,12 +90,14 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                      .selective_forward = selective_forward_values_per_token(c, tp) * whole,
                      .weight_half = (2 * C + (C + F) / t) * whole,
                      .forward_transient = reduce_scatter_input,
-                     .rebuild_peak = rebuild_peak});
+                     .rebuild_peak = rebuild_peak,
+                     .exact = H / t * whole_stat + 2 * norm_stats * part_stat});
   }
   const int64_t head_own = (C + Vt) * whole + whole_stat + norm_stats * part_stat;
   // The norm's part beside the gathered input, if that outweighs the logits and losses to come.
   const int64_t head_transient = sp ? std::max<int64_t>(0, C * part - (Vt * whole + whole_stat)) : 0;
-  bytes.push_back({.own = head_own, .weight_half = (C + Vt) * whole, .forward_transient = head_transient});
+  bytes.push_back({.own = head_own, .weight_half = (C + Vt) * whole, .forward_transient = head_transient,
+                   .exact = whole_stat + norm_stats * part_stat});
   return bytes;
 }
 

@@ -24,6 +24,11 @@ struct UnitActivationBytes {
   int64_t weight_half = 0;
   int64_t forward_transient = 0;  // held by any forward while it runs, at its peak, besides the above
   int64_t rebuild_peak = 0;       // the most a selective backward holds while it rebuilds `recomputable`
+  // Of `own`, what every activation encoding leaves as it is (exec/activation_encoding.h): the
+  // statistics, the router's probabilities and gates, and integer ids.
+  int64_t exact = 0;
+  // Of `own`, what the backward reads only for its sign (a ReLU's input): one bit an element encoded.
+  int64_t sign_only = 0;
 };
 
 // For a microbatch [B, T] on a rank of `tp` tensor-parallel ranks (the model built with its plan),

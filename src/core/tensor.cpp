@@ -23,10 +23,20 @@ void Storage::evict(Tier tier) {
   tier_ = tier;
 }
 
+void Storage::release_encoded() {
+  TS_CHECK(movable(), "storage of {} bytes over external memory cannot be released for an encoding", bytes_);
+  TS_CHECK(tier_ == Tier::Compute && !encoded_, "storage of {} bytes released for an encoding while {}", bytes_,
+           encoded_ ? std::string("already encoded") : fmt::format("in the {} tier", tier_name(tier_)));
+  accountant_->deallocate(data_, bytes_, tag_);
+  data_ = nullptr;
+  encoded_ = true;
+}
+
 void* Storage::make_resident() {
-  TS_CHECK(tier_ != Tier::Compute, "storage of {} bytes made resident twice", bytes_);
+  TS_CHECK(tier_ != Tier::Compute || encoded_, "storage of {} bytes made resident twice", bytes_);
   data_ = accountant_->allocate(bytes_, tag_);
   tier_ = Tier::Compute;
+  encoded_ = false;
   return data_;
 }
 

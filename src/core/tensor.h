@@ -33,8 +33,9 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const {
-    TS_CHECK(tier_ == Tier::Compute, "a tensor was read while its {} bytes live in the {} tier; whoever moved them "
-             "must bring them back before the tensor is read", bytes_, tier_name(tier_));
+    TS_CHECK(tier_ == Tier::Compute && !encoded_, "a tensor was read while its {} bytes live {}; whoever moved them "
+             "must bring them back before the tensor is read", bytes_,
+             encoded_ ? std::string("encoded") : fmt::format("in the {} tier", tier_name(tier_)));
     return data_;
   }
   size_t bytes() const { return bytes_; }
@@ -45,7 +46,11 @@ class Storage {
 
   // The bytes are now in `tier` (copied there by the caller): the compute copy is freed.
   void evict(Tier tier);
-  // Compute memory again, for the caller to copy the bytes back into; returns it.
+  // The bytes are now held in another form (exec/activation_encoding.h, in a storage of its
+  // own): the compute copy is freed until make_resident() gives the decoder memory to fill.
+  void release_encoded();
+  bool encoded() const { return encoded_; }
+  // Compute memory again, for the caller to copy (or decode) the bytes back into; returns it.
   void* make_resident();
 
  private:
@@ -54,6 +59,7 @@ class Storage {
   size_t bytes_ = 0;
   MemoryTag tag_ = MemoryTag::Workspace;
   Tier tier_ = Tier::Compute;
+  bool encoded_ = false;
 };
 
 template <class T>

@@ -46,8 +46,8 @@ void ActivationOffload::after(const Event& event) {
   const Action& a = event.action();
   if (a.phase == Phase::Forward && a.offload && event.saved != nullptr) {
     std::vector<const Storage*>& held = units_[{a.microbatch, a.unit}];
-    for (const Tensor& t : *event.saved) {
-      const std::shared_ptr<Storage>& s = t.storage();
+    for (const nn::SavedTensor& t : *event.saved) {
+      const std::shared_ptr<Storage>& s = t.tensor.storage();
       if (s->tag() != MemoryTag::Activations || !s->movable() || s->bytes() == 0) continue;
       if (std::find(held.begin(), held.end(), s.get()) != held.end()) continue;  // another view of it
       held.push_back(s.get());

@@ -171,7 +171,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     }
     // What a training forward kept is a value of the program the transforms may move.
     Event done = event;
-    std::vector<Tensor> saved;
+    std::vector<nn::SavedTensor> saved;
     if (a.phase == Phase::Forward && s.kept[static_cast<size_t>(a.unit)]) {
       saved = s.ctx[static_cast<size_t>(a.unit)].saved();
       done.saved = &saved;

@@ -12,12 +12,15 @@ namespace {
 class ActivationWalk {
  public:
   ActivationWalk(const Program& program, const config::ModelConfig& model, int B, int T, int tp, bool sp,
-                 DType activations)
-      : program_(program), bytes_(config::unit_activation_bytes(model, B, T, tp, sp, activations)) {
+                 DType activations, ActivationEncoding encoding)
+      : program_(program),
+        bytes_(config::unit_activation_bytes(model, B, T, tp, sp, activations)),
+        encoding_(encoding),
+        element_bytes_(dtype_size(activations)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
-                         static_cast<int>(units)});
+                         std::vector<int64_t>(units, 0), static_cast<int>(units)});
     }
     posted_.assign(program.actions.size(), false);
   }
@@ -46,7 +49,7 @@ class ActivationWalk {
           break;
         case Action::Kind::Unit:
           post_receives_after(i);
-          during = unit(a);
+          during = unit(a, i);
           break;
       }
       out.during.push_back(std::max(during, live_));
@@ -63,6 +66,7 @@ class ActivationWalk {
     std::vector<bool> input;    // [unit]: x_u is stored (in its slot or the unit's context)
     std::vector<int64_t> kept;  // [unit]: bytes the unit's context holds beyond its input
     std::vector<int64_t> rebuilt;  // [unit]: the most its backward holds rebuilding what a selective forward dropped
+    std::vector<int64_t> encoded;  // [unit]: the bytes its encoded stash saves until its backward
     int backward_done;          // the lowest unit whose backward (input half) ran
   };
 
@@ -121,8 +125,19 @@ class ActivationWalk {
     }
   }
 
-  // Runs a unit action; returns the live bytes at its peak.
-  int64_t unit(const Action& a) {
+  // Whether unit action i's backward is the program's next unit action (its stash is not encoded).
+  bool backward_follows(int i) const {
+    const Action& a = program_.actions[static_cast<size_t>(i)];
+    for (size_t j = static_cast<size_t>(i) + 1; j < program_.actions.size(); ++j) {
+      const Action& next = program_.actions[j];
+      if (next.kind != Action::Kind::Unit) continue;
+      return writes_gradients(next.phase) && next.unit == a.unit && next.microbatch == a.microbatch;
+    }
+    return false;
+  }
+
+  // Runs unit action i; returns the live bytes at its peak.
+  int64_t unit(const Action& a, int i) {
     MicrobatchState& s = state(a);
     const auto u = static_cast<size_t>(a.unit);
     const config::UnitActivationBytes& b = bytes_[u];
@@ -139,9 +154,15 @@ class ActivationWalk {
           s.kept[u] = own;
           s.rebuilt[u] = a.selective ? b.rebuild_peak : 0;
           live_ += own;
-          // What the unit keeps, its stored input among it, moves to the nvme tier.
+          const int64_t stash = own + (s.input[u] ? input_bytes(a.unit) : 0);
+          if (encoding_ != ActivationEncoding::None && a.phase == Phase::Forward && !backward_follows(i)) {
+            const int64_t values = stash - b.exact - b.sign_only;
+            s.encoded[u] = stash - (b.exact + encoded_stash_bytes(encoding_, values, b.sign_only, element_bytes_));
+            live_ -= s.encoded[u];
+          }
+          // What the unit keeps, its stored input among it, moves to the nvme tier (encoded, if it is).
           if (a.offload && a.phase == Phase::Forward) {
-            offloaded_.push_back({a.microbatch, a.unit, own + (s.input[u] ? input_bytes(a.unit) : 0), unit_actions_ - 1});
+            offloaded_.push_back({a.microbatch, a.unit, stash - s.encoded[u], unit_actions_ - 1});
             offloaded_bytes_ += offloaded_.back().bytes;
           }
         }
@@ -154,6 +175,8 @@ class ActivationWalk {
       }
       case Phase::Backward:
       case Phase::BackwardInput: {
+        live_ += s.encoded[u];  // decoded before the backward runs
+        s.encoded[u] = 0;
         const int64_t during = live_ + s.rebuilt[u];
         live_ -= s.kept[u];
         s.kept[u] = 0;
@@ -185,6 +208,8 @@ class ActivationWalk {
   int unit_actions_ = 0;
   int64_t on_nvme_ = 0, nvme_peak_ = 0, offloaded_bytes_ = 0;
   std::vector<config::UnitActivationBytes> bytes_;
+  ActivationEncoding encoding_;
+  size_t element_bytes_;
   std::vector<MicrobatchState> states_;
   std::vector<bool> posted_;  // [action]: its receive is posted
   int64_t live_ = 0;
@@ -193,8 +218,8 @@ class ActivationWalk {
 }  // namespace
 
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T, int tp,
-                                     bool sp, DType activations) {
-  return ActivationWalk(program, model, B, T, tp, sp, activations).run();
+                                     bool sp, DType activations, ActivationEncoding encoding) {
+  return ActivationWalk(program, model, B, T, tp, sp, activations, encoding).run();
 }
 
 int64_t predict_transient_peak(const Program& program, const ProgramMemory& activations,

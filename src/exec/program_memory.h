@@ -18,13 +18,18 @@
 //   - between the input half of a split backward and the weight half, what the weight half reads:
 //     the inputs of the unit's linear layers (config::UnitActivationBytes::weight_half);
 //   - an offloaded forward's kept bytes (Action::offload, exec/activation_offload.h) leave before
-//     the unit action after the next, and come back before the backward before theirs.
+//     the unit action after the next, and come back before the backward before theirs;
+//   - with an activation encoding (exec/activation_encoding.h), what a forward kept, its stored
+//     input among it, takes its encoded size from the end of the forward to the start of its
+//     backward (exec::encoded_stash_bytes; an upper bound where a sparse form may be smaller), unless
+//     that backward is the program's next unit action; offloading moves the encoded bytes.
 // Gradients flowing down are workspace, not activations, and are not counted.
 #include <cstdint>
 #include <vector>
 
 #include "config/model_config.h"
 #include "core/dtype.h"
+#include "exec/activation_encoding.h"
 #include "exec/program.h"
 
 namespace tessera::exec {
@@ -42,7 +47,8 @@ struct ProgramMemory {
 // On a rank of `tp` tensor-parallel ranks, with sequence parallelism when `sp`, activations in
 // `activations` (config::unit_activation_bytes).
 ProgramMemory predict_program_memory(const Program& program, const config::ModelConfig& model, int B, int T,
-                                     int tp = 1, bool sp = false, DType activations = DType::F32);
+                                     int tp = 1, bool sp = false, DType activations = DType::F32,
+                                     ActivationEncoding encoding = ActivationEncoding::None);
 
 // What a unit's actions hold in workspace while they run (config::unit_workspace_bytes, with what
 // the rank has posted ahead for a transfer beside them).

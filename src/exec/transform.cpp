@@ -13,6 +13,7 @@ std::string_view slot_name(TransformSlot slot) {
   switch (slot) {
     case TransformSlot::Observer: return "observer";
     case TransformSlot::ActivationPlacement: return "activation placement";
+    case TransformSlot::ActivationEncoding: return "activation encoding";
     case TransformSlot::ParameterPlacement: return "parameter placement";
     case TransformSlot::Precision: return "precision";
     case TransformSlot::GradientReduction: return "gradient reduction";

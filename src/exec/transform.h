@@ -12,6 +12,10 @@
 //   ActivationPlacement where a unit's saved activations are: offloading writes them to the nvme
 //                      tier after the forward that saved them and reads them back before the
 //                      backward that reads them (exec/activation_offload.h)
+//   ActivationEncoding what form they wait in: encoding replaces a unit's saved tensors by their
+//                      encoded forms after its forward (so placement moves the encoded bytes) and
+//                      decodes them before its backward, after placement brought them back
+//                      (exec/activation_encoding.h)
 //   ParameterPlacement where the parameters are: ZeRO-3 gathers a unit's shards before it runs and
 //                      frees them after; offloading fetches from host
 //   Precision          the working copies' dtype (mixed precision casts)
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/saved_tensor.h"
 
 #include "exec/program.h"
 
@@ -37,8 +42,9 @@ struct Event {
   int chunk = 0;
   int microbatch = 0;
   // After a training forward that keeps the unit's activations: every tensor the unit saved for
-  // its backward (nn::GPT::UnitCtx::saved); null otherwise.
-  const std::vector<Tensor>* saved = nullptr;
+  // its backward (nn::GPT::UnitCtx::saved); null otherwise. A transform that changes the form
+  // they wait in (the activation encoding) replaces entries, for the transforms outside it.
+  std::vector<nn::SavedTensor>* saved = nullptr;
 
   const Action& action() const { return program->actions[static_cast<size_t>(index)]; }
 };
@@ -64,12 +70,13 @@ class Transform {
 enum class TransformSlot : uint8_t {
   Observer,
   ActivationPlacement,
+  ActivationEncoding,
   ParameterPlacement,
   Precision,
   GradientReduction,
   ExpertGradientReduction
 };
-inline constexpr size_t kTransformSlots = 6;
+inline constexpr size_t kTransformSlots = 7;
 std::string_view slot_name(TransformSlot slot);
 
 class TransformChain {

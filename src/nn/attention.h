@@ -25,9 +25,9 @@ class Attention {
     template <class F>
     void for_each_tensor(F&& f) const {
       qkv_proj.for_each_tensor(f);
-      f(qkv);
-      f(out);
-      f(lse);
+      f(qkv, SavedUse::Values);
+      f(out, SavedUse::Values);
+      f(lse, SavedUse::Statistics);
       out_proj.for_each_tensor(f);
     }
   };

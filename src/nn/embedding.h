@@ -19,8 +19,8 @@ class Embedding {
     Tensor dy;      // [B, Ts, C]: the output gradient, kept by the input half for the weight half
     template <class F>
     void for_each_tensor(F&& f) const {
-      f(tokens);
-      f(dy);
+      f(tokens, SavedUse::Values);
+      f(dy, SavedUse::Values);
     }
   };
   // tokens [B, T] i32 -> [B, Ts, C] (Ts: the part of each sequence the residual stream holds on

@@ -48,8 +48,8 @@ class GPT {
     void for_each_tensor(F&& f) const {
       norm.for_each_tensor(f);
       proj.for_each_tensor(f);
-      f(dlogits);
-      f(losses);
+      f(dlogits, SavedUse::Values);
+      f(losses, SavedUse::Statistics);
     }
   };
   // What a unit saved for its backward: the values of the program that recomputation drops,
@@ -58,11 +58,11 @@ class GPT {
     Embedding::Ctx embed;
     Block::Ctx block;
     HeadCtx head;
-    // Every tensor it holds, once per view (views may share a storage).
-    std::vector<Tensor> saved() const {
-      std::vector<Tensor> out;
-      const auto take = [&](const Tensor& t) {
-        if (t.defined()) out.push_back(t);
+    // Every tensor it holds, once per view (views may share a storage), with how its backward reads it.
+    std::vector<SavedTensor> saved() const {
+      std::vector<SavedTensor> out;
+      const auto take = [&](const Tensor& t, SavedUse use) {
+        if (t.defined()) out.push_back({t, use});
       };
       embed.for_each_tensor(take);
       block.for_each_tensor(take);

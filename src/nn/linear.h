@@ -21,8 +21,8 @@ class Linear {
     Tensor dy;   // [N.., OC]: kept by the input half of the backward for the weight half
     template <class F>
     void for_each_tensor(F&& f) const {
-      f(inp);
-      f(dy);
+      f(inp, SavedUse::Values);
+      f(dy, SavedUse::Values);
     }
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // x [N.., IC] -> [N.., OC]

@@ -20,13 +20,14 @@ class Mlp {
     Linear::Ctx proj;  // GELU: proj; SwiGLU: down. inp: the activation [N.., F]
     Tensor pre;        // [N.., F] fc output (GELU) or gate output (SwiGLU)
     Tensor up_out;     // [N.., F] SwiGLU only
+    SavedUse pre_use = SavedUse::Values;  // how the backward reads pre (Sign: only a ReLU's mask)
     template <class F>
     void for_each_tensor(F&& f) const {
       fc.for_each_tensor(f);
       up.for_each_tensor(f);
       proj.for_each_tensor(f);
-      f(pre);
-      f(up_out);
+      f(pre, pre_use);
+      f(up_out, SavedUse::Values);
     }
   };
   // x [N.., C] -> [N.., C]. With keep_recomputable false (selective recomputation) the input and

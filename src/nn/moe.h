@@ -73,10 +73,11 @@ class MoeFeedForward {
     template <class F>
     void for_each_tensor(F&& f) const {
       router.for_each_tensor(f);
-      for (const Tensor* t : {&probs, &lse, &choice, &slot, &gate, &sent_token, &sent_choice, &returned, &in, &pre,
-                              &up, &act}) {
-        f(*t);
+      for (const Tensor* t : {&choice, &slot, &sent_token, &sent_choice, &returned, &in, &pre, &up, &act}) {
+        f(*t, SavedUse::Values);
       }
+      // The router's: its gradient reads them, and they are small.
+      for (const Tensor* t : {&probs, &lse, &gate}) f(*t, SavedUse::Statistics);
     }
   };
   // x [B, T, C] -> [B, T, C]. Training forwards keep in ctx what the backward reads; evaluation

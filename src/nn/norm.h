@@ -22,9 +22,9 @@ class Norm {
     Tensor rstd;  // [N..] f32
     template <class F>
     void for_each_tensor(F&& f) const {
-      f(inp);
-      f(mean);
-      f(rstd);
+      f(inp, SavedUse::Values);
+      f(mean, SavedUse::Statistics);
+      f(rstd, SavedUse::Statistics);
     }
   };
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);  // [N.., C] -> [N.., C]

@@ -7,6 +7,7 @@
 #include "core/tensor.h"
 #include "nn/expert_exchange.h"
 #include "nn/parameter_access.h"
+#include "nn/saved_tensor.h"
 #include "nn/tensor_region.h"
 
 namespace tessera::nn {

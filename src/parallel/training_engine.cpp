@@ -216,6 +216,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     activation_offload_ = std::make_unique<exec::ActivationOffload>(*nvme_);
     transforms_.add(exec::TransformSlot::ActivationPlacement, *activation_offload_);
   }
+  if (options.activation_encoding != exec::ActivationEncoding::None) {
+    activation_encoder_ = std::make_unique<exec::ActivationEncoder>(options.activation_encoding, memory);
+    transforms_.add(exec::TransformSlot::ActivationEncoding, *activation_encoder_);
+  }
 
   const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
@@ -594,7 +598,8 @@ DataParallel::WritableParameters TrainingEngine::writable_parameters() {
 
 int64_t TrainingEngine::predicted_activation_peak() const {
   return exec::predict_program_memory(program_, model_.config(), options_.layout.micro_batch, options_.seq_len,
-                                      options_.layout.tp, options_.layout.sp, options_.precision.compute)
+                                      options_.layout.tp, options_.layout.sp, options_.precision.compute,
+                                      options_.activation_encoding)
       .peak;
 }
 

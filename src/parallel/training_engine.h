@@ -17,6 +17,7 @@
 
 #include "dist/communicator.h"
 #include "exec/activation_offload.h"
+#include "exec/activation_encoding.h"
 #include "optim/offloaded_optimizer.h"
 #include "exec/interpreter.h"
 #include "exec/ownership.h"
@@ -52,6 +53,9 @@ struct EngineOptions {
   optim::OptimizerConfig optimizer;  // optim/make_optimizer.h
   int seq_len = 1;
   exec::RecomputeOptions recompute;
+  // The form kept activations wait in between a unit's forward and its backward
+  // (exec/activation_encoding.h).
+  exec::ActivationEncoding activation_encoding = exec::ActivationEncoding::None;
   // Blocks per pipeline stage (pp × virtual_stages entries, stage 0 first); empty: the split
   // balanced by the FLOP model's unit times (exec::balanced_stages), the same on every rank.
   std::vector<int64_t> stage_layers;
@@ -150,6 +154,8 @@ class TrainingEngine {
   DataParallel::WritableParameters writable_parameters();
   // The nvme tier, for its accounting (null without offloading).
   memory::NvmeStore* nvme() { return nvme_.get(); }
+  // The encoder of kept activations, for its counts (null without an encoding).
+  exec::ActivationEncoder* activation_encoder() { return activation_encoder_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).
   WeightVersions* weight_versions() { return weight_versions_.get(); }
   // After a checkpoint load at `step`: the parameters are weight version `step` and, under
@@ -227,6 +233,7 @@ class TrainingEngine {
   // The nvme tier and the offloading of kept activations into it (null without offloading).
   std::unique_ptr<memory::NvmeStore> nvme_;
   std::unique_ptr<exec::ActivationOffload> activation_offload_;
+  std::unique_ptr<exec::ActivationEncoder> activation_encoder_;
   std::unique_ptr<nn::TensorRegion> region_;
   std::unique_ptr<nn::ExpertExchange> experts_;
   std::unique_ptr<DataParallel> dp_;

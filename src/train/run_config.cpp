@@ -293,6 +293,10 @@ void RunConfig::validate() const {
   TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
            "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
            "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
+  TS_CHECK(memory.activation_encoding == "none" || memory.activation_encoding == "lossless" ||
+               memory.activation_encoding == "gist" || memory.activation_encoding == "fp8",
+           "config: memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or "
+           "\"fp8\"", memory.activation_encoding);
   TS_CHECK(std::isfinite(memory.ram_budget_mb) && memory.ram_budget_mb >= 0.0f && memory.ram_budget_mb <= 1e9f,
            "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
            memory.ram_budget_mb);
@@ -574,6 +578,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
+    c.memory.activation_encoding = r.get("activation_encoding", c.memory.activation_encoding);
     c.memory.offload_optimizer = r.get("offload_optimizer", c.memory.offload_optimizer);
     c.memory.offload_params = r.get("offload_params", c.memory.offload_params);
     c.memory.offload_chunk_mb = r.get("offload_chunk_mb", c.memory.offload_chunk_mb);
@@ -725,6 +730,7 @@ std::string to_toml(const RunConfig& c) {
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
                                           {"offload_activations", c.memory.offload_activations},
+                                          {"activation_encoding", c.memory.activation_encoding},
                                           {"offload_optimizer", c.memory.offload_optimizer},
                                           {"offload_params", c.memory.offload_params},
                                           {"offload_chunk_mb", shortest(c.memory.offload_chunk_mb)},

@@ -105,6 +105,7 @@ struct MemorySection {
   int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
   float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
   std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward
+  std::string activation_encoding = "none";  // none, lossless, gist, fp8: the form they wait in
   std::string offload_optimizer = "none";    // none, nvme: where the optimizer's state lives between steps
   std::string offload_params = "none";       // none, nvme: where ZeRO-3's parameter shard lives between its uses
   float offload_chunk_mb = 64;      // offloaded optimizer state moves in chunks of about this much

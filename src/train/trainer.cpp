@@ -84,6 +84,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
   o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);
+  o.activation_encoding = exec::parse_activation_encoding(cfg.memory.activation_encoding);
   o.delayed_update_after = cfg.optim.delayed_update_after;
   if (cfg.memory.offload_optimizer == "nvme") {
     o.offload_optimizer_chunk_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.offload_chunk_mb) * 1048576.0);
@@ -236,6 +237,21 @@ nlohmann::json memory_json(const MemoryStats& stats, std::optional<size_t> nvme_
   j["rss"] = rss.now;
   j["rss_peak"] = rss.peak;
   return j;
+}
+
+// What the activation encoding did in a step (of `batches` steps' counts): the bytes of the
+// storages it encoded, before and after, in all and by the form they took.
+nlohmann::json encoding_json(const exec::EncodingCounts& counts, double batches) {
+  nlohmann::json forms = nlohmann::json::object();
+  for (size_t f = 0; f < exec::kEncodedForms; ++f) {
+    if (counts.dense_bytes[f] == 0) continue;
+    forms[std::string(exec::encoded_form_name(static_cast<exec::EncodedForm>(f)))] = {
+        {"from", static_cast<double>(counts.dense_bytes[f]) / batches},
+        {"to", static_cast<double>(counts.encoded_bytes[f]) / batches}};
+  }
+  return {{"from", static_cast<double>(counts.total_dense()) / batches},
+          {"to", static_cast<double>(counts.total_encoded()) / batches},
+          {"forms", std::move(forms)}};
 }
 
 // The peaks of every rank (world order) from their slots of the step's sum; empty for one process.
@@ -760,6 +776,8 @@ TrainResult Trainer::run() {
         cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
     const NvmeTraffic nvme_step = (nvme_traffic(engine.nvme()) - nvme_before) / count;
+    const exec::EncodingCounts encoded =
+        engine.activation_encoder() != nullptr ? engine.activation_encoder()->take_counts() : exec::EncodingCounts{};
     const double dp_bytes_per_step =
         static_cast<double>((dp_group != nullptr ? dp_group->stats().bytes_sent : 0) - dp_bytes_before) /
         static_cast<double>(count);
@@ -841,6 +859,7 @@ TrainResult Trainer::run() {
                         {"elapsed_seconds",
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};
         if (r.moe.routings > 0) line.update(moe_fields(r.moe));
+        if (engine.activation_encoder() != nullptr) line["memory"]["encoded_activations"] = encoding_json(encoded, count);
         if (cfg.optim.delayed_update_after > 0) line["update_wait_seconds"] = engine.delayed_update_wait_seconds();
         metrics->write(line);
       }

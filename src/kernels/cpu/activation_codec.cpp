@@ -1,0 +1,202 @@
+#include "kernels/cpu/activation_codec.h"
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/parallel.h"
+
+namespace tessera::kernels {
+
+namespace {
+
+// Blocks of whole bytes of the bitmaps: a multiple of 8 elements, so no two blocks share a byte.
+constexpr size_t kBlock = detail::kElementBlock;
+
+template <class Fn>
+void for_blocks(size_t n, Fn&& fn) {
+  detail::for_element_blocks(n, 1, std::forward<Fn>(fn));
+}
+
+template <class Word>
+size_t count_nonzero_words(const Word* in, size_t lo, size_t hi) {
+  size_t c = 0;
+  for (size_t i = lo; i < hi; ++i) c += in[i] != 0;
+  return c;
+}
+
+template <class Word>
+void sparse_encode_words(uint8_t* bitmap, Word* values, const Word* in, size_t n) {
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<size_t> first(blocks + 1, 0);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) first[b + 1] = count_nonzero_words(in, b * kBlock, std::min(n, (b + 1) * kBlock));
+  for (size_t b = 0; b < blocks; ++b) first[b + 1] += first[b];
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    Word* out = values + first[b];
+    for (size_t i = lo; i < hi; i += 8) {
+      uint8_t byte = 0;
+      for (size_t j = i; j < std::min(hi, i + 8); ++j) {
+        if (in[j] == 0) continue;
+        byte |= static_cast<uint8_t>(1u << (j - i));
+        *out++ = in[j];
+      }
+      bitmap[i / 8] = byte;
+    }
+  }
+}
+
+template <class Word>
+void sparse_decode_words(Word* out, const uint8_t* bitmap, const Word* values, size_t n) {
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<size_t> first(blocks + 1, 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    size_t c = 0;
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    for (size_t i = lo / 8; i < (hi + 7) / 8; ++i) c += static_cast<size_t>(std::popcount(bitmap[i]));
+    first[b + 1] = first[b] + c;
+  }
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    const Word* in = values + first[b];
+    for (size_t i = lo; i < hi; ++i) out[i] = (bitmap[i / 8] >> (i % 8)) & 1u ? *in++ : Word{0};
+  }
+}
+
+std::array<float, 256> e4m3_table() {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    float v = 0;
+    if (e == 15 && m == 7) {
+      v = std::nanf("");
+    } else if (e == 0) {
+      v = std::ldexp(static_cast<float>(m), -9);
+    } else {
+      v = std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+    }
+    t[static_cast<size_t>(c)] = (c & 0x80) ? -v : v;
+  }
+  return t;
+}
+
+const std::array<float, 256> kE4m3 = e4m3_table();
+constexpr float kE4m3Max = 448.0f;
+
+}  // namespace
+
+uint8_t float_to_e4m3(float f) {
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7f;  // NaN
+  const float mag = bits_float(a);
+  if (mag >= kE4m3Max) return sign | 0x7e;
+  if (mag < 0.015625f) {  // below 2^-6: subnormal, m · 2^-9 (m = 8 is the smallest normal, 0x08)
+    return sign | static_cast<uint8_t>(std::nearbyint(mag * 512.0f));
+  }
+  // Round the 23-bit mantissa to 3 bits, to nearest even; a carry moves into the exponent.
+  const uint32_t rounded = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  const int e = static_cast<int>(rounded >> 3) - 127 + 7;
+  const uint32_t m = rounded & 7u;
+  if (e > 15 || (e == 15 && m == 7)) return sign | 0x7e;
+  return sign | static_cast<uint8_t>((static_cast<uint32_t>(e) << 3) | m);
+}
+
+float e4m3_to_float(uint8_t code) { return kE4m3[code]; }
+
+template <class T>
+void sign_encode(uint8_t* bits, const T* in, size_t n) {
+  for_blocks(n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i += 8) {
+      uint8_t byte = 0;
+      for (size_t j = i; j < std::min(hi, i + 8); ++j) {
+        if (load(in[j]) > 0) byte |= static_cast<uint8_t>(1u << (j - i));
+      }
+      bits[i / 8] = byte;
+    }
+  });
+}
+
+template <class T>
+void sign_decode(T* out, const uint8_t* bits, size_t n) {
+  const T one = store<T>(compute_t<T>(1)), zero = store<T>(compute_t<T>(0));
+  for_blocks(n, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) out[i] = (bits[i / 8] >> (i % 8)) & 1u ? one : zero;
+  });
+}
+
+size_t count_nonzero(const void* in, size_t n, size_t element_bytes) {
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  size_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    total += element_bytes == 4 ? count_nonzero_words(static_cast<const uint32_t*>(in), lo, hi)
+                                : count_nonzero_words(static_cast<const uint16_t*>(in), lo, hi);
+  }
+  return total;
+}
+
+void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes) {
+  if (element_bytes == 4) {
+    sparse_encode_words(bitmap, static_cast<uint32_t*>(values), static_cast<const uint32_t*>(in), n);
+  } else {
+    sparse_encode_words(bitmap, static_cast<uint16_t*>(values), static_cast<const uint16_t*>(in), n);
+  }
+}
+
+void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes) {
+  if (element_bytes == 4) {
+    sparse_decode_words(static_cast<uint32_t*>(out), bitmap, static_cast<const uint32_t*>(values), n);
+  } else {
+    sparse_decode_words(static_cast<uint16_t*>(out), bitmap, static_cast<const uint16_t*>(values), n);
+  }
+}
+
+template <class T>
+void fp8_encode(uint8_t* codes, float* scales, const T* in, size_t n) {
+  const size_t blocks = fp8_blocks(n);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kFp8Block, hi = std::min(n, lo + kFp8Block);
+    float amax = 0;
+    for (size_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(static_cast<float>(load(in[i]))));
+    // A block of zeros (or one whose largest value is not finite: its codes saturate) keeps scale 1.
+    const float scale = amax > 0 && std::isfinite(amax) ? amax / kE4m3Max : 1.0f;
+    scales[b] = scale;
+    const float inverse = 1.0f / scale;
+    for (size_t i = lo; i < hi; ++i) codes[i] = float_to_e4m3(static_cast<float>(load(in[i])) * inverse);
+  }
+}
+
+template <class T>
+void fp8_decode(T* out, const uint8_t* codes, const float* scales, size_t n) {
+  const size_t blocks = fp8_blocks(n);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kFp8Block, hi = std::min(n, lo + kFp8Block);
+    const float scale = scales[b];
+    for (size_t i = lo; i < hi; ++i) out[i] = store<T>(static_cast<compute_t<T>>(kE4m3[codes[i]] * scale));
+  }
+}
+
+template void sign_encode<float>(uint8_t*, const float*, size_t);
+template void sign_encode<bf16>(uint8_t*, const bf16*, size_t);
+template void sign_encode<f16>(uint8_t*, const f16*, size_t);
+template void sign_decode<float>(float*, const uint8_t*, size_t);
+template void sign_decode<bf16>(bf16*, const uint8_t*, size_t);
+template void sign_decode<f16>(f16*, const uint8_t*, size_t);
+template void fp8_encode<float>(uint8_t*, float*, const float*, size_t);
+template void fp8_encode<bf16>(uint8_t*, float*, const bf16*, size_t);
+template void fp8_encode<f16>(uint8_t*, float*, const f16*, size_t);
+template void fp8_decode<float>(float*, const uint8_t*, const float*, size_t);
+template void fp8_decode<bf16>(bf16*, const uint8_t*, const float*, size_t);
+template void fp8_decode<f16>(f16*, const uint8_t*, const float*, size_t);
+
+}  // namespace tessera::kernels
