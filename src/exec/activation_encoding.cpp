@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "kernels/cpu/activation_codec.h"
 
@@ -50,6 +52,17 @@ ActivationEncoding parse_activation_encoding(std::string_view name) {
     if (name == activation_encoding_name(e)) return e;
   }
   TS_FAIL("memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or \"fp8\"", name);
+}
+
+std::string describe(ActivationEncoding encoding) {
+  std::string_view how;
+  switch (encoding) {
+    case ActivationEncoding::None: how = "as they are"; break;
+    case ActivationEncoding::Lossless: how = "sign bits or a sparse form where they hold, the same bits"; break;
+    case ActivationEncoding::Gist: how = "sign bits or a sparse form where they hold, f32 as bf16 elsewhere"; break;
+    case ActivationEncoding::Fp8: how = "FP8 E4M3 with a scale per 128 values, sign bits where they hold"; break;
+  }
+  return fmt::format("{}: {}", activation_encoding_name(encoding), how);
 }
 
 std::string_view encoded_form_name(EncodedForm form) {

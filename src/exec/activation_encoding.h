@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -34,6 +35,8 @@ namespace tessera::exec {
 enum class ActivationEncoding : uint8_t { None, Lossless, Gist, Fp8 };
 std::string_view activation_encoding_name(ActivationEncoding encoding);  // "none", "lossless", "gist", "fp8"
 ActivationEncoding parse_activation_encoding(std::string_view name);     // throws with the list of names
+// "fp8: FP8 E4M3, a scale per 128 values", for the start line.
+std::string describe(ActivationEncoding encoding);
 
 // What a unit's stash takes encoded, for the predictions (exec/program_memory.h): `values` bytes
 // read for their values and `sign` bytes read for their sign, in elements of `element_bytes`. The

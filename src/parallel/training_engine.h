@@ -156,6 +156,7 @@ class TrainingEngine {
   memory::NvmeStore* nvme() { return nvme_.get(); }
   // The encoder of kept activations, for its counts (null without an encoding).
   exec::ActivationEncoder* activation_encoder() { return activation_encoder_.get(); }
+  const exec::ActivationEncoder* activation_encoder() const { return activation_encoder_.get(); }
   // PipeDream-2BW: this rank's stash of the previous weight version (nullptr for other schedules).
   WeightVersions* weight_versions() { return weight_versions_.get(); }
   // After a checkpoint load at `step`: the parameters are weight version `step` and, under

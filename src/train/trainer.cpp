@@ -186,6 +186,9 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   }
   text += fmt::format("; predicted activation peak {}{}", mib(static_cast<double>(engine.predicted_activation_peak())),
                       cfg.parallel.pp > 1 ? " on this rank" : "");
+  if (const exec::ActivationEncoder* encoder = engine.activation_encoder()) {
+    text += fmt::format(" with the kept activations encoded ({})", exec::describe(encoder->encoding()));
+  }
   if (cfg.memory.offloads()) {
     int offloaded = 0;
     for (const exec::Action& a : engine.program().actions) offloaded += a.offload;
