@@ -127,10 +127,14 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
   for (int rank = 0; rank < l.pp; ++rank) {
     plan::MemoryBreakdown tags = plan::stage_memory(m, l, rank, pipeline);
     const exec::Program program = exec::lower_training(schedule, rank, split);
-    const exec::ProgramMemory activations = exec::predict_program_memory(
-        program, m, B, T, l.tp, l.sp, compute, exec::parse_activation_encoding(c.memory.activation_encoding));
-    // The cost model's chains keep everything in compute memory; offloading moves some out.
-    if (recompute.offload != exec::ActivationOffloadMode::None) tags.activations = static_cast<double>(activations.peak);
+    const exec::ActivationEncoding encoding = exec::parse_activation_encoding(c.memory.activation_encoding);
+    const exec::ProgramMemory activations =
+        exec::predict_program_memory(program, m, B, T, l.tp, l.sp, compute, encoding);
+    // The cost model's chains keep everything in compute memory as it is; offloading moves some out,
+    // and an encoding shrinks what waits for a backward.
+    if (recompute.offload != exec::ActivationOffloadMode::None || encoding != exec::ActivationEncoding::None) {
+      tags.activations = static_cast<double>(activations.peak);
+    }
     out.nvme.push_back(static_cast<double>(activations.nvme_peak));
     out.nvme_traffic.push_back(static_cast<double>(activations.offloaded_bytes));
     if (c.memory.offload_optimizer == "nvme") {
