@@ -55,6 +55,9 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
     {F::OffloadOptimizer, "memory.offload_optimizer = \"nvme\"", "memory.offload_optimizer"},
     {F::OffloadParams, "memory.offload_params = \"nvme\"", "memory.offload_params"},
     {F::DelayedUpdate, "optim.delayed_update_after > 0", "optim.delayed_update_after"},
+    {F::EncodingLossless, "memory.activation_encoding = \"lossless\"", "memory.activation_encoding"},
+    {F::EncodingGist, "memory.activation_encoding = \"gist\"", "memory.activation_encoding"},
+    {F::EncodingFp8, "memory.activation_encoding = \"fp8\"", "memory.activation_encoding"},
     {F::Moe, "model.moe_experts > 0", "model.moe_experts"},
 }};
 
@@ -82,6 +85,7 @@ auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
   if (key == "memory.offload_activations") return &s.offload_activations;
   if (key == "memory.offload_optimizer") return &s.offload_optimizer;
   if (key == "memory.offload_params") return &s.offload_params;
+  if (key == "memory.activation_encoding") return &s.activation_encoding;
   return nullptr;
 }
 
@@ -228,9 +232,17 @@ constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFol
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
 constexpr std::string_view kFp16CompressionCli = "Fp16Compression.SkippedStepsLeaveTheCompressorsStateAsTheyFoundIt";
+constexpr std::string_view kLosslessEncodingCli = "ActivationEncoding.LosslessEncodingGivesTheSameRunUnderEveryLayout";
+constexpr std::string_view kEncodedOffloadCli = "ActivationEncoding.OffloadingMovesTheEncodedBytes";
 
 // Runs cells whose pair a parity test trains against a reference (ctest names; `ctest -R` runs them).
 const std::vector<TestedPair> kTested = {
+    {F::EncodingLossless, F::Zero3, {kLosslessEncodingCli}},
+    {F::EncodingLossless, F::Pipeline, {kLosslessEncodingCli}},
+    {F::EncodingLossless, F::TensorParallel, {kLosslessEncodingCli}},
+    {F::EncodingLossless, F::RecomputeSelective, {kLosslessEncodingCli}},
+    {F::EncodingLossless, F::OffloadActivations, {kLosslessEncodingCli}},
+    {F::EncodingFp8, F::OffloadActivations, {kEncodedOffloadCli}},
     {F::Zero1, F::TensorParallel, {"parallel_tensor_parallel_4"}},
     {F::Zero2, F::TensorParallel, {"parallel_tensor_parallel_4", kTensorParallelCli}},
     {F::Zero3, F::TensorParallel, {"parallel_tensor_parallel_4"}},

@@ -35,6 +35,7 @@ struct FeatureSettings {
   std::string offload_activations = "none";
   std::string offload_optimizer = "none";
   std::string offload_params = "none";
+  std::string activation_encoding = "none";
   int64_t delayed_update_after = 0;
   int64_t moe_experts = 0;
 };
@@ -48,6 +49,7 @@ enum class Feature : uint8_t {
   Bf16, Fp16, GradBf16, GradFp16,
   AdamW, Sgd, Adafactor, Adam8bit, Lamb, Lars, OneBitAdam,
   OffloadActivations, OffloadActivationsAuto, OffloadOptimizer, OffloadParams, DelayedUpdate,
+  EncodingLossless, EncodingGist, EncodingFp8,
   Moe,
 };
 inline constexpr size_t kFeatureCount = static_cast<size_t>(Feature::Moe) + 1;

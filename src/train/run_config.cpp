@@ -389,6 +389,7 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.offload_activations = memory.offload_activations;
   s.offload_optimizer = memory.offload_optimizer;
   s.offload_params = memory.offload_params;
+  s.activation_encoding = memory.activation_encoding;
   s.delayed_update_after = optim.delayed_update_after;
   return s;
 }

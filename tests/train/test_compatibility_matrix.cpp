@@ -37,6 +37,7 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.parallel.grad_dtype = s.grad_dtype;
   c.precision.compute = s.compute;
   c.memory.recompute = s.recompute;
+  c.memory.activation_encoding = s.activation_encoding;
   if (s.recompute == "optimal") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
   c.memory.offload_optimizer = s.offload_optimizer;
