@@ -20,6 +20,8 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   //   block, Llama: norm1 out C + rstd 1; rotated qkv 3C (the unrotated one is freed at once);
   //                 attention out C + lse H; residual C; norm2 out C + 1; gate F; up F; swiglu out F
   //                                                                  = 7C + 3F + H + 2; output C
+  //   (the MLP's part follows model.activation, not the architecture: an ungated MLP (GELU, ReLU,
+  //   squared ReLU) keeps 2F, SwiGLU 3F)
   //   (with grouped-query attention qkv holds C + 2·Hkv·D instead of 3C: W3 below)
   //                 of which selective recomputation drops the norm outputs and the activation: 2C + F,
   //                 holding the activation F only while its forward runs
@@ -51,13 +53,13 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   const int64_t whole = tokens * value;      // bytes of one activation per token of the microbatch
   const int64_t part = part_tokens * value;  // ... per token of this rank's residual stream
   const int64_t whole_stat = tokens * 4, part_stat = part_tokens * 4;  // one statistic per token
-  const bool gpt2 = c.arch == Architecture::Gpt2;
-  const int64_t norm_stats = gpt2 ? 2 : 1;
+  const int64_t norm_stats = c.arch == Architecture::Gpt2 ? 2 : 1;  // LayerNorm's mean and rstd, RMSNorm's rstd
+  const int64_t mlp_values = c.gated_mlp() ? 3 : 2;  // of width F: pre (and up) and the activation
   const int64_t reduce_scatter_input = sp ? C * whole : 0;
   std::vector<UnitActivationBytes> bytes;
   bytes.push_back({.own = 1 * whole_stat, .output = C * part, .weight_half = 1 * whole_stat,
                    .forward_transient = reduce_scatter_input, .exact = 1 * whole_stat});
-  const int64_t split = gpt2 ? W3 + C + 2 * F : W3 + C + 3 * F;  // activations inside the region, lse aside
+  const int64_t split = W3 + C + mlp_values * F;  // activations inside the region, lse aside
   const int64_t block = (2 * C + split / t) * whole + H / t * whole_stat + C * part + 2 * norm_stats * part_stat;
   const int64_t recomputable = recomputable_values_per_token(c, tp) * whole;
   // Rebuilding, the second norm's part waits to be gathered beside the first gathered input.
@@ -72,7 +74,7 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   const int64_t E = c.moe_experts, k = c.moe_top_k, expert_rows = E * c.moe_capacity(tokens);
   const int64_t moe_block = (2 * C + (W3 + C) / t) * whole + H / t * whole_stat + C * part +
                             2 * norm_stats * part_stat + (E + 1 + k) * whole_stat + 4 * k * tokens * 4 +
-                            k * C * whole + expert_rows * (C + (gpt2 ? 2 : 3) * F) * value;
+                            k * C * whole + expert_rows * (C + mlp_values * F) * value;
   for (int l = 0; l < c.n_layer; ++l) {
     if (c.is_moe_layer(l)) {
       bytes.push_back({.own = moe_block,
@@ -91,7 +93,8 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                      .weight_half = (2 * C + (C + F) / t) * whole,
                      .forward_transient = reduce_scatter_input,
                      .rebuild_peak = rebuild_peak,
-                     .exact = H / t * whole_stat + 2 * norm_stats * part_stat});
+                     .exact = H / t * whole_stat + 2 * norm_stats * part_stat,
+                     .sign_only = c.mlp_activation() == Activation::Relu ? F / t * whole : 0});
   }
   const int64_t head_own = (C + Vt) * whole + whole_stat + norm_stats * part_stat;
   // The norm's part beside the gathered input, if that outweighs the logits and losses to come.

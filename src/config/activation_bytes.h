@@ -28,6 +28,7 @@ struct UnitActivationBytes {
   // statistics, the router's probabilities and gates, and integer ids.
   int64_t exact = 0;
   // Of `own`, what the backward reads only for its sign (a ReLU's input): one bit an element encoded.
+  // Not under selective recomputation, whose backward rebuilds the activation from it.
   int64_t sign_only = 0;
 };
 

@@ -23,10 +23,45 @@ std::string divisors_of(int n) {
 
 std::string architecture_name(Architecture a) { return a == Architecture::Gpt2 ? "gpt2" : "llama"; }
 
+namespace {
+constexpr Activation kActivations[] = {Activation::Gelu, Activation::Relu, Activation::Relu2, Activation::Swiglu};
+}  // namespace
+
+std::string activation_name(Activation a) {
+  switch (a) {
+    case Activation::Gelu: return "gelu";
+    case Activation::Relu: return "relu";
+    case Activation::Relu2: return "relu2";
+    case Activation::Swiglu: return "swiglu";
+  }
+  TS_FAIL("activation {} has no name", static_cast<int>(a));
+}
+
+Activation default_activation(Architecture arch) {
+  return arch == Architecture::Llama ? Activation::Swiglu : Activation::Gelu;
+}
+
+std::optional<Activation> activation_of_name(std::string_view name) {
+  for (Activation a : kActivations) {
+    if (activation_name(a) == name) return a;
+  }
+  return std::nullopt;
+}
+
+Activation parse_activation(const std::string& name, const std::string& key) {
+  if (const auto a = activation_of_name(name)) return *a;
+  std::string known;
+  for (Activation a : kActivations) known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", activation_name(a));
+  TS_FAIL("config: {} = '{}' is not known; use one of {}", key, name, known);
+}
+
+Activation ModelConfig::mlp_activation() const { return activation.value_or(default_activation(arch)); }
+
 int ModelConfig::ffn() const {
   if (ffn_hidden > 0) return ffn_hidden;
-  if (arch == Architecture::Gpt2) return 4 * n_embd;
-  // Llama keeps the SwiGLU MLP's parameter count near a 4C GELU MLP: 2/3 of 4C, rounded up to 64.
+  if (!gated_mlp()) return 4 * n_embd;
+  // The SwiGLU MLP keeps its parameter count near a 4C ungated MLP (Llama's rule): 2/3 of 4C,
+  // rounded up to 64.
   int f = (8 * n_embd) / 3;
   return (f + 63) / 64 * 64;
 }
@@ -40,8 +75,8 @@ int64_t ModelConfig::moe_capacity(int64_t tokens) const {
 
 int64_t ModelConfig::mlp_parameter_count() const {
   const int64_t C = n_embd, F = ffn(), b = bias ? 1 : 0;
-  return arch == Architecture::Gpt2 ? C * F + b * F + F * C + b * C
-                                    : 2 * C * F + 2 * b * F + F * C + b * C;  // gate, up, down
+  return gated_mlp() ? 2 * C * F + 2 * b * F + F * C + b * C  // gate, up, down
+                     : C * F + b * F + F * C + b * C;
 }
 
 int64_t ModelConfig::active_parameter_count() const {
@@ -122,6 +157,7 @@ ModelConfig read_model_config(TableReader r) {
   m.vocab_size = r.get("vocab_size", m.vocab_size);
   m.seq_len = r.get("seq_len", m.seq_len);
   m.ffn_hidden = r.get("ffn_hidden", m.ffn_hidden);
+  if (r.has("activation")) m.activation = parse_activation(r.require<std::string>("activation"), "model.activation");
   m.bias = r.get("bias", m.bias);
   m.tied_embeddings = r.get("tied_embeddings", m.tied_embeddings);
   m.dropout = r.get("dropout", m.dropout);

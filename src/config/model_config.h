@@ -4,6 +4,7 @@
 //   B batch, T sequence length, C = n_embd, H = n_head, D = C/H head size, Hkv = n_kv_head
 //   (key/value heads), F = ffn_hidden, V vocab_size, L = n_layer.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,16 @@ namespace tessera::config {
 enum class Architecture {
   Gpt2,   // LayerNorm, GELU MLP, learned positions
   Llama,  // RMSNorm, SwiGLU MLP, rotary positions, no biases
+};
+
+// The MLP's nonlinearity. The first three are ungated (proj(act(fc(x))), weights fc and proj);
+// SwiGLU is gated (down(silu(gate(x)) · up(x)), weights gate, up and down), a third more weights
+// at the same F.
+enum class Activation {
+  Gelu,    // tanh approximation, GPT-2's
+  Relu,
+  Relu2,   // squared ReLU, relu(x)^2 (Primer)
+  Swiglu,  // Llama's
 };
 
 struct ModelConfig {
@@ -27,7 +38,10 @@ struct ModelConfig {
   int n_embd = 256;
   int vocab_size = 256;
   int seq_len = 128;         // maximum context T
-  int ffn_hidden = 0;        // F; 0 means the architecture's default (4C for GPT-2, ~8C/3 for Llama)
+  int ffn_hidden = 0;        // F; 0 means the activation's default (4C ungated, ~8C/3 for SwiGLU)
+  // Unset means the architecture's own (GELU for GPT-2, SwiGLU for Llama); read it through
+  // mlp_activation().
+  std::optional<Activation> activation;
   bool bias = true;          // biases in linears and norms
   bool tied_embeddings = true;
   float dropout = 0.0f;
@@ -51,6 +65,8 @@ struct ModelConfig {
   int kv_dim() const { return kv_heads() * head_dim(); }             // Ckv = Hkv·D: width of k and of v
   int qkv_dim() const { return n_embd + 2 * kv_dim(); }              // W3 = C + 2·Ckv: the qkv projection's output
   int ffn() const;
+  Activation mlp_activation() const;
+  bool gated_mlp() const { return mlp_activation() == Activation::Swiglu; }
   bool is_moe_layer(int layer) const { return moe_experts > 0 && (layer + 1) % moe_every == 0; }
   int moe_layers() const { return moe_experts > 0 ? n_layer / moe_every : 0; }
   // Rows each expert takes from a group of `tokens` tokens: ceil(capacity_factor · tokens · k / E),
@@ -71,6 +87,13 @@ ModelConfig read_model_config(TableReader reader);
 // GPT-2 small (124M parameters with tied embeddings): L 12, H 12, C 768, V 50257, T 1024.
 ModelConfig gpt2_124m();
 std::string architecture_name(Architecture a);
+std::string activation_name(Activation a);
+// The activation a model of `arch` has when model.activation is not set.
+Activation default_activation(Architecture arch);
+// The activation called `name` ("relu2"), or nothing.
+std::optional<Activation> activation_of_name(std::string_view name);
+// Throws tessera::Error naming `key` and the known names.
+Activation parse_activation(const std::string& name, const std::string& key);
 
 // Parses a TOML file with a message that names the file, line and column on syntax errors; a path
 // that is missing, a folder or not a regular file is refused.

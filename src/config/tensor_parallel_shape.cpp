@@ -43,7 +43,7 @@ int64_t tensor_parallel_rank_parameters(const ModelConfig& model, int tp) {
   const int64_t V = (int64_t{model.vocab_size} + t - 1) / t * t;  // padded
   const bool gpt2 = model.arch == Architecture::Gpt2;
   // Column-parallel weights with their biases, and row-parallel weights: split.
-  const int64_t mlp_in = gpt2 ? C * F + b * F : 2 * (C * F + b * F);
+  const int64_t mlp_in = (model.gated_mlp() ? 2 : 1) * (C * F + b * F);  // fc, or gate and up
   const int64_t split = (C * W3 + b * W3) + C * C + mlp_in + F * C;
   // Two norms (LayerNorm has a shift) and the row-parallel biases: whole on every rank.
   const int64_t norm = (gpt2 ? 1 + b : 1) * C;

@@ -25,7 +25,7 @@ struct MoeWorkspace {
 MoeWorkspace moe_workspace_bytes(const ModelConfig& c, int64_t N, int ep) {
   const int64_t C = c.n_embd, F = c.ffn(), E = c.moe_experts, k = c.moe_top_k, f32 = 4;
   const int64_t El = E / ep, Rc = ep * c.moe_capacity(N), rows = El * Rc;
-  const bool swiglu = c.arch != Architecture::Gpt2;
+  const bool swiglu = c.gated_mlp();
   const int64_t gates = 3 * N * k, send = N * k * C;
   MoeWorkspace w;
   w.forward = f32 * std::max({N * E, send + rows * C, 2 * rows * C});
@@ -54,7 +54,7 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
   //   MLP, under dy and its dropped-out copy (R + Dr):
   //     gathering the output gradient (sp)     Wh + P
   //     the projection's input gradient        Ft (beside the gathered Wh under sp)
-  //     GeLU: dact, dpre and fc's dx           2 Ft + Wh; SwiGLU: dact, dgate, dup, up's and gate's dx 3 Ft + 2 Wh
+  //     ungated: dact, dpre and fc's dx        2 Ft + Wh; SwiGLU: dact, dgate, dup, up's and gate's dx 3 Ft + 2 Wh
   //     reduce-scattering that dx (sp)         + R + P
   //   then dy, the MLP's result dh2 and norm2's dx1 (3R), and with attention's copy Dr:
   //     gathering (sp)                         Wh + P
@@ -81,11 +81,11 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
   const int64_t Ft = c.ffn() / t * whole, Wq = c.n_head / t * c.head_dim() * whole, W3 = c.qkv_dim() / t * whole;
   const int64_t gathered = sp ? Wh : 0;
   const int64_t scattering = sp ? R + P : 0;
-  const bool gpt2 = c.arch == Architecture::Gpt2;
+  const bool gated = c.gated_mlp();
 
   const int64_t mlp_base = R + Dr;
   const int64_t mlp = mlp_base + std::max({gathered + P, gathered + Ft,
-                                           (gpt2 ? 2 * Ft + Wh : 3 * Ft + 2 * Wh) + scattering});
+                                           (gated ? 3 * Ft + 2 * Wh : 2 * Ft + Wh) + scattering});
   const int64_t attention_base = 3 * R + Dr;
   const int64_t attention = attention_base + std::max({gathered + P, gathered + Wq, Wq + W3 + Wh + scattering});
   const int64_t block = std::max({mlp, attention, 5 * R});

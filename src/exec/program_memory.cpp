@@ -156,8 +156,9 @@ class ActivationWalk {
           live_ += own;
           const int64_t stash = own + (s.input[u] ? input_bytes(a.unit) : 0);
           if (encoding_ != ActivationEncoding::None && a.phase == Phase::Forward && !backward_follows(i)) {
-            const int64_t values = stash - b.exact - b.sign_only;
-            s.encoded[u] = stash - (b.exact + encoded_stash_bytes(encoding_, values, b.sign_only, element_bytes_));
+            const int64_t sign = a.selective ? 0 : b.sign_only;
+            const int64_t values = stash - b.exact - sign;
+            s.encoded[u] = stash - (b.exact + encoded_stash_bytes(encoding_, values, sign, element_bytes_));
             live_ -= s.encoded[u];
           }
           // What the unit keeps, its stored input among it, moves to the nvme tier (encoded, if it is).

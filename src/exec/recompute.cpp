@@ -22,7 +22,7 @@ int default_every_k(int blocks) { return std::max(1, static_cast<int>(std::ceil(
 
 UnitTimes nominal_unit_times(const config::ModelConfig& c, int B, int T) {
   const double N = double(B) * T, C = c.n_embd, F = c.ffn(), V = c.vocab_size, W3 = c.qkv_dim();
-  const double mlp = c.arch == config::Architecture::Llama ? 3 * C * F : 2 * C * F;
+  const double mlp = c.gated_mlp() ? 3 * C * F : 2 * C * F;
   const double block = 2 * N * ((W3 + C) * C + mlp) + 4 * N * T * C;  // projections, MLP, QKᵀ and AV
   UnitTimes t;
   t.forward.push_back(N * C);  // a lookup: memory-bound, small

@@ -1,7 +1,8 @@
 #pragma once
-// The block's feed-forward network: GELU MLP (GPT-2: proj(gelu(fc(x)))) or SwiGLU (Llama:
-// down(silu(gate(x)) * up(x))), chosen by the architecture. Under tensor parallelism F below is
-// this rank's part of the hidden width.
+// The block's feed-forward network, by model.activation: ungated proj(act(fc(x))) with act GELU
+// (GPT-2's), ReLU or squared ReLU, or gated SwiGLU down(silu(gate(x)) * up(x)) (Llama's). Under
+// tensor parallelism F below is this rank's part of the hidden width: the activation is
+// elementwise, so it needs no communication.
 #include <string>
 
 #include "config/model_config.h"
@@ -9,16 +10,23 @@
 
 namespace tessera::nn {
 
+// act [N.., F] = the activation of pre [N.., F] (and, for SwiGLU, up [N.., F]; undefined otherwise).
+// The one place the dense MLP and the MoE experts choose their kernels.
+void activation_forward(config::Activation a, const Tensor& act, const Tensor& pre, const Tensor& up);
+// dpre [N.., F] (and dup for SwiGLU) from dact and the forward's pre (and up); written (=).
+void activation_backward(config::Activation a, const Tensor& dpre, const Tensor& dup, const Tensor& dact,
+                         const Tensor& pre, const Tensor& up);
+
 class Mlp {
  public:
   Mlp() = default;
   Mlp(ParameterStore& store, const std::string& name, const config::ModelConfig& config);
 
   struct Ctx {
-    Linear::Ctx fc;    // GELU: fc; SwiGLU: gate. inp: the MLP's input x [N.., C]
+    Linear::Ctx fc;    // ungated: fc; SwiGLU: gate. inp: the MLP's input x [N.., C]
     Linear::Ctx up;    // SwiGLU only
-    Linear::Ctx proj;  // GELU: proj; SwiGLU: down. inp: the activation [N.., F]
-    Tensor pre;        // [N.., F] fc output (GELU) or gate output (SwiGLU)
+    Linear::Ctx proj;  // ungated: proj; SwiGLU: down. inp: the activation [N.., F]
+    Tensor pre;        // [N.., F] fc output (ungated) or gate output (SwiGLU)
     Tensor up_out;     // [N.., F] SwiGLU only
     SavedUse pre_use = SavedUse::Values;  // how the backward reads pre (Sign: only a ReLU's mask)
     template <class F>
@@ -41,7 +49,7 @@ class Mlp {
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
  private:
-  bool swiglu_ = false;
+  config::Activation activation_ = config::Activation::Gelu;
   Linear fc_;    // C -> F (gate for SwiGLU)
   Linear up_;    // C -> F, SwiGLU only
   Linear proj_;  // F -> C

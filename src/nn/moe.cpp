@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "nn/mlp.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -21,7 +22,7 @@ void MoeStatistics::add(const MoeStatistics& other) {
 }
 
 MoeFeedForward::MoeFeedForward(ParameterStore& store, const std::string& name, const config::ModelConfig& config)
-    : config_(config), swiglu_(config.arch == config::Architecture::Llama) {
+    : config_(config), activation_(config.mlp_activation()), swiglu_(config.gated_mlp()) {
   const int64_t E = config.moe_experts, C = config.n_embd, F = config.ffn();
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   router_ = Linear(store, name + ".router", static_cast<int>(C), static_cast<int>(E), false, 0.02f);
@@ -29,6 +30,7 @@ MoeFeedForward::MoeFeedForward(ParameterStore& store, const std::string& name, c
   fc_w_ = &store.declare(experts + (swiglu_ ? "gate" : "fc") + ".weight", {E, F, C}, Init::Normal, 0.02f);
   if (swiglu_) up_w_ = &store.declare(experts + "up.weight", {E, F, C}, Init::Normal, 0.02f);
   if (config.bias) fc_b_ = &store.declare(experts + "fc.bias", {E, F}, Init::Zeros);
+  if (config.bias && swiglu_) up_b_ = &store.declare(experts + "up.bias", {E, F}, Init::Zeros);
   proj_w_ = &store.declare(experts + (swiglu_ ? "down" : "proj") + ".weight", {E, C, F}, Init::Normal, residual_std);
   if (config.bias) proj_b_ = &store.declare(experts + "proj.bias", {E, C}, Init::Zeros);
 }
@@ -175,13 +177,13 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
     const int64_t lo = e * R, hi = lo + n;
     const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
     ops::linear_forward(pre, in, expert_block(W1, e), fc_b_ ? expert_block(step.weight(*fc_b_), e) : Tensor());
+    Tensor up;
     if (swiglu_) {
-      const Tensor up = ctx.up.slice(0, lo, hi);
-      ops::linear_forward(up, in, expert_block(step.weight(*up_w_), e), Tensor());
-      ops::swiglu_forward(act, pre, up);
-    } else {
-      ops::gelu_forward(act, pre);
+      up = ctx.up.slice(0, lo, hi);
+      ops::linear_forward(up, in, expert_block(step.weight(*up_w_), e),
+                          up_b_ ? expert_block(step.weight(*up_b_), e) : Tensor());
     }
+    activation_forward(activation_, act, pre, up);
     ops::linear_forward(out.slice(0, lo, hi), act, expert_block(W2, e),
                         proj_b_ ? expert_block(step.weight(*proj_b_), e) : Tensor());
   }
@@ -255,13 +257,12 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
       const Tensor da = dact.slice(0, 0, n), dp = dpre.slice(0, 0, n);
       ops::linear_backward(da, expert_block(dW2, e), proj_b_ ? expert_block(step.grad(*proj_b_), e) : Tensor(),
                            dout.slice(0, lo, hi), act, expert_block(W2, e));
+      const Tensor up = swiglu_ ? ctx.up.slice(0, lo, hi) : Tensor(), du = swiglu_ ? dup.slice(0, 0, n) : Tensor();
+      activation_backward(activation_, dp, du, da, pre, up);
       if (swiglu_) {
-        const Tensor up = ctx.up.slice(0, lo, hi), du = dup.slice(0, 0, n);
-        ops::swiglu_backward(dp, du, da, pre, up);
-        ops::linear_backward(din_up.slice(0, 0, n), expert_block(step.grad(*up_w_), e), Tensor(), du, in,
+        ops::linear_backward(din_up.slice(0, 0, n), expert_block(step.grad(*up_w_), e),
+                             up_b_ ? expert_block(step.grad(*up_b_), e) : Tensor(), du, in,
                              expert_block(step.weight(*up_w_), e));
-      } else {
-        ops::gelu_backward(dp, pre, da);
       }
       ops::linear_backward(din.slice(0, lo, hi), expert_block(dW1, e),
                            fc_b_ ? expert_block(step.grad(*fc_b_), e) : Tensor(), dp, in, expert_block(W1, e));

@@ -6,7 +6,7 @@
 //   route: probs, the k choices of each token, their gates, the slot each choice takes in its
 //          expert (at most capacity = ceil(cf · N · k / E) per expert; the rest are dropped)
 //   dispatch: the rows of the kept choices to their experts' ranks      (all-to-all)
-//   expert e: y_e = MLP_e(rows)    (GELU or SwiGLU, as the dense MLP, width F)
+//   expert e: y_e = MLP_e(rows)    (model.activation, as the dense MLP, width F)
 //   combine: the outputs back to their tokens' ranks                     (all-to-all)
 //   y[n] = Σ_kept choices j  gate[n, j] · y_{e_j}[n]                    [N, C]
 //
@@ -97,13 +97,15 @@ class MoeFeedForward {
                 std::span<const int64_t> recv_rows) const;
 
   config::ModelConfig config_;
-  bool swiglu_ = false;
+  config::Activation activation_ = config::Activation::Gelu;
+  bool swiglu_ = false;  // gated: a third weight, up
   Linear router_;  // C -> E
   // Stacked expert weights [E_l, F, C] (fc; SwiGLU: gate), [E_l, F, C] (up), [E_l, C, F] (proj; down);
-  // biases [E_l, F], [E_l, C] (GPT-2 only).
+  // biases (model.bias) [E_l, F] (fc; gate), [E_l, F] (up), [E_l, C] (proj; down).
   const Parameter* fc_w_ = nullptr;
   const Parameter* fc_b_ = nullptr;
   const Parameter* up_w_ = nullptr;
+  const Parameter* up_b_ = nullptr;
   const Parameter* proj_w_ = nullptr;
   const Parameter* proj_b_ = nullptr;
 };

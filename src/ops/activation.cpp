@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/relu.h"
 #include "kernels/cpu/swiglu.h"
 #include "ops/op_call.h"
 
@@ -25,6 +26,40 @@ void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
   call.same_shape(dy, "dy", x, "x");
   const auto n = static_cast<size_t>(x.numel());
   call.dispatch([&]<class T>(Cpu<T>) { kernels::gelu_backward<T>(dx.data<T>(), x.data<T>(), dy.data<T>(), n); });
+}
+
+void relu_forward(const Tensor& y, const Tensor& x) {
+  OpCall call("ops::relu_forward");
+  call.operands({{y, "y"}, {x, "x"}});
+  call.same_shape(y, "y", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::relu_forward<T>(y.data<T>(), x.data<T>(), n); });
+}
+
+void relu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
+  OpCall call("ops::relu_backward");
+  call.operands({{dx, "dx"}, {x, "x"}, {dy, "dy"}});
+  call.same_shape(dx, "dx", x, "x");
+  call.same_shape(dy, "dy", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::relu_backward<T>(dx.data<T>(), x.data<T>(), dy.data<T>(), n); });
+}
+
+void relu2_forward(const Tensor& y, const Tensor& x) {
+  OpCall call("ops::relu2_forward");
+  call.operands({{y, "y"}, {x, "x"}});
+  call.same_shape(y, "y", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::relu2_forward<T>(y.data<T>(), x.data<T>(), n); });
+}
+
+void relu2_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
+  OpCall call("ops::relu2_backward");
+  call.operands({{dx, "dx"}, {x, "x"}, {dy, "dy"}});
+  call.same_shape(dx, "dx", x, "x");
+  call.same_shape(dy, "dy", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::relu2_backward<T>(dx.data<T>(), x.data<T>(), dy.data<T>(), n); });
 }
 
 void swiglu_forward(const Tensor& y, const Tensor& gate, const Tensor& up) {

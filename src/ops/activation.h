@@ -10,6 +10,16 @@ void gelu_forward(const Tensor& y, const Tensor& x);
 // dx = gelu'(x) · dy.
 void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy);
 
+// y = max(x, 0).
+void relu_forward(const Tensor& y, const Tensor& x);
+// dx = (x > 0) · dy.
+void relu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy);
+
+// y = max(x, 0)^2, squared ReLU (Primer).
+void relu2_forward(const Tensor& y, const Tensor& x);
+// dx = 2 max(x, 0) · dy.
+void relu2_backward(const Tensor& dx, const Tensor& x, const Tensor& dy);
+
 // y = silu(gate) · up (Llama's gated MLP).
 void swiglu_forward(const Tensor& y, const Tensor& gate, const Tensor& up);
 // dgate and dup from dy and the forward's gate and up.

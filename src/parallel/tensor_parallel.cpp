@@ -24,11 +24,11 @@ std::vector<TensorParallelRule> TensorParallelPlan::megatron_rules() {
       {"embed.tokens", TensorSplit::VocabRows},
       {"attn.qkv", TensorSplit::ColumnByHeads},
       {"attn.proj", TensorSplit::Row},
-      {"mlp.fc", TensorSplit::Column},    // GPT-2
-      {"mlp.proj", TensorSplit::Row},     // GPT-2
-      {"mlp.gate", TensorSplit::Column},  // Llama
-      {"mlp.up", TensorSplit::Column},    // Llama
-      {"mlp.down", TensorSplit::Row},     // Llama
+      {"mlp.fc", TensorSplit::Column},    // ungated MLP
+      {"mlp.proj", TensorSplit::Row},     // ungated MLP
+      {"mlp.gate", TensorSplit::Column},  // SwiGLU
+      {"mlp.up", TensorSplit::Column},    // SwiGLU
+      {"mlp.down", TensorSplit::Row},     // SwiGLU
       {"head", TensorSplit::VocabRows},   // untied
   };
 }
@@ -89,13 +89,14 @@ std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& nam
 
 namespace {
 
-// Whether `model` has the layer a rule names: the Megatron rules cover GPT-2's MLP (fc, proj) and
-// Llama's (gate, up, down), and an untied head; a plan's description lists only this model's.
+// Whether `model` has the layer a rule names: the Megatron rules cover the ungated MLP (fc, proj)
+// and the gated one (gate, up, down), and an untied head; a plan's description lists only this
+// model's.
 bool has_layer(const config::ModelConfig& model, std::string_view layer) {
   if (layer == "head") return !model.tied_embeddings;
-  const bool gpt2_mlp = layer == "mlp.fc" || layer == "mlp.proj";
-  const bool llama_mlp = layer == "mlp.gate" || layer == "mlp.up" || layer == "mlp.down";
-  if (gpt2_mlp || llama_mlp) return gpt2_mlp == (model.arch == config::Architecture::Gpt2);
+  const bool ungated_mlp = layer == "mlp.fc" || layer == "mlp.proj";
+  const bool gated_mlp = layer == "mlp.gate" || layer == "mlp.up" || layer == "mlp.down";
+  if (ungated_mlp || gated_mlp) return gated_mlp == model.gated_mlp();
   return true;
 }
 

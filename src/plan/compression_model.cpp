@@ -22,7 +22,7 @@ void for_each_stage_matrix(const config::ModelConfig& m, const Layout& l, int st
   const bool llama = m.arch == config::Architecture::Llama;
   add(m.qkv_dim() / t, C, layers);  // q, k, v (column-parallel)
   add(C, C / t, layers);      // attention output (row-parallel)
-  add(F / t, C, layers * (llama ? 2 : 1));  // first MLP projection(s)
+  add(F / t, C, layers * (m.gated_mlp() ? 2 : 1));  // first MLP projection(s)
   add(C, F / t, layers);      // second MLP projection
   if (stage == 0) {
     add(V / t, C, 1);         // token embedding (vocabulary-parallel)

@@ -62,7 +62,6 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   const double R = bsh / (sp ? t : 1);  // a tensor of the replicated region, sharded over t by sp
   if (recompute == Recompute::Full) return e * R;  // only the layer input survives the forward
   const double mask = m.dropout > 0 ? 1.0 : 0.0;
-  const bool gpt2 = m.arch == Architecture::Gpt2;
 
   double bytes = 0;
   // Attention block.
@@ -82,8 +81,8 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   // MLP block.
   bytes += e * R;                      // norm_2 input
   bytes += e * R;                      // fc1 (gate, up) input
-  if (gpt2) {
-    bytes += 2 * e * d(b) * s * F / t;  // GeLU input and fc2 input
+  if (!m.gated_mlp()) {
+    bytes += 2 * e * d(b) * s * F / t;  // the activation's input and fc2 input
   } else {
     bytes += 3 * e * d(b) * s * F / t;  // gate output, up output, down input
   }

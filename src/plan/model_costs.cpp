@@ -30,7 +30,7 @@ LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Pre
   LayerOps ops;
   ops.gemms.push_back({"qkv", M, w3 / t, h});              // column-parallel: each rank owns a/t heads
   ops.gemms.push_back({"attn_proj", M, h, h / t});          // row-parallel
-  if (gpt2) {
+  if (!m.gated_mlp()) {
     ops.gemms.push_back({"fc1", M, F / t, h});
     ops.gemms.push_back({"fc2", M, h, F / t});
   } else {
@@ -54,8 +54,10 @@ LayerOps layer_forward_ops(const ModelConfig& m, int64_t b, int tp, bool sp, Pre
   if (!gpt2) ops.streams.push_back({"rotary", 2 * e * d(b * s * (h + hkv)) / d(t)});  // rotate q and k in place
   ops.streams.push_back({"attn_residual", (3 * e + mask) * R, K::Residual, R});  // fused bias + dropout + residual add
   ops.streams.push_back({std::string(norm) + "_2", 2 * e * R, K::Norm, R});
-  if (gpt2) {
-    ops.streams.push_back({"bias_gelu", 2 * e * hidden, K::Activation, hidden});
+  if (!m.gated_mlp()) {
+    // GELU, ReLU or squared ReLU: one read and one write each, priced alike.
+    ops.streams.push_back({"bias_" + config::activation_name(m.mlp_activation()), 2 * e * hidden, K::Activation,
+                           hidden});
   } else {
     ops.streams.push_back({"swiglu", 3 * e * hidden, K::Activation, hidden});  // read gate and up, write their product
   }
@@ -121,8 +123,8 @@ double layer_params_per_rank(const ModelConfig& m, int tp) {
   const double w3 = m.qkv_dim();                                // q, k and v rows (fewer k, v rows under GQA)
   const double attn = (w3 * h + bias * w3) / t                 // qkv, column-parallel
                       + h * h / t + bias * h;                  // proj, row-parallel: its bias is replicated
-  const double mlp = gpt2 ? (h * F + bias * F) / t + F * h / t + bias * h
-                          : (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h;
+  const double mlp = m.gated_mlp() ? (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h
+                                   : (h * F + bias * F) / t + F * h / t + bias * h;
   return 2 * norm + attn + mlp;
 }
 

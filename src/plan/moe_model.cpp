@@ -9,7 +9,7 @@ namespace tessera::plan {
 
 namespace {
 double d(int64_t v) { return static_cast<double>(v); }
-int mlp_matrices(const config::ModelConfig& m) { return m.arch == config::Architecture::Gpt2 ? 2 : 3; }
+int mlp_matrices(const config::ModelConfig& m) { return m.gated_mlp() ? 3 : 2; }
 }  // namespace
 
 int moe_layers_in_stage(const config::ModelConfig& m, const Layout& l, int stage) {
@@ -22,8 +22,8 @@ int moe_layers_in_stage(const config::ModelConfig& m, const Layout& l, int stage
 double moe_extra_params_per_rank(const config::ModelConfig& m, const Layout& l) {
   if (m.moe_experts == 0) return 0;
   const double h = m.n_embd, F = m.ffn(), t = l.tp, bias = m.bias ? 1 : 0;
-  const double dense_share = m.arch == config::Architecture::Gpt2 ? (h * F + bias * F) / t + F * h / t + bias * h
-                                                                  : (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h;
+  const double dense_share = m.gated_mlp() ? (2 * h * F + 2 * bias * F) / t + F * h / t + bias * h
+                                           : (h * F + bias * F) / t + F * h / t + bias * h;
   return moe_expert_params_per_rank(m, l) + d(m.moe_experts) * h - dense_share;
 }
 

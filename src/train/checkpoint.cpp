@@ -35,7 +35,8 @@ std::string step_folder_name(int64_t step) { return fmt::format("step_{:08d}", s
 nlohmann::json model_json(const config::ModelConfig& m) {
   return {{"arch", config::architecture_name(m.arch)}, {"n_layer", m.n_layer},   {"n_head", m.n_head},
           {"n_kv_head", m.kv_heads()},                  {"n_embd", m.n_embd},                         {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len},
-          {"ffn_hidden", m.ffn()},                      {"bias", m.bias},          {"tied_embeddings", m.tied_embeddings}};
+          {"ffn_hidden", m.ffn()},                      {"bias", m.bias},          {"tied_embeddings", m.tied_embeddings},
+          {"activation", config::activation_name(m.mlp_activation())}};
 }
 
 std::string read_text(const std::string& path) {
@@ -510,6 +511,11 @@ std::string model_differences(const CheckpointManifest& manifest, const config::
   nlohmann::json saved = manifest.model;
   // Checkpoints from before grouped-query attention have no n_kv_head: theirs equals n_head.
   if (!saved.contains("n_kv_head") && saved.contains("n_head")) saved["n_kv_head"] = saved["n_head"];
+  // Checkpoints from before model.activation have their architecture's MLP.
+  if (!saved.contains("activation") && saved.contains("arch")) {
+    saved["activation"] = config::activation_name(config::default_activation(
+        saved["arch"] == "llama" ? config::Architecture::Llama : config::Architecture::Gpt2));
+  }
   std::string differences;
   for (const auto& [key, value] : expected.items()) {
     if (!saved.contains(key) || saved.at(key) != value) {

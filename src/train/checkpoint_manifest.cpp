@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "config/model_config.h"
 #include "core/json_input.h"
 #include "data/loader.h"
 
@@ -115,6 +116,13 @@ void check_model(const Fields& f, const json& model) {
   if (model.contains("n_kv_head")) f.integer(model, "model", "n_kv_head", 1, kIntMax, "a positive integer");
   f.boolean(model, "model", "bias");
   f.boolean(model, "model", "tied_embeddings");
+  // Written since model.activation; older manifests have their architecture's MLP.
+  if (model.contains("activation")) {
+    const std::string name = f.string(model, "model", "activation");
+    if (!config::activation_of_name(name)) {
+      f.fail("model.activation", fmt::format("must be an activation tessera knows, got \"{}\"", name));
+    }
+  }
 }
 
 }  // namespace

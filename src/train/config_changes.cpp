@@ -53,12 +53,21 @@ std::map<std::string, std::string> flatten(const std::string& text, const std::s
 }  // namespace
 
 std::vector<ConfigChange> config_changes(const std::string& saved_toml, const std::string& now_toml) {
-  const std::map<std::string, std::string> saved = flatten(saved_toml, "the checkpoint's config");
+  std::map<std::string, std::string> saved = flatten(saved_toml, "the checkpoint's config");
+  // Configs saved before model.activation existed trained their architecture's MLP: not a change.
+  if (!saved.contains("model.activation")) {
+    const auto arch = saved.find("model.arch");
+    const bool llama = arch != saved.end() && arch->second == "\"llama\"";
+    saved["model.activation"] = fmt::format(
+        "\"{}\"", config::activation_name(config::default_activation(llama ? config::Architecture::Llama
+                                                                          : config::Architecture::Gpt2)));
+  }
   const std::map<std::string, std::string> now = flatten(now_toml, "this run's config");
   std::vector<ConfigChange> changes;
   const auto add = [&](const std::string& key) {
     if (std::find(kProcessKeys.begin(), kProcessKeys.end(), key) != kProcessKeys.end()) return;
-    const auto s = saved.find(key), n = now.find(key);
+    const auto s = saved.find(key);
+    const auto n = now.find(key);
     const std::string before = s == saved.end() ? "(not set)" : s->second;
     const std::string after = n == now.end() ? "(not set)" : n->second;
     if (before != after) changes.push_back({key, before, after, changes_optimization(key)});

@@ -87,6 +87,7 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
            "which the Hugging Face GPT-2 model cannot hold; train with model.arch = \"llama\" to export grouped-query "
            "attention",
            c.kv_heads(), c.n_head);
+  if (const auto refusal = hf_activation_refusal(c)) TS_FAIL("export: {}", *refusal);
   TS_CHECK(c.moe_experts == 0,
            "export: the checkpoint's model has {} experts per MoE block, which the Hugging Face GPT-2 and Llama models "
            "cannot hold; its weights stay in tessera's checkpoint (tessera sample reads it)", c.moe_experts);

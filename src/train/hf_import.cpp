@@ -224,7 +224,8 @@ std::vector<std::pair<std::string, std::string>> model_keys(const ModelConfig& m
           {"tied_embeddings", fmt::format("{}", m.tied_embeddings)},
           {"norm_eps", fmt::format("{}", m.norm_eps)},
           {"rope_theta", fmt::format("{}", m.rope_theta)},
-          {"moe_experts", fmt::format("{}", m.moe_experts)}};
+          {"moe_experts", fmt::format("{}", m.moe_experts)},
+          {"activation", config::activation_name(m.mlp_activation())}};
 }
 
 // "model.n_layer: config.json num_hidden_layers = 2 vs config 3; ..." for every key that differs.

@@ -102,6 +102,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"rope_theta", "", "rope_theta"},
     {"bias", "", "attention_bias"},
     {"tied_embeddings", "tie_word_embeddings", "tie_word_embeddings"},
+    {"activation", "activation_function", "hidden_act"},
 };
 
 const std::string kSupported = "\"gpt2\" (GPT2LMHeadModel) and \"llama\" (LlamaForCausalLM)";
@@ -190,11 +191,23 @@ Architecture architecture_of(const ConfigReader& r, const std::string& file) {
   return *arch;
 }
 
+// transformers' names of the ungated activations tessera has; GELU is its tanh approximation,
+// which transformers calls either of two names.
+std::optional<config::Activation> activation_of_hf(const std::string& name) {
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return config::Activation::Gelu;
+  if (name == "relu") return config::Activation::Relu;
+  if (name == "relu2") return config::Activation::Relu2;
+  return std::nullopt;
+}
+
 void read_gpt2(const ConfigReader& r, const std::string& file, ModelConfig& c) {
   const std::string act = r.text("activation_function", "gelu_new");
-  TS_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-           "'{}': activation_function \"{}\" is not tessera's GELU; tessera's GPT-2 uses the tanh approximation "
-           "(\"gelu_new\" or \"gelu_pytorch_tanh\")", file, act);
+  const std::optional<config::Activation> activation = activation_of_hf(act);
+  TS_CHECK(activation.has_value(),
+           "'{}': activation_function \"{}\" is not one of tessera's; tessera's GPT-2 reads the tanh approximation of "
+           "GELU (\"gelu_new\" or \"gelu_pytorch_tanh\"), \"relu\" and \"relu2\"", file, act);
+  // GELU is GPT-2's own: left unset, as a run config that does not name it.
+  if (*activation != config::Activation::Gelu) c.activation = activation;
   TS_CHECK(r.boolean("scale_attn_weights", true) && !r.boolean("scale_attn_by_inverse_layer_idx", false),
            "'{}': tessera's attention scales its scores by 1/sqrt(head size) only, which needs "
            "scale_attn_weights = true and scale_attn_by_inverse_layer_idx = false", file);
@@ -228,8 +241,23 @@ void read_llama(const ConfigReader& r, const std::string& file, ModelConfig& c) 
 
 }  // namespace
 
+std::optional<std::string> hf_activation_refusal(const ModelConfig& model) {
+  const config::Activation a = model.mlp_activation();
+  if (model.arch == Architecture::Gpt2 && a == config::Activation::Swiglu) {
+    return std::string("the Hugging Face GPT-2 model has no gated MLP, so model.activation = \"swiglu\" cannot be "
+                       "written for model.arch = \"gpt2\"; train with model.arch = \"llama\" to export SwiGLU");
+  }
+  if (model.arch == Architecture::Llama && a != config::Activation::Swiglu) {
+    return fmt::format("the Hugging Face Llama model's MLP is always gated, so model.activation = \"{}\" cannot be "
+                       "written for model.arch = \"llama\"; train with model.arch = \"gpt2\" to export it",
+                       config::activation_name(a));
+  }
+  return std::nullopt;
+}
+
 std::vector<HfTensor> hf_tensors(const ModelConfig& model) {
   TS_CHECK(model.moe_experts == 0, "the Hugging Face GPT-2 and Llama models hold no mixture of experts");
+  if (const auto refusal = hf_activation_refusal(model)) TS_FAIL("{}", *refusal);
   TS_CHECK(model.arch != Architecture::Gpt2 || model.kv_heads() == model.n_head,
            "the Hugging Face GPT-2 model holds no grouped-query attention");
   return model.arch == Architecture::Gpt2 ? gpt2_tensors(model) : llama_tensors(model);
@@ -248,6 +276,19 @@ std::string_view hf_config_key(Architecture arch, std::string_view key) {
   return {};
 }
 
+namespace {
+// GPT-2's activation_function for an ungated activation (hf_activation_refusal keeps SwiGLU away).
+std::string gpt2_activation_function(config::Activation a) {
+  switch (a) {
+    case config::Activation::Gelu: return "gelu_new";  // GELU's tanh approximation, as tessera trains it
+    case config::Activation::Relu: return "relu";
+    case config::Activation::Relu2: return "relu2";
+    case config::Activation::Swiglu: break;
+  }
+  TS_FAIL("{}", *hf_activation_refusal(ModelConfig{.activation = a}));
+}
+}  // namespace
+
 nlohmann::ordered_json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_id) {
   using Json = nlohmann::ordered_json;
   const auto key = [&](std::string_view k) { return std::string(hf_config_key(c.arch, k)); };
@@ -263,7 +304,7 @@ nlohmann::ordered_json hf_config_json(const ModelConfig& c, int32_t bos_id, int3
   j[key("norm_eps")] = c.norm_eps;
   if (c.arch == Architecture::Gpt2) {
     j["n_ctx"] = c.seq_len;
-    j["activation_function"] = "gelu_new";  // GELU's tanh approximation, as tessera trains it
+    j["activation_function"] = gpt2_activation_function(c.mlp_activation());
     j["resid_pdrop"] = c.dropout;           // tessera drops out on the residual branches only
     j["embd_pdrop"] = 0.0;
     j["attn_pdrop"] = 0.0;

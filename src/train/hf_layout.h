@@ -17,6 +17,7 @@
 // config.json (hf_config_json, model_config_from_hf): model_type and architectures name the
 // model class; the sizes sit under each class's own key names (hf_config_key).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +50,10 @@ struct HfTensor {
 // Together they cover each of the model's parameters exactly once.
 std::vector<HfTensor> hf_tensors(const config::ModelConfig& model);
 
+// Why the Hugging Face classes cannot hold `model`'s MLP, or nothing: HF's GPT-2 MLP is ungated
+// (activation_function "gelu_new", "relu" or "relu2"), its Llama MLP always gated (SwiGLU).
+std::optional<std::string> hf_activation_refusal(const config::ModelConfig& model);
+
 // "gpt2" / "llama" (config.json's model_type) and "GPT2LMHeadModel" / "LlamaForCausalLM" (its
 // architectures).
 std::string_view hf_model_type(config::Architecture arch);
@@ -64,7 +69,8 @@ nlohmann::ordered_json hf_config_json(const config::ModelConfig& model, int32_t 
 
 // The model a config.json describes (`file` names it in messages): a model_type or architectures
 // other than GPT-2's and Llama's, a missing or mistyped size, or a feature tessera's models lack
-// (Llama's rope_scaling, another activation) is an error naming the key and what is supported.
+// (Llama's rope_scaling, an activation other than GPT-2's gelu_new, gelu_pytorch_tanh, relu and
+// relu2 or Llama's silu) is an error naming the key and what is supported.
 // Keys config.json may leave out take transformers' defaults. Dropout is the training's choice,
 // not the weights': 0.
 config::ModelConfig model_config_from_hf(const nlohmann::json& config, const std::string& file);

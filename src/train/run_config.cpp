@@ -656,6 +656,8 @@ std::string to_toml(const RunConfig& c) {
                     {"dropout", shortest(m.dropout)},
                     {"norm_eps", shortest(m.norm_eps)},
                     {"rope_theta", shortest(m.rope_theta)}};
+  // Resolved, so that the saved config says which MLP the run trained whatever the defaults become.
+  model.insert("activation", config::activation_name(m.mlp_activation()));
   model.insert("moe_experts", m.moe_experts);
   model.insert("moe_top_k", m.moe_top_k);
   model.insert("moe_capacity_factor", shortest(m.moe_capacity_factor));

@@ -35,6 +35,43 @@ TEST(ModelConfig, ReadsKeysAndDefaults) {
   EXPECT_EQ(gpt2_124m().parameter_count(), m.parameter_count());
 }
 
+// model.activation: unset is the architecture's own; any architecture takes any of the four, and
+// the MLP's width and parameters follow the activation (gated or not), not the architecture.
+TEST(ModelConfig, ActivationDefaultsToTheArchitecturesAndSetsTheMlpShape) {
+  const ModelConfig gpt2 = parse("[model]\nn_embd = 96\nn_head = 4\n");
+  EXPECT_FALSE(gpt2.activation.has_value());
+  EXPECT_EQ(gpt2.mlp_activation(), Activation::Gelu);
+  const ModelConfig llama = parse("[model]\narch = \"llama\"\nn_embd = 96\nn_head = 4\n");
+  EXPECT_EQ(llama.mlp_activation(), Activation::Swiglu);
+  EXPECT_EQ(llama.ffn(), 256);  // 8·96/3 = 256
+
+  const ModelConfig relu2 = parse("[model]\nn_embd = 96\nn_head = 4\nactivation = \"relu2\"\n");
+  EXPECT_EQ(relu2.mlp_activation(), Activation::Relu2);
+  EXPECT_EQ(relu2.ffn(), gpt2.ffn());
+  EXPECT_EQ(relu2.parameter_count(), gpt2.parameter_count());
+  const ModelConfig gated = parse("[model]\nn_embd = 96\nn_head = 4\nactivation = \"swiglu\"\n");
+  EXPECT_EQ(gated.ffn(), 256);
+  const int64_t C = 96, F = 256;
+  EXPECT_EQ(gated.mlp_parameter_count(), 2 * C * F + 2 * F + F * C + C);  // gate, up, down, biases
+  EXPECT_EQ(gated.parameter_count() - gpt2.parameter_count(),
+            4 * (gated.mlp_parameter_count() - gpt2.mlp_parameter_count()));
+  const ModelConfig llama_relu = parse("[model]\narch = \"llama\"\nn_embd = 96\nn_head = 4\nactivation = \"relu\"\n");
+  EXPECT_EQ(llama_relu.ffn(), 4 * 96);
+  EXPECT_EQ(llama_relu.mlp_parameter_count(), 2 * C * 4 * C);  // fc and proj, no biases
+
+  for (Activation a : {Activation::Gelu, Activation::Relu, Activation::Relu2, Activation::Swiglu}) {
+    EXPECT_EQ(parse_activation(activation_name(a), "model.activation"), a);
+  }
+}
+
+TEST(ModelConfig, AnUnknownActivationIsRefusedListingTheNames) {
+  const std::string e = error_of("[model]\nactivation = \"silu\"\n");
+  EXPECT_NE(e.find("model.activation = 'silu' is not known; use one of \"gelu\", \"relu\", \"relu2\", \"swiglu\""),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of("[model]\nactivation = 2\n").find("model.activation"), std::string::npos);
+}
+
 // Grouped-query attention: Llama 2 70B and Llama 3 8B from their config files have the published
 // parameter counts (k and v projections of n_kv_head heads only).
 TEST(ModelConfig, GroupedQueryAttentionCountsThePublishedParameters) {

@@ -16,6 +16,7 @@
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cpu/relu.h"
 #include "kernels/cpu/swiglu.h"
 
 namespace tessera::kernels::testing {
@@ -161,6 +162,51 @@ struct GeluOp {
     for (size_t i = 0; i < n; ++i) {
       const double x = in[0][i];
       out[i] = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
+    }
+  }
+};
+
+// ReLU (squared: relu2) of the inputs moved kMargin away from 0: finite differences across the kink
+// at 0 see neither one-sided derivative (ReLU's jumps; squared ReLU's second derivative does), and
+// a step of the directional check moves many of the 40000 entries at once. The move is part of the
+// op under test (its derivative is 1), so the kernels' own gradients are what is compared.
+struct ReluOp {
+  static constexpr bool kScalarUpstream = false, kHasReference = true;
+  static constexpr double kMargin = 1e-2;
+  size_t n;
+  bool squared;
+  std::vector<Input> inputs() const { return {{"inp", n, Grad::Written, 0.0, 3.0}}; }
+  size_t output_size() const { return n; }
+  template <class T>
+  static std::vector<T> away_from_kink(const std::vector<T>& x) {
+    std::vector<T> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] + static_cast<T>(x[i] < T(0) ? -kMargin : kMargin);
+    return y;
+  }
+  template <class T>
+  void forward(const Buffers<T>& in, std::vector<T>& out, Buffers<T>&) const {
+    const std::vector<T> x = away_from_kink(in[0]);
+    if (squared) {
+      relu2_forward(out.data(), x.data(), n);
+    } else {
+      relu_forward(out.data(), x.data(), n);
+    }
+  }
+  template <class T>
+  void backward(const Buffers<T>& in, const std::vector<T>&, const std::vector<T>& dout, const Buffers<T>&,
+                Buffers<T>& din) const {
+    const std::vector<T> x = away_from_kink(in[0]);
+    if (squared) {
+      relu2_backward(din[0].data(), x.data(), dout.data(), n);
+    } else {
+      relu_backward(din[0].data(), x.data(), dout.data(), n);
+    }
+  }
+  void reference(const Buffers<double>& in, std::vector<double>& out) const {
+    const std::vector<double> x = away_from_kink(in[0]);
+    for (size_t i = 0; i < n; ++i) {
+      const double r = x[i] > 0 ? x[i] : 0.0;
+      out[i] = squared ? r * r : r;
     }
   }
 };
@@ -320,6 +366,10 @@ std::vector<std::shared_ptr<const OpCase>> dense_cases() {
       make_case("rmsnorm_N67_C33", RmsNormOp{67, 33}),
       make_case("gelu_n1", GeluOp{1}),
       make_case("gelu_n1037", GeluOp{1037}),
+      make_case("relu_n1", ReluOp{1, false}),
+      make_case("relu_n1037", ReluOp{1037, false}),
+      make_case("relu2_n1", ReluOp{1, true}),
+      make_case("relu2_n1037", ReluOp{1037, true}),
       make_case("swiglu_n1", SwigluOp{1}),
       make_case("swiglu_n1037", SwigluOp{1037}),
       make_case("softmax_N1_C13", SoftmaxOp{1, 13}),
@@ -338,6 +388,8 @@ std::vector<std::shared_ptr<const OpCase>> dense_cases() {
       make_case("layernorm_N300_C77", LayerNormOp{300, 77, true}),
       make_case("rmsnorm_N300_C77", RmsNormOp{300, 77}),
       make_case("gelu_n40000", GeluOp{40000}),
+      make_case("relu_n40000", ReluOp{40000, false}),
+      make_case("relu2_n40000", ReluOp{40000, true}),
       make_case("swiglu_n40000", SwigluOp{40000}),
       make_case("softmax_N200_C100", SoftmaxOp{200, 100}),
       make_case("cross_entropy_N64_V512", CrossEntropyOp(64, 512)),

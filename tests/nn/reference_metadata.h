@@ -24,6 +24,7 @@ inline void write_model_metadata(io::SafeTensorsWriter& writer, const config::Mo
   meta("tied_embeddings", c.tied_embeddings ? "true" : "false");
   meta("norm_eps", fmt::format("{:.9g}", c.norm_eps));
   meta("rope_theta", fmt::format("{:.9g}", c.rope_theta));
+  meta("activation", config::activation_name(c.mlp_activation()));
 }
 
 }  // namespace tessera::testing

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -70,13 +72,73 @@ TEST(GPT, ParametersAreNamedAndCounted) {
   }
 }
 
+// model.activation picks the MLP's shape whatever the architecture: ungated fc and proj of 4C, or
+// SwiGLU's gate, up and down of ~8C/3; the count and ffn() follow it.
+TEST(GPT, TheActivationSetsTheMlpOnEitherArchitecture) {
+  using config::Activation;
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    for (Activation a : {Activation::Gelu, Activation::Relu, Activation::Relu2, Activation::Swiglu}) {
+      ModelConfig c = small_config(arch);
+      c.activation = a;
+      MemoryAccountant mem;
+      nn::GPT model(c, mem, 1);
+      const std::string what = config::architecture_name(arch) + " " + config::activation_name(a);
+      EXPECT_EQ(model.parameters().numel(), c.parameter_count()) << what;
+      if (a == Activation::Swiglu) {
+        EXPECT_EQ(c.ffn(), 128) << what;  // 8·32/3 = 85, rounded up to 64
+        EXPECT_EQ(model.parameters().get("blocks.0.mlp.gate.weight").shape, (Shape{128, 32})) << what;
+        EXPECT_EQ(model.parameters().get("blocks.0.mlp.up.weight").shape, (Shape{128, 32})) << what;
+        EXPECT_EQ(model.parameters().get("blocks.0.mlp.down.weight").shape, (Shape{32, 128})) << what;
+        EXPECT_THROW(model.parameters().get("blocks.0.mlp.fc.weight"), Error) << what;
+      } else {
+        EXPECT_EQ(c.ffn(), 128) << what;  // 4C
+        EXPECT_EQ(model.parameters().get("blocks.0.mlp.fc.weight").shape, (Shape{128, 32})) << what;
+        EXPECT_EQ(model.parameters().get("blocks.0.mlp.proj.weight").shape, (Shape{32, 128})) << what;
+        EXPECT_THROW(model.parameters().get("blocks.0.mlp.gate.weight"), Error) << what;
+      }
+    }
+  }
+}
+
+// The same model with another activation computes another function: the activation is applied,
+// not only named. Unset is the architecture's own, bit for bit.
+TEST(GPT, EachActivationGivesItsOwnLossAndUnsetIsTheArchitecturesOwn) {
+  using config::Activation;
+  const int B = 2, T = 9;
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    auto tokens = random_tokens(B * T, 61, 1);
+    auto targets = random_tokens(B * T, 61, 2);
+    auto loss_of = [&](std::optional<Activation> a) {
+      ModelConfig c = small_config(arch);
+      c.activation = a;
+      MemoryAccountant mem;
+      nn::GPT model(c, mem, 1);
+      nn::StepContext step{mem, model.parameters()};
+      nn::GPT::Ctx ctx;
+      return model.forward(step, ctx, tokens.data(), targets.data(), B, T, 1.0f);
+    };
+    const double own = loss_of(std::nullopt);
+    EXPECT_EQ(own, loss_of(config::default_activation(arch)));
+    std::vector<double> losses;
+    for (Activation a : {Activation::Gelu, Activation::Relu, Activation::Relu2}) losses.push_back(loss_of(a));
+    EXPECT_NE(losses[0], losses[1]);
+    EXPECT_NE(losses[1], losses[2]);
+    EXPECT_NE(losses[0], losses[2]);
+  }
+}
+
 // Counted memory equals the shapes' arithmetic: params/grads/optimizer 4/4/8 bytes per parameter
 // in fp32, and the activation peak of a training step equals config::saved_activation_bytes.
 TEST(GPT, MeasuredMemoryEqualsTheFormulas) {
   for (int kv_heads : {0, 2}) {  // multi-head, and grouped-query attention with 2 key/value heads
-    for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    for (auto [arch, activation] : {std::pair{Architecture::Gpt2, config::Activation::Gelu},
+                                    std::pair{Architecture::Llama, config::Activation::Swiglu},
+                                    std::pair{Architecture::Gpt2, config::Activation::Relu2},
+                                    std::pair{Architecture::Gpt2, config::Activation::Swiglu},
+                                    std::pair{Architecture::Llama, config::Activation::Relu}}) {
       ModelConfig c = small_config(arch);
       c.n_kv_head = kv_heads;
+      c.activation = activation;
       MemoryAccountant mem;
       nn::GPT model(c, mem, 1);
       optim::AdamW opt(mem, {}, model.parameters().numel());

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "config/activation_bytes.h"
@@ -35,6 +38,18 @@ ModelConfig moe_config(Architecture arch, int top_k, float capacity_factor) {
   return c;
 }
 
+// Each architecture with its own MLP, and with the other kind: the experts follow model.activation.
+const std::pair<Architecture, std::optional<config::Activation>> kModels[] = {
+    {Architecture::Gpt2, std::nullopt},
+    {Architecture::Llama, std::nullopt},
+    {Architecture::Gpt2, config::Activation::Swiglu},
+    {Architecture::Llama, config::Activation::Relu2},
+};
+
+std::string describe(Architecture arch, const ModelConfig& c) {
+  return config::architecture_name(arch) + " " + config::activation_name(c.mlp_activation());
+}
+
 std::vector<int32_t> random_tokens(int n, int vocab, uint64_t stream) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -46,13 +61,19 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint64_t stream) {
 }  // namespace
 
 TEST(Moe, ParametersAreStackedAndCounted) {
-  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+  for (const auto& [arch, activation] : kModels) {
     ModelConfig c = moe_config(arch, 2, 1.0f);
+    c.activation = activation;
     c.moe_every = 2;  // block 1 only
     MemoryAccountant mem;
     nn::GPT model(c, mem, 1);
-    EXPECT_EQ(model.parameters().numel(), c.parameter_count());
-    const std::string fc = arch == Architecture::Gpt2 ? "fc" : "gate";
+    EXPECT_EQ(model.parameters().numel(), c.parameter_count()) << describe(arch, c);
+    const std::string fc = c.gated_mlp() ? "gate" : "fc";
+    if (c.gated_mlp()) {
+      EXPECT_NO_THROW(model.parameters().get("blocks.1.moe.experts.up.weight")) << describe(arch, c);
+    } else {
+      EXPECT_THROW(model.parameters().get("blocks.1.moe.experts.up.weight"), Error) << describe(arch, c);
+    }
     EXPECT_EQ(model.parameters().get("blocks.1.moe.experts." + fc + ".weight").shape, (Shape{4, 24, 16}));
     EXPECT_EQ(model.parameters().get("blocks.1.moe.router.weight").shape, (Shape{4, 16}));
     EXPECT_THROW(model.parameters().get("blocks.1.mlp." + fc + ".weight"), Error);
@@ -74,10 +95,11 @@ TEST(Moe, CapacityIsCountedPerMicrobatch) {
 // The activation peak of a training step equals config::saved_activation_bytes, with tokens
 // dropped or not, and the routing statistics add up: each expert within its capacity.
 TEST(Moe, MeasuredMemoryAndRoutingEqualTheFormulas) {
-  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+  for (const auto& [arch, activation] : kModels) {
     for (int k : {1, 2}) {
       for (float capacity_factor : {0.5f, 2.0f}) {
-        const ModelConfig c = moe_config(arch, k, capacity_factor);
+        ModelConfig c = moe_config(arch, k, capacity_factor);
+        c.activation = activation;
         MemoryAccountant mem;
         nn::GPT model(c, mem, 1);
         const int B = 2, T = 11;
@@ -118,9 +140,10 @@ TEST(Moe, MeasuredMemoryAndRoutingEqualTheFormulas) {
 // router and every expert weight against central differences along random directions (f32, so
 // a loose tolerance; a wrong term is off by far more).
 TEST(Moe, LayerGradientMatchesFiniteDifferences) {
-  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+  for (const auto& [arch, activation] : kModels) {
     for (int k : {1, 2}) {
       ModelConfig c = moe_config(arch, k, 0.75f);  // tight: some choices drop
+      c.activation = activation;
       nn::ParameterStore store;
       nn::MoeFeedForward layer(store, "moe", c);
       MemoryAccountant mem;
@@ -181,7 +204,7 @@ TEST(Moe, LayerGradientMatchesFiniteDifferences) {
         const double numeric = (at(h) - at(-h)) / (2.0 * h);
         std::copy(w0.begin(), w0.end(), w);
         EXPECT_NEAR(numeric, predicted, 2e-2 * std::max(1.0, std::fabs(predicted)))
-            << config::architecture_name(arch) << " k " << k << " direction " << dir;
+            << describe(arch, c) << " k " << k << " direction " << dir;
       }
       // A term left out of the backward is caught: the aux and z losses matter at these weights.
       EXPECT_GT(c.moe_aux_loss_coef, 0.0f);

@@ -169,6 +169,22 @@ TEST(VsPyTorch, LlamaGroupedQueryAttention) {
   c.n_kv_head = 2;
   run_case({"llama_gqa", c, 2, 29});
 }
+// model.activation against PyTorch's own functions: squared ReLU and ReLU on GPT-2, SwiGLU on GPT-2
+// (with biases, which Llama lacks) and squared ReLU on Llama.
+TEST(VsPyTorch, ActivationsOnEitherArchitecture) {
+  ModelConfig relu2 = make(Architecture::Gpt2, 2, 4, 64, 128, 32, true, true);
+  relu2.activation = config::Activation::Relu2;
+  run_case({"gpt2_relu2", relu2, 2, 32});
+  ModelConfig relu = relu2;
+  relu.activation = config::Activation::Relu;
+  run_case({"gpt2_relu", relu, 2, 32});
+  ModelConfig swiglu = relu2;
+  swiglu.activation = config::Activation::Swiglu;
+  run_case({"gpt2_swiglu", swiglu, 2, 32});
+  ModelConfig llama_relu2 = make(Architecture::Llama, 2, 4, 64, 101, 32, false, false);
+  llama_relu2.activation = config::Activation::Relu2;
+  run_case({"llama_relu2", llama_relu2, 2, 29});
+}
 TEST(VsPyTorch, Gpt2GroupedQueryAttentionWithBias) {
   ModelConfig c = make(Architecture::Gpt2, 2, 4, 64, 128, 32, true, true);
   c.n_kv_head = 1;

@@ -113,10 +113,15 @@ class ModelSpec:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     n_kv_head: int = 0  # 0: as many as n_head; fewer is grouped-query attention
+    activation: str = ""  # "gelu", "relu", "relu2" or "swiglu"; "" is the architecture's own
 
     @property
     def kv_heads(self):
         return self.n_kv_head or self.n_head
+
+    @property
+    def mlp_activation(self):
+        return self.activation or ("gelu" if self.arch == "gpt2" else "swiglu")
 
     @staticmethod
     def from_metadata(meta):
@@ -131,13 +136,16 @@ class ModelSpec:
                          seq_len=int(meta["seq_len"]), ffn_hidden=int(meta["ffn_hidden"]), bias=flag("bias"),
                          tied_embeddings=flag("tied_embeddings"), norm_eps=float(meta["norm_eps"]),
                          rope_theta=float(meta["rope_theta"]),
-                         n_kv_head=int(meta.get("n_kv_head", meta["n_head"])))
+                         n_kv_head=int(meta.get("n_kv_head", meta["n_head"])),
+                         activation=meta.get("activation", ""))
         if spec.arch not in ("gpt2", "llama"):
             raise ValueError(f"metadata arch={spec.arch!r}: expected 'gpt2' or 'llama'")
         if spec.n_embd % spec.n_head != 0:
             raise ValueError(f"n_embd {spec.n_embd} is not a multiple of n_head {spec.n_head}")
         if spec.n_head % spec.kv_heads != 0:
             raise ValueError(f"n_kv_head {spec.kv_heads} does not divide n_head {spec.n_head}")
+        if spec.mlp_activation not in ("gelu", "relu", "relu2", "swiglu"):
+            raise ValueError(f"metadata activation={spec.activation!r}: expected gelu, relu, relu2 or swiglu")
         return spec
 
 
@@ -166,7 +174,7 @@ def parameter_shapes(spec):
         linear(p + ".attn.qkv", C + 2 * (C // spec.n_head) * spec.kv_heads, C)
         linear(p + ".attn.proj", C, C)
         norm(p + ".norm2")
-        if gpt2:
+        if spec.mlp_activation != "swiglu":
             linear(p + ".mlp.fc", F_, C)
             linear(p + ".mlp.proj", C, F_)
         else:
@@ -243,9 +251,12 @@ def _attention(spec, params, prefix, x, rope):
     return _linear(params, prefix + ".proj", y)
 
 
+_UNGATED = {"gelu": lambda h: F.gelu(h, approximate="tanh"), "relu": F.relu, "relu2": lambda h: F.relu(h).square()}
+
+
 def _mlp(spec, params, prefix, x):
-    if spec.arch == "gpt2":
-        return _linear(params, prefix + ".proj", F.gelu(_linear(params, prefix + ".fc", x), approximate="tanh"))
+    if spec.mlp_activation in _UNGATED:
+        return _linear(params, prefix + ".proj", _UNGATED[spec.mlp_activation](_linear(params, prefix + ".fc", x)))
     gate = F.silu(_linear(params, prefix + ".gate", x))
     return _linear(params, prefix + ".down", gate * _linear(params, prefix + ".up", x))
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/relu.h"
 #include "kernels/cpu/swiglu.h"
 #include "ops/ops.h"
 
@@ -205,6 +206,18 @@ std::vector<OpCase> op_cases() {
       entry("gelu_backward", elementwise, {arg("dx", {"N", "F"}), arg("x", {"N", "F"}), arg("dy", {"N", "F"})},
             run([](const Args& a) { gelu_backward(a["dx"], a["x"], a["dy"]); }),
             run([](const Args& a) { kernels::gelu_backward(a.f("dx"), a.f("x"), a.f("dy"), numel(a, "x")); })),
+      entry("relu_forward", elementwise, {arg("y", {"N", "F"}), arg("x", {"N", "F"})},
+            run([](const Args& a) { relu_forward(a["y"], a["x"]); }),
+            run([](const Args& a) { kernels::relu_forward(a.f("y"), a.f("x"), numel(a, "x")); })),
+      entry("relu_backward", elementwise, {arg("dx", {"N", "F"}), arg("x", {"N", "F"}), arg("dy", {"N", "F"})},
+            run([](const Args& a) { relu_backward(a["dx"], a["x"], a["dy"]); }),
+            run([](const Args& a) { kernels::relu_backward(a.f("dx"), a.f("x"), a.f("dy"), numel(a, "x")); })),
+      entry("relu2_forward", elementwise, {arg("y", {"N", "F"}), arg("x", {"N", "F"})},
+            run([](const Args& a) { relu2_forward(a["y"], a["x"]); }),
+            run([](const Args& a) { kernels::relu2_forward(a.f("y"), a.f("x"), numel(a, "x")); })),
+      entry("relu2_backward", elementwise, {arg("dx", {"N", "F"}), arg("x", {"N", "F"}), arg("dy", {"N", "F"})},
+            run([](const Args& a) { relu2_backward(a["dx"], a["x"], a["dy"]); }),
+            run([](const Args& a) { kernels::relu2_backward(a.f("dx"), a.f("x"), a.f("dy"), numel(a, "x")); })),
       entry("swiglu_forward", elementwise, {arg("y", {"N", "F"}), arg("gate", {"N", "F"}), arg("up", {"N", "F"})},
             run([](const Args& a) { swiglu_forward(a["y"], a["gate"], a["up"]); }),
             run([](const Args& a) { kernels::swiglu_forward(a.f("y"), a.f("gate"), a.f("up"), numel(a, "gate")); })),

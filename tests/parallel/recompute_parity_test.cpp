@@ -27,7 +27,8 @@ namespace {
 using Checks = tessera::testing::RankChecks;
 
 std::string describe(const ParityCase& c) {
-  return fmt::format("{} zero{} {} {}{}", config::architecture_name(c.model.arch), c.zero_stage,
+  return fmt::format("{} {} zero{} {} {}{}", config::architecture_name(c.model.arch),
+                     config::activation_name(c.model.mlp_activation()), c.zero_stage,
                      config::schedule_name(c.schedule),
                      memory::recompute_policy_name(c.recompute.policy),
                      c.recompute.policy == memory::RecomputePolicy::EveryK ? fmt::format(" k={}", c.recompute.every_k)
@@ -89,7 +90,10 @@ void check_skip_everywhere(int stage, dist::Communicator& world, Checks& t) {
 
 int main(int argc, char** argv) {
   return run_rank_checks(argc, argv, [](dist::Communicator& world, Checks& t) {
-    for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
+    // Squared ReLU on GPT-2: selective recomputation rebuilds another activation from the same pre.
+    config::ModelConfig relu2 = gpt2_odd_config();
+    relu2.activation = config::Activation::Relu2;
+    for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config(), relu2}) {
       ParityCase base;
       base.model = model;
       base.model.n_layer = 3;

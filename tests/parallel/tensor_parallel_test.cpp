@@ -6,7 +6,9 @@
 //    after 5 steps, at tp = 2 (and 4 with 4 ranks), for GPT-2 with a tied embedding and Llama
 //    untied, Llama with grouped-query attention (8 heads on 4 key/value heads), a vocabulary tp
 //    divides and one it does not (padded), dropout on, 1 and 3
-//    microbatches; full and selective recomputation; with 4 ranks also tp 2 × dp 2 under ZeRO 0-3,
+//    microbatches; full and selective recomputation; each model.activation on a model of the
+//    other architecture's MLP or of neither (GPT-2 with ReLU, squared ReLU and SwiGLU, Llama with
+//    squared ReLU), with and without selective recomputation; with 4 ranks also tp 2 × dp 2 under ZeRO 0-3,
 //    and tp 2 × pp 2;
 //  - the same with sequence parallelism (sp): tp = 2 and 4, sequences split in parts of T/tp, one
 //    and several sequences per microbatch (the packed and the direct collectives), recomputation,
@@ -21,6 +23,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <utility>
 
 #include "dist/mesh.h"
 #include "nn/gpt.h"
@@ -64,8 +67,10 @@ config::ModelConfig llama_gqa(int vocab) {
 }
 
 std::string describe(const ParityCase& c, const config::ParallelLayout& layout) {
-  return fmt::format("{}{} V{} tp{}{} dp{} pp{}{} ZeRO-{} m{} b{}", config::architecture_name(c.model.arch),
-                     c.model.kv_heads() != c.model.n_head ? " GQA" : "", c.model.vocab_size, layout.tp,
+  return fmt::format("{}{}{} V{} tp{}{} dp{} pp{}{} ZeRO-{} m{} b{}", config::architecture_name(c.model.arch),
+                     c.model.kv_heads() != c.model.n_head ? " GQA" : "",
+                     c.model.activation ? " " + config::activation_name(*c.model.activation) : "", c.model.vocab_size,
+                     layout.tp,
                      c.sequence_parallel ? "+sp" : "", layout.dp, layout.pp,
                      layout.pp > 1 ? fmt::format(" ({} v{})", config::schedule_name(c.schedule), c.virtual_stages) : "",
                      c.zero_stage, c.micros, c.global_batch / layout.dp / c.micros);
@@ -275,6 +280,21 @@ int main(int argc, char** argv) {
       // MLP activation's F/tp and the whole norm outputs).
       for (const config::ModelConfig& model : {models[0], models[2]}) {
         for (memory::RecomputePolicy policy : {memory::RecomputePolicy::Full, memory::RecomputePolicy::Selective}) {
+          run_case(model, layout, 0, 2, policy);
+        }
+      }
+      // The activation is elementwise on the column-parallel output: every kind splits as the
+      // architecture's own does, selective recomputation rebuilding it from each rank's part.
+      const std::pair<config::ModelConfig, config::Activation> activations[] = {
+          {models[0], config::Activation::Relu},
+          {models[0], config::Activation::Relu2},
+          {models[0], config::Activation::Swiglu},
+          {models[2], config::Activation::Relu2}};
+      for (auto [model, activation] : activations) {
+        model.activation = activation;
+        check_initial_weights(model, mesh.tp(), t);
+        check_blocks(model, mesh.tp(), t);
+        for (memory::RecomputePolicy policy : {memory::RecomputePolicy::None, memory::RecomputePolicy::Selective}) {
           run_case(model, layout, 0, 2, policy);
         }
       }

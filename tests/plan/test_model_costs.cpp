@@ -112,3 +112,32 @@ TEST(PlanModelCosts, LlamaLayersCountTheirThreeMlpProjections) {
   Layout l;
   EXPECT_EQ(stage_params(m, l, 0).total(), static_cast<double>(m.parameter_count()));
 }
+
+// The MLP's shape follows model.activation on either architecture: three projections for SwiGLU
+// (GPT-2 too), two for the ungated ones (Llama too); parameters per rank add up to the model's, and
+// the activation's elementwise pass reads and writes F values (SwiGLU reads two).
+TEST(PlanModelCosts, TheMlpFollowsTheActivationNotTheArchitecture) {
+  using config::Activation;
+  for (config::Architecture arch : {config::Architecture::Gpt2, config::Architecture::Llama}) {
+    for (Activation a : {Activation::Gelu, Activation::Relu, Activation::Relu2, Activation::Swiglu}) {
+      config::ModelConfig m;
+      m.arch = arch;
+      m.bias = arch == config::Architecture::Gpt2;
+      m.activation = a;
+      m.n_layer = 2;
+      m.n_head = 8;
+      m.n_embd = 512;
+      m.vocab_size = 1000;
+      m.seq_len = 256;
+      const std::string what = config::architecture_name(arch) + " " + config::activation_name(a);
+      const double b = 3, s = m.seq_len, h = m.n_embd, F = m.ffn();
+      const double matrices = a == Activation::Swiglu ? 3 : 2;
+      EXPECT_DOUBLE_EQ(layer_forward_flops(m, 3), 2 * b * s * (4 * h * h + matrices * h * F) + 4 * b * s * s * h)
+          << what;
+      Layout l;
+      EXPECT_EQ(stage_params(m, l, 0).total(), static_cast<double>(m.parameter_count())) << what;
+      const LayerOps ops = layer_forward_ops(m, 3, 1, false, Precision::Bf16, false);
+      EXPECT_EQ(ops.gemms.size(), 2 + matrices) << what;
+    }
+  }
+}

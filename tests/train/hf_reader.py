@@ -76,8 +76,11 @@ def gpt2_logits(cfg, w, tokens):
     V, T_max, C, L, H = cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
     Fh = cfg.get("n_inner") or 4 * C
     eps = cfg["layer_norm_epsilon"]
-    if cfg["activation_function"] != "gelu_new":
-        raise ValueError(f"activation_function {cfg['activation_function']!r}: this reader knows gelu_new")
+    # transformers' ACT2FN: gelu_new is GELU's tanh approximation, relu2 ReLUSquaredActivation.
+    acts = {"gelu_new": lambda h: F.gelu(h, approximate="tanh"), "relu": F.relu, "relu2": lambda h: F.relu(h) ** 2}
+    if cfg["activation_function"] not in acts:
+        raise ValueError(f"activation_function {cfg['activation_function']!r}: this reader knows {sorted(acts)}")
+    act = acts[cfg["activation_function"]]
     B, T = tokens.shape
     D = C // H
     wte = w.take("transformer.wte.weight", (V, C))
@@ -96,7 +99,7 @@ def gpt2_logits(cfg, w, tokens):
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + conv1d(p + "attn.c_proj", y, C, C)
         h = conv1d(p + "mlp.c_fc", ln(p + "ln_2", x), C, Fh)
-        x = x + conv1d(p + "mlp.c_proj", F.gelu(h, approximate="tanh"), Fh, C)
+        x = x + conv1d(p + "mlp.c_proj", act(h), Fh, C)
     x = ln("transformer.ln_f", x)
     head = wte if cfg.get("tie_word_embeddings", True) else w.take("lm_head.weight", (V, C))
     return x @ head.t()

@@ -180,6 +180,38 @@ TEST_F(Export, LlamaWithGroupedQueryAttentionLoadsAndMatchesTheLoss) {
   EXPECT_NE(r.output.find("the Hugging Face GPT-2 model cannot hold"), std::string::npos) << r.output;
 }
 
+// Squared ReLU and ReLU on GPT-2 write transformers' names ("relu2", "relu"), and the reader
+// (transformers' definitions) gets tessera's loss. What the Hugging Face classes cannot hold, an
+// ungated Llama or a gated GPT-2, is refused in one line naming the key.
+TEST_F(Export, Gpt2ActivationsAreWrittenAndTheOnesHfCannotHoldRefused) {
+  for (const std::string activation : {"relu2", "relu"}) {
+    const fs::path run = train("gpt2_" + activation, "--model.activation " + activation);
+    const fs::path out = g_root / ("gpt2_" + activation + "_hf");
+    CliResult r = run_tessera("export " + run.string() + " " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_reader_matches(run, out, "gpt2");
+    EXPECT_EQ(read_json(out / "config.json")["activation_function"], activation);
+  }
+  struct Case {
+    std::string name, args, message;
+  } cases[] = {
+      {"gpt2_swiglu", "--model.activation swiglu",
+       "export: the Hugging Face GPT-2 model has no gated MLP, so model.activation = \"swiglu\" cannot be written "
+       "for model.arch = \"gpt2\""},
+      {"llama_relu2", "--model.arch llama --model.activation relu2",
+       "export: the Hugging Face Llama model's MLP is always gated, so model.activation = \"relu2\" cannot be "
+       "written for model.arch = \"llama\""},
+  };
+  for (const Case& c : cases) {
+    const fs::path run = train(c.name, c.args + " --train.steps 1");
+    const fs::path out = g_root / (c.name + "_hf");
+    CliResult r = run_tessera("export " + run.string() + " " + out.string());
+    EXPECT_NE(r.exit_code, 0) << c.name;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out / "config.json")) << "a refused export writes nothing";
+  }
+}
+
 TEST_F(Export, OutputFolderAndFormatAreChecked) {
   const fs::path run = train("small", "--train.steps 1");
   const fs::path out = g_root / "busy";

@@ -6,6 +6,8 @@
 // folder is refused with a message that names the problem.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +167,21 @@ TEST_F(HfImport, LlamaExportStartsARunAsItsCheckpointDoes) {
       "--model.arch llama --model.tied_embeddings false --model.n_head 4 --model.n_kv_head 2 --model.rope_theta 500";
   const fs::path run = train_and_export("llama", llama);
   EXPECT_EQ(losses_from(hf("llama"), "llama_from_hf", llama), losses_from(run, "llama_from_run", llama));
+}
+
+// Squared ReLU: exported with activation_function "relu2", read back as model.activation = "relu2";
+// a run that does not set it (GELU) is refused naming the key.
+TEST_F(HfImport, Gpt2WithSquaredReluRoundTripsItsActivation) {
+  const std::string relu2 = "--model.activation relu2";
+  const fs::path run = train_and_export("gpt2_relu2", relu2);
+  EXPECT_EQ(nlohmann::json::parse(read_file((hf("gpt2_relu2") / "config.json").string()))["activation_function"],
+            "relu2");
+  EXPECT_EQ(losses_from(hf("gpt2_relu2"), "relu2_from_hf", relu2), losses_from(run, "relu2_from_run", relu2));
+  const CliResult gelu = train_from(hf("gpt2_relu2"), "relu2_as_gelu", "");
+  EXPECT_NE(gelu.exit_code, 0);
+  EXPECT_NE(gelu.output.find("model.activation: config.json activation_function = relu2 vs config gelu"),
+            std::string::npos)
+      << gelu.output;
 }
 
 // GPT-2 without biases exports zero biases (HF's GPT-2 always has them); they load back into a
@@ -382,9 +399,22 @@ TEST(HfConfig, PublishedConfigsAndTheirRefusals) {
   typeless["architectures"] = {"GPT2ForSequenceClassification"};
   EXPECT_NE(refusal(typeless).find("GPT2ForSequenceClassification, a model class tessera does not read"),
             std::string::npos) << refusal(typeless);
-  nlohmann::json relu = gpt2;
-  relu["activation_function"] = "relu";
-  EXPECT_NE(refusal(relu).find("activation_function \"relu\""), std::string::npos) << refusal(relu);
+  // GPT-2's ungated activations that tessera has are read; others are refused naming the known ones.
+  for (const auto& [name, activation] : {std::pair{"relu", config::Activation::Relu},
+                                         std::pair{"relu2", config::Activation::Relu2},
+                                         std::pair{"gelu_pytorch_tanh", config::Activation::Gelu}}) {
+    nlohmann::json other = gpt2;
+    other["activation_function"] = name;
+    EXPECT_EQ(train::model_config_from_hf(other, "x/config.json").mlp_activation(), activation) << name;
+  }
+  nlohmann::json gelu = gpt2;
+  gelu["activation_function"] = "gelu";  // the exact erf GELU, not tessera's
+  EXPECT_NE(refusal(gelu).find("activation_function \"gelu\" is not one of tessera's"), std::string::npos)
+      << refusal(gelu);
+  EXPECT_NE(refusal(gelu).find("\"relu2\""), std::string::npos) << refusal(gelu);
+  nlohmann::json relu_llama = llama;
+  relu_llama["hidden_act"] = "relu";
+  EXPECT_NE(refusal(relu_llama).find("hidden_act \"relu\""), std::string::npos) << refusal(relu_llama);
   nlohmann::json odd_heads = gpt2;
   odd_heads["n_head"] = 7;
   EXPECT_NE(refusal(odd_heads).find("describes a model tessera cannot build"), std::string::npos)

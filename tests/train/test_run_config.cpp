@@ -7,6 +7,7 @@
 
 #include "config/tensor_parallel_shape.h"
 #include "train/memory_check.h"
+#include "train/config_changes.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -47,6 +48,29 @@ TEST(RunConfig, ResolvedConfigRoundTrips) {
   RunConfig back = read_run_config(toml::parse(text));
   EXPECT_EQ(to_toml(back), text);
   EXPECT_FALSE(back.vocab_from_data);
+}
+
+// model.activation is saved resolved (the architecture's when unset), round-trips, and a config
+// saved before the key existed is its architecture's, not a change; another activation is one.
+TEST(RunConfig, TheActivationIsSavedResolvedAndComparedWithOlderConfigs) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    const RunConfig c = read_run_config(toml::parse(fmt::format("[model]\narch = \"{}\"\n", arch)));
+    const std::string text = to_toml(c);
+    const std::string own = std::string(arch) == "gpt2" ? "gelu" : "swiglu";
+    EXPECT_NE(text.find("activation = '" + own + "'"), std::string::npos) << text;
+    const RunConfig back = read_run_config(toml::parse(text));
+    EXPECT_EQ(back.model.mlp_activation(), c.model.mlp_activation());
+    std::string older = text;
+    older.erase(older.find("activation = '" + own + "'\n"), ("activation = '" + own + "'\n").size());
+    ASSERT_EQ(older.find("activation ="), std::string::npos) << older;
+    EXPECT_TRUE(config_changes(older, text).empty()) << describe_changes(config_changes(older, text));
+    RunConfig relu2 = c;
+    relu2.model.activation = config::Activation::Relu2;
+    EXPECT_EQ(describe_changes(config_changes(older, to_toml(relu2))),
+              fmt::format("model.activation \"{}\" -> \"relu2\"", own));
+  }
+  EXPECT_NE(error_of("[model]\nactivation = \"gelu_new\"\n").find("model.activation = 'gelu_new' is not known"),
+            std::string::npos);
 }
 
 TEST(RunConfig, ErrorsNameTheKeyAndTheFix) {

@@ -230,6 +230,43 @@ TEST_F(TrainingProgram, DamagedCheckpointsAreRefusedAndGoodOnesKept) {
   EXPECT_EQ(ok.exit_code, 3) << ok.output;
 }
 
+// model.activation = "relu2" (squared ReLU) on GPT-2 trains through the program; the resolved
+// activation is in the run's config and the checkpoint's model, a resume or init_from with another
+// activation is refused as another model, and the same one resumes bitwise.
+TEST_F(TrainingProgram, ASquaredReluModelTrainsAndItsActivationTravelsWithTheCheckpoint) {
+  const fs::path whole = g_root / "relu2_whole", split = g_root / "relu2_split";
+  const std::string relu2 = "--model.activation relu2 --optim.lr 0.01 --train.steps 8 ";
+  CliResult a = run_tessera(train_args(whole, relu2));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const std::vector<std::string> losses = train_losses(whole / "metrics.jsonl");
+  ASSERT_EQ(losses.size(), 8u);
+  const auto loss = [&](size_t i) { return std::stod(losses[i].substr(losses[i].find(':') + 1)); };
+  EXPECT_LT(loss(6) + loss(7), loss(0) + loss(1) - 1.0) << "the loss does not fall: " << losses.front() << " .. "
+                                                        << losses.back();
+  EXPECT_NE(read_file((whole / "config.toml").string()).find("activation = 'relu2'"), std::string::npos);
+  const nlohmann::json manifest =
+      nlohmann::json::parse(read_file((whole / "checkpoints" / "step_00000008" / "manifest.json").string()));
+  EXPECT_EQ(manifest["model"]["activation"], "relu2");
+
+  ASSERT_EQ(run_tessera(train_args(split, relu2 + "--train.exit_after 4")).exit_code, 3);
+  for (const std::string& other : {std::string("--model.activation gelu"), std::string()}) {
+    CliResult r = run_tessera(train_args(split, "--optim.lr 0.01 --train.steps 8 --checkpoint.resume latest " + other));
+    EXPECT_NE(r.exit_code, 0) << other;
+    EXPECT_NE(r.output.find("different model shape (model.activation: checkpoint \"relu2\" vs config \"gelu\")"),
+              std::string::npos)
+        << other << "\n" << r.output;
+  }
+  CliResult init = run_tessera(train_args(g_root / "relu2_init", "--train.steps 1 --train.init_from " + whole.string()));
+  EXPECT_NE(init.exit_code, 0);
+  EXPECT_NE(init.output.find("model.activation: checkpoint \"relu2\" vs config \"gelu\""), std::string::npos)
+      << init.output;
+  CliResult resumed = run_tessera(train_args(split, relu2 + "--checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(train_losses(split / "metrics.jsonl"), losses);
+  EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000008" / "model.safetensors").string()),
+            read_file((split / "checkpoints" / "step_00000008" / "model.safetensors").string()));
+}
+
 // --checkpoint.resume and sample --checkpoint take a run folder, its checkpoints/ folder or a step
 // folder; a missing `latest` falls back to the newest complete checkpoint, and says so.
 TEST_F(TrainingProgram, ResumeFindsTheCheckpointFromARunOrCheckpointsFolder) {
