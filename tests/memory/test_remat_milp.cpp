@@ -30,8 +30,7 @@ Graph random_graph(int n, uint64_t seed) {
   std::bernoulli_distribution edge(0.35), chain_edge(0.8);
   Graph g;
   for (int k = 0; k < n; ++k) {
-    GraphNode node{
-        fmt::format("n{}", k), static_cast<double>(cost(rng)), bytes(rng), {}};
+    GraphNode node{fmt::format("n{}", k), static_cast<double>(cost(rng)), bytes(rng), {}};
     for (int j = 0; j < k; ++j) {
       if (j == k - 1 ? chain_edge(rng) : edge(rng))
         node.inputs.push_back(j);
@@ -41,7 +40,7 @@ Graph random_graph(int n, uint64_t seed) {
   return g;
 }
 
-} // namespace
+}  // namespace
 
 // For random graphs of 4..12 nodes: the exhaustive search's least peak is the
 // MILP's minimum budget, below it both refuse, and at the least peak, the
@@ -57,8 +56,7 @@ TEST(RematMilp, EqualsExhaustiveSearchOnRandomGraphs) {
       const auto front = exhaustive_frontier(g);
       ASSERT_FALSE(front.empty());
       const int64_t least = front.front().peak_bytes;
-      const int64_t all =
-          simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
+      const int64_t all = simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
       ASSERT_LE(least, all);
       const auto min_budget = minimum_budget(g);
       EXPECT_TRUE(min_budget.proven);
@@ -71,8 +69,7 @@ TEST(RematMilp, EqualsExhaustiveSearchOnRandomGraphs) {
       for (int q = 1; q < 4; ++q)
         budgets.push_back(least + (all - least) * q / 4);
       for (const int64_t budget : budgets) {
-        SCOPED_TRACE(fmt::format("budget={} (least {}, keep-everything {})",
-                                 budget, least, all));
+        SCOPED_TRACE(fmt::format("budget={} (least {}, keep-everything {})", budget, least, all));
         const auto want = cheapest_within(front, budget);
         ASSERT_TRUE(want.has_value());
         // The search's own schedule holds to the simulator.
@@ -96,8 +93,7 @@ TEST(RematMilp, EqualsExhaustiveSearchOnRandomGraphs) {
   }
   // The comparison must exercise recomputation, not only keep-everything
   // schedules.
-  EXPECT_GT(recomputing, solved / 5)
-      << recomputing << " of " << solved << " schedules recompute";
+  EXPECT_GT(recomputing, solved / 5) << recomputing << " of " << solved << " schedules recompute";
 }
 
 // The rounding of the LP relaxation, called directly and through a time limit
@@ -109,16 +105,12 @@ TEST(RematMilp, LpRoundingGivesFeasibleSchedules) {
     const Graph g = random_graph(10, 77 + seed);
     const auto front = exhaustive_frontier(g);
     const int64_t least = front.front().peak_bytes;
-    const int64_t all =
-        simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
-    for (const int64_t budget :
-         {all, least + (all - least) * 3 / 4, least + (all - least) / 2}) {
+    const int64_t all = simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
+    for (const int64_t budget : {all, least + (all - least) * 3 / 4, least + (all - least) / 2}) {
       SCOPED_TRACE(fmt::format("seed={} budget={}", seed, budget));
       ++tried;
-      const auto sol = round_lp_relaxation(
-          g, budget, SolveOptions{.rounding_tries = 32, .seed = 5});
-      ASSERT_TRUE(sol.status == SolveStatus::Rounded ||
-                  sol.status == SolveStatus::NoSchedule)
+      const auto sol = round_lp_relaxation(g, budget, SolveOptions{.rounding_tries = 32, .seed = 5});
+      ASSERT_TRUE(sol.status == SolveStatus::Rounded || sol.status == SolveStatus::NoSchedule)
           << solve_status_name(sol.status);
       if (sol.status != SolveStatus::Rounded)
         continue;
@@ -145,7 +137,7 @@ TEST(RematMilp, LpRoundingGivesFeasibleSchedules) {
 
 namespace {
 
-std::vector<ChainUnit> random_chain(int n, std::mt19937_64 &rng) {
+std::vector<ChainUnit> random_chain(int n, std::mt19937_64& rng) {
   std::uniform_int_distribution<int64_t> in(1, 9), own(0, 9);
   std::uniform_int_distribution<int> tf(1, 9), tb(1, 9);
   std::vector<ChainUnit> units(n);
@@ -160,7 +152,7 @@ std::vector<ChainUnit> random_chain(int n, std::mt19937_64 &rng) {
   return units;
 }
 
-} // namespace
+}  // namespace
 
 // On a chain's training graph (graph.h's chain_graph), a Rotor schedule is a
 // Checkmate schedule with the same time and a peak no higher, so at every
@@ -176,15 +168,13 @@ TEST(RematMilp, NoSlowerThanRotorOnAChainsTrainingGraph) {
       const Graph g = chain_graph(units, x0_cost);
       const auto front = exhaustive_frontier(g);
       const int64_t rotor_least = memory::minimum_budget(units, 1);
-      const int64_t none_peak =
-          simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
+      const int64_t none_peak = simulate_schedule(g, keep_everything_schedule(g)).peak_bytes;
       std::vector<int64_t> budgets = {rotor_least, rotor_least + 1, none_peak};
       for (int q = 1; q < 4; ++q)
         budgets.push_back(rotor_least + (none_peak - rotor_least) * q / 4);
       for (const int64_t budget : budgets) {
         SCOPED_TRACE(fmt::format("n={} seed={} budget={}", n, seed, budget));
-        const auto rotor =
-            memory::simulate(units, optimal_schedule(units, budget, 1));
+        const auto rotor = memory::simulate(units, optimal_schedule(units, budget, 1));
         ASSERT_LE(rotor.peak_bytes, budget);
         const auto sol = solve_milp(g, budget);
         ASSERT_EQ(sol.status, SolveStatus::Optimal);

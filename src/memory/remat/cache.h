@@ -19,14 +19,13 @@ namespace tessera::memory::remat {
 // Writes the solution of (graph, budget) to path (through a temporary file
 // renamed over it, so a reader never sees half a file). Only solutions with a
 // schedule are cached; throws otherwise.
-void save_solution(const std::filesystem::path &path, const Graph &graph,
-                   int64_t budget_bytes, const Solution &solution);
+void save_solution(const std::filesystem::path& path, const Graph& graph, int64_t budget_bytes,
+                   const Solution& solution);
 
 // The cached solution of (graph, budget): nullopt when the file does not exist
 // or was written for another graph or budget. A file that cannot be read, is
 // not this format, or holds a schedule that does not simulate to its recorded
 // cost and peak is a tessera::Error naming the file.
-std::optional<Solution> load_solution(const std::filesystem::path &path,
-                                      const Graph &graph, int64_t budget_bytes);
+std::optional<Solution> load_solution(const std::filesystem::path& path, const Graph& graph, int64_t budget_bytes);
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

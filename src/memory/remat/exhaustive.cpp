@@ -15,32 +15,28 @@ using Front = std::vector<ParetoPoint>;
 
 // Adds p unless a point of the front is at least as good in both; drops the
 // points p beats.
-void insert(Front &front, ParetoPoint p) {
-  for (const auto &q : front) {
+void insert(Front& front, ParetoPoint p) {
+  for (const auto& q : front) {
     if (q.peak_bytes <= p.peak_bytes && q.cost <= p.cost)
       return;
   }
-  std::erase_if(front, [&](const ParetoPoint &q) {
-    return p.peak_bytes <= q.peak_bytes && p.cost <= q.cost;
-  });
+  std::erase_if(front, [&](const ParetoPoint& q) { return p.peak_bytes <= q.peak_bytes && p.cost <= q.cost; });
   front.push_back(p);
 }
 
 struct Stage {
   double cost = 0;
   int64_t peak = 0;
-  uint32_t run = 0; // the nodes computed
+  uint32_t run = 0;  // the nodes computed
 };
 
 // The graph as bit masks, and what one stage costs.
 class Stages {
-public:
-  explicit Stages(const Graph &graph) : graph_(graph) {
+ public:
+  explicit Stages(const Graph& graph) : graph_(graph) {
     check_graph(graph);
     const int n = graph.size();
-    TS_CHECK(n <= kMaxNodes,
-             "the exhaustive search takes graphs of at most {} nodes, not {}",
-             kMaxNodes, n);
+    TS_CHECK(n <= kMaxNodes, "the exhaustive search takes graphs of at most {} nodes, not {}", kMaxNodes, n);
     inputs_.assign(static_cast<size_t>(n), 0);
     readers_.assign(static_cast<size_t>(n), 0);
     for (int k = 0; k < n; ++k) {
@@ -52,21 +48,19 @@ public:
   }
   // The states of stage t+1: every subset of {0..t}, or only the empty one
   // after the last stage.
-  uint32_t next_states(int t) const {
-    return t + 1 < graph_.size() ? (1u << (t + 1)) : 1u;
-  }
+  uint32_t next_states(int t) const { return t + 1 < graph_.size() ? (1u << (t + 1)) : 1u; }
   // Stage t, starting with `held` and keeping `keep` into stage t+1.
   Stage operator()(int t, uint32_t held, uint32_t keep) const;
 
-private:
-  const Graph &graph_;
+ private:
+  const Graph& graph_;
   std::vector<uint32_t> inputs_, readers_;
 };
 
 Stage Stages::operator()(int t, uint32_t held, uint32_t keep) const {
-  const Graph &graph = graph_;
-  const auto &inputs = inputs_;
-  const auto &readers = readers_;
+  const Graph& graph = graph_;
+  const auto& inputs = inputs_;
+  const auto& readers = readers_;
   uint32_t run = (1u << t) | (keep & ~held);
   for (int k = t; k >= 0; --k) {
     if (run >> k & 1u)
@@ -102,9 +96,9 @@ Stage Stages::operator()(int t, uint32_t held, uint32_t keep) const {
   return s;
 }
 
-} // namespace
+}  // namespace
 
-std::vector<ParetoPoint> exhaustive_frontier(const Graph &graph) {
+std::vector<ParetoPoint> exhaustive_frontier(const Graph& graph) {
   const Stages stage(graph);
   const int n = graph.size();
   std::vector<Front> fronts(1, Front{ParetoPoint{0, 0.0}});
@@ -116,23 +110,19 @@ std::vector<ParetoPoint> exhaustive_frontier(const Graph &graph) {
         continue;
       for (uint32_t keep = 0; keep < next_states; ++keep) {
         const Stage s = stage(t, held, keep);
-        for (const auto &p : fronts[held]) {
-          insert(next[keep],
-                 ParetoPoint{std::max(p.peak_bytes, s.peak), p.cost + s.cost});
+        for (const auto& p : fronts[held]) {
+          insert(next[keep], ParetoPoint{std::max(p.peak_bytes, s.peak), p.cost + s.cost});
         }
       }
     }
     fronts = std::move(next);
   }
   Front out = std::move(fronts[0]);
-  std::sort(out.begin(), out.end(), [](const auto &a, const auto &b) {
-    return a.peak_bytes < b.peak_bytes;
-  });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.peak_bytes < b.peak_bytes; });
   return out;
 }
 
-std::optional<Schedule> exhaustive_schedule(const Graph &graph,
-                                            int64_t budget_bytes) {
+std::optional<Schedule> exhaustive_schedule(const Graph& graph, int64_t budget_bytes) {
   const Stages stage(graph);
   const int n = graph.size();
   constexpr double kUnreached = std::numeric_limits<double>::infinity();
@@ -160,18 +150,16 @@ std::optional<Schedule> exhaustive_schedule(const Graph &graph,
   }
   if (best[n][0] == kUnreached)
     return std::nullopt;
-  BoolMatrix S(static_cast<size_t>(n),
-               std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
-  uint32_t state = 0; // S[n]
+  BoolMatrix S(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  uint32_t state = 0;  // S[n]
   for (int t = n; t > 0; --t) {
-    state = from[t][state]; // S[t-1]
+    state = from[t][state];  // S[t-1]
     for (int i = 0; i < n; ++i)
       S[t - 1][i] = state >> i & 1u;
   }
   Schedule out;
   out.S = S;
-  out.R.assign(static_cast<size_t>(n),
-               std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  out.R.assign(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
   for (int t = 0; t < n; ++t) {
     const uint32_t keep = t + 1 < n ? [&] {
       uint32_t m = 0;
@@ -188,14 +176,13 @@ std::optional<Schedule> exhaustive_schedule(const Graph &graph,
   return out;
 }
 
-std::optional<double> cheapest_within(const std::vector<ParetoPoint> &frontier,
-                                      int64_t budget_bytes) {
+std::optional<double> cheapest_within(const std::vector<ParetoPoint>& frontier, int64_t budget_bytes) {
   std::optional<double> best;
-  for (const auto &p : frontier) {
+  for (const auto& p : frontier) {
     if (p.peak_bytes <= budget_bytes && (!best || p.cost < *best))
       best = p.cost;
   }
   return best;
 }
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

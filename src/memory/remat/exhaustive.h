@@ -29,17 +29,15 @@ struct ParetoPoint {
 // Every (peak, cost) no schedule beats in both, by rising peak and falling
 // cost. The first point's peak is the smallest budget any schedule meets.
 // Refuses graphs of more than 14 nodes.
-std::vector<ParetoPoint> exhaustive_frontier(const Graph &graph);
+std::vector<ParetoPoint> exhaustive_frontier(const Graph& graph);
 
 // A cheapest schedule with peak at most budget_bytes (the same walk, one
 // budget, with the states' predecessors kept), or nullopt if none fits. It lets
 // the tests hold the search to the simulator.
-std::optional<Schedule> exhaustive_schedule(const Graph &graph,
-                                            int64_t budget_bytes);
+std::optional<Schedule> exhaustive_schedule(const Graph& graph, int64_t budget_bytes);
 
 // The least cost of a schedule with peak at most budget_bytes on that front;
 // nullopt if none.
-std::optional<double> cheapest_within(const std::vector<ParetoPoint> &frontier,
-                                      int64_t budget_bytes);
+std::optional<double> cheapest_within(const std::vector<ParetoPoint>& frontier, int64_t budget_bytes);
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

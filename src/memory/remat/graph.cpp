@@ -13,45 +13,37 @@ namespace tessera::memory::remat {
 
 namespace {
 
-std::string node_label(const Graph &graph, int i) {
-  const auto &name = graph.nodes[static_cast<size_t>(i)].name;
-  return name.empty() ? fmt::format("node {}", i)
-                      : fmt::format("node {} ('{}')", i, name);
+std::string node_label(const Graph& graph, int i) {
+  const auto& name = graph.nodes[static_cast<size_t>(i)].name;
+  return name.empty() ? fmt::format("node {}", i) : fmt::format("node {} ('{}')", i, name);
 }
 
-} // namespace
+}  // namespace
 
-void check_graph(const Graph &graph) {
-  TS_CHECK(graph.size() > 0,
-           "a rematerialization graph needs at least one node");
+void check_graph(const Graph& graph) {
+  TS_CHECK(graph.size() > 0, "a rematerialization graph needs at least one node");
   for (int k = 0; k < graph.size(); ++k) {
-    const auto &node = graph.nodes[static_cast<size_t>(k)];
-    TS_CHECK(std::isfinite(node.cost) && node.cost >= 0,
-             "{} has cost {}: costs must be finite and not negative",
+    const auto& node = graph.nodes[static_cast<size_t>(k)];
+    TS_CHECK(std::isfinite(node.cost) && node.cost >= 0, "{} has cost {}: costs must be finite and not negative",
              node_label(graph, k), node.cost);
-    TS_CHECK(node.bytes >= 0,
-             "{} has {} bytes: output sizes must not be negative",
-             node_label(graph, k), node.bytes);
+    TS_CHECK(node.bytes >= 0, "{} has {} bytes: output sizes must not be negative", node_label(graph, k), node.bytes);
     for (size_t a = 0; a < node.inputs.size(); ++a) {
       const int j = node.inputs[a];
-      TS_CHECK(
-          j >= 0 && j < graph.size(),
-          "{} reads node {}, which does not exist (the graph has {} nodes)",
-          node_label(graph, k), j, graph.size());
+      TS_CHECK(j >= 0 && j < graph.size(), "{} reads node {}, which does not exist (the graph has {} nodes)",
+               node_label(graph, k), j, graph.size());
       TS_CHECK(j < k,
                "{} reads node {}: inputs must come earlier in the node order "
                "(a cycle, or nodes not in a "
                "topological order)",
                node_label(graph, k), j);
       for (size_t b = 0; b < a; ++b) {
-        TS_CHECK(node.inputs[b] != j, "{} lists input {} twice",
-                 node_label(graph, k), j);
+        TS_CHECK(node.inputs[b] != j, "{} lists input {} twice", node_label(graph, k), j);
       }
     }
   }
 }
 
-std::vector<std::vector<int>> graph_users(const Graph &graph) {
+std::vector<std::vector<int>> graph_users(const Graph& graph) {
   std::vector<std::vector<int>> users(graph.nodes.size());
   for (int k = 0; k < graph.size(); ++k) {
     for (int j : graph.nodes[static_cast<size_t>(k)].inputs)
@@ -60,30 +52,23 @@ std::vector<std::vector<int>> graph_users(const Graph &graph) {
   return users;
 }
 
-ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule) {
+ScheduleCost simulate_schedule(const Graph& graph, const Schedule& schedule) {
   check_graph(graph);
   const int n = graph.size();
-  const auto &R = schedule.R;
-  const auto &S = schedule.S;
+  const auto& R = schedule.R;
+  const auto& S = schedule.S;
   TS_CHECK(static_cast<int>(R.size()) == n && static_cast<int>(S.size()) == n,
            "a schedule of a {}-node graph needs {} stages, got R with {} and S "
            "with {}",
            n, n, R.size(), S.size());
   for (int t = 0; t < n; ++t) {
-    TS_CHECK(
-        static_cast<int>(R[t].size()) == n &&
-            static_cast<int>(S[t].size()) == n,
-        "stage {} of the schedule has {} entries in R and {} in S, expected {}",
-        t, R[t].size(), S[t].size(), n);
-    TS_CHECK(R[t][t] == 1, "stage {} must compute {} (R[{}][{}] = 1)", t,
-             node_label(graph, t), t, t);
+    TS_CHECK(static_cast<int>(R[t].size()) == n && static_cast<int>(S[t].size()) == n,
+             "stage {} of the schedule has {} entries in R and {} in S, expected {}", t, R[t].size(), S[t].size(), n);
+    TS_CHECK(R[t][t] == 1, "stage {} must compute {} (R[{}][{}] = 1)", t, node_label(graph, t), t, t);
     for (int i = t; i < n; ++i) {
-      TS_CHECK(i == t || R[t][i] == 0,
-               "stage {} computes {}, which comes after the stage's own node",
-               t, node_label(graph, i));
-      TS_CHECK(S[t][i] == 0,
-               "stage {} keeps {}, which cannot have been computed before it",
-               t, node_label(graph, i));
+      TS_CHECK(i == t || R[t][i] == 0, "stage {} computes {}, which comes after the stage's own node", t,
+               node_label(graph, i));
+      TS_CHECK(S[t][i] == 0, "stage {} keeps {}, which cannot have been computed before it", t, node_label(graph, i));
     }
   }
   const auto users = graph_users(graph);
@@ -92,9 +77,8 @@ ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule) {
   for (int t = 0; t < n; ++t) {
     int64_t mem = 0;
     for (int i = 0; i < n; ++i) {
-      TS_CHECK(!(R[t][i] && S[t][i]),
-               "stage {} recomputes {}, which it keeps from the stage before",
-               t, node_label(graph, i));
+      TS_CHECK(!(R[t][i] && S[t][i]), "stage {} recomputes {}, which it keeps from the stage before", t,
+               node_label(graph, i));
       live[i] = S[t][i];
       if (live[i])
         mem += graph.nodes[i].bytes;
@@ -104,7 +88,7 @@ ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule) {
     for (int k = 0; k <= t; ++k) {
       if (!R[t][k])
         continue;
-      const auto &node = graph.nodes[static_cast<size_t>(k)];
+      const auto& node = graph.nodes[static_cast<size_t>(k)];
       for (int j : node.inputs) {
         TS_CHECK(live[j],
                  "stage {} computes {}, but its input {} is not resident "
@@ -134,31 +118,25 @@ ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule) {
       try_free(k);
     }
     for (int i = 0; i < n; ++i) {
-      TS_CHECK(
-          !kept_next(i) || live[i],
-          "stage {} keeps {}, which is not resident at the end of stage {}",
-          t + 1, node_label(graph, i), t);
+      TS_CHECK(!kept_next(i) || live[i], "stage {} keeps {}, which is not resident at the end of stage {}", t + 1,
+               node_label(graph, i), t);
     }
   }
   return out;
 }
 
-Schedule minimal_recompute(const Graph &graph, const BoolMatrix &S) {
+Schedule minimal_recompute(const Graph& graph, const BoolMatrix& S) {
   check_graph(graph);
   const int n = graph.size();
-  TS_CHECK(static_cast<int>(S.size()) == n,
-           "S has {} stages for a {}-node graph", S.size(), n);
+  TS_CHECK(static_cast<int>(S.size()) == n, "S has {} stages for a {}-node graph", S.size(), n);
   Schedule out;
   out.S = S;
-  out.R.assign(static_cast<size_t>(n),
-               std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  out.R.assign(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
   for (int t = 0; t < n; ++t) {
-    TS_CHECK(static_cast<int>(S[t].size()) == n,
-             "S[{}] has {} entries, expected {}", t, S[t].size(), n);
+    TS_CHECK(static_cast<int>(S[t].size()) == n, "S[{}] has {} entries, expected {}", t, S[t].size(), n);
     for (int i = t; i < n; ++i)
-      TS_CHECK(S[t][i] == 0,
-               "S[{}][{}] = 1: a stage can only keep earlier nodes", t, i);
-    auto &r = out.R[t];
+      TS_CHECK(S[t][i] == 0, "S[{}][{}] = 1: a stage can only keep earlier nodes", t, i);
+    auto& r = out.R[t];
     r[t] = 1;
     if (t + 1 < n) {
       for (int i = 0; i < t; ++i)
@@ -177,16 +155,15 @@ Schedule minimal_recompute(const Graph &graph, const BoolMatrix &S) {
   return out;
 }
 
-Schedule prune_schedule(const Graph &graph, const Schedule &schedule) {
+Schedule prune_schedule(const Graph& graph, const Schedule& schedule) {
   simulate_schedule(graph, schedule);
   const int n = graph.size();
-  const auto &S = schedule.S;
+  const auto& S = schedule.S;
   Schedule out;
-  out.R.assign(static_cast<size_t>(n),
-               std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  out.R.assign(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
   out.S = out.R;
   for (int t = n - 1; t >= 0; --t) {
-    auto &r = out.R[t];
+    auto& r = out.R[t];
     r[t] = 1;
     if (t + 1 < n) {
       // A useful keep into t+1 was held into t (then it is useful there) or
@@ -214,12 +191,11 @@ Schedule prune_schedule(const Graph &graph, const Schedule &schedule) {
   return out;
 }
 
-Schedule keep_everything_schedule(const Graph &graph) {
+Schedule keep_everything_schedule(const Graph& graph) {
   check_graph(graph);
   const int n = graph.size();
   const auto users = graph_users(graph);
-  BoolMatrix S(static_cast<size_t>(n),
-               std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  BoolMatrix S(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
   for (int i = 0; i < n; ++i) {
     const int last = users[i].empty() ? i : users[i].back();
     for (int t = i + 1; t <= last; ++t)
@@ -228,7 +204,7 @@ Schedule keep_everything_schedule(const Graph &graph) {
   return minimal_recompute(graph, S);
 }
 
-std::string graph_fingerprint(const Graph &graph) {
+std::string graph_fingerprint(const Graph& graph) {
   // FNV-1a over the fields that decide a schedule; names do not.
   uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](uint64_t v) {
@@ -238,7 +214,7 @@ std::string graph_fingerprint(const Graph &graph) {
     }
   };
   mix(graph.nodes.size());
-  for (const auto &node : graph.nodes) {
+  for (const auto& node : graph.nodes) {
     mix(std::bit_cast<uint64_t>(node.cost));
     mix(static_cast<uint64_t>(node.bytes));
     mix(node.inputs.size());
@@ -250,12 +226,10 @@ std::string graph_fingerprint(const Graph &graph) {
 
 Graph chain_graph(std::span<const ChainUnit> units, double input_cost) {
   check_chain(units);
-  TS_CHECK(std::isfinite(input_cost) && input_cost >= 0,
-           "the chain input's cost must be finite and not negative");
+  TS_CHECK(std::isfinite(input_cost) && input_cost >= 0, "the chain input's cost must be finite and not negative");
   const int n = static_cast<int>(units.size());
   for (int i = 0; i < n; ++i) {
-    TS_CHECK(units[i].forward_extra_bytes == 0 &&
-                 units[i].backward_extra_bytes == 0,
+    TS_CHECK(units[i].forward_extra_bytes == 0 && units[i].backward_extra_bytes == 0,
              "unit {} has forward or backward extra bytes, which a Checkmate "
              "graph has no node for",
              i);
@@ -266,16 +240,10 @@ Graph chain_graph(std::span<const ChainUnit> units, double input_cost) {
   g.nodes.push_back({"x0", input_cost, units[0].input_bytes, {}});
   for (int i = 0; i < n; ++i) {
     a[i] = g.size();
-    g.nodes.push_back({fmt::format("a{}", i),
-                       units[i].forward_time,
-                       units[i].own_bytes,
-                       {x[i]}});
+    g.nodes.push_back({fmt::format("a{}", i), units[i].forward_time, units[i].own_bytes, {x[i]}});
     if (i + 1 < n) {
       x[i + 1] = g.size();
-      g.nodes.push_back({fmt::format("x{}", i + 1),
-                         0.0,
-                         units[i].output_bytes,
-                         {a[i], x[i]}});
+      g.nodes.push_back({fmt::format("x{}", i + 1), 0.0, units[i].output_bytes, {a[i], x[i]}});
     }
   }
   int grad_above = -1;
@@ -284,10 +252,9 @@ Graph chain_graph(std::span<const ChainUnit> units, double input_cost) {
     if (grad_above >= 0)
       inputs.push_back(grad_above);
     grad_above = g.size();
-    g.nodes.push_back(
-        {fmt::format("g{}", i), units[i].backward_time, 0, std::move(inputs)});
+    g.nodes.push_back({fmt::format("g{}", i), units[i].backward_time, 0, std::move(inputs)});
   }
   return g;
 }
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

@@ -52,14 +52,14 @@
 namespace tessera::memory::remat {
 
 struct GraphNode {
-  std::string name;        // for messages only
-  double cost = 0;         // time to compute the node once
-  int64_t bytes = 0;       // its output
-  std::vector<int> inputs; // earlier nodes whose outputs it reads, each once
+  std::string name;         // for messages only
+  double cost = 0;          // time to compute the node once
+  int64_t bytes = 0;        // its output
+  std::vector<int> inputs;  // earlier nodes whose outputs it reads, each once
 };
 
 struct Graph {
-  std::vector<GraphNode> nodes; // in a topological order
+  std::vector<GraphNode> nodes;  // in a topological order
   int size() const { return static_cast<int>(nodes.size()); }
 };
 
@@ -67,30 +67,30 @@ struct Graph {
 // sizes finite and not negative, every input an earlier node (a later or equal
 // one means a cycle or an order that is not topological), no input listed
 // twice.
-void check_graph(const Graph &graph);
+void check_graph(const Graph& graph);
 
 // users[i]: the nodes reading node i, ascending.
-std::vector<std::vector<int>> graph_users(const Graph &graph);
+std::vector<std::vector<int>> graph_users(const Graph& graph);
 
 // n x n matrices of 0/1, indexed [stage][node].
 using BoolMatrix = std::vector<std::vector<std::uint8_t>>;
 
 struct Schedule {
-  BoolMatrix R; // R[t][i]: node i computed in stage t
-  BoolMatrix S; // S[t][i]: node i's output kept from stage t-1 into stage t
-  bool operator==(const Schedule &) const = default;
+  BoolMatrix R;  // R[t][i]: node i computed in stage t
+  BoolMatrix S;  // S[t][i]: node i's output kept from stage t-1 into stage t
+  bool operator==(const Schedule&) const = default;
 };
 
 struct ScheduleCost {
-  double cost = 0;        // sum of the costs of computed nodes
-  int64_t peak_bytes = 0; // highest live bytes
-  int computations = 0;   // number of node runs, recomputations included
+  double cost = 0;         // sum of the costs of computed nodes
+  int64_t peak_bytes = 0;  // highest live bytes
+  int computations = 0;    // number of node runs, recomputations included
 };
 
 // Throws tessera::Error naming the stage and node when the schedule breaks a
 // rule above (shape, triangularity, an input not resident, a kept output not
 // resident, a kept output recomputed).
-ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule);
+ScheduleCost simulate_schedule(const Graph& graph, const Schedule& schedule);
 
 // The schedule that computes only what S needs: node t in stage t, every node
 // kept into stage t+1 that stage t does not already hold, and what those read
@@ -99,7 +99,7 @@ ScheduleCost simulate_schedule(const Graph &graph, const Schedule &schedule);
 // stays counted through the stage, and a needless recomputation of one of its
 // readers would free it early. prune_schedule removes such keeps. S is taken as
 // is below the diagonal (S[0] and the diagonal must be empty).
-Schedule minimal_recompute(const Graph &graph, const BoolMatrix &S);
+Schedule minimal_recompute(const Graph& graph, const BoolMatrix& S);
 
 // The useful part of a valid schedule: working back from the last stage, only
 // the computations that node t of each stage needs and the keeps that a useful
@@ -109,16 +109,16 @@ Schedule minimal_recompute(const Graph &graph, const BoolMatrix &S);
 // over S with the minimal R misses no (cost, peak) a schedule reaches, and a
 // solver's schedule can be pruned safely. Throws as simulate_schedule does when
 // the input is invalid.
-Schedule prune_schedule(const Graph &graph, const Schedule &schedule);
+Schedule prune_schedule(const Graph& graph, const Schedule& schedule);
 
 // Checkmate's "checkpoint all" baseline: every node computed once, each output
 // kept until the stage of its last reader. Its peak is the most any budget
 // usefully needs.
-Schedule keep_everything_schedule(const Graph &graph);
+Schedule keep_everything_schedule(const Graph& graph);
 
 // A 64-bit hash (hex) of the node count, costs, sizes and inputs: equal graphs,
 // equal strings.
-std::string graph_fingerprint(const Graph &graph);
+std::string graph_fingerprint(const Graph& graph);
 
 // The training graph of a chain (chain.h) in Checkmate's terms, node order:
 //   x0, a_0, x_1, a_1, x_2, ..., a_{n-1}, g_{n-1}, ..., g_0
@@ -134,4 +134,4 @@ std::string graph_fingerprint(const Graph &graph);
 // be 0 (checked).
 Graph chain_graph(std::span<const ChainUnit> units, double input_cost);
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

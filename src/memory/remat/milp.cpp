@@ -16,18 +16,18 @@
 
 namespace tessera::memory::remat {
 
-const char *solve_status_name(SolveStatus status) {
+const char* solve_status_name(SolveStatus status) {
   switch (status) {
-  case SolveStatus::Optimal:
-    return "optimal";
-  case SolveStatus::Feasible:
-    return "feasible";
-  case SolveStatus::Rounded:
-    return "rounded";
-  case SolveStatus::Infeasible:
-    return "infeasible";
-  case SolveStatus::NoSchedule:
-    return "no_schedule";
+    case SolveStatus::Optimal:
+      return "optimal";
+    case SolveStatus::Feasible:
+      return "feasible";
+    case SolveStatus::Rounded:
+      return "rounded";
+    case SolveStatus::Infeasible:
+      return "infeasible";
+    case SolveStatus::NoSchedule:
+      return "no_schedule";
   }
   return "?";
 }
@@ -72,8 +72,8 @@ struct LinearProgram {
   Csc csc() const {
     Csc m;
     std::vector<CoinBigIndex> count(static_cast<size_t>(cols()) + 1, 0);
-    for (const auto &r : rows) {
-      for (const auto &[j, v] : r)
+    for (const auto& r : rows) {
+      for (const auto& [j, v] : r)
         ++count[static_cast<size_t>(j) + 1];
     }
     std::partial_sum(count.begin(), count.end(), count.begin());
@@ -82,7 +82,7 @@ struct LinearProgram {
     m.value.resize(static_cast<size_t>(count.back()));
     auto fill = count;
     for (size_t i = 0; i < rows.size(); ++i) {
-      for (const auto &[j, v] : rows[i]) {
+      for (const auto& [j, v] : rows[i]) {
         const auto at = static_cast<size_t>(fill[static_cast<size_t>(j)]++);
         m.index[at] = static_cast<int>(i);
         m.value[at] = v;
@@ -97,10 +97,14 @@ enum class Objective : std::uint8_t { Cost, Peak };
 // The variables of Checkmate's program, by stage and node (-1 where none
 // exists).
 struct Formulation {
-  const Graph &graph;
+  const Graph& graph;
   LinearProgram lp;
   std::vector<std::vector<int>> R, S;
-  int peak = -1; // Objective::Peak only
+  int peak = -1;  // Objective::Peak only
+  struct Free {
+    int t, i, k, var;
+  };
+  std::vector<Free> frees;
 };
 
 // Bytes in the program's units: divided by the gcd of the sizes, so the U are
@@ -112,15 +116,13 @@ struct MemoryScale {
   double bytes(int64_t b) const { return static_cast<double>(b / gcd) / extra; }
   // A budget in the same units: U is a multiple of gcd, so flooring loses
   // nothing.
-  double budget(int64_t b) const {
-    return static_cast<double>(b / gcd) / extra;
-  }
+  double budget(int64_t b) const { return static_cast<double>(b / gcd) / extra; }
 };
 
-MemoryScale memory_scale(const Graph &graph) {
+MemoryScale memory_scale(const Graph& graph) {
   MemoryScale s;
   int64_t g = 0, total = 0;
-  for (const auto &node : graph.nodes) {
+  for (const auto& node : graph.nodes) {
     g = std::gcd(g, node.bytes);
     total += node.bytes;
   }
@@ -132,18 +134,17 @@ MemoryScale memory_scale(const Graph &graph) {
   return s;
 }
 
-Formulation formulate(const Graph &graph, const MemoryScale &scale,
-                      std::optional<int64_t> budget, Objective objective) {
+Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optional<int64_t> budget,
+                      Objective objective) {
   const int n = graph.size();
   const auto users = graph_users(graph);
-  Formulation f{graph, {}, {}, {}, -1};
-  auto &lp = f.lp;
+  Formulation f{graph, {}, {}, {}, -1, {}};
+  auto& lp = f.lp;
   double total = 0;
-  for (const auto &node : graph.nodes)
+  for (const auto& node : graph.nodes)
     total += scale.bytes(node.bytes);
   const double u_max = budget ? scale.budget(*budget) : total;
-  f.R.assign(static_cast<size_t>(n),
-             std::vector<int>(static_cast<size_t>(n), -1));
+  f.R.assign(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1));
   f.S = f.R;
   std::vector<std::vector<int>> U = f.R;
   const bool by_cost = objective == Objective::Cost;
@@ -159,13 +160,12 @@ Formulation formulate(const Graph &graph, const MemoryScale &scale,
   if (!by_cost)
     f.peak = lp.var(0, total, 1, false);
   const auto R = [&](int t, int i) { return f.R[t][i]; };
-  const auto S = [&](int t, int i) { return f.S[t][i]; }; // -1 when i >= t
+  const auto S = [&](int t, int i) { return f.S[t][i]; };  // -1 when i >= t
   for (int t = 0; t < n; ++t) {
     for (int k = 0; k <= t; ++k) {
       for (int j : graph.nodes[k].inputs) {
         // R[t][k] <= R[t][j] + S[t][j]
-        std::vector<std::pair<int, double>> terms = {{R(t, k), 1},
-                                                     {R(t, j), -1}};
+        std::vector<std::pair<int, double>> terms = {{R(t, k), 1}, {R(t, j), -1}};
         if (S(t, j) >= 0)
           terms.push_back({S(t, j), -1});
         lp.row(std::move(terms), -1e30, 0);
@@ -174,8 +174,7 @@ Formulation formulate(const Graph &graph, const MemoryScale &scale,
         lp.row({{R(t, k), 1}, {S(t, k), 1}}, -1e30, 1);
       if (t + 1 < n) {
         // S[t+1][k] <= R[t][k] + S[t][k]
-        std::vector<std::pair<int, double>> terms = {{S(t + 1, k), 1},
-                                                     {R(t, k), -1}};
+        std::vector<std::pair<int, double>> terms = {{S(t + 1, k), 1}, {R(t, k), -1}};
         if (S(t, k) >= 0)
           terms.push_back({S(t, k), -1});
         lp.row(std::move(terms), -1e30, 0);
@@ -185,14 +184,13 @@ Formulation formulate(const Graph &graph, const MemoryScale &scale,
     // U[t][k].
     std::vector<std::pair<int, double>> prev_free;
     for (int k = 0; k <= t; ++k) {
-      std::vector<std::pair<int, double>> terms = {
-          {U[t][k], 1}, {R(t, k), -scale.bytes(graph.nodes[k].bytes)}};
+      std::vector<std::pair<int, double>> terms = {{U[t][k], 1}, {R(t, k), -scale.bytes(graph.nodes[k].bytes)}};
       if (k == 0) {
         for (int i = 0; i < t; ++i)
           terms.push_back({S(t, i), -scale.bytes(graph.nodes[i].bytes)});
       } else {
         terms.push_back({U[t][k - 1], -1});
-        for (const auto &[var, b] : prev_free)
+        for (const auto& [var, b] : prev_free)
           terms.push_back({var, b});
       }
       lp.row(std::move(terms), 0, 0);
@@ -200,8 +198,8 @@ Formulation formulate(const Graph &graph, const MemoryScale &scale,
         lp.row({{U[t][k], 1}, {f.peak, -1}}, -1e30, 0);
       prev_free.clear();
       if (k == t)
-        break; // frees after the stage's last node change nothing the budget
-               // sees
+        break;  // frees after the stage's last node change nothing the budget
+                // sees
       std::vector<int> freeable = graph.nodes[k].inputs;
       freeable.push_back(k);
       for (int i : freeable) {
@@ -230,16 +228,16 @@ Formulation formulate(const Graph &graph, const MemoryScale &scale,
         upper.push_back({free, terms_count});
         lp.row(std::move(upper), -1e30, terms_count - 1);
         prev_free.push_back({free, scale.bytes(graph.nodes[i].bytes)});
+        f.frees.push_back({t, i, k, free});
       }
     }
   }
   return f;
 }
 
-Schedule read_schedule(const Formulation &f, const double *x, int n) {
+Schedule read_schedule(const Formulation& f, const double* x, int n) {
   Schedule s;
-  s.R.assign(static_cast<size_t>(n),
-             std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  s.R.assign(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
   s.S = s.R;
   for (int t = 0; t < n; ++t) {
     for (int i = 0; i <= t; ++i) {
@@ -252,27 +250,51 @@ Schedule read_schedule(const Formulation &f, const double *x, int n) {
 }
 
 struct MilpResult {
-  enum class Kind : std::uint8_t {
-    Optimal,
-    Feasible,
-    Infeasible,
-    Nothing
-  } kind = Kind::Nothing;
-  Schedule schedule; // pruned
+  enum class Kind : std::uint8_t { Optimal, Feasible, Infeasible, Nothing } kind = Kind::Nothing;
+  Schedule schedule;  // pruned
   double objective = 0;
 };
 
-MilpResult run_cbc(const Formulation &f, int n, double time_limit_s) {
-  const auto &lp = f.lp;
+// The integer variables' values for a schedule, for CBC to start from: FREE follows from R and S
+// by the simulator's rule, and CBC finds the U.
+std::pair<std::vector<int>, std::vector<double>> start_values(const Formulation& f, const Schedule& s) {
+  const int n = f.graph.size();
+  const auto users = graph_users(f.graph);
+  std::vector<int> cols;
+  std::vector<double> values;
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i <= t; ++i) {
+      cols.push_back(f.R[t][i]);
+      values.push_back(s.R[t][i]);
+      if (i < t) {
+        cols.push_back(f.S[t][i]);
+        values.push_back(s.S[t][i]);
+      }
+    }
+  }
+  for (const auto& fr : f.frees) {
+    bool free = s.R[fr.t][fr.k] && !(fr.t + 1 < n && s.S[fr.t + 1][fr.i]);
+    for (int j : users[fr.i])
+      free = free && !(j > fr.k && j <= fr.t && s.R[fr.t][j]);
+    cols.push_back(fr.var);
+    values.push_back(free ? 1.0 : 0.0);
+  }
+  return {cols, values};
+}
+
+MilpResult run_cbc(const Formulation& f, int n, double time_limit_s, const Schedule* start = nullptr) {
+  const auto& lp = f.lp;
   const auto m = lp.csc();
-  std::unique_ptr<Cbc_Model, decltype(&Cbc_deleteModel)> model(
-      Cbc_newModel(), &Cbc_deleteModel);
-  Cbc_loadProblem(model.get(), lp.cols(), static_cast<int>(lp.rows.size()),
-                  m.start.data(), m.index.data(), m.value.data(),
-                  lp.col_lo.data(), lp.col_hi.data(), lp.obj.data(),
-                  lp.row_lo.data(), lp.row_hi.data());
+  std::unique_ptr<Cbc_Model, decltype(&Cbc_deleteModel)> model(Cbc_newModel(), &Cbc_deleteModel);
+  Cbc_loadProblem(model.get(), lp.cols(), static_cast<int>(lp.rows.size()), m.start.data(), m.index.data(),
+                  m.value.data(), lp.col_lo.data(), lp.col_hi.data(), lp.obj.data(), lp.row_lo.data(),
+                  lp.row_hi.data());
   for (int j : lp.integers)
     Cbc_setInteger(model.get(), j);
+  if (start != nullptr) {
+    const auto [cols, values] = start_values(f, *start);
+    Cbc_setMIPStartI(model.get(), static_cast<int>(cols.size()), cols.data(), values.data());
+  }
   Cbc_setLogLevel(model.get(), 0);
   Cbc_setMaximumSeconds(model.get(), time_limit_s);
   // A proof of optimality, not CBC's default relative gap: the tests compare
@@ -281,12 +303,11 @@ MilpResult run_cbc(const Formulation &f, int n, double time_limit_s) {
   Cbc_setAllowableGap(model.get(), 1e-9);
   Cbc_solve(model.get());
   MilpResult r;
-  const double *x = Cbc_bestSolution(model.get());
+  const double* x = Cbc_bestSolution(model.get());
   if (x != nullptr) {
     r.schedule = prune_schedule(f.graph, read_schedule(f, x, n));
     r.objective = Cbc_getObjValue(model.get());
-    r.kind = Cbc_isProvenOptimal(model.get()) ? MilpResult::Kind::Optimal
-                                              : MilpResult::Kind::Feasible;
+    r.kind = Cbc_isProvenOptimal(model.get()) ? MilpResult::Kind::Optimal : MilpResult::Kind::Feasible;
   } else if (Cbc_isProvenInfeasible(model.get())) {
     r.kind = MilpResult::Kind::Infeasible;
   }
@@ -294,16 +315,13 @@ MilpResult run_cbc(const Formulation &f, int n, double time_limit_s) {
 }
 
 // The LP relaxation's S, or nullopt when the relaxation is infeasible.
-std::optional<std::vector<std::vector<double>>> relaxed_s(const Formulation &f,
-                                                          int n) {
-  const auto &lp = f.lp;
+std::optional<std::vector<std::vector<double>>> relaxed_s(const Formulation& f, int n) {
+  const auto& lp = f.lp;
   const auto m = lp.csc();
-  std::unique_ptr<Clp_Simplex, decltype(&Clp_deleteModel)> model(
-      Clp_newModel(), &Clp_deleteModel);
-  Clp_loadProblem(model.get(), lp.cols(), static_cast<int>(lp.rows.size()),
-                  m.start.data(), m.index.data(), m.value.data(),
-                  lp.col_lo.data(), lp.col_hi.data(), lp.obj.data(),
-                  lp.row_lo.data(), lp.row_hi.data());
+  std::unique_ptr<Clp_Simplex, decltype(&Clp_deleteModel)> model(Clp_newModel(), &Clp_deleteModel);
+  Clp_loadProblem(model.get(), lp.cols(), static_cast<int>(lp.rows.size()), m.start.data(), m.index.data(),
+                  m.value.data(), lp.col_lo.data(), lp.col_hi.data(), lp.obj.data(), lp.row_lo.data(),
+                  lp.row_hi.data());
   Clp_setLogLevel(model.get(), 0);
   Clp_initialSolve(model.get());
   if (Clp_isProvenPrimalInfeasible(model.get()))
@@ -312,9 +330,8 @@ std::optional<std::vector<std::vector<double>>> relaxed_s(const Formulation &f,
            "the LP relaxation of the rematerialization program did not solve "
            "(Clp status {})",
            Clp_status(model.get()));
-  const double *x = Clp_getColSolution(model.get());
-  std::vector<std::vector<double>> s(
-      static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
+  const double* x = Clp_getColSolution(model.get());
+  std::vector<std::vector<double>> s(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
   for (int t = 0; t < n; ++t) {
     for (int i = 0; i < t; ++i)
       s[t][i] = std::clamp(x[f.S[t][i]], 0.0, 1.0);
@@ -323,8 +340,7 @@ std::optional<std::vector<std::vector<double>>> relaxed_s(const Formulation &f,
 }
 
 // The schedule simulated; nullopt when it exceeds the budget.
-std::optional<Solution> fitted(const Graph &graph, Schedule schedule,
-                               int64_t budget) {
+std::optional<Solution> fitted(const Graph& graph, Schedule schedule, int64_t budget) {
   Solution out;
   out.schedule = std::move(schedule);
   const auto sim = simulate_schedule(graph, out.schedule);
@@ -335,12 +351,10 @@ std::optional<Solution> fitted(const Graph &graph, Schedule schedule,
   return out;
 }
 
-Solution rounding(const Graph &graph, int64_t budget,
-                  const SolveOptions &options, const MemoryScale &scale) {
+Solution rounding(const Graph& graph, int64_t budget, const SolveOptions& options, const MemoryScale& scale) {
   const int n = graph.size();
   Solution out;
-  const auto s_lp =
-      relaxed_s(formulate(graph, scale, budget, Objective::Cost), n);
+  const auto s_lp = relaxed_s(formulate(graph, scale, budget, Objective::Cost), n);
   if (!s_lp) {
     out.status = SolveStatus::Infeasible;
     return out;
@@ -348,18 +362,15 @@ Solution rounding(const Graph &graph, int64_t budget,
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::optional<Solution> best;
-  for (int attempt = 0; attempt <= std::max(0, options.rounding_tries);
-       ++attempt) {
-    BoolMatrix s(static_cast<size_t>(n),
-                 std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
+  for (int attempt = 0; attempt <= std::max(0, options.rounding_tries); ++attempt) {
+    BoolMatrix s(static_cast<size_t>(n), std::vector<std::uint8_t>(static_cast<size_t>(n), 0));
     for (int t = 0; t < n; ++t) {
       for (int i = 0; i < t; ++i) {
         const double p = (*s_lp)[t][i];
         s[t][i] = attempt == 0 ? p >= 0.5 : uniform(rng) < p;
       }
     }
-    auto candidate = fitted(
-        graph, prune_schedule(graph, minimal_recompute(graph, s)), budget);
+    auto candidate = fitted(graph, prune_schedule(graph, minimal_recompute(graph, s)), budget);
     if (candidate && (!best || candidate->cost < best->cost))
       best = std::move(candidate);
   }
@@ -370,10 +381,9 @@ Solution rounding(const Graph &graph, int64_t budget,
   return out;
 }
 
-} // namespace
+}  // namespace
 
-Solution round_lp_relaxation(const Graph &graph, int64_t budget_bytes,
-                             const SolveOptions &options) {
+Solution round_lp_relaxation(const Graph& graph, int64_t budget_bytes, const SolveOptions& options) {
   check_graph(graph);
   const auto start = Clock::now();
   auto out = rounding(graph, budget_bytes, options, memory_scale(graph));
@@ -381,8 +391,7 @@ Solution round_lp_relaxation(const Graph &graph, int64_t budget_bytes,
   return out;
 }
 
-Solution solve_milp(const Graph &graph, int64_t budget_bytes,
-                    const SolveOptions &options) {
+Solution solve_milp(const Graph& graph, int64_t budget_bytes, const SolveOptions& options) {
   check_graph(graph);
   const auto start = Clock::now();
   const int n = graph.size();
@@ -393,6 +402,11 @@ Solution solve_milp(const Graph &graph, int64_t budget_bytes,
     return out;
   }
   if (options.time_limit_s > 0) {
+    // Keeping everything, when it fits, is a schedule CBC can start from:
+    // without it CBC may find no integer solution at all in its time on a graph
+    // of a hundred nodes.
+    const auto everything = keep_everything_schedule(graph);
+    const bool everything_fits = simulate_schedule(graph, everything).peak_bytes <= budget_bytes;
     // The solver's tolerances may, with large scaled sizes, admit a schedule a
     // few bytes over the budget; the exact simulation catches it and the bound
     // is lowered by the excess.
@@ -402,7 +416,7 @@ Solution solve_milp(const Graph &graph, int64_t budget_bytes,
       if (left <= 0)
         break;
       const auto r =
-          run_cbc(formulate(graph, scale, bound, Objective::Cost), n, left);
+          run_cbc(formulate(graph, scale, bound, Objective::Cost), n, left, everything_fits ? &everything : nullptr);
       if (r.kind == MilpResult::Kind::Infeasible) {
         out.status = SolveStatus::Infeasible;
         out.solve_seconds = seconds_since(start);
@@ -416,8 +430,7 @@ Solution solve_milp(const Graph &graph, int64_t budget_bytes,
         continue;
       }
       out = *fitted(graph, r.schedule, budget_bytes);
-      out.status = r.kind == MilpResult::Kind::Optimal ? SolveStatus::Optimal
-                                                       : SolveStatus::Feasible;
+      out.status = r.kind == MilpResult::Kind::Optimal ? SolveStatus::Optimal : SolveStatus::Feasible;
       out.solve_seconds = seconds_since(start);
       return out;
     }
@@ -427,15 +440,15 @@ Solution solve_milp(const Graph &graph, int64_t budget_bytes,
   return out;
 }
 
-MinimumBudget minimum_budget(const Graph &graph, const SolveOptions &options) {
+MinimumBudget minimum_budget(const Graph& graph, const SolveOptions& options) {
   check_graph(graph);
   const int n = graph.size();
   const auto scale = memory_scale(graph);
   MinimumBudget out;
-  const auto r = run_cbc(formulate(graph, scale, std::nullopt, Objective::Peak),
-                         n, std::max(options.time_limit_s, 1.0));
-  if (r.kind == MilpResult::Kind::Optimal ||
-      r.kind == MilpResult::Kind::Feasible) {
+  const auto everything = keep_everything_schedule(graph);
+  const auto r = run_cbc(formulate(graph, scale, std::nullopt, Objective::Peak), n, std::max(options.time_limit_s, 1.0),
+                         &everything);
+  if (r.kind == MilpResult::Kind::Optimal || r.kind == MilpResult::Kind::Feasible) {
     out.bytes = simulate_schedule(graph, r.schedule).peak_bytes;
     // Proven when the exact peak is what the solver proved least (up to its
     // scaled units).
@@ -443,22 +456,20 @@ MinimumBudget minimum_budget(const Graph &graph, const SolveOptions &options) {
   } else {
     // Without a solution in time, keeping everything is a schedule, so its peak
     // is a bound.
-    out.bytes =
-        simulate_schedule(graph, keep_everything_schedule(graph)).peak_bytes;
+    out.bytes = simulate_schedule(graph, everything).peak_bytes;
   }
   return out;
 }
 
-Solution plan_rematerialization(const Graph &graph, int64_t budget_bytes,
-                                const SolveOptions &options) {
+Solution plan_rematerialization(const Graph& graph, int64_t budget_bytes, const SolveOptions& options) {
   auto out = solve_milp(graph, budget_bytes, options);
   if (out.status == SolveStatus::Infeasible) {
     const auto least = minimum_budget(graph, options);
-    TS_FAIL("no rematerialization schedule of this {}-node graph fits {} "
-            "bytes; the smallest budget that works is "
-            "{}{} bytes",
-            graph.size(), budget_bytes, least.proven ? "" : "at most ",
-            least.bytes);
+    TS_FAIL(
+        "no rematerialization schedule of this {}-node graph fits {} "
+        "bytes; the smallest budget that works is "
+        "{}{} bytes",
+        graph.size(), budget_bytes, least.proven ? "" : "at most ", least.bytes);
   }
   TS_CHECK(out.has_schedule(),
            "no rematerialization schedule of this {}-node graph within {} "
@@ -468,4 +479,4 @@ Solution plan_rematerialization(const Graph &graph, int64_t budget_bytes,
   return out;
 }
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat

@@ -32,64 +32,57 @@
 namespace tessera::memory::remat {
 
 enum class SolveStatus : std::uint8_t {
-  Optimal,  // the MILP solved to proven optimality
-  Feasible, // the MILP found a schedule within the budget but the time limit
-            // stopped the proof
-  Rounded,  // no integer solution in time: the LP relaxation, rounded, gave one
-            // within the budget
-  Infeasible, // proven: no schedule meets the budget
-  NoSchedule, // neither the MILP in time nor the rounding found one; not proven
-              // infeasible
+  Optimal,     // the MILP solved to proven optimality
+  Feasible,    // the MILP found a schedule within the budget but the time limit
+               // stopped the proof
+  Rounded,     // no integer solution in time: the LP relaxation, rounded, gave one
+               // within the budget
+  Infeasible,  // proven: no schedule meets the budget
+  NoSchedule,  // neither the MILP in time nor the rounding found one; not proven
+               // infeasible
 };
-const char *solve_status_name(SolveStatus status); // "optimal", "feasible", ...
+const char* solve_status_name(SolveStatus status);  // "optimal", "feasible", ...
 
 struct SolveOptions {
-  double time_limit_s =
-      30; // for CBC's branch and bound; <= 0 skips it and goes to the rounding
-  int rounding_tries =
-      32;            // randomized roundings of S after the deterministic one
-  uint64_t seed = 0; // for the randomized rounding, so a solve is repeatable
+  double time_limit_s = 30;  // for CBC's branch and bound; <= 0 skips it and goes to the rounding
+  int rounding_tries = 32;   // randomized roundings of S after the deterministic one
+  uint64_t seed = 0;         // for the randomized rounding, so a solve is repeatable
 };
 
 struct Solution {
   SolveStatus status = SolveStatus::NoSchedule;
-  Schedule schedule;      // empty unless status is Optimal, Feasible or Rounded
-  double cost = 0;        // simulate_schedule's, for the schedule above
-  int64_t peak_bytes = 0; // likewise
-  double solve_seconds = 0; // wall time of the whole call
+  Schedule schedule;         // empty unless status is Optimal, Feasible or Rounded
+  double cost = 0;           // simulate_schedule's, for the schedule above
+  int64_t peak_bytes = 0;    // likewise
+  double solve_seconds = 0;  // wall time of the whole call
   bool has_schedule() const {
-    return status == SolveStatus::Optimal || status == SolveStatus::Feasible ||
-           status == SolveStatus::Rounded;
+    return status == SolveStatus::Optimal || status == SolveStatus::Feasible || status == SolveStatus::Rounded;
   }
 };
 
 // The cheapest schedule whose peak is at most budget_bytes: CBC under the time
 // limit, then the rounding when CBC has no integer solution.
-Solution solve_milp(const Graph &graph, int64_t budget_bytes,
-                    const SolveOptions &options = {});
+Solution solve_milp(const Graph& graph, int64_t budget_bytes, const SolveOptions& options = {});
 
 // The paper's two-phase rounding on its own: solve the LP relaxation, round S
 // (threshold 0.5, then options.rounding_tries draws of S[t][i] ~ Bernoulli(LP
 // value) from a generator seeded with options.seed), take the minimal R of each
 // (pruned), and return the cheapest one that fits the budget (status Rounded),
 // Infeasible when even the relaxation is, NoSchedule when no rounding fits.
-Solution round_lp_relaxation(const Graph &graph, int64_t budget_bytes,
-                             const SolveOptions &options = {});
+Solution round_lp_relaxation(const Graph& graph, int64_t budget_bytes, const SolveOptions& options = {});
 
 struct MinimumBudget {
-  int64_t bytes = 0;   // the least peak of the best schedule found
-  bool proven = false; // CBC proved that no schedule has a lower peak
+  int64_t bytes = 0;    // the least peak of the best schedule found
+  bool proven = false;  // CBC proved that no schedule has a lower peak
 };
 
 // The smallest budget any schedule meets: the same MILP with no budget,
 // minimising the largest U.
-MinimumBudget minimum_budget(const Graph &graph,
-                             const SolveOptions &options = {});
+MinimumBudget minimum_budget(const Graph& graph, const SolveOptions& options = {});
 
 // solve_milp, but a budget no schedule meets is refused with a tessera::Error
 // naming the smallest budget that works, and a solve that finds nothing with
 // one saying so and naming the time limit.
-Solution plan_rematerialization(const Graph &graph, int64_t budget_bytes,
-                                const SolveOptions &options = {});
+Solution plan_rematerialization(const Graph& graph, int64_t budget_bytes, const SolveOptions& options = {});
 
-} // namespace tessera::memory::remat
+}  // namespace tessera::memory::remat
