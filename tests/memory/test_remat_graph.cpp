@@ -1,5 +1,5 @@
-// The rematerialization graph's simulator against hand-worked costs and peaks,
-// its refusals, and the schedule cache.
+// The rematerialization graph's simulator against hand-worked costs and peaks, its refusals, and the schedule
+// cache.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -48,15 +48,13 @@ std::string error_of(const std::function<void()>& f) {
 // 0 -> 1 -> 2 with 10, 20, 30 bytes and costs 1, 2, 3.
 TEST(RematSimulator, ChainKeepingEverythingAndRecomputingEverything) {
   const Graph g = make({{10, {}}, {20, {0}}, {30, {1}}}, {1, 2, 3});
-  // Stage 1 holds 0 and computes 1 (30), frees 0; stage 2 holds 1 and computes
-  // 2: 20 + 30 = 50.
+  // Stage 1 holds 0 and computes 1 (30), frees 0; stage 2 holds 1 and computes 2: 20 + 30 = 50.
   const auto all = simulate_schedule(g, keep_everything_schedule(g));
   EXPECT_EQ(all.cost, 6);
   EXPECT_EQ(all.peak_bytes, 50);
   EXPECT_EQ(all.computations, 3);
-  // Nothing kept: stage t recomputes 0..t, freeing each input after its reader;
-  // stage 2 peaks at 1 and 2 together (0 is freed once 1 ran): 50 again, for 1
-  // + 3 + 6 = 10.
+  // Nothing kept: stage t recomputes 0..t, freeing each input after its reader; stage 2 peaks at 1 and 2
+  // together (0 is freed once 1 ran): 50 again, for 1 + 3 + 6 = 10.
   const auto none = simulate_schedule(g, minimal_recompute(g, keeps(3, {{}, {}, {}})));
   EXPECT_EQ(none.cost, 10);
   EXPECT_EQ(none.peak_bytes, 50);
@@ -71,31 +69,27 @@ TEST(RematSimulator, Diamond) {
   const auto all = simulate_schedule(g, keep_everything_schedule(g));
   EXPECT_EQ(all.cost, 10);
   EXPECT_EQ(all.peak_bytes, 60);
-  // Drop 1 after stage 1 and recompute it (and 0) in stage 3: stage 1 frees 1
-  // at once (40 peak), stage 2 holds 0 only (10 + 20 = 30), stage 3 holds 2
-  // (20), computes 0 (30) and 1 (60), frees 0 (50), computes 3 (55). The later
-  // of 1 and 2 always meets the other and 0: 60 either way.
+  // Drop 1 after stage 1 and recompute it (and 0) in stage 3: stage 1 frees 1 at once (40 peak), stage 2
+  // holds 0 only (10 + 20 = 30), stage 3 holds 2 (20), computes 0 (30) and 1 (60), frees 0 (50), computes 3
+  // (55). The later of 1 and 2 always meets the other and 0: 60 either way.
   const auto recomputed = simulate_schedule(g, minimal_recompute(g, keeps(4, {{}, {0}, {0}, {2}})));
   EXPECT_EQ(recomputed.cost, 1 + 2 + 3 + (1 + 2 + 4));
   EXPECT_EQ(recomputed.peak_bytes, 60);
 }
 
-// 0 -> 1 -> 2 -> 3 -> 4 and 0 -> 4: a 50-byte value read at the start and at
-// the end.
+// 0 -> 1 -> 2 -> 3 -> 4 and 0 -> 4: a 50-byte value read at the start and at the end.
 TEST(RematSimulator, LongSkipEdgeIsCheaperToRecomputeThanToHold) {
   const Graph g = make({{50, {}}, {10, {0}}, {10, {1}}, {10, {2}}, {0, {3, 0}}});
-  // Holding 0 throughout: stages 2 and 3 hold 0 and the previous node and
-  // compute one: 70.
+  // Holding 0 throughout: stages 2 and 3 hold 0 and the previous node and compute one: 70.
   const auto all = simulate_schedule(g, keep_everything_schedule(g));
   EXPECT_EQ(all.cost, 5);
   EXPECT_EQ(all.peak_bytes, 70);
-  // Recompute 0 in stage 4: stage 1 peaks at 60 and frees 0, stages 2-3 at 20,
-  // stage 4 holds 3 (10) and computes 0 (60) and 4 (60).
+  // Recompute 0 in stage 4: stage 1 peaks at 60 and frees 0, stages 2-3 at 20, stage 4 holds 3 (10) and
+  // computes 0 (60) and 4 (60).
   const auto re = simulate_schedule(g, minimal_recompute(g, keeps(5, {{}, {0}, {1}, {2}, {3}})));
   EXPECT_EQ(re.cost, 6);
   EXPECT_EQ(re.peak_bytes, 60);
-  // And the MILP finds exactly that trade at a budget of 60, and nothing below
-  // it.
+  // And the MILP finds exactly that trade at a budget of 60, and nothing below it.
   const auto sol = solve_milp(g, 60);
   ASSERT_EQ(sol.status, SolveStatus::Optimal);
   EXPECT_EQ(sol.cost, 6);
@@ -164,8 +158,7 @@ TEST(RematCache, RoundTripsAndMissesOnAnotherGraphOrBudget) {
   other.nodes[1].name = "renamed";  // names do not decide a schedule
   EXPECT_TRUE(load_solution(path, other, 60).has_value());
 
-  // A file cut short, and one whose schedule was edited, are errors naming the
-  // file.
+  // A file cut short, and one whose schedule was edited, are errors naming the file.
   std::string text;
   {
     std::ifstream in(path);

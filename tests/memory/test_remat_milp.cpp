@@ -1,6 +1,5 @@
-// Checkmate's MILP against the exhaustive search on random graphs, the LP
-// rounding, and the MILP on a chain's training graph against Rotor's dynamic
-// program (optimal.h).
+// Checkmate's MILP against the exhaustive search on random graphs, the LP rounding, and the MILP on a chain's
+// training graph against Rotor's dynamic program (optimal.h).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,9 +19,9 @@ using namespace tessera::memory::remat;
 
 namespace {
 
-// Node k reads each earlier node with probability 0.35, and its predecessor
-// more often, so the graphs mix chains, diamonds and long skip edges. Sizes and
-// costs are small integers (some zero) so equal costs compare exactly.
+// Node k reads each earlier node with probability 0.35, and its predecessor more often, so the graphs mix
+// chains, diamonds and long skip edges. Sizes and costs are small integers (some zero) so equal costs compare
+// exactly.
 Graph random_graph(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> bytes(0, 9);
@@ -42,10 +41,9 @@ Graph random_graph(int n, uint64_t seed) {
 
 }  // namespace
 
-// For random graphs of 4..12 nodes: the exhaustive search's least peak is the
-// MILP's minimum budget, below it both refuse, and at the least peak, the
-// keep-everything peak and budgets between them the MILP's schedule fits and
-// costs the exhaustive minimum.
+// For random graphs of 4..12 nodes: the exhaustive search's least peak is the MILP's minimum budget, below it
+// both refuse, and at the least peak, the keep-everything peak and budgets between them the MILP's schedule
+// fits and costs the exhaustive minimum.
 TEST(RematMilp, EqualsExhaustiveSearchOnRandomGraphs) {
   int solved = 0, recomputing = 0;
   for (int n = 4; n <= 12; ++n) {
@@ -91,14 +89,12 @@ TEST(RematMilp, EqualsExhaustiveSearchOnRandomGraphs) {
       }
     }
   }
-  // The comparison must exercise recomputation, not only keep-everything
-  // schedules.
+  // The comparison must exercise recomputation, not only keep-everything schedules.
   EXPECT_GT(recomputing, solved / 5) << recomputing << " of " << solved << " schedules recompute";
 }
 
-// The rounding of the LP relaxation, called directly and through a time limit
-// of zero: a schedule that fits, costs at least the optimum, and reports that
-// it was rounded.
+// The rounding of the LP relaxation, called directly and through a time limit of zero: a schedule that fits,
+// costs at least the optimum, and reports that it was rounded.
 TEST(RematMilp, LpRoundingGivesFeasibleSchedules) {
   int rounded = 0, tried = 0;
   for (int seed = 0; seed < 6; ++seed) {
@@ -120,15 +116,14 @@ TEST(RematMilp, LpRoundingGivesFeasibleSchedules) {
       EXPECT_EQ(sim.cost, sol.cost);
       EXPECT_GE(sol.cost, *cheapest_within(front, budget));
     }
-    // At the keep-everything peak the relaxation keeps everything, and rounding
-    // finds it.
+    // At the keep-everything peak the relaxation keeps everything, and rounding finds it.
     const auto at_all = solve_milp(g, all, SolveOptions{.time_limit_s = 0});
     EXPECT_EQ(at_all.status, SolveStatus::Rounded);
     EXPECT_LE(at_all.peak_bytes, all);
   }
   EXPECT_GE(rounded, tried / 2) << rounded << " of " << tried;
-  // Below the least peak even the relaxation may fit (it is fractional); the
-  // rounding must not return a schedule over the budget.
+  // Below the least peak even the relaxation may fit (it is fractional); the rounding must not return a
+  // schedule over the budget.
   const Graph g = random_graph(8, 3);
   const int64_t least = exhaustive_frontier(g).front().peak_bytes;
   const auto below = round_lp_relaxation(g, least - 1);
@@ -154,10 +149,9 @@ std::vector<ChainUnit> random_chain(int n, std::mt19937_64& rng) {
 
 }  // namespace
 
-// On a chain's training graph (graph.h's chain_graph), a Rotor schedule is a
-// Checkmate schedule with the same time and a peak no higher, so at every
-// budget Rotor meets the MILP is no slower; x0's cost is above every schedule's
-// so the MILP never recomputes it, and is subtracted.
+// On a chain's training graph (graph.h's chain_graph), a Rotor schedule is a Checkmate schedule with the same
+// time and a peak no higher, so at every budget Rotor meets the MILP is no slower; x0's cost is above every
+// schedule's so the MILP never recomputes it, and is subtracted.
 TEST(RematMilp, NoSlowerThanRotorOnAChainsTrainingGraph) {
   int strictly_faster = 0;
   for (int n = 2; n <= 4; ++n) {

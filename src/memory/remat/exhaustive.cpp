@@ -13,8 +13,7 @@ constexpr int kMaxNodes = 14;
 
 using Front = std::vector<ParetoPoint>;
 
-// Adds p unless a point of the front is at least as good in both; drops the
-// points p beats.
+// Adds p unless a point of the front is at least as good in both; drops the points p beats.
 void insert(Front& front, ParetoPoint p) {
   for (const auto& q : front) {
     if (q.peak_bytes <= p.peak_bytes && q.cost <= p.cost)
@@ -46,8 +45,7 @@ class Stages {
       }
     }
   }
-  // The states of stage t+1: every subset of {0..t}, or only the empty one
-  // after the last stage.
+  // The states of stage t+1: every subset of {0..t}, or only the empty one after the last stage.
   uint32_t next_states(int t) const { return t + 1 < graph_.size() ? (1u << (t + 1)) : 1u; }
   // Stage t, starting with `held` and keeping `keep` into stage t+1.
   Stage operator()(int t, uint32_t held, uint32_t keep) const;
@@ -126,8 +124,7 @@ std::optional<Schedule> exhaustive_schedule(const Graph& graph, int64_t budget_b
   const Stages stage(graph);
   const int n = graph.size();
   constexpr double kUnreached = std::numeric_limits<double>::infinity();
-  // best[t][state]: least cost of stages before t ending in S[t] = state;
-  // from[t][state]: S[t-1].
+  // best[t][state]: least cost of stages before t ending in S[t] = state; from[t][state]: S[t-1].
   std::vector<std::vector<double>> best(1, std::vector<double>(1, 0.0));
   std::vector<std::vector<uint32_t>> from(1, std::vector<uint32_t>(1, 0));
   for (int t = 0; t < n; ++t) {

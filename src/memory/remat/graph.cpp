@@ -101,8 +101,7 @@ ScheduleCost simulate_schedule(const Graph& graph, const Schedule& schedule) {
       out.peak_bytes = std::max(out.peak_bytes, mem);
       out.cost += node.cost;
       ++out.computations;
-      // Free what k was the last reader of in this stage, and k itself when
-      // nobody reads it here.
+      // Free what k was the last reader of in this stage, and k itself when nobody reads it here.
       const auto try_free = [&](int i) {
         if (!live[i] || kept_next(i))
           return;
@@ -166,8 +165,7 @@ Schedule prune_schedule(const Graph& graph, const Schedule& schedule) {
     auto& r = out.R[t];
     r[t] = 1;
     if (t + 1 < n) {
-      // A useful keep into t+1 was held into t (then it is useful there) or
-      // computed in t.
+      // A useful keep into t+1 was held into t (then it is useful there) or computed in t.
       for (int i = 0; i <= t; ++i) {
         if (!out.S[t + 1][i])
           continue;

@@ -40,8 +40,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A linear program in the row form the problem is written in, handed to COIN in
-// column form.
+// A linear program in the row form the problem is written in, handed to COIN in column form.
 struct LinearProgram {
   std::vector<double> col_lo, col_hi, obj;
   std::vector<int> integers;
@@ -94,8 +93,7 @@ struct LinearProgram {
 
 enum class Objective : std::uint8_t { Cost, Peak };
 
-// The variables of Checkmate's program, by stage and node (-1 where none
-// exists).
+// The variables of Checkmate's program, by stage and node (-1 where none exists).
 struct Formulation {
   const Graph& graph;
   LinearProgram lp;
@@ -107,15 +105,13 @@ struct Formulation {
   std::vector<Free> frees;
 };
 
-// Bytes in the program's units: divided by the gcd of the sizes, so the U are
-// small integers, and further when even those would be large enough to strain
-// the solver's tolerances.
+// Bytes in the program's units: divided by the gcd of the sizes, so the U are small integers, and further
+// when even those would be large enough to strain the solver's tolerances.
 struct MemoryScale {
   int64_t gcd = 1;
   double extra = 1;
   double bytes(int64_t b) const { return static_cast<double>(b / gcd) / extra; }
-  // A budget in the same units: U is a multiple of gcd, so flooring loses
-  // nothing.
+  // A budget in the same units: U is a multiple of gcd, so flooring loses nothing.
   double budget(int64_t b) const { return static_cast<double>(b / gcd) / extra; }
 };
 
@@ -180,8 +176,7 @@ Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optiona
         lp.row(std::move(terms), -1e30, 0);
       }
     }
-    // The memory recurrence. prev_free holds FREE[t][i][k-1] with bytes_i, for
-    // U[t][k].
+    // The memory recurrence. prev_free holds FREE[t][i][k-1] with bytes_i, for U[t][k].
     std::vector<std::pair<int, double>> prev_free;
     for (int k = 0; k <= t; ++k) {
       std::vector<std::pair<int, double>> terms = {{U[t][k], 1}, {R(t, k), -scale.bytes(graph.nodes[k].bytes)}};
@@ -198,14 +193,12 @@ Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optiona
         lp.row({{U[t][k], 1}, {f.peak, -1}}, -1e30, 0);
       prev_free.clear();
       if (k == t)
-        break;  // frees after the stage's last node change nothing the budget
-                // sees
+        break;  // frees after the stage's last node change nothing the budget sees
       std::vector<int> freeable = graph.nodes[k].inputs;
       freeable.push_back(k);
       for (int i : freeable) {
         const int free = lp.var(0, 1, 0, true);
-        // hazards h = (1 - R[t][k]) + S[t+1][i] + sum of R[t][j] over readers j
-        // of i after k
+        // hazards h = (1 - R[t][k]) + S[t+1][i] + sum of R[t][j] over readers j of i after k
         std::vector<std::pair<int, double>> h = {{R(t, k), -1}};
         double terms_count = 1;
         if (t + 1 < n) {
@@ -218,8 +211,7 @@ Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optiona
             ++terms_count;
           }
         }
-        // FREE + h >= 1, i.e. FREE + h' >= 0 with h' = h - 1 (the constant of h
-        // moved right)
+        // FREE + h >= 1, i.e. FREE + h' >= 0 with h' = h - 1 (the constant of h moved right)
         auto lower = h;
         lower.push_back({free, 1});
         lp.row(std::move(lower), 0, 1e30);
@@ -255,8 +247,8 @@ struct MilpResult {
   double objective = 0;
 };
 
-// The integer variables' values for a schedule, for CBC to start from: FREE follows from R and S
-// by the simulator's rule, and CBC finds the U.
+// The integer variables' values for a schedule, for CBC to start from: FREE follows from R and S by the
+// simulator's rule, and CBC finds the U.
 std::pair<std::vector<int>, std::vector<double>> start_values(const Formulation& f, const Schedule& s) {
   const int n = f.graph.size();
   const auto users = graph_users(f.graph);
@@ -297,8 +289,7 @@ MilpResult run_cbc(const Formulation& f, int n, double time_limit_s, const Sched
   }
   Cbc_setLogLevel(model.get(), 0);
   Cbc_setMaximumSeconds(model.get(), time_limit_s);
-  // A proof of optimality, not CBC's default relative gap: the tests compare
-  // costs exactly.
+  // A proof of optimality, not CBC's default relative gap: the tests compare costs exactly.
   Cbc_setAllowableFractionGap(model.get(), 0);
   Cbc_setAllowableGap(model.get(), 1e-9);
   Cbc_solve(model.get());
@@ -402,14 +393,12 @@ Solution solve_milp(const Graph& graph, int64_t budget_bytes, const SolveOptions
     return out;
   }
   if (options.time_limit_s > 0) {
-    // Keeping everything, when it fits, is a schedule CBC can start from:
-    // without it CBC may find no integer solution at all in its time on a graph
-    // of a hundred nodes.
+    // Keeping everything, when it fits, is a schedule CBC can start from: without it CBC may find no integer
+    // solution at all in its time on a graph of a hundred nodes.
     const auto everything = keep_everything_schedule(graph);
     const bool everything_fits = simulate_schedule(graph, everything).peak_bytes <= budget_bytes;
-    // The solver's tolerances may, with large scaled sizes, admit a schedule a
-    // few bytes over the budget; the exact simulation catches it and the bound
-    // is lowered by the excess.
+    // The solver's tolerances may, with large scaled sizes, admit a schedule a few bytes over the budget; the
+    // exact simulation catches it and the bound is lowered by the excess.
     int64_t bound = budget_bytes;
     for (int attempt = 0; attempt < 3 && bound >= 0; ++attempt) {
       const double left = options.time_limit_s - seconds_since(start);
@@ -450,12 +439,10 @@ MinimumBudget minimum_budget(const Graph& graph, const SolveOptions& options) {
                          &everything);
   if (r.kind == MilpResult::Kind::Optimal || r.kind == MilpResult::Kind::Feasible) {
     out.bytes = simulate_schedule(graph, r.schedule).peak_bytes;
-    // Proven when the exact peak is what the solver proved least (up to its
-    // scaled units).
+    // Proven when the exact peak is what the solver proved least (up to its scaled units).
     out.proven = r.kind == MilpResult::Kind::Optimal;
   } else {
-    // Without a solution in time, keeping everything is a schedule, so its peak
-    // is a bound.
+    // Without a solution in time, keeping everything is a schedule, so its peak is a bound.
     out.bytes = simulate_schedule(graph, everything).peak_bytes;
   }
   return out;
