@@ -6,6 +6,8 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+# COIN-OR CBC (with CoinUtils, Osi and Clp): the MILP and LP solver of memory/remat (Checkmate).
+pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
 
 # OpenBLAS with its OpenMP threading: sgemm shares the OpenMP thread pool with our kernels
 # instead of oversubscribing the cores with a second pool.

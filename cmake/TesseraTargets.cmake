@@ -26,10 +26,15 @@ if(TESSERA_FUZZ)
 endif()
 target_include_directories(tessera_options INTERFACE ${PROJECT_SOURCE_DIR}/src)
 
-# tessera_library(NAME DIR <dir> DEPS <targets...>): a static library from every .cpp under DIR.
+# tessera_library(NAME DIR <dir> DEPS <targets...> [EXCLUDE <subdirs...>]): a static library from
+# every .cpp under DIR but those under the EXCLUDEd subfolders (which build a target of their own,
+# e.g. one with a dependency the rest of the folder must not pull into every binary).
 function(tessera_library name)
-  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "DIR" "DEPS;EXCLUDE" ${ARGN})
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${ARG_DIR}/*.cpp)
+  foreach(sub IN LISTS ARG_EXCLUDE)
+    list(FILTER sources EXCLUDE REGEX "^${ARG_DIR}/${sub}/")
+  endforeach()
   if(sources)
     add_library(${name} STATIC ${sources})
     target_link_libraries(${name} PUBLIC tessera_options ${ARG_DEPS})

@@ -9,6 +9,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libxxhash-dev libsentencepiece-dev sentencepiece
   openmpi-bin libopenmpi-dev bible-kjv
+  coinor-libcbc-dev
   python3-torch python3-numpy
   clang libclang-rt-14-dev libomp-14-dev
 )
