@@ -1,5 +1,7 @@
 #include "exec/interpreter.h"
 
+#include <chrono>
+
 namespace tessera::exec {
 
 Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
@@ -164,7 +166,11 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     const Event event = event_of(program, i);
     EventScope scope(ownership_, &event);
     transforms_.before(event);
-    if (is_forward(a.phase)) {
+    if (a.phase == Phase::Recompute) {
+      const auto start = std::chrono::steady_clock::now();
+      forward(a, s, mb, step, result);
+      result.recompute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } else if (is_forward(a.phase)) {
       forward(a, s, mb, step, result);
     } else {
       backward(a, s, step);

@@ -63,6 +63,8 @@ struct ProgramResult {
   // What the MoE layers' routing did in the program's training forwards (nn/moe.h); empty for a
   // dense model.
   nn::MoeStatistics moe;
+  // Wall time of the program's Recompute actions on this rank: what recomputation cost it.
+  double recompute_seconds = 0;
 };
 
 class Interpreter {

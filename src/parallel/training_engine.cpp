@@ -343,6 +343,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   result.loss_sum = total.loss_sum;
   result.counted = total.counted;
   result.moe = moe_over_ranks(run.moe);
+  result.recompute_seconds = run.recompute_seconds;
   return result;
 }
 
@@ -447,6 +448,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
     results[static_cast<size_t>(b)].counted = static_cast<int64_t>(sums[2 * static_cast<size_t>(b) + 1]);
   }
   results.back().moe = moe_over_ranks(run.moe);
+  results.back().recompute_seconds = run.recompute_seconds;
   return results;
 }
 

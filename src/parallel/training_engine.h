@@ -110,6 +110,7 @@ class TrainingEngine {
     // The MoE layers' routing in this step's training forwards, summed over the data-parallel and
     // pipeline groups (empty for a dense model; under 2BW the whole program's, in its last batch).
     nn::MoeStatistics moe;
+    double recompute_seconds = 0;  // this rank's Recompute actions (under 2BW the whole program's, in its last batch)
   };
   // One optimizer step over this rank's microbatches (one per program microbatch). Collective.
   // The global gradient norm is measured and clipped to max_grad_norm (0: measured, not clipped);

@@ -863,6 +863,7 @@ TrainResult Trainer::run() {
                          elapsed_before + std::chrono::duration<double>(Clock::now() - run_start).count()}};
         if (r.moe.routings > 0) line.update(moe_fields(r.moe));
         if (engine.activation_encoder() != nullptr) line["memory"]["encoded_activations"] = encoding_json(encoded, count);
+        line["memory"]["recompute_seconds"] = r.recompute_seconds;
         if (cfg.optim.delayed_update_after > 0) line["update_wait_seconds"] = engine.delayed_update_wait_seconds();
         metrics->write(line);
       }

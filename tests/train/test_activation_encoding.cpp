@@ -92,6 +92,12 @@ TEST_F(ActivationEncoding, LosslessEncodingGivesTheSameRunUnderEveryLayout) {
     }
     const nlohmann::json line = last_train_line((encoded / "metrics.jsonl").string());
     const nlohmann::json& e = line["memory"]["encoded_activations"];
+    // Selective recomputation drops the ReLU's output and rebuilds it from the input, which it then
+    // reads for its values: nothing is left for the lossless forms.
+    if (l.keys.find("selective") != std::string::npos) {
+      EXPECT_EQ(e["from"].get<double>(), 0.0) << e.dump();
+      continue;
+    }
     // The ReLU's input went as sign bits and its output in the sparse form, and what was encoded shrank.
     EXPECT_TRUE(e["forms"].contains("sign")) << e.dump();
     EXPECT_TRUE(e["forms"].contains("sparse")) << e.dump();

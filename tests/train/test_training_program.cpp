@@ -158,6 +158,13 @@ TEST_F(TrainingProgram, RecomputePoliciesFromTheCommandLineLogTheSameLosses) {
         EXPECT_TRUE(j["memory"].contains(tag)) << tag << " missing in " << line;
       }
       EXPECT_GT(j["memory"]["activations"].get<double>(), 0.0) << line;
+      // The time the step spent recomputing: none where nothing is recomputed.
+      const bool recomputes = extra.find("full") != std::string::npos || extra.find("every_k") != std::string::npos;
+      if (recomputes) {
+        EXPECT_GT(j["memory"]["recompute_seconds"].get<double>(), 0.0) << line;
+      } else if (extra.find("optimal") == std::string::npos) {
+        EXPECT_EQ(j["memory"]["recompute_seconds"].get<double>(), 0.0) << line;
+      }
       EXPECT_FALSE(j["skipped"].get<bool>());
       const size_t at = r.output.find("predicted activation peak ");
       if (at != std::string::npos && extra.find("zb-h1") == std::string::npos) {
