@@ -13,8 +13,8 @@ Shape with_last_dim(const Shape& shape, int64_t last) {
 
 Linear::Linear(ParameterStore& store, const std::string& name, int in_features, int out_features, bool bias,
                float init_std)
-    : Linear(store.declare(name + ".weight", {out_features, in_features}, Init::Normal, init_std)) {
-  if (bias) bias_ = &store.declare(name + ".bias", {out_features}, Init::Zeros);
+    : Linear(store.declare(name + ".weight", {out_features, in_features}, ParameterRole::Weight, Init::Normal, init_std)) {
+  if (bias) bias_ = &store.declare(name + ".bias", {out_features}, ParameterRole::Bias, Init::Zeros);
 }
 
 Linear::Linear(const Parameter& weight) : weight_(&weight) {

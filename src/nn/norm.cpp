@@ -11,8 +11,8 @@ Shape rows_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().en
 
 Norm::Norm(ParameterStore& store, const std::string& name, int channels, Kind kind, bool bias, float eps)
     : kind_(kind), channels_(channels), eps_(eps) {
-  weight_ = &store.declare(name + ".weight", {channels}, Init::Ones);
-  if (bias && kind == Kind::LayerNorm) bias_ = &store.declare(name + ".bias", {channels}, Init::Zeros);
+  weight_ = &store.declare(name + ".weight", {channels}, ParameterRole::NormGain, Init::Ones);
+  if (bias && kind == Kind::LayerNorm) bias_ = &store.declare(name + ".bias", {channels}, ParameterRole::Bias, Init::Zeros);
 }
 
 void Norm::run_forward(StepContext& step, Ctx& ctx, const Tensor& y) {

@@ -116,18 +116,19 @@ void ShardSpec::validate(const std::string& name) const {
            "parameter '{}': {} padding rows in a shape {}", name, padding_rows, shape_to_string(global_shape));
 }
 
-Parameter& ParameterStore::declare(std::string name, Shape shape, Init init, float init_std) {
+Parameter& ParameterStore::declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std) {
   if (sharding_ != nullptr) {
     if (std::optional<ShardSpec> spec = sharding_->spec_for(name, shape)) {
-      return declare_sharded(std::move(name), std::move(*spec), init, init_std);
+      return declare_sharded(std::move(name), std::move(*spec), role, init, init_std);
     }
   }
   ShardSpec whole;
   whole.global_shape = std::move(shape);
-  return declare_sharded(std::move(name), std::move(whole), init, init_std);
+  return declare_sharded(std::move(name), std::move(whole), role, init, init_std);
 }
 
-Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, Init init, float init_std) {
+Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, ParameterRole role, Init init,
+                                           float init_std) {
   TS_CHECK(!allocated(), "parameter '{}' declared after the parameters were allocated", name);
   spec.validate(name);
   Parameter& p = params_.emplace_back();
@@ -135,6 +136,7 @@ Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, Ini
   p.name = std::move(name);
   p.shape = spec.local_shape();
   p.spec = std::move(spec);
+  p.role = role;
   p.init = init;
   p.init_std = init_std;
   p.offset = static_cast<size_t>(total_);

@@ -88,11 +88,18 @@ class ShardingRules {
   virtual std::optional<ShardSpec> spec_for(const std::string& name, const Shape& shape) const = 0;
 };
 
+// What a parameter is to the optimizers: weights (matrices, embeddings, an MoE layer's stacked
+// expert matrices) are decayed and adapted (LAMB's and LARS' trust ratios); biases (an MoE layer's
+// stacked expert biases too, whatever their dimensions) and norm gains are not, as in the GPT-2
+// recipe and LAMB's and LARS' exclusions.
+enum class ParameterRole : uint8_t { Weight, Bias, NormGain };
+
 struct Parameter {
   int id = 0;        // position in the store: dense, for per-parameter tables
   std::string name;  // e.g. "blocks.3.attn.qkv.weight"
   Shape shape;       // of the local block (equal to spec.global_shape when not split)
   ShardSpec spec;
+  ParameterRole role = ParameterRole::Weight;
   Init init = Init::Zeros;
   float init_std = 0.0f;
   size_t offset = 0;  // element offset in the flat buffers
@@ -106,9 +113,9 @@ class ParameterStore final : public ParameterAccess {
 
   // References stay valid: parameters live in a deque. `shape` is the one-process shape; the
   // sharding rules may give the parameter a block of it (read p.shape back).
-  Parameter& declare(std::string name, Shape shape, Init init, float init_std = 0.0f);
+  Parameter& declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std = 0.0f);
   // Declares the local block of a parameter split as `spec` says (its shape is spec.local_shape()).
-  Parameter& declare_sharded(std::string name, ShardSpec spec, Init init, float init_std = 0.0f);
+  Parameter& declare_sharded(std::string name, ShardSpec spec, ParameterRole role, Init init, float init_std = 0.0f);
   void allocate(MemoryAccountant& accountant);
   // GPT-2 style initialization from the counter RNG: element g of parameter `name` (g its global
   // index) is normal(seed, stream_id("init:" + name), g), so the values do not depend on the layout.

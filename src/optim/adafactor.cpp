@@ -150,7 +150,7 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
     const double clip = std::max(1.0, update_rms / double(config_.clip_threshold));
     double alpha = lr;
     if (config_.relative_step) alpha *= std::max(kEps2, std::sqrt(sums_.of(*s.param).back() / numel));
-    const double decay = 1.0 - alpha * (is_matrix(*s.param) ? double(config_.weight_decay) : 0.0);
+    const double decay = 1.0 - alpha * (is_weight(*s.param) ? double(config_.weight_decay) : 0.0);
     for (int64_t i = 0; i < s.size(); ++i) {
       if (s.param->spec.is_padding(s.param->spec.global_index(s.begin + i))) continue;  // stays zero
       double u = unclipped(k, s, f, i) / clip;

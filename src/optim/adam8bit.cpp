@@ -88,7 +88,7 @@ void Adam8bit::step(float lr, std::span<const Segment> segments) {
   std::vector<float> new_m, new_v;
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
-    const float wd = is_matrix(*s.param) ? config_.weight_decay : 0.0f;
+    const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
     if (!quantized(*s.param)) {
       kernels::adamw_update(s.value, s.grad, m_.data<float>() + f_at_[k], v_.data<float>() + f_at_[k],
                             static_cast<size_t>(s.size()), lr, b1, b2, eps, wd, step_);

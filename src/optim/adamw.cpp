@@ -22,7 +22,7 @@ void AdamW::step(float lr, std::span<const Segment> segments) {
   int64_t at = 0;
   for (const Segment& s : segments) {
     // Decay matrices and embeddings, not biases and norm gains.
-    const float wd = s.param->spec.global_shape.size() >= 2 ? config_.weight_decay : 0.0f;
+    const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
     kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
                           config_.beta2, config_.eps, wd, step_, frozen_at);
     at += s.size();

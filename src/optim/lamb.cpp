@@ -42,7 +42,7 @@ void Lamb::step(float lr, std::span<const Segment> segments) {
   norms_.clear();
   int64_t at = 0;
   for (const Segment& s : segments) {
-    const bool adapted = is_matrix(*s.param);
+    const bool adapted = is_weight(*s.param);
     const float wd = adapted ? config_.weight_decay : 0.0f;
     double w_squares = 0, u_squares = 0;
     for (int64_t i = 0; i < s.size(); ++i) {
@@ -66,7 +66,7 @@ void Lamb::step(float lr, std::span<const Segment> segments) {
 
   at = 0;
   for (const Segment& s : segments) {
-    const bool adapted = is_matrix(*s.param);
+    const bool adapted = is_weight(*s.param);
     const float wd = adapted ? config_.weight_decay : 0.0f;
     std::span<const double> sums = norms_.of(*s.param);
     const double ratio = adapted && sums[0] > 0 && sums[1] > 0 ? std::sqrt(sums[0]) / std::sqrt(sums[1]) : 1.0;

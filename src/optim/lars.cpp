@@ -23,7 +23,7 @@ void Lars::step(float lr, std::span<const Segment> segments) {
   ++step_;
   norms_.clear();
   for (const Segment& s : segments) {
-    if (!is_matrix(*s.param)) continue;
+    if (!is_weight(*s.param)) continue;
     double w_squares = 0, g_squares = 0;
     for (int64_t i = 0; i < s.size(); ++i) {
       w_squares += double(s.value[i]) * double(s.value[i]);
@@ -39,7 +39,7 @@ void Lars::step(float lr, std::span<const Segment> segments) {
   float* buffer = mu > 0.0f ? momentum_.data<float>() : nullptr;
   int64_t at = 0;
   for (const Segment& s : segments) {
-    const bool adapted = is_matrix(*s.param);
+    const bool adapted = is_weight(*s.param);
     const float wd = adapted ? config_.weight_decay : 0.0f;
     double local = adapted ? 1.0 : double(config_.unadapted_lr_scale);
     if (adapted) {

@@ -81,8 +81,8 @@ int64_t total_elements(std::span<const Segment> segments);
 // Whether two lists of segments cover the same parameters' same elements in the same order (an
 // optimizer with per-tensor state checks each step's segments against the layout it was built for).
 bool same_layout(std::span<const Segment> a, std::span<const Segment> b);
-// Matrices and embeddings (two or more dimensions in the one-process model) are decayed and
-// adapted; biases and norm gains are not (the GPT-2 recipe, and LAMB's and LARS' exclusions).
-inline bool is_matrix(const nn::Parameter& p) { return p.spec.global_shape.size() >= 2; }
+// Weights are decayed and adapted; biases and norm gains are not (nn::ParameterRole: the role the
+// model declared, not the number of dimensions, so an MoE layer's stacked expert biases are biases).
+inline bool is_weight(const nn::Parameter& p) { return p.role == nn::ParameterRole::Weight; }
 
 }  // namespace tessera::optim

@@ -18,7 +18,7 @@ void Sgd::step(float lr, std::span<const Segment> segments) {
   float* buffer = mu > 0.0f ? momentum_.data<float>() : nullptr;
   int64_t at = 0;
   for (const Segment& s : segments) {
-    const float wd = is_matrix(*s.param) ? config_.weight_decay : 0.0f;
+    const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
     // Formed in double and rounded once, as PyTorch does with its Python-float hyperparameters.
     const auto decay = static_cast<float>(1.0 - double(lr) * double(wd));
     const float l2 = config_.decoupled_weight_decay ? 0.0f : wd;

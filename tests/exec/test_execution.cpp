@@ -203,8 +203,8 @@ TEST(Optimizer, StateDictRoundTrip) {
 TEST(Parameters, BlockedSplitsAndPaddingRowsInitializeFromGlobalIndices) {
   MemoryAccountant memory;
   nn::ParameterStore whole;
-  whole.declare("qkv", {12, 2}, nn::Init::Normal, 0.02f);
-  whole.declare("table", {5, 2}, nn::Init::Normal, 0.02f);
+  whole.declare("qkv", {12, 2}, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
+  whole.declare("table", {5, 2}, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
   whole.allocate(memory);
   whole.initialize(9);
   const float* w = whole.value(whole.get("qkv")).data<float>();
@@ -218,8 +218,8 @@ TEST(Parameters, BlockedSplitsAndPaddingRowsInitializeFromGlobalIndices) {
     padded.global_shape = {6, 2};
     padded.padding_rows = 1;
     padded.splits = {{0, config::MeshDim::TP, 2, index, {}}};
-    const nn::Parameter& p = part.declare_sharded("qkv", qkv, nn::Init::Normal, 0.02f);
-    const nn::Parameter& t = part.declare_sharded("table", padded, nn::Init::Normal, 0.02f);
+    const nn::Parameter& p = part.declare_sharded("qkv", qkv, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
+    const nn::Parameter& t = part.declare_sharded("table", padded, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
     part.allocate(memory);
     part.initialize(9);
     ASSERT_EQ(p.shape, (Shape{6, 2}));
@@ -246,14 +246,14 @@ TEST(Parameters, BlockedSplitsAndPaddingRowsInitializeFromGlobalIndices) {
   nn::ShardSpec uneven;
   uneven.global_shape = {12, 2};
   uneven.splits = {{0, config::MeshDim::TP, 2, 0, {3, 3, 6}}};
-  EXPECT_THROW(bad.declare_sharded("qkv", uneven, nn::Init::Normal, 0.02f), Error) << "blocks of 3 rows in 2 pieces";
+  EXPECT_THROW(bad.declare_sharded("qkv", uneven, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f), Error) << "blocks of 3 rows in 2 pieces";
 }
 
 // A parameter split over a mesh dimension initializes to exactly its block of the whole one.
 TEST(Parameters, ShardsInitializeFromGlobalIndices) {
   MemoryAccountant memory;
   nn::ParameterStore whole;
-  whole.declare("w", {6, 4}, nn::Init::Normal, 0.02f);
+  whole.declare("w", {6, 4}, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
   whole.allocate(memory);
   whole.initialize(9);
   const float* w = whole.value(whole.get("w")).data<float>();
@@ -263,7 +263,7 @@ TEST(Parameters, ShardsInitializeFromGlobalIndices) {
       nn::ShardSpec spec;
       spec.global_shape = {6, 4};
       spec.splits = {{dim, config::MeshDim::TP, 2, index, {}}};
-      const nn::Parameter& p = part.declare_sharded("w", spec, nn::Init::Normal, 0.02f);
+      const nn::Parameter& p = part.declare_sharded("w", spec, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
       part.allocate(memory);
       part.initialize(9);
       EXPECT_EQ(p.shape, dim == 0 ? (Shape{3, 4}) : (Shape{6, 2}));
@@ -283,5 +283,5 @@ TEST(Parameters, ShardsInitializeFromGlobalIndices) {
   nn::ShardSpec spec;
   spec.global_shape = {5, 4};
   spec.splits = {{0, config::MeshDim::TP, 2, 0, {}}};
-  EXPECT_THROW(bad.declare_sharded("w", spec, nn::Init::Normal, 0.02f), Error) << "5 rows do not split in 2";
+  EXPECT_THROW(bad.declare_sharded("w", spec, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f), Error) << "5 rows do not split in 2";
 }

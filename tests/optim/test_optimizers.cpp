@@ -26,11 +26,11 @@ struct Model {
   MemoryAccountant memory;
   nn::ParameterStore store;
   Model() {
-    store.declare("embed.tokens.weight", {40, 8}, nn::Init::Normal, 0.5f);
-    store.declare("blocks.0.mlp.fc.weight", {64, 80}, nn::Init::Normal, 0.5f);
-    store.declare("blocks.0.mlp.fc.bias", {64}, nn::Init::Normal, 0.5f);
-    store.declare("blocks.0.ln.weight", {80}, nn::Init::Ones);
-    store.declare("blocks.0.attn.proj.weight", {12, 10}, nn::Init::Normal, 0.5f);
+    store.declare("embed.tokens.weight", {40, 8}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+    store.declare("blocks.0.mlp.fc.weight", {64, 80}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+    store.declare("blocks.0.mlp.fc.bias", {64}, nn::ParameterRole::Bias, nn::Init::Normal, 0.5f);
+    store.declare("blocks.0.ln.weight", {80}, nn::ParameterRole::NormGain, nn::Init::Ones);
+    store.declare("blocks.0.attn.proj.weight", {12, 10}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
     store.allocate(memory);
     store.initialize(5);
   }
@@ -175,7 +175,7 @@ TEST(Optimizers, AFrozenVarianceMakesTheUpdateLinearInTheGradient) {
     c.variance_freeze_step = freeze;
     MemoryAccountant memory;
     nn::ParameterStore store;
-    store.declare("w", {4}, nn::Init::Zeros);
+    store.declare("w", {4}, nn::ParameterRole::Bias, nn::Init::Zeros);
     store.allocate(memory);
     store.initialize(1);
     const std::vector<optim::Segment> segments = optim::whole_parameters(store);

@@ -35,10 +35,10 @@ void check(const SgdCase& c) {
 
   MemoryAccountant memory;
   nn::ParameterStore store;
-  store.declare("embed.tokens.weight", {16, 8}, nn::Init::Normal, 0.5f);
-  store.declare("fc.weight", {24, 16}, nn::Init::Normal, 0.5f);
-  store.declare("fc.bias", {24}, nn::Init::Normal, 0.5f);
-  store.declare("ln.weight", {16}, nn::Init::Ones);
+  store.declare("embed.tokens.weight", {16, 8}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("fc.weight", {24, 16}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("fc.bias", {24}, nn::ParameterRole::Bias, nn::Init::Normal, 0.5f);
+  store.declare("ln.weight", {16}, nn::ParameterRole::NormGain, nn::Init::Ones);
   store.allocate(memory);
   store.initialize(3);
 

@@ -31,10 +31,10 @@ constexpr size_t kBlock = 512;  // the sign compression's block (compression/met
 
 void declare_tensors(nn::ParameterStore& store, MemoryAccountant& memory) {
   // Odd sizes: blocks and chunks straddle tensors.
-  store.declare("embed.tokens.weight", {61, 15}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.fc.weight", {97, 53}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.fc.bias", {97}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.ln.weight", {53}, nn::Init::Ones);
+  store.declare("embed.tokens.weight", {61, 15}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.fc.weight", {97, 53}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.fc.bias", {97}, nn::ParameterRole::Bias, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.ln.weight", {53}, nn::ParameterRole::NormGain, nn::Init::Ones);
   store.allocate(memory);
   store.initialize(9);
 }
@@ -133,7 +133,7 @@ void check_optimizer(dist::Communicator& comm, RankChecks& t) {
   optim::AdamW adamw(memory, optim::AdamWConfig{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, n);
   const std::vector<size_t> chunks = one_bit_adam_chunks(static_cast<size_t>(n), R);
   std::vector<bool> matrix;
-  for (const optim::Segment& s : segments) matrix.insert(matrix.end(), static_cast<size_t>(s.size()), optim::is_matrix(*s.param));
+  for (const optim::Segment& s : segments) matrix.insert(matrix.end(), static_cast<size_t>(s.size()), optim::is_weight(*s.param));
 
   float* grads = mine.flat_grads().data<float>();
   for (int step = 1; step <= kSteps; ++step) {

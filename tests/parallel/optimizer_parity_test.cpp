@@ -66,11 +66,11 @@ std::string describe(const optim::OptimizerConfig& c) {
 void declare_tensors(nn::ParameterStore& store, MemoryAccountant& memory) {
   // Odd sizes: no shard boundary falls on a row, a tensor or a block by accident. The two large
   // matrices are quantized by adam8bit (4096 elements or more, not embeddings).
-  store.declare("embed.tokens.weight", {61, 15}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.fc.weight", {97, 53}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.fc.bias", {97}, nn::Init::Normal, 0.5f);
-  store.declare("blocks.0.ln.weight", {53}, nn::Init::Ones);
-  store.declare("blocks.1.proj.weight", {45, 101}, nn::Init::Normal, 0.5f);
+  store.declare("embed.tokens.weight", {61, 15}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.fc.weight", {97, 53}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.fc.bias", {97}, nn::ParameterRole::Bias, nn::Init::Normal, 0.5f);
+  store.declare("blocks.0.ln.weight", {53}, nn::ParameterRole::NormGain, nn::Init::Ones);
+  store.declare("blocks.1.proj.weight", {45, 101}, nn::ParameterRole::Weight, nn::Init::Normal, 0.5f);
   store.allocate(memory);
   store.initialize(9);
 }

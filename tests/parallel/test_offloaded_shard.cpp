@@ -18,9 +18,9 @@ TEST(OffloadedShard, RangesOfWholePartsComeBackAsWritten) {
   memory::NvmeStore store({.dir = dir.str()});
   MemoryAccountant accountant;
   nn::ParameterStore params;
-  params.declare("a", {3, 5}, nn::Init::Zeros);  // [0, 15)
-  params.declare("b", {7}, nn::Init::Zeros);     // [15, 22)
-  params.declare("c", {2000}, nn::Init::Zeros);  // [22, 2022)
+  params.declare("a", {3, 5}, nn::ParameterRole::Weight, nn::Init::Zeros);  // [0, 15)
+  params.declare("b", {7}, nn::ParameterRole::Bias, nn::Init::Zeros);     // [15, 22)
+  params.declare("c", {2000}, nn::ParameterRole::Bias, nn::Init::Zeros);  // [22, 2022)
   params.allocate(accountant);
   // The second of two shards: [1011, 2022), inside c; and a shard that holds a, b and part of c.
   for (const nn::ParamRange mine : {nn::ParamRange{1011, 2022}, nn::ParamRange{0, 1011}}) {

@@ -72,7 +72,7 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
   if (!compressed) {
     int64_t at = 0;
     for (const optim::Segment& s : segments) {
-      const float wd = optim::is_matrix(*s.param) ? config_.weight_decay : 0.0f;
+      const float wd = optim::is_weight(*s.param) ? config_.weight_decay : 0.0f;
       kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
                             config_.beta2, config_.eps, wd, step_);
       at += s.size();
@@ -96,7 +96,7 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
   at = 0;
   for (const optim::Segment& s : segments) {
     const auto decay =
-        static_cast<float>(1.0 - static_cast<double>(lr) * (optim::is_matrix(*s.param) ? config_.weight_decay : 0.0f));
+        static_cast<float>(1.0 - static_cast<double>(lr) * (optim::is_weight(*s.param) ? config_.weight_decay : 0.0f));
     for (int64_t i = 0; i < s.size(); ++i) {
       const float denom = std::sqrt(v[at + i]) / bias2_sqrt + config_.eps;
       s.value[i] = s.value[i] * decay - step_size * m[at + i] / denom;
