@@ -17,8 +17,8 @@ using namespace tessera;
 
 // At eight budgets spread from the optimal solver's least to none's peak, DTR's schedule fits (or,
 // below DTR's own least budget, is refused), is valid, recomputes no less than the optimal schedule,
-// and at most 1.3 times as much (extra compute over none's, FLOP-model times). The measured ratios
-// are printed; docs/benchmarks.md reports them.
+// and at most 1.3 times as much (extra compute over none's, FLOP-model times); a finer scan finds
+// budgets where it is more (below). The measured ratios are printed; docs/benchmarks.md reports them.
 TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
   const config::ModelConfig model = config::gpt2_124m();
   const int B = 4, T = 256;
@@ -57,4 +57,30 @@ TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+  // A fine scan, since the greedy choices are not monotone in the budget and the spread above can
+  // miss the worst budgets. There the 1.3 bar is NOT met everywhere: at 8 of 400 budgets DTR reruns
+  // one block forward more than optimal (4 for 3 at 211-217 MiB, which is every_k's peak, and at
+  // 641-643 MiB; 3 for 2 at 689 MiB), ratios 1.33 and 1.5. What is asserted is what was measured.
+  double worst = 0;
+  int64_t worst_budget = 0;
+  int over = 0, scanned = 0;
+  for (int k = 0; k <= 400; ++k) {
+    const int64_t budget = rotor_least + (none.peak_bytes - rotor_least) * k / 400;
+    const double optimal = memory::simulate(chain, memory::optimal_schedule(chain, budget)).time - none.time;
+    const memory::DtrRun r = memory::dtr_run(chain, budget);
+    if (!r.fits || optimal <= 0) continue;
+    ++scanned;
+    const double ratio = (r.time - none.time) / optimal;
+    over += ratio > 1.3 ? 1 : 0;
+    if (ratio > 1.3) {
+      std::printf("  above the bar at %.1f MiB: optimal reruns %.3g, DTR %.3g (ratio %.3f)\n", budget / 1048576.0,
+                  optimal, r.time - none.time, ratio);
+    }
+    if (ratio > worst) worst = ratio, worst_budget = budget;
+  }
+  std::printf("  scan of %d budgets: worst ratio %.3f at %.1f MiB; above 1.3 at %d\n", scanned, worst,
+              worst_budget / 1048576.0, over);
+  EXPECT_GT(scanned, 300);
+  EXPECT_LE(worst, 1.5 + 1e-9);
+  EXPECT_LE(over, 8);
 }
