@@ -11,9 +11,10 @@
 # "tiny gpt2-124M"), BUILD_DIR (default build/bench), RESULTS (JSON lines of every run, default
 # $BUILD_DIR/recompute.jsonl), SVG (the chart, default $BUILD_DIR/recompute.svg).
 #
-# Policies: none, full, every_k (k = ⌈√L⌉), every_k with one other k, selective, and optimal at
-# three budgets: the peaks the two every_k runs are predicted to reach (so optimal and every_k are
-# compared at the same memory) and halfway between the higher of them and none's peak.
+# Policies: none, full, every_k (k = ⌈√L⌉), every_k with one other k, selective, and optimal and
+# dtr at three budgets: the peaks the two every_k runs are predicted to reach (so optimal and every_k
+# are compared at the same memory) and halfway between the higher of them and none's peak. DTR at a
+# budget below the least it meets is left out (its run would be refused).
 #
 # Prints a table, measured against predicted activation peaks, then one line per policy:
 #   RESULT recompute config=<config> policy=<name> step_ratio=<÷ none's> activation_ratio=<÷ none's>
@@ -88,6 +89,9 @@ import json, sys
 p = json.loads(sys.stdin.read())['predicted']
 print(p['every_k'], p['every_k:$K2'], (max(p['every_k'], p['every_k:$K2']) + p['none']) // 2)")"
   policies=(none full every_k "every_k:$K2" selective "optimal:$b1" "optimal:$b2" "optimal:$b3")
+  for b in "$b1" "$b2" "$b3"; do
+    if "$BENCH" "${args[@]}" --predict "dtr:$b" >/dev/null 2>&1; then policies+=("dtr:$b"); fi
+  done
 
   for ((r = 0; r < R; r++)); do
     n=${#policies[@]}
@@ -185,7 +189,7 @@ for config in configs:
     # at a budget, the fastest of its members that fit is what optimal must match or beat.
     family = {n: m for n, m in med.items() if n in ("none", "full") or n.startswith("every_k")}
     for name, m in med.items():
-        if not name.startswith("optimal"):
+        if not name.startswith(("optimal", "dtr")):
             continue
         fits = [(f["ms_per_step"], n) for n, f in family.items() if f["peak"] <= m["budget"]]
         if not fits:

@@ -7,10 +7,13 @@
 //   recompute_bench --layers 4 --embd 256 --heads 4 --seq 128 --batch 8 --vocab 256 --policy full
 //   recompute_bench --gpt2-124m --seq 256 --batch 2 --policy optimal:805306368
 //   recompute_bench ... --predict none,full,every_k,every_k:2,selective   (predictions only, no steps)
+//   recompute_bench --gpt2-124m --seq 256 --batch 4 --predict optimal:B,dtr:B   (optimal and DTR at one budget)
 //   recompute_bench --chart summary.json --svg recompute.svg              (the step/memory chart)
 //
-// Policies: none, full, selective, every_k (k = ⌈√L⌉), every_k:<k>, optimal:<budget bytes>. A run
-// prints a line for people and, last, one JSON line.
+// Policies: none, full, selective, every_k (k = ⌈√L⌉), every_k:<k>, optimal:<budget bytes>,
+// dtr:<budget bytes>. A run prints a line for people and, last, one JSON line. A prediction also
+// prints the FLOP model's step time relative to none's (the simulator's, no step run), which is how
+// DTR's extra compute is compared with optimal's on a machine too busy to time them.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -86,10 +89,10 @@ PolicySpec parse_policy(const std::string& spec, int n_layer) {
     TS_CHECK(p.options.every_k >= 1, "every_k:{}: k must be at least 1", arg);
     // The default k keeps the plain name, so "every_k" means the same run however it was asked.
     if (p.options.every_k != exec::default_every_k(n_layer)) p.name = spec;
-  } else if (p.options.policy == memory::RecomputePolicy::Optimal) {
-    TS_CHECK(!arg.empty(), "optimal needs a budget: optimal:<bytes per microbatch>");
+  } else if (p.options.policy == memory::RecomputePolicy::Optimal || p.options.policy == memory::RecomputePolicy::Dtr) {
+    TS_CHECK(!arg.empty(), "{} needs a budget: {}:<bytes per microbatch>", base, base);
     p.options.budget_bytes = std::stoll(arg);
-    p.name = fmt::format("optimal:{:.1f}", mib(static_cast<double>(p.options.budget_bytes)));
+    p.name = fmt::format("{}:{:.1f}", base, mib(static_cast<double>(p.options.budget_bytes)));
   } else {
     TS_CHECK(arg.empty(), "policy '{}' takes no argument", spec);
   }
@@ -129,15 +132,18 @@ int predict(const config::ModelConfig& model_config, int B, int T, const std::ve
   nlohmann::json out = shape_json(model_config, B, T, gpt.parameters().numel());
   out["bench"] = "recompute_predict";
   out["predicted"] = nlohmann::json::object();
+  out["model_time_ratio"] = nlohmann::json::object();
   for (const std::string& spec : specs) {
     const PolicySpec p = parse_policy(spec, model_config.n_layer);
     parallel::EngineOptions options = engine_options(B, T, p.options);
     options.measure_unit_times = false;  // a prediction needs no timing: peaks do not depend on it
     parallel::TrainingEngine engine(gpt, memory, nullptr, options);
     const int64_t predicted = engine.predicted_activation_peak();
-    fmt::print("{:12s} predicted activation peak {:10.2f} MiB ({} bytes)\n", p.name, mib(static_cast<double>(predicted)),
-               predicted);
+    const double modelled = model_time_ratio(gpt, engine.stages(), B, T);
+    fmt::print("{:12s} predicted activation peak {:10.2f} MiB ({} bytes), FLOP-model time {:.4f} × none's\n", p.name,
+               mib(static_cast<double>(predicted)), predicted, modelled);
     out["predicted"][p.name] = predicted;
+    out["model_time_ratio"][p.name] = modelled;
   }
   fmt::print("{}\n", out.dump());
   return 0;
@@ -242,18 +248,20 @@ int chart(const std::string& summary_path, const std::string& svg_path) {
   spec.width = 760;
   spec.height = 460;
   // One colour family per config: the every-k family (none, each k, full) as one line, optimal's
-  // points as another, selective alone.
-  const std::vector<std::array<const char*, 3>> colors{{"#1f77b4", "#2ca02c", "#9467bd"},
-                                                       {"#d62728", "#ff7f0e", "#8c564b"}};
+  // points as another, DTR's as a third, selective alone.
+  const std::vector<std::array<const char*, 4>> colors{{"#1f77b4", "#2ca02c", "#9467bd", "#17becf"},
+                                                       {"#d62728", "#ff7f0e", "#8c564b", "#e377c2"}};
   size_t c = 0;
   for (const auto& [config, policies] : summary.at("configs").items()) {
     const auto& color = colors[c++ % colors.size()];
-    std::vector<std::pair<double, double>> curve, optimal;
+    std::vector<std::pair<double, double>> curve, optimal, dtr;
     io::Series selective{config + " selective", color[2], {}, {}, true};
     for (const auto& [name, r] : policies.items()) {
       const std::pair<double, double> point{r.at("activation_ratio").get<double>(), r.at("step_ratio").get<double>()};
       if (name.rfind("optimal", 0) == 0) {
         optimal.push_back(point);
+      } else if (name.rfind("dtr", 0) == 0) {
+        dtr.push_back(point);
       } else if (name == "selective") {
         selective.x.push_back(point.first);
         selective.y.push_back(point.second);
@@ -262,7 +270,9 @@ int chart(const std::string& summary_path, const std::string& svg_path) {
       }
     }
     // Short labels: the legend has about 150 pixels.
-    for (auto [points, label, col] : {std::tuple{&curve, " every_k", color[0]}, std::tuple{&optimal, " optimal", color[1]}}) {
+    for (auto [points, label, col] : {std::tuple{&curve, " every_k", color[0]}, std::tuple{&optimal, " optimal", color[1]},
+                                      std::tuple{&dtr, " dtr", color[3]}}) {
+      if (points->empty()) continue;
       std::sort(points->begin(), points->end());
       io::Series s{config + label, col, {}, {}, true};
       for (const auto& [x, y] : *points) {
@@ -300,7 +310,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "AdamW learning rate");
-  app.add_option("--policy", policy, "none, full, selective, every_k, every_k:<k>, optimal:<budget bytes>");
+  app.add_option("--policy", policy,
+                 "none, full, selective, every_k, every_k:<k>, optimal:<budget bytes>, dtr:<budget bytes>");
   app.add_option("--predict", predict_list, "comma-separated policies: print their predicted peaks, run nothing");
   app.add_option("--chart", chart_in, "summary JSON written by bench/recompute.sh");
   app.add_option("--svg", svg_out, "where --chart draws");

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "exec/program_memory.h"
+#include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "parallel/pipeline/generators.h"
 
@@ -199,9 +200,11 @@ JointPlanChoice plan_jointly(StagePlan& plan, const config::ModelConfig& model, 
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times, int tp, bool sp, DType activations) {
   if (options.offload == ActivationOffloadMode::Auto) {
+    // The joint plan is the optimal policy's dynamic program; DTR decides at run time and has none.
     TS_CHECK(options.policy == memory::RecomputePolicy::Optimal && plan.stages.size() == 1,
              "memory.offload_activations = \"auto\" plans offloading together with memory.recompute = \"optimal\" "
-             "for one pipeline stage; use \"nvme\" under pipelines or with other policies");
+             "for one pipeline stage (it is {}); use \"nvme\" under pipelines or with other policies",
+             memory::recompute_policy_name(options.policy));
     StagePlan::Stage& stage = plan.stages.front();
     stage.selective = false;
     const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, false, times, tp, sp, activations);
@@ -216,12 +219,32 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
     int64_t budget = options.budget_bytes;
     if (stage.first == 0) budget -= embedding_bytes(model, B, T);
     stage.selective = selective;
+    const int64_t outside = stage.first == 0 ? embedding_bytes(model, B, T) : 0;
     if (options.policy == memory::RecomputePolicy::Optimal) {
-      const int64_t minimum = memory::minimum_budget(chain) + (stage.first == 0 ? embedding_bytes(model, B, T) : 0);
+      const int64_t minimum = memory::minimum_budget(chain) + outside;
       TS_CHECK(options.budget_bytes >= minimum,
                "memory.activation_budget_mb = {:.2f} is below the {:.2f} MiB this model needs at the least for a "
                "microbatch of {} × {}; raise the budget or lower train.micro_batch_size",
                static_cast<double>(options.budget_bytes) / 1048576.0, static_cast<double>(minimum) / 1048576.0, B, T);
+    }
+    if (options.policy == memory::RecomputePolicy::Dtr && !memory::dtr_run(chain, budget).fits) {
+      // DTR's least budget is its own (above optimal's), and its greedy choices are not monotone in
+      // the budget: name the least and, when they differ, the next one above this budget.
+      const int64_t least = memory::dtr_minimum_budget(chain) + outside;
+      const int64_t next = memory::dtr_minimum_budget(chain, budget) + outside;
+      const double mib = 1048576.0;
+      const std::string why =
+          next == least
+              ? std::string("below it DTR runs out of tensors to evict")
+              : fmt::format("but DTR's greedy evictions are not monotone in the budget and run out of tensors to "
+                            "evict at this one; the next budget up it meets is {:.2f} MiB",
+                            static_cast<double>(next) / mib);
+      TS_FAIL("memory.activation_budget_mb = {:.2f} is {} the {:.2f} MiB memory.recompute = \"dtr\" needs at the least "
+              "for a microbatch of {} × {}: {}; raise the budget, lower train.micro_batch_size, or use "
+              "memory.recompute = \"optimal\", which needs {:.2f} MiB",
+              static_cast<double>(options.budget_bytes) / mib, next == least ? "below" : "above",
+              static_cast<double>(least) / mib, B, T, why,
+              static_cast<double>(memory::minimum_budget(chain) + outside) / mib);
     }
     stage.recompute = memory::plan_recompute(options.policy, chain, every_k, budget);
     // Offloading takes what the units keep; the embedding's token ids stay (a few bytes).

@@ -40,7 +40,7 @@ ActivationOffloadMode parse_activation_offload(std::string_view name);  // "none
 struct RecomputeOptions {
   memory::RecomputePolicy policy = memory::RecomputePolicy::None;
   int every_k = 0;           // segment length for every_k; 0: ⌈√L⌉
-  int64_t budget_bytes = 0;  // optimal: the activation peak allowed, whole microbatch (token ids included)
+  int64_t budget_bytes = 0;  // optimal and dtr: the activation peak allowed, whole microbatch (token ids included)
   ActivationOffloadMode offload = ActivationOffloadMode::None;
   // Auto: the disk's write and read bandwidth (bytes/s) that offloading's time is reckoned at.
   double disk_write_bytes_per_second = 0;
@@ -75,8 +75,9 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
                                            int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false,
                                            DType activations = DType::F32);
 
-// Sets every stage's recompute schedule, selective flag and offloaded units. The optimal policy's
-// budget is the whole microbatch's activation peak; the embedding's token ids come off it first.
+// Sets every stage's recompute schedule, selective flag and offloaded units. The optimal and dtr
+// policies' budget is the whole microbatch's activation peak; the embedding's token ids come off it
+// first.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times, int tp = 1, bool sp = false, DType activations = DType::F32);
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "memory/dtr.h"
 #include "memory/optimal.h"
 
 namespace tessera::memory {
@@ -16,12 +17,13 @@ struct PolicyInfo {
   RecomputePolicy policy;
   std::string_view name;
 };
-constexpr std::array<PolicyInfo, 5> kPolicies{{
+constexpr std::array<PolicyInfo, 6> kPolicies{{
     {RecomputePolicy::None, "none"},
     {RecomputePolicy::Selective, "selective"},
     {RecomputePolicy::Full, "full"},
     {RecomputePolicy::EveryK, "every_k"},
     {RecomputePolicy::Optimal, "optimal"},
+    {RecomputePolicy::Dtr, "dtr"},
 }};
 }  // namespace
 
@@ -76,6 +78,7 @@ ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> 
     case RecomputePolicy::Full: return full_schedule(n);
     case RecomputePolicy::EveryK: return every_k_schedule(n, every_k);
     case RecomputePolicy::Optimal: return optimal_schedule(units, budget_bytes);
+    case RecomputePolicy::Dtr: return dtr_schedule(units, budget_bytes);
   }
   TS_FAIL("unknown recompute policy {}", static_cast<int>(policy));
 }

@@ -12,6 +12,8 @@
 //   full       every_k with k = 1: each unit's input is stored, everything else recomputed.
 //   every_k    Chen et al.'s segments of k units, the usual sqrt(n) checkpointing when k ~ sqrt(n).
 //   optimal    the fastest (persistent) schedule within a memory budget (optimal.h).
+//   dtr        Dynamic Tensor Rematerialization's run-time rule within the same budget (dtr.h): a
+//              greedy baseline that plans nothing ahead, to show what planning buys.
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -20,9 +22,9 @@
 
 namespace tessera::memory {
 
-enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal };
+enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal, Dtr };
 
-std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal"
+std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal", "dtr"
 RecomputePolicy parse_recompute_policy(std::string_view name);   // throws with the list of names
 
 ChainSchedule none_schedule(int units);
@@ -33,8 +35,8 @@ ChainSchedule none_schedule(int units);
 ChainSchedule every_k_schedule(int units, int k);
 ChainSchedule full_schedule(int units);
 
-// every_k is read for EveryK only, budget_bytes for Optimal only (the activation memory the
-// schedule may peak at, x_0 included; see optimal_schedule).
+// every_k is read for EveryK only, budget_bytes for Optimal and Dtr only (the activation memory the
+// schedule may peak at, x_0 included; see optimal_schedule and dtr_schedule).
 ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
                              int64_t budget_bytes);
 

@@ -224,7 +224,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   const int B = layout.micro_batch, T = options.seq_len;
   times_ = exec::nominal_unit_times(model.config(), B, T);
   // Measuring runs each unit alone on this rank, which an MoE layer split over ep cannot.
-  if (options.recompute.policy == memory::RecomputePolicy::Optimal && options.measure_unit_times && ep_ == nullptr) {
+  // The budgeted policies weigh recomputation by the units' times (optimal's DP, DTR's c / (m s)).
+  const bool weighs_times = options.recompute.policy == memory::RecomputePolicy::Optimal ||
+                            options.recompute.policy == memory::RecomputePolicy::Dtr;
+  if (weighs_times && options.measure_unit_times && ep_ == nullptr) {
     DataParallel::FullParameters full = dp_->full_parameters();
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }

@@ -79,6 +79,7 @@ std::string recompute_name(Recompute r) {
     case Recompute::Full: return "full";
     case Recompute::EveryK: return "every_k";
     case Recompute::Optimal: return "optimal";
+    case Recompute::Dtr: return "dtr";
   }
   return "?";
 }
@@ -146,8 +147,9 @@ Layout parse_layout(std::string_view text, Layout l) {
       else if (value == "full") l.recompute = Recompute::Full;
       else if (value == "every_k") l.recompute = Recompute::EveryK;
       else if (value == "optimal") l.recompute = Recompute::Optimal;
-      else TS_FAIL("layout: 'recompute={}' must be none, selective or full, or every_k (with recompute_every=K) or "
-                   "optimal (with activation_budget_mb=X)", value);
+      else if (value == "dtr") l.recompute = Recompute::Dtr;
+      else TS_FAIL("layout: 'recompute={}' must be none, selective or full, or every_k (with recompute_every=K), or "
+                   "optimal or dtr (with activation_budget_mb=X)", value);
     } else if (key == "recompute_every") {
       l.recompute_every = parse_small(key, value);
     } else if (key == "activation_budget_mb") {
@@ -267,12 +269,14 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "use recompute=every_k or drop recompute_every", l.recompute_every, recompute_name(l.recompute));
   TS_CHECK(std::isfinite(l.activation_budget_mb) && l.activation_budget_mb >= 0,
            "layout: activation_budget_mb={} must be a number of MiB, 0 or more", l.activation_budget_mb);
-  TS_CHECK(l.activation_budget_mb == 0 || l.recompute == Recompute::Optimal,
-           "layout: activation_budget_mb={} is the budget of recompute=optimal, but the layout says recompute={}; use "
-           "recompute=optimal or drop activation_budget_mb", l.activation_budget_mb, recompute_name(l.recompute));
-  TS_CHECK(l.recompute != Recompute::Optimal || l.activation_budget_mb > 0,
-           "layout: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may "
-           "reach on a rank (the schedule is the fastest within it); add activation_budget_mb, or pick another policy");
+  TS_CHECK(l.activation_budget_mb == 0 || recompute_takes_budget(l.recompute),
+           "layout: activation_budget_mb={} is the budget of recompute=optimal or dtr, but the layout says recompute={}; "
+           "use recompute=optimal or dtr, or drop activation_budget_mb", l.activation_budget_mb,
+           recompute_name(l.recompute));
+  TS_CHECK(!recompute_takes_budget(l.recompute) || l.activation_budget_mb > 0,
+           "layout: recompute={} needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on a "
+           "rank (the schedule recomputes within it); add activation_budget_mb, or pick another policy",
+           recompute_name(l.recompute));
   TS_CHECK(std::isfinite(l.bucket_mb) && l.bucket_mb > 0, "layout: bucket_mb={} must be a positive number of MiB "
            "(the runtime's parallel.bucket_mb)", l.bucket_mb);
   TS_CHECK(l.bucket_mb == Layout{}.bucket_mb || l.states == StateAccounting::Engine,

@@ -19,7 +19,11 @@ enum class Recompute {
   Full,       // keep only each layer's input; rerun the layer's forward during backward
   EveryK,     // Chen et al.'s segments of k layers: keep each segment's first input, rerun the segment
   Optimal,    // the fastest schedule whose activation peak fits a budget (src/memory/optimal.h)
+  Dtr,        // Dynamic Tensor Rematerialization's greedy run-time evictions within a budget (src/memory/dtr.h)
 };
+
+// Optimal and Dtr: the policies that take activation_budget_mb.
+inline bool recompute_takes_budget(Recompute r) { return r == Recompute::Optimal || r == Recompute::Dtr; }
 
 // Whose saved tensors the activations tag counts (plan/memory_model.h).
 enum class ActivationAccounting {

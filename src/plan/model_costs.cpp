@@ -78,7 +78,7 @@ double layer_forward_flops(const ModelConfig& m, int64_t b) {
 double head_forward_flops(const ModelConfig& m, int64_t b) { return 2.0 * d(b) * d(m.seq_len) * d(m.n_embd) * d(m.vocab_size); }
 
 StepFlops step_flops(const ModelConfig& m, int64_t B, Recompute recompute, bool flash) {
-  TS_CHECK(recompute != Recompute::EveryK && recompute != Recompute::Optimal,
+  TS_CHECK(recompute != Recompute::EveryK && !recompute_takes_budget(recompute),
            "plan: the recompute FLOPs of {} depend on its schedule; call step_flops with the schedule's recomputed layer "
            "forwards (model_recomputed_layer_forwards)",
            recompute_name(recompute));

@@ -5,6 +5,7 @@
 
 #include "config/activation_bytes.h"
 #include "core/check.h"
+#include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "memory/recompute_policy.h"
 #include "plan/memory_model.h"
@@ -42,6 +43,7 @@ memory::RecomputePolicy memory_policy(Recompute r) {
     case Recompute::Full: return memory::RecomputePolicy::Full;
     case Recompute::EveryK: return memory::RecomputePolicy::EveryK;
     case Recompute::Optimal: return memory::RecomputePolicy::Optimal;
+    case Recompute::Dtr: return memory::RecomputePolicy::Dtr;
   }
   TS_FAIL("plan: unknown recompute policy {}", static_cast<int>(r));
 }
@@ -51,11 +53,15 @@ memory::RecomputePolicy memory_policy(Recompute r) {
 int64_t budget_bytes(const Layout& l) { return whole_bytes(std::min(l.activation_budget_mb * kMiB, 9.0e18)); }
 
 // The least budget every stage accepts (every rank runs with the one budget): the first's and the
-// last's chain minimum plus the bytes they hold outside it.
+// last's chain minimum (the policy's: DTR needs more than the optimal schedules) plus the bytes they
+// hold outside it.
 int64_t minimum_chain_budget(const ModelConfig& m, const Layout& l) {
   int64_t least = 0;
   for (int stage : {0, l.pp - 1}) {
-    least = std::max(least, memory::minimum_budget(chunk_chain(m, l, stage)) + whole_bytes(stage_edge_bytes(m, l, stage)));
+    const std::vector<memory::ChainUnit> chain = chunk_chain(m, l, stage);
+    const int64_t chain_least =
+        l.recompute == Recompute::Dtr ? memory::dtr_minimum_budget(chain) : memory::minimum_budget(chain);
+    least = std::max(least, chain_least + whole_bytes(stage_edge_bytes(m, l, stage)));
   }
   return least;
 }
@@ -139,7 +145,7 @@ std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& 
 
 }  // namespace
 
-bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || r == Recompute::Optimal; }
+bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || recompute_takes_budget(r); }
 
 int resolved_recompute_every(const ModelConfig& m, const Layout& l) {
   if (l.recompute_every > 0) return l.recompute_every;
@@ -185,17 +191,18 @@ ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage)
   ChunkRecompute r;
   r.chain = chunk_chain(m, l, stage);
   r.every_k = resolved_recompute_every(m, l);
-  if (l.recompute == Recompute::Optimal) {
+  if (recompute_takes_budget(l.recompute)) {
     TS_CHECK(l.activation_budget_mb > 0,
-             "plan: recompute=optimal needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on "
-             "a rank; add it to the layout, or pick another policy");
+             "plan: recompute={} needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on "
+             "a rank; add it to the layout, or pick another policy", recompute_name(l.recompute));
     const int64_t least = minimum_chain_budget(m, l);
     TS_CHECK(budget_bytes(l) >= least,
              "plan: activation_budget_mb={} is below the minimum of {:.2f} MiB that a microbatch (mb={}) needs on a "
-             "rank of this layout (its {} layers per model chunk recomputed as much as possible, plus the embedding's and "
+             "rank of this layout with recompute={} (its {} layers per model chunk recomputed as much as it can, plus the embedding's and "
              "head's tensors); raise activation_budget_mb to at least {:.2f}, or lower mb, or split the layers further "
              "(more tp with sp, more pp)",
-             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, layers_per_chunk(m, l), mib_rounded_up(least));
+             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, recompute_name(l.recompute),
+             layers_per_chunk(m, l), mib_rounded_up(least));
     r.budget_bytes = budget_bytes(l) - whole_bytes(stage_edge_bytes(m, l, stage));
   }
   r.schedule = memory::plan_recompute(memory_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);

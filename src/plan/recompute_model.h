@@ -73,17 +73,18 @@ struct ChunkRecompute {
   memory::ChainSchedule schedule;
   memory::ChainSimulation simulation;  // R = after_forward_bytes, P = peak_bytes, recomputed_forwards
   int every_k = 0;                     // the segment length used (every_k)
-  int64_t budget_bytes = 0;            // optimal: the chain's share of the budget
+  int64_t budget_bytes = 0;            // optimal and dtr: the chain's share of the budget
 };
 
 // The schedule l.recompute gives one chunk of `stage` and its simulation. Every policy has one
-// (none, selective and full too). Optimal throws, naming minimum_activation_budget_mb, when the
-// budget is below it.
+// (none, selective and full too). Optimal and dtr throw, naming minimum_activation_budget_mb, when
+// the budget is below it.
 ChunkRecompute chunk_recompute(const config::ModelConfig& m, const Layout& l, int stage);
 
-// The least activation_budget_mb that recompute=optimal accepts for this model and layout, in MiB,
-// rounded up to 1/100 MiB: the chain's least peak (memory::minimum_budget) plus the larger of the
-// first and last stages' embedding and head bytes, since every rank runs with the one budget.
+// The least activation_budget_mb that recompute=optimal (or dtr) accepts for this model and layout,
+// in MiB, rounded up to 1/100 MiB: the chain's least peak (memory::minimum_budget; for dtr the least
+// budget DTR meets, memory::dtr_minimum_budget) plus the larger of the first and last stages'
+// embedding and head bytes, since every rank runs with the one budget.
 double minimum_activation_budget_mb(const config::ModelConfig& m, const Layout& l);
 
 // Layer forwards `stage` reruns per microbatch over all its chunks: L/pp for full, what the

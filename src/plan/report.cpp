@@ -28,7 +28,8 @@ std::string describe_recompute(const config::ModelConfig& m, const Layout& l, in
   const int layers = static_cast<int>(r.chain.size()) - 1;
   const std::string policy = l.recompute == Recompute::EveryK
                                  ? fmt::format("every_k with k={}", r.every_k)
-                                 : fmt::format("optimal within {} MiB per microbatch", l.activation_budget_mb);
+                                 : fmt::format("{} within {} MiB per microbatch", recompute_name(l.recompute),
+                                               l.activation_budget_mb);
   const double edges = stage_edge_bytes(m, l, stage);
   return fmt::format("         recompute {}: stage {} reruns {} layer forwards per microbatch on each chunk of {} layers;\n"
                      "         a chunk keeps {:.1f} MiB after its forward and peaks at {:.1f} MiB ({:.1f} MiB with the "

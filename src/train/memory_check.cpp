@@ -47,14 +47,14 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   const config::PrecisionOptions precision = c.precision_options();
   if (precision.mixed()) e.params += static_cast<double>(dtype_size(precision.compute)) * static_cast<double>(psi);
   // Activations by the recompute plan, as the engine will run it (FLOP-proportional unit times;
-  // the optimal policy is bounded by its budget anyway).
+  // the optimal and dtr policies are bounded by their budget anyway).
   const int B = c.train.micro_batch_size, T = c.model.seq_len;
   exec::StagePlan plan = exec::even_stages(c.model.n_layer + 2, 1);
   exec::RecomputeOptions recompute;
   recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
-  if (recompute.policy == memory::RecomputePolicy::Optimal) {
+  if (recompute.policy == memory::RecomputePolicy::Optimal || recompute.policy == memory::RecomputePolicy::Dtr) {
     e.activations = static_cast<double>(recompute.budget_bytes);
   } else {
     const bool sp = c.parallel.sp;

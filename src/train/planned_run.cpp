@@ -32,8 +32,9 @@ plan::Recompute recompute_of(const RunConfig& c) {
   if (r == "full") return plan::Recompute::Full;
   if (r == "every_k") return plan::Recompute::EveryK;
   if (r == "optimal") return plan::Recompute::Optimal;
+  if (r == "dtr") return plan::Recompute::Dtr;
   TS_FAIL("plan --config: memory.recompute = \"{}\" is not one the cost model describes (none, selective, full, "
-          "every_k, optimal)", r);
+          "every_k, optimal, dtr)", r);
 }
 
 // The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
@@ -75,7 +76,7 @@ PlannedRun planned_run(RunConfig c) {
   static_cast<config::ParallelLayout&>(l) = c.layout();
   l.recompute = recompute_of(c);
   l.recompute_every = c.memory.recompute == "every_k" ? c.memory.recompute_every : 0;
-  l.activation_budget_mb = c.memory.recompute == "optimal" ? c.memory.activation_budget_mb : 0.0;
+  l.activation_budget_mb = plan::recompute_takes_budget(l.recompute) ? c.memory.activation_budget_mb : 0.0;
   // bf16 and fp16 hold the same bytes; the cost model's 16-bit format is bf16.
   l.precision = c.precision.compute == "fp32" ? plan::Precision::Fp32 : plan::Precision::Bf16;
   // The engine's attention is tiled: it never stores the T x T scores and runs as one fused kernel.

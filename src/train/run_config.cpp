@@ -267,10 +267,10 @@ void RunConfig::validate() const {
              "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
   }
   {
-    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal"};
+    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr"};
     TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
-             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\" or "
-             "\"optimal\"",
+             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
+             "\"optimal\" or \"dtr\"",
              memory.recompute);
   }
   check_range("memory.recompute_every", memory.recompute_every, 0, 1 << 20);
@@ -280,11 +280,16 @@ void RunConfig::validate() const {
   TS_CHECK(std::isfinite(memory.activation_budget_mb) && memory.activation_budget_mb >= 0.0f &&
                memory.activation_budget_mb <= 1e9f,
            "config: memory.activation_budget_mb = {} must be a size in MiB (0 or more)", memory.activation_budget_mb);
+  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr";
   TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) the schedule may use; it then recomputes as little as that budget allows");
-  TS_CHECK(memory.activation_budget_mb == 0.0f || memory.recompute == "optimal",
-           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" only (it is \"{}\")",
+  TS_CHECK(memory.recompute != "dtr" || memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) DTR evicts to stay within");
+  TS_CHECK(memory.activation_budget_mb == 0.0f || budgeted,
+           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" or \"dtr\" only (it is "
+           "\"{}\")",
            memory.recompute);
   TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
                memory.offload_activations == "auto",

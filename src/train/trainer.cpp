@@ -176,7 +176,9 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
                                                         ? cfg.memory.recompute_every
                                                         : exec::default_every_k(cfg.model.n_layer));
   }
-  if (cfg.memory.recompute == "optimal") text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
+  if (cfg.memory.recompute == "optimal" || cfg.memory.recompute == "dtr") {
+    text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
+  }
   text += fmt::format(": {} unit forwards recomputed per step", recomputed);
   if (cfg.parallel.pp > 1) {
     text += fmt::format("\npipeline: pp {} × {} chunk{} per rank; stages (stage s on rank s mod pp): {}{}", cfg.parallel.pp,

@@ -96,12 +96,14 @@ TEST(Execution, EveryRecomputePolicyEqualsNoneBitwiseAndPeaksAsPredicted) {
       ParityCase c = base;
       c.recompute = {memory::RecomputePolicy::Optimal, 0, budget};
       cases.push_back(c);
+      c.recompute.policy = memory::RecomputePolicy::Dtr;
+      cases.push_back(c);
     }
     for (const ParityCase& c : cases) {
       const RunRecord run = tessera::testing::run_data_parallel(c, nullptr);
       expect_bitwise(run, none, name_of(c));
       expect_peak_as_predicted(run, name_of(c));
-      if (c.recompute.policy == memory::RecomputePolicy::Optimal) {
+      if (c.recompute.policy == memory::RecomputePolicy::Optimal || c.recompute.policy == memory::RecomputePolicy::Dtr) {
         EXPECT_LE(run.steps[0].predicted_activations, c.recompute.budget_bytes) << name_of(c);
       } else {
         EXPECT_LT(run.steps[0].predicted_activations, none_peak) << name_of(c) << " should save memory";

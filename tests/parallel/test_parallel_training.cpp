@@ -83,6 +83,33 @@ TEST_F(ParallelTraining, LaunchedRunsMatchTheOneProcessRun) {
   }
 }
 
+// memory.recompute = "dtr" through the command line under dp 2 with ZeRO-3 (whose gathers follow the
+// recomputations) and under pp 2: the same losses, bit for bit, as no recomputation on the same
+// layout, while DTR does recompute (the start line counts the rerun forwards).
+TEST_F(ParallelTraining, DtrUnderZero3AndPipelinesLogsTheLossesOfNone) {
+  const std::string model = "--model.n_layer 4 --train.steps 3 --model.dropout 0.1 ";
+  // Budgets between DTR's least and no recomputation's peak of each layout's rank (a pipeline
+  // stage holds half the blocks).
+  const std::pair<std::string, std::string> layouts[] = {{"--parallel.dp 2 --parallel.zero_stage 3", "0.4"},
+                                                         {"--parallel.pp 2", "0.2"}};
+  for (const auto& [layout, budget] : layouts) {
+    const std::string dtr = " --memory.recompute dtr --memory.activation_budget_mb " + budget;
+    const fs::path none_out = g_root / "dtr_none", dtr_out = g_root / "dtr_dtr";
+    fs::remove_all(none_out);
+    fs::remove_all(dtr_out);
+    CliResult none = run_tessera(launch(2, none_out, model + layout));
+    ASSERT_EQ(none.exit_code, 0) << layout << "\n" << none.output;
+    CliResult r = run_tessera(launch(2, dtr_out, model + layout + dtr));
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
+    EXPECT_NE(r.output.find("recompute dtr (budget"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
+        << "the budget should make DTR recompute\n" << r.output;
+    const std::vector<double> want = losses(none_out / "metrics.jsonl");
+    ASSERT_EQ(want.size(), 3u) << none.output;
+    EXPECT_EQ(losses(dtr_out / "metrics.jsonl"), want) << layout;
+  }
+}
+
 // train.init_from under data parallelism and ZeRO: every rank starts from the checkpoint's whole
 // weights (ZeRO-3 keeps its shard of them), so the losses follow the one-process run from the
 // same checkpoint. The checkpoint itself was saved by a sharded job: weights load into any layout.

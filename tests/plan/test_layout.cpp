@@ -66,6 +66,10 @@ TEST(PlanLayout, RecomputePolicyKeysParseAndRoundTrip) {
   }
   EXPECT_EQ(recompute_name(Recompute::EveryK), "every_k");
   EXPECT_EQ(recompute_name(Recompute::Optimal), "optimal");
+  EXPECT_EQ(recompute_name(Recompute::Dtr), "dtr");
+  const Layout dtr = parse_layout("gb=8,recompute=dtr,activation_budget_mb=1536.5");
+  EXPECT_EQ(dtr.recompute, Recompute::Dtr);
+  EXPECT_EQ(parse_layout(to_string(dtr)), dtr) << to_string(dtr);
   // Layouts that use neither key print as they always did.
   EXPECT_EQ(to_string(parse_layout("tp=8,pp=2,dp=32,v=2,gb=512,recompute=full,sp=true")),
             "tp=8,pp=2,dp=32,v=2,mb=1,gb=512,zero=0,recompute=full,sp=true,precision=bf16,schedule=interleaved,"
@@ -108,7 +112,9 @@ TEST(PlanLayout, RecomputePolicyKeysAreChecked) {
   EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=optimal"), "recompute=optimal needs activation_budget_mb=X"));
   EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=full,recompute_every=4"), "use recompute=every_k or drop recompute_every"));
   EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=every_k,activation_budget_mb=100"),
-                       "use recompute=optimal or drop activation_budget_mb"));
+                       "use recompute=optimal or dtr, or drop activation_budget_mb"));
+  EXPECT_TRUE(contains(check("pp=2,gb=8,recompute=dtr"), "recompute=dtr needs activation_budget_mb=X"));
+  EXPECT_EQ(check("pp=2,gb=8,recompute=dtr,activation_budget_mb=20000"), "");
   EXPECT_EQ(check("pp=2,gb=8,recompute=every_k,recompute_every=4"), "");
   EXPECT_EQ(check("pp=2,gb=8,recompute=every_k"), "");
   EXPECT_EQ(check("pp=2,gb=8,recompute=optimal,activation_budget_mb=20000"), "");

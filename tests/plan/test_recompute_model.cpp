@@ -176,6 +176,35 @@ TEST(PlanRecompute, OptimalBetweenFullAndNoneFitsItsBudgetAndRecomputesLess) {
             chunk_recompute(m, loose, 0).simulation.recomputed_forwards);
 }
 
+// The planner runs DTR's schedule as the runtime would: within the budget, recomputing no less than
+// the optimal schedule, and refusing a budget below its own least, which is above optimal's.
+TEST(PlanRecompute, DtrFitsItsBudgetAndRecomputesNoLessThanOptimal) {
+  const config::ModelConfig m = small_gpt(8);
+  const Layout none = layout_of("gb=8,recompute=none"), full = layout_of("gb=8,recompute=full");
+  const double none_peak = activations(m, none, 0), full_peak = activations(m, full, 0);
+  int recomputing = 0;
+  for (double share : {0.25, 0.5, 0.75}) {
+    Layout dtr = layout_of("gb=8,recompute=dtr"), optimal = layout_of("gb=8,recompute=optimal");
+    dtr.activation_budget_mb = optimal.activation_budget_mb =
+        std::floor((full_peak + share * (none_peak - full_peak)) / kMiB);
+    if (dtr.activation_budget_mb < minimum_activation_budget_mb(m, dtr)) continue;
+    const ChunkRecompute r = chunk_recompute(m, dtr, 0);
+    EXPECT_LE(activations(m, dtr, 0), dtr.activation_budget_mb * kMiB) << share;
+    EXPECT_GE(r.simulation.time, chunk_recompute(m, optimal, 0).simulation.time) << share;
+    recomputing += r.simulation.recomputed_forwards > 0 ? 1 : 0;
+  }
+  EXPECT_GT(recomputing, 0);
+  Layout tight = layout_of("gb=8,recompute=dtr,activation_budget_mb=1");
+  const std::string e = error_of([&] { estimate(m, tight, test_util::a100()); });
+  EXPECT_TRUE(contains(e, "with recompute=dtr")) << e;
+  EXPECT_TRUE(contains(e, fmt::format("at least {:.2f}", minimum_activation_budget_mb(m, tight)))) << e;
+  // DTR's least is its own: the bisection's, not optimal's (which is rounded to the DP's quantum,
+  // so the two are not ordered here).
+  Layout least = tight;
+  least.activation_budget_mb = minimum_activation_budget_mb(m, tight);
+  EXPECT_LE(activations(m, least, 0), least.activation_budget_mb * kMiB);
+}
+
 TEST(PlanRecompute, OptimalOnAPipelineBudgetsEveryStage) {
   // The last stage's budget leaves less room for the chain (the head's tensors take their share),
   // so it may rerun more than the first; every stage stays within the budget.

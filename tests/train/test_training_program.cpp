@@ -139,6 +139,7 @@ TEST_F(TrainingProgram, RecomputePoliciesFromTheCommandLineLogTheSameLosses) {
   for (const std::string extra :
        {"--memory.recompute full", "--memory.recompute every_k --memory.recompute_every 2",
         "--memory.recompute selective", "--memory.recompute optimal --memory.activation_budget_mb 0.25",
+        "--memory.recompute dtr --memory.activation_budget_mb 0.3",
         "--parallel.schedule zb-h1 --memory.recompute full", "--parallel.schedule gpipe"}) {
     const fs::path out = g_root / "recompute_policy";
     fs::remove_all(out);
@@ -183,6 +184,11 @@ TEST_F(TrainingProgram, BadRecomputeSettingsAreRefused) {
       {"--memory.recompute sometimes", "memory.recompute = 'sometimes' is not known"},
       {"--memory.recompute optimal", "needs memory.activation_budget_mb"},
       {"--memory.recompute optimal --memory.activation_budget_mb 0.001", "is below the"},
+      {"--memory.recompute dtr", "\"dtr\" needs memory.activation_budget_mb"},
+      {"--memory.recompute dtr --memory.activation_budget_mb 0.001", "memory.recompute = \"dtr\" needs at the least"},
+      {"--memory.recompute dtr --memory.activation_budget_mb 1 --memory.offload_activations auto",
+       "memory.offload_activations = \"auto\""},
+      {"--memory.recompute full --memory.activation_budget_mb 1", "read by memory.recompute = \"optimal\" or \"dtr\""},
       {"--memory.recompute full --memory.recompute_every 2", "read by memory.recompute = \"every_k\" only"},
       {"--memory.activation_budget_mb -1", "memory.activation_budget_mb"},
       {"--parallel.schedule 3bw", "parallel.schedule = '3bw' is not known"},
