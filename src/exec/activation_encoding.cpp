@@ -135,12 +135,17 @@ EncodedForm ActivationEncoder::choose(const Storage& storage, DType dtype, nn::S
   if (use == nn::SavedUse::Sign) return EncodedForm::Sign;
   const size_t es = dtype_size(dtype), n = storage.bytes() / es;
   if (encoding_ == ActivationEncoding::Fp8) return EncodedForm::Fp8;
-  nonzero = static_cast<int64_t>(kernels::count_nonzero(storage.data(), n, es));
-  const size_t sparse = kernels::sign_bytes(n) + static_cast<size_t>(nonzero) * es;
   // What the tensor costs if the sparse form does not pay: dense, or Gist's reduced precision.
   const bool reduce = encoding_ == ActivationEncoding::Gist && dtype == DType::F32;
   const size_t otherwise = reduce ? n * 2 : n * es;
-  if (sparse < otherwise) return EncodedForm::Sparse;
+  // The sparse form pays while bitmap + values < otherwise: counting stops past that many values.
+  const size_t bitmap = kernels::sign_bytes(n);
+  const size_t most = otherwise > bitmap ? (otherwise - bitmap - 1) / es : 0;
+  const size_t counted = otherwise > bitmap ? kernels::count_nonzero_until(storage.data(), n, es, most) : most + 1;
+  if (counted <= most) {
+    nonzero = static_cast<int64_t>(counted);
+    return EncodedForm::Sparse;
+  }
   return reduce ? EncodedForm::Bf16 : EncodedForm::Dense;
 }
 

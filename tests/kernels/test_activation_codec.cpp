@@ -64,6 +64,9 @@ void check_sparse(size_t n, double zero_fraction) {
     expected += bits != 0;
   }
   ASSERT_EQ(nonzero, expected);
+  // Stopping early: exact up to the limit, above it past it.
+  EXPECT_EQ(tk::count_nonzero_until(in.data(), n, sizeof(T), expected), expected);
+  if (expected > 0) EXPECT_GT(tk::count_nonzero_until(in.data(), n, sizeof(T), expected - 1), expected - 1);
   std::vector<uint8_t> bitmap(tk::sign_bytes(n));
   std::vector<T> values(nonzero + 1), out(n);
   tk::sparse_encode(bitmap.data(), values.data(), in.data(), n, sizeof(T));

@@ -146,6 +146,17 @@ size_t count_nonzero(const void* in, size_t n, size_t element_bytes) {
   return total;
 }
 
+size_t count_nonzero_until(const void* in, size_t n, size_t element_bytes, size_t limit) {
+  // Blocks in order on this thread: a dense tensor passes the limit within its first blocks.
+  size_t total = 0;
+  for (size_t lo = 0; lo < n && total <= limit; lo += kBlock) {
+    const size_t hi = std::min(n, lo + kBlock);
+    total += element_bytes == 4 ? count_nonzero_words(static_cast<const uint32_t*>(in), lo, hi)
+                                : count_nonzero_words(static_cast<const uint16_t*>(in), lo, hi);
+  }
+  return total;
+}
+
 void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes) {
   if (element_bytes == 4) {
     sparse_encode_words(bitmap, static_cast<uint32_t*>(values), static_cast<const uint32_t*>(in), n);

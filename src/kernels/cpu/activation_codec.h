@@ -27,6 +27,9 @@ void sign_decode(T* out, const uint8_t* bits, size_t n);
 
 // Elements whose bits are not all zero.
 size_t count_nonzero(const void* in, size_t n, size_t element_bytes);
+// The same, but it may stop as soon as the count passes `limit` (returning some count above it):
+// deciding whether a sparse form pays need not read a dense tensor to its end.
+size_t count_nonzero_until(const void* in, size_t n, size_t element_bytes, size_t limit);
 // bitmap: sign_bytes(n) bytes; values: count_nonzero(in) elements.
 void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes);
 void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes);
