@@ -37,16 +37,20 @@ void sparse_encode_words(uint8_t* bitmap, Word* values, const Word* in, size_t n
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
   for (size_t b = 0; b < blocks; ++b) {
     const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    Word* out = values + first[b];
     for (size_t i = lo; i < hi; i += 8) {
       uint8_t byte = 0;
-      for (size_t j = i; j < std::min(hi, i + 8); ++j) {
-        if (in[j] == 0) continue;
-        byte |= static_cast<uint8_t>(1u << (j - i));
-        *out++ = in[j];
-      }
+      for (size_t j = i; j < std::min(hi, i + 8); ++j) byte |= static_cast<uint8_t>((in[j] != 0) << (j - i));
       bitmap[i / 8] = byte;
     }
+    // Branch-free compaction (every element is written, the position moves past the non-zero
+    // ones) into a block of its own, so that the last write cannot land in the next block's values.
+    std::array<Word, kBlock> packed;
+    size_t k = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      packed[k] = in[i];
+      k += in[i] != 0;
+    }
+    std::copy_n(packed.begin(), k, values + first[b]);
   }
 }
 
@@ -63,8 +67,16 @@ void sparse_decode_words(Word* out, const uint8_t* bitmap, const Word* values, s
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
   for (size_t b = 0; b < blocks; ++b) {
     const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    const Word* in = values + first[b];
-    for (size_t i = lo; i < hi; ++i) out[i] = (bitmap[i / 8] >> (i % 8)) & 1u ? *in++ : Word{0};
+    // The block's values with one slot more, so the branch-free expansion may read one past them.
+    std::array<Word, kBlock + 1> packed;
+    std::copy(values + first[b], values + first[b + 1], packed.begin());
+    packed[first[b + 1] - first[b]] = 0;
+    size_t k = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      const Word bit = (bitmap[i / 8] >> (i % 8)) & 1u;
+      out[i] = static_cast<Word>(packed[k] * bit);
+      k += bit;
+    }
   }
 }
 
