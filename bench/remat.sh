@@ -20,7 +20,13 @@
 # (default 1; the losses are the first round's, the step ratio the median over rounds), ACTIVATION
 # (default relu2).
 #
-# Prints, per encoding,
+# First, from the recompute chain's simulator (no training; bench/recompute_bench --predict), DTR
+# (memory.recompute = "dtr") against Rotor's optimal schedule on the GPT-2 124M chain (B 4, T 256)
+# at five budgets from full recomputation's peak to none's: the extra compute of each (FLOP-model
+# step time over none's, less 1). Checkmate is not a runtime policy yet (docs/rematerialization.md).
+#
+# Prints, per budget and per encoding,
+#   RESULT remat method=dtr budget_mb=<b> extra_compute=<x> rotor=<y> source=simulator
 #   RESULT encoding name=<e> activation_ratio=<r> val_loss_delta=<d> step_ratio=<s> stash_ratio=<x>
 set -euo pipefail
 
@@ -34,6 +40,10 @@ ACTIVATION="${ACTIVATION:-relu2}"
 PYTHON=/usr/bin/python3
 ENCODINGS=(none gist fp8)
 
+if (( STEPS < 4 )); then
+  echo "STEPS=$STEPS: the step times are the median after two warm-up steps, so give at least 4" >&2
+  exit 2
+fi
 if [[ ! -x $TESSERA ]]; then
   echo "no tessera binary at $TESSERA: build it first (cmake --preset release -G Ninja && cmake --build --preset release)" >&2
   exit 2
@@ -45,6 +55,32 @@ fi
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, /proc/loadavg: $(cat /proc/loadavg)"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
+
+PREDICT="$(dirname "$TESSERA")/../../bench/recompute_bench"
+if [[ -x $PREDICT ]]; then
+  chain=(--gpt2-124m --seq 256 --batch 4)
+  "$PREDICT" "${chain[@]}" --predict none,full | tail -n 1 >"$OUT/bounds.json"
+  budgets=$($PYTHON - "$OUT/bounds.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["predicted"]
+low, high = p["full"], p["none"]
+print(" ".join(str(int(low + f * (high - low))) for f in (0.0, 0.1, 0.25, 0.5, 0.75)))
+PY
+)
+  policies=none
+  for b in $budgets; do policies+=",optimal:$b,dtr:$b"; done
+  "$PREDICT" "${chain[@]}" --predict "$policies" | tail -n 1 >"$OUT/plans.json"
+  $PYTHON - "$OUT/plans.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))["model_time_ratio"]
+for name in sorted((k for k in j if k.startswith("dtr:")), key=lambda k: float(k[4:])):
+    budget = name[4:]
+    print(f"RESULT remat method=dtr budget_mb={budget} extra_compute={j[name] - 1:.4f} "
+          f"rotor={j['optimal:' + budget] - 1:.4f} source=simulator")
+PY
+else
+  echo "no $PREDICT: the DTR lines need the benchmarks built (cmake --build build/release --target recompute_bench)"
+fi
 
 run() {  # encoding round
   local encoding=$1 round=$2
