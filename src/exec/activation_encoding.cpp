@@ -13,18 +13,6 @@ namespace {
 
 bool is_floating(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
-// Whether the unit's backward is the next unit action of the program: the stash would be decoded
-// as soon as it is encoded (the head's, whose backward follows its forward at once).
-bool backward_follows(const Event& event) {
-  const std::vector<Action>& actions = event.program->actions;
-  for (size_t j = static_cast<size_t>(event.index) + 1; j < actions.size(); ++j) {
-    const Action& next = actions[j];
-    if (next.kind != Action::Kind::Unit) continue;
-    return writes_gradients(next.phase) && next.unit == event.unit && next.microbatch == event.microbatch;
-  }
-  return false;
-}
-
 template <class F>
 decltype(auto) with_float_type(DType dtype, F&& f) {
   switch (dtype) {
@@ -206,7 +194,7 @@ void ActivationEncoder::decode(Encoded& e) {
 void ActivationEncoder::after(const Event& event) {
   const Action& a = event.action();
   if (encoding_ == ActivationEncoding::None || a.phase != Phase::Forward || event.saved == nullptr ||
-      backward_follows(event)) {
+      backward_follows(*event.program, event.index)) {
     return;
   }
   // Each storage once, with the strictest use of its views (any view read for its values makes it

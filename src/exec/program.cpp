@@ -30,6 +30,16 @@ bool writes_gradients(Phase phase) {
 
 bool is_transfer(const Action& a) { return a.kind == Action::Kind::Send || a.kind == Action::Kind::Recv; }
 
+bool backward_follows(const Program& program, int index) {
+  const Action& a = program.actions[static_cast<size_t>(index)];
+  for (size_t j = static_cast<size_t>(index) + 1; j < program.actions.size(); ++j) {
+    const Action& next = program.actions[j];
+    if (next.kind != Action::Kind::Unit) continue;
+    return writes_gradients(next.phase) && next.unit == a.unit && next.microbatch == a.microbatch;
+  }
+  return false;
+}
+
 std::string describe(const Action& a) {
   if (a.kind == Action::Kind::OptimizerStep) {
     return a.batch == 0 ? fmt::format("optimizer step (chunk {})", a.chunk)

@@ -92,6 +92,11 @@ struct Program {
   int stages = 1;      // stages of the whole pipeline (transfer tags are unique per step)
 };
 
+// Whether the next unit action after action `index` (a unit's forward) is that unit's backward for
+// the same microbatch: what the forward kept is read at once (the head's), so it is not worth
+// moving or encoding.
+bool backward_follows(const Program& program, int index);
+
 // The units of each stage and how each stage recomputes. Stage s holds units [first[s], last[s])
 // of the model; its recompute chain is those units without the embedding (always kept: its
 // saved state is the token ids), the head last when the stage holds it.

@@ -125,17 +125,6 @@ class ActivationWalk {
     }
   }
 
-  // Whether unit action i's backward is the program's next unit action (its stash is not encoded).
-  bool backward_follows(int i) const {
-    const Action& a = program_.actions[static_cast<size_t>(i)];
-    for (size_t j = static_cast<size_t>(i) + 1; j < program_.actions.size(); ++j) {
-      const Action& next = program_.actions[j];
-      if (next.kind != Action::Kind::Unit) continue;
-      return writes_gradients(next.phase) && next.unit == a.unit && next.microbatch == a.microbatch;
-    }
-    return false;
-  }
-
   // Runs unit action i; returns the live bytes at its peak.
   int64_t unit(const Action& a, int i) {
     MicrobatchState& s = state(a);
@@ -155,7 +144,7 @@ class ActivationWalk {
           s.rebuilt[u] = a.selective ? b.rebuild_peak : 0;
           live_ += own;
           const int64_t stash = own + (s.input[u] ? input_bytes(a.unit) : 0);
-          if (encoding_ != ActivationEncoding::None && a.phase == Phase::Forward && !backward_follows(i)) {
+          if (encoding_ != ActivationEncoding::None && a.phase == Phase::Forward && !backward_follows(program_, i)) {
             const int64_t sign = a.selective ? 0 : b.sign_only;
             const int64_t values = stash - b.exact - sign;
             s.encoded[u] = stash - (b.exact + encoded_stash_bytes(encoding_, values, sign, element_bytes_));

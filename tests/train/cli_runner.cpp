@@ -92,4 +92,11 @@ nlohmann::json last_train_line(const std::string& metrics_path) {
   return last;
 }
 
+double predicted_activation_peak(const std::string& output) {
+  const std::string key = "predicted activation peak ";
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(output.substr(at + key.size()));
+}
+
 }  // namespace tessera::testing

@@ -24,6 +24,8 @@ std::string read_file(const std::string& path);
 std::vector<double> train_losses_of(const std::string& metrics_path);
 // The last "train" line of a run's metrics.jsonl (null when it has none).
 nlohmann::json last_train_line(const std::string& metrics_path);
+// The "predicted activation peak 0.3 MiB" of a run's start line, in MiB (-1 when it has none).
+double predicted_activation_peak(const std::string& output);
 // Deterministic English-like text (sentences over a small vocabulary) for a tokenizer and a tiny model.
 std::string make_test_corpus(size_t bytes);
 // Writes `corpus_bytes` of that text into `root` and prepares it as the dataset `root`/data with a

@@ -40,14 +40,6 @@ std::string train_args(const fs::path& out, const std::string& extra) {
   return "train --data.dir " + g_dataset.string() + " --train.out_dir " + out.string() + " " + kModel + " " + extra;
 }
 
-// "predicted activation peak 0.3 MiB" of the start line, in MiB.
-double predicted_activation_peak(const std::string& output) {
-  const std::string key = "predicted activation peak ";
-  const size_t at = output.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(output.substr(at + key.size()));
-}
-
 class Offload : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
