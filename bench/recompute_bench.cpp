@@ -7,7 +7,7 @@
 //   recompute_bench --layers 4 --embd 256 --heads 4 --seq 128 --batch 8 --vocab 256 --policy full
 //   recompute_bench --gpt2-124m --seq 256 --batch 2 --policy optimal:805306368
 //   recompute_bench ... --predict none,full,every_k,every_k:2,selective   (predictions only, no steps)
-//   recompute_bench --gpt2-124m --seq 256 --batch 4 --predict optimal:B,dtr:B   (optimal and DTR at one budget)
+//   recompute_bench --gpt2-124m --seq 256 --batch 4 --predict optimal:B,dtr:B,checkmate:B   (at one budget)
 //   recompute_bench --chart summary.json --svg recompute.svg              (the step/memory chart)
 //
 // Policies: none, full, selective, every_k (k = ⌈√L⌉), every_k:<k>, optimal:<budget bytes>,
@@ -89,7 +89,8 @@ PolicySpec parse_policy(const std::string& spec, int n_layer) {
     TS_CHECK(p.options.every_k >= 1, "every_k:{}: k must be at least 1", arg);
     // The default k keeps the plain name, so "every_k" means the same run however it was asked.
     if (p.options.every_k != exec::default_every_k(n_layer)) p.name = spec;
-  } else if (p.options.policy == memory::RecomputePolicy::Optimal || p.options.policy == memory::RecomputePolicy::Dtr) {
+  } else if (p.options.policy == memory::RecomputePolicy::Optimal || p.options.policy == memory::RecomputePolicy::Dtr ||
+             p.options.policy == memory::RecomputePolicy::Checkmate) {
     TS_CHECK(!arg.empty(), "{} needs a budget: {}:<bytes per microbatch>", base, base);
     p.options.budget_bytes = std::stoll(arg);
     p.name = fmt::format("{}:{:.1f}", base, mib(static_cast<double>(p.options.budget_bytes)));
@@ -144,6 +145,11 @@ int predict(const config::ModelConfig& model_config, int B, int T, const std::ve
                mib(static_cast<double>(predicted)), predicted, modelled);
     out["predicted"][p.name] = predicted;
     out["model_time_ratio"][p.name] = modelled;
+    if (const auto& c = engine.stages().stages.front().checkmate) {
+      out["checkmate"][p.name] = {{"status", memory::remat::solve_status_name(c->status)},
+                                  {"source", memory::remat::chain_plan_source_name(c->source)},
+                                  {"solve_seconds", c->solve_seconds}};
+    }
   }
   fmt::print("{}\n", out.dump());
   return 0;
@@ -311,7 +317,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "AdamW learning rate");
   app.add_option("--policy", policy,
-                 "none, full, selective, every_k, every_k:<k>, optimal:<budget bytes>, dtr:<budget bytes>");
+                 "none, full, selective, every_k, every_k:<k>, optimal:<budget bytes>, dtr:<budget bytes>, "
+                 "checkmate:<budget bytes>");
   app.add_option("--predict", predict_list, "comma-separated policies: print their predicted peaks, run nothing");
   app.add_option("--chart", chart_in, "summary JSON written by bench/recompute.sh");
   app.add_option("--svg", svg_out, "where --chart draws");

@@ -20,13 +20,15 @@
 # (default 1; the losses are the first round's, the step ratio the median over rounds), ACTIVATION
 # (default relu2).
 #
-# First, from the recompute chain's simulator (no training; bench/recompute_bench --predict), DTR
-# (memory.recompute = "dtr") against Rotor's optimal schedule on the GPT-2 124M chain (B 4, T 256)
-# at five budgets from full recomputation's peak to none's: the extra compute of each (FLOP-model
-# step time over none's, less 1). Checkmate is not a runtime policy yet (docs/rematerialization.md).
+# First, from the recompute chain's simulator (no training; bench/recompute_bench --predict),
+# Checkmate (memory.recompute = "checkmate", CBC under a 60 s limit) and DTR ("dtr") against Rotor's
+# optimal schedule on the GPT-2 124M chain (12 layers, B 4, T 256) at five budgets from full
+# recomputation's peak to none's: the extra compute of each (FLOP-model step time over none's,
+# less 1), and the solver's status and time.
 #
 # Prints, per budget and per encoding,
-#   RESULT remat method=dtr budget_mb=<b> extra_compute=<x> rotor=<y> source=simulator
+#   RESULT remat method=checkmate budget_mb=<b> extra_compute=<x> rotor=<y> status=<s> solve_seconds=<t> source=simulator
+#   RESULT remat method=dtr budget_mb=<b> extra_compute=<x> rotor=<y> checkmate=<z> source=simulator
 #   RESULT encoding name=<e> activation_ratio=<r> val_loss_delta=<d> step_ratio=<s> stash_ratio=<x>
 set -euo pipefail
 
@@ -68,18 +70,24 @@ print(" ".join(str(int(low + f * (high - low))) for f in (0.0, 0.1, 0.25, 0.5, 0
 PY
 )
   policies=none
-  for b in $budgets; do policies+=",optimal:$b,dtr:$b"; done
+  for b in $budgets; do policies+=",optimal:$b,checkmate:$b,dtr:$b"; done
   "$PREDICT" "${chain[@]}" --predict "$policies" | tail -n 1 >"$OUT/plans.json"
   $PYTHON - "$OUT/plans.json" <<'PY'
 import json, sys
-j = json.load(open(sys.argv[1]))["model_time_ratio"]
-for name in sorted((k for k in j if k.startswith("dtr:")), key=lambda k: float(k[4:])):
-    budget = name[4:]
-    print(f"RESULT remat method=dtr budget_mb={budget} extra_compute={j[name] - 1:.4f} "
-          f"rotor={j['optimal:' + budget] - 1:.4f} source=simulator")
+plans = json.load(open(sys.argv[1]))
+j, solver = plans["model_time_ratio"], plans.get("checkmate", {})
+budgets = sorted((k[4:] for k in j if k.startswith("dtr:")), key=float)
+for budget in budgets:
+    c = solver["checkmate:" + budget]
+    print(f"RESULT remat method=checkmate budget_mb={budget} extra_compute={j['checkmate:' + budget] - 1:.4f} "
+          f"rotor={j['optimal:' + budget] - 1:.4f} status={c['status'].replace(' ', '_')} "
+          f"plan={c['source'].replace(' ', '_')} solve_seconds={c['solve_seconds']:.1f} source=simulator")
+for budget in budgets:
+    print(f"RESULT remat method=dtr budget_mb={budget} extra_compute={j['dtr:' + budget] - 1:.4f} "
+          f"rotor={j['optimal:' + budget] - 1:.4f} checkmate={j['checkmate:' + budget] - 1:.4f} source=simulator")
 PY
 else
-  echo "no $PREDICT: the DTR lines need the benchmarks built (cmake --build build/release --target recompute_bench)"
+  echo "no $PREDICT: the Checkmate and DTR lines need the benchmarks built (cmake --build build/release --target recompute_bench)"
 fi
 
 run() {  # encoding round

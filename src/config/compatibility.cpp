@@ -40,6 +40,7 @@ constexpr std::array<FeatureInfo, kFeatureCount> kFeatures{{
     {F::RecomputeSelective, "memory.recompute = \"selective\"", "memory.recompute"},
     {F::RecomputeOptimal, "memory.recompute = \"optimal\"", "memory.recompute"},
     {F::RecomputeDtr, "memory.recompute = \"dtr\"", "memory.recompute"},
+    {F::RecomputeCheckmate, "memory.recompute = \"checkmate\"", "memory.recompute"},
     {F::Bf16, "precision.compute = \"bf16\"", "precision.compute"},
     {F::Fp16, "precision.compute = \"fp16\"", "precision.compute"},
     {F::GradBf16, "parallel.grad_dtype = \"bf16\"", "parallel.grad_dtype"},
@@ -172,9 +173,10 @@ const std::vector<Refusal> kRefusals = {
      "the schedule's other stages",
      "use memory.offload_activations = \"nvme\" (every unit offloaded) under pipelines"},
     {{F::OffloadActivationsAuto},
-     {F::RecomputeFull, F::RecomputeEveryK, F::RecomputeSelective, F::RecomputeDtr},
+     {F::RecomputeFull, F::RecomputeEveryK, F::RecomputeSelective, F::RecomputeDtr, F::RecomputeCheckmate},
      "memory.offload_activations = \"auto\" chooses, with the optimal policy's dynamic program, what to recompute "
-     "and what to offload under memory.activation_budget_mb (DTR decides at run time and plans nothing ahead)",
+     "and what to offload under memory.activation_budget_mb (DTR decides at run time and plans nothing ahead; "
+     "Checkmate's program has no offload decision)",
      "use memory.recompute = \"optimal\" with a budget, or memory.offload_activations = \"nvme\" beside this "
      "policy"},
     {{F::OffloadOptimizer},
@@ -232,6 +234,7 @@ constexpr std::string_view kDelayedUpdateCli = "DelayedUpdateRuns.ExactBeforeIts
 constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFollowsTheUninterruptedOneBitwise";
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 constexpr std::string_view kDtrCli = "ParallelTraining.DtrUnderZero3AndPipelinesLogsTheLossesOfNone";
+constexpr std::string_view kCheckmateCli = "ParallelTraining.CheckmateUnderZero3AndPipelinesLogsTheLossesOfNone";
 constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
 constexpr std::string_view kFp16CompressionCli = "Fp16Compression.SkippedStepsLeaveTheCompressorsStateAsTheyFoundIt";
 constexpr std::string_view kLosslessEncodingCli = "ActivationEncoding.LosslessEncodingGivesTheSameRunUnderEveryLayout";
@@ -290,6 +293,11 @@ const std::vector<TestedPair> kTested = {
     {F::Zero3, F::RecomputeDtr, {"parallel_recompute_parity_2", kDtrCli}},
     {F::Pipeline, F::RecomputeDtr, {kDtrCli}},
     {F::OneFOneB, F::RecomputeDtr, {kDtrCli}},
+    {F::Zero1, F::RecomputeCheckmate, {"parallel_recompute_parity_2"}},
+    {F::Zero2, F::RecomputeCheckmate, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::RecomputeCheckmate, {"parallel_recompute_parity_2", kCheckmateCli}},
+    {F::Pipeline, F::RecomputeCheckmate, {kCheckmateCli}},
+    {F::OneFOneB, F::RecomputeCheckmate, {kCheckmateCli}},
     {F::Zero1, F::Bf16, {"parallel_precision_2"}},
     {F::Zero2, F::Bf16, {"parallel_precision_2"}},
     {F::Zero3, F::Bf16, {"parallel_precision_2"}},

@@ -45,7 +45,7 @@ enum class Feature : uint8_t {
   Zero1, Zero2, Zero3, TensorParallel, SequenceParallel, ExpertParallel, Pipeline,
   GPipe, OneFOneB, Interleaved, TwoBW, ZeroBubble,
   TopK, Qsgd, OneBit, PowerSgd,
-  RecomputeFull, RecomputeEveryK, RecomputeSelective, RecomputeOptimal, RecomputeDtr,
+  RecomputeFull, RecomputeEveryK, RecomputeSelective, RecomputeOptimal, RecomputeDtr, RecomputeCheckmate,
   Bf16, Fp16, GradBf16, GradFp16,
   AdamW, Sgd, Adafactor, Adam8bit, Lamb, Lars, OneBitAdam,
   OffloadActivations, OffloadActivationsAuto, OffloadOptimizer, OffloadParams, DelayedUpdate,

@@ -23,12 +23,14 @@
 //                             stage's first unit's input; `unit` names that slot (see Action)
 // Stage-level Recompute instructions are expressed by the recompute plans instead.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "memory/chain.h"
+#include "memory/remat/chain_checkmate.h"
 #include "parallel/pipeline/instruction.h"
 
 namespace tessera::exec {
@@ -109,6 +111,9 @@ struct StagePlan {
     // Units (of the model) whose activations, kept from their forward, are offloaded until their
     // backward; sorted.
     std::vector<int> offloaded;
+    // memory.recompute = "checkmate": how the schedule came about (solved, cached or fallen back; the solver's
+    // status and time). Its schedule is the one above.
+    std::optional<memory::remat::ChainCheckmate> checkmate;
     int chain_first() const { return first == 0 ? 1 : first; }
   };
   std::vector<Stage> stages;

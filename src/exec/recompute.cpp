@@ -7,6 +7,7 @@
 #include "exec/program_memory.h"
 #include "memory/dtr.h"
 #include "memory/optimal.h"
+#include "memory/remat/chain_checkmate.h"
 #include "parallel/pipeline/generators.h"
 
 namespace tessera::exec {
@@ -195,6 +196,34 @@ JointPlanChoice plan_jointly(StagePlan& plan, const config::ModelConfig& model, 
   return best;
 }
 
+// Checkmate's schedule of one stage under `budget` (the stage's chain), on the FLOP model's times scaled so
+// the largest is 1: the solver's gap is absolute, and FLOP counts run to 1e12.
+memory::remat::ChainCheckmate plan_checkmate(const config::ModelConfig& model, const StagePlan::Stage& stage, int B,
+                                             int T, const RecomputeOptions& options, int64_t budget, int64_t outside,
+                                             int tp, bool sp, DType activations) {
+  std::vector<memory::ChainUnit> chain =
+      stage_chain(model, stage, B, T, false, nominal_unit_times(model, B, T), tp, sp, activations);
+  double longest = 0;
+  for (const memory::ChainUnit& u : chain) longest = std::max({longest, u.forward_time, u.backward_time});
+  for (memory::ChainUnit& u : chain) {
+    u.forward_time /= longest;
+    u.backward_time /= longest;
+  }
+  memory::remat::ChainCheckmate plan = memory::remat::checkmate_chain_schedule(
+      chain, budget, {.time_limit_s = options.solver_seconds, .cache_dir = options.solver_cache_dir});
+  const double mib = 1048576.0;
+  TS_CHECK(plan.found,
+           "memory.activation_budget_mb = {:.2f} is below the {:.2f} MiB memory.recompute = \"checkmate\" needs at "
+           "the least for a microbatch of {} × {} (the solver {} within memory.solver_seconds = {}); raise the budget "
+           "or lower train.micro_batch_size",
+           static_cast<double>(options.budget_bytes) / mib, static_cast<double>(plan.least_budget + outside) / mib, B,
+           T,
+           plan.status == memory::remat::SolveStatus::Infeasible ? "proved that no schedule fits"
+                                                                  : "found no schedule that fits",
+           options.solver_seconds);
+  return plan;
+}
+
 }  // namespace
 
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
@@ -246,7 +275,14 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
               static_cast<double>(least) / mib, B, T, why,
               static_cast<double>(memory::minimum_budget(chain) + outside) / mib);
     }
-    stage.recompute = memory::plan_recompute(options.policy, chain, every_k, budget);
+    stage.checkmate.reset();
+    if (options.policy == memory::RecomputePolicy::Checkmate) {
+      stage.checkmate = plan_checkmate(model, stage, B, T, options, budget, outside, tp, sp, activations);
+      stage.recompute = stage.checkmate->schedule;
+      stage.checkmate->schedule = {};
+    } else {
+      stage.recompute = memory::plan_recompute(options.policy, chain, every_k, budget);
+    }
     // Offloading takes what the units keep; the embedding's token ids stay (a few bytes).
     stage.offloaded.clear();
     if (options.offload == ActivationOffloadMode::Nvme) {

@@ -14,6 +14,7 @@
 // schedule with I microbatches alive at once peaks at (I − 1)·R + P, because each backward runs
 // while the other microbatches sit at R. Tests hold the allocator's measured peak equal to it.
 #include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,9 @@ struct RecomputeOptions {
   // Auto: the disk's write and read bandwidth (bytes/s) that offloading's time is reckoned at.
   double disk_write_bytes_per_second = 0;
   double disk_read_bytes_per_second = 0;
+  // Checkmate: CBC's time limit per stage, and where solutions are cached (empty: nowhere).
+  double solver_seconds = 60;
+  std::filesystem::path solver_cache_dir{};
 };
 
 // What the joint plan chose for one stage (ActivationOffloadMode::Auto): the recompute schedule's
@@ -75,9 +79,11 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
                                            int T, bool selective, const UnitTimes& times, int tp = 1, bool sp = false,
                                            DType activations = DType::F32);
 
-// Sets every stage's recompute schedule, selective flag and offloaded units. The optimal and dtr
-// policies' budget is the whole microbatch's activation peak; the embedding's token ids come off it
-// first.
+// Sets every stage's recompute schedule, selective flag and offloaded units. The optimal, dtr and
+// checkmate policies' budget is the whole microbatch's activation peak; the embedding's token ids come
+// off it first. Checkmate weighs recomputation by the FLOP model's unit times whatever `times` says:
+// its solutions are cached by the graph, which must then depend on the model's shape, the
+// microbatch and the budget only, not on timings that differ from run to run.
 void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, int T, const RecomputeOptions& options,
                     const UnitTimes& times, int tp = 1, bool sp = false, DType activations = DType::F32);
 

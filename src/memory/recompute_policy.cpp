@@ -17,13 +17,14 @@ struct PolicyInfo {
   RecomputePolicy policy;
   std::string_view name;
 };
-constexpr std::array<PolicyInfo, 6> kPolicies{{
+constexpr std::array<PolicyInfo, 7> kPolicies{{
     {RecomputePolicy::None, "none"},
     {RecomputePolicy::Selective, "selective"},
     {RecomputePolicy::Full, "full"},
     {RecomputePolicy::EveryK, "every_k"},
     {RecomputePolicy::Optimal, "optimal"},
     {RecomputePolicy::Dtr, "dtr"},
+    {RecomputePolicy::Checkmate, "checkmate"},
 }};
 }  // namespace
 
@@ -79,6 +80,9 @@ ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> 
     case RecomputePolicy::EveryK: return every_k_schedule(n, every_k);
     case RecomputePolicy::Optimal: return optimal_schedule(units, budget_bytes);
     case RecomputePolicy::Dtr: return dtr_schedule(units, budget_bytes);
+    case RecomputePolicy::Checkmate:
+      // Its solver lives in memory/remat (COIN-OR CBC), which this library does not link.
+      TS_FAIL("memory.recompute = \"checkmate\" is planned by remat::checkmate_chain_schedule, not here");
   }
   TS_FAIL("unknown recompute policy {}", static_cast<int>(policy));
 }

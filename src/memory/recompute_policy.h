@@ -14,6 +14,8 @@
 //   optimal    the fastest (persistent) schedule within a memory budget (optimal.h).
 //   dtr        Dynamic Tensor Rematerialization's run-time rule within the same budget (dtr.h): a
 //              greedy baseline that plans nothing ahead, to show what planning buys.
+//   checkmate  Checkmate's MILP over the chain's graph within the same budget, solved with COIN-OR CBC
+//              (remat/chain_checkmate.h); planned by exec::plan_recompute, which links the solver.
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -22,9 +24,9 @@
 
 namespace tessera::memory {
 
-enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal, Dtr };
+enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal, Dtr, Checkmate };
 
-std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal", "dtr"
+std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal", "dtr", "checkmate"
 RecomputePolicy parse_recompute_policy(std::string_view name);   // throws with the list of names
 
 ChainSchedule none_schedule(int units);
@@ -35,7 +37,7 @@ ChainSchedule none_schedule(int units);
 ChainSchedule every_k_schedule(int units, int k);
 ChainSchedule full_schedule(int units);
 
-// every_k is read for EveryK only, budget_bytes for Optimal and Dtr only (the activation memory the
+// Checkmate is refused here (see above). every_k is read for EveryK only, budget_bytes for Optimal and Dtr only (the activation memory the
 // schedule may peak at, x_0 included; see optimal_schedule and dtr_schedule).
 ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
                              int64_t budget_bytes);

@@ -80,6 +80,7 @@ std::string recompute_name(Recompute r) {
     case Recompute::EveryK: return "every_k";
     case Recompute::Optimal: return "optimal";
     case Recompute::Dtr: return "dtr";
+    case Recompute::Checkmate: return "checkmate";
   }
   return "?";
 }
@@ -148,6 +149,7 @@ Layout parse_layout(std::string_view text, Layout l) {
       else if (value == "every_k") l.recompute = Recompute::EveryK;
       else if (value == "optimal") l.recompute = Recompute::Optimal;
       else if (value == "dtr") l.recompute = Recompute::Dtr;
+      else if (value == "checkmate") l.recompute = Recompute::Checkmate;
       else TS_FAIL("layout: 'recompute={}' must be none, selective or full, or every_k (with recompute_every=K), or "
                    "optimal or dtr (with activation_budget_mb=X)", value);
     } else if (key == "recompute_every") {

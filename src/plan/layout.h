@@ -20,10 +20,13 @@ enum class Recompute {
   EveryK,     // Chen et al.'s segments of k layers: keep each segment's first input, rerun the segment
   Optimal,    // the fastest schedule whose activation peak fits a budget (src/memory/optimal.h)
   Dtr,        // Dynamic Tensor Rematerialization's greedy run-time evictions within a budget (src/memory/dtr.h)
+  Checkmate,  // Checkmate's MILP over the chain's graph within a budget (src/memory/remat/chain_checkmate.h)
 };
 
-// Optimal and Dtr: the policies that take activation_budget_mb.
-inline bool recompute_takes_budget(Recompute r) { return r == Recompute::Optimal || r == Recompute::Dtr; }
+// Optimal, Dtr and Checkmate: the policies that take activation_budget_mb.
+inline bool recompute_takes_budget(Recompute r) {
+  return r == Recompute::Optimal || r == Recompute::Dtr || r == Recompute::Checkmate;
+}
 
 // Whose saved tensors the activations tag counts (plan/memory_model.h).
 enum class ActivationAccounting {

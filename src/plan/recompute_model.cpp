@@ -44,6 +44,11 @@ memory::RecomputePolicy memory_policy(Recompute r) {
     case Recompute::EveryK: return memory::RecomputePolicy::EveryK;
     case Recompute::Optimal: return memory::RecomputePolicy::Optimal;
     case Recompute::Dtr: return memory::RecomputePolicy::Dtr;
+    // The cost model does not run the MILP for every layout it weighs: on the chain of units the
+    // interpreter runs, Checkmate's schedules cost what Rotor's do at every budget Rotor meets
+    // (tests/memory/test_remat_chain.cpp), so its time and peak are predicted by Rotor's schedule.
+    // `tessera plan --config` solves the run's own program instead (train/planned_run.cpp).
+    case Recompute::Checkmate: return memory::RecomputePolicy::Optimal;
   }
   TS_FAIL("plan: unknown recompute policy {}", static_cast<int>(r));
 }

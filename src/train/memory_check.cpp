@@ -54,7 +54,8 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
-  if (recompute.policy == memory::RecomputePolicy::Optimal || recompute.policy == memory::RecomputePolicy::Dtr) {
+  if (recompute.policy == memory::RecomputePolicy::Optimal || recompute.policy == memory::RecomputePolicy::Dtr ||
+      recompute.policy == memory::RecomputePolicy::Checkmate) {
     e.activations = static_cast<double>(recompute.budget_bytes);
   } else {
     const bool sp = c.parallel.sp;

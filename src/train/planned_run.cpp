@@ -33,8 +33,9 @@ plan::Recompute recompute_of(const RunConfig& c) {
   if (r == "every_k") return plan::Recompute::EveryK;
   if (r == "optimal") return plan::Recompute::Optimal;
   if (r == "dtr") return plan::Recompute::Dtr;
+  if (r == "checkmate") return plan::Recompute::Checkmate;
   TS_FAIL("plan --config: memory.recompute = \"{}\" is not one the cost model describes (none, selective, full, "
-          "every_k, optimal, dtr)", r);
+          "every_k, optimal, dtr, checkmate)", r);
 }
 
 // The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
@@ -116,6 +117,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
   recompute.offload = exec::parse_activation_offload(c.memory.offload_activations);
+  recompute.solver_seconds = c.memory.solver_seconds;
   exec::plan_recompute(split, m, B, T, recompute, exec::nominal_unit_times(m, B, T), l.tp, l.sp, compute);
   const std::vector<config::UnitWorkspaceBytes> unit_bytes =
       config::unit_workspace_bytes(m, B, T, l.tp, l.sp, compute, l.ep);

@@ -267,10 +267,10 @@ void RunConfig::validate() const {
              "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
   }
   {
-    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr"};
+    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
     TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
              "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
-             "\"optimal\" or \"dtr\"",
+             "\"optimal\", \"dtr\" or \"checkmate\"",
              memory.recompute);
   }
   check_range("memory.recompute_every", memory.recompute_every, 0, 1 << 20);
@@ -280,17 +280,27 @@ void RunConfig::validate() const {
   TS_CHECK(std::isfinite(memory.activation_budget_mb) && memory.activation_budget_mb >= 0.0f &&
                memory.activation_budget_mb <= 1e9f,
            "config: memory.activation_budget_mb = {} must be a size in MiB (0 or more)", memory.activation_budget_mb);
-  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr";
+  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr" || memory.recompute == "checkmate";
   TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) the schedule may use; it then recomputes as little as that budget allows");
   TS_CHECK(memory.recompute != "dtr" || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) DTR evicts to stay within");
+  TS_CHECK(memory.recompute != "checkmate" || memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
+           "per microbatch) Checkmate's schedule may use");
   TS_CHECK(memory.activation_budget_mb == 0.0f || budgeted,
-           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\" or \"dtr\" only (it is "
-           "\"{}\")",
+           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
+           "\"checkmate\" only (it is \"{}\")",
            memory.recompute);
+  TS_CHECK(std::isfinite(memory.solver_seconds) && memory.solver_seconds >= 0 && memory.solver_seconds <= 86400,
+           "config: memory.solver_seconds = {} must be a time limit in seconds, 0 to 86400 (0: no branch and bound, "
+           "the LP relaxation rounded)",
+           memory.solver_seconds);
+  TS_CHECK(memory.solver_seconds == MemorySection{}.solver_seconds || memory.recompute == "checkmate",
+           "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
+           memory.solver_seconds, memory.recompute);
   TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
                memory.offload_activations == "auto",
            "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
@@ -583,6 +593,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.memory.recompute = r.get("recompute", c.memory.recompute);
     c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
+    c.memory.solver_seconds = r.get("solver_seconds", c.memory.solver_seconds);
     c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
     c.memory.activation_encoding = r.get("activation_encoding", c.memory.activation_encoding);
     c.memory.offload_optimizer = r.get("offload_optimizer", c.memory.offload_optimizer);
@@ -737,6 +748,7 @@ std::string to_toml(const RunConfig& c) {
                    {"memory", toml::table{{"recompute", c.memory.recompute},
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
+                                          {"solver_seconds", c.memory.solver_seconds},
                                           {"offload_activations", c.memory.offload_activations},
                                           {"activation_encoding", c.memory.activation_encoding},
                                           {"offload_optimizer", c.memory.offload_optimizer},

@@ -101,9 +101,10 @@ struct PrecisionSection {
 };
 
 struct MemorySection {
-  std::string recompute = "none";   // none, full, every_k, selective, optimal
+  std::string recompute = "none";   // none, full, every_k, selective, optimal, dtr, checkmate
   int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
-  float activation_budget_mb = 0;   // optimal: the activation peak allowed per microbatch (MiB)
+  float activation_budget_mb = 0;   // optimal, dtr, checkmate: the activation peak allowed per microbatch (MiB)
+  double solver_seconds = 60;       // checkmate: CBC's time limit for each stage's solve (s)
   std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward
   std::string activation_encoding = "none";  // none, lossless, gist, fp8: the form they wait in
   std::string offload_optimizer = "none";    // none, nvme: where the optimizer's state lives between steps

@@ -84,6 +84,9 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
   o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);
+  o.recompute.solver_seconds = cfg.memory.solver_seconds;
+  // In the run folder, so that a resumed run reads the schedule its first start solved.
+  o.recompute.solver_cache_dir = std::filesystem::path(cfg.train.out_dir) / "remat-cache";
   o.activation_encoding = exec::parse_activation_encoding(cfg.memory.activation_encoding);
   o.delayed_update_after = cfg.optim.delayed_update_after;
   if (cfg.memory.offload_optimizer == "nvme") {
@@ -161,6 +164,32 @@ std::string describe_compression(const config::CompressionOptions& o) {
 
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
+// How each stage's Checkmate schedule came about: the solver's status and time, or the cache it came
+// from, or the fallback to optimal; empty for the other policies.
+std::string describe_checkmate(const exec::StagePlan& stages) {
+  std::string text;
+  for (size_t s = 0; s < stages.stages.size(); ++s) {
+    const std::optional<memory::remat::ChainCheckmate>& c = stages.stages[s].checkmate;
+    if (!c) continue;
+    text += text.empty() ? "; Checkmate (CBC)" : ",";
+    if (stages.stages.size() > 1) text += fmt::format(" stage {}", s);
+    switch (c->source) {
+      case memory::remat::ChainPlanSource::Solved:
+        text += fmt::format(" {} in {:.1f} s", memory::remat::solve_status_name(c->status), c->solve_seconds);
+        break;
+      case memory::remat::ChainPlanSource::Cached:
+        text += fmt::format(" {}, read from the cache", memory::remat::solve_status_name(c->status));
+        break;
+      case memory::remat::ChainPlanSource::Fallback:
+        text += fmt::format(" found no schedule the chain runs in {:.1f} s ({}): fell back to optimal", c->solve_seconds,
+                            memory::remat::solve_status_name(c->status));
+        break;
+    }
+    if (!c->cache_note.empty()) text += fmt::format(" (cache not used: {})", c->cache_note);
+  }
+  return text;
+}
+
 // One line on how the step runs: the schedule, the recompute policy and what it costs.
 std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& engine) {
   int recomputed = 0;
@@ -176,9 +205,10 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
                                                         ? cfg.memory.recompute_every
                                                         : exec::default_every_k(cfg.model.n_layer));
   }
-  if (cfg.memory.recompute == "optimal" || cfg.memory.recompute == "dtr") {
+  if (cfg.memory.recompute == "optimal" || cfg.memory.recompute == "dtr" || cfg.memory.recompute == "checkmate") {
     text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
   }
+  text += describe_checkmate(engine.stages());
   text += fmt::format(": {} unit forwards recomputed per step", recomputed);
   if (cfg.parallel.pp > 1) {
     text += fmt::format("\npipeline: pp {} × {} chunk{} per rank; stages (stage s on rank s mod pp): {}{}", cfg.parallel.pp,

@@ -9,6 +9,7 @@
 
 #include "memory/chain.h"
 #include "memory/optimal.h"
+#include "memory/remat/chain_checkmate.h"
 #include "memory/remat/exhaustive.h"
 #include "memory/remat/graph.h"
 #include "memory/remat/milp.h"

@@ -121,11 +121,13 @@ int main(int argc, char** argv) {
                              (full_peak + plain.steps[0].predicted_activations) / 2};
         ParityCase dtr = optimal;
         dtr.recompute.policy = memory::RecomputePolicy::Dtr;
+        ParityCase checkmate = optimal;
+        checkmate.recompute.policy = memory::RecomputePolicy::Checkmate;
         // Zero-bubble's split backward: the reducer posts each bucket after the last weight half
         // that writes it, so the gradients are the same bits as with whole backwards.
         ParityCase split = full;
         split.schedule = config::ScheduleKind::ZeroBubbleH1;
-        policies.insert(policies.end(), {every, selective, optimal, dtr, split});
+        policies.insert(policies.end(), {every, selective, optimal, dtr, checkmate, split});
         for (const ParityCase& c : policies) {
           const RunRecord run = run_data_parallel(c, &world);
           check_same_bits(run, plain, describe(c), t);

@@ -110,6 +110,49 @@ TEST_F(ParallelTraining, DtrUnderZero3AndPipelinesLogsTheLossesOfNone) {
   }
 }
 
+// memory.recompute = "checkmate" through the command line, as DTR above: the MILP's schedule runs
+// under dp 2 with ZeRO-3 and under pp 2 with the losses of no recomputation, bit for bit, and the
+// start line names the solver's outcome. A run resumed in the same folder reads the schedule its
+// first start solved from the run folder's cache instead of solving again.
+TEST_F(ParallelTraining, CheckmateUnderZero3AndPipelinesLogsTheLossesOfNone) {
+  const std::string model = "--model.n_layer 4 --train.steps 3 --model.dropout 0.1 ";
+  const std::pair<std::string, std::string> layouts[] = {{"--parallel.dp 2 --parallel.zero_stage 3", "0.4"},
+                                                         {"--parallel.pp 2", "0.2"}};
+  for (const auto& [layout, budget] : layouts) {
+    const std::string checkmate = " --memory.recompute checkmate --memory.activation_budget_mb " + budget;
+    const fs::path none_out = g_root / "checkmate_none", checkmate_out = g_root / "checkmate_checkmate";
+    fs::remove_all(none_out);
+    fs::remove_all(checkmate_out);
+    CliResult none = run_tessera(launch(2, none_out, model + layout));
+    ASSERT_EQ(none.exit_code, 0) << layout << "\n" << none.output;
+    CliResult r = run_tessera(launch(2, checkmate_out, model + layout + checkmate));
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
+    EXPECT_NE(r.output.find("recompute checkmate (budget"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("; Checkmate (CBC)"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
+        << "the budget should make Checkmate recompute\n" << r.output;
+    const std::vector<double> want = losses(none_out / "metrics.jsonl");
+    ASSERT_EQ(want.size(), 3u) << none.output;
+    EXPECT_EQ(losses(checkmate_out / "metrics.jsonl"), want) << layout;
+  }
+  const fs::path out = g_root / "checkmate_resumed";
+  fs::remove_all(out);
+  const std::string args = model + "--memory.recompute checkmate --memory.activation_budget_mb 0.4";
+  CliResult first = run_tessera(train_args(out, args + " --train.exit_after 2"));
+  ASSERT_EQ(first.exit_code, 3) << first.output;
+  EXPECT_NE(first.output.find("optimal in"), std::string::npos) << first.output;
+  EXPECT_TRUE(fs::exists(out / "remat-cache")) << first.output;
+  CliResult resumed = run_tessera(train_args(out, args + " --checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("read from the cache"), std::string::npos) << resumed.output;
+  // Below every schedule's least budget the run is refused before training, naming the least.
+  CliResult small = run_tessera(train_args(g_root / "checkmate_small", model + "--memory.recompute checkmate "
+                                                                               "--memory.activation_budget_mb 0.01"));
+  EXPECT_NE(small.exit_code, 0);
+  EXPECT_NE(small.output.find("memory.recompute = \"checkmate\" needs at the least"), std::string::npos)
+      << small.output;
+}
+
 // train.init_from under data parallelism and ZeRO: every rank starts from the checkpoint's whole
 // weights (ZeRO-3 keeps its shard of them), so the losses follow the one-process run from the
 // same checkpoint. The checkpoint itself was saved by a sharded job: weights load into any layout.

@@ -38,7 +38,7 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.precision.compute = s.compute;
   c.memory.recompute = s.recompute;
   c.memory.activation_encoding = s.activation_encoding;
-  if (s.recompute == "optimal" || s.recompute == "dtr") c.memory.activation_budget_mb = 64;
+  if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
   c.memory.offload_optimizer = s.offload_optimizer;
   c.memory.offload_params = s.offload_params;

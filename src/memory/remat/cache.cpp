@@ -1,7 +1,10 @@
 #include "memory/remat/cache.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -67,8 +70,9 @@ void save_solution(const std::filesystem::path& path, const Graph& graph, int64_
       {"R", stages(solution.schedule.R)},
       {"S", stages(solution.schedule.S)},
   };
+  // Named by the process: the ranks of a run may write the same solution at once.
   auto tmp = path;
-  tmp += ".tmp";
+  tmp += fmt::format(".{}.tmp", ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     TS_CHECK(out.good(), "cannot write the rematerialization cache file {}", tmp.string());

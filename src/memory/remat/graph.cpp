@@ -222,37 +222,4 @@ std::string graph_fingerprint(const Graph& graph) {
   return fmt::format("{:016x}", h);
 }
 
-Graph chain_graph(std::span<const ChainUnit> units, double input_cost) {
-  check_chain(units);
-  TS_CHECK(std::isfinite(input_cost) && input_cost >= 0, "the chain input's cost must be finite and not negative");
-  const int n = static_cast<int>(units.size());
-  for (int i = 0; i < n; ++i) {
-    TS_CHECK(units[i].forward_extra_bytes == 0 && units[i].backward_extra_bytes == 0,
-             "unit {} has forward or backward extra bytes, which a Checkmate "
-             "graph has no node for",
-             i);
-  }
-  Graph g;
-  std::vector<int> x(static_cast<size_t>(n)), a(static_cast<size_t>(n));
-  x[0] = 0;
-  g.nodes.push_back({"x0", input_cost, units[0].input_bytes, {}});
-  for (int i = 0; i < n; ++i) {
-    a[i] = g.size();
-    g.nodes.push_back({fmt::format("a{}", i), units[i].forward_time, units[i].own_bytes, {x[i]}});
-    if (i + 1 < n) {
-      x[i + 1] = g.size();
-      g.nodes.push_back({fmt::format("x{}", i + 1), 0.0, units[i].output_bytes, {a[i], x[i]}});
-    }
-  }
-  int grad_above = -1;
-  for (int i = n - 1; i >= 0; --i) {
-    std::vector<int> inputs = {a[i], x[i]};
-    if (grad_above >= 0)
-      inputs.push_back(grad_above);
-    grad_above = g.size();
-    g.nodes.push_back({fmt::format("g{}", i), units[i].backward_time, 0, std::move(inputs)});
-  }
-  return g;
-}
-
 }  // namespace tessera::memory::remat

@@ -96,15 +96,4 @@ Schedule keep_everything_schedule(const Graph& graph);
 // A 64-bit hash (hex) of the node count, costs, sizes and inputs: equal graphs, equal strings.
 std::string graph_fingerprint(const Graph& graph);
 
-// The training graph of a chain (chain.h) in Checkmate's terms, node order:
-//   x0, a_0, x_1, a_1, x_2, ..., a_{n-1}, g_{n-1}, ..., g_0
-// x0 is the chain's input (cost input_cost, which the caller makes large enough that no optimal schedule
-// recomputes it: the caller owns x_0 and it cannot come back). a_i is unit i's kept activations (own_bytes,
-// cost forward_time_i, reads x_i); x_{i+1} is its output (output_bytes, cost 0, reads a_i and x_i, so
-// computing it holds x_i, a_i and x_{i+1} at once like chain.h's forward). The loss unit has no x_n. g_i is
-// unit i's backward (backward_time_i, 0 bytes: chain.h does not count gradients) and reads a_i, x_i and
-// g_{i+1}. Keep::All is keeping a_i and x_i, Keep::Input keeping x_i, Keep::Nothing keeping neither.
-// forward_extra_bytes and backward_extra_bytes have no node and must be 0 (checked).
-Graph chain_graph(std::span<const ChainUnit> units, double input_cost);
-
 }  // namespace tessera::memory::remat

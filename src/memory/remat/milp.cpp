@@ -131,7 +131,7 @@ MemoryScale memory_scale(const Graph& graph) {
 }
 
 Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optional<int64_t> budget,
-                      Objective objective) {
+                      Objective objective, std::span<const ScheduleConstraint> constraints) {
   const int n = graph.size();
   const auto users = graph_users(graph);
   Formulation f{graph, {}, {}, {}, -1, {}};
@@ -223,6 +223,18 @@ Formulation formulate(const Graph& graph, const MemoryScale& scale, std::optiona
         f.frees.push_back({t, i, k, free});
       }
     }
+  }
+  for (const ScheduleConstraint& c : constraints) {
+    std::vector<std::pair<int, double>> terms;
+    for (const ScheduleTerm& term : c.terms) {
+      TS_CHECK(term.stage >= 0 && term.stage < n && term.node >= 0 && term.node < n,
+               "a schedule constraint names stage {} and node {} of a {}-node graph", term.stage, term.node, n);
+      const auto& matrix = term.matrix == ScheduleTerm::Matrix::R ? f.R : f.S;
+      const int var = matrix[term.stage][term.node];
+      if (var >= 0)
+        terms.push_back({var, term.coefficient});
+    }
+    lp.row(std::move(terms), c.lo, c.hi);
   }
   return f;
 }
@@ -345,7 +357,7 @@ std::optional<Solution> fitted(const Graph& graph, Schedule schedule, int64_t bu
 Solution rounding(const Graph& graph, int64_t budget, const SolveOptions& options, const MemoryScale& scale) {
   const int n = graph.size();
   Solution out;
-  const auto s_lp = relaxed_s(formulate(graph, scale, budget, Objective::Cost), n);
+  const auto s_lp = relaxed_s(formulate(graph, scale, budget, Objective::Cost, options.constraints), n);
   if (!s_lp) {
     out.status = SolveStatus::Infeasible;
     return out;
@@ -361,7 +373,10 @@ Solution rounding(const Graph& graph, int64_t budget, const SolveOptions& option
         s[t][i] = attempt == 0 ? p >= 0.5 : uniform(rng) < p;
       }
     }
-    auto candidate = fitted(graph, prune_schedule(graph, minimal_recompute(graph, s)), budget);
+    Schedule rounded = minimal_recompute(graph, s);
+    if (!meets(rounded, options.constraints))
+      continue;
+    auto candidate = fitted(graph, prune_schedule(graph, rounded), budget);
     if (candidate && (!best || candidate->cost < best->cost))
       best = std::move(candidate);
   }
@@ -372,7 +387,38 @@ Solution rounding(const Graph& graph, int64_t budget, const SolveOptions& option
   return out;
 }
 
+// The caller's start when it fits the budget and meets the constraints, else keeping everything when that
+// does.
+std::optional<Schedule> starting_schedule(const Graph& graph, int64_t budget, const SolveOptions& options) {
+  const auto usable = [&](const Schedule& s) {
+    return meets(s, options.constraints) && simulate_schedule(graph, s).peak_bytes <= budget;
+  };
+  if (options.start && usable(*options.start))
+    return options.start;
+  Schedule everything = keep_everything_schedule(graph);
+  if (usable(everything))
+    return everything;
+  return std::nullopt;
+}
+
 }  // namespace
+
+bool meets(const Schedule& schedule, std::span<const ScheduleConstraint> constraints) {
+  const int n = static_cast<int>(schedule.R.size());
+  for (const ScheduleConstraint& c : constraints) {
+    double sum = 0;
+    for (const ScheduleTerm& term : c.terms) {
+      const bool exists = term.matrix == ScheduleTerm::Matrix::R ? term.node <= term.stage : term.node < term.stage;
+      if (!exists || term.stage >= n)
+        continue;
+      const auto& matrix = term.matrix == ScheduleTerm::Matrix::R ? schedule.R : schedule.S;
+      sum += term.coefficient * matrix[term.stage][term.node];
+    }
+    if (sum < c.lo - 1e-9 || sum > c.hi + 1e-9)
+      return false;
+  }
+  return true;
+}
 
 Solution round_lp_relaxation(const Graph& graph, int64_t budget_bytes, const SolveOptions& options) {
   check_graph(graph);
@@ -393,10 +439,9 @@ Solution solve_milp(const Graph& graph, int64_t budget_bytes, const SolveOptions
     return out;
   }
   if (options.time_limit_s > 0) {
-    // Keeping everything, when it fits, is a schedule CBC can start from: without it CBC may find no integer
-    // solution at all in its time on a graph of a hundred nodes.
-    const auto everything = keep_everything_schedule(graph);
-    const bool everything_fits = simulate_schedule(graph, everything).peak_bytes <= budget_bytes;
+    // The caller's schedule or keeping everything, when it fits, is a schedule CBC can start from: without one
+    // CBC may find no integer solution at all in its time on a graph of a hundred nodes.
+    const std::optional<Schedule> first = starting_schedule(graph, budget_bytes, options);
     // The solver's tolerances may, with large scaled sizes, admit a schedule a few bytes over the budget; the
     // exact simulation catches it and the bound is lowered by the excess.
     int64_t bound = budget_bytes;
@@ -404,8 +449,8 @@ Solution solve_milp(const Graph& graph, int64_t budget_bytes, const SolveOptions
       const double left = options.time_limit_s - seconds_since(start);
       if (left <= 0)
         break;
-      const auto r =
-          run_cbc(formulate(graph, scale, bound, Objective::Cost), n, left, everything_fits ? &everything : nullptr);
+      const auto r = run_cbc(formulate(graph, scale, bound, Objective::Cost, options.constraints), n, left,
+                             first ? &*first : nullptr);
       if (r.kind == MilpResult::Kind::Infeasible) {
         out.status = SolveStatus::Infeasible;
         out.solve_seconds = seconds_since(start);
@@ -435,15 +480,17 @@ MinimumBudget minimum_budget(const Graph& graph, const SolveOptions& options) {
   const auto scale = memory_scale(graph);
   MinimumBudget out;
   const auto everything = keep_everything_schedule(graph);
-  const auto r = run_cbc(formulate(graph, scale, std::nullopt, Objective::Peak), n, std::max(options.time_limit_s, 1.0),
-                         &everything);
+  const std::optional<Schedule> start =
+      options.start ? options.start : meets(everything, options.constraints) ? std::optional(everything) : std::nullopt;
+  const auto r = run_cbc(formulate(graph, scale, std::nullopt, Objective::Peak, options.constraints), n,
+                         std::max(options.time_limit_s, 1.0), start ? &*start : nullptr);
   if (r.kind == MilpResult::Kind::Optimal || r.kind == MilpResult::Kind::Feasible) {
     out.bytes = simulate_schedule(graph, r.schedule).peak_bytes;
     // Proven when the exact peak is what the solver proved least (up to its scaled units).
     out.proven = r.kind == MilpResult::Kind::Optimal;
   } else {
-    // Without a solution in time, keeping everything is a schedule, so its peak is a bound.
-    out.bytes = simulate_schedule(graph, everything).peak_bytes;
+    // Without a solution in time, the starting schedule's peak is a bound.
+    out.bytes = simulate_schedule(graph, start ? *start : everything).peak_bytes;
   }
   return out;
 }

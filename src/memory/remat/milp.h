@@ -24,8 +24,12 @@
 //
 // What comes back is always the solver's schedule pruned (prune_schedule, graph.h) and simulated: the
 // solver's R may hold needless recomputations of zero-cost nodes, and its S outputs kept where nobody reads
-// them; pruning never raises the cost or the peak.
+// them; pruning never raises the cost or the peak. It may drop keeps that SolveOptions::constraints asked
+// for, so a caller whose schedules obey rules of their own judges the pruned schedule by those rules.
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "memory/remat/graph.h"
 
@@ -40,11 +44,36 @@ enum class SolveStatus : std::uint8_t {
 };
 const char* solve_status_name(SolveStatus status);  // "optimal", "feasible", ...
 
+// A linear constraint over the schedule's variables, lo <= sum of coefficient * (R or S)[stage][node] <= hi,
+// that narrows the schedules a caller can run (a chain of units, say, cannot regenerate a unit's output
+// without rerunning the unit). Terms naming a variable that does not exist (R above the diagonal, S on or
+// above it) stand for 0.
+struct ScheduleTerm {
+  enum class Matrix : std::uint8_t { R, S };
+  Matrix matrix = Matrix::R;
+  int stage = 0;
+  int node = 0;
+  double coefficient = 1;
+};
+struct ScheduleConstraint {
+  std::vector<ScheduleTerm> terms;
+  double lo = -1e30;
+  double hi = 1e30;
+};
+
 struct SolveOptions {
   double time_limit_s = 30;  // for CBC's branch and bound; <= 0 skips it and goes to the rounding
   int rounding_tries = 32;   // randomized roundings of S after the deterministic one
   uint64_t seed = 0;         // for the randomized rounding, so a solve is repeatable
+  // Added to the program; the rounding keeps only roundings that meet them too.
+  std::vector<ScheduleConstraint> constraints{};
+  // A schedule for CBC to start from when it fits the budget (and meets the constraints); without one, or
+  // when it does not fit, keeping everything when that does.
+  std::optional<Schedule> start{};
 };
+
+// Whether a schedule meets every constraint (exactly: the coefficients are small integers in practice).
+bool meets(const Schedule& schedule, std::span<const ScheduleConstraint> constraints);
 
 struct Solution {
   SolveStatus status = SolveStatus::NoSchedule;
