@@ -147,18 +147,24 @@ DataParallel::FullParameters DataParallel::full_parameters() {
   return FullParameters(params_, gatherer_->gather_all());
 }
 
-DataParallel::ReadOnlyParameters DataParallel::read_only_parameters() {
-  // With several ranks each parameter is spread over their shards and reading it is an all-gather,
-  // which every rank would have to post for the same parameter in the same order, whatever its
-  // reader asks for; the whole buffer is gathered once instead.
-  if (gatherer_ && gatherer_->reads_one_at_a_time()) return ReadOnlyParameters(gatherer_->read_one_at_a_time());
+DataParallel::ReadOnlyParameters DataParallel::read_only_parameters(ReadOrder order) {
+  if (gatherer_ && gatherer_->streams()) {
+    // With several ranks each parameter is spread over their shards and reading it is an
+    // all-gather, which every rank posts for the same parameter in the same order: a save asks for
+    // each once in store order on every rank. A sample asks for every parameter once per token;
+    // the whole buffer is gathered once for it instead.
+    const bool together = gatherer_->gathers_each_read();
+    if (!together || order == ReadOrder::EachOnceInStoreOrder) {
+      return ReadOnlyParameters(gatherer_->read_one_at_a_time(), together);
+    }
+  }
   return ReadOnlyParameters(full_parameters());
 }
 
 DataParallel::WritableParameters DataParallel::writable_parameters() {
-  // Several ranks would all write each parameter into the shards of all of them; the whole buffer
-  // is gathered and each rank keeps its part, as for reading.
-  if (gatherer_ && gatherer_->reads_one_at_a_time()) return WritableParameters(gatherer_->write_one_at_a_time());
+  // Every rank loads every parameter and writes its part into its shard in the nvme tier. In
+  // compute memory the whole buffer is gathered and each rank keeps its part (finish()).
+  if (gatherer_ && gatherer_->streams()) return WritableParameters(gatherer_->write_one_at_a_time());
   return WritableParameters(full_parameters());
 }
 

@@ -112,31 +112,48 @@ class DataParallel final : public exec::StorageOwner {
   };
   FullParameters full_parameters();
 
+  // How a reader of the whole model asks for the parameters (read_only_parameters()).
+  enum class ReadOrder {
+    // Each parameter once, in store order, on every rank of the group (a checkpoint save: the rank
+    // that writes the model file as it writes them, the others alongside it).
+    EachOnceInStoreOrder,
+    // As the reader goes (a sample reads every parameter once per token).
+    AsTheReaderGoes,
+  };
+
   // Every parameter readable until the handle goes away, for code that only reads the model
   // (checkpoint saves, sampling): what it is given are the values or copies of them, and nothing
-  // written into them is kept (loading uses writable_parameters()). ZeRO-3 with
-  // the shard in the nvme tier in one process reads each parameter from there when asked, so a
-  // model larger than RAM can be read; elsewhere it is full_parameters(). Collective as that.
+  // written into them is kept (loading uses writable_parameters()). ZeRO-3 with the shard in the
+  // nvme tier reads each parameter from there when asked, so a model larger than RAM can be read:
+  // in one process in any order; over several ranks each read all-gathers the parameter's parts
+  // (read_together()), so only where every rank reads each once in store order, and a reader that
+  // goes its own way gets the whole model gathered once. Elsewhere it is full_parameters().
+  // Collective as that.
   class ReadOnlyParameters final : public nn::ParameterAccess {
    public:
     explicit ReadOnlyParameters(FullParameters full) : full_(std::move(full)) {}
-    explicit ReadOnlyParameters(ParameterGatherer::OneAtATime streamed) : streamed_(std::move(streamed)) {}
+    ReadOnlyParameters(ParameterGatherer::OneAtATime streamed, bool together)
+        : streamed_(std::move(streamed)), together_(together) {}
     Tensor weight(const nn::Parameter& p) override { return streamed_ ? streamed_->weight(p) : full_->weight(p); }
     Tensor grad(const nn::Parameter& p) override;
+    // Each weight() is a collective of the data-parallel group (ModelState::values_read_together).
+    bool read_together() const { return together_; }
 
    private:
     std::optional<FullParameters> full_;
     std::optional<ParameterGatherer::OneAtATime> streamed_;
+    bool together_ = false;
   };
-  ReadOnlyParameters read_only_parameters();
+  ReadOnlyParameters read_only_parameters(ReadOrder order);
 
   // Every parameter writable, for loading a checkpoint or weights into the model: the loader takes
   // a parameter's tensor, fills it and puts it back (nn::ParameterSink), then calls finish(), which
-  // keeps what was loaded. ZeRO-3 with the shard in the nvme tier in one process writes each
-  // parameter there when it is put, so a model larger than RAM can be loaded. Elsewhere the tensors
-  // are views of the values: of the store, or with ZeRO-3 of the whole model gathered into one
-  // buffer, whose part of this rank finish() copies into the shard (several ranks each cut their
-  // part out of the one buffer every rank loaded). Collective as full_parameters().
+  // keeps what was loaded. ZeRO-3 with the shard in the nvme tier writes each parameter's part of
+  // this rank there when it is put (every rank loads every parameter), so a model larger than RAM
+  // can be loaded. Elsewhere the tensors are views of the values: of the store, or with ZeRO-3 of
+  // the whole model gathered into one buffer, whose part of this rank finish() copies into the
+  // shard (several ranks each cut their part out of the one buffer every rank loaded). Collective
+  // as full_parameters().
   //
   // As a ParameterAccess (what a checkpoint's ModelState holds) it answers the values where they
   // are the buffer written; written one at a time, there is no such buffer, and asking fails.

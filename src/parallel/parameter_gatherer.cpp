@@ -205,8 +205,8 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
   Tensor full = Tensor::empty({layout_.numel()}, DType::F32, MemoryTag::Comm, memory_);
   auto* out = full.data<float>();
   if (offloaded_) {
-    // The whole shard in compute memory at once; code that only reads the model reads it one
-    // parameter at a time instead (read_one_at_a_time), where one process holds the shard.
+    // The whole shard in compute memory at once; checkpoints read and write the model one
+    // parameter at a time instead (read_one_at_a_time, write_one_at_a_time).
     OffloadedShard::Works reads = offloaded_->read_range(mine_, out + mine_.begin);
     wait_all(reads);
   } else {
@@ -230,18 +230,32 @@ Tensor ParameterGatherer::Full::grad(const nn::Parameter& p) {
 }
 
 ParameterGatherer::OneAtATime ParameterGatherer::read_one_at_a_time() {
-  TS_CHECK(reads_one_at_a_time(), "ZeRO-3: the parameters are read one at a time only from a shard in the nvme tier "
-           "that holds the whole model (one data-parallel rank); gather them with gather_all()");
+  TS_CHECK(streams(), "ZeRO-3: the parameters are read one at a time only from a shard in the nvme tier; gather "
+           "them with gather_all()");
   // The prefetched gathers are let go, as gather_all does: no unit runs while the model is read.
   drain();
   return OneAtATime(*this);
 }
 
 Tensor ParameterGatherer::OneAtATime::weight(const nn::Parameter& p) {
-  Tensor value = Tensor::empty(p.shape, DType::F32, MemoryTag::Comm, owner_->memory_);
-  // A parameter is whole parts of the shard (offloaded_shard.h), so it is read as it was written.
-  OffloadedShard::Works reads = owner_->offloaded_->read_range(flat_range(p), value.data<float>());
+  ParameterGatherer& owner = *owner_;
+  Tensor value = Tensor::empty(p.shape, DType::F32, MemoryTag::Comm, owner.memory_);
+  float* out = value.data<float>();
+  const nn::ParamRange whole = flat_range(p);
+  if (owner.alone()) {
+    // A parameter is whole parts of the shard (offloaded_shard.h), so it is read as it was written.
+    OffloadedShard::Works reads = owner.offloaded_->read_range(whole, out);
+    wait_all(reads);
+    return value;
+  }
+  // This rank's part is one part of the shard; it is read where it belongs in the parameter and
+  // the other ranks' parts are gathered around it, in place.
+  const std::vector<size_t> counts = owner.layout_.counts(whole);
+  size_t before = 0;
+  for (int r = 0; r < owner.rank_; ++r) before += counts[static_cast<size_t>(r)];
+  OffloadedShard::Works reads = owner.offloaded_->read_range(owner.layout_.part(whole, owner.rank_), out + before);
   wait_all(reads);
+  owner.comm_->all_gather(out + before, out, counts, DType::F32)->wait();
   return value;
 }
 
@@ -250,8 +264,8 @@ Tensor ParameterGatherer::OneAtATime::grad(const nn::Parameter& p) {
 }
 
 ParameterGatherer::WriteOneAtATime ParameterGatherer::write_one_at_a_time() {
-  TS_CHECK(reads_one_at_a_time(), "ZeRO-3: the parameters are written one at a time only into a shard in the nvme "
-           "tier that holds the whole model (one data-parallel rank); gather them with gather_all() and write_back()");
+  TS_CHECK(streams(), "ZeRO-3: the parameters are written one at a time only into a shard in the nvme tier; "
+           "gather them with gather_all() and write_back()");
   // A prefetched gather would hold values from before the load: no unit runs while it is written.
   drain();
   return WriteOneAtATime(*this);
@@ -268,8 +282,12 @@ Tensor ParameterGatherer::WriteOneAtATime::take(const nn::Parameter& p) {
 void ParameterGatherer::WriteOneAtATime::put(const nn::Parameter& p) {
   TS_CHECK(taken_ == &p, "ZeRO-3: parameter '{}' put back, but the parameter taken is '{}'", p.name,
            taken_ == nullptr ? "none" : taken_->name);
-  // A parameter is whole parts of the shard (offloaded_shard.h), so it is written as it is read.
-  OffloadedShard::Works writes = owner_->offloaded_->write_range(flat_range(p), value_.data<float>());
+  // This rank's part of a parameter is one part of the shard (offloaded_shard.h), so it is
+  // written as it is read; in one process the part is the whole parameter.
+  const nn::ParamRange whole = flat_range(p);
+  const nn::ParamRange part = intersect(whole, owner_->mine_);
+  OffloadedShard::Works writes =
+      owner_->offloaded_->write_range(part, value_.data<float>() + (part.begin - whole.begin));
   taken_ = nullptr;
   wait_all(writes);
   value_ = Tensor();

@@ -86,8 +86,11 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
   // Every parameter read from the nvme tier when it is asked for, each into a fresh buffer (tag
   // comm) that lives as long as the caller keeps it: for code that only reads the model
   // (checkpoint saves, sampling), which then holds one parameter at a time instead of the whole
-  // model. Only where the shard is the whole model (reads_one_at_a_time()). Its tensors are copies:
-  // what is written into them never reaches the shard; loading goes through WriteOneAtATime.
+  // model. Its tensors are copies: what is written into them never reaches the shard; loading goes
+  // through WriteOneAtATime. Over several ranks each rank reads its part of the parameter and the
+  // parts are all-gathered, so every weight() is a collective of the group (gathers_each_read()):
+  // every rank asks for the same parameters in the same order (a checkpoint save asks for each
+  // once, in store order, on every rank).
   class OneAtATime final : public nn::ParameterAccess {
    public:
     explicit OneAtATime(ParameterGatherer& owner) : owner_(&owner) {}
@@ -97,15 +100,19 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
    private:
     ParameterGatherer* owner_;
   };
-  // The shard is in the nvme tier and this process holds all of it (one data-parallel rank).
-  bool reads_one_at_a_time() const { return offloaded_ != nullptr && alone(); }
+  // The shard is in the nvme tier: the model is read and written one parameter at a time.
+  bool streams() const { return offloaded_ != nullptr; }
+  // A parameter read one at a time is gathered from the shards of several ranks (a collective).
+  bool gathers_each_read() const { return !alone(); }
   OneAtATime read_one_at_a_time();
 
   // Every parameter written to the nvme tier one at a time, for loading a model larger than RAM
   // (a checkpoint, weights to start from): take(p) hands out a fresh buffer (tag comm) for p's
-  // value, put(p) writes it over p's part of the shard, waits for the writes and lets the buffer
-  // go. So a load holds one parameter, not the whole model that gather_all() and Full::write_back()
-  // hold. A parameter taken and not put is not written. Where reads_one_at_a_time() holds.
+  // whole value, put(p) writes this rank's part of it over its extent of the shard (all of it in
+  // one process), waits for the writes and lets the buffer go. So a load holds one parameter, not
+  // the whole model that gather_all() and Full::write_back() hold; over several ranks every rank
+  // loads every parameter and keeps its part, with no collective. A parameter taken and not put is
+  // not written. Where streams() holds.
   class WriteOneAtATime final : public nn::ParameterSink {
    public:
     explicit WriteOneAtATime(ParameterGatherer& owner) : owner_(&owner) {}

@@ -591,9 +591,9 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
   return dp_->full_parameters();
 }
 
-DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters() {
+DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters(DataParallel::ReadOrder order) {
   if (stage_params_) stage_params_->full_values();
-  return dp_->read_only_parameters();
+  return dp_->read_only_parameters(order);
 }
 
 DataParallel::WritableParameters TrainingEngine::writable_parameters() {

@@ -148,10 +148,11 @@ class TrainingEngine {
   // Every parameter's current value (collective: under pipelining each comes from its stage).
   DataParallel::FullParameters full_parameters();
   // The same values for code that only reads them (checkpoint saves, sampling): with ZeRO-3's
-  // shard in the nvme tier in one process, read one parameter at a time (DataParallel).
-  DataParallel::ReadOnlyParameters read_only_parameters();
+  // shard in the nvme tier, read one parameter at a time (DataParallel::read_only_parameters:
+  // over several ranks where `order` is each once in store order).
+  DataParallel::ReadOnlyParameters read_only_parameters(DataParallel::ReadOrder order);
   // Every parameter writable, for loading (DataParallel::WritableParameters: with ZeRO-3's shard
-  // in the nvme tier in one process, one parameter at a time). Collective as full_parameters().
+  // in the nvme tier, one parameter at a time). Collective as full_parameters().
   DataParallel::WritableParameters writable_parameters();
   // The nvme tier, for its accounting (null without offloading).
   memory::NvmeStore* nvme() { return nvme_.get(); }

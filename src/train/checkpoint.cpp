@@ -232,6 +232,13 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
       write_compression_state((fs::path(tmp) / compression_state_file_name(rank)).string(), *model.rank_state);
     });
   }
+  if (rank != 0 && gathered.empty() && model.values_read_together) {
+    // Each parameter is gathered from every rank's shard as rank 0 writes it (in store order, the
+    // file's): this rank takes part in each gather and lets the parameter go.
+    saving(dir_, std::string(), final_path, [&] {
+      for (const auto& p : model.params.all()) model.values.weight(p);
+    });
+  }
   if (rank == 0) {
     saving(dir_, tmp, final_path, [&] {
       io::SafeTensorsWriter values;
@@ -242,7 +249,8 @@ std::string CheckpointStore::save(const RunConfig& config, const CheckpointState
           continue;
         }
         // Read when the file reaches it: a model streamed from the nvme tier is then in compute
-        // memory one parameter at a time, never whole.
+        // memory one parameter at a time, never whole. The file keeps the store's order (its items
+        // are all f32), which the other ranks follow when each read is a gather.
         values.add(p.name, DType::F32, p.shape, static_cast<size_t>(p.numel()) * sizeof(float),
                    [&model, &p] { return model.values.weight(p); });
       }

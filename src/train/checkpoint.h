@@ -28,10 +28,11 @@
 // 0 alone checksums everything, writes the manifest and renames the folder into place; a last
 // barrier keeps every rank until the checkpoint is complete. Rank 0 also writes model.safetensors:
 // the whole parameters, gathered from the tensor- and expert-parallel blocks (with ZeRO-3 the caller
-// gathers them first, or reads them one at a time from the nvme tier). A load writes the parameters
-// one at a time through ModelState::sink and an offloaded optimizer's state chunk by chunk, so a
-// run whose state is larger than RAM resumes. Checkpoints of formats 1 and 2 (optimizer state in
-// files per layout) load on the layout that saved them.
+// gathers them first, or reads them one at a time from the nvme tier: over several ranks each is
+// all-gathered as rank 0 writes it, the other ranks taking part in the same order). A load writes
+// the parameters one at a time through ModelState::sink and an offloaded optimizer's state chunk
+// by chunk, so a run whose state is larger than RAM resumes. Checkpoints of formats 1 and 2
+// (optimizer state in files per layout) load on the layout that saved them.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -57,6 +58,10 @@ struct ModelState {
 
   const nn::ParameterStore& params;   // names, shapes and flat offsets
   nn::ParameterAccess& values;        // every parameter's value (ZeRO-3: gathered for the occasion)
+  // Each values.weight(p) of a save is a collective of the data-parallel group (ZeRO-3's shard in
+  // the nvme tier over several ranks, gathered one parameter at a time): every rank asks for every
+  // parameter once, in store order, the rank that writes the model file as it writes it.
+  bool values_read_together = false;
   // Where a load writes the parameters, one at a time (parallel::DataParallel::WritableParameters,
   // which may hold no more than the parameter being written); null: into the tensors `values`
   // answers, which must be the values themselves.

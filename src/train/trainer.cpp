@@ -124,6 +124,16 @@ ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::Par
   return state;
 }
 
+std::string save_run_checkpoint(const CheckpointStore& store, const RunConfig& cfg, const CheckpointState& state,
+                                nn::GPT& model, parallel::TrainingEngine& engine, const std::string& tokenizer_path,
+                                dist::Communicator* world) {
+  parallel::DataParallel::ReadOnlyParameters values =
+      engine.read_only_parameters(parallel::DataParallel::ReadOrder::EachOnceInStoreOrder);
+  ModelState saved = model_state(model, engine, values);
+  saved.values_read_together = values.read_together();
+  return store.save(cfg, state, saved, tokenizer_path, world);
+}
+
 LoadedCheckpoint load_run_checkpoint(const std::string& path, const RunConfig& cfg, nn::GPT& model,
                                      parallel::TrainingEngine& engine, dist::Communicator* world) {
   parallel::DataParallel::WritableParameters into = engine.writable_parameters();
@@ -720,7 +730,8 @@ TrainResult Trainer::run() {
     if (prompt.empty()) prompt = {dataset.val->at(0)};
     SamplingOptions options{cfg.train.sample_tokens, cfg.train.sample_temperature, cfg.train.sample_top_k,
                             cfg.train.seed};
-    parallel::DataParallel::ReadOnlyParameters full = engine.read_only_parameters();
+    parallel::DataParallel::ReadOnlyParameters full =
+        engine.read_only_parameters(parallel::DataParallel::ReadOrder::AsTheReaderGoes);
     if (engine.tensor_parallel() == nullptr && engine.expert_parallel() == nullptr) {
       return dataset.tokenizer.decode(generate(model, memory, full, prompt, options));
     }
@@ -738,8 +749,7 @@ TrainResult Trainer::run() {
     CheckpointState state{step, data::to_json(loader.state()), cfg.train.seed, val_history, elapsed, std::nullopt, std::nullopt};
     if (engine.loss_scaler().enabled()) state.loss_scale = engine.loss_scaler().state();
     if (schedule.restart_step >= 0) state.lr_restart = CheckpointState::LrRestart{schedule.restart_step, schedule.restart_rate};
-    parallel::DataParallel::ReadOnlyParameters values = engine.read_only_parameters();
-    return checkpoints.save(cfg, state, model_state(model, engine, values), tokenizer_path, world_);
+    return save_run_checkpoint(checkpoints, cfg, state, model, engine, tokenizer_path, world_);
   };
   auto message = [&](Progress* progress, const std::string& text) {
     if (progress != nullptr) progress->message(text);

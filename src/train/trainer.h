@@ -31,19 +31,29 @@ class TrainingEngine;
 namespace tessera::train {
 
 struct ModelState;
+struct CheckpointState;
+class CheckpointStore;
 struct LoadedCheckpoint;
 struct LoadedWeights;
 
 // The training engine's settings of a run (all but the nvme tier's folder, which the run makes).
 parallel::EngineOptions engine_options(const RunConfig& cfg);
 // What a checkpoint saves of a run and loads into it: the parameters' values through `values`
-// (read_only_parameters() to save; to load, see load_run_checkpoint), the engine's optimizer state
-// and which of it this rank writes.
+// (see save_run_checkpoint and load_run_checkpoint), the engine's optimizer state and which of it
+// this rank writes.
 ModelState model_state(nn::GPT& model, parallel::TrainingEngine& engine, nn::ParameterAccess& values);
+// Saves a run's checkpoint into `store`, as the training loop does (collective over `world`): the
+// parameters through the engine's read_only_parameters(), one at a time from the nvme tier where
+// ZeRO-3's shard lives there (over several ranks each gathered as the model file is written), and
+// the optimizer state chunk by chunk where it is offloaded; so a state larger than RAM is saved.
+std::string save_run_checkpoint(const CheckpointStore& store, const RunConfig& cfg, const CheckpointState& state,
+                                nn::GPT& model, parallel::TrainingEngine& engine, const std::string& tokenizer_path,
+                                dist::Communicator* world);
 // Loads the checkpoint at `path` into a run's model and engine, as resuming does (collective over
 // `world`): the parameters through the engine's writable_parameters(), one at a time into the
-// nvme tier where ZeRO-3's shard lives there in one process, and the optimizer state, chunk by
-// chunk where it is offloaded; so a run whose state is larger than RAM resumes.
+// nvme tier where ZeRO-3's shard lives there (every rank reads each and keeps its part), and the
+// optimizer state, chunk by chunk where it is offloaded; so a run whose state is larger than RAM
+// resumes.
 LoadedCheckpoint load_run_checkpoint(const std::string& path, const RunConfig& cfg, nn::GPT& model,
                                      parallel::TrainingEngine& engine, dist::Communicator* world);
 // Loads the weights alone of `checkpoint` into a run's model (train.init_from; collective over the

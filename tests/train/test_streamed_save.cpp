@@ -98,8 +98,7 @@ class SmallRun {
     position.seed = cfg_.train.seed;
     position.seq_len = cfg_.model.seq_len;
     const CheckpointState state{step, data::to_json(position), cfg_.train.seed, {}, 0, std::nullopt, std::nullopt};
-    parallel::DataParallel::ReadOnlyParameters values = engine_->read_only_parameters();
-    return store.save(cfg_, state, model_state(model_, *engine_, values), "");
+    return save_run_checkpoint(store, cfg_, state, model_, *engine_, "", nullptr);
   }
 
   // Loads a checkpoint as resuming does.
