@@ -45,6 +45,7 @@ void Profiler::begin_step(int64_t step) {
 
 void Profiler::end_step() {
   TS_CHECK(recording_, "profiler: a step ends that did not begin");
+  TS_CHECK(stack_.empty(), "profiler: step {} ends with {} scope(s) still open", current_step_, stack_.size());
   const double end = now_us();
   recording_ = false;
   ++step_count_;
@@ -53,10 +54,11 @@ void Profiler::end_step() {
                      static_cast<int>(current_step_), true});
 }
 
-void Profiler::open(double) { stack_.push_back(Open{}); }
+void Profiler::open() { stack_.push_back(Open{}); }
 
 void Profiler::close(const char* name, ProfileCategory category, double start_us, double end_us, int unit,
                      int microbatch) {
+  if (stack_.empty()) return;  // opened in a step that has ended: end_step refused that already
   const double duration = end_us - start_us;
   const double self = std::max(0.0, duration - stack_.back().child_us);
   stack_.pop_back();

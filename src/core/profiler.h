@@ -5,9 +5,9 @@
 // and adds its *self* time (its duration less that of the scopes opened inside it) to its
 // category, so the categories of a step never add up to more than the step.
 //
-// The run owns the Profiler and hands it to the interpreter through exec::StepOptions; the
-// interpreter makes it the current profiler of its thread for the step (ProfilerInstall), and the
-// timers below the interpreter find it with current_profiler(). When profiling is off that is a
+// The run owns the Profiler and hands it to the interpreter through exec::StepOptions; the trainer
+// (for a profiled step) and the interpreter (for its run) make it the current profiler of their
+// thread (ProfilerInstall), and the timers below find it with current_profiler(). When profiling is off that is a
 // null pointer, and a timer costs one thread-local read and one test.
 //
 // Only the thread that runs the step records; work other threads do (a communicator's progress
@@ -63,7 +63,7 @@ class Profiler {
   bool recording() const { return recording_; }
 
   // A scope's start and end; Scope below calls them.
-  void open(double now_us);
+  void open();
   void close(const char* name, ProfileCategory category, double start_us, double end_us, int unit, int microbatch);
   // The steady clock in microseconds: one clock for every process of a machine, so the ranks'
   // rows of a trace line up without a clock exchange.
@@ -103,8 +103,8 @@ class Profiler {
 // the ops take tensors only (their signatures are the one seam nn, optim, parallel and the tests
 // share), and a communicator's wait or a working copy's cast is reached from code that has no
 // step context either; threading an observer that changes no result through all of them would
-// widen every signature. It is set only by ProfilerInstall, for the length of one interpreter run,
-// on the thread that runs it, so no state outlives a step or crosses threads.
+// widen every signature. It is set only by ProfilerInstall, for the length of one step or
+// interpreter run, on the thread that runs it, so no state outlives a step or crosses threads.
 Profiler* current_profiler();
 
 // Makes `profiler` (may be null) the calling thread's current one until the end of the scope.
@@ -131,7 +131,7 @@ class ProfileScope {
         microbatch_(microbatch) {
     if (profiler_) {
       start_us_ = profiler_->now_us();
-      profiler_->open(start_us_);
+      profiler_->open();
     }
   }
   // The calling thread's current profiler.

@@ -1,6 +1,7 @@
 // log.profile through the real program: a tiny run writes trace.json (the Chrome trace format) with
-// the categories that ran, whose ops and phases fit in their steps, and profile.txt; a pipeline of
-// two ranks gives two rows; a run without the key writes neither; profiling changes no loss.
+// the categories that ran, whose ops and phases fit in their steps, and profile.txt; mixed
+// precision shows its casts; a pipeline of two ranks gives two rows; a run without the key writes
+// neither; profiling changes no loss.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -128,6 +129,17 @@ TEST_F(ProfiledRuns, OneProcessWritesATraceOfItsCategoriesAndLosesNoBit) {
   const std::vector<double> without = train_losses_of((plain / "metrics.jsonl").string());
   ASSERT_EQ(with.size(), 4u);
   EXPECT_EQ(with, without);
+}
+
+// Under mixed precision the weights' bf16 working copies are made in the step: casts.
+TEST_F(ProfiledRuns, MixedPrecisionShowsItsCasts) {
+  const fs::path out = g_root / "bf16";
+  const CliResult r = train(out, "--log.profile true --precision.compute bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Trace t = read_trace(out / "trace.json");
+  EXPECT_TRUE(t.categories.contains("cast"));
+  EXPECT_TRUE(t.categories.contains("gemm"));
+  expect_within_steps(t);
 }
 
 TEST_F(ProfiledRuns, EveryPipelineRankHasItsOwnRow) {
