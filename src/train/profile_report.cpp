@@ -44,8 +44,32 @@ std::string profile_window(int64_t first, int64_t last) {
   return first == last ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, last);
 }
 
-std::string write_profile(const Profiler& profiler, dist::Communicator* world, const std::string& window,
-                          const ProfileFiles& files) {
+RunProfile::RunProfile(bool enabled, int64_t first_step, int64_t steps) : first_step_(first_step), steps_(steps) {
+  if (enabled) profiler_.emplace();
+}
+
+bool RunProfile::profiles(int64_t step) const {
+  return profiler_.has_value() && profiles_step(step - first_step_, steps_ - first_step_);
+}
+
+Profiler* RunProfile::begin(int64_t step) {
+  if (!profiles(step)) return nullptr;
+  profiler_->begin_step(step);
+  installed_.emplace(&*profiler_);
+  if (profiled_first_ < 0) profiled_first_ = step;
+  profiled_last_ = step;
+  return &*profiler_;
+}
+
+void RunProfile::end() {
+  if (!installed_) return;
+  installed_.reset();
+  profiler_->end_step();
+}
+
+std::string RunProfile::finish(dist::Communicator* world, const ProfileFiles& files) const {
+  const std::string window = profile_window(profiled_first_, profiled_last_);
+  const Profiler& profiler = *profiler_;
   const int rank = world != nullptr ? world->rank() : 0;
   const std::string title = fmt::format("profile of rank {}, {} (ms per step by category; self time, so the rows "
                                         "add up to the step)", rank, window);

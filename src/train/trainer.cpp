@@ -735,12 +735,7 @@ TrainResult Trainer::run() {
   exec::TimelineRecorder timeline;
   bool timeline_pending = cfg.log.timeline;
   // log.profile: steps 2-4 of this process (train/profile_report.h), each an engine call of its own.
-  std::optional<Profiler> profiler;
-  if (cfg.log.profile) profiler.emplace();
-  int64_t profiled_first = -1, profiled_last = -1;
-  const auto profiles = [&](int64_t next_step) {
-    return profiler && profiles_step(next_step - result.first_step, cfg.train.steps - result.first_step);
-  };
+  RunProfile profile(cfg.log.profile, result.first_step, cfg.train.steps);
   // How many steps the next engine call runs. A flushing schedule drains the pipeline at every
   // step. PipeDream-2BW runs without a flush up to the next step that needs the pipeline drained,
   // with the newest weights in place and no batch in flight: a progress line (where the stop and
@@ -756,22 +751,15 @@ TrainResult Trainer::run() {
     }
     if (cfg.train.exit_after > 0) end = std::min(end, result.first_step + cfg.train.exit_after);
     if (timeline_pending) end = from + 1;  // the recorded step is a program of its own
-    if (profiles(from + 1) || profiles(from + 2)) end = from + 1;
+    if (profile.profiles(from + 1) || profile.profiles(from + 2)) end = from + 1;
     return std::max<int64_t>(end - from, 1);
   };
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
     const int64_t count = steps_until_drained(step);
-    // The profiled step spans what step_seconds does: its data, the engine's call, the loss exchange.
-    Profiler* const profiling = profiles(step + 1) ? &*profiler : nullptr;
-    std::optional<ProfilerInstall> profiling_here;
-    if (profiling) {
-      profiling->begin_step(step + 1);
-      profiling_here.emplace(profiling);
-      profiled_first = profiled_first < 0 ? step + 1 : profiled_first;
-      profiled_last = step + 1;
-    }
+    // A profiled step spans what step_seconds does: its data, the engine's call, the loss exchange.
+    Profiler* const profiling = profile.begin(step + 1);
     std::vector<float> lrs;
     std::vector<data::Batch> batches;
     std::vector<exec::MicrobatchInput> inputs;
@@ -834,10 +822,7 @@ TrainResult Trainer::run() {
       mine[kMemoryTagCount] = static_cast<double>(step_memory.peak_total);
     }
     const std::vector<double> global = parallel::sum_over_ranks(world_, local);
-    if (profiling) {
-      profiling_here.reset();
-      profiling->end_step();
-    }
+    profile.end();
     const size_t flags = 2 * static_cast<size_t>(count);
     // The steps of one engine call share its time: each is reported with the mean.
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(count);
@@ -950,10 +935,9 @@ TrainResult Trainer::run() {
     done = last;
   }
   if (progress) progress->finish();
-  if (profiler) {
-    const std::string table = write_profile(*profiler, world_, profile_window(profiled_first, profiled_last),
-                                            {folder ? folder->trace_path() : std::string(),
-                                             folder ? folder->profile_path() : std::string()});
+  if (profile.enabled()) {
+    const std::string table =
+        profile.finish(world_, {folder ? folder->trace_path() : std::string(), folder ? folder->profile_path() : std::string()});
     if (leader) fmt::print("{}", table);
   }
   result.steps = step;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "train/profile_report.h"
 
 namespace fs = std::filesystem;
 using tessera::testing::CliResult;
@@ -46,6 +47,26 @@ class ProfiledRuns : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(g_root); }
 };
+
+TEST(ProfileWindow, StepsTwoToFourOrTheOnlyStep) {
+  using tessera::train::profiles_step;
+  EXPECT_FALSE(profiles_step(1, 10));  // the first pays one-time costs
+  EXPECT_TRUE(profiles_step(2, 10));
+  EXPECT_TRUE(profiles_step(4, 10));
+  EXPECT_FALSE(profiles_step(5, 10));
+  EXPECT_TRUE(profiles_step(1, 1));
+  EXPECT_TRUE(profiles_step(2, 2));
+  EXPECT_EQ(tessera::train::profile_window(2, 4), "steps 2-4");
+  EXPECT_EQ(tessera::train::profile_window(7, 7), "step 7");
+  EXPECT_EQ(tessera::train::profile_window(-1, -1), "no step");
+  // A resumed run counts from its first step after the checkpoint.
+  const tessera::train::RunProfile resumed(true, 100, 200);
+  EXPECT_FALSE(resumed.profiles(101));
+  EXPECT_TRUE(resumed.profiles(102));
+  EXPECT_TRUE(resumed.profiles(104));
+  EXPECT_FALSE(resumed.profiles(105));
+  EXPECT_FALSE(tessera::train::RunProfile(false, 0, 10).profiles(2));
+}
 
 struct Trace {
   std::vector<nlohmann::json> steps;   // "step" events
