@@ -2,12 +2,34 @@
 
 #include <fmt/format.h>
 
+#include "core/profiler.h"
+
 namespace tessera::dist {
 
 Work::Work(OpKind kind, uint64_t seq, uint64_t bytes_sent, int peer)
     : kind_(kind), seq_(seq), bytes_(bytes_sent), peer_(peer), posted_(std::chrono::steady_clock::now()) {}
 
+namespace {
+// The profiler's name of a wait (a literal, which outlives the trace).
+const char* wait_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::AllReduce: return "wait all_reduce";
+    case OpKind::ReduceScatter: return "wait reduce_scatter";
+    case OpKind::AllGather: return "wait all_gather";
+    case OpKind::Broadcast: return "wait broadcast";
+    case OpKind::AllToAll: return "wait all_to_all";
+    case OpKind::Send: return "wait send";
+    case OpKind::Recv: return "wait recv";
+    case OpKind::Barrier: return "wait barrier";
+    case OpKind::Split: return "wait split";
+  }
+  return "wait";
+}
+}  // namespace
+
 void Work::wait() {
+  // The time the step stood still for communication.
+  const ProfileScope timer(wait_name(kind_), ProfileCategory::Communication);
   std::unique_lock lock(mutex_);
   done_cv_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);

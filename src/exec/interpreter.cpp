@@ -40,6 +40,27 @@ class ActionTimer {
   size_t index_;
 };
 
+// The profiler's name and category of an action (core/profiler.h): literals, which outlive it.
+const char* action_name(const Action& a) {
+  switch (a.kind) {
+    case Action::Kind::OptimizerStep: return "optimizer step";
+    case Action::Kind::Send: return "pipeline send";
+    case Action::Kind::Recv: return "pipeline receive";
+    case Action::Kind::Unit: return phase_name(a.phase).data();  // phase_name's views are literals
+  }
+  return "action";
+}
+
+ProfileCategory action_category(const Action& a) {
+  switch (a.kind) {
+    case Action::Kind::OptimizerStep: return ProfileCategory::Optimizer;
+    case Action::Kind::Send:
+    case Action::Kind::Recv: return ProfileCategory::Communication;
+    case Action::Kind::Unit: return ProfileCategory::Other;
+  }
+  return ProfileCategory::Other;
+}
+
 // Unique per step among the transfers of one pair of ranks: microbatch, boundary and payload. MPI
 // guarantees tags up to 32767; a larger pipeline is refused rather than risk a mismatch. A program
 // of several batches reuses its tags every two batches, so its length is not bounded by them: MPI
@@ -86,6 +107,7 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     sends.clear();
   };
   if (options.timeline) options.timeline->begin(program.actions.size());
+  const ProfilerInstall profiling(options.profiler);
   transforms_.begin(program);
   post_receives_after(program, -1, microbatches, posted);
   // Receives reached in the list but not yet waited for: each is waited for right before the unit
@@ -102,6 +124,8 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
                          consumer.unit == (activation ? r.unit : r.unit - 1);
       if (!reads) return false;
       const ActionTimer timer(options.timeline, j);  // the recv's span: the time spent waiting for it
+      const ProfileScope phase(options.profiler, "pipeline receive", ProfileCategory::Communication, r.unit,
+                               r.microbatch);
       receive(program, j, states[static_cast<size_t>(r.microbatch)], posted);
       return true;
     });
@@ -122,6 +146,9 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     }
     if (a.kind == Action::Kind::Unit) wait_receives_for(a);  // before its own span begins
     const ActionTimer timer(options.timeline, i);
+    // The action as a phase of the step: its own time (what no op, wait or cast inside claims) goes
+    // to the phase's category, "other" for unit actions.
+    const ProfileScope phase(options.profiler, action_name(a), action_category(a), a.unit, a.microbatch);
     if (a.kind == Action::Kind::OptimizerStep) {
       TS_CHECK(a.batch >= 0 && a.batch < program.batches, "{} names batch {} of {}", describe(a), a.batch,
                program.batches);

@@ -29,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "core/profiler.h"
 #include "dist/communicator.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
@@ -52,6 +53,9 @@ struct StepOptions {
   uint64_t step = 0;
   // Records each action's start and end (exec/timeline_recorder.h); null: nothing recorded.
   TimelineRecorder* timeline = nullptr;
+  // Times the step's phases and, as the thread's current profiler for the run, its ops, waits and
+  // casts (core/profiler.h); null: nothing timed.
+  Profiler* profiler = nullptr;
 };
 
 struct ProgramResult {

@@ -12,7 +12,7 @@ namespace tessera::ops {
 using detail::OpCall;
 
 void gelu_forward(const Tensor& y, const Tensor& x) {
-  OpCall call("ops::gelu_forward");
+  OpCall call("ops::gelu_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});
   call.same_shape(y, "y", x, "x");
   const auto n = static_cast<size_t>(x.numel());
@@ -20,7 +20,7 @@ void gelu_forward(const Tensor& y, const Tensor& x) {
 }
 
 void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
-  OpCall call("ops::gelu_backward");
+  OpCall call("ops::gelu_backward", ProfileCategory::Elementwise);
   call.operands({{dx, "dx"}, {x, "x"}, {dy, "dy"}});
   call.same_shape(dx, "dx", x, "x");
   call.same_shape(dy, "dy", x, "x");
@@ -29,7 +29,7 @@ void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
 }
 
 void relu_forward(const Tensor& y, const Tensor& x) {
-  OpCall call("ops::relu_forward");
+  OpCall call("ops::relu_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});
   call.same_shape(y, "y", x, "x");
   const auto n = static_cast<size_t>(x.numel());
@@ -37,7 +37,7 @@ void relu_forward(const Tensor& y, const Tensor& x) {
 }
 
 void relu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
-  OpCall call("ops::relu_backward");
+  OpCall call("ops::relu_backward", ProfileCategory::Elementwise);
   call.operands({{dx, "dx"}, {x, "x"}, {dy, "dy"}});
   call.same_shape(dx, "dx", x, "x");
   call.same_shape(dy, "dy", x, "x");
@@ -46,7 +46,7 @@ void relu_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
 }
 
 void relu2_forward(const Tensor& y, const Tensor& x) {
-  OpCall call("ops::relu2_forward");
+  OpCall call("ops::relu2_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});
   call.same_shape(y, "y", x, "x");
   const auto n = static_cast<size_t>(x.numel());
@@ -54,7 +54,7 @@ void relu2_forward(const Tensor& y, const Tensor& x) {
 }
 
 void relu2_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
-  OpCall call("ops::relu2_backward");
+  OpCall call("ops::relu2_backward", ProfileCategory::Elementwise);
   call.operands({{dx, "dx"}, {x, "x"}, {dy, "dy"}});
   call.same_shape(dx, "dx", x, "x");
   call.same_shape(dy, "dy", x, "x");
@@ -63,7 +63,7 @@ void relu2_backward(const Tensor& dx, const Tensor& x, const Tensor& dy) {
 }
 
 void swiglu_forward(const Tensor& y, const Tensor& gate, const Tensor& up) {
-  OpCall call("ops::swiglu_forward");
+  OpCall call("ops::swiglu_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {gate, "gate"}, {up, "up"}});
   call.same_shape(up, "up", gate, "gate");
   call.same_shape(y, "y", gate, "gate");
@@ -72,7 +72,7 @@ void swiglu_forward(const Tensor& y, const Tensor& gate, const Tensor& up) {
 }
 
 void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dy, const Tensor& gate, const Tensor& up) {
-  OpCall call("ops::swiglu_backward");
+  OpCall call("ops::swiglu_backward", ProfileCategory::Elementwise);
   call.operands({{dgate, "dgate"}, {dup, "dup"}, {dy, "dy"}, {gate, "gate"}, {up, "up"}});
   call.same_shape(up, "up", gate, "gate");
   call.same_shape(dy, "dy", gate, "gate");

@@ -41,7 +41,7 @@ int check_rope(const OpCall& call, const Heads& s, float theta, int64_t position
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) {
-  OpCall call("ops::attention_forward");
+  OpCall call("ops::attention_forward", ProfileCategory::Attention);
   call.operands({{out, "out"}, {qkv, "qkv"}}).accumulators({{lse, "lse"}});
   const Heads s = check_qkv(call, qkv, "qkv", n_head, n_kv_head);
   call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
@@ -53,7 +53,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int n_head, int n_kv_head) {
-  OpCall call("ops::attention_backward");
+  OpCall call("ops::attention_backward", ProfileCategory::Attention);
   call.operands({{dqkv, "dqkv"}, {dout, "dout"}, {qkv, "qkv"}, {out, "out"}}).accumulators({{lse, "lse"}});
   const Heads s = check_qkv(call, qkv, "qkv", n_head, n_kv_head);
   call.same_shape(dqkv, "dqkv", qkv, "qkv");
@@ -68,7 +68,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 void attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv, int64_t past,
                       int n_head, int n_kv_head) {
-  OpCall call("ops::attention_decode");
+  OpCall call("ops::attention_decode", ProfileCategory::Attention);
   call.operands({{out, "out"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}, {qkv, "qkv"}});
   const Heads s = check_qkv(call, qkv, "qkv", n_head, n_kv_head);
   call.shape(out, "out", {{"B", s.B, "qkv"}, {"T", s.T, "qkv"}, {"C", s.C, "qkv"}});
@@ -87,7 +87,7 @@ void attention_decode(const Tensor& out, const Tensor& k_cache, const Tensor& v_
 }
 
 void rope_forward(const Tensor& y, const Tensor& x, int n_head, int n_kv_head, float theta, int64_t position0) {
-  OpCall call("ops::rope_forward");
+  OpCall call("ops::rope_forward", ProfileCategory::Attention);
   call.operands({{y, "y"}, {x, "x"}});
   const Heads s = check_qkv(call, x, "x", n_head, n_kv_head);
   call.same_shape(y, "y", x, "x");
@@ -98,7 +98,7 @@ void rope_forward(const Tensor& y, const Tensor& x, int n_head, int n_kv_head, f
 }
 
 void rope_backward(const Tensor& dx, const Tensor& dy, int n_head, int n_kv_head, float theta, int64_t position0) {
-  OpCall call("ops::rope_backward");
+  OpCall call("ops::rope_backward", ProfileCategory::Attention);
   call.operands({{dx, "dx"}, {dy, "dy"}});
   const Heads s = check_qkv(call, dy, "dy", n_head, n_kv_head);
   call.same_shape(dx, "dx", dy, "dy");

@@ -17,7 +17,7 @@ void check_probability(const OpCall& call, float p) {
 }  // namespace
 
 void add_inplace(const Tensor& y, const Tensor& x) {
-  OpCall call("ops::add_inplace");
+  OpCall call("ops::add_inplace", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});
   call.same_shape(x, "x", y, "y");
   const auto n = static_cast<size_t>(y.numel());
@@ -37,7 +37,7 @@ size_t bias_rows(const OpCall& call, const Tensor& rows, const char* rows_name, 
 }  // namespace
 
 void add_bias(const Tensor& y, const Tensor& b) {
-  OpCall call("ops::add_bias");
+  OpCall call("ops::add_bias", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {b, "b"}});
   int64_t C = 0;
   const size_t rows = bias_rows(call, y, "y", b, "b", &C);
@@ -45,7 +45,7 @@ void add_bias(const Tensor& y, const Tensor& b) {
 }
 
 void add_bias_backward(const Tensor& db, const Tensor& dy) {
-  OpCall call("ops::add_bias_backward");
+  OpCall call("ops::add_bias_backward", ProfileCategory::Elementwise);
   call.operands({{dy, "dy"}}).accumulators({{db, "db"}});
   int64_t C = 0;
   const size_t rows = bias_rows(call, dy, "dy", db, "db", &C);
@@ -55,7 +55,7 @@ void add_bias_backward(const Tensor& db, const Tensor& dy) {
 }
 
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t stream, uint64_t offset) {
-  OpCall call("ops::dropout_forward");
+  OpCall call("ops::dropout_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});
   call.same_shape(y, "y", x, "x");
   check_probability(call, p);
@@ -65,7 +65,7 @@ void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, u
 }
 
 void dropout_backward(const Tensor& dx, const Tensor& dy, float p, uint64_t seed, uint64_t stream, uint64_t offset) {
-  OpCall call("ops::dropout_backward");
+  OpCall call("ops::dropout_backward", ProfileCategory::Elementwise);
   call.operands({{dx, "dx"}, {dy, "dy"}});
   call.same_shape(dx, "dx", dy, "dy");
   check_probability(call, p);

@@ -31,7 +31,7 @@ Lookup check_lookup(const OpCall& call, const Tensor& tokens, const Tensor& tabl
 }  // namespace
 
 void embedding_forward(const Tensor& y, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
-  OpCall call("ops::embedding_forward");
+  OpCall call("ops::embedding_forward", ProfileCategory::Embedding);
   call.operands({{y, "y"}, {wte, "wte"}}).optional(wpe, "wpe").indices(tokens, "tokens");
   const Lookup s = check_lookup(call, tokens, wte, "wte", wpe, "wpe");
   call.shape(y, "y", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "wte"}});
@@ -42,7 +42,7 @@ void embedding_forward(const Tensor& y, const Tensor& tokens, const Tensor& wte,
 }
 
 void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dy, const Tensor& tokens) {
-  OpCall call("ops::embedding_backward");
+  OpCall call("ops::embedding_backward", ProfileCategory::Embedding);
   call.operands({{dy, "dy"}})
       .accumulators({{dwte, "dwte"}})
       .optional_accumulator(dwpe, "dwpe")
@@ -65,7 +65,7 @@ void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dy
 
 void embedding_rows_forward(const Tensor& y, const Tensor& tokens, const Tensor& table, int64_t first_row,
                             int64_t vocab) {
-  OpCall call("ops::embedding_rows_forward");
+  OpCall call("ops::embedding_rows_forward", ProfileCategory::Embedding);
   call.operands({{y, "y"}, {table, "table"}}).indices(tokens, "tokens");
   const Lookup s = check_lookup(call, tokens, table, "table", Tensor(), "");
   call.shape(y, "y", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "table"}});
@@ -85,7 +85,7 @@ void embedding_rows_forward(const Tensor& y, const Tensor& tokens, const Tensor&
 }
 
 void embedding_rows_backward(const Tensor& dtable, const Tensor& dy, const Tensor& tokens, int64_t first_row) {
-  OpCall call("ops::embedding_rows_backward");
+  OpCall call("ops::embedding_rows_backward", ProfileCategory::Embedding);
   call.operands({{dy, "dy"}}).accumulators({{dtable, "dtable"}}).indices(tokens, "tokens");
   const Lookup s = check_lookup(call, tokens, dtable, "dtable", Tensor(), "");
   call.shape(dy, "dy", {{"B", s.B, "tokens"}, {"T", s.T, "tokens"}, {"C", s.C, "dtable"}});
@@ -108,7 +108,7 @@ void check_positions(const OpCall& call, const Tensor& x, const char* x_name, co
 }  // namespace
 
 void positions_forward(const Tensor& y, const Tensor& wpe) {
-  OpCall call("ops::positions_forward");
+  OpCall call("ops::positions_forward", ProfileCategory::Embedding);
   call.operands({{y, "y"}, {wpe, "wpe"}});
   check_positions(call, y, "y", wpe, "wpe");
   call.dispatch([&]<class T>(Cpu<T>) {
@@ -118,7 +118,7 @@ void positions_forward(const Tensor& y, const Tensor& wpe) {
 }
 
 void positions_backward(const Tensor& dwpe, const Tensor& dy) {
-  OpCall call("ops::positions_backward");
+  OpCall call("ops::positions_backward", ProfileCategory::Embedding);
   call.operands({{dy, "dy"}}).accumulators({{dwpe, "dwpe"}});
   check_positions(call, dy, "dy", dwpe, "dwpe");
   call.dispatch([&]<class T>(Cpu<T>) {

@@ -9,7 +9,7 @@ using detail::data_or_null;
 using detail::OpCall;
 
 void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
-  OpCall call("ops::linear_forward");
+  OpCall call("ops::linear_forward", ProfileCategory::Gemm);
   call.operands({{y, "y"}, {x, "x"}, {w, "w"}}).optional(b, "b");
   call.rank(w, "w", 2, "[OC, IC]");
   const int64_t OC = w.size(0), IC = w.size(1);
@@ -57,14 +57,14 @@ void run_linear_backward(const OpCall& call, const LinearBackward& s, const Tens
 }  // namespace
 
 void linear_backward_input(const Tensor& dx, const Tensor& dy, const Tensor& w) {
-  OpCall call("ops::linear_backward_input");
+  OpCall call("ops::linear_backward_input", ProfileCategory::Gemm);
   call.operands({{dx, "dx"}, {dy, "dy"}, {w, "w"}});
   const LinearBackward s = check_linear_backward(call, dx, Tensor(), Tensor(), dy, Tensor(), w);
   run_linear_backward(call, s, dx, Tensor(), Tensor(), dy, Tensor(), w);
 }
 
 void linear_backward_weight(const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x) {
-  OpCall call("ops::linear_backward_weight");
+  OpCall call("ops::linear_backward_weight", ProfileCategory::Gemm);
   call.operands({{dy, "dy"}, {x, "x"}}).accumulators({{dw, "dw"}}).optional_accumulator(db, "db");
   const LinearBackward s = check_linear_backward(call, Tensor(), dw, db, dy, x, Tensor());
   run_linear_backward(call, s, Tensor(), dw, db, dy, x, Tensor());
@@ -72,7 +72,7 @@ void linear_backward_weight(const Tensor& dw, const Tensor& db, const Tensor& dy
 
 void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                      const Tensor& w) {
-  OpCall call("ops::linear_backward");
+  OpCall call("ops::linear_backward", ProfileCategory::Gemm);
   call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}}).optional(dx, "dx").accumulators({{dw, "dw"}}).optional_accumulator(db, "db");
   const LinearBackward s = check_linear_backward(call, dx, dw, db, dy, x, w);
   run_linear_backward(call, s, dx, dw, db, dy, x, w);

@@ -25,7 +25,7 @@ Rows check_loss(const OpCall& call, const Tensor& logits, const char* logits_nam
 
 double cross_entropy_forward_backward(const Tensor& logits_inout, const Tensor& losses, const Tensor& targets,
                                       int ignore_index, float grad_scale) {
-  OpCall call("ops::cross_entropy_forward_backward");
+  OpCall call("ops::cross_entropy_forward_backward", ProfileCategory::Loss);
   call.operands({{logits_inout, "logits_inout"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits_inout, "logits_inout", losses, targets);
   return call.dispatch([&]<class T>(Cpu<T>) {
@@ -37,7 +37,7 @@ double cross_entropy_forward_backward(const Tensor& logits_inout, const Tensor& 
 
 double cross_entropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index,
                              int64_t* count) {
-  OpCall call("ops::cross_entropy_forward");
+  OpCall call("ops::cross_entropy_forward", ProfileCategory::Loss);
   call.operands({{logits, "logits"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits, "logits", losses, targets);
   return call.dispatch([&]<class T>(Cpu<T>) {
@@ -49,7 +49,7 @@ double cross_entropy_forward(const Tensor& losses, const Tensor& logits, const T
 double vocab_parallel_cross_entropy(const Tensor& logits_inout, const Tensor& losses, const Tensor& targets,
                                     int ignore_index, float grad_scale, const VocabBlock& block,
                                     const VocabReductions& reductions) {
-  OpCall call("ops::vocab_parallel_cross_entropy");
+  OpCall call("ops::vocab_parallel_cross_entropy", ProfileCategory::Loss);
   call.operands({{logits_inout, "logits_inout"}}).accumulators({{losses, "losses"}}).indices(targets, "targets");
   const Rows s = check_loss(call, logits_inout, "logits_inout", losses, targets);
   TS_CHECK(block.first >= 0 && block.real >= 0 && block.real <= s.V && block.vocab > 0,

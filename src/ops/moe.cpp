@@ -35,7 +35,7 @@ void router_kernel(const OpCall& call, F&& f) {
 
 void moe_route(const Tensor& probs, const Tensor& lse, const Tensor& choice, const Tensor& gate, const Tensor& slot,
                std::span<int32_t> load, const Tensor& logits, int capacity) {
-  OpCall call("ops::moe_route");
+  OpCall call("ops::moe_route", ProfileCategory::Elementwise);
   call.operands({{logits, "logits"}, {probs, "probs"}, {lse, "lse"}, {gate, "gate"}})
       .indices(choice, "choice")
       .indices(slot, "slot");
@@ -57,7 +57,7 @@ void moe_route(const Tensor& probs, const Tensor& lse, const Tensor& choice, con
 }
 
 double moe_aux_loss(const Tensor& dprob, const Tensor& probs, const Tensor& choice) {
-  OpCall call("ops::moe_aux_loss");
+  OpCall call("ops::moe_aux_loss", ProfileCategory::Loss);
   call.operands({{probs, "probs"}}).optional(dprob, "dprob").indices(choice, "choice");
   const RouterShape s = router_shape(call, probs, choice);
   if (dprob.defined()) call.shape(dprob, "dprob", {{"E", s.E, "probs"}});
@@ -72,7 +72,7 @@ double moe_aux_loss(const Tensor& dprob, const Tensor& probs, const Tensor& choi
 }
 
 double moe_z_loss(const Tensor& lse) {
-  OpCall call("ops::moe_z_loss");
+  OpCall call("ops::moe_z_loss", ProfileCategory::Loss);
   call.operands({{lse, "lse"}});
   call.rank(lse, "lse", 1, "[N]");
   double loss = 0;
@@ -84,7 +84,7 @@ double moe_z_loss(const Tensor& lse) {
 
 void moe_router_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& lse, const Tensor& choice,
                          const Tensor& dgate, const Tensor& dprob, float aux_coef, float z_coef) {
-  OpCall call("ops::moe_router_backward");
+  OpCall call("ops::moe_router_backward", ProfileCategory::Elementwise);
   call.operands({{dlogits, "dlogits"}, {probs, "probs"}, {lse, "lse"}, {dgate, "dgate"}})
       .optional(dprob, "dprob")
       .indices(choice, "choice");
@@ -123,7 +123,7 @@ std::pair<size_t, size_t> row_move(const OpCall& call, const Tensor& packed, con
 }  // namespace
 
 void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows, const Tensor& scale) {
-  OpCall call("ops::gather_rows");
+  OpCall call("ops::gather_rows", ProfileCategory::Embedding);
   call.operands({{out, "out"}, {x, "x"}}).optional_accumulator(scale, "scale").indices(rows, "rows");
   const auto [R, C] = row_move(call, out, "out", x, "x", rows);
   if (scale.defined()) call.shape(scale, "scale", {{"R", static_cast<int64_t>(R), "out"}});
@@ -134,7 +134,7 @@ void gather_rows(const Tensor& out, const Tensor& x, const Tensor& rows, const T
 }
 
 void scatter_add_rows(const Tensor& y, const Tensor& src, const Tensor& rows, const Tensor& scale) {
-  OpCall call("ops::scatter_add_rows");
+  OpCall call("ops::scatter_add_rows", ProfileCategory::Embedding);
   call.operands({{y, "y"}, {src, "src"}}).optional_accumulator(scale, "scale").indices(rows, "rows");
   const auto [R, C] = row_move(call, src, "src", y, "y", rows);
   if (scale.defined()) call.shape(scale, "scale", {{"R", static_cast<int64_t>(R), "src"}});
@@ -145,7 +145,7 @@ void scatter_add_rows(const Tensor& y, const Tensor& src, const Tensor& rows, co
 }
 
 void gathered_row_dots(const Tensor& dscale, const Tensor& dy, const Tensor& src, const Tensor& rows) {
-  OpCall call("ops::gathered_row_dots");
+  OpCall call("ops::gathered_row_dots", ProfileCategory::Embedding);
   call.operands({{dy, "dy"}, {src, "src"}}).accumulators({{dscale, "dscale"}}).indices(rows, "rows");
   const auto [R, C] = row_move(call, src, "src", dy, "dy", rows);
   call.shape(dscale, "dscale", {{"R", static_cast<int64_t>(R), "src"}});

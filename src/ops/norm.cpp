@@ -30,7 +30,7 @@ Rows check_norm(const OpCall& call, const Tensor& x, const Tensor& w, std::initi
 
 void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& w,
                        const Tensor& b, float eps) {
-  OpCall call("ops::layernorm_forward");
+  OpCall call("ops::layernorm_forward", ProfileCategory::Norm);
   call.operands({{y, "y"}, {x, "x"}, {w, "w"}}).optional(b, "b").accumulators({{mean, "mean"}, {rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{y, "y"}}, {{mean, "mean"}, {rstd, "rstd"}});
   if (b.defined()) call.shape(b, "b", {{"C", s.c, "w"}});
@@ -42,7 +42,7 @@ void layernorm_forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, 
 
 void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dy, const Tensor& x,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd) {
-  OpCall call("ops::layernorm_backward");
+  OpCall call("ops::layernorm_backward", ProfileCategory::Norm);
   call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}})
       .optional(dx, "dx")
       .accumulators({{dw, "dw"}, {mean, "mean"}, {rstd, "rstd"}})
@@ -58,7 +58,7 @@ void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, co
 }
 
 void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  OpCall call("ops::rmsnorm_forward");
+  OpCall call("ops::rmsnorm_forward", ProfileCategory::Norm);
   call.operands({{y, "y"}, {x, "x"}, {w, "w"}}).accumulators({{rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{y, "y"}}, {{rstd, "rstd"}});
   call.dispatch([&]<class T>(Cpu<T>) {
@@ -69,7 +69,7 @@ void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const
 
 void rmsnorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& rstd) {
-  OpCall call("ops::rmsnorm_backward");
+  OpCall call("ops::rmsnorm_backward", ProfileCategory::Norm);
   call.operands({{dy, "dy"}, {x, "x"}, {w, "w"}}).optional(dx, "dx").accumulators({{dw, "dw"}, {rstd, "rstd"}});
   const Rows s = check_norm(call, x, w, {{dx, "dx"}, {dy, "dy"}}, {{rstd, "rstd"}});
   call.shape(dw, "dw", {{"C", s.c, "w"}});

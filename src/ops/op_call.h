@@ -2,11 +2,14 @@
 // The checks every op runs before it dispatches (internal to src/ops). An OpCall carries the op's
 // name into every message, so a refused call reads "ops::linear_forward: w has shape [3, 5],
 // expected [OC=4, IC=5] (OC from y; IC from x)" and names the tensors involved. The checks
-// allocate nothing and format nothing unless they fail: an op costs a few comparisons.
+// allocate nothing and format nothing unless they fail: an op costs a few comparisons. An OpCall
+// also times the op, from its construction to the op's return, into the step's profiler
+// (core/profiler.h) under the op's category; with profiling off that is one null test.
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 
+#include "core/profiler.h"
 #include "core/tensor.h"
 #include "ops/dispatch.h"
 
@@ -28,7 +31,7 @@ struct Dim {
 
 class OpCall {
  public:
-  explicit OpCall(const char* op) : op_(op) {}
+  OpCall(const char* op, ProfileCategory category) : timer_(op, category), op_(op) {}
 
   const char* op() const { return op_; }
 
@@ -74,6 +77,7 @@ class OpCall {
   void operand(const Tensor& t, const char* name);
   void accumulator(const Tensor& t, const char* name);
 
+  ProfileScope timer_;
   const char* op_;
   const char* first_ = nullptr;  // the operand that set dtype_ and device_
   DType dtype_ = DType::F32;

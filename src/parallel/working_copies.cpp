@@ -1,5 +1,7 @@
 #include "parallel/working_copies.h"
 
+#include "core/profiler.h"
+
 namespace tessera::parallel {
 
 WorkingCopies::WorkingCopies(const nn::ParameterStore& params, DType dtype, MemoryAccountant& memory,
@@ -26,6 +28,7 @@ void WorkingCopies::after(const exec::Event&) {
 }
 
 void WorkingCopies::cast(Tensor& copy, const Tensor& source) {
+  const ProfileScope timer("cast working copy", ProfileCategory::Cast);
   TS_CHECK(source.dtype() == DType::F32 && source.is_contiguous(),
            "mixed precision casts contiguous f32 weights, got {} {}", dtype_name(source.dtype()), source.shape_string());
   const auto n = static_cast<size_t>(source.numel());

@@ -616,6 +616,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.log.progress = r.get("progress", c.log.progress);
     c.log.peak_gflops = r.get("peak_gflops", c.log.peak_gflops);
     c.log.timeline = r.get("timeline", c.log.timeline);
+    c.log.profile = r.get("profile", c.log.profile);
     r.finish();
   }
   root.finish();
@@ -762,7 +763,8 @@ std::string to_toml(const RunConfig& c) {
                    {"log", toml::table{{"every", c.log.every},
                                        {"progress", c.log.progress},
                                        {"peak_gflops", shortest(c.log.peak_gflops)},
-                                       {"timeline", c.log.timeline}}}};
+                                       {"timeline", c.log.timeline},
+                                       {"profile", c.log.profile}}}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

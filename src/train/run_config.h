@@ -128,6 +128,7 @@ struct LogSection {
   std::string progress = "auto";  // auto (bar on a terminal), bar, plain
   float peak_gflops = 0;          // matmul peak of one process for MFU; 0: calibrated once per machine and stored
   bool timeline = false;          // write timeline.json: when each instruction of one step ran on each pipeline rank
+  bool profile = false;           // time steps 2-4 by op category and phase: a table, profile.txt and trace.json
 };
 
 struct RunConfig {

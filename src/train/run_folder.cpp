@@ -43,6 +43,8 @@ RunFolder::~RunFolder() = default;
 std::string RunFolder::metrics_path() const { return (fs::path(path_) / "metrics.jsonl").string(); }
 std::string RunFolder::chart_path() const { return (fs::path(path_) / "loss.svg").string(); }
 std::string RunFolder::timeline_path() const { return (fs::path(path_) / "timeline.json").string(); }
+std::string RunFolder::trace_path() const { return (fs::path(path_) / "trace.json").string(); }
+std::string RunFolder::profile_path() const { return (fs::path(path_) / "profile.txt").string(); }
 std::string RunFolder::config_path() const { return (fs::path(path_) / "config.toml").string(); }
 std::string RunFolder::checkpoints_dir() const { return (fs::path(path_) / "checkpoints").string(); }
 
@@ -63,7 +65,7 @@ std::optional<std::string> RunFolder::earlier_run() const {
 
 void RunFolder::clear() {
   std::error_code ec;
-  for (const std::string& p : {metrics_path(), chart_path(), config_path(), timeline_path()}) fs::remove(p, ec);
+  for (const std::string& p : {metrics_path(), chart_path(), config_path(), timeline_path(), trace_path(), profile_path()}) fs::remove(p, ec);
   fs::remove_all(checkpoints_dir(), ec);
   TS_CHECK(!ec, "cannot clear the earlier run in '{}': {}", path_, ec.message());
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The run folder (train.out_dir): config.toml, metrics.jsonl, loss.svg, checkpoints/ and, with
-// log.timeline, timeline.json of one run.
+// log.timeline, timeline.json, and with log.profile, trace.json and profile.txt of one run.
 // One trainer at a time may write it: opening it takes an exclusive lock (flock on .lock, released
 // by the kernel when the process ends, however it ends), and a second trainer is refused, naming
 // the holder's process and host. A folder that already holds a run is not overwritten by accident:
@@ -26,6 +26,8 @@ class RunFolder {
   std::string config_path() const;
   std::string checkpoints_dir() const;
   std::string timeline_path() const;  // timeline.json (log.timeline)
+  std::string trace_path() const;     // trace.json (log.profile)
+  std::string profile_path() const;   // profile.txt (log.profile)
 
   // What an earlier run left here: a metrics log or a checkpoint (a short description), if any.
   std::optional<std::string> earlier_run() const;

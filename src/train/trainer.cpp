@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "dist/mesh.h"
 #include "io/metrics.h"
+#include "kernels/cpu/blas_library.h"
 #include "kernels/cpu/matmul.h"
 #include "nn/gpt.h"
 #include "optim/lr_schedule.h"
@@ -32,6 +33,7 @@
 #include "memory/disk_bandwidth.h"
 #include "train/planned_run.h"
 #include "train/peak_flops.h"
+#include "train/profile_report.h"
 #include "train/progress.h"
 #include "train/run_folder.h"
 #include "train/run_history.h"
@@ -664,6 +666,12 @@ TrainResult Trainer::run() {
       fmt::print("precision: {}; 16-bit matmuls by {}\n", precision.describe(),
                  precision.mixed() ? kernels::half_gemm_description() : std::string("none"));
     }
+    fmt::print("gemm: {}\n", kernels::gemm_libraries(cfg.precision_options().mixed() ? kernels::half_gemm_description()
+                                                                                 : std::string()));
+    if (const auto warning =
+            kernels::generic_openblas_core_warning(kernels::openblas_core(), kernels::detect_cpu_vector_features())) {
+      fmt::print("{}\n", *warning);
+    }
     const std::string delayed =
         cfg.optim.delayed_update_after > 0
             ? fmt::format("; from step {} each update runs while the next step computes on the weights before it "
@@ -766,6 +774,8 @@ TrainResult Trainer::run() {
   // page faults, buffers), or its only step; the recorder is handed to each step until then.
   exec::TimelineRecorder timeline;
   bool timeline_pending = cfg.log.timeline;
+  // log.profile: steps 2-4 of this process (train/profile_report.h), each an engine call of its own.
+  RunProfile profile(cfg.log.profile, result.first_step, cfg.train.steps);
   // How many steps the next engine call runs. A flushing schedule drains the pipeline at every
   // step. PipeDream-2BW runs without a flush up to the next step that needs the pipeline drained,
   // with the newest weights in place and no batch in flight: a progress line (where the stop and
@@ -781,12 +791,15 @@ TrainResult Trainer::run() {
     }
     if (cfg.train.exit_after > 0) end = std::min(end, result.first_step + cfg.train.exit_after);
     if (timeline_pending) end = from + 1;  // the recorded step is a program of its own
+    if (profile.profiles(from + 1) || profile.profiles(from + 2)) end = from + 1;
     return std::max<int64_t>(end - from, 1);
   };
   bool done = false;
   while (!done) {
     const auto t0 = Clock::now();
     const int64_t count = steps_until_drained(step);
+    // A profiled step spans what step_seconds does: its data, the engine's call, the loss exchange.
+    Profiler* const profiling = profile.begin(step + 1);
     std::vector<float> lrs;
     std::vector<data::Batch> batches;
     std::vector<exec::MicrobatchInput> inputs;
@@ -817,7 +830,7 @@ TrainResult Trainer::run() {
     // memory.nvme_read and nvme_written, what `tessera plan --config` predicts as the step's I/O).
     const NvmeTraffic nvme_before = nvme_traffic(engine.nvme());
     const std::vector<parallel::TrainingEngine::StepResult> stepped = engine.train_batches(
-        inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr}, lrs,
+        inputs, {cfg.train.seed, static_cast<uint64_t>(step), timeline_pending ? &timeline : nullptr, profiling}, lrs,
         cfg.optim.grad_clip);
     const MemoryStats step_memory = memory.stats();
     const NvmeTraffic nvme_step = (nvme_traffic(engine.nvme()) - nvme_before) / count;
@@ -849,6 +862,7 @@ TrainResult Trainer::run() {
       mine[kMemoryTagCount] = static_cast<double>(step_memory.peak_total);
     }
     const std::vector<double> global = parallel::sum_over_ranks(world_, local);
+    profile.end();
     const size_t flags = 2 * static_cast<size_t>(count);
     // The steps of one engine call share its time: each is reported with the mean.
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(count);
@@ -961,6 +975,11 @@ TrainResult Trainer::run() {
     done = last;
   }
   if (progress) progress->finish();
+  if (profile.enabled()) {
+    const std::string table =
+        profile.finish(world_, {folder ? folder->trace_path() : std::string(), folder ? folder->profile_path() : std::string()});
+    if (leader) fmt::print("{}", table);
+  }
   result.steps = step;
   draw_chart();
   if (cfg.train.sample_tokens > 0 && result.outcome == TrainResult::Outcome::Finished) {
