@@ -6,6 +6,7 @@
 #   scripts/cluster.sh up N [--name NAME] [--bandwidth 1gbit] [--delay 1ms] [--loss 0%]
 #   scripts/cluster.sh down [--name NAME]
 #   scripts/cluster.sh env [--name NAME]         # the OpenMPI settings, as shell exports
+#   scripts/cluster.sh run NODE -- COMMAND...     # COMMAND on NODE, as when logged in there
 #   scripts/cluster.sh link NODE up|down [--name NAME]
 #   scripts/cluster.sh pids [--name NAME]        # processes still inside the cluster's nodes
 #
@@ -19,7 +20,16 @@
 # (`env` prints OMPI_MCA_plm_rsh_agent and the interface settings), so after
 #   eval "$(scripts/cluster.sh env)"
 #   tessera launch -n 2 --hosts node1:1,node2:1 -- train ...
-# runs as on two machines, over TCP through the bridge.
+# runs as on two machines, over TCP through the bridge, launched from this machine; or launched
+# from the first node, as one would on two real machines:
+#     scripts/cluster.sh run node1 -- tessera launch -n 2 --hosts node1:1,node2:1 -- train ...
+#
+# Every node gives up on a TCP connection whose data goes unacknowledged after 3 retransmissions
+# (net.ipv4.tcp_retries2 = 3, about 3 s; the kernel's default of 15 takes about 15 minutes). A cut
+# link then ends the job in seconds: the watchdog of a rank that waits names the operation, and the
+# OpenMPI daemons on either side of the cut find their connection lost and end their ranks. A job
+# launched from outside the nodes has this machine's mpirun on the far side of the cut, which waits
+# for the lost node as long as this machine's own setting says.
 #
 # Needs root and iproute2 (ip, tc). Where namespaces cannot be made, it says why and exits with
 # status 77 (the usual "skipped" code), which the tests report as a skip.
@@ -32,7 +42,7 @@ agent="$(cd "$(dirname "$0")" && pwd)/cluster-agent.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
 
 usage() {
-  sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  grep '^#   scripts/cluster.sh' "$0" | sed 's/^#   //' >&2
   exit 2
 }
 
@@ -178,6 +188,7 @@ cmd_up() {
     ip netns exec "$node" ip link set lo up
     ip netns exec "$node" ip addr add "${subnet}.${i}/24" dev eth0
     ip netns exec "$node" ip link set eth0 up
+    ip netns exec "$node" sysctl -qw net.ipv4.tcp_retries2=3
     # Traffic leaving the node is shaped inside it, traffic to it on the bridge side: each
     # direction of the node's link gets the bandwidth, delay and loss once.
     shape_link "$node" eth0 "$bandwidth" "$delay" "$loss"
@@ -239,6 +250,17 @@ cmd_link() {
   ip link set "$(veth_name "${BASH_REMATCH[1]}")" "$state"
 }
 
+cmd_run() {
+  local node="$1"
+  shift
+  [ "${1:-}" = "--" ] && shift
+  [ $# -ge 1 ] || die "run: give the command after the node, such as: cluster.sh run node1 -- hostname"
+  ip netns list | awk '{print $1}' | grep -qxF "$node" ||
+    die "run: no node '$node' (nodes: $(ip netns list | awk '{print $1}' | tr '\n' ' '))"
+  # The caller's environment stays (as a login shell's exports would); the node's own host name.
+  exec ip netns exec "$node" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$node" "$@"
+}
+
 cmd_pids() {
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -263,5 +285,6 @@ case "$command" in
   env) cmd_env "$@" ;;
   link) [ $# -ge 2 ] || usage; cmd_link "$@" ;;
   pids) cmd_pids "$@" ;;
+  run) [ $# -ge 2 ] || usage; cmd_run "$@" ;;
   *) usage ;;
 esac
