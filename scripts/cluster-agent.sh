@@ -22,9 +22,16 @@ if ! ip netns list | awk '{print $1}' | grep -qxF "$host"; then
   echo "cluster-agent.sh: connect to host ${host}: no such node in the test cluster (nodes: $(ip netns list | awk '{print $1}' | tr '\n' ' '))" >&2
   exit 255
 fi
+# Folders this node lacks (cluster.sh hide): covered with an empty one in the mount namespace
+# that ip netns exec gives the command, out of sight of every other node.
+hidden="/run/tessera-cluster/nodes/${host}.hidden"
+cover=""
+if [ -f "$hidden" ]; then
+  while read -r dir; do cover+="mount -t tmpfs -o size=64k tessera-hidden '${dir}' && "; done <"$hidden"
+fi
 # unshare --uts: the node gets a host name of its own, as a machine has (OpenMPI and the ranks'
 # messages name it); the rest of the system (files, processes) stays shared, like a shared file system.
 exec ip netns exec "$host" unshare --uts \
   env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" HOME="${HOME:-/root}" \
   LANG="${LANG:-C.UTF-8}" USER="$(id -un)" \
-  sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+  sh -c "${cover}"'hostname "$0" && exec sh -c "$1"' "$host" "$*"

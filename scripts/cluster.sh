@@ -9,6 +9,7 @@
 #   scripts/cluster.sh run NODE -- COMMAND...     # COMMAND on NODE, as when logged in there
 #   scripts/cluster.sh link NODE up|down [--name NAME]
 #   scripts/cluster.sh pids [--name NAME]        # processes still inside the cluster's nodes
+#   scripts/cluster.sh hide NODE DIR             # DIR looks empty to what OpenMPI starts on NODE
 #
 # Without --name the nodes are node1..nodeN; with --name c they are c-node1..c-nodeN, so several
 # clusters (tests running in parallel) do not meet. Every node name resolves through a block of
@@ -38,6 +39,9 @@ set -Eeuo pipefail
 readonly kSkip=77
 readonly kStateDir=/run/tessera-cluster
 readonly kLock=/run/tessera-cluster.lock
+# Per node, folders that the agent covers with an empty one (a node that lacks a file the others
+# have); named by the node, which is unique on this machine.
+readonly kHiddenDir=/run/tessera-cluster/nodes
 agent="$(cd "$(dirname "$0")" && pwd)/cluster-agent.sh"
 export PATH="$PATH:/usr/sbin:/sbin"
 
@@ -110,7 +114,7 @@ teardown() {
   for pid in $(cluster_pids); do kill -9 "$pid" 2>/dev/null || true; done
   for node in $(cluster_nodes); do
     ip netns del "$node" 2>/dev/null || true
-    rm -rf "/etc/netns/${node}"
+    rm -rf "/etc/netns/${node}" "${kHiddenDir}/${node}.hidden"
   done
   for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^$(veth_name '')[0-9]+$" || true); do
     ip link del "$link" 2>/dev/null || true
@@ -118,6 +122,7 @@ teardown() {
   ip link del "$(bridge_name)" 2>/dev/null || true
   remove_hosts_block
   rm -rf "${kStateDir:?}/${name:-default}"
+  rmdir /etc/netns "$kHiddenDir" "$kStateDir" 2>/dev/null || true
 }
 
 shape_link() {  # shape_link <netns or ""> <device> <bandwidth> <delay> <loss>
@@ -261,6 +266,15 @@ cmd_run() {
   exec ip netns exec "$node" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$node" "$@"
 }
 
+cmd_hide() {
+  local node="$1" dir="$2"
+  ip netns list | awk '{print $1}' | grep -qxF "$node" ||
+    die "hide: no node '$node' (nodes: $(ip netns list | awk '{print $1}' | tr '\n' ' '))"
+  [ -d "$dir" ] || die "hide: '$dir' is not a folder"
+  mkdir -p "$kHiddenDir"
+  realpath "$dir" >>"${kHiddenDir}/${node}.hidden"
+}
+
 cmd_pids() {
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -286,5 +300,6 @@ case "$command" in
   link) [ $# -ge 2 ] || usage; cmd_link "$@" ;;
   pids) cmd_pids "$@" ;;
   run) [ $# -ge 2 ] || usage; cmd_run "$@" ;;
+  hide) [ $# -eq 2 ] || usage; cmd_hide "$@" ;;
   *) usage ;;
 esac

@@ -7,13 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
+#include <thread>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +67,48 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 long long bytes_from_node(const std::string& veth) {
   const CliResult r = run_shell("cat /sys/class/net/" + veth + "/statistics/rx_bytes");
   return r.exit_code == 0 ? std::atoll(r.output.c_str()) : -1;
+}
+
+// Starts `command` through the shell in the background, its output into `log`; returns its pid.
+pid_t spawn(const std::string& command, const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const std::string line = "exec " + command + " > " + log + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `seconds` for `pid`; its exit status as a shell gives it, or -1 (and it is killed)
+// when it is still running then.
+int wait_for(pid_t pid, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Waits up to `seconds` for `done` to hold.
+bool eventually(const std::function<bool()>& done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 class Cluster : public ::testing::Test {
@@ -125,6 +172,68 @@ class Cluster : public ::testing::Test {
     return train_losses_of((root_ / run / "metrics.jsonl").string());
   }
 
+  // `command` run on node i, as when logged in there (the environment kept).
+  std::string on_node(int i, const std::string& command) const {
+    return cluster_script() + " run " + node(i) + " -- " + command;
+  }
+  // What is still running inside the cluster's nodes: one line per process.
+  std::string processes_left() const {
+    return run_shell(cluster_script() + " pids --name " + name_).output;
+  }
+  // The step of the run's last checkpoint (its `latest`), 0 when it has none.
+  int last_checkpoint_step(const std::string& run) const {
+    const std::string latest = read_file((root_ / run / "checkpoints" / "latest").string());
+    const auto digits = latest.find_first_of("123456789");
+    return digits == std::string::npos ? 0 : std::atoi(latest.c_str() + digits);
+  }
+
+  // A dp 2 run on two nodes, launched from node 1 as on two machines, that a fault ends in the
+  // middle: `fault` is called once a checkpoint has been saved and the run is past it. Checks
+  // that the job ends within the watchdog's timeout plus a margin, with `expected` in its output,
+  // that no process is left on either node, and that the last checkpoint resumes on the same two
+  // nodes (after `repair`) and on one node.
+  void expect_fault_ends_the_job(const std::function<void()>& fault, const std::string& expected,
+                                 const std::function<void()>& repair) {
+    const std::string data = prepare_dataset();
+    const double timeout = 3;
+    const std::string run = "train --data.dir " + data + " " + kRun + " --train.steps 100000 --checkpoint.every 3 " +
+                            "--parallel.dp 2 --parallel.timeout_seconds 3 --train.out_dir " + root_.string();
+    const std::string log = (root_ / "fault.log").string();
+    const pid_t job = spawn(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/cut"), log);
+    const bool past_a_checkpoint = eventually(
+        [&] { return last_checkpoint_step("cut") >= 3 && std::regex_search(read_file(log), std::regex("step +5/")); }, 60);
+    if (!past_a_checkpoint) {
+      wait_for(job, 0);
+      FAIL() << "the run did not get past its first checkpoint:\n" << read_file(log);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    fault();
+    const int code = wait_for(job, timeout + 30);
+    const double took = seconds_since(start);
+    const std::string output = read_file(log);
+    ASSERT_NE(code, -1) << "the job did not end within " << timeout + 30 << " s of the fault:\n" << output;
+    EXPECT_NE(code, 0) << output;
+    // The watchdog's timeout, then the OpenMPI daemons' loss of a peer that does not answer
+    // (3 TCP retransmissions, about 3 s, on the cluster's nodes) or of a child that died.
+    EXPECT_LT(took, timeout + 12) << output;
+    EXPECT_TRUE(std::regex_search(output, std::regex(expected))) << "no /" << expected << "/ in:\n" << output;
+    EXPECT_TRUE(eventually([&] { return processes_left().empty(); }, 5)) << "left on the nodes:\n" << processes_left();
+
+    const int saved = last_checkpoint_step("cut");
+    ASSERT_GE(saved, 3);
+    repair();
+    const std::string resume = "train --data.dir " + data + " " + kRun + " --parallel.dp 2 --train.steps " +
+                               std::to_string(saved + 2) + " --train.allow_changes true --checkpoint.resume " + (root_ / "cut").string() +
+                               " --train.out_dir " + root_.string();
+    const CliResult two =
+        run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + resume + "/two"));
+    EXPECT_EQ(two.exit_code, 0) << two.output;
+    EXPECT_NE(two.output.find("resumed from"), std::string::npos) << two.output;
+    const CliResult one = run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + node(1) + ":2 -- " + resume + "/one"));
+    EXPECT_EQ(one.exit_code, 0) << one.output;
+    EXPECT_EQ(losses("one"), losses("two")) << "the same checkpoint resumed on one node and on two";
+  }
+
   std::string name_;
   fs::path root_;
   bool up_ = false;
@@ -174,6 +283,62 @@ TEST_F(Cluster, PipelineOnTwoNodesTrainsLikeOneProcess) {
   // Stage 0 sent each microbatch's activations over the link: 4 steps × 4 microbatches × B·T·C
   // floats (2 × 32 × 32).
   EXPECT_GE(bytes_from_node(veth(1)) - before, 4 * 4 * 2 * 32 * 32 * 4) << "bytes node 1 sent over its link";
+}
+
+// The link of node 2 cut in the middle of a step: the rank on node 1 waits in the gradient
+// all-reduce until its watchdog names it, and the job ends with nothing left on either node.
+TEST_F(Cluster, ALinkCutInTheMiddleOfARunEndsTheJob) {
+  if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
+  const std::string link = cluster_script() + " link " + node(2) + " {} --name " + name_;
+  const auto set_link = [&](const std::string& state) {
+    const CliResult r = run_shell(std::regex_replace(link, std::regex("\\{\\}"), state));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  };
+  expect_fault_ends_the_job(
+      [&] { set_link("down"); },
+      "tessera watchdog: rank 0 of 2: [a-z_]+ #[0-9]+ on [a-z]+ \\(group ranks 0,1\\) did not complete within 3\\.0 s; "
+      "rank 1 does not answer",
+      [&] { set_link("up"); });
+}
+
+// The rank on node 2 killed: its daemon reports it, and the job ends naming it.
+TEST_F(Cluster, ARankKilledOnANodeEndsTheJob) {
+  if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
+  expect_fault_ends_the_job(
+      [&] {
+        const CliResult pids = run_shell("ip netns pids " + node(2));
+        bool killed = false;
+        std::istringstream list(pids.output);
+        for (std::string pid; list >> pid;) {
+          if (read_file("/proc/" + pid + "/cmdline").find(tessera_exe()) == 0) killed = ::kill(std::stoi(pid), SIGKILL) == 0;
+        }
+        ASSERT_TRUE(killed) << "no tessera rank found on " << node(2) << ": " << pids.output;
+      },
+      "rank 1 with PID [0-9]+ on node " + node(2) + " exited on signal 9", [] {});
+}
+
+// Launch errors, each named before any rank trains: a node without the tessera executable (its
+// folder hidden from what OpenMPI starts there), and fewer slots than ranks.
+TEST_F(Cluster, LaunchErrorsAreNamedBeforeAnyRankTrains) {
+  if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
+  const std::string data = prepare_dataset();
+  const std::string run = "train --data.dir " + data + " " + kRun + " --parallel.dp 2 --train.out_dir " + root_.string();
+  const CliResult hide = run_shell(cluster_script() + " hide " + node(2) + " " + fs::path(tessera_exe()).parent_path().string());
+  ASSERT_EQ(hide.exit_code, 0) << hide.output;
+  const CliResult missing = run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/x"));
+  EXPECT_NE(missing.exit_code, 0) << missing.output;
+  EXPECT_TRUE(std::regex_search(missing.output, std::regex("could not access\\s+or execute an executable:\\s+Executable: " +
+                                                           tessera_exe() + "\\s+Node: " + node(2))))
+      << missing.output;
+  EXPECT_FALSE(std::regex_search(missing.output, std::regex("step +[0-9]+/"))) << missing.output;
+  EXPECT_TRUE(eventually([&] { return processes_left().empty(); }, 5)) << "left on the nodes:\n" << processes_left();
+
+  const CliResult slots = run_shell(on_node(1, tessera_exe() + " launch -n 3 --hosts " + two_nodes() + " -- " + run + "/y"));
+  EXPECT_NE(slots.exit_code, 0) << slots.output;
+  EXPECT_NE(slots.output.find("error: --hosts " + two_nodes() + " offers 2 slot(s) in all, fewer than the 3 ranks of -n 3"),
+            std::string::npos)
+      << slots.output;
+  EXPECT_EQ(slots.output.find("mpirun -n"), std::string::npos) << slots.output;
 }
 
 }  // namespace
