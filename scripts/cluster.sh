@@ -157,8 +157,9 @@ cmd_up() {
       *) die "up: unknown option '$1'; options: --name NAME --bandwidth 1gbit --delay 1ms --loss 1%" ;;
     esac
   done
-  [[ "$count" =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 200 ] ||
+  if ! [[ "$count" =~ ^[0-9]+$ ]] || [ "$count" -lt 1 ] || [ "$count" -gt 200 ]; then
     die "up: the node count is '$count'; give a whole number from 1 to 200, such as: cluster.sh up 2"
+  fi
   [[ "$name" =~ ^[a-z0-9]{0,8}$ ]] ||
     die "--name '$name': use up to 8 lower-case letters and digits (interface names are short)"
   check_can_make_namespaces
@@ -202,6 +203,8 @@ cmd_up() {
     { echo "127.0.0.1 localhost"; printf '%s' "$addresses" | sed 's/ #.*//'; } \
       >"/etc/netns/${node}/hosts"
   done
+  # A file that does not end its last line would have that line run into the block.
+  if [ -s /etc/hosts ] && [ -n "$(tail -c 1 /etc/hosts)" ]; then echo >>/etc/hosts; fi
   printf '%s' "$addresses" >>/etc/hosts
   mkdir -p "${kStateDir}/${name:-default}"
   echo "${subnet}.0/24" >"${kStateDir}/${name:-default}/subnet"

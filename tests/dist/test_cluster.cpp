@@ -21,6 +21,7 @@
 #include <thread>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -117,8 +118,8 @@ class Cluster : public ::testing::Test {
   // on every run, so a cluster left by a killed run is removed by the next `up` of that test.
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    name_ = "t" + std::to_string(std::hash<std::string>{}(std::string(info->test_suite_name()) + "." + info->name()) %
-                                 10'000'000);
+    const size_t hash = std::hash<std::string>{}(std::string(info->test_suite_name()) + "." + info->name());
+    name_ = fmt::format("t{}", hash % 10'000'000);
     root_ = fs::temp_directory_path() / ("tessera_cluster_" + name_ + "_" + std::to_string(::getpid()));
     fs::create_directories(root_);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -267,15 +268,25 @@ TEST_F(Cluster, DataParallelZero2OnTwoNodesTrainsLikeOneProcess) {
   EXPECT_GE(static_cast<double>(bytes_from_node(veth(2)) - before), counted) << "bytes node 2 sent over its link";
 }
 
-// Two pipeline stages, one on each node: activations and their gradients cross the link.
+// Two pipeline stages, one on each node: activations and their gradients cross a link shaped to
+// 1 Gbit/s.
 TEST_F(Cluster, PipelineOnTwoNodesTrainsLikeOneProcess) {
   if (!bring_up(2, "--bandwidth 1gbit")) GTEST_SKIP() << skip_reason_;
   const std::string data = prepare_dataset();
   const std::string run = "train --data.dir " + data + " " + kRun + " --train.out_dir " + root_.string();
   const CliResult one = run_tessera(run + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
+  // Through launch's own options this time, in place of the OpenMPI variables of `cluster.sh env`.
+  const char* agent = std::getenv("OMPI_MCA_plm_rsh_agent");
+  const char* network = std::getenv("OMPI_MCA_btl_tcp_if_include");
+  ASSERT_TRUE(agent != nullptr && network != nullptr) << "cluster.sh env gave no agent or network";
+  for (const char* variable : {"OMPI_MCA_plm_rsh_agent", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include",
+                               "OMPI_MCA_oob_tcp_if_include"}) {
+    ::unsetenv(variable);
+  }
   const long long before = bytes_from_node(veth(1));
-  const CliResult two = run_tessera("launch -n 2 --hosts " + two_nodes() + " -- " + run + "/pp2 --parallel.pp 2");
+  const CliResult two = run_tessera("launch -n 2 --hosts " + two_nodes() + " --launch-agent " + std::string(agent) +
+                                    " --network " + network + " -- " + run + "/pp2 --parallel.pp 2");
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const std::vector<double> want = losses("one");
   ASSERT_EQ(want.size(), 4u);
