@@ -312,20 +312,32 @@ TEST_F(Cluster, ALinkCutInTheMiddleOfARunEndsTheJob) {
       [&] { set_link("up"); });
 }
 
+// SIGKILL to every process on node `node` whose command line starts with `program`; false when
+// there is none.
+bool kill_on_node(const std::string& node, const std::string& program) {
+  bool killed = false;
+  std::istringstream pids(run_shell("ip netns pids " + node).output);
+  for (std::string pid; pids >> pid;) {
+    if (read_file("/proc/" + pid + "/cmdline").starts_with(program)) killed = ::kill(std::stoi(pid), SIGKILL) == 0;
+  }
+  return killed;
+}
+
 // The rank on node 2 killed: its daemon reports it, and the job ends naming it.
 TEST_F(Cluster, ARankKilledOnANodeEndsTheJob) {
   if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
-  expect_fault_ends_the_job(
-      [&] {
-        const CliResult pids = run_shell("ip netns pids " + node(2));
-        bool killed = false;
-        std::istringstream list(pids.output);
-        for (std::string pid; list >> pid;) {
-          if (read_file("/proc/" + pid + "/cmdline").find(tessera_exe()) == 0) killed = ::kill(std::stoi(pid), SIGKILL) == 0;
-        }
-        ASSERT_TRUE(killed) << "no tessera rank found on " << node(2) << ": " << pids.output;
-      },
-      "rank 1 with PID [0-9]+ on node " + node(2) + " exited on signal 9", [] {});
+  expect_fault_ends_the_job([&] { ASSERT_TRUE(kill_on_node(node(2), tessera_exe())) << "no rank on " << node(2); },
+                            "rank 1 with PID [0-9]+ on node " + node(2) + " exited on signal 9", [] {});
+}
+
+// Node 2's OpenMPI daemon killed: mpirun loses it and ends the job, and the rank it started goes
+// with it.
+TEST_F(Cluster, TheDaemonOfANodeKilledEndsTheJob) {
+  if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
+  expect_fault_ends_the_job([&] { ASSERT_TRUE(kill_on_node(node(2), "orted")) << "no daemon on " << node(2); },
+                            "ORTE has lost communication with a remote daemon.\\s+HNP daemon +: \\S+ on node " + node(1) +
+                                "\\s+Remote daemon: \\S+ on node " + node(2),
+                            [] {});
 }
 
 // Launch errors, each named before any rank trains: a node without the tessera executable (its
