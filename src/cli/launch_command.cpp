@@ -1,4 +1,4 @@
-// tessera launch -n N [--hosts h1,h2 | --hostfile F] [--dry-run] -- <tessera command and args>
+// tessera launch -n N [--hosts h1,h2 | --hostfile F] [--launch-agent CMD] [--network NET] [--dry-run] -- <tessera command and args>
 //
 // Runs this tessera executable on N ranks through mpirun, with the settings that make it work
 // out of the box (see dist/launch.h): no core binding, oversubscription when ranks exceed cores,
