@@ -4,10 +4,9 @@
 // with TCP between the nodes, and takes the cluster down again, also when the test fails. Where
 // namespaces cannot be made (not root, no iproute2), every test is skipped with the script's reason.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <signal.h>
 
 #include <array>
 #include <chrono>
@@ -18,8 +17,8 @@
 #include <fstream>
 #include <functional>
 #include <regex>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -56,7 +55,8 @@ std::string cluster_script() {
   return (fs::path(source != nullptr ? source : ".") / "scripts" / "cluster.sh").string();
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel, const std::string& what) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_LE(std::abs(got[i] - want[i]), rel * std::abs(want[i]))
@@ -138,7 +138,8 @@ class Cluster : public ::testing::Test {
   // Brings up `nodes` nodes and points OpenMPI at them (the exports of `cluster.sh env`). False
   // when namespaces cannot be made here: the caller skips with skip_reason_.
   bool bring_up(int nodes, const std::string& options = "") {
-    const CliResult up = run_shell(cluster_script() + " up " + std::to_string(nodes) + " --name " + name_ + " " + options);
+    const CliResult up =
+        run_shell(cluster_script() + " up " + std::to_string(nodes) + " --name " + name_ + " " + options);
     if (up.exit_code == kSkipCode) {
       skip_reason_ = up.output;
       return false;
@@ -178,9 +179,7 @@ class Cluster : public ::testing::Test {
     return cluster_script() + " run " + node(i) + " -- " + command;
   }
   // What is still running inside the cluster's nodes: one line per process.
-  std::string processes_left() const {
-    return run_shell(cluster_script() + " pids --name " + name_).output;
-  }
+  std::string processes_left() const { return run_shell(cluster_script() + " pids --name " + name_).output; }
   // The step of the run's last checkpoint (its `latest`), 0 when it has none.
   int last_checkpoint_step(const std::string& run) const {
     const std::string latest = read_file((root_ / run / "checkpoints" / "latest").string());
@@ -200,9 +199,11 @@ class Cluster : public ::testing::Test {
     const std::string run = "train --data.dir " + data + " " + kRun + " --train.steps 100000 --checkpoint.every 3 " +
                             "--parallel.dp 2 --parallel.timeout_seconds 3 --train.out_dir " + root_.string();
     const std::string log = (root_ / "fault.log").string();
-    const pid_t job = spawn(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/cut"), log);
+    const pid_t job =
+        spawn(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/cut"), log);
     const bool past_a_checkpoint = eventually(
-        [&] { return last_checkpoint_step("cut") >= 3 && std::regex_search(read_file(log), std::regex("step +5/")); }, 60);
+        [&] { return last_checkpoint_step("cut") >= 3 && std::regex_search(read_file(log), std::regex("step +5/")); },
+        60);
     if (!past_a_checkpoint) {
       wait_for(job, 0);
       FAIL() << "the run did not get past its first checkpoint:\n" << read_file(log);
@@ -224,13 +225,14 @@ class Cluster : public ::testing::Test {
     ASSERT_GE(saved, 3);
     repair();
     const std::string resume = "train --data.dir " + data + " " + kRun + " --parallel.dp 2 --train.steps " +
-                               std::to_string(saved + 2) + " --train.allow_changes true --checkpoint.resume " + (root_ / "cut").string() +
-                               " --train.out_dir " + root_.string();
+                               std::to_string(saved + 2) + " --train.allow_changes true --checkpoint.resume " +
+                               (root_ / "cut").string() + " --train.out_dir " + root_.string();
     const CliResult two =
         run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + resume + "/two"));
     EXPECT_EQ(two.exit_code, 0) << two.output;
     EXPECT_NE(two.output.find("resumed from"), std::string::npos) << two.output;
-    const CliResult one = run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + node(1) + ":2 -- " + resume + "/one"));
+    const CliResult one =
+        run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + node(1) + ":2 -- " + resume + "/one"));
     EXPECT_EQ(one.exit_code, 0) << one.output;
     EXPECT_EQ(losses("one"), losses("two")) << "the same checkpoint resumed on one node and on two";
   }
@@ -250,8 +252,8 @@ TEST_F(Cluster, DataParallelZero2OnTwoNodesTrainsLikeOneProcess) {
   const CliResult one = run_tessera(run + "/one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const long long before = bytes_from_node(veth(2));
-  const CliResult two = run_tessera("launch -n 2 --hosts " + two_nodes() + " -- " + run +
-                                    "/dp2 --parallel.dp 2 --parallel.zero_stage 2");
+  const CliResult two =
+      run_tessera("launch -n 2 --hosts " + two_nodes() + " -- " + run + "/dp2 --parallel.dp 2 --parallel.zero_stage 2");
   ASSERT_EQ(two.exit_code, 0) << two.output;
   const std::vector<double> want = losses("one");
   ASSERT_EQ(want.size(), 4u);
@@ -280,8 +282,8 @@ TEST_F(Cluster, PipelineOnTwoNodesTrainsLikeOneProcess) {
   const char* agent = std::getenv("OMPI_MCA_plm_rsh_agent");
   const char* network = std::getenv("OMPI_MCA_btl_tcp_if_include");
   ASSERT_TRUE(agent != nullptr && network != nullptr) << "cluster.sh env gave no agent or network";
-  for (const char* variable : {"OMPI_MCA_plm_rsh_agent", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include",
-                               "OMPI_MCA_oob_tcp_if_include"}) {
+  for (const char* variable :
+       {"OMPI_MCA_plm_rsh_agent", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"}) {
     ::unsetenv(variable);
   }
   const long long before = bytes_from_node(veth(1));
@@ -335,8 +337,8 @@ TEST_F(Cluster, ARankKilledOnANodeEndsTheJob) {
 TEST_F(Cluster, TheDaemonOfANodeKilledEndsTheJob) {
   if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
   expect_fault_ends_the_job([&] { ASSERT_TRUE(kill_on_node(node(2), "orted")) << "no daemon on " << node(2); },
-                            "ORTE has lost communication with a remote daemon.\\s+HNP daemon +: \\S+ on node " + node(1) +
-                                "\\s+Remote daemon: \\S+ on node " + node(2),
+                            "ORTE has lost communication with a remote daemon.\\s+HNP daemon +: \\S+ on node " +
+                                node(1) + "\\s+Remote daemon: \\S+ on node " + node(2),
                             [] {});
 }
 
@@ -345,21 +347,27 @@ TEST_F(Cluster, TheDaemonOfANodeKilledEndsTheJob) {
 TEST_F(Cluster, LaunchErrorsAreNamedBeforeAnyRankTrains) {
   if (!bring_up(2)) GTEST_SKIP() << skip_reason_;
   const std::string data = prepare_dataset();
-  const std::string run = "train --data.dir " + data + " " + kRun + " --parallel.dp 2 --train.out_dir " + root_.string();
-  const CliResult hide = run_shell(cluster_script() + " hide " + node(2) + " " + fs::path(tessera_exe()).parent_path().string());
+  const std::string run =
+      "train --data.dir " + data + " " + kRun + " --parallel.dp 2 --train.out_dir " + root_.string();
+  const CliResult hide =
+      run_shell(cluster_script() + " hide " + node(2) + " " + fs::path(tessera_exe()).parent_path().string());
   ASSERT_EQ(hide.exit_code, 0) << hide.output;
-  const CliResult missing = run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/x"));
+  const CliResult missing =
+      run_shell(on_node(1, tessera_exe() + " launch -n 2 --hosts " + two_nodes() + " -- " + run + "/x"));
   EXPECT_NE(missing.exit_code, 0) << missing.output;
-  EXPECT_TRUE(std::regex_search(missing.output, std::regex("could not access\\s+or execute an executable:\\s+Executable: " +
-                                                           tessera_exe() + "\\s+Node: " + node(2))))
+  EXPECT_TRUE(std::regex_search(
+      missing.output, std::regex("could not access\\s+or execute an executable:\\s+Executable: " + tessera_exe() +
+                                 "\\s+Node: " + node(2))))
       << missing.output;
   EXPECT_FALSE(std::regex_search(missing.output, std::regex("step +[0-9]+/"))) << missing.output;
   EXPECT_TRUE(eventually([&] { return processes_left().empty(); }, 5)) << "left on the nodes:\n" << processes_left();
 
-  const CliResult slots = run_shell(on_node(1, tessera_exe() + " launch -n 3 --hosts " + two_nodes() + " -- " + run + "/y"));
+  const CliResult slots =
+      run_shell(on_node(1, tessera_exe() + " launch -n 3 --hosts " + two_nodes() + " -- " + run + "/y"));
   EXPECT_NE(slots.exit_code, 0) << slots.output;
-  EXPECT_NE(slots.output.find("error: --hosts " + two_nodes() + " offers 2 slot(s) in all, fewer than the 3 ranks of -n 3"),
-            std::string::npos)
+  EXPECT_NE(
+      slots.output.find("error: --hosts " + two_nodes() + " offers 2 slot(s) in all, fewer than the 3 ranks of -n 3"),
+      std::string::npos)
       << slots.output;
   EXPECT_EQ(slots.output.find("mpirun -n"), std::string::npos) << slots.output;
 }
