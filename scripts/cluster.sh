@@ -194,7 +194,8 @@ cmd_up() {
     ip netns exec "$node" ip link set lo up
     ip netns exec "$node" ip addr add "${subnet}.${i}/24" dev eth0
     ip netns exec "$node" ip link set eth0 up
-    ip netns exec "$node" sysctl -qw net.ipv4.tcp_retries2=3
+    # net.ipv4.tcp_retries2 of the node's own network namespace (/proc/sys/net is per namespace).
+    ip netns exec "$node" sh -c 'echo 3 >/proc/sys/net/ipv4/tcp_retries2'
     # Traffic leaving the node is shaped inside it, traffic to it on the bridge side: each
     # direction of the node's link gets the bandwidth, delay and loss once.
     shape_link "$node" eth0 "$bandwidth" "$delay" "$loss"
