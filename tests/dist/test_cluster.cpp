@@ -212,12 +212,15 @@ class Cluster : public ::testing::Test {
     fault();
     const int code = wait_for(job, timeout + 30);
     const double took = seconds_since(start);
+    std::printf("the job ended %.1f s after the fault (watchdog timeout %.0f s)\n", took, timeout);
     const std::string output = read_file(log);
     ASSERT_NE(code, -1) << "the job did not end within " << timeout + 30 << " s of the fault:\n" << output;
     EXPECT_NE(code, 0) << output;
-    // The watchdog's timeout, then the OpenMPI daemons' loss of a peer that does not answer
-    // (3 TCP retransmissions, about 3 s, on the cluster's nodes) or of a child that died.
-    EXPECT_LT(took, timeout + 12) << output;
+    // The watchdog's timeout and its question to the silent peer, then the OpenMPI daemons' loss
+    // of a peer that does not answer (3 TCP retransmissions on the cluster's nodes) or of a child
+    // that died. A cut link measured 10-13 s in all on 2 cores; without the retransmission limit,
+    // about 15 minutes.
+    EXPECT_LT(took, timeout + 20) << output;
     EXPECT_TRUE(std::regex_search(output, std::regex(expected))) << "no /" << expected << "/ in:\n" << output;
     EXPECT_TRUE(eventually([&] { return processes_left().empty(); }, 5)) << "left on the nodes:\n" << processes_left();
 
