@@ -3,7 +3,7 @@
 # each with its own address and a shaped link, so that multi-node runs (OpenMPI over TCP, the
 # watchdog, a slow or cut link) can be tried without several machines.
 #
-#   scripts/cluster.sh up N [--name NAME] [--bandwidth 1gbit] [--delay 1ms] [--loss 0%]
+#   scripts/cluster.sh up N [--name NAME] [--owner PID] [--bandwidth 1gbit] [--delay 1ms] [--loss 0%]
 #   scripts/cluster.sh down [--name NAME]
 #   scripts/cluster.sh env [--name NAME]         # the OpenMPI settings, as shell exports
 #   scripts/cluster.sh run NODE -- COMMAND...     # COMMAND on NODE, as when logged in there
@@ -15,7 +15,8 @@
 # clusters (tests running in parallel) do not meet. Every node name resolves through a block of
 # /etc/hosts that `up` adds and `down` removes; each node's own /etc/hosts (ip netns exec mounts
 # /etc/netns/<node>/hosts over it) lists the same names. `up` first removes a leftover cluster of
-# the same name, and removes what it made when it fails halfway.
+# the same name, and every cluster whose --owner process has ended (a test killed before it could
+# take its cluster down), and removes what it made when it fails halfway.
 #
 # OpenMPI starts its daemons on the nodes through scripts/cluster-agent.sh instead of ssh
 # (`env` prints OMPI_MCA_plm_rsh_agent and the interface settings), so after
@@ -125,6 +126,21 @@ teardown() {
   rmdir /etc/netns "$kHiddenDir" "$kStateDir" 2>/dev/null || true
 }
 
+# Clusters whose owner process has ended: what a test killed on its timeout left.
+remove_orphaned_clusters() {
+  local state owner mine="$name"
+  for state in "$kStateDir"/*/owner; do
+    [ -f "$state" ] || continue
+    owner="$(cat "$state")"
+    kill -0 "$owner" 2>/dev/null && continue
+    name="$(basename "$(dirname "$state")")"
+    [ "$name" = default ] && name=""
+    echo "cluster.sh: removing cluster ${name:-(default)}, whose owner (process $owner) has ended" >&2
+    teardown
+  done
+  name="$mine"
+}
+
 shape_link() {  # shape_link <netns or ""> <device> <bandwidth> <delay> <loss>
   local ns="$1" dev="$2" bandwidth="$3" delay="$4" loss="$5"
   local run=()
@@ -147,19 +163,21 @@ shape_link() {  # shape_link <netns or ""> <device> <bandwidth> <delay> <loss>
 cmd_up() {
   local count="$1"
   shift
-  local bandwidth="" delay="" loss=""
+  local bandwidth="" delay="" loss="" owner=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --name) name="$2"; shift 2 ;;
+      --owner) owner="$2"; shift 2 ;;
       --bandwidth) bandwidth="$2"; shift 2 ;;
       --delay) delay="$2"; shift 2 ;;
       --loss) loss="$2"; shift 2 ;;
-      *) die "up: unknown option '$1'; options: --name NAME --bandwidth 1gbit --delay 1ms --loss 1%" ;;
+      *) die "up: unknown option '$1'; options: --name NAME --owner PID --bandwidth 1gbit --delay 1ms --loss 1%" ;;
     esac
   done
   if ! [[ "$count" =~ ^[0-9]+$ ]] || [ "$count" -lt 1 ] || [ "$count" -gt 200 ]; then
     die "up: the node count is '$count'; give a whole number from 1 to 200, such as: cluster.sh up 2"
   fi
+  [[ "$owner" =~ ^[0-9]*$ ]] || die "--owner '$owner': give the id of the process the cluster belongs to"
   [[ "$name" =~ ^[a-z0-9]{0,8}$ ]] ||
     die "--name '$name': use up to 8 lower-case letters and digits (interface names are short)"
   check_can_make_namespaces
@@ -172,6 +190,7 @@ cmd_up() {
   fi
   exec 9>"$kLock"
   flock 9
+  remove_orphaned_clusters
   teardown
   trap 'echo "cluster.sh: up failed; removing what it made" >&2; teardown' ERR
 
@@ -209,6 +228,7 @@ cmd_up() {
   printf '%s' "$addresses" >>/etc/hosts
   mkdir -p "${kStateDir}/${name:-default}"
   echo "${subnet}.0/24" >"${kStateDir}/${name:-default}/subnet"
+  [ -z "$owner" ] || echo "$owner" >"${kStateDir}/${name:-default}/owner"
   trap - ERR
   echo "cluster.sh: ${count} node(s) ${prefix}1..${prefix}${count} on ${subnet}.0/24 (bridge ${bridge}, this machine ${subnet}.254)" \
     "link: ${bandwidth:-unlimited}${delay:+, delay $delay}${loss:+, loss $loss}" >&2

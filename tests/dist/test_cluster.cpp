@@ -114,12 +114,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 class Cluster : public ::testing::Test {
  protected:
-  // A cluster name of up to 8 characters from the test's name: unique to the test, and the same
-  // on every run, so a cluster left by a killed run is removed by the next `up` of that test.
+  // A cluster name of up to 8 characters from the test's name and this process: unique to the
+  // test and the run (the same test may run in two checkouts at once). This process owns it, so a
+  // cluster left by a run killed on its timeout is removed by the next `up` of any test.
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     const size_t hash = std::hash<std::string>{}(std::string(info->test_suite_name()) + "." + info->name());
-    name_ = fmt::format("t{}", hash % 10'000'000);
+    name_ = fmt::format("t{}", (hash ^ static_cast<size_t>(::getpid())) % 10'000'000);
     root_ = fs::temp_directory_path() / ("tessera_cluster_" + name_ + "_" + std::to_string(::getpid()));
     fs::create_directories(root_);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -139,7 +140,7 @@ class Cluster : public ::testing::Test {
   // when namespaces cannot be made here: the caller skips with skip_reason_.
   bool bring_up(int nodes, const std::string& options = "") {
     const CliResult up =
-        run_shell(cluster_script() + " up " + std::to_string(nodes) + " --name " + name_ + " " + options);
+        run_shell(fmt::format("{} up {} --name {} --owner {} {}", cluster_script(), nodes, name_, ::getpid(), options));
     if (up.exit_code == kSkipCode) {
       skip_reason_ = up.output;
       return false;
