@@ -27,7 +27,7 @@
 #     scripts/cluster.sh run node1 -- tessera launch -n 2 --hosts node1:1,node2:1 -- train ...
 #
 # Every node gives up on a TCP connection whose data goes unacknowledged after 3 retransmissions
-# (net.ipv4.tcp_retries2 = 3, about 3 s; the kernel's default of 15 takes about 15 minutes). A cut
+# (net.ipv4.tcp_retries2 = 3, a few seconds; the kernel's default of 15 takes about 15 minutes). A cut
 # link then ends the job in seconds: the watchdog of a rank that waits names the operation, and the
 # OpenMPI daemons on either side of the cut find their connection lost and end their ranks. A job
 # launched from outside the nodes has this machine's mpirun on the far side of the cut, which waits
