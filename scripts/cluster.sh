@@ -65,9 +65,19 @@ check_can_make_namespaces() {
   command -v ip >/dev/null || skip "the 'ip' command (iproute2) is missing"
   command -v tc >/dev/null || skip "the 'tc' command (iproute2) is missing"
   [ "$(id -u)" = 0 ] || skip "network namespaces need root (running as uid $(id -u))"
-  local probe="tessera-probe-$$"
+  local probe="tessera-probe-$$" why=""
   ip netns add "$probe" 2>/dev/null || skip "'ip netns add' fails here (no CAP_SYS_ADMIN, or no network namespaces in this kernel)"
+  # What a cluster is made of, tried once: a container may allow namespaces but not these.
+  if ! ip link add "tcprobe$$" type veth peer name eth0 netns "$probe" 2>/dev/null; then
+    why="veth pairs cannot be made here (no veth driver, or not allowed)"
+  elif ! ip link add "tcprobeb$$" type bridge 2>/dev/null; then
+    why="bridges cannot be made here (no bridge driver, or not allowed)"
+  elif ! ip netns exec "$probe" unshare --uts true 2>/dev/null; then
+    why="'unshare --uts' fails here (the nodes' host names need it)"
+  fi
+  ip link del "tcprobeb$$" 2>/dev/null || true
   ip netns del "$probe"
+  [ -z "$why" ] || skip "$why"
 }
 
 name=""
