@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tessera needs, only those missing. Safe to run repeatedly.
 # clang with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev) and OpenMP (libomp-14-dev)
-# build the fuzz targets of tests/fuzz; everything else is built with GCC.
+# build the fuzz targets of tests/fuzz; everything else is built with GCC. iproute2 (ip, tc) makes
+# the test cluster of scripts/cluster.sh.
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libopenblas-openmp-dev libdnnl-dev libfmt-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libxxhash-dev libsentencepiece-dev sentencepiece
   openmpi-bin libopenmpi-dev bible-kjv
+  iproute2
   coinor-libcbc-dev
   python3-torch python3-numpy
   clang libclang-rt-14-dev libomp-14-dev

@@ -1,4 +1,4 @@
-// tessera launch -n N [--hosts h1,h2 | --hostfile F] [--dry-run] -- <tessera command and args>
+// tessera launch -n N [--hosts h1,h2 | --hostfile F] [--launch-agent CMD] [--network NET] [--dry-run] -- <tessera command and args>
 //
 // Runs this tessera executable on N ranks through mpirun, with the settings that make it work
 // out of the box (see dist/launch.h): no core binding, oversubscription when ranks exceed cores,
@@ -10,6 +10,7 @@
 // and says each rank's different message once, without mpirun's abort text (dist/job_status.h).
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,6 +195,37 @@ void check_command(const CLI::App& app, const std::vector<std::string>& args) {
           hint.empty() ? std::string() : fmt::format("did you mean '{}'? ", hint), list);
 }
 
+// mpirun and its launch agent reach every host by its name: one that does not resolve here would
+// fail only after mpirun has started the daemons of the others, with a screenful about routes and
+// daemons. Checked first, naming the host.
+void check_hosts_resolve(const std::vector<std::string>& names, const std::string& where) {
+  for (const std::string& name : names) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    addrinfo* found = nullptr;
+    const int error = ::getaddrinfo(name.c_str(), nullptr, &hints, &found);
+    if (found != nullptr) ::freeaddrinfo(found);
+    TS_CHECK(error == 0,
+             "launch: host '{}' of {} does not resolve ({}); check its spelling, or add it to /etc/hosts or DNS on "
+             "this machine (mpirun reaches every host by its name)",
+             name, where, ::gai_strerror(error));
+  }
+}
+
+// A launch agent given as a path ("./agent.sh --flag") is made absolute, since mpirun runs it from
+// wherever it is; a bare command name ("rsh") is left for PATH.
+std::string resolve_agent(const std::string& agent) {
+  const std::string program = agent.substr(0, agent.find(' '));
+  if (program.find('/') == std::string::npos) return agent;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(program, ec);
+  TS_CHECK(!ec && ::access(absolute.c_str(), X_OK) == 0,
+           "launch: --launch-agent '{}' is not an executable file; give the path of a program that mpirun calls as "
+           "'agent HOST COMMAND' (such as scripts/cluster-agent.sh), or a command on PATH such as rsh",
+           program);
+  return absolute.string() + agent.substr(program.size());
+}
+
 }  // namespace
 
 void add_launch_command(CLI::App& app) {
@@ -221,6 +253,12 @@ void add_launch_command(CLI::App& app) {
                                   "OpenMP threads per rank, at least 1 (default: cores / ranks per node)");
   cmd->add_option("--mpirun", opts->request.mpirun, "the mpirun program")->capture_default_str();
   cmd->add_option("--mpi-args", opts->mpi_args, "extra mpirun arguments, space-separated (e.g. \"--mca btl_tcp_if_include eth0\")");
+  cmd->add_option("--launch-agent", opts->request.launch_agent,
+                  "how mpirun starts its daemons on the other hosts instead of ssh: a command called as 'agent HOST "
+                  "COMMAND' (OpenMPI's plm_rsh_agent), such as rsh or scripts/cluster-agent.sh");
+  cmd->add_option("--network", opts->request.network,
+                  "the network between hosts, an interface (eth0) or subnet (10.0.0.0/24): the ranks' and daemons' "
+                  "TCP traffic stays on it (btl_tcp_if_include, oob_tcp_if_include)");
   cmd->add_flag("--dry-run", opts->dry_run, "print the mpirun command and exit");
   // After "--" every word belongs to the command, so its own options need no quoting.
   cmd->add_option("command", opts->request.args, "the tessera command to run and its arguments, after --");
@@ -245,6 +283,7 @@ void add_launch_command(CLI::App& app) {
       }
     }
     check_command(app, opts->request.args);
+    if (!opts->request.launch_agent.empty()) opts->request.launch_agent = resolve_agent(opts->request.launch_agent);
     std::istringstream words(opts->mpi_args);
     for (std::string w; words >> w;) opts->request.mpirun_args.push_back(w);
     opts->request.executable = this_executable();
@@ -253,6 +292,11 @@ void add_launch_command(CLI::App& app) {
       fmt::print("{}\n", dist::shell_line(dist::mpirun_command(opts->request, machine)));
       return;
     }
+    // Not in a dry run, which may well be written on a machine that does not know the hosts.
+    std::vector<std::string> host_names;
+    for (const std::string& entry : opts->request.hosts) host_names.push_back(dist::parse_host(entry).name);
+    check_hosts_resolve(host_names, "--hosts");
+    check_hosts_resolve(machine.hostfile_names, "hostfile '" + opts->request.hostfile + "'");
     fmt::print(stderr, "tessera launch: {}\n", dist::shell_line(dist::mpirun_command(opts->request, machine)));
     // On one machine the ranks leave their outcomes for the launcher. Across machines the folder
     // would have to be on a file system every host shares, so there the ranks exit with their own

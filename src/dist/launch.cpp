@@ -28,6 +28,7 @@ std::optional<int> whole_number(std::string_view text) {
 
 struct HostfileInfo {
   int hosts = 0;
+  std::vector<std::string> names;
   std::vector<int> slots;  // per host, 0 where the line gives none
 };
 
@@ -43,6 +44,7 @@ HostfileInfo read_hostfile(const std::string& path) {
     std::string host;
     if (!(words >> host)) continue;
     ++info.hosts;
+    info.names.push_back(host);
     int slots = 0;
     for (std::string word; words >> word;) {
       if (!word.starts_with("slots=")) continue;
@@ -120,6 +122,7 @@ MachineInfo this_machine(const LaunchRequest& request) {
     const HostfileInfo file = read_hostfile(request.hostfile);
     m.hostfile_hosts = file.hosts;
     m.hostfile_slots = file.slots;
+    m.hostfile_names = file.names;
   }
   return m;
 }
@@ -132,6 +135,19 @@ std::vector<std::string> mpirun_command(const LaunchRequest& r, const MachineInf
            r.threads_per_rank);
   const int hosts = !r.hosts.empty() ? static_cast<int>(r.hosts.size()) : !r.hostfile.empty() ? machine.hostfile_hosts : 1;
   TS_CHECK(hosts >= 1, "the hostfile '{}' lists no hosts", r.hostfile);
+  const bool several_hosts = !r.hosts.empty() || !r.hostfile.empty();
+  TS_CHECK(r.launch_agent.empty() || several_hosts,
+           "--launch-agent '{}' starts mpirun's daemons on other hosts, but no hosts are given; add --hosts or "
+           "--hostfile, or leave --launch-agent out to run on this machine",
+           r.launch_agent);
+  TS_CHECK(r.network.empty() || several_hosts,
+           "--network '{}' picks the network between hosts, but no hosts are given; add --hosts or --hostfile, or "
+           "leave --network out (on one machine the ranks talk through shared memory)",
+           r.network);
+  TS_CHECK(r.network.find_first_of(" \t") == std::string::npos,
+           "--network '{}': give one interface name (such as eth0) or subnet (such as 10.0.0.0/24), or several "
+           "separated by commas without spaces",
+           r.network);
 
   // Slots of every host, where all are known: a bare --hosts name is one slot, as for mpirun; a
   // hostfile line without slots= lets mpirun count the host's cores, which only that host knows.
@@ -174,7 +190,11 @@ std::vector<std::string> mpirun_command(const LaunchRequest& r, const MachineInf
   cmd.insert(cmd.end(), {"--bind-to", "none"});
   if (ranks_per_node > machine.cores) cmd.emplace_back("--oversubscribe");
   if (machine.root) cmd.emplace_back("--allow-run-as-root");
-  if (r.hosts.empty() && r.hostfile.empty()) cmd.insert(cmd.end(), {"--mca", "btl", "self,vader"});
+  if (!several_hosts) cmd.insert(cmd.end(), {"--mca", "btl", "self,vader"});
+  if (!r.launch_agent.empty()) cmd.insert(cmd.end(), {"--mca", "plm_rsh_agent", r.launch_agent});
+  if (!r.network.empty()) {
+    cmd.insert(cmd.end(), {"--mca", "btl_tcp_if_include", r.network, "--mca", "oob_tcp_if_include", r.network});
+  }
   cmd.insert(cmd.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", threads)});
   cmd.insert(cmd.end(), {"-x", fmt::format("TESSERA_TERMINAL={}", machine.terminal ? 1 : 0)});
   if (machine.columns > 0) cmd.insert(cmd.end(), {"-x", fmt::format("COLUMNS={}", machine.columns)});

@@ -3,7 +3,9 @@
 // so it is tested without starting anything.
 //
 //   mpirun -n N [--host h1:s,h2:s | --hostfile F] --bind-to none [--oversubscribe]
-//          [--allow-run-as-root] [--mca btl self,vader] -x OMP_NUM_THREADS=T [extra...] EXE ARGS...
+//          [--allow-run-as-root] [--mca btl self,vader] [--mca plm_rsh_agent AGENT]
+//          [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]
+//          -x OMP_NUM_THREADS=T [extra...] EXE ARGS...
 //
 //  - --bind-to none: each rank runs an OpenMP pool and a progress thread; binding a rank to one
 //    core (mpirun's default for few ranks) would squeeze them all onto it.
@@ -13,6 +15,10 @@
 //  - --allow-run-as-root when running as root (containers); OpenMPI refuses otherwise.
 //  - On one machine the transports are pinned to shared memory (btl self,vader), which also works
 //    in containers without a network; across hosts MPI picks its network transport.
+//  - Across hosts, a launch agent replaces ssh as the way mpirun starts its daemons on the other
+//    hosts (any command called as `agent HOST COMMAND`: rsh, a site's wrapper, or the test
+//    cluster's scripts/cluster-agent.sh), and a network (an interface name or a subnet such as
+//    10.0.0.0/24) pins the ranks' TCP traffic and the daemons' to it, where hosts have several.
 //
 // Hosts are checked before anything starts, in the words of the command line: a slot count that
 // is not a positive whole number, a host named twice, or fewer slots in all than ranks (mpirun
@@ -43,6 +49,8 @@ struct LaunchRequest {
   std::string executable{};           // absolute path of the program every rank runs
   std::vector<std::string> args{};    // its arguments
   std::string job_status_dir{};       // given to the ranks as TESSERA_JOB_STATUS (dist/job_status.h); empty: none
+  std::string launch_agent{};         // starts mpirun's daemons on other hosts instead of ssh; empty: ssh
+  std::string network{};              // interface or subnet between hosts; empty: MPI chooses
 };
 
 struct MachineInfo {
@@ -55,6 +63,7 @@ struct MachineInfo {
   // That terminal's width, passed on as COLUMNS so the ranks' progress bars fit it; 0: unknown.
   int columns = 0;
   int hostfile_hosts = 0;           // hosts listed in the request's hostfile (when there is one)
+  std::vector<std::string> hostfile_names{};  // their names, in order
   std::vector<int> hostfile_slots{};  // their slots=K, in order; 0 where a line gives none
 };
 

@@ -159,6 +159,25 @@ TEST(Launch, HostfileSlotCountsAreChecked) {
   std::remove(path.c_str());
 }
 
+// Another way than ssh to start the daemons (the test cluster's agent, rsh, a site's wrapper), and
+// the network the ranks and daemons keep to.
+TEST(Launch, ALaunchAgentAndANetworkGoToMpirun) {
+  LaunchRequest r{.ranks = 2, .hosts = {"node1:1", "node2:1"}, .executable = "/bin/tessera"};
+  r.launch_agent = "/opt/cluster-agent.sh";
+  r.network = "10.0.0.0/24";
+  const auto cmd = mpirun_command(r, MachineInfo{.cores = 2});
+  EXPECT_EQ(after(cmd, "plm_rsh_agent"), "/opt/cluster-agent.sh");
+  EXPECT_EQ(after(cmd, "btl_tcp_if_include"), "10.0.0.0/24");
+  EXPECT_EQ(after(cmd, "oob_tcp_if_include"), "10.0.0.0/24");
+  EXPECT_FALSE(has(cmd, "self,vader"));
+  const auto plain = mpirun_command(LaunchRequest{.ranks = 2, .hosts = {"node1:1", "node2:1"}, .executable = "x"},
+                                    MachineInfo{.cores = 2});
+  EXPECT_FALSE(has(plain, "plm_rsh_agent"));
+  EXPECT_FALSE(has(plain, "btl_tcp_if_include"));
+  r.network = "eth0, eth1";
+  EXPECT_NE(error_of([&] { mpirun_command(r, MachineInfo{}); }).find("without spaces"), std::string::npos);
+}
+
 TEST(Launch, BadRequestsAreRefusedWithAReason) {
   EXPECT_EQ(error_of([] { mpirun_command(LaunchRequest{.ranks = 0, .executable = "x"}, MachineInfo{}); }),
             "-n must be at least 1 (the number of processes to start), got 0");
@@ -197,6 +216,10 @@ TEST(LaunchCommand, BadValuesGetOneClearLine) {
       {"-n 2 -- tessera train", "drop 'tessera'"},
       {"-n 2", "error: launch: give the tessera command to run after \"--\""},
       {"-n two -- train", "error: --ranks takes a number, got 'two'"},
+      {"-n 2 --launch-agent rsh -- train", "error: --launch-agent 'rsh' starts mpirun's daemons on other hosts, but no hosts"},
+      {"-n 2 --network eth0 -- train", "error: --network 'eth0' picks the network between hosts, but no hosts are given"},
+      {"-n 2 --hosts a,b --launch-agent ./no/such/agent -- train",
+       "error: launch: --launch-agent './no/such/agent' is not an executable file"},
   };
   for (const auto& [args, message] : cases) {
     const tessera::testing::CliResult r = tessera::testing::run_tessera("launch --dry-run " + args);
@@ -226,5 +249,27 @@ TEST(LaunchCommand, EachOneMachineJobKeepsMpisSessionFilesInAFolderOfItsOwn) {
   ASSERT_EQ(bases.size(), 2u);
   for (const std::string& base : bases) EXPECT_NE(base.find("tessera-launch-"), std::string::npos) << base;
   EXPECT_NE(bases[0], bases[1]);
+  std::filesystem::remove_all(dir);
+}
+
+// A host name that does not resolve is named before mpirun starts anything (mpirun would start the
+// other hosts' daemons first, then print screens about routes). A stand-in for mpirun records
+// whether it was called; names under .invalid never resolve (RFC 6761).
+TEST(LaunchCommand, AHostThatDoesNotResolveIsNamedBeforeMpirunStarts) {
+  const std::string dir = ::testing::TempDir() + "tessera_launch_resolve_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string fake = dir + "/mpirun";
+  {
+    std::ofstream script(fake);
+    script << "#!/bin/sh\ntouch " << dir << "/called\nexit 0\n";
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  const tessera::testing::CliResult r = tessera::testing::run_tessera(
+      "launch --mpirun " + fake + " -n 2 --hosts localhost:1,node7.invalid:1 -- train --config run.toml");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("error: launch: host 'node7.invalid' of --hosts does not resolve"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("add it to /etc/hosts or DNS"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/called")) << "mpirun was started";
   std::filesystem::remove_all(dir);
 }
