@@ -359,3 +359,17 @@ TEST_F(Export, MoeModelsMixtralCannotHoldAreRefused) {
     EXPECT_FALSE(fs::exists(out / "config.json")) << "a refused export writes nothing";
   }
 }
+
+// Top-1 with the default capacity factor: the note says Mixtral's one gate is 1 where tessera's is
+// the expert's probability, and that this model drops tokens Mixtral would run.
+TEST_F(Export, MixtralNoteSaysWhenTheModelDropsTokens) {
+  const fs::path run = train("llama_moe_top1", "--model.arch llama --model.moe_experts 4 --train.steps 1");
+  const CliResult r = run_tessera("export " + run.string() + " " + (g_root / "llama_moe_top1_hf").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("with num_experts_per_tok = 1 it weights the chosen expert's output by 1, where tessera "
+                          "weights it by that expert's router probability over all 4 experts"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MixtralForCausalLM has no capacity and runs every choice"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(moe_capacity_factor = 1.25)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("moe_capacity_factor >= E / k = 4 drops none"), std::string::npos) << r.output;
+}
