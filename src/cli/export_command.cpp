@@ -32,6 +32,7 @@ void add_export_command(CLI::App& app) {
     const train::ExportResult r = train::export_hf(o->checkpoint, o->out, o->force);
     if (!r.note.empty()) fmt::print("{}\n", r.note);
     fmt::print("exported {} ({}) to {}: {}\n", r.checkpoint, r.model_type, o->out, fmt::join(r.files, ", "));
+    if (!r.forward_differences.empty()) fmt::print("note: {}.\n", r.forward_differences);
   });
 }
 

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace tessera::train {
 
 std::vector<std::pair<std::string, std::string>> export_formats() {
-  return {{"hf", "Hugging Face transformers: model.safetensors, config.json and the tokenizer (GPT-2 and Llama)"}};
+  return {{"hf", "Hugging Face transformers: model.safetensors, config.json and the tokenizer (GPT-2, Llama, and Llama "
+           "with experts as Mixtral)"}};
 }
 
 namespace {
@@ -37,6 +38,9 @@ io::SafeTensorsWriter hf_weights(nn::GPT& model, MemoryAccountant& memory) {
         value = store.value(store.get(t.param)).transpose(0, 1).contiguous(memory, MemoryTag::Workspace);
         break;
       case HfMapping::Rows: value = store.value(store.get(t.param)).slice(0, t.row_begin, t.row_end); break;
+      case HfMapping::Expert:  // one [F, C] or [C, F] block of the stack, contiguous as it is
+        value = store.value(store.get(t.param)).slice(0, t.expert, t.expert + 1).reshape(t.shape);
+        break;
       case HfMapping::Zeros: value = Tensor::zeros(t.shape, DType::F32, MemoryTag::Workspace, memory); break;
     }
     TS_CHECK(value.shape() == t.shape, "export: '{}' from '{}' has shape {}, the layout says {}", t.name, t.param,
@@ -82,15 +86,7 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   result.checkpoint = resolve_checkpoint(checkpoint, "", &result.note);
   const RunConfig run = checkpoint_run_config(read_checkpoint_manifest(result.checkpoint), result.checkpoint);
   const config::ModelConfig& c = run.model;
-  TS_CHECK(c.arch != config::Architecture::Gpt2 || c.kv_heads() == c.n_head,
-           "export: the checkpoint's GPT-2 model has {} key/value heads for its {} heads (grouped-query attention), "
-           "which the Hugging Face GPT-2 model cannot hold; train with model.arch = \"llama\" to export grouped-query "
-           "attention",
-           c.kv_heads(), c.n_head);
-  if (const auto refusal = hf_activation_refusal(c)) TS_FAIL("export: {}", *refusal);
-  TS_CHECK(c.moe_experts == 0,
-           "export: the checkpoint's model has {} experts per MoE block, which the Hugging Face GPT-2 and Llama models "
-           "cannot hold; its weights stay in tessera's checkpoint (tessera sample reads it)", c.moe_experts);
+  if (const auto refusal = hf_refusal(c)) TS_FAIL("export: {}", *refusal);
   MemoryAccountant memory;
   nn::GPT model(c, memory, 0);
   const LoadedWeights loaded = load_weights(result.checkpoint, c, {model.parameters(), model.parameters(), nullptr, {}});
@@ -98,7 +94,8 @@ ExportResult export_hf(const std::string& checkpoint, const std::string& out_dir
   if (!loaded.tokenizer_path.empty()) tokenizer.emplace(data::Tokenizer::load(loaded.tokenizer_path));
 
   const io::SafeTensorsWriter weights = hf_weights(model, memory);
-  result.model_type = hf_model_type(c.arch);
+  result.model_type = hf_model_type(hf_model_of(c));
+  result.forward_differences = mixtral_forward_differences(c);
   fs::create_directories(out);
   weights.write((out / "model.safetensors").string());
   const int32_t bos = tokenizer ? tokenizer->bos_id() : -1, eos = tokenizer ? tokenizer->eos_id() : -1;

@@ -1,7 +1,8 @@
 #pragma once
 // Export of a checkpoint in the layout of Hugging Face transformers, so the model loads with
 // `AutoModelForCausalLM.from_pretrained(dir)` and the tools built on it:
-//   model.safetensors      the weights (f32), by the names of GPT2LMHeadModel or LlamaForCausalLM
+//   model.safetensors      the weights (f32), by the names of GPT2LMHeadModel, LlamaForCausalLM or,
+//                          for a Llama with experts, MixtralForCausalLM
 //   config.json            the architecture, sizes, context length, norm epsilon, rotary base,
 //                          tied or untied head, vocabulary size, BOS/EOS ids (from the tokenizer)
 //   tokenizer.model        the SentencePiece model the data was tokenized with, as it is
@@ -21,7 +22,10 @@ std::vector<std::pair<std::string, std::string>> export_formats();
 struct ExportResult {
   std::string checkpoint;          // the resolved step folder
   std::string note;                // how it was resolved, when not as named (resolve_checkpoint)
-  std::string model_type;          // "gpt2" or "llama"
+  std::string model_type;          // "gpt2", "llama" or "mixtral"
+  // How the Hugging Face class's forward differs from tessera's on these weights (Mixtral's
+  // router: mixtral_forward_differences in train/hf_layout.h), or "" where it is the same.
+  std::string forward_differences;
   std::vector<std::string> files;  // written into the output folder
 };
 

@@ -204,6 +204,11 @@ void place(const std::vector<float>& values, const HfTensor& t, const Shape& par
                "'{}' is not rows {}..{} of '{}'", t.name, t.row_begin, t.row_end, t.param);
       std::copy(values.begin(), values.end(), whole.begin() + t.row_begin * row);
       break;
+    case HfMapping::Expert:
+      TS_CHECK(t.expert < param_shape.at(0) && static_cast<int64_t>(values.size()) == row,
+               "'{}' is not expert {} of '{}'", t.name, t.expert, t.param);
+      std::copy(values.begin(), values.end(), whole.begin() + t.expert * row);
+      break;
     case HfMapping::Zeros:
       break;
   }
@@ -225,6 +230,8 @@ std::vector<std::pair<std::string, std::string>> model_keys(const ModelConfig& m
           {"norm_eps", fmt::format("{}", m.norm_eps)},
           {"rope_theta", fmt::format("{}", m.rope_theta)},
           {"moe_experts", fmt::format("{}", m.moe_experts)},
+          {"moe_top_k", fmt::format("{}", m.moe_top_k)},
+          {"moe_every", fmt::format("{}", m.moe_every)},
           {"activation", config::activation_name(m.mlp_activation())}};
 }
 
@@ -239,8 +246,10 @@ std::string model_differences(const ModelConfig& folder, const ModelConfig& run)
     // HF's GPT-2 always has biases; a model without them takes zero ones (checked as they are read).
     if (key == "bias" && both_gpt2) continue;
     if (key == "rope_theta" && !both_llama) continue;  // only Llama's positions rotate
+    // Read by models with experts only.
+    if ((key == "moe_top_k" || key == "moe_every") && folder.moe_experts == 0 && run.moe_experts == 0) continue;
     if (theirs[i].second == ours[i].second) continue;
-    const std::string_view hf_key = hf_config_key(folder.arch, key);
+    const std::string_view hf_key = hf_config_key(hf_model_of(folder), key);
     differences += fmt::format("{}model.{}: {} {}{} vs config {}", differences.empty() ? "" : "; ", key, kConfigFile,
                                hf_key.empty() ? "" : fmt::format("{} = ", hf_key), theirs[i].second, ours[i].second);
   }
@@ -287,7 +296,7 @@ ModelConfig read_hf_model_config(const std::string& folder) {
 LoadedWeights load_hf_weights(const std::string& folder, const ModelConfig& model, const ModelState& state) {
   const fs::path dir(folder);
   check_same_model(dir, read_hf_model_config(folder), model);
-  HfWeightFiles files(dir, hf_class_name(model.arch));
+  HfWeightFiles files(dir, hf_class_name(hf_model_of(model)));
   std::map<std::string, std::vector<const HfTensor*>> parts;  // by tessera parameter
   const std::vector<HfTensor> tensors = hf_tensors(model);
   for (const HfTensor& t : tensors) {
@@ -323,6 +332,10 @@ LoadedWeights load_hf_weights(const std::string& folder, const ModelConfig& mode
     loaded.note = fmt::format("note: {} tensor{} of '{}' left out (the model has no place for {}): {}{}", unread.size(),
                               unread.size() == 1 ? "" : "s", folder, unread.size() == 1 ? "it" : "them",
                               fmt::join(named, ", "), unread.size() > kNamed ? ", ..." : "");
+  }
+  if (const std::string differences = mixtral_forward_differences(model); !differences.empty()) {
+    loaded.note += fmt::format("{}note: '{}' holds a Mixtral model, and tessera's forward of it is not "
+                               "MixtralForCausalLM's: {}.", loaded.note.empty() ? "" : "\n", folder, differences);
   }
   return loaded;
 }

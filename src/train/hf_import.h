@@ -1,14 +1,16 @@
 #pragma once
 // Import of a folder in the Hugging Face layout (train/hf_layout.h), as `tessera export --format hf`
 // writes it and as GPT-2 and Llama models are published:
-//   config.json            model_type "gpt2" (GPT2LMHeadModel) or "llama" (LlamaForCausalLM), sizes
+//   config.json            model_type "gpt2" (GPT2LMHeadModel), "llama" (LlamaForCausalLM) or
+//                          "mixtral" (MixtralForCausalLM: a Llama with experts), sizes
 //   model.safetensors      the weights; or shards model-0000N-of-0000M.safetensors with
 //                          model.safetensors.index.json, whose weight_map names each tensor's shard.
 //                          F32, BF16 or F16, read as f32. Names may lack the "transformer." or
 //                          "model." prefix (checkpoints saved from the base model, as GPT-2's own).
 //   tokenizer.model        optional: the SentencePiece model (`tessera sample` needs it)
 // Tensors the model has no place for (buffers such as GPT-2's attention masks) are left out, and
-// the note says which.
+// the note says which. For a Mixtral model the note also says how tessera's forward differs from
+// MixtralForCausalLM's (train/hf_layout.h: mixtral_forward_differences).
 #include <string>
 
 #include "config/model_config.h"

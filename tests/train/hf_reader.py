@@ -1,14 +1,19 @@
 #!/usr/bin/python3
 """Reads a model exported in the Hugging Face layout and computes its loss on a batch.
 
-It knows nothing of tessera: the forward passes of GPT2LMHeadModel and LlamaForCausalLM are
-written here from the Hugging Face names and config.json alone, as transformers defines them
-(GPT-2: Conv1D weights [in, out], learned positions, LayerNorm, GELU tanh approximation, head tied
-to wte unless lm_head.weight is given; Llama: RMSNorm, rotate-half rotary positions with
-inv_freq = 1 / theta^(2i/D), SwiGLU MLP, q/k/v/o projections as nn.Linear [out, in]). Agreement of
-its loss with tessera's says the export's names, transposes, splits and config are right.
+It knows nothing of tessera: the forward passes of GPT2LMHeadModel, LlamaForCausalLM and
+MixtralForCausalLM are written here from the Hugging Face names and config.json alone, as
+transformers defines them (GPT-2: Conv1D weights [in, out], learned positions, LayerNorm, GELU tanh
+approximation, head tied to wte unless lm_head.weight is given; Llama: RMSNorm, rotate-half rotary
+positions with inv_freq = 1 / theta^(2i/D), SwiGLU MLP, q/k/v/o projections as nn.Linear
+[out, in]; Mixtral: Llama with every MLP a sparse MoE block, router `gate` [E, C], softmax over the
+experts, the top num_experts_per_tok kept and their weights renormalized to sum to 1, experts
+w2(silu(w1 x) * w3 x), no capacity). Agreement of its loss with tessera's says the export's names,
+transposes, splits and config are right.
 
-Usage: hf_reader.py MODEL_DIR BATCH.safetensors
+Usage: hf_reader.py MODEL_DIR BATCH.safetensors [--unnormalized-gates]
+--unnormalized-gates weights Mixtral's chosen experts by their softmax probabilities as they are,
+without the renormalization (tessera's router), so that the loss can be compared with tessera's.
 BATCH holds `tokens` and `targets` ([B, T] int32). Prints one JSON line:
 {"loss": <mean cross-entropy>, "model_type": ..., "tensors": <count>}.
 It fails (non-zero exit, message on stderr) when a tensor is missing, has the wrong shape, or is
@@ -105,7 +110,25 @@ def gpt2_logits(cfg, w, tokens):
     return x @ head.t()
 
 
-def llama_logits(cfg, w, tokens):
+def mixtral_moe(cfg, w, p, h, unnormalized_gates):
+    """MixtralSparseMoeBlock of layer prefix p on h [B, T, C]."""
+    C, Fh = cfg["hidden_size"], cfg["intermediate_size"]
+    E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    x = h.reshape(-1, C)
+    probs = torch.softmax(F.linear(x, w.take(p + "block_sparse_moe.gate.weight", (E, C))), dim=-1)
+    gates, chosen = torch.topk(probs, k, dim=-1)
+    if not unnormalized_gates:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        q = f"{p}block_sparse_moe.experts.{e}."
+        y = F.silu(F.linear(x, w.take(q + "w1.weight", (Fh, C)))) * F.linear(x, w.take(q + "w3.weight", (Fh, C)))
+        y = F.linear(y, w.take(q + "w2.weight", (C, Fh)))
+        out = out + (gates * (chosen == e)).sum(dim=-1, keepdim=True) * y
+    return out.view(h.shape)
+
+
+def llama_logits(cfg, w, tokens, unnormalized_gates=False):
     V, C, L, H = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
     D = cfg.get("head_dim") or C // H
@@ -144,6 +167,9 @@ def llama_logits(cfg, w, tokens):
         y = causal_attention(rotate(q), rotate(k), v).transpose(1, 2).reshape(B, T, H * D)
         x = x + linear(p + "self_attn.o_proj", y, H * D, C, attn_bias)
         h = rms(p + "post_attention_layernorm", x)
+        if cfg["model_type"] == "mixtral":
+            x = x + mixtral_moe(cfg, w, p, h, unnormalized_gates)
+            continue
         g = F.silu(linear(p + "mlp.gate_proj", h, C, Fh, mlp_bias)) * linear(p + "mlp.up_proj", h, C, Fh, mlp_bias)
         x = x + linear(p + "mlp.down_proj", g, Fh, C, mlp_bias)
     x = rms("model.norm", x)
@@ -152,11 +178,12 @@ def llama_logits(cfg, w, tokens):
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) not in (3, 4) or (len(argv) == 4 and argv[3] != "--unnormalized-gates"):
         print(__doc__, file=sys.stderr)
         return 2
     torch.set_num_threads(2)
     model_dir, batch_path = argv[1], argv[2]
+    unnormalized_gates = len(argv) == 4
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     tensors, meta = read_safetensors(os.path.join(model_dir, "model.safetensors"))
@@ -165,9 +192,13 @@ def main(argv):
     batch, _ = read_safetensors(batch_path)
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
     w = Weights(tensors)
-    kinds = {"gpt2": gpt2_logits, "llama": llama_logits}
+    kinds = {
+        "gpt2": gpt2_logits,
+        "llama": llama_logits,
+        "mixtral": lambda cfg, w, tokens: llama_logits(cfg, w, tokens, unnormalized_gates),
+    }
     if cfg.get("model_type") not in kinds:
-        raise ValueError(f"config.json model_type {cfg.get('model_type')!r} is not gpt2 or llama")
+        raise ValueError(f"config.json model_type {cfg.get('model_type')!r} is not gpt2, llama or mixtral")
     with torch.no_grad():
         logits = kinds[cfg["model_type"]](cfg, w, tokens)
         loss = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))

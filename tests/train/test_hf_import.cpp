@@ -1,9 +1,9 @@
 // Import of the Hugging Face layout (train/hf_import.h), through the real program: a folder that
 // `tessera export --format hf` wrote starts a run (train.init_from) whose losses equal, bit for bit,
-// those of a run started from the checkpoint it was exported from, for GPT-2 and Llama; the same
-// folder rewritten by the test as two shards with an index, or with bf16 or f16 tensors, or with
-// the names of a base model, loads as it should; `tessera sample` reads it; and each kind of broken
-// folder is refused with a message that names the problem.
+// those of a run started from the checkpoint it was exported from, for GPT-2, Llama and Mixtral;
+// the same folder rewritten by the test as two shards with an index, or with bf16 or f16 tensors,
+// or with the names of a base model, loads as it should; `tessera sample` reads it; and each kind of
+// broken folder is refused with a message that names the problem.
 #include <gtest/gtest.h>
 
 #include <utility>
@@ -167,6 +167,22 @@ TEST_F(HfImport, LlamaExportStartsARunAsItsCheckpointDoes) {
       "--model.arch llama --model.tied_embeddings false --model.n_head 4 --model.n_kv_head 2 --model.rope_theta 500";
   const fs::path run = train_and_export("llama", llama);
   EXPECT_EQ(losses_from(hf("llama"), "llama_from_hf", llama), losses_from(run, "llama_from_run", llama));
+}
+
+// A Llama with experts, exported as Mixtral (top-2, a capacity that drops no token), starts a run as
+// its checkpoint does; the note says how MixtralForCausalLM's forward differs. A run whose model
+// routes otherwise is refused naming the key.
+TEST_F(HfImport, MixtralExportStartsARunAsItsCheckpointDoes) {
+  const std::string moe = "--model.arch llama --model.moe_experts 4 --model.moe_top_k 2 --model.moe_capacity_factor 2";
+  const fs::path run = train_and_export("mixtral", moe);
+  EXPECT_EQ(losses_from(hf("mixtral"), "mixtral_from_hf", moe), losses_from(run, "mixtral_from_run", moe));
+  const CliResult noted = train_from(hf("mixtral"), "mixtral_noted", moe + " --train.steps 1");
+  EXPECT_NE(noted.output.find("holds a Mixtral model, and tessera's forward of it is not MixtralForCausalLM's"),
+            std::string::npos) << noted.output;
+  const CliResult top1 = train_from(hf("mixtral"), "mixtral_top1", moe + " --model.moe_top_k 1");
+  EXPECT_NE(top1.exit_code, 0);
+  EXPECT_NE(top1.output.find("model.moe_top_k: config.json num_experts_per_tok = 2 vs config 1"), std::string::npos)
+      << top1.output;
 }
 
 // Squared ReLU: exported with activation_function "relu2", read back as model.activation = "relu2";
@@ -379,6 +395,28 @@ TEST(HfConfig, PublishedConfigsAndTheirRefusals) {
   EXPECT_EQ(l.rope_theta, 10000.0f);
   EXPECT_EQ(l.parameter_count(), 6738415616) << "Llama-2-7B";
 
+  // Mixtral-8x7B's config.json: a Llama with 8 experts in every layer, top-2, and the capacity
+  // factor E / k at which tessera drops no token either.
+  const nlohmann::json mixtral = nlohmann::json::parse(R"({
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000})");
+  const config::ModelConfig m = train::model_config_from_hf(mixtral, "mixtral/config.json");
+  EXPECT_EQ(m.arch, config::Architecture::Llama);
+  EXPECT_EQ(m.moe_experts, 8);
+  EXPECT_EQ(m.moe_top_k, 2);
+  EXPECT_EQ(m.moe_every, 1);
+  EXPECT_EQ(m.moe_capacity_factor, 4.0f);
+  EXPECT_EQ(m.rope_theta, 1e6f);
+  EXPECT_FALSE(m.bias);
+  EXPECT_EQ(m.parameter_count(), 46702792704) << "Mixtral-8x7B";
+  nlohmann::json no_theta = mixtral;
+  no_theta.erase("rope_theta");
+  EXPECT_EQ(train::model_config_from_hf(no_theta, "x/config.json").rope_theta, 1e6f) << "MixtralConfig's default";
+
   const auto refusal = [](nlohmann::json j) {
     try {
       train::model_config_from_hf(j, "x/config.json");
@@ -415,6 +453,13 @@ TEST(HfConfig, PublishedConfigsAndTheirRefusals) {
   nlohmann::json relu_llama = llama;
   relu_llama["hidden_act"] = "relu";
   EXPECT_NE(refusal(relu_llama).find("hidden_act \"relu\""), std::string::npos) << refusal(relu_llama);
+  nlohmann::json windowed = mixtral;
+  windowed["sliding_window"] = 4096;
+  EXPECT_NE(refusal(windowed).find("sliding_window = 4096 is shorter than the context"), std::string::npos)
+      << refusal(windowed);
+  nlohmann::json top3 = mixtral;
+  top3["num_experts_per_tok"] = 3;
+  EXPECT_NE(refusal(top3).find("model.moe_top_k = 3 is not supported"), std::string::npos) << refusal(top3);
   nlohmann::json odd_heads = gpt2;
   odd_heads["n_head"] = 7;
   EXPECT_NE(refusal(odd_heads).find("describes a model tessera cannot build"), std::string::npos)
