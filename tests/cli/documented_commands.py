@@ -38,6 +38,7 @@ SKIPPED = {
     "RUNS=": "benchmarks take minutes on purpose",
     "SVG=": "benchmarks take minutes on purpose",
     "#!/bin/bash": "a Slurm batch script (sbatch is not here)",
+    "scripts/cluster.sh": "makes network namespaces (tests/dist/test_cluster.cpp runs the cluster)",
 }
 
 # Commands that start jobs on other machines run with --dry-run.
