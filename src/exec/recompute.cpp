@@ -1,5 +1,7 @@
 #include "exec/recompute.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -214,13 +216,13 @@ memory::remat::ChainCheckmate plan_checkmate(const config::ModelConfig& model, c
   const double mib = 1048576.0;
   TS_CHECK(plan.found,
            "memory.activation_budget_mb = {:.2f} is below the {:.2f} MiB memory.recompute = \"checkmate\" needs at "
-           "the least for a microbatch of {} × {} (the solver {} within memory.solver_seconds = {}); raise the budget "
-           "or lower train.micro_batch_size",
+           "the least for a microbatch of {} × {} ({}); raise the budget or lower train.micro_batch_size",
            static_cast<double>(options.budget_bytes) / mib, static_cast<double>(plan.least_budget + outside) / mib, B,
            T,
-           plan.status == memory::remat::SolveStatus::Infeasible ? "proved that no schedule fits"
-                                                                  : "found no schedule that fits",
-           options.solver_seconds);
+           plan.status == memory::remat::SolveStatus::Infeasible
+               ? std::string("the solver proved that no schedule fits")
+               : fmt::format("the solver found no schedule that fits within memory.solver_seconds = {}",
+                             options.solver_seconds));
   return plan;
 }
 

@@ -187,7 +187,7 @@ std::string describe_checkmate(const exec::StagePlan& stages) {
     if (stages.stages.size() > 1) text += fmt::format(" stage {}", s);
     switch (c->source) {
       case memory::remat::ChainPlanSource::Solved:
-        text += fmt::format(" {} in {:.1f} s", memory::remat::solve_status_name(c->status), c->solve_seconds);
+        text += fmt::format(" {} in {:.2f} s", memory::remat::solve_status_name(c->status), c->solve_seconds);
         break;
       case memory::remat::ChainPlanSource::Cached:
         text += fmt::format(" {}, read from the cache", memory::remat::solve_status_name(c->status));
