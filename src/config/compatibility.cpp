@@ -125,10 +125,6 @@ const std::vector<Refusal> kRefusals = {
      "compressed gradient exchanges are not composed with the experts' own reduction group yet",
      "use parallel.compression = \"none\" and an exact optimizer with expert parallelism, or parallel.ep = 1"},
     {{F::Moe},
-     {F::Bf16, F::Fp16},
-     "the MoE router and its row moves run in fp32 only so far",
-     "use precision.compute = \"fp32\" with MoE, or a dense model"},
-    {{F::Moe},
      {F::SequenceParallel},
      "the router's capacity is counted over a microbatch's whole sequences, which sequence parallelism splits over "
      "the tensor-parallel ranks",
@@ -236,6 +232,7 @@ constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlann
 constexpr std::string_view kDtrCli = "ParallelTraining.DtrUnderZero3AndPipelinesLogsTheLossesOfNone";
 constexpr std::string_view kCheckmateCli = "ParallelTraining.CheckmateUnderZero3AndPipelinesLogsTheLossesOfNone";
 constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
+constexpr std::string_view kMoeBf16Cli = "ParallelTraining.MoeInBf16TracksFp32AndResumesBitwise";
 constexpr std::string_view kFp16CompressionCli = "Fp16Compression.SkippedStepsLeaveTheCompressorsStateAsTheyFoundIt";
 constexpr std::string_view kLosslessEncodingCli = "ActivationEncoding.LosslessEncodingGivesTheSameRunUnderEveryLayout";
 constexpr std::string_view kEncodedOffloadCli = "ActivationEncoding.OffloadingMovesTheEncodedBytes";
@@ -341,6 +338,8 @@ const std::vector<TestedPair> kTested = {
     {F::ExpertParallel, F::RecomputeFull, {"parallel_moe_2"}},
     {F::ExpertParallel, F::RecomputeSelective, {"parallel_moe_4"}},
     {F::ExpertParallel, F::Moe, {"parallel_moe_2", kExpertParallelCli}},
+    {F::ExpertParallel, F::Bf16, {"parallel_moe_precision_2", kMoeBf16Cli}},
+    {F::ExpertParallel, F::Fp16, {"parallel_moe_precision_2"}},
     {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::Interleaved, {"parallel_pipeline_parity_2", kPipelinedCli}},
@@ -367,6 +366,8 @@ const std::vector<TestedPair> kTested = {
     {F::RecomputeFull, F::Moe, {"parallel_moe_2"}},
     {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},
     {F::Bf16, F::GradBf16, {kMixedPrecisionCli}},
+    {F::Bf16, F::Moe, {"parallel_moe_precision_2", kMoeBf16Cli}},
+    {F::Fp16, F::Moe, {"parallel_moe_precision_2"}},
     {F::Fp16, F::GradBf16, {kMixedPrecisionCli}},
     {F::Adafactor, F::TensorParallel, {"parallel_tensor_parallel_2", "parallel_tensor_parallel_4"}},
     {F::Fp16, F::TopK, {kFp16CompressionCli}},

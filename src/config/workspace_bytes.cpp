@@ -8,30 +8,36 @@ namespace tessera::config {
 
 namespace {
 
-// An MoE feed-forward's workspace (nn/moe.cpp), in f32 (MoE runs in f32 only), for N tokens on a
-// rank of `ep` expert-parallel ranks holding El = E/ep experts, each with Rc = ep · capacity rows
-// (its buffers are capacity-sized whatever the routing). k choices per token, `sent` <= N·k of them
-// kept: the bound N·k is taken (the drops' few bytes of gate vectors aside, the peak is exact).
-//   forward:  the router's logits [N, E]; then dispatch: send [N·k, C] and recv [El·Rc, C]; then
+// An MoE feed-forward's workspace (nn/moe.cpp) for N tokens on a rank of `ep` expert-parallel ranks
+// holding El = E/ep experts, each with Rc = ep · capacity rows (its buffers are capacity-sized
+// whatever the routing). k choices per token, `sent` <= N·k of them kept: the bound N·k is taken
+// (the drops' few bytes of gate vectors aside, the peak is exact). The rows are in the compute
+// dtype, the router's tensors f32:
+//   forward:  the router's logits [N, E] (16-bit compute: beside the f32 copies of its input
+//             [N, C] and weight [E, C]); then dispatch: send [N·k, C] and recv [El·Rc, C]; then
 //             the experts' output [El·Rc, C] beside recv;
 //   backward: the gates' gradient rows and scales (2 sent) and dgate [N, k], then send [N·k, C],
 //             recv, dout and din [El·Rc, C] each, and one expert's dact and dpre [Rc, F] (SwiGLU:
 //             also dup [Rc, F] and the up projection's dx [Rc, C]); after the experts, send, the
-//             returned input gradients [N·k, C], the router's dprob [E], dlogits [N, E] and dx [N, C].
+//             returned input gradients [N·k, C], the router's dprob [E], dlogits [N, E] and dx
+//             [N, C] (16-bit compute: beside the f32 copies of its input and weight, which outweigh
+//             the 16-bit dx it is rounded into after them).
 struct MoeWorkspace {
   int64_t forward = 0, backward = 0;
 };
 
-MoeWorkspace moe_workspace_bytes(const ModelConfig& c, int64_t N, int ep) {
+MoeWorkspace moe_workspace_bytes(const ModelConfig& c, int64_t N, int ep, DType compute) {
   const int64_t C = c.n_embd, F = c.ffn(), E = c.moe_experts, k = c.moe_top_k, f32 = 4;
+  const auto value = static_cast<int64_t>(dtype_size(compute));
   const int64_t El = E / ep, Rc = ep * c.moe_capacity(N), rows = El * Rc;
   const bool swiglu = c.gated_mlp();
   const int64_t gates = 3 * N * k, send = N * k * C;
+  const int64_t router_copies = compute == DType::F32 ? 0 : N * C + E * C;
   MoeWorkspace w;
-  w.forward = f32 * std::max({N * E, send + rows * C, 2 * rows * C});
-  const int64_t experts = gates + send + 3 * rows * C + 2 * Rc * F + (swiglu ? Rc * F + Rc * C : 0);
-  const int64_t router = gates + 2 * send + E + N * E + N * C;
-  w.backward = f32 * std::max(experts, router);
+  w.forward = std::max({f32 * (N * E + router_copies), value * (send + rows * C), value * 2 * rows * C});
+  const int64_t experts = f32 * gates + value * (send + 3 * rows * C + 2 * Rc * F + (swiglu ? Rc * F + Rc * C : 0));
+  const int64_t router = f32 * (gates + E + N * E + N * C + router_copies) + value * 2 * send;
+  w.backward = std::max(experts, router);
   return w;
 }
 
@@ -104,7 +110,7 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
     }
     // An MoE block (never under sp): its feed-forward in place of the MLP's, under the same dy and
     // dropped-out copy; its routing buffers are taken beside every kept tensor.
-    const MoeWorkspace moe = moe_workspace_bytes(c, B * T, ep);
+    const MoeWorkspace moe = moe_workspace_bytes(c, B * T, ep, compute);
     const int64_t moe_block = std::max({mlp_base + moe.backward, attention, 5 * R});
     bytes.push_back({.forward = moe.forward, .backward = moe_block, .input_gradient = R,
                      .backward_beside_activations = moe_block});

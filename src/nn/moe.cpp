@@ -43,6 +43,14 @@ Tensor expert_block(const Tensor& stacked, int64_t e) {
 }
 
 Tensor i32(StepContext& step, int64_t n, MemoryTag tag) { return Tensor::empty({n}, DType::I32, tag, step.memory); }
+
+// t in f32: itself when it is f32, else a widened copy in workspace.
+Tensor in_f32(StepContext& step, const Tensor& t) {
+  if (t.dtype() == DType::F32) return t;
+  Tensor wide = step.workspace(t.shape(), DType::F32);
+  ops::widen(wide, t);
+  return wide;
+}
 }  // namespace
 
 void MoeFeedForward::exchange(StepContext& step, const Tensor& send, std::span<const int64_t> send_rows,
@@ -89,9 +97,11 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
            El, P, E);
   const int64_t capacity = config_.moe_capacity(N), R = P * capacity;
 
-  // Router, in f32 (mixed precision is refused with MoE when the config is read).
+  // The router runs in f32 whatever the compute dtype, so that which expert a token goes to does not
+  // turn on 16-bit rounding of its logits (Megatron-LM's fp32 router): the 16-bit input and weight
+  // copy are widened, exactly, and their products summed in f32. The input stays saved in 16 bits.
   Tensor logits = step.workspace({N, E}, DType::F32);
-  ops::linear_forward(logits, x, step.weight(router_.weight()), Tensor());
+  ops::linear_forward(logits, in_f32(step, x), in_f32(step, step.weight(router_.weight())), Tensor());
   ctx.router.inp = x;
   ctx.grad_scale = step.grad_scale;
   ctx.probs = step.statistics({N, E});
@@ -285,7 +295,17 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
   if (dprob.defined()) ops::moe_aux_loss(dprob, ctx.probs, ctx.choice);
   Tensor dlogits = step.workspace({N, E}, DType::F32);
   ops::moe_router_backward(dlogits, ctx.probs, ctx.lse, ctx.choice, dgate, dprob, aux_coef, z_coef);
-  Tensor dx = router_.backward(step, ctx.router, dlogits, BackwardPart::Both);  // [N, C]
+  // The router's backward in f32, as its forward; its input gradient joins the experts' in the
+  // compute dtype.
+  const Parameter& router_weight = router_.weight();
+  Tensor dx = step.workspace({N, C}, DType::F32);
+  ops::linear_backward(dx, step.grad(router_weight), Tensor(), dlogits, in_f32(step, ctx.router.inp),
+                       in_f32(step, step.weight(router_weight)));
+  if (step.compute != DType::F32) {
+    Tensor narrowed = step.workspace({N, C});
+    ops::narrow(narrowed, dx);
+    dx = narrowed;
+  }
   ops::scatter_add_rows(dx, din_rows.slice(0, 0, ctx.sent), sent_token);
   ctx = Ctx{};
   return dx.reshape(dy_in.shape());

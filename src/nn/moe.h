@@ -20,6 +20,14 @@
 // that is the mean over microbatches of the per-microbatch losses, summed over the MoE layers,
 // as in Switch. They are reported, not added to the language-model loss.
 //
+// Under mixed precision (precision.compute = "bf16" or "fp16") the routing is f32 and the rest is
+// in the compute dtype: the router's logits (from the widened 16-bit input and weight copy), its
+// softmax, top-k choice, gates and the aux and z losses, and their gradients, are f32, so that a
+// token's experts do not turn on 16-bit rounding; the rows sent to the experts, the experts'
+// matmuls (on their 16-bit working copies, like every dense weight), the rows coming back and the
+// all-to-all of expert parallelism are 16-bit. Every parameter gradient accumulates in f32, and
+// fp16's loss scale reaches the router's own losses through grad_scale like the token loss.
+//
 // Expert weights are stacked, [E, F, C] for the first projection, so expert parallelism splits
 // dimension 0 over the ep group like any other sharded parameter (nn/parameters.h ShardSpec); a
 // rank runs the experts of its block, E_l = E / P of them. The router is replicated. Under tensor

@@ -54,6 +54,22 @@ void add_bias_backward(const Tensor& db, const Tensor& dy) {
   });
 }
 
+void widen(const Tensor& out, const Tensor& x) {
+  OpCall call("ops::widen", ProfileCategory::Cast);
+  call.operands({{x, "x"}}).accumulators({{out, "out"}});
+  call.same_shape(out, "out", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::widen<T>(out.data<compute_t<T>>(), x.data<T>(), n); });
+}
+
+void narrow(const Tensor& out, const Tensor& x) {
+  OpCall call("ops::narrow", ProfileCategory::Cast);
+  call.operands({{out, "out"}}).accumulators({{x, "x"}});
+  call.same_shape(out, "out", x, "x");
+  const auto n = static_cast<size_t>(x.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::narrow<T>(out.data<T>(), x.data<compute_t<T>>(), n); });
+}
+
 void dropout_forward(const Tensor& y, const Tensor& x, float p, uint64_t seed, uint64_t stream, uint64_t offset) {
   OpCall call("ops::dropout_forward", ProfileCategory::Elementwise);
   call.operands({{y, "y"}, {x, "x"}});

@@ -15,6 +15,13 @@ void add_bias(const Tensor& y, const Tensor& b);
 // parameter gradient) whatever dy's dtype.
 void add_bias_backward(const Tensor& db, const Tensor& dy);
 
+// out (f32, written) = x widened from its dtype (f32, bf16 or f16): exact, every 16-bit value is an
+// f32 one. For the parts of a mixed-precision step that run in f32 whatever the compute dtype (an
+// MoE router, nn/moe.h).
+void widen(const Tensor& out, const Tensor& x);
+// out (written) = x (f32) rounded to out's dtype (nearest even for bf16 and f16).
+void narrow(const Tensor& out, const Tensor& x);
+
 // Inverted dropout with the counter-based RNG: element i of x is kept iff
 // uniform(seed, stream, offset + i) >= p and then scaled by 1 / (1 - p); p in [0, 1]. No mask is
 // stored: the backward regenerates it from the same (seed, stream, offset). y may be x (in place).

@@ -63,10 +63,11 @@ MoeLayerTime moe_layer_extra_time(const config::ModelConfig& m, const Layout& l,
     const Gemm down{"down", tokens, h, width};
     return s + (backward ? gemm_backward_seconds(c, l.precision, down) : gemm_seconds(c, l.precision, down));
   };
+  // The router runs in f32 whatever the compute precision (nn/moe.h).
   const Gemm router{"router", rows, m.moe_experts, h};
   // Experts are whole on every tp rank; the dense MLP this replaces was F/t wide.
-  t.forward = k * mlp(rows, F, false) - mlp(rows, Ft, false) + gemm_seconds(c, l.precision, router);
-  t.backward = k * mlp(rows, F, true) - mlp(rows, Ft, true) + gemm_backward_seconds(c, l.precision, router);
+  t.forward = k * mlp(rows, F, false) - mlp(rows, Ft, false) + gemm_seconds(c, Precision::Fp32, router);
+  t.backward = k * mlp(rows, F, true) - mlp(rows, Ft, true) + gemm_backward_seconds(c, Precision::Fp32, router);
   const double pass = moe_all_to_all_pass_bytes(m, l) * l.ep / std::max(1, l.ep - 1);  // the whole send buffer
   t.forward_comm = 2 * all_to_all_seconds(groups.ep, l.ep > 1 ? pass : 0);
   t.backward_comm = t.forward_comm;

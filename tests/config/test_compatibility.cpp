@@ -199,11 +199,20 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
 
   s = {};
   s.moe_experts = 8;
-  s.ep = 4;
-  s.compute = "bf16";
+  s.tp = 2;
+  s.sp = true;
   m = compatibility_refusal(s);
   ASSERT_TRUE(m.has_value());
-  EXPECT_TRUE(m->starts_with("model.moe_experts = 8 with precision.compute = \"bf16\": the MoE router")) << *m;
+  EXPECT_TRUE(m->starts_with("model.moe_experts = 8 with parallel.sp = true: the router's capacity")) << *m;
+
+  // MoE runs in 16 bits, its experts split or not.
+  s = {};
+  s.moe_experts = 8;
+  s.ep = 4;
+  for (const char* compute : {"bf16", "fp16"}) {
+    s.compute = compute;
+    EXPECT_FALSE(compatibility_refusal(s).has_value()) << compute;
+  }
 
   s = {};
   s.ep = 2;

@@ -1,9 +1,11 @@
 // The mixture-of-experts layer and a model built with it: parameters and memory equal the
-// formulas, the routing honours the capacity, and the layer's gradient (experts, router, the
-// load-balancing and z losses, the dispatch and combine between them) equals finite differences.
+// formulas, the routing honours the capacity, the layer's gradient (experts, router, the
+// load-balancing and z losses, the dispatch and combine between them) equals finite differences,
+// and under 16-bit compute the routing is the f32 routing of the same 16-bit values.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <utility>
@@ -56,6 +58,66 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint64_t stream) {
     t[static_cast<size_t>(i)] = static_cast<int32_t>(uniform(9, stream, static_cast<uint64_t>(i)) * static_cast<float>(vocab));
   }
   return t;
+}
+
+// The 16-bit working copies of a store's parameters (what mixed precision's WorkingCopies answers),
+// with the store's f32 gradients.
+class SixteenBitCopies final : public nn::ParameterAccess {
+ public:
+  SixteenBitCopies(nn::ParameterStore& store, DType dtype, MemoryAccountant& mem) : store_(store) {
+    for (const nn::Parameter& p : store.all()) {
+      const Tensor source = store.weight(p);
+      Tensor copy = Tensor::empty(source.shape(), dtype, MemoryTag::WorkingCopies, mem);
+      round_into(copy, source);
+      copies_.push_back(copy);
+    }
+  }
+  Tensor weight(const nn::Parameter& p) override { return copies_[static_cast<size_t>(p.id)]; }
+  Tensor grad(const nn::Parameter& p) override { return store_.grad(p); }
+
+  // f32 `source` rounded into the 16-bit `copy`.
+  static void round_into(const Tensor& copy, const Tensor& source) {
+    const auto n = static_cast<size_t>(source.numel());
+    if (copy.dtype() == DType::BF16) {
+      convert_f32_to_bf16(copy.data<bf16>(), source.data<float>(), n);
+    } else {
+      convert_f32_to_f16(copy.data<f16>(), source.data<float>(), n);
+    }
+  }
+  // `t` (f32) replaced by its values rounded to `dtype`.
+  static void round_in_place(const Tensor& t, DType dtype, MemoryAccountant& mem) {
+    Tensor half = Tensor::empty(t.shape(), dtype, MemoryTag::Workspace, mem);
+    round_into(half, t);
+    const auto n = static_cast<size_t>(t.numel());
+    if (dtype == DType::BF16) {
+      convert_bf16_to_f32(t.data<float>(), half.data<bf16>(), n);
+    } else {
+      convert_f16_to_f32(t.data<float>(), half.data<f16>(), n);
+    }
+  }
+
+ private:
+  nn::ParameterStore& store_;
+  std::vector<Tensor> copies_;  // [parameter id]
+};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// ‖a − b‖ / ‖b‖ over the elements, a in any float dtype, b f32.
+double relative_distance(const Tensor& a, const Tensor& b) {
+  std::vector<float> wide(static_cast<size_t>(a.numel()));
+  if (a.dtype() == DType::BF16) convert_bf16_to_f32(wide.data(), a.data<bf16>(), wide.size());
+  if (a.dtype() == DType::F16) convert_f16_to_f32(wide.data(), a.data<f16>(), wide.size());
+  if (a.dtype() == DType::F32) std::memcpy(wide.data(), a.data<float>(), a.nbytes());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    const double d = double{wide[i]} - b.data<float>()[i];
+    diff += d * d;
+    norm += double{b.data<float>()[i]} * b.data<float>()[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 }  // namespace
@@ -208,6 +270,72 @@ TEST(Moe, LayerGradientMatchesFiniteDifferences) {
       }
       // A term left out of the backward is caught: the aux and z losses matter at these weights.
       EXPECT_GT(c.moe_aux_loss_coef, 0.0f);
+    }
+  }
+}
+
+// Under bf16 and fp16 compute the router runs in f32 on its 16-bit input and weight copy: its
+// probabilities, choices, slots and gates are bitwise those of the f32 layer fed the same rounded
+// values (a router that rounded its logits to 16 bits would differ), while the experts run in 16
+// bits: the output and every gradient near the f32 layer's, within a few 16-bit roundings.
+TEST(Moe, SixteenBitComputeRoutesAsF32OnTheSameValues) {
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    for (int k : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " top-" + std::to_string(k));
+      const ModelConfig c = moe_config(Architecture::Llama, k, 0.75f);
+      nn::ParameterStore store;
+      nn::MoeFeedForward layer(store, "moe", c);
+      MemoryAccountant mem;
+      store.allocate(mem);
+      store.initialize(3);
+      float* w = store.flat_values().data<float>();
+      for (int64_t i = 0; i < store.numel(); ++i) w[i] = 0.3f * normal(4, 1, static_cast<uint64_t>(i));
+      SixteenBitCopies::round_in_place(store.flat_values(), dtype, mem);
+      SixteenBitCopies copies(store, dtype, mem);
+      const int64_t B = 2, T = 7, C = c.n_embd;
+      Tensor x = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+      Tensor g = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        x.data<float>()[i] = normal(5, 1, static_cast<uint64_t>(i));
+        g.data<float>()[i] = normal(5, 2, static_cast<uint64_t>(i));
+      }
+      SixteenBitCopies::round_in_place(x, dtype, mem);
+      SixteenBitCopies::round_in_place(g, dtype, mem);
+      Tensor x16 = Tensor::empty(x.shape(), dtype, MemoryTag::Activations, mem);
+      Tensor g16 = Tensor::empty(g.shape(), dtype, MemoryTag::Activations, mem);
+      SixteenBitCopies::round_into(x16, x);
+      SixteenBitCopies::round_into(g16, g);
+
+      store.zero_grads();
+      nn::StepContext step32{mem, store};
+      nn::MoeFeedForward::Ctx ctx32;
+      const Tensor y32 = layer.forward(step32, ctx32, x);
+      const nn::MoeFeedForward::Ctx routed32 = ctx32;
+      const Tensor dx32 = layer.backward(step32, ctx32, g, nn::BackwardPart::Both);
+      const std::vector<float> grads32(store.flat_grads().data<float>(),
+                                       store.flat_grads().data<float>() + store.numel());
+
+      store.zero_grads();
+      nn::StepContext step16{mem, copies};
+      step16.compute = dtype;
+      nn::MoeFeedForward::Ctx ctx16;
+      const Tensor y16 = layer.forward(step16, ctx16, x16);
+      EXPECT_TRUE(same_bits(ctx16.probs, routed32.probs) && same_bits(ctx16.lse, routed32.lse));
+      EXPECT_TRUE(same_bits(ctx16.choice, routed32.choice) && same_bits(ctx16.slot, routed32.slot));
+      EXPECT_TRUE(same_bits(ctx16.gate, routed32.gate));
+      EXPECT_EQ(ctx16.in.dtype(), dtype);
+      EXPECT_EQ(ctx16.returned.dtype(), dtype);
+      const Tensor dx16 = layer.backward(step16, ctx16, g16, nn::BackwardPart::Both);
+      EXPECT_EQ(y16.dtype(), dtype);
+      EXPECT_EQ(dx16.dtype(), dtype);
+      // bf16 rounds to 2^-9 relative, fp16 to 2^-12; a few roundings along the way.
+      const double bound = dtype == DType::BF16 ? 2e-2 : 3e-3;
+      EXPECT_LE(relative_distance(y16, y32), bound);
+      EXPECT_LE(relative_distance(dx16, dx32), bound);
+      for (const nn::Parameter& p : store.all()) {
+        float* first = const_cast<float*>(grads32.data()) + p.offset;
+        EXPECT_LE(relative_distance(store.grad(p), Tensor::from_external(first, p.shape, DType::F32)), bound) << p.name;
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
+#include "kernels/cpu/element.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
@@ -363,6 +364,12 @@ std::vector<OpCase> op_cases() {
       entry("add_inplace", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { add_inplace(a["y"], a["x"]); }),
             run([](const Args& a) { kernels::add_inplace(a.f("y"), a.f("x"), numel(a, "y")); })),
+      entry("widen", residual, {acc("out", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
+            run([](const Args& a) { widen(a["out"], a["x"]); }),
+            run([](const Args& a) { kernels::widen<float>(a.f("out"), a.f("x"), numel(a, "x")); })),
+      entry("narrow", residual, {arg("out", {"B", "T", "C"}), acc("x", {"B", "T", "C"})},
+            run([](const Args& a) { narrow(a["out"], a["x"]); }),
+            run([](const Args& a) { kernels::narrow<float>(a.f("out"), a.f("x"), numel(a, "x")); })),
       entry("dropout_forward", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { dropout_forward(a["y"], a["x"], kDropout, kSeed, kStream, kOffset); }),
             run([](const Args& a) {

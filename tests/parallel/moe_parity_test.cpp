@@ -23,39 +23,6 @@ using namespace tessera::testing;
 
 namespace {
 
-config::ModelConfig gpt2_moe() {
-  config::ModelConfig m;
-  m.arch = config::Architecture::Gpt2;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 16;
-  m.ffn_hidden = 24;
-  m.vocab_size = 37;
-  m.seq_len = 8;
-  m.dropout = 0.1f;
-  m.moe_experts = 4;
-  m.moe_top_k = 1;
-  m.moe_capacity_factor = 0.75f;  // 3 of a microbatch's 16 tokens per expert: at least 4 drop
-  m.moe_aux_loss_coef = 0.05f;
-  m.moe_z_loss_coef = 0.01f;
-  return m;
-}
-
-config::ModelConfig llama_moe() {
-  config::ModelConfig m = llama_config();
-  m.n_head = 2;
-  m.n_embd = 16;
-  m.ffn_hidden = 32;
-  m.seq_len = 8;
-  m.moe_experts = 4;
-  m.moe_top_k = 2;
-  m.moe_capacity_factor = 1.0f;
-  m.moe_every = 2;  // block 1 only: dense and MoE blocks side by side
-  m.moe_aux_loss_coef = 0.05f;
-  m.moe_z_loss_coef = 0.01f;
-  return m;
-}
-
 struct Layout {
   int dp, ep, tp, zero;
   exec::RecomputeOptions recompute;
@@ -128,7 +95,7 @@ int main(int argc, char** argv) {
       layouts.push_back({2, 2, 2, 1, {}});         // tp 2 beside ep 2
       layouts.push_back({2, 2, 1, 1, {}, 2});      // pp 2 (1F1B) × dp 2 = ep 2, a block per stage
     }
-    for (const config::ModelConfig& model : {gpt2_moe(), llama_moe()}) {
+    for (const config::ModelConfig& model : {gpt2_moe_config(), llama_moe_config()}) {
       for (const Layout& l : layouts) {
         ParityCase c = moe_case(config::architecture_name(model.arch), model, l.dp, l.zero);
         c.recompute = l.recompute;

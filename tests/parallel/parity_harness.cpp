@@ -43,6 +43,39 @@ config::ModelConfig llama_config() {
   return m;
 }
 
+config::ModelConfig gpt2_moe_config() {
+  config::ModelConfig m;
+  m.arch = config::Architecture::Gpt2;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 16;
+  m.ffn_hidden = 24;
+  m.vocab_size = 37;
+  m.seq_len = 8;
+  m.dropout = 0.1f;
+  m.moe_experts = 4;
+  m.moe_top_k = 1;
+  m.moe_capacity_factor = 0.75f;  // 3 of a microbatch's 16 tokens per expert: at least 4 drop
+  m.moe_aux_loss_coef = 0.05f;
+  m.moe_z_loss_coef = 0.01f;
+  return m;
+}
+
+config::ModelConfig llama_moe_config() {
+  config::ModelConfig m = llama_config();
+  m.n_head = 2;
+  m.n_embd = 16;
+  m.ffn_hidden = 32;
+  m.seq_len = 8;
+  m.moe_experts = 4;
+  m.moe_top_k = 2;
+  m.moe_capacity_factor = 1.0f;
+  m.moe_every = 2;  // block 1 only: dense and MoE blocks side by side
+  m.moe_aux_loss_coef = 0.05f;
+  m.moe_z_loss_coef = 0.01f;
+  return m;
+}
+
 void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, std::vector<int32_t>& inputs,
                     std::vector<int32_t>& targets) {
   const int T = c.seq_len;
@@ -175,6 +208,18 @@ void check_matches_reference(const RunRecord& run, const RunRecord& ref, const s
   t.expect(run.params.size() == ref.params.size() && worst <= 1e-4,
            fmt::format("{}: {} parameters differ from the single-process run's {} by {:.3g}", what, run.params.size(),
                        ref.params.size(), worst));
+}
+
+void check_tracks_fp32(const RunRecord& run, const RunRecord& fp32, const std::string& what, RankChecks& t) {
+  t.expect(run.steps.size() == fp32.steps.size(),
+           fmt::format("{}: {} steps, the fp32 run {}", what, run.steps.size(), fp32.steps.size()));
+  double worst = 0;
+  for (size_t s = 0; s < std::min(run.steps.size(), fp32.steps.size()); ++s) {
+    worst = std::max(worst, std::abs(run.steps[s].loss - fp32.steps[s].loss) / std::abs(fp32.steps[s].loss));
+  }
+  t.expect(worst <= 0.02, fmt::format("{}: losses {:.3g} (relative) from fp32's, above 2%", what, worst));
+  for (const StepRecord& s : run.steps) t.expect(!s.skipped, fmt::format("{}: a step was skipped", what));
+  if (t.rank == 0) fmt::print("{}: worst loss gap to fp32 {:.2e}\n", what, worst);
 }
 
 void check_activation_prediction(const RunRecord& run, const std::string& what, RankChecks& t) {

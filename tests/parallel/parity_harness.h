@@ -108,6 +108,11 @@ class PoisonGradient final : public exec::Transform {
 
 config::ModelConfig gpt2_odd_config();  // an odd parameter count: divisible by neither 2 nor 4
 config::ModelConfig llama_config();     // untied embeddings
+// Mixture-of-experts models (4 experts, 2 blocks, T = 8) with router losses large enough to show:
+// GPT-2 with top-1 routing in every block and a capacity tight enough that tokens drop; Llama with
+// top-2 routing in block 1 only, beside a dense block.
+config::ModelConfig gpt2_moe_config();
+config::ModelConfig llama_moe_config();
 
 // Tokens of row `row` of step `step`'s global batch: inputs [T] and targets [T].
 void synthetic_rows(const ParityCase& c, int step, int64_t begin, int64_t rows, std::vector<int32_t>& inputs,
@@ -141,6 +146,10 @@ int run_rank_checks(int argc, char** argv, const std::function<void(dist::Commun
 // The proof of parity with one process: every step's loss and gradient norm within 1e-5 relative
 // of the reference's, and the parameters at the end within 1e-4 (relative above 1).
 void check_matches_reference(const RunRecord& run, const RunRecord& ref, const std::string& what, RankChecks& t);
+
+// Mixed precision tracks fp32: every step's loss within 2% (relative) of the fp32 run's, and no
+// step skipped. The 2% is the bar of "tracks fp32" (precision_test.cpp says what it allows for).
+void check_tracks_fp32(const RunRecord& run, const RunRecord& fp32, const std::string& what, RankChecks& t);
 
 // Every step's measured activation peak on this rank is the one predicted by walking its program.
 void check_activation_prediction(const RunRecord& run, const std::string& what, RankChecks& t);

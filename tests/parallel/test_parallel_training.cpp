@@ -484,6 +484,31 @@ TEST_F(ParallelTraining, MixedPrecisionRunsTrackFp32AndResumeBitwise) {
   EXPECT_NE(manifest.find("\"loss_scale\""), std::string::npos) << manifest;
 }
 
+// An MoE model in bf16 through the CLI, its experts split over ep 2: the train losses track the fp32
+// run of the same layout within 2%, and a run stopped at step 2 and resumed equals the whole run
+// bitwise (the experts gathered into model.safetensors).
+TEST_F(ParallelTraining, MoeInBf16TracksFp32AndResumesBitwise) {
+  const std::string moe = "--train.steps 4 --model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2";
+  CliResult fp32 = run_tessera(launch(2, g_root / "moe_fp32", moe));
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  const std::vector<double> want = losses(g_root / "moe_fp32" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  const std::string bf16 = moe + " --precision.compute bf16";
+  const fs::path whole = g_root / "moe_bf16_whole", split = g_root / "moe_bf16_split";
+  CliResult w = run_tessera(launch(2, whole, bf16));
+  ASSERT_EQ(w.exit_code, 0) << w.output;
+  EXPECT_NE(w.output.find("precision: bf16 compute, f32 master weights"), std::string::npos) << w.output;
+  const std::vector<double> got = losses(whole / "metrics.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.02 * want[i]) << "step " << i + 1;
+  ASSERT_EQ(run_tessera(launch(2, split, bf16 + " --train.exit_after 2")).exit_code, 3);
+  CliResult resumed = run_tessera(launch(2, split, bf16 + " --checkpoint.resume latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
+  EXPECT_EQ(read_file((whole / "checkpoints" / "step_00000004" / "model.safetensors").string()),
+            read_file((split / "checkpoints" / "step_00000004" / "model.safetensors").string()));
+}
+
 // parallel.schedule = "2bw" with the uniform delay (parallel.weight_version = "delayed", the same
 // arithmetic on any number of stages): the pipeline drains only where the trainer needs it (here
 // every third step, at the progress line), yet every step's loss follows the one-process 2BW run

@@ -1,9 +1,10 @@
 // The planner on this machine, memory: one run.toml trains two steps under each layout of the
 // resharding matrix (one process, dp 2, dp 2 · ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 with ZeRO-1),
 // plus mixed precision, sequence parallelism and mixture of experts (expert parallelism with ZeRO,
-// SwiGLU experts in every other block), and `tessera plan --config run.toml` (the same
-// file and overrides) predicts every rank's peak of every memory tag in metrics.jsonl, and its
-// memory peak (every tag at once), within 5%; the trainer's start line states that figure.
+// SwiGLU experts in every other block, expert parallelism in bf16), and `tessera plan --config
+// run.toml` (the same file and overrides) predicts every rank's peak of every memory tag in
+// metrics.jsonl, and its memory peak (every tag at once), within 5%; the trainer's start line
+// states that figure.
 // Memory is deterministic and the prediction is the runtime's own accounting, so most tags match
 // to the byte. One is not deterministic: the boundary tensors a pipeline stage has sent live until
 // the next unit action finds the transfer done, which depends on the peer; the planner counts two
@@ -49,6 +50,9 @@ const std::vector<Layout> kLayouts = {
     {"moe_dp4_ep2_zero1", 4,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --parallel.zero_stage 1", 1, 4},
     {"moe_llama_every2", 1, "--model.arch llama --model.moe_experts 4 --model.moe_every 2"},
+    // In bf16: 16-bit rows and expert working copies, the router's f32 copies of its input and weight.
+    {"moe_dp2_ep2_bf16", 2,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --precision.compute bf16", 1, 2},
     // A dense and an MoE block per stage: the even split, given (the FLOP model would move a block).
     {"moe_pp2", 2, "--model.n_layer 4 --model.moe_experts 4 --model.moe_every 2 --parallel.pp 2 "
                    "--parallel.stage_layers 2 2"},
