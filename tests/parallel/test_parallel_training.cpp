@@ -83,58 +83,44 @@ TEST_F(ParallelTraining, LaunchedRunsMatchTheOneProcessRun) {
   }
 }
 
-// memory.recompute = "dtr" through the command line under dp 2 with ZeRO-3 (whose gathers follow the
-// recomputations) and under pp 2: the same losses, bit for bit, as no recomputation on the same
-// layout, while DTR does recompute (the start line counts the rerun forwards).
-TEST_F(ParallelTraining, DtrUnderZero3AndPipelinesLogsTheLossesOfNone) {
+// The budgeted policies that plan beyond a dynamic program through the command line under dp 2
+// with ZeRO-3 (whose gathers follow the recomputations) and under pp 2: memory.recompute = "dtr"
+// and "checkmate" give the same losses, bit for bit, as no recomputation on the same layout, while
+// they do recompute (the start line counts the rerun forwards); Checkmate's start line names the
+// solver's outcome.
+TEST_F(ParallelTraining, DtrAndCheckmateUnderZero3AndPipelinesLogTheLossesOfNone) {
   const std::string model = "--model.n_layer 4 --train.steps 3 --model.dropout 0.1 ";
   // Budgets between DTR's least and no recomputation's peak of each layout's rank (a pipeline
   // stage holds half the blocks).
   const std::pair<std::string, std::string> layouts[] = {{"--parallel.dp 2 --parallel.zero_stage 3", "0.4"},
                                                          {"--parallel.pp 2", "0.2"}};
   for (const auto& [layout, budget] : layouts) {
-    const std::string dtr = " --memory.recompute dtr --memory.activation_budget_mb " + budget;
-    const fs::path none_out = g_root / "dtr_none", dtr_out = g_root / "dtr_dtr";
+    const fs::path none_out = g_root / "budgeted_none";
     fs::remove_all(none_out);
-    fs::remove_all(dtr_out);
     CliResult none = run_tessera(launch(2, none_out, model + layout));
     ASSERT_EQ(none.exit_code, 0) << layout << "\n" << none.output;
-    CliResult r = run_tessera(launch(2, dtr_out, model + layout + dtr));
-    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
-    EXPECT_NE(r.output.find("recompute dtr (budget"), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
-        << "the budget should make DTR recompute\n" << r.output;
     const std::vector<double> want = losses(none_out / "metrics.jsonl");
     ASSERT_EQ(want.size(), 3u) << none.output;
-    EXPECT_EQ(losses(dtr_out / "metrics.jsonl"), want) << layout;
+    for (const std::string policy : {"dtr", "checkmate"}) {
+      const fs::path out = g_root / ("budgeted_" + policy);
+      fs::remove_all(out);
+      CliResult r = run_tessera(launch(
+          2, out, model + layout + " --memory.recompute " + policy + " --memory.activation_budget_mb " + budget));
+      ASSERT_EQ(r.exit_code, 0) << layout << " " << policy << "\n" << r.output;
+      EXPECT_NE(r.output.find("recompute " + policy + " (budget"), std::string::npos) << r.output;
+      if (policy == "checkmate") EXPECT_NE(r.output.find("; Checkmate (CBC)"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
+          << "the budget should make " << policy << " recompute\n" << r.output;
+      EXPECT_EQ(losses(out / "metrics.jsonl"), want) << layout << " " << policy;
+    }
   }
 }
 
-// memory.recompute = "checkmate" through the command line, as DTR above: the MILP's schedule runs
-// under dp 2 with ZeRO-3 and under pp 2 with the losses of no recomputation, bit for bit, and the
-// start line names the solver's outcome. A run resumed in the same folder reads the schedule its
-// first start solved from the run folder's cache instead of solving again.
-TEST_F(ParallelTraining, CheckmateUnderZero3AndPipelinesLogsTheLossesOfNone) {
+// A Checkmate run resumed in the same folder reads the schedule its first start solved from the run
+// folder's cache instead of solving again; below every schedule's least budget a run is refused
+// before training, naming the least.
+TEST_F(ParallelTraining, CheckmateRestartReadsItsCachedSchedule) {
   const std::string model = "--model.n_layer 4 --train.steps 3 --model.dropout 0.1 ";
-  const std::pair<std::string, std::string> layouts[] = {{"--parallel.dp 2 --parallel.zero_stage 3", "0.4"},
-                                                         {"--parallel.pp 2", "0.2"}};
-  for (const auto& [layout, budget] : layouts) {
-    const std::string checkmate = " --memory.recompute checkmate --memory.activation_budget_mb " + budget;
-    const fs::path none_out = g_root / "checkmate_none", checkmate_out = g_root / "checkmate_checkmate";
-    fs::remove_all(none_out);
-    fs::remove_all(checkmate_out);
-    CliResult none = run_tessera(launch(2, none_out, model + layout));
-    ASSERT_EQ(none.exit_code, 0) << layout << "\n" << none.output;
-    CliResult r = run_tessera(launch(2, checkmate_out, model + layout + checkmate));
-    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
-    EXPECT_NE(r.output.find("recompute checkmate (budget"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("; Checkmate (CBC)"), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
-        << "the budget should make Checkmate recompute\n" << r.output;
-    const std::vector<double> want = losses(none_out / "metrics.jsonl");
-    ASSERT_EQ(want.size(), 3u) << none.output;
-    EXPECT_EQ(losses(checkmate_out / "metrics.jsonl"), want) << layout;
-  }
   const fs::path out = g_root / "checkmate_resumed";
   fs::remove_all(out);
   const std::string args = model + "--memory.recompute checkmate --memory.activation_budget_mb 0.4";
@@ -145,7 +131,6 @@ TEST_F(ParallelTraining, CheckmateUnderZero3AndPipelinesLogsTheLossesOfNone) {
   CliResult resumed = run_tessera(train_args(out, args + " --checkpoint.resume latest"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("read from the cache"), std::string::npos) << resumed.output;
-  // Below every schedule's least budget the run is refused before training, naming the least.
   CliResult small = run_tessera(train_args(g_root / "checkmate_small", model + "--memory.recompute checkmate "
                                                                                "--memory.activation_budget_mb 0.01"));
   EXPECT_NE(small.exit_code, 0);
