@@ -602,8 +602,8 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
 }
 
 DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters(DataParallel::ReadOrder order) {
-  // A pipeline's stages hold their parameters in shards of one piece each only without ZeRO-3's
-  // nvme tier (refused under pipelines): the model is gathered whole.
+  // Under a pipeline no parameter is in the nvme tier (refused there), so the model is gathered
+  // whole: each stage's values over its data-parallel group, then over the pipeline.
   if (stage_params_) return DataParallel::ReadOnlyParameters(full_parameters());
   return dp_->read_only_parameters(order);
 }
