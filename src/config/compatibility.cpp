@@ -104,13 +104,6 @@ constexpr int64_t kExperts = 2;
 // The combinations the engine does not run. The matrix, the run config's refusals and the
 // engine's come from this list alone; each message keeps the words users (and tests) know.
 const std::vector<Refusal> kRefusals = {
-    {{F::Zero3},
-     {F::Pipeline},
-     "ZeRO-3 gathers each unit's parameters for every action that runs it, and a pipeline runs each unit once per "
-     "microbatch in forward and again in backward, so it would gather them 2m times a step (torchtitan keeps them "
-     "gathered across microbatches instead, which gives back ZeRO-3's saving)",
-     "use parallel.zero_stage = 1 or 2, which shard each stage's optimizer state (and gradients) over its "
-     "data-parallel group"},
     {{F::TwoBW},
      {F::Zero3},
      "ZeRO-3 gathers the working copies of the parameters and 2BW keeps a second version of them; the two are not "
@@ -191,6 +184,13 @@ const std::vector<Refusal> kRefusals = {
      "differently on each rank",
      "use optim.name = \"adamw\" or \"sgd\" with memory.offload_params"},
     {{F::OffloadParams},
+     {F::Pipeline},
+     "the nvme tier holds a rank's parameter shard as one contiguous range of the model, and a pipeline stage's "
+     "shard is several (a run of its parameters, and a tied embedding's piece of its own); DeepSpeed's pipeline "
+     "engine takes ZeRO stage 1 only, so its parameter offload does not meet pipelines either",
+     "use memory.offload_params = \"none\" with parallel.pp > 1 (ZeRO-3 shards each stage's parameters in "
+     "memory), or parallel.pp = 1 with offloaded parameters"},
+    {{F::OffloadParams},
      {F::DelayedUpdate},
      "the delayed update works on a copy of the master values in compute memory, which offloaded parameters keep in "
      "the nvme tier",
@@ -231,6 +231,7 @@ constexpr std::string_view kDelayedResumeCli = "DelayedUpdateRuns.AResumedRunFol
 constexpr std::string_view kJointPlanCli = "Offload.OffloadAndRecomputationPlannedTogetherRecomputeLess";
 constexpr std::string_view kDtrCli = "ParallelTraining.DtrAndCheckmateUnderZero3AndPipelinesLogTheLossesOfNone";
 constexpr std::string_view kCheckmateCli = kDtrCli;
+constexpr std::string_view kZero3PipelinedCli = "ParallelTraining.Zero3UnderAPipelineResumesBitwiseAndUnderAnotherLayout";
 constexpr std::string_view kOffloadedParamsCli = "OffloadParams.ParametersInTheNvmeTierGiveTheSameRun";
 constexpr std::string_view kMoeBf16Cli = "ParallelTraining.MoeInBf16TracksFp32AndResumesBitwise";
 constexpr std::string_view kFp16CompressionCli = "Fp16Compression.SkippedStepsLeaveTheCompressorsStateAsTheyFoundIt";
@@ -259,12 +260,15 @@ const std::vector<TestedPair> kTested = {
     {F::Zero2, F::Interleaved, {"parallel_pipeline_parity_4", kPipelinedCli}},
     {F::Zero1, F::OneFOneB, {"parallel_pipeline_parity_4"}},
     {F::Zero2, F::OneFOneB, {"parallel_pipeline_parity_4"}},
-    {F::Zero3, F::OneFOneB, {"parallel_zero_parity_2"}},
+    {F::Zero3, F::Pipeline, {"parallel_zero3_pipeline_4", kZero3PipelinedCli}},
+    {F::Zero3, F::GPipe, {"parallel_zero3_pipeline_4"}},
+    {F::Zero3, F::OneFOneB, {"parallel_zero_parity_2", "parallel_zero3_pipeline_4", kZero3PipelinedCli}},
+    {F::Zero3, F::Interleaved, {"parallel_zero3_pipeline_4"}},
     {F::Zero1, F::TwoBW, {"parallel_pipedream_2bw_2"}},
     {F::Zero2, F::TwoBW, {"parallel_pipedream_2bw_2"}},
     {F::Zero1, F::ZeroBubble, {"parallel_pipeline_parity_4", "parallel_recompute_parity_2"}},
     {F::Zero2, F::ZeroBubble, {"parallel_pipeline_parity_4", "parallel_recompute_parity_2"}},
-    {F::Zero3, F::ZeroBubble, {"parallel_recompute_parity_2"}},
+    {F::Zero3, F::ZeroBubble, {"parallel_recompute_parity_2", "parallel_zero3_pipeline_4"}},
     {F::Zero1, F::TopK, {"parallel_compression_2", kCompressedCli}},
     {F::Zero2, F::TopK, {"parallel_compression_2"}},
     {F::Zero1, F::Qsgd, {"parallel_compression_2"}},

@@ -51,9 +51,8 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
   // The whole values go before the gradient shard comes: a model near the size of RAM has room for
   // one of the two at a time.
   if (options.zero_stage == 3) {
-    TS_CHECK(options.domain.empty(), "ZeRO-3 shards the whole model: it takes no domain of pipeline stages");
     gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership,
-                                                    options.offload_params);
+                                                    options.offload_params, options.kept_units);
     transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
   }
   if (options.zero_stage >= 2) {
@@ -88,13 +87,13 @@ std::vector<nn::ParamRange> DataParallel::owned() const {
 }
 
 size_t DataParallel::comm_bound_bytes() const {
-  return reducer_->storage_bound_bytes() + (gatherer_ ? 2 * gatherer_->largest_unit_bytes() : 0);
+  return reducer_->storage_bound_bytes() + (gatherer_ ? gatherer_->gathered_bound_bytes() : 0);
 }
 
 float* DataParallel::values_of(nn::ParamRange part) {
   if (gatherer_) {
     float* shard = gatherer_->shard();
-    return shard != nullptr ? shard + (part.begin - layout_.shard(rank_).begin) : nullptr;
+    return shard != nullptr ? shard + layout_.shard_offset(rank_, part.begin) : nullptr;
   }
   return params_.flat_values().data<float>() + part.begin;
 }

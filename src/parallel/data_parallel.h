@@ -9,7 +9,8 @@
 //   stage 2  + the reducer owns the gradient targets (bucket storage per microbatch) and keeps the
 //            reduced gradients in a persistent shard
 //   stage 3  + the ParameterGatherer transform owns the working copies and the master is a shard of
-//            its own: units are gathered while they run (parameter_gatherer.h)
+//            its own: units are gathered while they run (parameter_gatherer.h); under a pipeline
+//            the shard is of the stage's parameters, and a unit stays gathered for the whole step
 //
 // One training step, as the engine drives it (parallel/training_engine.h):
 //   zero_grads(); interpreter runs the program (reductions posted as buckets complete, ZeRO-3
@@ -55,6 +56,9 @@ struct DataParallelOptions {
   // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params); null:
   // compute memory.
   memory::NvmeStore* offload_params = nullptr;
+  // ZeRO-3 under a pipeline: the units this rank's stages run, each kept gathered from its first
+  // action of a step to its last (parameter_gatherer.h); empty: gathered per run of actions.
+  std::vector<int> kept_units;
 };
 
 class DataParallel final : public exec::StorageOwner {
@@ -101,6 +105,9 @@ class DataParallel final : public exec::StorageOwner {
         : store_(store), full_(std::move(full)) {}
     Tensor weight(const nn::Parameter& p) override { return full_ ? full_->weight(p) : store_.value(p); }
     Tensor grad(const nn::Parameter& p) override { return full_ ? full_->grad(p) : store_.grad_of(p); }
+    // Every parameter's values in flat order: ZeRO-3's gathered buffer or the store's. Under a
+    // pipeline only this rank's stages' are current until PipelineStageParameters::full_values.
+    float* flat_values() { return full_ ? full_->values() : store_.flat_values().data<float>(); }
     // After the values were overwritten (a loaded checkpoint): keep this rank's part (ZeRO-3).
     void write_back() {
       if (full_) full_->write_back();

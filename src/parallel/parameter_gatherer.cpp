@@ -14,14 +14,13 @@ nn::ParamRange flat_range(const nn::Parameter& p) {
   return {at, at + p.numel()};
 }
 
-// Posts an all-gather of `range` from the shards into `out` (range.size() elements); a group of
-// one copies. Returns null when nothing is in flight.
-dist::WorkPtr gather_range(dist::Communicator* comm, const ShardLayout& layout, int rank, const float* shard,
-                           nn::ParamRange mine, nn::ParamRange range, float* out) {
-  const nn::ParamRange part = layout.part(range, rank);
-  const float* input = shard + (part.begin - mine.begin);
+// Posts an all-gather of `range` (inside one piece) from the shards into `out` (range.size()
+// elements), `input` being this rank's part of it; a group of one copies. Returns null when nothing
+// is in flight.
+dist::WorkPtr gather_range(dist::Communicator* comm, const ShardLayout& layout, const float* input,
+                           nn::ParamRange range, float* out) {
   if (comm == nullptr || comm->size() == 1) {
-    std::memcpy(out, input, sizeof(float) * static_cast<size_t>(part.size()));
+    std::memcpy(out, input, sizeof(float) * static_cast<size_t>(range.size()));
     return nullptr;
   }
   return comm->all_gather(input, out, layout.counts(range), DType::F32);
@@ -41,16 +40,39 @@ void wait_works(std::vector<dist::WorkPtr>& works) {
 ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                      const ShardLayout& layout, int rank, dist::Communicator* comm,
                                      MemoryAccountant& memory, exec::ParameterOwnership& ownership,
-                                     memory::NvmeStore* nvme)
-    : layout_(layout), rank_(rank), comm_(comm), memory_(memory), mine_(layout.shard(rank)) {
-  const float* values = params.flat_values().data<float>() + mine_.begin;
+                                     memory::NvmeStore* nvme, std::vector<int> kept_units)
+    : layout_(layout),
+      store_numel_(params.numel()),
+      kept_units_(std::move(kept_units)),
+      rank_(rank),
+      comm_(comm),
+      memory_(memory) {
+  const float* values = params.flat_values().data<float>();
   if (nvme != nullptr) {
-    offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_, values);
+    TS_CHECK(layout.pieces().size() <= 1, "memory.offload_params keeps a shard of one contiguous range in the nvme "
+             "tier, and this rank's is {} pieces (a pipeline stage's parameters)", layout.pieces().size());
+    mine_ = layout.shard(rank);
+    offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_, values + mine_.begin);
   } else {
-    shard_ = Tensor::empty({mine_.size()}, DType::F32, MemoryTag::Params, memory);
-    std::memcpy(shard_.raw(), values, sizeof(float) * static_cast<size_t>(mine_.size()));
+    shard_ = Tensor::empty({layout.shard_size(rank)}, DType::F32, MemoryTag::Params, memory);
+    float* out = shard_.data<float>();
+    for (const nn::ParamRange& part : layout.shards(rank)) {
+      std::memcpy(out, values + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
+      out += part.size();
+    }
   }
-  for (const nn::Unit& unit : units) unit_params_.push_back({unit.params});
+  // A unit's ranges cut where the layout's pieces end, so that each is gathered within one piece;
+  // under a pipeline the parts outside this rank's domain belong to units another rank runs.
+  for (const nn::Unit& unit : units) {
+    UnitParams up;
+    for (const nn::ParamRange& r : unit.params) {
+      for (const nn::ParamRange& piece : layout.pieces()) {
+        const nn::ParamRange common = intersect(r, piece);
+        if (common.size() > 0) up.ranges.push_back(common);
+      }
+    }
+    unit_params_.push_back(std::move(up));
+  }
   ownership.claim(exec::Role::Working, *this);
   params.release_values("ZeRO-3 (each rank keeps a shard; units are gathered while they run)");
   // The whole buffer goes back to the system rather than to the accountant's cache of free blocks:
@@ -81,23 +103,47 @@ void ParameterGatherer::drain() {
   if (error) std::rethrow_exception(error);
 }
 
+size_t ParameterGatherer::unit_bytes(int unit) const {
+  size_t bytes = 0;
+  for (const auto& r : unit_params_[static_cast<size_t>(unit)].ranges) bytes += sizeof(float) * static_cast<size_t>(r.size());
+  return bytes;
+}
+
 size_t ParameterGatherer::largest_unit_bytes() const {
   size_t best = 0;
-  for (const UnitParams& up : unit_params_) {
-    size_t bytes = 0;
-    for (const auto& r : up.ranges) bytes += sizeof(float) * static_cast<size_t>(r.size());
-    best = std::max(best, bytes);
-  }
+  for (int u = 0; u < static_cast<int>(unit_params_.size()); ++u) best = std::max(best, unit_bytes(u));
   return best;
+}
+
+size_t ParameterGatherer::gathered_bound_bytes() const {
+  if (kept_units_.empty()) return 2 * largest_unit_bytes();
+  size_t bytes = 0;
+  for (int u : kept_units_) bytes += unit_bytes(u);
+  return bytes;
+}
+
+const float* ParameterGatherer::shard_part(nn::ParamRange part) const {
+  const float* base = shard_.data<float>();
+  return part.size() > 0 ? base + layout_.shard_offset(rank_, part.begin) : base;
 }
 
 void ParameterGatherer::begin(const exec::Program& program) {
   drain();
   runs_.clear();
   run_of_.assign(program.actions.size(), -1);
+  // Under a pipeline a unit's run spans every action on it in the program; otherwise a run is
+  // consecutive actions on one unit.
+  std::map<int, int> run_of_unit;
   for (int i = 0; i < static_cast<int>(program.actions.size()); ++i) {
     const exec::Action& a = program.actions[static_cast<size_t>(i)];
     if (a.kind != exec::Action::Kind::Unit) continue;
+    if (!kept_units_.empty()) {
+      auto [it, fresh] = run_of_unit.emplace(a.unit, static_cast<int>(runs_.size()));
+      if (fresh) runs_.push_back({a.unit, i, i});
+      runs_[static_cast<size_t>(it->second)].last = i;
+      run_of_[static_cast<size_t>(i)] = it->second;
+      continue;
+    }
     if (!runs_.empty() && runs_.back().unit == a.unit && runs_.back().last == i - 1) {
       runs_.back().last = i;
     } else {
@@ -126,7 +172,7 @@ void ParameterGatherer::post(int run) {
       // The whole range is this rank's: read it where the unit will read it.
       for (auto& w : offloaded_->read_range(r, buffer.data<float>())) g.reads.push_back(std::move(w));
     } else {
-      g.works.push_back(gather_range(comm_, layout_, rank_, shard(), mine_, r, buffer.data<float>()));
+      g.works.push_back(gather_range(comm_, layout_, shard_part(layout_.part(r, rank_)), r, buffer.data<float>()));
     }
     g.buffers.push_back(std::move(buffer));
   }
@@ -202,7 +248,7 @@ Tensor ParameterGatherer::working(const nn::Parameter& p, const exec::Event* eve
 
 ParameterGatherer::Full ParameterGatherer::gather_all() {
   drain();
-  Tensor full = Tensor::empty({layout_.numel()}, DType::F32, MemoryTag::Comm, memory_);
+  Tensor full = Tensor::empty({store_numel_}, DType::F32, MemoryTag::Comm, memory_);
   auto* out = full.data<float>();
   if (offloaded_) {
     // The whole shard in compute memory at once; checkpoints read and write the model one
@@ -210,12 +256,18 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
     OffloadedShard::Works reads = offloaded_->read_range(mine_, out + mine_.begin);
     wait_all(reads);
   } else {
-    std::memcpy(out + mine_.begin, shard(), sizeof(float) * static_cast<size_t>(mine_.size()));
+    for (const nn::ParamRange& part : layout_.shards(rank_)) {
+      std::memcpy(out + part.begin, shard_part(part), sizeof(float) * static_cast<size_t>(part.size()));
+    }
   }
   if (comm_ != nullptr && comm_->size() > 1) {
-    // In place: this rank's chunk is already where it belongs in the output.
-    std::vector<size_t> counts = layout_.counts({0, layout_.numel()});
-    comm_->all_gather(out + mine_.begin, out, counts, DType::F32)->wait();
+    // In place, piece by piece: this rank's part is already where it belongs in the output.
+    std::vector<dist::WorkPtr> works;
+    for (const nn::ParamRange& piece : layout_.pieces()) {
+      const nn::ParamRange mine = layout_.part(piece, rank_);
+      works.push_back(comm_->all_gather(out + mine.begin, out + piece.begin, layout_.counts(piece), DType::F32));
+    }
+    dist::wait_all(works);
   }
   return Full(*this, std::move(full));
 }
@@ -294,13 +346,17 @@ void ParameterGatherer::WriteOneAtATime::put(const nn::Parameter& p) {
 }
 
 void ParameterGatherer::Full::write_back() {
-  const nn::ParamRange mine = owner_->mine_;
   if (owner_->offloaded_) {
+    const nn::ParamRange mine = owner_->mine_;
     OffloadedShard::Works writes = owner_->offloaded_->write_range(mine, buffer_.data<float>() + mine.begin);
     wait_all(writes);
     return;
   }
-  std::memcpy(owner_->shard(), buffer_.data<float>() + mine.begin, sizeof(float) * static_cast<size_t>(mine.size()));
+  float* shard = owner_->shard();
+  for (const nn::ParamRange& part : owner_->layout_.shards(owner_->rank_)) {
+    std::memcpy(shard, buffer_.data<float>() + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
+    shard += part.size();
+  }
 }
 
 }  // namespace tessera::parallel

@@ -15,6 +15,16 @@
 // Volume: a unit's ranges are gathered once per run; a tied head reads the token embedding, which
 // is then gathered a second time in each direction.
 //
+// Under a pipeline (kept_units given: the units of this rank's stages) the layout's domain is
+// those units' parameters, in pieces (shard_layout.h), and a unit's run is every action on it in
+// the step: its parameters are gathered before its first action (the first microbatch's forward)
+// and kept across the microbatches until after its last (the last microbatch's backward, or weight
+// half), as torchtitan keeps FSDP's parameters unsharded under pipelining. A pipeline runs each
+// unit once per microbatch in each direction, interleaved with the other units and microbatches,
+// so gathering per action would move the stage's parameters 2m times a step; kept, they move once,
+// and the stage holds all of its units gathered through the middle of the step: the 'comm' bound
+// is the sum of its units' gathered bytes.
+//
 // With the nvme tier (memory.offload_params = "nvme") the shard lives there (offloaded_shard.h)
 // instead of in compute memory. A run's parts of the shard are read before its gather. In one
 // process the reads land straight in the gathered buffers, and the next run's are posted when a
@@ -23,7 +33,8 @@
 // computed) and the reads of the run after it, so both the disk and the network work while this
 // run computes. In compute memory: the gathered buffers as without it, and with several ranks
 // two runs' parts of the shard (tag params) between their read and their gather. The master
-// values are then no RAM buffer: the offloaded optimizer streams them (offloaded()).
+// values are then no RAM buffer: the offloaded optimizer streams them (offloaded()). The nvme
+// tier holds a shard of one piece: not under a pipeline.
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,19 +53,24 @@ namespace tessera::parallel {
 class ParameterGatherer final : public exec::Transform, public exec::StorageOwner {
  public:
   // Copies this rank's shard out of the (initialized) store — into `nvme` when given —, releases
-  // the store's buffer and claims the working copies of every parameter.
+  // the store's buffer and claims the working copies of every parameter. `kept_units` (pipelines):
+  // the units this rank runs, each kept gathered for the whole step; empty: gathered per run.
   ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
                     dist::Communicator* comm, MemoryAccountant& memory, exec::ParameterOwnership& ownership,
-                    memory::NvmeStore* nvme = nullptr);
+                    memory::NvmeStore* nvme = nullptr, std::vector<int> kept_units = {});
   ~ParameterGatherer() override;
 
-  // Flat element shard_begin + i at i; null when the shard is in the nvme tier.
+  // This rank's parts of the layout's pieces, packed in flat order (ShardLayout::shard_offset);
+  // null when the shard is in the nvme tier.
   float* shard() { return shard_.defined() ? shard_.data<float>() : nullptr; }
   // The shard in the nvme tier, for the optimizer's master values (null when it is in memory).
   OffloadedShard* offloaded() { return offloaded_.get(); }
 
   // Largest gathered buffer of one unit, in bytes (two of them live at once).
   size_t largest_unit_bytes() const;
+  // The most gathered bytes live at once: two runs' (the running one and the prefetched one), or
+  // under a pipeline every kept unit's.
+  size_t gathered_bound_bytes() const;
 
   // exec::Transform
   std::string_view name() const override { return "ZeRO-3 parameter gathering"; }
@@ -76,10 +92,13 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     Tensor grad(const nn::Parameter& p) override;
     // Copies this rank's part of the full buffer back into its shard (after loading a checkpoint).
     void write_back();
+    // The buffer in the store's flat order: the layout's pieces gathered, the rest (another pipeline
+    // stage's parameters) for the caller to fill.
+    float* values() { return buffer_.data<float>(); }
 
    private:
     ParameterGatherer* owner_;
-    Tensor buffer_;  // [numel]
+    Tensor buffer_;  // [the store's numel]
   };
   Full gather_all();
 
@@ -136,7 +155,7 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     bool ready = false;      // the buffers hold the unit's parameters
   };
   struct UnitParams {
-    std::vector<nn::ParamRange> ranges;
+    std::vector<nn::ParamRange> ranges;  // each inside one piece of the layout
   };
   struct Run {
     int unit = 0;
@@ -150,12 +169,17 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
   void complete(int run);
   void drain();
   bool alone() const { return comm_ == nullptr || comm_->size() == 1; }
+  // This rank's part `part` of a piece in the packed shard (any valid address when it is empty).
+  const float* shard_part(nn::ParamRange part) const;
+  size_t unit_bytes(int unit) const;
 
   ShardLayout layout_;
+  int64_t store_numel_;  // every parameter's elements, this rank's domain or not
+  std::vector<int> kept_units_;
   int rank_;
   dist::Communicator* comm_;
   MemoryAccountant& memory_;
-  nn::ParamRange mine_;
+  nn::ParamRange mine_;  // the shard's one range (the nvme tier's shard is one piece)
   Tensor shard_;  // [shard size], tag params; undefined when offloaded
   std::unique_ptr<OffloadedShard> offloaded_;
   std::vector<UnitParams> unit_params_;

@@ -103,9 +103,9 @@ std::vector<optim::Segment> PipelineStageParameters::norm_segments(std::span<con
   return out;
 }
 
-void PipelineStageParameters::full_values() {
+void PipelineStageParameters::full_values(float* values) {
   // Runs of consecutive parameters with the same lowest holder, one broadcast each.
-  float* values = store_.flat_values().data<float>();
+  if (values == nullptr) values = store_.flat_values().data<float>();
   const std::deque<nn::Parameter>& all = store_.all();
   for (size_t i = 0; i < all.size();) {
     const int root = holders_[static_cast<size_t>(all[i].id)].front();

@@ -11,6 +11,8 @@
 //     groups split it alike and rank d of one sums its part with rank d of the other;
 //   - full_values() brings every rank the current values of all parameters (for checkpoints,
 //     sampling, tests), each from the lowest rank that holds it.
+// Under ZeRO-3 the store keeps no values: the stage's data-parallel group shards the domain, and
+// the whole model is its gathered pieces with the other stages' broadcast into the same buffer.
 // The model still allocates every parameter on every rank; only the work is divided.
 #include <span>
 #include <vector>
@@ -45,8 +47,10 @@ class PipelineStageParameters final : public exec::StorageOwner {
   bool held_by_lower_rank(const nn::Parameter& p) const {
     return holders_[static_cast<size_t>(p.id)].front() != rank_;
   }
-  // Every parameter's current value on every rank, broadcast from the lowest rank holding it.
-  void full_values();
+  // Every parameter's current value on every rank, broadcast from the lowest rank holding it, in
+  // `values` (the flat order; under ZeRO-3 a gathered buffer whose stage parameters are current)
+  // or, when null, in the store's values.
+  void full_values(float* values = nullptr);
 
   std::string_view owner_name() const override { return "another pipeline stage"; }
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const>) override { return {}; }

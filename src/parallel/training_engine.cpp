@@ -188,6 +188,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     // the data-parallel group of this stage reduces and shards only those.
     stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *shared, ownership_);
     dp_options.domain = stage_params_->domain();
+    // ZeRO-3 keeps each unit of this rank's stages gathered across the step's microbatches.
+    if (layout.zero_stage == 3) dp_options.kept_units = units_of_rank();
   }
   if (ep_ != nullptr) {
     auto [dense, experts] = split_experts(model.parameters(), dp_options.domain);
@@ -228,19 +230,14 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   const bool weighs_times = options.recompute.policy == memory::RecomputePolicy::Optimal ||
                             options.recompute.policy == memory::RecomputePolicy::Dtr;
   if (weighs_times && options.measure_unit_times && ep_ == nullptr) {
-    DataParallel::FullParameters full = dp_->full_parameters();
+    DataParallel::FullParameters full = full_parameters();
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));
   }
   plan(times_);
   if (!schedule_.flush) {
-    std::vector<int> units;
-    const int rank = pp_ ? pp_->rank() : 0, ranks = size_of(pp_);
-    for (size_t s = 0; s < stages_.stages.size(); ++s) {
-      if (static_cast<int>(s) % ranks != rank) continue;
-      for (int u = stages_.stages[s].first; u < stages_.stages[s].last; ++u) units.push_back(u);
-    }
     weight_versions_ = std::make_unique<WeightVersions>(
-        model.parameters(), parameters_of_units(model.parameters(), model.units(), units), memory, ownership_);
+        model.parameters(), parameters_of_units(model.parameters(), model.units(), units_of_rank()), memory,
+        ownership_);
   }
   if (options.precision.mixed()) {
     working_copies_ = std::make_unique<WorkingCopies>(model.parameters(), options.precision.compute, memory,
@@ -287,6 +284,16 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()), memory);
   }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
+}
+
+std::vector<int> TrainingEngine::units_of_rank() const {
+  std::vector<int> units;
+  const int rank = pp_ ? pp_->rank() : 0, ranks = size_of(pp_);
+  for (size_t s = 0; s < stages_.stages.size(); ++s) {
+    if (static_cast<int>(s) % ranks != rank) continue;
+    for (int u = stages_.stages[s].first; u < stages_.stages[s].last; ++u) units.push_back(u);
+  }
+  return units;
 }
 
 exec::StagePlan TrainingEngine::split_stages() const {
@@ -587,17 +594,22 @@ bool TrainingEngine::writes_checkpoint_of(const nn::Parameter& p, bool sharded_b
 }
 
 DataParallel::FullParameters TrainingEngine::full_parameters() {
-  if (stage_params_) stage_params_->full_values();
-  return dp_->full_parameters();
+  // Each stage's values from its data-parallel group (ZeRO-3 gathers them), then every stage's
+  // broadcast from the lowest pipeline rank holding it.
+  DataParallel::FullParameters full = dp_->full_parameters();
+  if (stage_params_) stage_params_->full_values(full.flat_values());
+  return full;
 }
 
 DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters(DataParallel::ReadOrder order) {
-  if (stage_params_) stage_params_->full_values();
+  // Under a pipeline no parameter is in the nvme tier (refused there), so the model is gathered
+  // whole: each stage's values over its data-parallel group, then over the pipeline.
+  if (stage_params_) return DataParallel::ReadOnlyParameters(full_parameters());
   return dp_->read_only_parameters(order);
 }
 
 DataParallel::WritableParameters TrainingEngine::writable_parameters() {
-  if (stage_params_) stage_params_->full_values();
+  if (stage_params_) return DataParallel::WritableParameters(full_parameters());
   return dp_->writable_parameters();
 }
 

@@ -201,6 +201,8 @@ class TrainingEngine {
  private:
   // The stages of the model: stage_layers, or balanced by the FLOP model.
   exec::StagePlan split_stages() const;
+  // The units of this rank's stages, in order.
+  std::vector<int> units_of_rank() const;
   // The schedule, each stage's recompute plan and this rank's program.
   void plan(const exec::UnitTimes& times);
   // The schedule and this rank's program for `batches` batches after `first_step` optimizer steps

@@ -116,16 +116,18 @@ struct UnitAction {
   bool backward = false;
 };
 
-// A one-stage program's unit actions: 1F1B (and interleaving, without pipelining) runs each
-// microbatch's forward and backward in turn, GPipe every forward first.
-std::vector<UnitAction> one_stage_program(const Layout& l, int units) {
+// A one-stage program's unit actions over units [first, last): 1F1B (and interleaving, without
+// pipelining) runs each microbatch's forward and backward in turn, GPipe every forward first. A
+// pipeline stage's backward of one microbatch runs its units in a row too, which is all the
+// bucket walk needs; its forwards of other microbatches come in between.
+std::vector<UnitAction> one_stage_program(const Layout& l, int first, int last) {
   const int microbatches = static_cast<int>(l.microbatches());
   std::vector<UnitAction> actions;
   auto forward = [&](int mb) {
-    for (int u = 0; u < units; ++u) actions.push_back({u, mb, false});
+    for (int u = first; u < last; ++u) actions.push_back({u, mb, false});
   };
   auto backward = [&](int mb) {
-    for (int u = units - 1; u >= 0; --u) actions.push_back({u, mb, true});
+    for (int u = last - 1; u >= first; --u) actions.push_back({u, mb, true});
   };
   if (l.schedule == config::ScheduleKind::GPipe) {
     for (int mb = 0; mb < microbatches; ++mb) forward(mb);
@@ -141,21 +143,35 @@ std::vector<UnitAction> one_stage_program(const Layout& l, int units) {
 
 }  // namespace
 
-double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l) {
+double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l, int stage) {
   double peak = 0;
-  for (const ZeroCommAction& a : engine_zero_comm_walk(m, l)) peak = std::max(peak, a.bytes);
+  for (const ZeroCommAction& a : engine_zero_comm_walk(m, l, stage)) peak = std::max(peak, a.bytes);
   return peak;
 }
 
-std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const Layout& l) {
-  TS_CHECK(l.pp == 1 && l.zero_stage >= 2, "plan: the ZeRO-2/3 bucket walk is for one pipeline stage and ZeRO-2 or 3 "
-           "(got pp={}, zero={})", l.pp, l.zero_stage);
-  const Units u = engine_units(m, l);
+std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const Layout& l, int stage) {
+  TS_CHECK(l.zero_stage >= 2, "plan: the ZeRO-2/3 bucket walk is for ZeRO-2 or 3 (got zero={})", l.zero_stage);
+  TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
+  Units u = engine_units(m, l);
   const int units = static_cast<int>(u.owned.size());
+  const auto [first, last] = stage_units(m, l, stage);
+  const bool pipelined = l.pp > 1;
+  double kept = 0;  // under a pipeline, ZeRO-3's gathered units: the stage's, all step long
+  if (pipelined) {
+    // The stage's units alone own gradients here. A tied table is a piece of its own on the last
+    // stage, written by the head: counted as the head's.
+    const bool tied_head = last == units && u.reads.back() > u.owned.back();
+    for (int unit = 0; unit < units; ++unit) {
+      if (unit < first || unit >= last) u.owned[static_cast<size_t>(unit)] = 0;
+      else kept += u.reads[static_cast<size_t>(unit)];
+    }
+    if (tied_head && first > 0) u.owned.back() += u.table;
+    u.reads.back() = u.owned.back();  // the tie is inside the head's piece, or not on this stage
+  }
   // The runtime's size in whole f32 elements (parallel.bucket_mb as the trainer converts it).
   const double bucket_elements = std::floor(static_cast<double>(static_cast<int64_t>(l.bucket_mb * kMiB)) / kF32);
   const std::vector<Bucket> buckets = plan_buckets(u, std::max(1.0, bucket_elements));
-  const std::vector<UnitAction> actions = one_stage_program(l, units);
+  const std::vector<UnitAction> actions = one_stage_program(l, first, last);
   const int n = static_cast<int>(actions.size());
 
   // Runs of consecutive actions on one unit share one gather (parallel::ParameterGatherer).
@@ -195,9 +211,14 @@ std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const La
     slots[run] = u.reads[static_cast<size_t>(run_unit[static_cast<size_t>(run)])];
     gathered += slots[run];
   };
+  // Under a pipeline ZeRO-3 gathers each unit before its first action of the step and frees it
+  // after its last (parallel::ParameterGatherer): through the middle of the step, where the peak
+  // is, the stage holds all of its units at once.
+  const bool per_run = l.zero_stage == 3 && !pipelined;
+  if (l.zero_stage == 3 && pipelined) gathered = kept;
   for (int i = 0; i < n; ++i) {
     const int run = run_of[static_cast<size_t>(i)];
-    if (l.zero_stage == 3 && run_first[static_cast<size_t>(run)] == i) {
+    if (per_run && run_first[static_cast<size_t>(run)] == i) {
       gather(run);
       gather(run + 1);  // prefetched while this run computes
     }
@@ -217,7 +238,7 @@ std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const La
       filling -= buckets[static_cast<size_t>(b)].elements;
       in_flight.push_back({buckets[static_cast<size_t>(b)].elements, i});
     }
-    if (l.zero_stage == 3 && run_last[static_cast<size_t>(run)] == i) {
+    if (per_run && run_last[static_cast<size_t>(run)] == i) {
       gathered -= slots[run];
       slots.erase(run);
     }
@@ -231,7 +252,7 @@ double engine_zero3_gathered_elements(const ModelConfig& m, const Layout& l) {
   const Units u = engine_units(m, l);
   double elements = 0;
   int previous = -1;
-  for (const UnitAction& a : one_stage_program(l, static_cast<int>(u.owned.size()))) {
+  for (const UnitAction& a : one_stage_program(l, 0, static_cast<int>(u.owned.size()))) {
     if (a.unit != previous) elements += u.reads[static_cast<size_t>(a.unit)];
     previous = a.unit;
   }
@@ -266,7 +287,9 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   const double shard = zero_shard_elements(m, l, stage);
 
   MemoryBreakdown mem;
-  mem.params = kF32 * (l.zero_stage >= 3 ? all / dp : all);
+  // ZeRO-3 releases the store: a rank keeps its shard of its stage's parameters (the whole model's
+  // without pipelining).
+  mem.params = kF32 * (l.zero_stage >= 3 ? (l.pp > 1 ? shard : all / dp) : all);
   mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
   mem.optimizer = optim::state_bytes_per_parameter(settings) * engine_optimizer_elements(m, l, stage);
   const DType compute = compute_dtype(l.precision);
@@ -280,7 +303,7 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   // Sent boundary tensors live until a later unit action finds their transfer done: under 1F1B
   // the latest and the one before; GPipe sends every microbatch's in a row.
   if (l.pp > 1) mem.comm += (l.schedule == config::ScheduleKind::GPipe ? d(l.microbatches()) : 2.0) * boundary;
-  if (l.zero_stage >= 2) mem.comm += engine_zero_comm_bytes(m, l);
+  if (l.zero_stage >= 2) mem.comm += engine_zero_comm_bytes(m, l, stage);
 
   const auto [first, last] = stage_units(m, l, stage);
   const std::vector<config::UnitWorkspaceBytes> ws =

@@ -4,14 +4,15 @@
 //
 //   params          every rank holds the f32 values of the whole model at its tensor-parallel rank
 //                   (pipeline stages included: a stage reads its own, the store holds them all);
-//                   ZeRO-3 keeps only this rank's 1/dp of them
+//                   ZeRO-3 keeps only this rank's 1/dp of them (under a pipeline, of its stage's)
 //   grads           likewise f32 for the whole model; ZeRO-2/3 keep this rank's 1/dp of its stage's
 //   optimizer       the optimizer's state (Adam: m and v, 8 bytes) over the parameters this rank
 //                   updates: its stage's (a tied table on both of its stages), 1/dp of them under
 //                   ZeRO-1/2/3. There is no separate master copy: the f32 values are the master.
 //   activations     the engine activation accounting (memory_model.h)
 //   comm            ZeRO-2/3's gradient buckets while they fill and while they are reduced, and
-//                   ZeRO-3's gathered units (the one running and the next, prefetched); a pipeline
+//                   ZeRO-3's gathered units (the one running and the next, prefetched; under a
+//                   pipeline every unit of the stage, kept across the microbatches); a pipeline
 //                   stage's sent boundary tensors, which live until a later unit action finds their
 //                   transfer done: a bound of two under 1F1B (the last one and the one before), of
 //                   every microbatch's under GPipe; a run holds one or two. Plain data
@@ -39,13 +40,16 @@ MemoryBreakdown engine_stage_memory(const config::ModelConfig& m, const Layout& 
 // more f32 copies of them.
 double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, int stage);
 
-// ZeRO-2/3's comm tag (pp = 1): the peak of the bucket storage and gathered units live at once,
-// walking the program's unit actions with the runtime's rules (parallel/gradient_reducer.h,
+// ZeRO-2/3's comm tag on stage `stage`'s rank: the peak of the bucket storage and gathered units
+// live at once, walking the unit actions with the runtime's rules (parallel/gradient_reducer.h,
 // parallel/parameter_gatherer.h). A bucket's storage is freed only when a later one is opened
 // while kMaxInFlight = 2 are in flight, or at the end of the step; buckets the communicator
 // finished early can be freed sooner, so this is the peak of a run whose reductions are not yet
-// done when the next bucket opens: an upper bound, and what these runs measure.
-double engine_zero_comm_bytes(const config::ModelConfig& m, const Layout& l);
+// done when the next bucket opens: an upper bound, and what these runs measure. Under a pipeline
+// the walk covers the stage's units (a tied table as the head's piece), and ZeRO-3 holds every unit
+// of the stage gathered all step (kept across the microbatches, as the runtime does): the cost of
+// composing ZeRO-3 with pipelining is the stage's whole f32 parameters in comm during the step.
+double engine_zero_comm_bytes(const config::ModelConfig& m, const Layout& l, int stage = 0);
 
 // The elements ZeRO-3 gathers in one step (pp = 1): each run of consecutive actions on one unit
 // gathers the ranges the unit reads once (parallel::ParameterGatherer), so a unit's parameters come
@@ -62,6 +66,6 @@ struct ZeroCommAction {
   bool backward = false;
   double bytes = 0;
 };
-std::vector<ZeroCommAction> engine_zero_comm_walk(const config::ModelConfig& m, const Layout& l);
+std::vector<ZeroCommAction> engine_zero_comm_walk(const config::ModelConfig& m, const Layout& l, int stage = 0);
 
 }  // namespace tessera::plan

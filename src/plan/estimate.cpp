@@ -176,6 +176,14 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
         dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
         break;
       default:
+        if (l.pp > 1) {
+          // Under a pipeline each unit stays gathered across the microbatches: the weights are
+          // all-gathered once a step, and the gradients reduce-scattered every microbatch as under
+          // ZeRO-2.
+          per_microbatch_exposed = compressing ? compressed : hidden(per_layer(reduce_scatter_seconds), st.backward);
+          dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
+          break;
+        }
         // Stage 3 gathers the weights for forward and again for backward, and reduce-scatters the
         // gradients, every microbatch (1.5x the traffic of plain data parallelism).
         per_microbatch_exposed =

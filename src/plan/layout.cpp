@@ -255,10 +255,6 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "layout: the interleaved schedule needs the microbatch count ({} = B / (dp x mb)) to be a multiple of pp={}",
            l.microbatches(), l.pp);
   TS_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero_stage);
-  TS_CHECK(l.zero_stage <= 1 || l.pp == 1,
-           "layout: ZeRO stage {} with pipeline parallelism (pp={}) reduce-scatters gradients every microbatch (and "
-           "stage 3 gathers parameters for every action), which the cost model does not describe; use zero=0 or zero=1 "
-           "with pp > 1", l.zero_stage, l.pp);
   TS_CHECK(l.optimizer != "onebit_adam" || (l.zero_stage == 0 && l.compression == "none"),
            "layout: optimizer=onebit_adam keeps the whole momentum on every data-parallel rank and compresses it "
            "itself; use it with zero=0 and no compression (got zero={}, compression={})", l.zero_stage, l.compression);

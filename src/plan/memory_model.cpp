@@ -141,7 +141,10 @@ MemoryBreakdown stage_memory(const ModelConfig& m, const Layout& l, int stage, c
   if (l.tp > 1) mem.comm += e * bsh;                      // gathered activation / all-reduce staging
   if (l.pp > 1) mem.comm += 2 * e * bsh / (l.sp ? t : 1);  // boundary tensor being sent and received
   if (l.dp > 1) {
-    if (l.zero_stage == 3) {
+    if (l.zero_stage == 3 && l.pp > 1) {
+      // Under a pipeline the stage's weights stay gathered across its microbatches.
+      mem.comm += e * stage_params(m, l, stage).total();
+    } else if (l.zero_stage == 3) {
       mem.comm += 2 * e * layer_params_per_rank(m, l.tp);  // gathered weights: current layer and the prefetched next
     } else {
       mem.comm += std::min(kGradBucketBytes, mem.grads);

@@ -199,12 +199,12 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
                       unit_bytes[u].backward_beside_activations + drains};
     }
     // Communication buffers are walked with the program: a pipeline's sent tensors, and ZeRO-2/3's
-    // buckets and gathered units (one stage: pipelines do not run ZeRO-2 or 3) by the planner's
-    // walk of the same unit actions.
+    // buckets and gathered units by the planner's walk of the same unit actions (a pipeline stage's
+    // own units; ZeRO-3 keeps them all gathered there).
     std::vector<int64_t> zero_comm;
-    if (l.zero_stage >= 2 && l.pp == 1) {
+    if (l.zero_stage >= 2) {
       std::map<std::tuple<int, int, bool>, int64_t> by_action;
-      for (const plan::ZeroCommAction& a : plan::engine_zero_comm_walk(m, l)) {
+      for (const plan::ZeroCommAction& a : plan::engine_zero_comm_walk(m, l, rank)) {
         by_action[{a.unit, a.microbatch, a.backward}] = static_cast<int64_t>(a.bytes);
       }
       for (const exec::Action& a : program.actions) {

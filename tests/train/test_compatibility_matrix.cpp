@@ -115,9 +115,11 @@ TEST(CompatibilityMatrix, RefusalsNameTheValuesGivenAndMovedOnesComeAtConfigTime
   config::FeatureSettings s;
   s.pp = 4;
   s.zero_stage = 3;
+  s.offload_params = "nvme";
+  s.offload_optimizer = "nvme";
   RunConfig c = config_with(s);
   c.model.n_layer = 8;
-  EXPECT_EQ(error_of(c).find("config: parallel.zero_stage = 3 with parallel.pp = 4: ZeRO-3 gathers"), 0u)
+  EXPECT_EQ(error_of(c).find("config: memory.offload_params = \"nvme\" with parallel.pp = 4: the nvme tier holds"), 0u)
       << error_of(c);
 
   // ZeRO-3 with 2bw at pp = 1: the engine refused it at start-up; the config now does.

@@ -1,5 +1,6 @@
 // The planner on this machine, memory: one run.toml trains two steps under each layout of the
-// resharding matrix (one process, dp 2, dp 2 · ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 with ZeRO-1),
+// resharding matrix (one process, dp 2, dp 2 · ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 with ZeRO-1,
+// dp 2 · pp 2 with ZeRO-3),
 // plus mixed precision, sequence parallelism and mixture of experts (expert parallelism with ZeRO,
 // SwiGLU experts in every other block, expert parallelism in bf16), and `tessera plan --config
 // run.toml` (the same file and overrides) predicts every rank's peak of every memory tag in
@@ -44,6 +45,8 @@ const std::vector<Layout> kLayouts = {
     {"tp2", 2, "--parallel.tp 2", 2, 1},
     {"pp2", 2, "--parallel.pp 2", 1, 1},
     {"tp2_pp2_dp2", 8, "--parallel.tp 2 --parallel.pp 2 --parallel.dp 2 --parallel.zero_stage 1", 2, 2},
+    // ZeRO-3 under a pipeline: the stage's shard, and every unit of the stage gathered all step.
+    {"dp2_pp2_zero3", 4, "--parallel.dp 2 --parallel.pp 2 --parallel.zero_stage 3", 1, 2},
     {"one_bf16", 1, "--precision.compute bf16"},
     {"tp2_sp_bf16", 2, "--parallel.tp 2 --parallel.sp true --precision.compute bf16", 2, 1},
     // Mixture of experts: the expert states sharded over edp = dp / ep, the routing buffers.

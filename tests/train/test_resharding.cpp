@@ -1,5 +1,6 @@
 // Checkpoints that move between layouts: `tessera train` saves at step 3 under each of one process,
-// dp 2, dp 2 with ZeRO-3, tp 2, pp 2 and tp 2 · pp 2 · dp 2 (ZeRO-1), and every one of those
+// dp 2, dp 2 with ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 (ZeRO-1) and dp 2 · pp 2 with ZeRO-3 (each
+// stage's parameters sharded over its data-parallel group), and every one of those
 // checkpoints resumes under every one of those layouts for three more steps. The resumed losses
 // equal the uninterrupted 6-step run of the resuming layout within 1e-5 relative (bit for bit when
 // the layout is the one that saved), and each layout's uninterrupted run equals one process's. State
@@ -40,6 +41,7 @@ const std::vector<Layout> kLayouts = {
     {"tp2", "launch -n 2 -- ", "--parallel.tp 2"},
     {"pp2", "launch -n 2 -- ", "--parallel.pp 2"},
     {"tp2_pp2_dp2", "launch -n 8 -- ", "--parallel.tp 2 --parallel.pp 2 --parallel.dp 2 --parallel.zero_stage 1"},
+    {"dp2_pp2_zero3", "launch -n 4 -- ", "--parallel.dp 2 --parallel.pp 2 --parallel.zero_stage 3"},
 };
 
 std::string train(const Layout& layout, const fs::path& out, const std::string& extra) {
