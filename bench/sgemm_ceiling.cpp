@@ -5,7 +5,7 @@
 // mixed precision runs (oneDNN's, or widened to f32 where the CPU has no bf16 dot products).
 // Model FLOP utilization (MFU) is reported against the best of each precision.
 //
-//   sgemm_ceiling [--threads 2] [--reps 5] [--shape 1024x3072x768]
+//   sgemm_ceiling [--threads 2] [--reps 5] [--shape 1024x3072x768 ...]
 //
 // Prints a table and, last, one JSON line {"bench": "sgemm_ceiling", ..., "gflops": best fp32,
 // "bf16_gflops": best bf16, "openblas_core": ..., "by_library": {...}}.
@@ -43,18 +43,18 @@ struct Shape {
 int main(int argc, char** argv) {
   int threads = 2;
   int reps = 5;
-  std::string shape_text;
+  std::vector<std::string> shape_texts;
   CLI::App app{"GEMM GFLOP/s per library and precision: the compute ceiling MFU is measured against"};
   app.add_option("--threads", threads, "threads for OpenBLAS, oneDNN and OpenMP")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "timed repetitions per size (the best counts)")->check(CLI::PositiveNumber);
-  app.add_option("--shape", shape_text, "the model's main product MxNxK, measured besides the square sizes");
+  app.add_option("--shape", shape_texts, "the model's main product MxNxK, measured besides the square sizes (repeatable)");
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
 
   std::vector<Shape> shapes{{1024, 1024, 1024}, {1536, 1536, 1536}, {2048, 2048, 2048}};
-  if (!shape_text.empty()) {
+  for (const std::string& shape_text : shape_texts) {
     Shape s{};
     if (std::sscanf(shape_text.c_str(), "%dx%dx%d", &s.M, &s.N, &s.K) != 3 || s.M <= 0 || s.N <= 0 || s.K <= 0) {
       fmt::print(stderr, "sgemm_ceiling: --shape '{}' is not MxNxK with positive sizes\n", shape_text);
@@ -116,9 +116,9 @@ int main(int argc, char** argv) {
   for (const auto& [k, v] : at_shape) by_shape += fmt::format("{}\"{}\": {:.1f}", by_shape.empty() ? "" : ", ", k, v);
   fmt::print("OpenBLAS core {}; bf16 matmul {}\n", core, bf16_gemm.describe());
   fmt::print("{{\"bench\": \"sgemm_ceiling\", \"threads\": {}, \"reps\": {}, \"openblas\": \"{}\", \"openblas_core\": \"{}\", "
-             "\"bf16_impl\": \"{}\", \"shape\": \"{}\", \"by_library\": {{{}}}, \"by_shape\": {{{}}}, \"gflops\": {:.1f}, "
+             "\"bf16_impl\": \"{}\", \"by_library\": {{{}}}, \"by_shape\": {{{}}}, \"gflops\": {:.1f}, "
              "\"bf16_gflops\": {:.1f}}}\n",
-             threads, reps, tessera::kernels::openblas_config(), core, bf16_gemm.describe(), shape_text, by_library,
+             threads, reps, tessera::kernels::openblas_config(), core, bf16_gemm.describe(), by_library,
              by_shape, f32, best["bf16-matmul"]);
   return 0;
 }
