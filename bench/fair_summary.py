@@ -26,7 +26,8 @@ def medians(runs):
         return statistics.median(r[key] for r in runs)
     r0 = runs[0]
     return {
-        "runs": len(runs), "tok": med("tokens_per_s"), "ms": med("ms_per_step"), "gemm": med("gemm_gflops"),
+        # The GEMM rate is the best a contender reached over its runs, as the ceilings are the best measured.
+        "runs": len(runs), "tok": med("tokens_per_s"), "ms": med("ms_per_step"), "gemm": max(r["gemm_gflops"] for r in runs),
         "n": r0["params"], "flops": flops_per_token(r0), "library": r0["gemm_library"], "core": r0["openblas_core"],
         "shape": r0["gemm_shape"], "act": r0.get("activation_peak_mib"),
         "shares": "/".join(f"{100 * med(k):.0f}" for k in ("forward_share", "backward_share", "optimizer_share")),

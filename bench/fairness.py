@@ -28,12 +28,12 @@ def judge_ratio(name, tessera_tok_s, peer_tok_s, peer_gemm_gflops, best_gemm_gfl
     """(ratio or None, reason): tessera's tokens/s over the peer's, or None with the reason why the
     ratio is not fair to print."""
     if not peer_tok_s or peer_tok_s <= 0:
-        return None, f"no {name} ratio: the peer has no throughput"
+        return None, f"no {name}: the peer has no throughput"
     if not best_gemm_gflops or best_gemm_gflops <= 0:
-        return None, f"no {name} ratio: no {precision} GEMM rate of this machine was measured"
+        return None, f"no {name}: no {precision} GEMM rate of this machine was measured"
     if peer_gemm_gflops is None or peer_gemm_gflops < PEER_GEMM_FLOOR * best_gemm_gflops:
         peer = "unmeasured" if peer_gemm_gflops is None else f"{peer_gemm_gflops:.1f} GFLOP/s"
-        return None, (f"no {name} ratio: the peer's {precision} GEMM ran at {peer}, below "
+        return None, (f"no {name}: the peer's {precision} GEMM ran at {peer}, below "
                       f"{PEER_GEMM_FLOOR:g} of the machine's best at the same shape ({best_gemm_gflops:.1f} "
                       f"GFLOP/s, {best_source}); the ratio would measure its GEMM library, not its training step")
     return tessera_tok_s / peer_tok_s, ""
