@@ -4,7 +4,7 @@
 # than the CPU allows. PyTorch's fp32 products run on that OpenBLAS (its bf16 ones on oneDNN,
 # whatever the core), so the core is chosen by measurement: every candidate the CPU's flags allow
 # (OpenBLAS's own choice with OPENBLAS_CORETYPE unset, the inherited value, SkylakeX and Cooperlake
-# with AVX-512, Haswell and Zen with AVX2), each timed twice, interleaved, on PyTorch's fp32 matmul
+# with AVX-512, Haswell and Zen with AVX2), each timed three times, interleaved, on PyTorch's fp32 matmul
 # at the model's main product; the fastest is exported for every PyTorch run after it.
 #
 #   choose_openblas_coretype PYTHON TORCH_TRAIN_PY RESULTS ARGS...   (ARGS: torch_train.py's model args)
@@ -34,9 +34,9 @@ choose_openblas_coretype() {
   local inherited="${OPENBLAS_CORETYPE:-}"
   local best_rate=0 best_core="" best_line="" round c line rate
   declare -A rate_of=() core_of=()
-  echo "== PyTorch's OpenBLAS core: fp32 matmul at the model's main product for each candidate, 2 rounds interleaved"
+  echo "== PyTorch's OpenBLAS core: fp32 matmul at the model's main product for each candidate, 3 rounds interleaved"
   echo "   (OPENBLAS_CORETYPE in the environment: ${inherited:-unset})"
-  for round in 1 2; do
+  for round in 1 2 3; do
     for c in "${candidates[@]}"; do
       if [[ -z $c ]]; then
         line=$(env -u OPENBLAS_CORETYPE "$python" "$script" "$@" --gemm-only | tail -n 1)
@@ -54,7 +54,7 @@ choose_openblas_coretype() {
     done
   done
   for c in "${candidates[@]}"; do
-    printf '   OPENBLAS_CORETYPE=%-11s core %-11s %8.1f GFLOP/s (best of 2)\n' "${c:-unset}" "${core_of[${c:-unset}]}" \
+    printf '   OPENBLAS_CORETYPE=%-11s core %-11s %8.1f GFLOP/s (best of 3)\n' "${c:-unset}" "${core_of[${c:-unset}]}" \
       "${rate_of[${c:-unset}]}"
   done
   PEER_CORETYPE=$best_core
