@@ -134,6 +134,12 @@ def main():
     parser.add_argument("--peer-coretype", default="unset")
     args = parser.parse_args()
     rows = [json.loads(line) for line in open(args.results) if line.strip()]
+    # Each side on the same thread count: PyTorch's intra-op threads and its OpenBLAS's.
+    for r in rows:
+        for key in ("threads", "torch_threads", "openblas_threads"):
+            if key in r and r.get("bench") != "sgemm_ceiling" and str(r[key]) != str(args.threads):
+                sys.exit(f"a {r.get('impl', '?')} run had {key}={r[key]}, not the {args.threads} threads of the "
+                         "comparison: the sides are not on equal terms")
     (vs_pytorch if args.bench == "vs_pytorch" else precision)(rows, args.configs, args.threads, args.peer_coretype)
     return 0
 
