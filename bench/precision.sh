@@ -18,8 +18,20 @@
 # 16-bit inputs to f32 and multiplies with sgemm (the same results at fp32 speed, plus the casts),
 # and PyTorch emulates. The script prints which this CPU has and which GEMM tessera ran.
 #
-# Prints a table and, last, one line per config:
-#   RESULT precision config=<c> bf16_speedup=<tessera bf16 tok/s / tessera fp32> vs_pytorch_bf16=<tessera bf16 / pytorch bf16> activation_ratio=<bf16 / fp32 activation peak>
+# The peer gets its best configuration on this machine: tessera's thread count, and the fastest
+# OpenBLAS core the CPU's flags allow (bench/peer_best.sh; its fp32 products run there, its bf16
+# autocast products on oneDNN). Every contender's GEMM library, OpenBLAS core and matmul rate at the
+# model's main product (B*T x 4C x C, in the precision it runs) are printed. The bf16 ceiling is the
+# machine's best measured bf16 matmul (bench/sgemm_ceiling.cpp on square sizes and the model's main
+# product, before and after the runs, and each contender's own); the fp32 one its best sgemm. The
+# rules (bench/fairness.py): no vs_pytorch_bf16 when PyTorch's bf16 matmul ran below half of the
+# machine's best at the same shape, no MFU above 1; a line says why where they refuse.
+#
+# Prints a table and, last, one line per config (bench/fair_summary.py):
+#   RESULT precision config=<c> bf16_speedup=<tessera bf16 tok/s / tessera fp32> vs_pytorch_bf16=<tessera bf16 / pytorch bf16>
+#     mfu_bf16=<tessera bf16 model FLOP/s / bf16 ceiling> activation_ratio=<bf16 / fp32 activation peak>
+#     peer_coretype=... peer_gemm_gflops_bf16=... tessera_gemm_gflops_bf16=... bf16_ceiling_gflops=...
+#     bf16_best_at_shape_gflops=... threads=...
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,13 +60,15 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   exit 2
 fi
 
+echo "== bench/precision.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), RUNS=$RUNS PYTORCH_RUNS=$PYTORCH_RUNS PYTORCH_STEPS=${PYTORCH_STEPS:-as the config} CONFIGS=\"$CONFIGS\""
 echo "== building (Release) in $BUILD_DIR"
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON \
     -DTESSERA_BUILD_TESTS=OFF >/dev/null
 fi
-cmake --build "$BUILD_DIR" --target train_bench >/dev/null
+cmake --build "$BUILD_DIR" --target train_bench sgemm_ceiling >/dev/null
 TRAIN_BENCH="$BUILD_DIR/bench/train_bench"
+SGEMM="$BUILD_DIR/bench/sgemm_ceiling"
 
 mkdir -p "$(dirname "$RESULTS")"
 : >"$RESULTS"
@@ -62,12 +76,41 @@ if grep -qw avx512_bf16 /proc/cpuinfo; then bf16_cpu="has bf16 dot products (avx
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) cores, $THREADS threads, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $bf16_cpu"
 
+# Keeps a run's JSON line (its last), tagged; prints tessera's `gemm:` start line and any warning
+# of the first run.
 record() {
-  local config=$1 contender=$2 run=$3 line
-  line=$(tail -n 1)
+  local config=$1 contender=$2 run=$3 out line
+  out=$(cat)
+  line=$(echo "$out" | tail -n 1)
+  if ((run == 0)); then echo "$out" | grep -E '^(gemm:|warning:)' | sed "s/^/   $contender /" || true; fi
   echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(config='$config', contender='$contender', run=$run); print(json.dumps(d))" >>"$RESULTS"
-  echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); print(f\"   {'$contender':16s} {d['tokens_per_s']:10.1f} tok/s  {d['ms_per_step']:10.1f} ms/step  {d.get('gemm', '')}\")"
+  echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); print(f\"   {'$contender':16s} {d['tokens_per_s']:10.1f} tok/s  {d['ms_per_step']:10.1f} ms/step  matmul {d['gemm_gflops']:6.1f} GFLOP/s at {d['gemm_shape']} by {d['gemm_library']}, OpenBLAS core {d['openblas_core']}\")"
 }
+
+# The model's main product per config (the MLP's first linear: B*T x 4C x C).
+config_shape() {
+  local L C H T B V W S
+  read -r L C H T B V W S <<<"$(config_args "$1")"
+  echo "$((B * T))x$((4 * C))x$C"
+}
+SHAPE_ARGS=()
+for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
+
+# PyTorch's OpenBLAS core, chosen at the last config's shape (the headline one).
+source "$ROOT/bench/peer_best.sh"
+read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
+choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
+  --threads "$THREADS"
+
+# The ceilings are what the machine can do at best: measured before and after the runs, the higher counts.
+measure_ceiling() {
+  local out
+  out=$("$SGEMM" --threads "$THREADS" "${SHAPE_ARGS[@]}")
+  echo "$out" | tail -n 2 | head -n 1 | sed 's/^/   /'
+  echo "$out" | tail -n 1 >>"$RESULTS"
+}
+echo "== GEMM ceilings (OpenBLAS with OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, oneDNN, the bf16 matmul)"
+measure_ceiling
 
 contenders=(tessera-fp32 tessera-bf16 pytorch-bf16)
 for config in "${CONFIG_LIST[@]}"; do
@@ -90,30 +133,9 @@ for config in "${CONFIG_LIST[@]}"; do
     done
   done
 done
+echo "== GEMM ceilings again"
+measure_ceiling
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg); every run in $RESULTS"
 
-$PYTHON - "$RESULTS" "${CONFIG_LIST[@]}" <<'EOF'
-import json, statistics, sys
-
-path, configs = sys.argv[1], sys.argv[2:]
-rows = [json.loads(line) for line in open(path) if line.strip()]
-print(f"\n{'config':10s} {'contender':14s} {'runs':>4s} {'tok/s':>9s} {'ms/step':>9s} {'activations MiB':>16s}")
-results = []
-for config in configs:
-    med = {}
-    for contender in ("tessera-fp32", "tessera-bf16", "pytorch-bf16"):
-        runs = [r for r in rows if r.get("config") == config and r.get("contender") == contender]
-        if not runs:
-            sys.exit(f"no {contender} runs recorded for {config}")
-        tok = statistics.median(r["tokens_per_s"] for r in runs)
-        ms = statistics.median(r["ms_per_step"] for r in runs)
-        act = runs[0].get("activation_peak_mib")
-        med[contender] = (tok, act)
-        act_text = f"{act:16.1f}" if act is not None else f"{'-':>16s}"
-        print(f"{config:10s} {contender:14s} {len(runs):4d} {tok:9.1f} {ms:9.1f} {act_text}")
-    results.append((config, med["tessera-bf16"][0] / med["tessera-fp32"][0], med["tessera-bf16"][0] / med["pytorch-bf16"][0],
-                    med["tessera-bf16"][1] / med["tessera-fp32"][1]))
-print()
-for config, speedup, vs, act in results:
-    print(f"RESULT precision config={config} bf16_speedup={speedup:.3f} vs_pytorch_bf16={vs:.3f} activation_ratio={act:.3f}")
-EOF
+$PYTHON "$ROOT/bench/fair_summary.py" precision "$RESULTS" --threads "$THREADS" --peer-coretype "${PEER_CORETYPE:-unset}" \
+  "${CONFIG_LIST[@]}"

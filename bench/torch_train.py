@@ -4,10 +4,18 @@ embeddings, biases, GELU (tanh), AdamW; the same steps (forward, backward, AdamW
 gradients) on random tokens. The model code is tests/nn/torch_reference.py, the independent
 implementation the parity test checks tessera against.
 
-Prints a short line and, last, one JSON line with the fields train_bench prints.
+Prints a short line and, last, one JSON line with the fields train_bench prints, and the facts of
+the GEMM library it ran: which library serves the precision compared (OpenBLAS and the core it
+loaded for fp32, oneDNN and its implementation for bf16 autocast), its thread count, and the rate
+of torch.matmul at the model's main product (the MLP's first linear: B*T x 4C x C) in that
+precision, best of 5. With --gemm-only it prints those facts alone (bench/vs_pytorch.sh uses it to
+choose OPENBLAS_CORETYPE).
 
   torch_train.py --layers 4 --embd 256 --heads 4 --seq 128 --batch 8 --vocab 256 --steps 10
+  OPENBLAS_CORETYPE=SkylakeX torch_train.py --embd 768 --seq 256 --batch 4 --gemm-only
 """
+import ctypes
+import tempfile
 import argparse
 import importlib.util
 import json
@@ -25,6 +33,67 @@ def load_reference():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def openblas_facts():
+    """The OpenBLAS this process loaded (through PyTorch): its config string and the core it runs,
+    from openblas_get_config() and openblas_get_corename() of the library in /proc/self/maps."""
+    paths = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libopenblas" in line})
+    if not paths:
+        return {"openblas": "none loaded", "openblas_core": "none"}
+    lib = ctypes.CDLL(paths[0])
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    lib.openblas_get_config.restype = ctypes.c_char_p
+    return {"openblas": lib.openblas_get_config().decode(), "openblas_core": lib.openblas_get_corename().decode(),
+            "openblas_threads": lib.openblas_get_num_threads()}
+
+
+def onednn_matmul_impl(a, b):
+    """oneDNN's implementation of a @ b ("brg:avx512_core_bf16"), from its verbose line, or "" when
+    the product did not run on oneDNN. The verbose output goes to file descriptor 1, caught here."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+") as f:
+        os.dup2(f.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                torch.matmul(a, b)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        f.seek(0)
+        for line in f:
+            parts = line.split(",")
+            if line.startswith(("onednn_verbose,exec", "dnnl_verbose,exec")) and len(parts) > 4:
+                return parts[4]
+    return ""
+
+
+def gemm_facts(M, N, K, precision, reps=5):
+    """Which library runs PyTorch's matmul in `precision` (fp32 or bf16) and its best GFLOP/s at
+    out[M,N] = a[M,K] @ b[K,N], after one warm-up."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    gen = torch.Generator().manual_seed(3)
+    a = (torch.rand(M, K, generator=gen) - 0.5).to(dtype)
+    b = (torch.rand(K, N, generator=gen) - 0.5).to(dtype)
+    facts = openblas_facts()
+    impl = onednn_matmul_impl(a, b)
+    if impl:
+        library = f"oneDNN {impl}"
+    elif facts["openblas_core"] != "none":
+        library = f"OpenBLAS core {facts['openblas_core']}"
+    else:
+        library = "PyTorch's own"
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        best = max(best, 2.0 * M * N * K / (time.perf_counter() - t0) / 1e9)
+    facts.update(gemm_library=library, gemm_precision=precision, gemm_shape=f"{M}x{N}x{K}", gemm_gflops=round(best, 1),
+                 torch_threads=torch.get_num_threads(), openblas_coretype=os.environ.get("OPENBLAS_CORETYPE", ""),
+                 mkldnn=torch.backends.mkldnn.is_available(), mkl=torch.backends.mkl.is_available())
+    return facts
 
 
 def main():
@@ -47,9 +116,18 @@ def main():
     # in bf16 while the parameters, gradients and AdamW stay fp32.
     parser.add_argument("--autocast", choices=["off", "bf16"], default="off",
                         help="torch.autocast(device_type='cpu', dtype=torch.bfloat16) around the forward")
+    parser.add_argument("--gemm-only", action="store_true",
+                        help="print the GEMM library facts and rate at the model's main product, train nothing")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    B, T = args.batch, args.seq
+    gemm_precision = "bf16" if args.autocast == "bf16" else "fp32"
+    if args.gemm_only:
+        facts = gemm_facts(B * T, 4 * args.embd, args.embd, gemm_precision)
+        facts["impl"] = "pytorch"
+        print(json.dumps(facts))
+        return 0
     ref = load_reference()
     spec = ref.ModelSpec(arch="gpt2", n_layer=args.layers, n_head=args.heads, n_embd=args.embd,
                          vocab_size=args.vocab, seq_len=args.seq, ffn_hidden=4 * args.embd, bias=True,
@@ -58,7 +136,6 @@ def main():
     optimizer = ref.make_adamw(params, args.lr, 0.9, 0.95, 1e-8, 0.1, foreach=args.foreach == "on")
     n_params = sum(p.numel() for p in params.values())
 
-    B, T = args.batch, args.seq
     gen = torch.Generator().manual_seed(7)
     total = args.warmup + args.steps
     batches = []
@@ -100,9 +177,13 @@ def main():
         "loss_last": round(loss_last, 5), "torch": torch.__version__, "adamw_foreach": args.foreach == "on",
         "autocast": args.autocast,
     }
+    # After the steps, so that it does not warm them up.
+    result.update(gemm_facts(B * T, 4 * args.embd, args.embd, gemm_precision))
     print(f"pytorch {torch.__version__} L={args.layers} C={args.embd} H={args.heads} T={T} B={B} V={args.vocab}: "
           f"{n_params} parameters, {args.threads} threads: {ms:.1f} ms/step (median), "
-          f"{result['tokens_per_s']:.0f} tokens/s")
+          f"{result['tokens_per_s']:.0f} tokens/s; {gemm_precision} matmul by {result['gemm_library']} "
+          f"({result['openblas']}, OPENBLAS_CORETYPE={result['openblas_coretype'] or 'unset'}), "
+          f"{result['gemm_gflops']:.1f} GFLOP/s at {result['gemm_shape']}")
     print(json.dumps(result))
     return 0
 

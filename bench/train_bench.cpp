@@ -2,7 +2,10 @@
 // trainer's step (the interpreter running forward and backward, then the AdamW update and zeroed
 // gradients) on random tokens (fp32, GPT-2 style,
 // tied embeddings, biases). Prints a short table and, last, one JSON line with tokens/s, the
-// median step time and the share of time spent in forward, backward and the optimizer.
+// median step time and the share of time spent in forward, backward and the optimizer. Before
+// that, its start line's `gemm:` (the GEMM library of each precision, and the warning when
+// OpenBLAS runs a generic core) and, after the steps, the rate of the matmul the run's precision
+// uses at the model's main product (the MLP's first linear: B*T x 4C x C), best of 5.
 //
 //   train_bench --layers 4 --embd 256 --heads 4 --seq 128 --batch 8 --vocab 256 --steps 10
 #include <fmt/format.h>
@@ -12,10 +15,12 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "config/precision.h"
 #include "core/rng.h"
+#include "kernels/cpu/blas_library.h"
 #include "kernels/cpu/matmul.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
@@ -41,6 +46,35 @@ class PhaseTimer final : public tessera::exec::Transform {
  private:
   Clock::time_point start_;
 };
+
+// GFLOP/s of the matmul the run's precision uses (f32, or 16-bit T in and out) on out[M,N] = a[M,K] · b[K,N]:
+// the best of 5 after one warm-up.
+template <class T>
+double matmul_gflops(int M, int N, int K) {
+  std::vector<float> a32(static_cast<size_t>(M) * K), b32(static_cast<size_t>(K) * N);
+  for (size_t i = 0; i < a32.size(); ++i) a32[i] = tessera::uniform(3, 1, i) - 0.5f;
+  for (size_t i = 0; i < b32.size(); ++i) b32[i] = tessera::uniform(3, 2, i) - 0.5f;
+  std::vector<T> a(a32.size()), b(b32.size()), c(static_cast<size_t>(M) * N);
+  if constexpr (std::is_same_v<T, float>) {
+    a = a32;
+    b = b32;
+  } else {
+    auto narrow = [](float x) {
+      if constexpr (std::is_same_v<T, tessera::bf16>) return tessera::to_bf16(x);
+      else return tessera::to_f16(x);
+    };
+    for (size_t i = 0; i < a.size(); ++i) a[i] = narrow(a32[i]);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = narrow(b32[i]);
+  }
+  double best = 0;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = Clock::now();
+    tessera::kernels::matmul<T, T>(c.data(), a.data(), b.data(), nullptr, M, N, K, tessera::kernels::Transpose::No,
+                                   tessera::kernels::Transpose::No, false);
+    if (r > 0) best = std::max(best, 2.0 * M * N * static_cast<double>(K) / seconds_between(t0, Clock::now()) / 1e9);
+  }
+  return best;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -78,6 +112,14 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(threads);
 
     const int B = batch, T = model.seq_len, V = model.vocab_size;
+    // The start line's GEMM libraries, as `tessera train` prints them.
+    const auto mixed_dtype = tessera::config::parse_precision(precision, "--precision");
+    const bool mixed = mixed_dtype != tessera::DType::F32;
+    fmt::print("gemm: {}\n", tessera::kernels::gemm_libraries(mixed ? tessera::kernels::half_gemm_description() : ""));
+    if (const auto warning = tessera::kernels::generic_openblas_core_warning(
+            tessera::kernels::openblas_core(), tessera::kernels::detect_cpu_vector_features())) {
+      fmt::print("{}\n", *warning);
+    }
     tessera::MemoryAccountant memory;
     tessera::nn::GPT gpt(model, memory, 1234);
     // The step the trainer runs: one microbatch through the interpreter, then clipping and AdamW.
@@ -140,7 +182,14 @@ int main(int argc, char** argv) {
     const int64_t params = gpt.parameters().numel();
     const auto peak_mib = static_cast<double>(memory.stats().peak_total) / (1 << 20);
 
+    // The rate of this run's matmul at the model's main product, after the steps (so it does not
+    // warm the steps up): the library facts the benchmark scripts print for each contender.
+    const int gm = B * T, gn = 4 * model.n_embd, gk = model.n_embd;
+    const double gemm_gflops = mixed_dtype == tessera::DType::BF16  ? matmul_gflops<tessera::bf16>(gm, gn, gk)
+                               : mixed_dtype == tessera::DType::F16 ? matmul_gflops<tessera::f16>(gm, gn, gk)
+                                                                     : matmul_gflops<float>(gm, gn, gk);
     const std::string gemm = options.precision.mixed() ? tessera::kernels::half_gemm_description() : "sgemm";
+    const std::string gemm_library = mixed ? gemm : std::string(tessera::kernels::float_gemm_name());
     fmt::print("tessera L={} C={} H={} T={} B={} V={}: {} parameters, {} threads, {}, matmuls by {}, {} warmup + {} "
                "timed steps\n",
                model.n_layer, model.n_embd, model.n_head, T, B, V, params, threads, precision, gemm, warmup, steps);
@@ -153,10 +202,12 @@ int main(int argc, char** argv) {
         "\"threads\": {}, \"warmup\": {}, \"steps\": {}, \"ms_per_step\": {:.3f}, \"tokens_per_s\": {:.1f}, "
         "\"forward_share\": {:.4f}, \"backward_share\": {:.4f}, \"optimizer_share\": {:.4f}, \"loss_first\": {:.5f}, "
         "\"loss_last\": {:.5f}, \"peak_mib\": {:.1f}, \"precision\": \"{}\", \"gemm\": \"{}\", "
-        "\"activation_peak_mib\": {:.1f}}}\n",
+        "\"activation_peak_mib\": {:.1f}, \"gemm_library\": \"{}\", \"openblas_core\": \"{}\", \"gemm_shape\": "
+        "\"{}x{}x{}\", \"gemm_gflops\": {:.1f}}}\n",
         model.n_layer, model.n_embd, model.n_head, T, B, V, params, threads, warmup, steps, ms, tokens_per_s,
         sum_f / sum_all, sum_b / sum_all, sum_o / sum_all, loss_first, loss_last, peak_mib, precision, gemm,
-        static_cast<double>(memory.stats().peak_of(tessera::MemoryTag::Activations)) / (1 << 20));
+        static_cast<double>(memory.stats().peak_of(tessera::MemoryTag::Activations)) / (1 << 20), gemm_library,
+        tessera::kernels::openblas_core(), gm, gn, gk, gemm_gflops);
   } catch (const tessera::Error& e) {
     fmt::print(stderr, "train_bench: {}\n", e.what());
     return 1;

@@ -10,8 +10,23 @@
 # "tiny gpt2-124M"), BUILD_DIR (default build/bench), RESULTS (JSON lines of every run, default
 # $BUILD_DIR/vs_pytorch.jsonl).
 #
-# Prints the sgemm ceiling, a table, and last one line per config:
-#   RESULT <config> ratio=<tessera tok/s / pytorch tok/s> mfu=<tessera model FLOP/s / sgemm ceiling>
+# The peer gets its best configuration on this machine: its thread count is tessera's, and its
+# OpenBLAS core is the fastest of those the CPU's flags allow, measured first (bench/peer_best.sh;
+# an OPENBLAS_CORETYPE in the environment is one of the candidates, not a given). Every contender's
+# GEMM library, OpenBLAS core and matmul rate at the model's main product (B*T x 4C x C) are printed.
+#
+# The fp32 ceiling is the machine's best measured sgemm: OpenBLAS (with the chosen core) and oneDNN
+# on square sizes and the model's main product (bench/sgemm_ceiling.cpp, before and after the runs),
+# and each contender's own matmul at that product. The rules (bench/fairness.py): no ratio when
+# PyTorch's fp32 matmul ran below half of the machine's best at the same shape (a line says why
+# instead), and no MFU above 1 (that would mean the ceiling was wrong; a line says so).
+#
+# Prints the ceiling, a table, and last one line per config (bench/fair_summary.py):
+#   RESULT <config> ratio=<tessera tok/s / pytorch tok/s> mfu=<tessera model FLOP/s / fp32 ceiling>
+#     peer_coretype=<OPENBLAS_CORETYPE given to PyTorch> peer_core=<its OpenBLAS core>
+#     peer_gemm_gflops=<PyTorch's fp32 matmul> tessera_gemm_gflops=<tessera's> ceiling_gflops=<fp32 ceiling>
+#     best_at_shape_gflops=<the machine's best at the model's main product> threads=<each side's>
+# (ratio or mfu left out, after a "no ...:" line saying why, where the rules refuse them).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,6 +54,7 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   exit 2
 fi
 
+echo "== bench/vs_pytorch.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), RUNS=$RUNS CONFIGS=\"$CONFIGS\""
 echo "== building (Release) in $BUILD_DIR"
 if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_BENCH=ON \
@@ -65,19 +81,37 @@ fi
 # The ceiling is what the machine can do at best: measured before and after the runs, the higher counts.
 measure_ceiling() {
   local out
-  out=$("$SGEMM" --threads "$THREADS")
+  out=$("$SGEMM" --threads "$THREADS" "${SHAPE_ARGS[@]}")
   echo "$out"
   echo "$out" | tail -n 1 >>"$RESULTS"
 }
-echo "== sgemm ceiling"
+# The model's main product per config (the MLP's first linear: B*T x 4C x C).
+config_shape() {
+  local L C H T B V W S
+  read -r L C H T B V W S <<<"$(config_args "$1")"
+  echo "$((B * T))x$((4 * C))x$C"
+}
+SHAPE_ARGS=()
+for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
+
+# PyTorch's OpenBLAS core, chosen at the last config's shape (the headline one).
+source "$ROOT/bench/peer_best.sh"
+read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
+choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
+  --threads "$THREADS"
+
+echo "== GEMM ceiling (OpenBLAS with OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, oneDNN)"
 measure_ceiling
 
-# Keeps the JSON line (the last one) of a run, tagged with the config and the run index.
+# Keeps the JSON line (the last one) of a run, tagged with the config and the run index; prints
+# tessera's `gemm:` start line and any warning of the first run.
 record() {
-  local config=$1 run=$2 line
-  line=$(tail -n 1)
+  local config=$1 run=$2 out line
+  out=$(cat)
+  line=$(echo "$out" | tail -n 1)
+  if ((run == 0)); then echo "$out" | grep -E '^(gemm:|warning:)' | sed 's/^/   tessera /' || true; fi
   echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); d.update(config='$config', run=$run); print(json.dumps(d))" >>"$RESULTS"
-  echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); print(f\"   {d['impl']:8s} {d['tokens_per_s']:10.1f} tok/s  {d['ms_per_step']:10.1f} ms/step\")"
+  echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); print(f\"   {d['impl']:8s} {d['tokens_per_s']:10.1f} tok/s  {d['ms_per_step']:10.1f} ms/step  matmul {d['gemm_gflops']:6.1f} GFLOP/s at {d['gemm_shape']} by {d['gemm_library']}, OpenBLAS core {d['openblas_core']}\")"
 }
 
 for config in "${CONFIG_LIST[@]}"; do
@@ -96,46 +130,9 @@ for config in "${CONFIG_LIST[@]}"; do
     done
   done
 done
-echo "== sgemm ceiling again"
+echo "== GEMM ceiling again"
 measure_ceiling
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg); every run in $RESULTS"
 
-$PYTHON - "$RESULTS" "${CONFIG_LIST[@]}" <<'EOF'
-import json, statistics, sys
-
-path, configs = sys.argv[1], sys.argv[2:]
-rows = [json.loads(line) for line in open(path) if line.strip()]
-ceilings = [r for r in rows if r.get("bench") == "sgemm_ceiling"]
-ceiling = max(ceilings, key=lambda r: r["gflops"])
-peak = ceiling["gflops"] * 1e9
-measured = ", ".join(f"{r['gflops']:.1f}" for r in ceilings)
-print(f"\nsgemm ceiling: {ceiling['gflops']:.1f} GFLOP/s ({ceiling['threads']} threads, n = 1024..2048, best of "
-      f"{ceiling['reps']}; the higher of the measurements {measured})")
-print("model FLOPs per token = 6*N + 12*L*C*T (N = parameter count, tied embeddings, with position embeddings)\n")
-print(f"{'config':10s} {'impl':8s} {'runs':>4s} {'N':>11s} {'FLOP/token':>11s} {'tok/s':>9s} {'ms/step':>9s} "
-      f"{'fwd/bwd/opt %':>14s} {'MFU':>6s}")
-results = []
-for config in configs:
-    med = {}
-    for impl in ("tessera", "pytorch"):
-        runs = [r for r in rows if r.get("config") == config and r.get("impl") == impl]
-        if not runs:
-            sys.exit(f"no {impl} runs recorded for {config}")
-        r0 = runs[0]
-        n = r0["params"]
-        flops = 6 * n + 12 * r0["L"] * r0["C"] * r0["T"]
-        tok = statistics.median(r["tokens_per_s"] for r in runs)
-        ms = statistics.median(r["ms_per_step"] for r in runs)
-        shares = "/".join(f"{100 * statistics.median(r[k] for r in runs):.0f}"
-                          for k in ("forward_share", "backward_share", "optimizer_share"))
-        mfu = tok * flops / peak
-        med[impl] = (tok, mfu, n)
-        print(f"{config:10s} {impl:8s} {len(runs):4d} {n:11d} {flops / 1e6:10.1f}M {tok:9.1f} {ms:9.1f} {shares:>14s} {mfu:6.3f}")
-    if med["tessera"][2] != med["pytorch"][2]:
-        sys.exit(f"{config}: parameter counts differ (tessera {med['tessera'][2]}, pytorch {med['pytorch'][2]}): "
-                 "the two models are not the same")
-    results.append((config, med["tessera"][0] / med["pytorch"][0], med["tessera"][1]))
-print()
-for config, ratio, mfu in results:
-    print(f"RESULT {config} ratio={ratio:.3f} mfu={mfu:.3f}")
-EOF
+$PYTHON "$ROOT/bench/fair_summary.py" vs_pytorch "$RESULTS" --threads "$THREADS" --peer-coretype "${PEER_CORETYPE:-unset}" \
+  "${CONFIG_LIST[@]}"
