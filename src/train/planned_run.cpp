@@ -77,7 +77,10 @@ PlannedRun planned_run(RunConfig c) {
   static_cast<config::ParallelLayout&>(l) = c.layout();
   l.recompute = recompute_of(c);
   l.recompute_every = c.memory.recompute == "every_k" ? c.memory.recompute_every : 0;
-  l.activation_budget_mb = plan::recompute_takes_budget(l.recompute) ? c.memory.activation_budget_mb : 0.0;
+  // The float's shortest decimal, so the layout and its messages say 1.2, not 1.2000000476837158.
+  l.activation_budget_mb = plan::recompute_takes_budget(l.recompute)
+                               ? std::stod(fmt::format("{}", c.memory.activation_budget_mb))
+                               : 0.0;
   // bf16 and fp16 hold the same bytes; the cost model's 16-bit format is bf16.
   l.precision = c.precision.compute == "fp32" ? plan::Precision::Fp32 : plan::Precision::Bf16;
   // The engine's attention is tiled: it never stores the T x T scores and runs as one fused kernel.
