@@ -107,20 +107,26 @@ const std::vector<Refusal> kRefusals = {
     {{F::TwoBW},
      {F::Zero3},
      "ZeRO-3 gathers the working copies of the parameters and 2BW keeps a second version of them; the two are not "
-     "composed yet",
+     "composed yet; none of DeepSpeed, Megatron-LM and torchtitan runs PipeDream-2BW, and DeepSpeed's pipeline engine "
+     "takes ZeRO stage 1 only",
      "use parallel.zero_stage 0, 1 or 2 with 2bw, or ZeRO-3 with another schedule"},
     {{F::ExpertParallel},
      {F::Zero3},
-     "ZeRO-3 shards the whole model as one domain over dp, but the experts are reduced over their own group (edp)",
+     "ZeRO-3 shards the whole model as one domain over dp, but the experts are reduced over their own group (edp); "
+     "torchtitan composes the pair (FSDP over the experts' own data-parallel mesh), DeepSpeed's MoE refused ZeRO-3 "
+     "until its recent AutoEP layers",
      "use parallel.zero_stage 0, 1 or 2 with expert parallelism, or parallel.ep = 1 (experts replicated) with ZeRO-3"},
     {{F::ExpertParallel},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd, F::OneBitAdam},
-     "compressed gradient exchanges are not composed with the experts' own reduction group yet",
+     "compressed gradient exchanges are not composed with the experts' own reduction group yet; none of the three "
+     "anchors does it: Megatron-LM and torchtitan compress no gradients, and DeepSpeed does not document its 1-bit "
+     "optimizers with its MoE layers",
      "use parallel.compression = \"none\" and an exact optimizer with expert parallelism, or parallel.ep = 1"},
     {{F::Moe},
      {F::SequenceParallel},
      "the router's capacity is counted over a microbatch's whole sequences, which sequence parallelism splits over "
-     "the tensor-parallel ranks",
+     "the tensor-parallel ranks; Megatron-LM composes the pair (it requires sequence parallelism when tensor and "
+     "expert parallelism are combined), counting capacity over the tokens each rank's router sees",
      "use parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)"},
     {{F::Moe},
      {F::ZeroBubble},
@@ -130,58 +136,67 @@ const std::vector<Refusal> kRefusals = {
     {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      {F::TwoBW},
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
-     "two do not agree on yet",
+     "two do not agree on yet; none of DeepSpeed, Megatron-LM and torchtitan runs PipeDream-2BW",
      "use parallel.compression = \"none\" with 2bw, or another schedule"},
     {{F::GradBf16, F::GradFp16},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
-     "a compressor chooses its own messages",
+     "a compressor chooses its own messages; Megatron-LM and torchtitan compress no gradients, and DeepSpeed's 1-bit "
+     "optimizers choose their messages too",
      "use one of the two: parallel.grad_dtype = \"fp32\" with the compressor, or parallel.compression = \"none\" "
      "with 16-bit messages"},
     {{F::OneBitAdam},
      {F::Zero1, F::Zero2, F::Zero3},
      "1-bit Adam keeps the whole momentum on every data-parallel rank, the part it exchanges in one bit per element; "
-     "ZeRO would shard it",
+     "ZeRO would shard it; DeepSpeed, whose optimizer it is, refuses the pair too (\"1bit-Adam is not compatible "
+     "with ZeRO\")",
      "use parallel.zero_stage = 0, or another optimizer with ZeRO"},
     {{F::OneBitAdam},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
-     "1-bit Adam compresses its momentum itself and stops reducing gradients after optim.freeze_step",
+     "1-bit Adam compresses its momentum itself and stops reducing gradients after optim.freeze_step; DeepSpeed's "
+     "1-bit Adam is its own compressor as well, and Megatron-LM and torchtitan have neither",
      "use parallel.compression = \"none\" (or \"onebit\" with another optimizer)"},
     {{F::OneBitAdam},
      {F::TwoBW},
-     "a 2BW program holds several optimizer steps, and whether a step reduces its gradients depends on the step",
+     "a 2BW program holds several optimizer steps, and whether a step reduces its gradients depends on the step; "
+     "none of DeepSpeed, Megatron-LM and torchtitan runs PipeDream-2BW",
      "use another schedule with 1-bit Adam (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"), or another "
      "optimizer with 2bw"},
     {{F::OneBitAdam},
      {F::Fp16},
      "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
-     "optim.freeze_step",
+     "optim.freeze_step; DeepSpeed composes the pair (its 1-bit Adam's convergence was verified under fp16 mixed "
+     "precision)",
      "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
     {{F::OffloadActivationsAuto},
      {F::Pipeline},
      "planning offloading together with recomputation walks one stage's program, and a pipeline stage's depends on "
-     "the schedule's other stages",
+     "the schedule's other stages; none of DeepSpeed, Megatron-LM and torchtitan plans offloading and recomputation "
+     "together",
      "use memory.offload_activations = \"nvme\" (every unit offloaded) under pipelines"},
     {{F::OffloadActivationsAuto},
      {F::RecomputeFull, F::RecomputeEveryK, F::RecomputeSelective, F::RecomputeDtr, F::RecomputeCheckmate},
      "memory.offload_activations = \"auto\" chooses, with the optimal policy's dynamic program, what to recompute "
      "and what to offload under memory.activation_budget_mb (DTR decides at run time and plans nothing ahead; "
-     "Checkmate's program has no offload decision)",
+     "Checkmate's program has no offload decision); none of DeepSpeed, Megatron-LM and torchtitan plans offloading and "
+     "recomputation together",
      "use memory.recompute = \"optimal\" with a budget, or memory.offload_activations = \"nvme\" beside this "
      "policy"},
     {{F::OffloadOptimizer},
      {F::OneBitAdam},
-     "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run",
+     "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run; "
+     "DeepSpeed does not compose them either: its optimizer offload is part of ZeRO, which its 1-bit Adam refuses",
      "use optim.name = \"adamw\" with memory.offload_optimizer, or keep 1-bit Adam's state in memory"},
     {{F::OffloadParams},
      {F::Zero1, F::Zero2},
      "memory.offload_params moves ZeRO-3's parameter shards, and stages 1 and 2 keep every parameter whole on each "
-     "rank",
+     "rank; DeepSpeed's parameter offload likewise needs ZeRO stage 3",
      "use parallel.zero_stage = 3 with memory.offload_params (at dp 1 the shard is the whole model)"},
     {{F::OffloadParams},
      {F::Adafactor, F::Adam8bit, F::Lamb, F::Lars},
      "offloaded parameters stream through an offloaded optimizer state in chunks, under ZeRO-3's sharding, where "
      "this optimizer's per-tensor statistics are summed over ranks in collectives a chunked step would split "
-     "differently on each rank",
+     "differently on each rank; DeepSpeed's offloaded step is built around its own CPU optimizers (Adam, Adagrad, "
+     "Lion), and Megatron-LM and torchtitan offload no parameters",
      "use optim.name = \"adamw\" or \"sgd\" with memory.offload_params"},
     {{F::OffloadParams},
      {F::Pipeline},
@@ -193,24 +208,26 @@ const std::vector<Refusal> kRefusals = {
     {{F::OffloadParams},
      {F::DelayedUpdate},
      "the delayed update works on a copy of the master values in compute memory, which offloaded parameters keep in "
-     "the nvme tier",
+     "the nvme tier; none of DeepSpeed, Megatron-LM and torchtitan ships the delayed update with parameter offload",
      "use memory.offload_optimizer = \"nvme\" with optim.delayed_update_after, or offload the parameters without "
      "delaying the update"},
     {{F::DelayedUpdate},
      {F::OneBitAdam},
      "1-bit Adam exchanges its momentum inside its step, and a delayed update runs on its own thread beside the "
-     "next step's collectives",
+     "next step's collectives; none of DeepSpeed, Megatron-LM and torchtitan ships the delayed update with 1-bit Adam",
      "use optim.name = \"adamw\" with optim.delayed_update_after"},
     {{F::DelayedUpdate},
      {F::TwoBW},
      "2BW's microbatches already read the weights one step old by schedule; delaying the update too would make them "
-     "two steps old, which neither its stash nor the delayed update keeps",
+     "two steps old, which neither its stash nor the delayed update keeps; none of DeepSpeed, Megatron-LM and "
+     "torchtitan runs PipeDream-2BW",
      "use a flushing schedule (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\") with the delayed update"},
     {{F::Adafactor},
      {F::ExpertParallel},
      "Adafactor's factored second moment and its update RMS are statistics of whole matrices; a tensor-parallel "
      "block's terms go to the matrix's global rows and columns, but the experts' stacked matrices split over ep "
-     "are not yet held to the one-process run",
+     "are not yet held to the one-process run; none of DeepSpeed, Megatron-LM and torchtitan ships Adafactor, so none "
+     "composes it with expert parallelism",
      "use parallel.ep = 1 (experts replicated) with Adafactor, or another optimizer (\"adamw\", \"adam8bit\", "
      "\"lamb\", \"lars\" or \"sgd\") with parallel.ep > 1; Adafactor is exact under ZeRO, tensor parallelism and "
      "pipelining"},

@@ -187,6 +187,17 @@ TEST(CompatibilityMatrix, TestedPairsRunAndAreListedOnce) {
   }
 }
 
+// Every refusal says whether DeepSpeed, Megatron-LM or torchtitan composes the pair, so a user who
+// meets one knows whether the gap is this engine's alone or the field's.
+TEST(CompatibilityMatrix, EveryRefusalSaysWhatTheAnchorSystemsDo) {
+  for (const Refusal& r : refusals()) {
+    const bool named = r.reason.find("DeepSpeed") != std::string_view::npos ||
+                       r.reason.find("Megatron-LM") != std::string_view::npos ||
+                       r.reason.find("torchtitan") != std::string_view::npos;
+    EXPECT_TRUE(named) << r.reason;
+  }
+}
+
 TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndTheFix) {
   FeatureSettings s;
   s.pp = 4;
