@@ -50,8 +50,9 @@ struct DataParallelOptions {
   CompressionOptions compression;  // how buckets are reduced (parallel/compression/compressor.h)
   DType message_dtype = DType::F32;  // of dense reductions, summed in f32 (GradientReducer::set_message_dtype)
   // The mesh dimension `comm` is: DP, or EDP for the expert parameters under expert parallelism
-  // (their reduction takes the chain's ExpertGradientReduction slot, and their ZeRO shards are
-  // spread over edp, which a global norm must sum over).
+  // (their reduction takes the chain's ExpertGradientReduction slot, ZeRO-3's gathering of them the
+  // ExpertParameterPlacement slot, and their ZeRO shards are spread over edp, which a global norm
+  // must sum over).
   config::MeshDim group = config::MeshDim::DP;
   // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params); null:
   // compute memory.
