@@ -111,11 +111,12 @@ const std::vector<Refusal> kRefusals = {
      "takes ZeRO stage 1 only",
      "use parallel.zero_stage 0, 1 or 2 with 2bw, or ZeRO-3 with another schedule"},
     {{F::ExpertParallel},
-     {F::Zero3},
-     "ZeRO-3 shards the whole model as one domain over dp, but the experts are reduced over their own group (edp); "
-     "torchtitan composes the pair (FSDP over the experts' own data-parallel mesh), DeepSpeed's MoE refused ZeRO-3 "
-     "until its recent AutoEP layers",
-     "use parallel.zero_stage 0, 1 or 2 with expert parallelism, or parallel.ep = 1 (experts replicated) with ZeRO-3"},
+     {F::OffloadParams},
+     "the nvme tier holds a rank's ZeRO-3 parameter shard as one contiguous range of the model, and expert "
+     "parallelism parts it into the dense parameters' shard over dp and the experts' over edp; DeepSpeed's MoE "
+     "does not offload expert parameters to nvme either",
+     "use memory.offload_params = \"none\" with parallel.ep > 1 (ZeRO-3 shards the experts over edp in memory), or "
+     "parallel.ep = 1 with offloaded parameters"},
     {{F::ExpertParallel},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd, F::OneBitAdam},
      "compressed gradient exchanges are not composed with the experts' own reduction group yet; none of the three "
@@ -271,6 +272,7 @@ const std::vector<TestedPair> kTested = {
     {F::Zero3, F::SequenceParallel, {"parallel_tensor_parallel_4"}},
     {F::Zero1, F::ExpertParallel, {"parallel_moe_2", kExpertParallelCli}},
     {F::Zero2, F::ExpertParallel, {"parallel_moe_4"}},
+    {F::Zero3, F::ExpertParallel, {"parallel_moe_2", "parallel_moe_4", kExpertParallelCli}},
     {F::Zero1, F::Pipeline, {"parallel_pipeline_parity_4", kPipelinedCli}},
     {F::Zero2, F::Pipeline, {"parallel_pipeline_parity_4", kPipelinedCli}},
     {F::Zero1, F::Interleaved, {"parallel_pipeline_parity_4"}},

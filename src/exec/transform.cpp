@@ -15,6 +15,7 @@ std::string_view slot_name(TransformSlot slot) {
     case TransformSlot::ActivationPlacement: return "activation placement";
     case TransformSlot::ActivationEncoding: return "activation encoding";
     case TransformSlot::ParameterPlacement: return "parameter placement";
+    case TransformSlot::ExpertParameterPlacement: return "expert parameter placement";
     case TransformSlot::Precision: return "precision";
     case TransformSlot::GradientReduction: return "gradient reduction";
     case TransformSlot::ExpertGradientReduction: return "expert gradient reduction";

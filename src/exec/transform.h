@@ -18,6 +18,8 @@
 //                      (exec/activation_encoding.h)
 //   ParameterPlacement where the parameters are: ZeRO-3 gathers a unit's shards before it runs and
 //                      frees them after; offloading fetches from host
+//   ExpertParameterPlacement the same for the expert parameters under expert parallelism: ZeRO-3
+//                      shards them over their own group (edp) and gathers them there
 //   Precision          the working copies' dtype (mixed precision casts)
 //   GradientReduction  innermost: data-parallel and ZeRO reduction of gradient buckets, posted
 //                      right after the action that completes a bucket
@@ -65,6 +67,9 @@ class Transform {
   virtual void finish(const Program& program) {}
 };
 
+// ExpertParameterPlacement: ZeRO-3's gathering of the expert parameters over their own group, beside
+// the dense parameters' over dp in ParameterPlacement. Both run before Precision, which casts what
+// they gathered.
 // ExpertGradientReduction: the reduction of the expert parameters over their own group (expert
 // parallelism's edp group), beside the dense parameters' over dp.
 enum class TransformSlot : uint8_t {
@@ -72,11 +77,12 @@ enum class TransformSlot : uint8_t {
   ActivationPlacement,
   ActivationEncoding,
   ParameterPlacement,
+  ExpertParameterPlacement,
   Precision,
   GradientReduction,
   ExpertGradientReduction
 };
-inline constexpr size_t kTransformSlots = 7;
+inline constexpr size_t kTransformSlots = 8;
 std::string_view slot_name(TransformSlot slot);
 
 class TransformChain {

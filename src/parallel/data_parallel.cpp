@@ -1,5 +1,7 @@
 #include "parallel/data_parallel.h"
 
+#include <algorithm>
+
 #include "config/parallel_layout.h"
 
 namespace tessera::parallel {
@@ -8,6 +10,11 @@ namespace {
 
 int rank_of(dist::Communicator* comm) { return comm == nullptr ? 0 : comm->rank(); }
 int size_of(dist::Communicator* comm) { return comm == nullptr ? 1 : comm->size(); }
+
+exec::TransformSlot placement_slot(config::MeshDim group) {
+  return group == config::MeshDim::DP ? exec::TransformSlot::ParameterPlacement
+                                      : exec::TransformSlot::ExpertParameterPlacement;
+}
 
 exec::TransformSlot reduction_slot(config::MeshDim group) {
   TS_CHECK(group == config::MeshDim::DP || group == config::MeshDim::EDP,
@@ -51,9 +58,21 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
   // The whole values go before the gradient shard comes: a model near the size of RAM has room for
   // one of the two at a time.
   if (options.zero_stage == 3) {
+    // Under expert parallelism the experts' gatherer answers for its domain and leaves the store's
+    // values to the dense one, built after it, which answers for every other parameter.
+    GatherScope scope;
+    if (options.group == config::MeshDim::EDP) {
+      scope.working_ids = domain_ids_;
+      scope.releases_store = false;
+    } else if (!options.working_answered_elsewhere.empty()) {
+      const std::vector<int>& elsewhere = options.working_answered_elsewhere;
+      for (const nn::Parameter& p : params.all()) {
+        if (std::find(elsewhere.begin(), elsewhere.end(), p.id) == elsewhere.end()) scope.working_ids.push_back(p.id);
+      }
+    }
     gatherer_ = std::make_unique<ParameterGatherer>(params, units, layout_, rank_, comm, memory, ownership,
-                                                    options.offload_params, options.kept_units);
-    transforms.add(exec::TransformSlot::ParameterPlacement, *gatherer_);
+                                                    options.offload_params, options.kept_units, scope);
+    transforms.add(placement_slot(options.group), *gatherer_);
   }
   if (options.zero_stage >= 2) {
     grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
@@ -73,7 +92,7 @@ DataParallel::~DataParallel() {
   ownership_.release(*reducer_);
   ownership_.release(*this);
   if (gatherer_) {
-    transforms_.remove(exec::TransformSlot::ParameterPlacement);
+    transforms_.remove(placement_slot(options_.group));
     ownership_.release(*gatherer_);
   }
 }
@@ -144,6 +163,10 @@ void DataParallel::after_optimizer_step() {
 DataParallel::FullParameters DataParallel::full_parameters() {
   if (!gatherer_) return FullParameters(params_, std::nullopt);
   return FullParameters(params_, gatherer_->gather_all());
+}
+
+void DataParallel::gather_into(FullParameters& full) {
+  if (gatherer_) full.add(*gatherer_);
 }
 
 DataParallel::ReadOnlyParameters DataParallel::read_only_parameters(ReadOrder order) {

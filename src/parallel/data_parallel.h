@@ -50,8 +50,9 @@ struct DataParallelOptions {
   CompressionOptions compression;  // how buckets are reduced (parallel/compression/compressor.h)
   DType message_dtype = DType::F32;  // of dense reductions, summed in f32 (GradientReducer::set_message_dtype)
   // The mesh dimension `comm` is: DP, or EDP for the expert parameters under expert parallelism
-  // (their reduction takes the chain's ExpertGradientReduction slot, and their ZeRO shards are
-  // spread over edp, which a global norm must sum over).
+  // (their reduction takes the chain's ExpertGradientReduction slot, ZeRO-3's gathering of them the
+  // ExpertParameterPlacement slot, and their ZeRO shards are spread over edp, which a global norm
+  // must sum over).
   config::MeshDim group = config::MeshDim::DP;
   // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params); null:
   // compute memory.
@@ -59,6 +60,10 @@ struct DataParallelOptions {
   // ZeRO-3 under a pipeline: the units this rank's stages run, each kept gathered from its first
   // action of a step to its last (parameter_gatherer.h); empty: gathered per run of actions.
   std::vector<int> kept_units;
+  // ZeRO-3 under expert parallelism, the dense group: the parameters whose working copies the
+  // experts' group (built before it, over edp) answers, and shards from the store's values, which
+  // it leaves for this group to shard and release.
+  std::vector<int> working_answered_elsewhere;
 };
 
 class DataParallel final : public exec::StorageOwner {
@@ -78,6 +83,8 @@ class DataParallel final : public exec::StorageOwner {
   int zero_stage() const { return options_.zero_stage; }
   dist::Communicator* comm() const { return comm_; }
   const ShardLayout& layout() const { return layout_; }
+  // The parameters this group reduces (and under ZeRO shards), by id.
+  const std::vector<int>& domain_ids() const { return domain_ids_; }
   // The flat elements whose master copy this rank updates, in flat order.
   std::vector<nn::ParamRange> owned() const;
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
@@ -111,13 +118,24 @@ class DataParallel final : public exec::StorageOwner {
     // After the values were overwritten (a loaded checkpoint): keep this rank's part (ZeRO-3).
     void write_back() {
       if (full_) full_->write_back();
+      for (ParameterGatherer* more : more_) more->keep_part_of(flat_values());
+    }
+    // ZeRO-3 under expert parallelism: the experts' gatherer fills its part of the buffer too and
+    // keeps its part of it on write_back().
+    void add(ParameterGatherer& more) {
+      more.gather_into(flat_values());
+      more_.push_back(&more);
     }
 
    private:
     nn::ParameterStore& store_;
     std::optional<ParameterGatherer::Full> full_;
+    std::vector<ParameterGatherer*> more_;
   };
   FullParameters full_parameters();
+  // ZeRO-3: this group's parameters gathered into `full` (another group's whole-model buffer), and
+  // kept from it on write_back(); without ZeRO-3 the store holds them already. Collective.
+  void gather_into(FullParameters& full);
 
   // How a reader of the whole model asks for the parameters (read_only_parameters()).
   enum class ReadOrder {

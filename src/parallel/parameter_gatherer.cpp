@@ -40,7 +40,7 @@ void wait_works(std::vector<dist::WorkPtr>& works) {
 ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                      const ShardLayout& layout, int rank, dist::Communicator* comm,
                                      MemoryAccountant& memory, exec::ParameterOwnership& ownership,
-                                     memory::NvmeStore* nvme, std::vector<int> kept_units)
+                                     memory::NvmeStore* nvme, std::vector<int> kept_units, const GatherScope& scope)
     : layout_(layout),
       store_numel_(params.numel()),
       kept_units_(std::move(kept_units)),
@@ -73,7 +73,12 @@ ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vect
     }
     unit_params_.push_back(std::move(up));
   }
-  ownership.claim(exec::Role::Working, *this);
+  if (scope.working_ids.empty()) {
+    ownership.claim(exec::Role::Working, *this);
+  } else {
+    ownership.claim(exec::Role::Working, *this, scope.working_ids);
+  }
+  if (!scope.releases_store) return;
   params.release_values("ZeRO-3 (each rank keeps a shard; units are gathered while they run)");
   // The whole buffer goes back to the system rather than to the accountant's cache of free blocks:
   // no later buffer has its size, and keeping it would keep the memory ZeRO-3 exists to free.
@@ -247,9 +252,13 @@ Tensor ParameterGatherer::working(const nn::Parameter& p, const exec::Event* eve
 }
 
 ParameterGatherer::Full ParameterGatherer::gather_all() {
-  drain();
   Tensor full = Tensor::empty({store_numel_}, DType::F32, MemoryTag::Comm, memory_);
-  auto* out = full.data<float>();
+  gather_into(full.data<float>());
+  return Full(*this, std::move(full));
+}
+
+void ParameterGatherer::gather_into(float* out) {
+  drain();
   if (offloaded_) {
     // The whole shard in compute memory at once; checkpoints read and write the model one
     // parameter at a time instead (read_one_at_a_time, write_one_at_a_time).
@@ -269,7 +278,6 @@ ParameterGatherer::Full ParameterGatherer::gather_all() {
     }
     dist::wait_all(works);
   }
-  return Full(*this, std::move(full));
 }
 
 Tensor ParameterGatherer::Full::weight(const nn::Parameter& p) {
@@ -345,17 +353,18 @@ void ParameterGatherer::WriteOneAtATime::put(const nn::Parameter& p) {
   value_ = Tensor();
 }
 
-void ParameterGatherer::Full::write_back() {
-  if (owner_->offloaded_) {
-    const nn::ParamRange mine = owner_->mine_;
-    OffloadedShard::Works writes = owner_->offloaded_->write_range(mine, buffer_.data<float>() + mine.begin);
+void ParameterGatherer::Full::write_back() { owner_->keep_part_of(buffer_.data<float>()); }
+
+void ParameterGatherer::keep_part_of(const float* values) {
+  if (offloaded_) {
+    OffloadedShard::Works writes = offloaded_->write_range(mine_, values + mine_.begin);
     wait_all(writes);
     return;
   }
-  float* shard = owner_->shard();
-  for (const nn::ParamRange& part : owner_->layout_.shards(owner_->rank_)) {
-    std::memcpy(shard, buffer_.data<float>() + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
-    shard += part.size();
+  float* out = shard();
+  for (const nn::ParamRange& part : layout_.shards(rank_)) {
+    std::memcpy(out, values + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
+    out += part.size();
   }
 }
 

@@ -35,6 +35,11 @@
 // two runs' parts of the shard (tag params) between their read and their gather. The master
 // values are then no RAM buffer: the offloaded optimizer streams them (offloaded()). The nvme
 // tier holds a shard of one piece: not under a pipeline.
+//
+// Under expert parallelism two gatherers share the work (docs/moe.md): one shards the dense
+// parameters over dp (ParameterPlacement slot), the other the experts' over their edp group
+// (ExpertParameterPlacement slot). Both follow the same program, each gathering its part of every
+// unit's parameters over its own group, and each answers the working copies of its parameters.
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,14 +55,23 @@
 
 namespace tessera::parallel {
 
+// Which parameters a gatherer answers for, and whether the store's values go once it has its shard.
+// By default every parameter, and they go; under expert parallelism the experts' gatherer is built
+// first, answers for its domain and leaves the values to the dense one.
+struct GatherScope {
+  std::vector<int> working_ids;  // the parameters whose working copies it claims; empty: all
+  bool releases_store = true;
+};
+
 class ParameterGatherer final : public exec::Transform, public exec::StorageOwner {
  public:
   // Copies this rank's shard out of the (initialized) store — into `nvme` when given —, releases
-  // the store's buffer and claims the working copies of every parameter. `kept_units` (pipelines):
-  // the units this rank runs, each kept gathered for the whole step; empty: gathered per run.
+  // the store's buffer and claims the working copies (of the scope's parameters). `kept_units`
+  // (pipelines): the units this rank runs, each kept gathered for the whole step; empty: gathered
+  // per run.
   ParameterGatherer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
                     dist::Communicator* comm, MemoryAccountant& memory, exec::ParameterOwnership& ownership,
-                    memory::NvmeStore* nvme = nullptr, std::vector<int> kept_units = {});
+                    memory::NvmeStore* nvme = nullptr, std::vector<int> kept_units = {}, const GatherScope& scope = {});
   ~ParameterGatherer() override;
 
   // This rank's parts of the layout's pieces, packed in flat order (ShardLayout::shard_offset);
@@ -101,6 +115,11 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     Tensor buffer_;  // [the store's numel]
   };
   Full gather_all();
+  // The layout's pieces gathered into `values` (the store's flat order), the rest untouched: a
+  // second gatherer's part of a Full buffer (the experts'). Collective.
+  void gather_into(float* values);
+  // Copies this rank's part of the layout's pieces from `values` back into its shard.
+  void keep_part_of(const float* values);
 
   // Every parameter read from the nvme tier when it is asked for, each into a fresh buffer (tag
   // comm) that lives as long as the caller keeps it: for code that only reads the model

@@ -192,6 +192,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     if (layout.zero_stage == 3) dp_options.kept_units = units_of_rank();
   }
   if (ep_ != nullptr) {
+    TS_CHECK(!options.offload_params, "memory.offload_params with parallel.ep > 1: the nvme tier holds a ZeRO-3 shard "
+             "of one contiguous range, and expert parallelism parts it into the dense and the expert parameters");
     auto [dense, experts] = split_experts(model.parameters(), dp_options.domain);
     TS_CHECK(!dense.empty(), "expert parallelism: every parameter of this rank's stages is an expert");
     DataParallelOptions expert_options = dp_options;
@@ -201,6 +203,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       expert_options.group = config::MeshDim::EDP;
       expert_dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), edp_, memory, expert_options,
                                                   ownership_, transforms_);
+      // ZeRO-3: the experts' shards are gathered over edp, the dense ones over dp (docs/moe.md).
+      if (layout.zero_stage == 3) dp_options.working_answered_elsewhere = expert_dp_->domain_ids();
     }
   }
   dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
@@ -597,19 +601,21 @@ DataParallel::FullParameters TrainingEngine::full_parameters() {
   // Each stage's values from its data-parallel group (ZeRO-3 gathers them), then every stage's
   // broadcast from the lowest pipeline rank holding it.
   DataParallel::FullParameters full = dp_->full_parameters();
+  if (expert_dp_) expert_dp_->gather_into(full);
   if (stage_params_) stage_params_->full_values(full.flat_values());
   return full;
 }
 
 DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters(DataParallel::ReadOrder order) {
-  // Under a pipeline no parameter is in the nvme tier (refused there), so the model is gathered
-  // whole: each stage's values over its data-parallel group, then over the pipeline.
-  if (stage_params_) return DataParallel::ReadOnlyParameters(full_parameters());
+  // Under a pipeline or expert parallelism no parameter is in the nvme tier (refused there), so the
+  // model is gathered whole: each stage's values over its data-parallel group (the experts' over
+  // edp), then over the pipeline.
+  if (stage_params_ || expert_dp_) return DataParallel::ReadOnlyParameters(full_parameters());
   return dp_->read_only_parameters(order);
 }
 
 DataParallel::WritableParameters TrainingEngine::writable_parameters() {
-  if (stage_params_) return DataParallel::WritableParameters(full_parameters());
+  if (stage_params_ || expert_dp_) return DataParallel::WritableParameters(full_parameters());
   return dp_->writable_parameters();
 }
 

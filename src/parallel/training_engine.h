@@ -95,7 +95,8 @@ class TrainingEngine {
   // With ep > 1 (expert parallelism, parallel/expert_parallel.h) `ep` is this rank's
   // expert-parallel group and `edp` its expert-data-parallel group, and the model must have been
   // built with this rank's ExpertParallelPlan: its MoE layers exchange tokens over ep, the expert
-  // gradients are reduced (and under ZeRO 1–2 sharded) over edp, the dense ones over dp.
+  // gradients are reduced (and under ZeRO 1–3 sharded; under ZeRO-3 their parameters too) over
+  // edp, the dense ones over dp.
   TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
                  dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr, dist::Communicator* ep = nullptr,
                  dist::Communicator* edp = nullptr);

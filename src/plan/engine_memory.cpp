@@ -288,8 +288,8 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
 
   MemoryBreakdown mem;
   // ZeRO-3 releases the store: a rank keeps its shard of its stage's parameters (the whole model's
-  // without pipelining).
-  mem.params = kF32 * (l.zero_stage >= 3 ? (l.pp > 1 ? shard : all / dp) : all);
+  // without pipelining; under expert parallelism the dense ones over dp, the experts' over edp).
+  mem.params = kF32 * (l.zero_stage >= 3 ? (l.pp > 1 || l.ep > 1 ? shard : all / dp) : all);
   mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
   mem.optimizer = optim::state_bytes_per_parameter(settings) * engine_optimizer_elements(m, l, stage);
   const DType compute = compute_dtype(l.precision);

@@ -4,7 +4,7 @@
 //  - parity: losses and gradient norms within 1e-5 relative every step, parameters within 1e-4
 //    after 5 steps, for GPT-2 with top-1 and Llama with top-2 routing, a capacity tight enough
 //    that tokens drop, dropout on; expert parallelism ep = dp and ep = dp / 2 (dp = 2·ep), ZeRO
-//    1 and 2, recomputation, tp 2 beside ep, and plain data parallelism with replicated experts;
+//    1, 2 and 3 (the experts sharded over edp), recomputation, tp 2 beside ep, and plain data parallelism with replicated experts;
 //  - the routing is the reference's: the same choices dropped, the same load on every expert;
 //  - bytes on the expert-parallel group equal the formula (without recomputation, which repeats
 //    the forward's exchanges, and without ZeRO): four all-to-all passes (dispatch and combine,
@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
     selective.policy = memory::RecomputePolicy::Selective;
     std::vector<Layout> layouts;
     if (ranks <= 4) layouts = {{ranks, ranks, 1, 0, {}}, {ranks, 1, 1, 0, {}}, {ranks, ranks, 1, 1, full}};
+    // ZeRO-3: the dense parameters sharded and gathered over dp, the experts' over edp (of one rank here).
+    if (ranks == 2) layouts.push_back({2, 2, 1, 3, {}});
     if (ranks == 8) {
       // ep 4 (a single expert per rank) with dp = 2·ep: alone, and with ZeRO-1 over dp and edp and
       // full recomputation.
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
     if (ranks == 4) {
       layouts.push_back({4, 2, 1, 0, {}});         // dp = 2·ep
       layouts.push_back({4, 2, 1, 2, selective});  // ZeRO-2 over dp and over edp
+      layouts.push_back({4, 2, 1, 3, full});       // ZeRO-3: gathered over dp and over edp, recomputed
       layouts.push_back({2, 2, 2, 1, {}});         // tp 2 beside ep 2
       layouts.push_back({2, 2, 1, 1, {}, 2});      // pp 2 (1F1B) × dp 2 = ep 2, a block per stage
     }

@@ -1,7 +1,8 @@
 // The planner on this machine, memory: one run.toml trains two steps under each layout of the
 // resharding matrix (one process, dp 2, dp 2 · ZeRO-3, tp 2, pp 2, tp 2 · pp 2 · dp 2 with ZeRO-1,
 // dp 2 · pp 2 with ZeRO-3),
-// plus mixed precision, sequence parallelism and mixture of experts (expert parallelism with ZeRO,
+// plus mixed precision, sequence parallelism and mixture of experts (expert parallelism with ZeRO-1
+// and ZeRO-3,
 // SwiGLU experts in every other block, expert parallelism in bf16), and `tessera plan --config
 // run.toml` (the same file and overrides) predicts every rank's peak of every memory tag in
 // metrics.jsonl, and its memory peak (every tag at once), within 5%; the trainer's start line
@@ -52,6 +53,9 @@ const std::vector<Layout> kLayouts = {
     // Mixture of experts: the expert states sharded over edp = dp / ep, the routing buffers.
     {"moe_dp4_ep2_zero1", 4,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --parallel.zero_stage 1", 1, 4},
+    // ZeRO-3 beside expert parallelism: the dense shards and gathers over dp, the experts' over edp.
+    {"moe_dp4_ep2_zero3", 4,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --parallel.zero_stage 3", 1, 4},
     {"moe_llama_every2", 1, "--model.arch llama --model.moe_experts 4 --model.moe_every 2"},
     // In bf16: 16-bit rows and expert working copies, the router's f32 copies of its input and weight.
     {"moe_dp2_ep2_bf16", 2,
