@@ -69,8 +69,9 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   // choices, slots and the token and choice of each row sent, 4k i32 values; the expert outputs
   // back here k·C; and the local experts' padded rows, E·capacity of them over the ep group, each
   // holding its input C, first projection F (SwiGLU: and up F) and activation F. Experts are not
-  // split over tp. Selective recomputation drops only norm1's output; the layer computes its
-  // whole backward in the input half, so between the halves only attention's inputs wait.
+  // split over tp. Selective recomputation drops only norm1's output. Between the halves of a split
+  // backward the layer keeps what its weight gradients read (nn/moe.h): the router's input, norm2
+  // out C, and the local experts' rows' input C and activation F, beside attention's inputs.
   const int64_t E = c.moe_experts, k = c.moe_top_k, expert_rows = E * c.moe_capacity(tokens);
   const int64_t moe_block = (2 * C + (W3 + C) / t) * whole + H / t * whole_stat + C * part +
                             2 * norm_stats * part_stat + (E + 1 + k) * whole_stat + 4 * k * tokens * 4 +
@@ -80,7 +81,7 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
       bytes.push_back({.own = moe_block,
                        .output = C * part,
                        .recomputable = C * whole,
-                       .weight_half = (C + C / t) * whole,
+                       .weight_half = (2 * C + C / t) * whole + expert_rows * (C + F) * value,
                        .rebuild_peak = C * whole,
                        .exact = H / t * whole_stat + 2 * norm_stats * part_stat + (E + 1 + k) * whole_stat +
                                 4 * k * tokens * 4});

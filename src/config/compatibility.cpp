@@ -129,11 +129,6 @@ const std::vector<Refusal> kRefusals = {
      "the tensor-parallel ranks; Megatron-LM composes the pair (it requires sequence parallelism when tensor and "
      "expert parallelism are combined), counting capacity over the tokens each rank's router sees",
      "use parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)"},
-    {{F::Moe},
-     {F::ZeroBubble},
-     "an MoE layer computes its weight gradients in the input half of its backward (they need the exchange that "
-     "half makes), which leaves ZB-H1 no weight half to move",
-     "use parallel.schedule = \"1f1b\" or \"interleaved\" with MoE"},
     {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      {F::TwoBW},
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
@@ -363,6 +358,7 @@ const std::vector<TestedPair> kTested = {
     {F::ExpertParallel, F::Moe, {"parallel_moe_2", kExpertParallelCli}},
     {F::ExpertParallel, F::Bf16, {"parallel_moe_precision_2", kMoeBf16Cli}},
     {F::ExpertParallel, F::Fp16, {"parallel_moe_precision_2"}},
+    {F::ExpertParallel, F::ZeroBubble, {"parallel_moe_4"}},
     {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::Interleaved, {"parallel_pipeline_parity_2", kPipelinedCli}},
@@ -385,6 +381,7 @@ const std::vector<TestedPair> kTested = {
     {F::ZeroBubble, F::RecomputeFull, {"parallel_pipeline_parity_2", "parallel_recompute_parity_2"}},
     {F::ZeroBubble, F::RecomputeEveryK, {"parallel_pipeline_parity_2"}},
     {F::ZeroBubble, F::RecomputeSelective, {"parallel_pipeline_parity_2"}},
+    {F::ZeroBubble, F::Moe, {"parallel_moe_2", "parallel_moe_4", "Moe.SplitBackwardGivesTheBitsOfTheWholeOne"}},
     {F::RecomputeFull, F::Bf16, {"parallel_precision_2"}},
     {F::RecomputeFull, F::Moe, {"parallel_moe_2"}},
     {F::RecomputeSelective, F::Moe, {"parallel_moe_4"}},

@@ -219,7 +219,14 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
 }
 
 Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
-  if (part == BackwardPart::Weight) return Tensor();
+  if (part == BackwardPart::Weight) {
+    backward_weight(step, ctx);
+    return Tensor();
+  }
+  // Under a split backward the input half leaves every weight gradient to the weight half, keeping
+  // what it reads; Both forms them here from the same operands, in the same kernels (ops/linear.h:
+  // the halves give the bits of the whole).
+  const bool split = part == BackwardPart::Input;
   const int64_t C = config_.n_embd, F = config_.ffn(), E = config_.moe_experts, k = config_.moe_top_k;
   const int64_t N = dy_in.numel() / C;
   const Tensor dy = dy_in.reshape({N, C});
@@ -251,35 +258,54 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
   Tensor dout = step.workspace({El * R, C});
   move_rows(dout, recv, ctx, true);
 
-  // The experts' backward, each on its rows.
+  // The experts' backward, each on its rows. A split backward keeps every expert's dpre (and dup)
+  // for the weight half; the whole one needs one expert's at a time.
   Tensor din = step.workspace({El * R, C});
   {
-    Tensor dact = step.workspace({R, F}), dpre = step.workspace({R, F});
-    Tensor dup = swiglu_ ? step.workspace({R, F}) : Tensor();
+    Tensor dact = step.workspace({R, F});
+    Tensor dpre = step.workspace({split ? El * R : R, F});
+    Tensor dup = swiglu_ ? step.workspace({split ? El * R : R, F}) : Tensor();
     Tensor din_up = swiglu_ ? step.workspace({R, C}) : Tensor();
-    const Tensor W1 = step.weight(*fc_w_), W2 = step.weight(*proj_w_);
-    const Tensor dW1 = step.grad(*fc_w_), dW2 = step.grad(*proj_w_);
+    // A stacked weight, and under Both its gradient targets.
+    struct Stacked {
+      Tensor w, dw, db;
+    };
+    const auto stacked = [&](const Parameter* w, const Parameter* b) {
+      if (w == nullptr) return Stacked{};
+      return Stacked{step.weight(*w), split ? Tensor() : step.grad(*w), b && !split ? step.grad(*b) : Tensor()};
+    };
+    const Stacked fc = stacked(fc_w_, fc_b_), up_proj = stacked(up_w_, up_b_), proj = stacked(proj_w_, proj_b_);
+    // Expert e's dx = d · w, and under Both its dw, db += from d and its rows x.
+    const auto product = [&](const Tensor& dx, const Stacked& p, int e, const Tensor& d, const Tensor& x) {
+      if (split) {
+        ops::linear_backward_input(dx, d, expert_block(p.w, e));
+        return;
+      }
+      ops::linear_backward(dx, expert_block(p.dw, e), p.db.defined() ? expert_block(p.db, e) : Tensor(), d, x,
+                           expert_block(p.w, e));
+    };
     for (int e = 0; e < El; ++e) {
       const int64_t n = ctx.expert_rows[static_cast<size_t>(e)];
       if (n == 0) continue;
       const int64_t lo = e * R, hi = lo + n;
+      const int64_t at = split ? lo : 0;  // this expert's rows of dpre and dup
       const Tensor pre = ctx.pre.slice(0, lo, hi), act = ctx.act.slice(0, lo, hi), in = ctx.in.slice(0, lo, hi);
-      const Tensor da = dact.slice(0, 0, n), dp = dpre.slice(0, 0, n);
-      ops::linear_backward(da, expert_block(dW2, e), proj_b_ ? expert_block(step.grad(*proj_b_), e) : Tensor(),
-                           dout.slice(0, lo, hi), act, expert_block(W2, e));
-      const Tensor up = swiglu_ ? ctx.up.slice(0, lo, hi) : Tensor(), du = swiglu_ ? dup.slice(0, 0, n) : Tensor();
+      const Tensor da = dact.slice(0, 0, n), dp = dpre.slice(0, at, at + n);
+      product(da, proj, e, dout.slice(0, lo, hi), act);
+      const Tensor up = swiglu_ ? ctx.up.slice(0, lo, hi) : Tensor(), du = swiglu_ ? dup.slice(0, at, at + n) : Tensor();
       activation_backward(activation_, dp, du, da, pre, up);
-      if (swiglu_) {
-        ops::linear_backward(din_up.slice(0, 0, n), expert_block(step.grad(*up_w_), e),
-                             up_b_ ? expert_block(step.grad(*up_b_), e) : Tensor(), du, in,
-                             expert_block(step.weight(*up_w_), e));
-      }
-      ops::linear_backward(din.slice(0, lo, hi), expert_block(dW1, e),
-                           fc_b_ ? expert_block(step.grad(*fc_b_), e) : Tensor(), dp, in, expert_block(W1, e));
+      if (swiglu_) product(din_up.slice(0, 0, n), up_proj, e, du, in);
+      product(din.slice(0, lo, hi), fc, e, dp, in);
       if (swiglu_) ops::add_inplace(din.slice(0, lo, hi), din_up.slice(0, 0, n));
     }
+    if (split) {
+      ctx.dout = dout;
+      ctx.dpre = dpre;
+      ctx.dup = dup;
+    }
   }
-  ctx.in = ctx.pre = ctx.up = ctx.act = Tensor();
+  ctx.pre = ctx.up = Tensor();
+  if (!split) ctx.in = ctx.act = Tensor();
   dout = Tensor();
   move_rows(din, recv, ctx, false);
   din = Tensor();
@@ -296,19 +322,59 @@ Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in
   Tensor dlogits = step.workspace({N, E}, DType::F32);
   ops::moe_router_backward(dlogits, ctx.probs, ctx.lse, ctx.choice, dgate, dprob, aux_coef, z_coef);
   // The router's backward in f32, as its forward; its input gradient joins the experts' in the
-  // compute dtype.
+  // compute dtype. Its weight gradient is a weight half's like the experts' (a split backward keeps
+  // dlogits, N·E floats, and the router's input for it).
   const Parameter& router_weight = router_.weight();
   Tensor dx = step.workspace({N, C}, DType::F32);
-  ops::linear_backward(dx, step.grad(router_weight), Tensor(), dlogits, in_f32(step, ctx.router.inp),
-                       in_f32(step, step.weight(router_weight)));
+  if (split) {
+    ops::linear_backward_input(dx, dlogits, in_f32(step, step.weight(router_weight)));
+  } else {
+    ops::linear_backward(dx, step.grad(router_weight), Tensor(), dlogits, in_f32(step, ctx.router.inp),
+                         in_f32(step, step.weight(router_weight)));
+  }
   if (step.compute != DType::F32) {
     Tensor narrowed = step.workspace({N, C});
     ops::narrow(narrowed, dx);
     dx = narrowed;
   }
   ops::scatter_add_rows(dx, din_rows.slice(0, 0, ctx.sent), sent_token);
-  ctx = Ctx{};
+  if (split) {
+    // What the weight half reads; the routing is done with.
+    Ctx kept;
+    kept.router.inp = ctx.router.inp;
+    kept.in = ctx.in;
+    kept.act = ctx.act;
+    kept.dout = ctx.dout;
+    kept.dpre = ctx.dpre;
+    kept.dup = ctx.dup;
+    kept.dlogits = dlogits;
+    kept.expert_rows = std::move(ctx.expert_rows);
+    ctx = std::move(kept);
+  } else {
+    ctx = Ctx{};
+  }
   return dx.reshape(dy_in.shape());
+}
+
+void MoeFeedForward::backward_weight(StepContext& step, Ctx& ctx) const {
+  TS_CHECK(ctx.dout.defined() && ctx.dlogits.defined(),
+           "MoE backward: the weight half ran before the input half kept the experts' and the router's gradients");
+  const int El = experts_here();
+  const int64_t R = ctx.in.size(0) / El;
+  for (int e = 0; e < El; ++e) {
+    const int64_t n = ctx.expert_rows[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const int64_t lo = e * R, hi = lo + n;
+    const auto weight_gradient = [&](const Parameter* w, const Parameter* b, const Tensor& d, const Tensor& x) {
+      ops::linear_backward_weight(expert_block(step.grad(*w), e), b ? expert_block(step.grad(*b), e) : Tensor(),
+                                  d.slice(0, lo, hi), x.slice(0, lo, hi));
+    };
+    weight_gradient(proj_w_, proj_b_, ctx.dout, ctx.act);
+    if (swiglu_) weight_gradient(up_w_, up_b_, ctx.dup, ctx.in);
+    weight_gradient(fc_w_, fc_b_, ctx.dpre, ctx.in);
+  }
+  ops::linear_backward_weight(step.grad(router_.weight()), Tensor(), ctx.dlogits, in_f32(step, ctx.router.inp));
+  ctx = Ctx{};
 }
 
 }  // namespace tessera::nn

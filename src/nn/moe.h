@@ -78,10 +78,15 @@ class MoeFeedForward {
     std::vector<int64_t> expert_rows;           // [E_l] rows each local expert received
     int64_t sent = 0;
     float grad_scale = 1.0f;  // the microbatch's (StepContext::grad_scale at the forward)
+    // Kept by the input half of a split backward for the weight half, beside router.inp, in and
+    // act: the gradients of the local experts' outputs [E_l·R, C], of their first projections
+    // [E_l·R, F] (and of up, SwiGLU), and of the router's logits [N, E] f32.
+    Tensor dout, dpre, dup, dlogits;
     template <class F>
     void for_each_tensor(F&& f) const {
       router.for_each_tensor(f);
-      for (const Tensor* t : {&choice, &slot, &sent_token, &sent_choice, &returned, &in, &pre, &up, &act}) {
+      for (const Tensor* t : {&choice, &slot, &sent_token, &sent_choice, &returned, &in, &pre, &up, &act, &dout,
+                              &dpre, &dup, &dlogits}) {
         f(*t, SavedUse::Values);
       }
       // The router's: its gradient reads them, and they are small.
@@ -91,8 +96,13 @@ class MoeFeedForward {
   // x [B, T, C] -> [B, T, C]. Training forwards keep in ctx what the backward reads; evaluation
   // keeps nothing.
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);
-  // dy [B, T, C] -> dx [B, T, C]. The input half computes every gradient of the layer (its weight
-  // gradients need the exchange that the input half makes); the weight half has nothing left.
+  // dy [B, T, C] -> dx [B, T, C] (input half and both; undefined for the weight half); the
+  // parameters' gradients +=. Split as Linear splits (zero-bubble's B and W): the input half runs
+  // the whole exchange, dispatching the experts' output gradients and combining their input
+  // gradients, and the router's input gradient; it keeps the gradients the experts' matrices and
+  // the router's read (Ctx::dout, dpre, dup, dlogits) beside the rows each expert saw (in, act) and
+  // the router's input. The weight half forms every weight and bias gradient from them: local
+  // arithmetic, no exchange. Both: the same bits as the two halves.
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
  private:
@@ -103,6 +113,8 @@ class MoeFeedForward {
   void move_rows(const Tensor& experts, const Tensor& received, const Ctx& ctx, bool into_experts) const;
   void exchange(StepContext& step, const Tensor& send, std::span<const int64_t> send_rows, const Tensor& recv,
                 std::span<const int64_t> recv_rows) const;
+  // The weight half: every parameter gradient from what the input half kept.
+  void backward_weight(StepContext& step, Ctx& ctx) const;
 
   config::ModelConfig config_;
   config::Activation activation_ = config::Activation::Gelu;

@@ -229,6 +229,15 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
     s.compute = compute;
     EXPECT_FALSE(compatibility_refusal(s).has_value()) << compute;
   }
+  // And under ZB-H1, whose weight halves form the experts' gradients (nn/moe.h).
+  s = {};
+  s.moe_experts = 8;
+  s.pp = 2;
+  s.schedule = "zb-h1";
+  for (int ep : {1, 4}) {
+    s.ep = ep;
+    EXPECT_FALSE(compatibility_refusal(s).has_value()) << "ep " << ep;
+  }
 
   s = {};
   s.ep = 2;

@@ -1,7 +1,8 @@
 // The mixture-of-experts layer and a model built with it: parameters and memory equal the
 // formulas, the routing honours the capacity, the layer's gradient (experts, router, the
 // load-balancing and z losses, the dispatch and combine between them) equals finite differences,
-// and under 16-bit compute the routing is the f32 routing of the same 16-bit values.
+// its backward split into input and weight halves (zero-bubble's B and W) gives the bits of the
+// whole one, and under 16-bit compute the routing is the f32 routing of the same 16-bit values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -335,6 +336,84 @@ TEST(Moe, SixteenBitComputeRoutesAsF32OnTheSameValues) {
       for (const nn::Parameter& p : store.all()) {
         float* first = const_cast<float*>(grads32.data()) + p.offset;
         EXPECT_LE(relative_distance(store.grad(p), Tensor::from_external(first, p.shape, DType::F32)), bound) << p.name;
+      }
+    }
+  }
+}
+
+// Split as ZB-H1 runs it, the layer's backward gives the bits of the whole one: the input half
+// returns the same dx and writes no parameter gradient (every one of the layer's is a weight
+// half's: the experts' matrices and biases and the router's matrix), keeping the experts' rows' input
+// and activation, E·capacity rows of C + F values (config::unit_activation_bytes' weight half) and
+// nothing else of the forward's; the weight half then accumulates the same gradients. In f32 and
+// in bf16 (the router's f32 copies of its input and weight), with tokens dropped, onto gradients
+// that already hold a microbatch's.
+TEST(Moe, SplitBackwardGivesTheBitsOfTheWholeOne) {
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    for (const auto& [arch, activation] : kModels) {
+      for (int k : {1, 2}) {
+        ModelConfig c = moe_config(arch, k, 0.75f);
+        c.activation = activation;
+        SCOPED_TRACE(describe(arch, c) + " top-" + std::to_string(k) + " " + std::string(dtype_name(dtype)));
+        nn::ParameterStore store;
+        nn::MoeFeedForward layer(store, "moe", c);
+        MemoryAccountant mem;
+        store.allocate(mem);
+        store.initialize(3);
+        float* w = store.flat_values().data<float>();
+        for (int64_t i = 0; i < store.numel(); ++i) w[i] = 0.3f * normal(4, 1, static_cast<uint64_t>(i));
+        std::optional<SixteenBitCopies> copies;
+        if (dtype != DType::F32) copies.emplace(store, dtype, mem);
+        nn::ParameterAccess& params = copies ? static_cast<nn::ParameterAccess&>(*copies) : store;
+        const int64_t B = 2, T = 7, C = c.n_embd;
+        Tensor x32 = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+        Tensor g32 = Tensor::empty({B, T, C}, DType::F32, MemoryTag::Activations, mem);
+        for (int64_t i = 0; i < x32.numel(); ++i) {
+          x32.data<float>()[i] = normal(5, 1, static_cast<uint64_t>(i));
+          g32.data<float>()[i] = normal(5, 2, static_cast<uint64_t>(i));
+        }
+        Tensor x = x32, g = g32;
+        if (dtype != DType::F32) {
+          x = Tensor::empty(x32.shape(), dtype, MemoryTag::Activations, mem);
+          g = Tensor::empty(g32.shape(), dtype, MemoryTag::Activations, mem);
+          SixteenBitCopies::round_into(x, x32);
+          SixteenBitCopies::round_into(g, g32);
+        }
+        // Gradients as an earlier microbatch left them.
+        const Tensor grads = store.flat_grads();
+        std::vector<float> earlier(static_cast<size_t>(store.numel()));
+        for (size_t i = 0; i < earlier.size(); ++i) earlier[i] = 0.01f * normal(8, 1, i);
+        const auto reset_grads = [&] { std::copy(earlier.begin(), earlier.end(), grads.data<float>()); };
+        const auto grads_now = [&] { return std::vector<float>(grads.data<float>(), grads.data<float>() + store.numel()); };
+
+        reset_grads();
+        nn::StepContext step{mem, params};
+        step.compute = dtype;
+        step.grad_scale = 0.5f;
+        nn::MoeFeedForward::Ctx whole_ctx;
+        layer.forward(step, whole_ctx, x);
+        const Tensor dx_whole = layer.backward(step, whole_ctx, g, nn::BackwardPart::Both);
+        const std::vector<float> whole = grads_now();
+
+        reset_grads();
+        const size_t before = mem.stats().live_of(MemoryTag::Activations);
+        nn::MoeFeedForward::Ctx ctx;
+        layer.forward(step, ctx, x);
+        const Tensor dx = layer.backward(step, ctx, g, nn::BackwardPart::Input);
+        EXPECT_TRUE(same_bits(dx, dx_whole));
+        EXPECT_TRUE(grads_now() == earlier) << "the input half wrote a parameter gradient";
+        const int64_t expert_rows = c.moe_experts * c.moe_capacity(B * T);
+        EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations) - before,
+                  static_cast<size_t>(expert_rows * (C + c.ffn()) * static_cast<int64_t>(dtype_size(dtype))));
+        EXPECT_FALSE(layer.backward(step, ctx, Tensor(), nn::BackwardPart::Weight).defined());
+        EXPECT_EQ(mem.stats().live_of(MemoryTag::Activations), before);
+        const std::vector<float> split = grads_now();
+        EXPECT_TRUE(std::memcmp(split.data(), whole.data(), split.size() * sizeof(float)) == 0);
+        for (const nn::Parameter& p : store.all()) {
+          const auto first = static_cast<size_t>(p.offset), last = first + static_cast<size_t>(p.numel());
+          EXPECT_FALSE(std::equal(whole.begin() + first, whole.begin() + last, earlier.begin() + first))
+              << p.name << ": the backward left its gradient as it found it";
+        }
       }
     }
   }

@@ -4,7 +4,9 @@
 //  - parity: losses and gradient norms within 1e-5 relative every step, parameters within 1e-4
 //    after 5 steps, for GPT-2 with top-1 and Llama with top-2 routing, a capacity tight enough
 //    that tokens drop, dropout on; expert parallelism ep = dp and ep = dp / 2 (dp = 2·ep), ZeRO
-//    1, 2 and 3 (the experts sharded over edp), recomputation, tp 2 beside ep, and plain data parallelism with replicated experts;
+//    1, 2 and 3 (the experts sharded over edp), recomputation, tp 2 beside ep, and plain data parallelism with
+//    replicated experts; pp 2 under 1F1B and under ZB-H1, whose weight halves form the experts' and the
+//    router's gradients after the input halves' exchanges (pp 2 alone on 2 ranks, beside dp 2 = ep 2 on 4);
 //  - the routing is the reference's: the same choices dropped, the same load on every expert;
 //  - bytes on the expert-parallel group equal the formula (without recomputation, which repeats
 //    the forward's exchanges, and without ZeRO): four all-to-all passes (dispatch and combine,
@@ -27,6 +29,7 @@ struct Layout {
   int dp, ep, tp, zero;
   exec::RecomputeOptions recompute;
   int pp = 1;
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
 };
 
 ParityCase moe_case(const std::string& name, const config::ModelConfig& model, int dp, int zero) {
@@ -85,6 +88,8 @@ int main(int argc, char** argv) {
     if (ranks <= 4) layouts = {{ranks, ranks, 1, 0, {}}, {ranks, 1, 1, 0, {}}, {ranks, ranks, 1, 1, full}};
     // ZeRO-3: the dense parameters sharded and gathered over dp, the experts' over edp (of one rank here).
     if (ranks == 2) layouts.push_back({2, 2, 1, 3, {}});
+    // pp 2 under ZB-H1, a block per stage: each MoE block's weight half runs apart from its input half.
+    if (ranks == 2) layouts.push_back({1, 1, 1, 0, {}, 2, pipeline::ScheduleKind::ZeroBubbleH1});
     if (ranks == 8) {
       // ep 4 (a single expert per rank) with dp = 2·ep: alone, and with ZeRO-1 over dp and edp and
       // full recomputation.
@@ -97,11 +102,13 @@ int main(int argc, char** argv) {
       layouts.push_back({4, 2, 1, 3, full});       // ZeRO-3: gathered over dp and over edp, recomputed
       layouts.push_back({2, 2, 2, 1, {}});         // tp 2 beside ep 2
       layouts.push_back({2, 2, 1, 1, {}, 2});      // pp 2 (1F1B) × dp 2 = ep 2, a block per stage
+      layouts.push_back({2, 2, 1, 1, {}, 2, pipeline::ScheduleKind::ZeroBubbleH1});  // the same under ZB-H1
     }
     for (const config::ModelConfig& model : {gpt2_moe_config(), llama_moe_config()}) {
       for (const Layout& l : layouts) {
         ParityCase c = moe_case(config::architecture_name(model.arch), model, l.dp, l.zero);
         c.recompute = l.recompute;
+        c.schedule = l.schedule;
         // The reference: one process, the same microbatches in turn.
         ParityCase one = c;
         one.zero_stage = 0;
@@ -118,8 +125,9 @@ int main(int argc, char** argv) {
         const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, l.pp > 1 ? &mesh.pp() : nullptr,
                                            l.tp > 1 ? &mesh.tp() : nullptr,
                                            l.ep > 1 ? &mesh.ep() : nullptr, l.ep > 1 ? &mesh.edp() : nullptr);
-        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} pp {} zero {} recompute {}", c.name,
-                                             model.moe_top_k, l.dp, l.ep, l.tp, l.pp, l.zero,
+        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} pp {} ({}) zero {} recompute {}", c.name,
+                                             model.moe_top_k, l.dp, l.ep, l.tp, l.pp,
+                                             config::schedule_name(l.schedule), l.zero,
                                              memory::recompute_policy_name(l.recompute.policy));
         check_matches_reference(run, ref, what, t);
         check_routing(run, ref, what, t);
