@@ -12,6 +12,14 @@
 # Sets PEER_CORETYPE (the OPENBLAS_CORETYPE chosen, "" for unset), exports or unsets
 # OPENBLAS_CORETYPE, and appends the chosen probe's JSON line (tagged probe=true) to RESULTS.
 
+# The model's main product of a config (the MLP's first linear: B*T x 4C x C), where the GEMM rates
+# are compared; config_args is the sourcing script's.
+config_shape() {
+  local L C H T B V W S
+  read -r L C H T B V W S <<<"$(config_args "$1")"
+  echo "$((B * T))x$((4 * C))x$C"
+}
+
 openblas_coretype_candidates() {
   local candidates=("" "${OPENBLAS_CORETYPE:-}")
   if grep -qw avx512f /proc/cpuinfo; then candidates+=(SkylakeX); fi

@@ -87,17 +87,11 @@ record() {
   echo "$line" | $PYTHON -c "import json,sys; d=json.loads(sys.stdin.read()); print(f\"   {'$contender':16s} {d['tokens_per_s']:10.1f} tok/s  {d['ms_per_step']:10.1f} ms/step  matmul {d['gemm_gflops']:6.1f} GFLOP/s at {d['gemm_shape']} by {d['gemm_library']}, OpenBLAS core {d['openblas_core']}\")"
 }
 
-# The model's main product per config (the MLP's first linear: B*T x 4C x C).
-config_shape() {
-  local L C H T B V W S
-  read -r L C H T B V W S <<<"$(config_args "$1")"
-  echo "$((B * T))x$((4 * C))x$C"
-}
+source "$ROOT/bench/peer_best.sh"
 SHAPE_ARGS=()
 for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
 
 # PyTorch's OpenBLAS core, chosen at the last config's shape (the headline one).
-source "$ROOT/bench/peer_best.sh"
 read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
 choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
   --threads "$THREADS"

@@ -85,17 +85,11 @@ measure_ceiling() {
   echo "$out"
   echo "$out" | tail -n 1 >>"$RESULTS"
 }
-# The model's main product per config (the MLP's first linear: B*T x 4C x C).
-config_shape() {
-  local L C H T B V W S
-  read -r L C H T B V W S <<<"$(config_args "$1")"
-  echo "$((B * T))x$((4 * C))x$C"
-}
+source "$ROOT/bench/peer_best.sh"
 SHAPE_ARGS=()
 for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
 
 # PyTorch's OpenBLAS core, chosen at the last config's shape (the headline one).
-source "$ROOT/bench/peer_best.sh"
 read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
 choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
   --threads "$THREADS"
