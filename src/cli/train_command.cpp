@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "cli/commands.h"
@@ -71,27 +73,57 @@ void exit_for(const train::TrainResult& r) {
   mpi.abort_job(1);
 }
 
-// One process per data-parallel rank. MPI lives exactly as long as this function (so `tessera
+// Under `tessera launch`, whether every rank of the job has failed, each leaving its outcome in the
+// job's folder (this rank's is left here). A setting that only the engine can judge (a recompute
+// budget below the least, say) fails every rank at the same point of start-up; then none waits in
+// a collective, MPI can be finished normally, and the launcher says the message once, without the
+// abort's screen of text. A rank that fails alone is told apart by the wait running out while its
+// peers are still busy.
+bool every_rank_failed(const dist::MpiRuntime& mpi, const std::exception& e, bool debug) {
+  const std::optional<dist::JobStatus> job = dist::JobStatus::of_this_process();
+  if (!job) return false;
+  job->record_outcome(dynamic_cast<const UsageError*>(&e) != nullptr ? kExitUsage : kExitError,
+                      describe_error(e, debug));
+  // Ranks reach the same check within moments of each other, unless one is descheduled on a busy
+  // machine: a few seconds, paid only on the way out of a failed start.
+  constexpr auto kWait = std::chrono::seconds(5);
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  for (;;) {
+    int failed = 0;
+    for (const dist::RankOutcome& o : job->outcomes()) failed += o.exit_code != 0 ? 1 : 0;
+    if (failed >= mpi.world_size()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// One process per data-parallel rank. MPI lives exactly as long as the inner scope (so `tessera
 // launch`, which only builds an mpirun command, never starts it); communicators go before it. The
 // result is returned, not acted on: an exit code thrown while MPI is alive would abort the job.
 train::TrainResult train_under_mpi(const train::RunConfig& config, const Globals& globals, StopSignals& stop) {
-  // Until the world exists no watchdog can see a missing rank: the start-up guard covers that.
-  std::optional<dist::StartupGuard> guard(std::in_place, config.parallel.timeout_seconds, dist::launcher_rank(),
-                                          dist::launcher_size(), dist::JobStatus::of_this_process());
-  dist::MpiRuntime mpi;
   train::TrainResult r;
-  try {
-    dist::CommOptions options;
-    options.timeout_seconds = config.parallel.timeout_seconds;
-    auto world = mpi.world(options);
-    guard.reset();
-    r = train::Trainer(config, world.get(), &stop).run();
-    world.reset();
-  } catch (const std::exception& e) {
-    if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
-    fail_rank(mpi, e, globals.debug);
+  std::exception_ptr failed_everywhere;
+  {
+    // Until the world exists no watchdog can see a missing rank: the start-up guard covers that.
+    std::optional<dist::StartupGuard> guard(std::in_place, config.parallel.timeout_seconds, dist::launcher_rank(),
+                                            dist::launcher_size(), dist::JobStatus::of_this_process());
+    dist::MpiRuntime mpi;
+    try {
+      dist::CommOptions options;
+      options.timeout_seconds = config.parallel.timeout_seconds;
+      auto world = mpi.world(options);
+      guard.reset();
+      r = train::Trainer(config, world.get(), &stop).run();
+      world.reset();
+    } catch (const std::exception& e) {
+      if (mpi.world_size() == 1) throw;  // reported by main, like any single-process error
+      if (!every_rank_failed(mpi, e, globals.debug)) fail_rank(mpi, e, globals.debug);
+      failed_everywhere = std::current_exception();
+    }
+    if (!failed_everywhere && mpi.world_rank() == 0) print_result(r);
   }
-  if (mpi.world_rank() == 0) print_result(r);
+  // MPI is finished: main reports the error as it does one found before start-up.
+  if (failed_everywhere) std::rethrow_exception(failed_everywhere);
   return r;
 }
 

@@ -108,7 +108,9 @@ TEST_F(ParallelTraining, DtrAndCheckmateUnderZero3AndPipelinesLogTheLossesOfNone
           2, out, model + layout + " --memory.recompute " + policy + " --memory.activation_budget_mb " + budget));
       ASSERT_EQ(r.exit_code, 0) << layout << " " << policy << "\n" << r.output;
       EXPECT_NE(r.output.find("recompute " + policy + " (budget"), std::string::npos) << r.output;
-      if (policy == "checkmate") EXPECT_NE(r.output.find("; Checkmate (CBC)"), std::string::npos) << r.output;
+      if (policy == "checkmate") {
+        EXPECT_NE(r.output.find("; Checkmate (CBC)"), std::string::npos) << r.output;
+      }
       EXPECT_EQ(r.output.find(": 0 unit forwards recomputed per step"), std::string::npos)
           << "the budget should make " << policy << " recompute\n" << r.output;
       EXPECT_EQ(losses(out / "metrics.jsonl"), want) << layout << " " << policy;
@@ -601,6 +603,20 @@ TEST_F(ParallelTraining, LayoutsThatDoNotFitTheWorldAreRefused) {
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.output.find("≠ world size 1"), std::string::npos) << alone.output;
   EXPECT_NE(alone.output.find("set parallel.dp × parallel.tp × parallel.pp = 1"), std::string::npos) << alone.output;
+}
+
+// A setting only the engine can judge fails every rank at the same point after MPI has started:
+// the job ends with the error once, its code 1, and none of mpirun's abort text.
+TEST_F(ParallelTraining, AnErrorEveryRankMeetsAfterStartUpIsSaidOnce) {
+  for (const char* layout : {"--parallel.dp 2", "--parallel.pp 2"}) {
+    CliResult r = run_tessera(launch(2, g_root / "bad_budget", std::string("--train.steps 2 --memory.recompute optimal "
+                                                                           "--memory.activation_budget_mb 0.01 ") +
+                                                                   layout));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(count(r.output, "memory.activation_budget_mb = 0.01 is below"), 1u) << layout << "\n" << r.output;
+    EXPECT_EQ(r.output.find("rank 1"), std::string::npos) << r.output;
+    expect_no_mpirun_abort_text(r);
+  }
 }
 
 // The text between `before` and the next `after` on the first line that has `before`.
