@@ -118,11 +118,13 @@ const std::vector<Refusal> kRefusals = {
      "use memory.offload_params = \"none\" with parallel.ep > 1 (ZeRO-3 shards the experts over edp in memory), or "
      "parallel.ep = 1 with offloaded parameters"},
     {{F::ExpertParallel},
-     {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd, F::OneBitAdam},
-     "compressed gradient exchanges are not composed with the experts' own reduction group yet; none of the three "
-     "anchors does it: Megatron-LM and torchtitan compress no gradients, and DeepSpeed does not document its 1-bit "
-     "optimizers with its MoE layers",
-     "use parallel.compression = \"none\" and an exact optimizer with expert parallelism, or parallel.ep = 1"},
+     {F::OneBitAdam},
+     "1-bit Adam exchanges its compressed momentum over the data-parallel group, and the experts' momentum would "
+     "need an exchange of its own over their group, which it does not have yet; none of the three anchors does it: "
+     "Megatron-LM and torchtitan ship no 1-bit optimizer, and DeepSpeed does not document its 1-bit optimizers with "
+     "its MoE layers",
+     "use parallel.compression (top-k, qsgd, onebit or powersgd, which compress the experts' gradients over their own "
+     "group) with an exact optimizer under expert parallelism, or parallel.ep = 1 with 1-bit Adam"},
     {{F::Moe},
      {F::SequenceParallel},
      "the router's capacity is counted over a microbatch's whole sequences, which sequence parallelism splits over "
@@ -218,15 +220,6 @@ const std::vector<Refusal> kRefusals = {
      "two steps old, which neither its stash nor the delayed update keeps; none of DeepSpeed, Megatron-LM and "
      "torchtitan runs PipeDream-2BW",
      "use a flushing schedule (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\") with the delayed update"},
-    {{F::Adafactor},
-     {F::ExpertParallel},
-     "Adafactor's factored second moment and its update RMS are statistics of whole matrices; a tensor-parallel "
-     "block's terms go to the matrix's global rows and columns, but the experts' stacked matrices split over ep "
-     "are not yet held to the one-process run; none of DeepSpeed, Megatron-LM and torchtitan ships Adafactor, so none "
-     "composes it with expert parallelism",
-     "use parallel.ep = 1 (experts replicated) with Adafactor, or another optimizer (\"adamw\", \"adam8bit\", "
-     "\"lamb\", \"lars\" or \"sgd\") with parallel.ep > 1; Adafactor is exact under ZeRO, tensor parallelism and "
-     "pipelining"},
 };
 
 // The `tessera train` tests (GoogleTest cases under launched jobs) that cite several pairs.
@@ -359,6 +352,16 @@ const std::vector<TestedPair> kTested = {
     {F::ExpertParallel, F::Bf16, {"parallel_moe_precision_2", kMoeBf16Cli}},
     {F::ExpertParallel, F::Fp16, {"parallel_moe_precision_2"}},
     {F::ExpertParallel, F::ZeroBubble, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::TopK, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::Qsgd, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::OneBit, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::PowerSgd, {"parallel_moe_4"}},
+    {F::Moe, F::TopK, {"parallel_moe_4"}},
+    {F::Moe, F::Qsgd, {"parallel_moe_4"}},
+    {F::Moe, F::OneBit, {"parallel_moe_4"}},
+    {F::Moe, F::PowerSgd, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
+    {F::Moe, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
     {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::Interleaved, {"parallel_pipeline_parity_2", kPipelinedCli}},

@@ -7,23 +7,41 @@ namespace tessera::optim {
 
 Adafactor::Factors Adafactor::factors_of(const nn::Parameter& p) {
   const Shape& shape = p.spec.global_shape;
-  if (shape.size() < 2) return {};
-  const int64_t cols = shape.back();
-  return {shape_numel(shape) / cols, cols};
+  const int64_t numel = shape_numel(shape);
+  Factors f;
+  if (shape.size() < 2 || p.role != nn::ParameterRole::Weight) {
+    f.group_size = shape.empty() ? 1 : shape.back();
+    f.groups = numel / f.group_size;
+    return f;
+  }
+  f.rows = shape[shape.size() - 2];
+  f.cols = shape.back();
+  f.matrices = numel / (f.rows * f.cols);
+  f.groups = f.matrices;
+  f.group_size = f.rows * f.cols;
+  return f;
 }
 
 namespace {
 
-// The one-process tensor's elements: its global shape without the padding rows a vocabulary split
-// adds (the RMS of a tensor is over these).
-double whole_numel(const nn::Parameter& p) { return static_cast<double>(shape_numel(p.spec.unpadded_shape())); }
+// The elements of one group (a matrix, a bias's vector) of the one-process tensor: its global shape
+// without the padding rows a vocabulary split adds (an RMS is over these), over its groups.
+double group_numel(const nn::Parameter& p, const Adafactor::Factors& f) {
+  return static_cast<double>(shape_numel(p.spec.unpadded_shape())) / static_cast<double>(f.groups);
+}
 
 std::vector<int64_t> statistics_slots(const nn::ParameterStore& store) {
   std::vector<int64_t> slots;
   for (const nn::Parameter& p : store.all()) {
     const Adafactor::Factors f = Adafactor::factors_of(p);
-    slots.push_back(f.rows + f.cols + 1);
+    slots.push_back(f.state_floats() + f.groups);
   }
+  return slots;
+}
+
+std::vector<int64_t> update_slots(const nn::ParameterStore& store) {
+  std::vector<int64_t> slots;
+  for (const nn::Parameter& p : store.all()) slots.push_back(Adafactor::factors_of(p).groups);
   return slots;
 }
 
@@ -36,7 +54,7 @@ Adafactor::Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, co
       layout_(layout.begin(), layout.end()),
       owned_(total_elements(layout)),
       sums_(statistics_slots(store)),
-      updates_(std::vector<int64_t>(store.all().size(), 1)) {
+      updates_(update_slots(store)) {
   TS_CHECK(config.decay_rate > 0.0f && config.decay_rate <= 1.0f,
            "Adafactor: decay_rate = {} must be in (0, 1] (β2 at step t is 1 − t^−decay_rate)", config.decay_rate);
   TS_CHECK(config.clip_threshold > 0.0f, "Adafactor: clip_threshold must be positive, got {}", config.clip_threshold);
@@ -45,8 +63,8 @@ Adafactor::Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, co
   row_at_ = col_at_ = v_at_ = {0};
   for (const Segment& s : layout_) {
     const Factors f = factors_of(*s.param);
-    row_at_.push_back(row_at_.back() + f.rows);
-    col_at_.push_back(col_at_.back() + f.cols);
+    row_at_.push_back(row_at_.back() + f.matrices * f.rows);
+    col_at_.push_back(col_at_.back() + f.matrices * f.cols);
     v_at_.push_back(v_at_.back() + (f.factored() ? 0 : s.size()));
   }
   row_ = Tensor::zeros({row_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
@@ -71,18 +89,17 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
     const Factors f = factors_of(*s.param);
     const nn::ShardSpec& spec = s.param->spec;
     std::span<double> sums = sums_.of(*s.param);
-    double w_squares = 0;
+    const int64_t rows = f.matrices * f.rows, w_at = f.state_floats();
     for (int64_t i = 0; i < s.size(); ++i) {
       const int64_t element = spec.global_index(s.begin + i);
       if (spec.is_padding(element)) continue;
-      w_squares += double(s.value[i]) * double(s.value[i]);
+      sums[static_cast<size_t>(w_at + f.group_of(element))] += double(s.value[i]) * double(s.value[i]);
       if (f.factored()) {
         const double square = double(s.grad[i]) * double(s.grad[i]) + kEps1;
         sums[static_cast<size_t>(element / f.cols)] += square;
-        sums[static_cast<size_t>(f.rows + element % f.cols)] += square;
+        sums[static_cast<size_t>(rows + f.group_of(element) * f.cols + element % f.cols)] += square;
       }
     }
-    sums.back() += w_squares;
   }
   sums_.reduce(reduction_, segments);
 
@@ -90,7 +107,8 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   float* row = row_.data<float>();
   float* col = col_.data<float>();
   float* v = v_.data<float>();
-  std::vector<double> row_total(segments.size(), 0.0);
+  // ΣR of each segment's matrices, in their order.
+  std::vector<std::vector<double>> row_total(segments.size());
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
@@ -98,12 +116,14 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
       std::span<const double> sums = sums_.of(*s.param);
       float* r = row + row_at_[k];
       float* c = col + col_at_[k];
-      for (int64_t i = 0; i < f.rows; ++i) {
+      const int64_t rows = f.matrices * f.rows;
+      row_total[k].assign(static_cast<size_t>(f.matrices), 0.0);
+      for (int64_t i = 0; i < rows; ++i) {
         r[i] = old_weight * r[i] + new_weight * static_cast<float>(sums[size_t(i)]);
-        row_total[k] += r[i];
+        row_total[k][static_cast<size_t>(i / f.rows)] += r[i];
       }
-      for (int64_t j = 0; j < f.cols; ++j) {
-        c[j] = old_weight * c[j] + new_weight * static_cast<float>(sums[size_t(f.rows + j)]);
+      for (int64_t j = 0; j < f.matrices * f.cols; ++j) {
+        c[j] = old_weight * c[j] + new_weight * static_cast<float>(sums[size_t(rows + j)]);
       }
     } else {
       float* vs = v + v_at_[k];
@@ -118,7 +138,9 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
     double second;
     if (f.factored()) {
       const int64_t element = s.param->spec.global_index(s.begin + i);
-      second = double(row[row_at_[k] + element / f.cols]) * double(col[col_at_[k] + element % f.cols]) / row_total[k];
+      const int64_t matrix = f.group_of(element);
+      second = double(row[row_at_[k] + element / f.cols]) * double(col[col_at_[k] + matrix * f.cols + element % f.cols]) /
+               row_total[k][static_cast<size_t>(matrix)];
     } else {
       second = double(v[v_at_[k] + i]);
     }
@@ -129,13 +151,13 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
-    double squares = 0;
+    std::span<double> squares = updates_.of(*s.param);
     for (int64_t i = 0; i < s.size(); ++i) {
-      if (s.param->spec.is_padding(s.param->spec.global_index(s.begin + i))) continue;
+      const int64_t element = s.param->spec.global_index(s.begin + i);
+      if (s.param->spec.is_padding(element)) continue;
       const double u = unclipped(k, s, f, i);
-      squares += u * u;
+      squares[static_cast<size_t>(f.group_of(element))] += u * u;
     }
-    updates_.of(*s.param)[0] += squares;
   }
   updates_.reduce(reduction_, segments);
 
@@ -145,14 +167,27 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
-    const double numel = whole_numel(*s.param);
-    const double update_rms = std::sqrt(updates_.of(*s.param)[0] / numel);
-    const double clip = std::max(1.0, update_rms / double(config_.clip_threshold));
-    double alpha = lr;
-    if (config_.relative_step) alpha *= std::max(kEps2, std::sqrt(sums_.of(*s.param).back() / numel));
-    const double decay = 1.0 - alpha * (is_weight(*s.param) ? double(config_.weight_decay) : 0.0);
+    const double numel = group_numel(*s.param, f);
+    const std::span<const double> update_squares = updates_.of(*s.param);
+    const std::span<const double> weight_squares = sums_.of(*s.param).subspan(static_cast<size_t>(f.state_floats()));
+    const double weight_decay = is_weight(*s.param) ? double(config_.weight_decay) : 0.0;
+    // The clip, rate and decay of the group the last element belonged to: a segment holds part of
+    // one group or a run of a stack's.
+    int64_t group = -1;
+    double clip = 1, alpha = lr, decay = 1;
     for (int64_t i = 0; i < s.size(); ++i) {
-      if (s.param->spec.is_padding(s.param->spec.global_index(s.begin + i))) continue;  // stays zero
+      const int64_t element = s.param->spec.global_index(s.begin + i);
+      if (s.param->spec.is_padding(element)) continue;  // stays zero
+      if (const int64_t now = f.group_of(element); now != group) {
+        group = now;
+        const double update_rms = std::sqrt(update_squares[static_cast<size_t>(group)] / numel);
+        clip = std::max(1.0, update_rms / double(config_.clip_threshold));
+        alpha = lr;
+        if (config_.relative_step) {
+          alpha *= std::max(kEps2, std::sqrt(weight_squares[static_cast<size_t>(group)] / numel));
+        }
+        decay = 1.0 - alpha * weight_decay;
+      }
       double u = unclipped(k, s, f, i) / clip;
       if (m != nullptr) {
         m[at + i] = static_cast<float>(b1 * double(m[at + i]) + (1.0 - b1) * u);

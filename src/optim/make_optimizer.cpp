@@ -42,7 +42,7 @@ int64_t state_bytes(const OptimizerConfig& config, std::span<const Segment> layo
     int64_t bytes = config.first_moment ? 4 * elements : 0;
     for (const Segment& s : layout) {
       const Adafactor::Factors f = Adafactor::factors_of(*s.param);
-      bytes += f.factored() ? 4 * (f.rows + f.cols) : 4 * s.size();
+      bytes += f.factored() ? 4 * f.state_floats() : 4 * s.size();
     }
     return bytes;
   }

@@ -74,8 +74,12 @@ std::vector<BucketShape> GradientReducer::bucket_shapes() const {
     shape.elements = b.range.size();
     for (const nn::Parameter& p : params_.all()) {
       const auto begin = static_cast<int64_t>(p.offset);
-      if (p.shape.size() == 2 && begin >= b.range.begin && begin + p.numel() <= b.range.end) {
-        shape.matrices.push_back({begin - b.range.begin, p.shape[0], p.shape[1]});
+      if (p.shape.size() < 2 || begin < b.range.begin || begin + p.numel() > b.range.end) continue;
+      // A stack of matrices (an MoE layer's experts, [E, F, C]) is E matrices of its last two
+      // dimensions: each expert's own, as PowerSGD approximates a layer's weight.
+      const int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
+      for (int64_t at = begin; at < begin + p.numel(); at += rows * cols) {
+        shape.matrices.push_back({at - b.range.begin, rows, cols});
       }
     }
     shapes.push_back(std::move(shape));

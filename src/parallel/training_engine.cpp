@@ -201,6 +201,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     if (!experts.empty()) {
       expert_options.domain = std::move(experts);
       expert_options.group = config::MeshDim::EDP;
+      // The experts' gradients are compressed over their own group, where it has more than one rank
+      // (ep = dp leaves each expert on one rank: nothing to reduce). QSGD keys its rounding by
+      // (seed, step, rank, bucket): another seed keeps the experts' buckets from drawing the same
+      // numbers as the dense ones of the same index.
+      if (edp_ == nullptr) expert_options.compression.method = CompressionMethod::None;
+      expert_options.compression.seed = options.compression.seed ^ 0x9e3779b97f4a7c15ULL;
       expert_dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), edp_, memory, expert_options,
                                                   ownership_, transforms_);
       // ZeRO-3: the experts' shards are gathered over edp, the dense ones over dp (docs/moe.md).
@@ -212,8 +218,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   // A step the loss scale skips must leave a compressor's error feedback (and PowerSGD's warm start)
   // as it found them: the step's overflow would otherwise stay in them for every later step. A copy
   // of that state, taken as each step begins.
-  if (loss_scaler_.enabled() && dp_->compressor() != nullptr) {
-    for (auto& [name, tensor] : dp_->compressor()->rank_state_tensors()) {
+  if (dp_->compressor() != nullptr && expert_dp_ && expert_dp_->compressor() != nullptr) {
+    joint_compressor_state_ = std::make_unique<JointRankState>(*dp_->compressor(), *expert_dp_->compressor());
+  }
+  if (loss_scaler_.enabled() && compressor_state() != nullptr) {
+    for (auto& [name, tensor] : compressor_state()->rank_state_tensors()) {
       compressor_state_at_step_start_.push_back(
           Tensor::empty(tensor.shape(), tensor.dtype(), MemoryTag::Optimizer, memory));
     }
@@ -363,7 +372,7 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
 
 void TrainingEngine::copy_compressor_state(CompressorStateCopy direction) {
   if (compressor_state_at_step_start_.empty()) return;
-  std::vector<std::pair<std::string, Tensor>> state = dp_->compressor()->rank_state_tensors();
+  std::vector<std::pair<std::string, Tensor>> state = compressor_state()->rank_state_tensors();
   for (size_t i = 0; i < state.size(); ++i) {
     Tensor& kept = compressor_state_at_step_start_[i];
     Tensor& live = state[i].second;
@@ -492,8 +501,10 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   // With a loss scale the norm is measured even without clipping: it is how every rank learns, with
   // no message of its own, whether any rank's gradient overflowed.
   if (max_grad_norm || loss_scaler_.enabled()) {
-    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments,
-                                      dp_->compressed_non_finite());
+    const bool compressed_non_finite =
+        dp_->compressed_non_finite() || (expert_dp_ && expert_dp_->compressed_non_finite());
+    result.grad_norm =
+        norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments, compressed_non_finite);
     if (result.grad_norm.non_finite) {
       result.skipped = true;  // every rank sees the same norm, so every rank skips
       loss_scaler_.update(false);
@@ -554,6 +565,11 @@ void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::opti
 
 RankLocalState* TrainingEngine::rank_local_state() {
   if (one_bit_adam_ != nullptr) return one_bit_adam_;
+  return compressor_state();
+}
+
+RankLocalState* TrainingEngine::compressor_state() {
+  if (joint_compressor_state_) return joint_compressor_state_.get();
   return dp_->compressor();
 }
 

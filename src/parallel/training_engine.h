@@ -268,6 +268,10 @@ class TrainingEngine {
   double program_loss_scale_ = 1;  // the scale the running program's microbatches carry
   // With a loss scale and a compressor: its state as the running step found it (empty otherwise).
   std::vector<Tensor> compressor_state_at_step_start_;
+  // Under expert parallelism with compression: the dense and the experts' compressors as one state.
+  std::unique_ptr<JointRankState> joint_compressor_state_;
+  // The compressors' rank-local state (null without compression).
+  RankLocalState* compressor_state();
   enum class CompressorStateCopy { Keep, Restore };
   void copy_compressor_state(CompressorStateCopy direction);
   GradNormService norms_;

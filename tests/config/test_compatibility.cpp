@@ -245,8 +245,13 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
   s.optimizer = "onebit_adam";
   m = compatibility_refusal(s);
   ASSERT_TRUE(m.has_value());
-  EXPECT_TRUE(m->starts_with("parallel.ep = 2 with optim.name = \"onebit_adam\": compressed gradient exchanges"))
+  EXPECT_TRUE(m->starts_with("parallel.ep = 2 with optim.name = \"onebit_adam\": 1-bit Adam exchanges its compressed "
+                             "momentum"))
       << *m;
+  // Compressed gradients run under expert parallelism (the experts' over their own group).
+  s.optimizer = "adamw";
+  s.compression = "powersgd";
+  EXPECT_FALSE(compatibility_refusal(s).has_value());
 
   EXPECT_FALSE(compatibility_refusal({}).has_value());
 }

@@ -4,6 +4,7 @@
 // a state saved and loaded into a fresh optimizer continuing bit for bit; ranges of a parameter
 // (as ZeRO gives) with no reduction refused where a whole-tensor statistic would be wrong.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <array>
 #include <cmath>
@@ -145,6 +146,55 @@ TEST(Optimizers, AdafactorMatchesThePaper) {
   h.clip = 0.5;  // clipping acts
   h.decay_rate = 0.6;
   expect_matches<testing::RefAdafactor>("adafactor", h, 2e-6);
+}
+
+// An MoE layer's experts are stacked ([E, F, C] weights, [E, F] biases), but each is a weight of
+// its own: Adafactor on the stacks moves every element exactly as it moves E separate matrices and
+// E separate bias vectors (their factored moments, update clipping and relative step included), so
+// expert parallelism, which gives each rank whole experts, splits none of its statistics.
+TEST(Optimizers, AdafactorTakesEachExpertOfAStackAsAWeightOfItsOwn) {
+  constexpr int64_t E = 3, F = 4, C = 5;
+  optim::OptimizerConfig c;
+  c.name = "adafactor";
+  c.first_moment = true;
+  c.relative_step = true;
+  c.clip_threshold = 0.5f;  // clipping acts
+  c.weight_decay = 0.1f;
+  MemoryAccountant memory;
+  nn::ParameterStore stacked, separate;
+  stacked.declare("fc.weight", {E, F, C}, nn::ParameterRole::Weight, nn::Init::Normal, 0.02f);
+  stacked.declare("fc.bias", {E, C}, nn::ParameterRole::Bias, nn::Init::Normal, 0.02f);
+  for (int64_t e = 0; e < E; ++e) separate.declare(fmt::format("w{}", e), {F, C}, nn::ParameterRole::Weight, nn::Init::Zeros);
+  for (int64_t e = 0; e < E; ++e) separate.declare(fmt::format("b{}", e), {C}, nn::ParameterRole::Bias, nn::Init::Zeros);
+  for (nn::ParameterStore* store : {&stacked, &separate}) store->allocate(memory);
+  stacked.initialize(3);
+  // The same values, flat order being the same: the stack's experts, then the biases' rows.
+  const Tensor stacked_values = stacked.flat_values();
+  const Tensor separate_values = separate.flat_values();
+  ASSERT_EQ(stacked_values.numel(), separate_values.numel());
+  std::copy_n(stacked_values.data<float>(), stacked_values.numel(), separate_values.data<float>());
+  const std::vector<optim::Segment> a = optim::whole_parameters(stacked), b = optim::whole_parameters(separate);
+  std::unique_ptr<optim::Optimizer> on_stack = optim::make_optimizer(memory, c, stacked, a, nullptr);
+  std::unique_ptr<optim::Optimizer> on_each = optim::make_optimizer(memory, c, separate, b, nullptr);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = stacked_values.numel();
+  for (int step = 0; step < 4; ++step) {
+    float* ga = a.front().grad;
+    float* gb = b.front().grad;
+    for (int64_t i = 0; i < n; ++i) {
+      // Experts of very different scales: statistics mixed across them would show.
+      const float scale = i < E * F * C ? std::pow(10.0f, float(i / (F * C))) : 1.0f;
+      ga[i] = gb[i] = scale * normal(rng);
+    }
+    on_stack->step(1e-2f, a);
+    on_each->step(1e-2f, b);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(stacked_values.data<float>()[i], separate_values.data<float>()[i]) << "element " << i;
+  }
+  // Each expert's R and C: E (F + C) floats for the stack, as for the separate matrices.
+  EXPECT_EQ(optim::state_bytes(c, a), optim::state_bytes(c, b));
 }
 
 TEST(Optimizers, Adam8bitMatchesThePaper) {

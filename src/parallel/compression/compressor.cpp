@@ -19,6 +19,12 @@ void gather_equal(dist::Communicator& comm, const void* mine, void* all, size_t 
   comm.all_gather(mine, all, counts, dtype)->wait();
 }
 
+std::vector<std::pair<std::string, Tensor>> JointRankState::rank_state_tensors() {
+  std::vector<std::pair<std::string, Tensor>> all = dense_.rank_state_tensors();
+  for (auto& [name, tensor] : experts_.rank_state_tensors()) all.emplace_back("experts." + name, tensor);
+  return all;
+}
+
 std::unique_ptr<GradientCompressor> make_compressor(const CompressionOptions& options,
                                                     std::vector<BucketShape> buckets, MemoryAccountant& memory,
                                                     int rank) {

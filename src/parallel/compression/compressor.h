@@ -100,6 +100,26 @@ class GradientCompressor : public RankLocalState {
   int64_t step_ = 0;  // training steps begun (1 during the first)
 };
 
+// Under expert parallelism the experts' gradients are reduced over their own group (edp) by a
+// compressor of their own, beside the dense parameters' over dp: checkpoints keep both as one
+// rank-local state, the experts' tensors named under "experts.". The two begin their steps
+// together, so the dense one's step stands for both.
+class JointRankState final : public RankLocalState {
+ public:
+  JointRankState(GradientCompressor& dense, GradientCompressor& experts) : dense_(dense), experts_(experts) {}
+  std::string_view rank_state_owner() const override { return dense_.rank_state_owner(); }
+  std::vector<std::pair<std::string, Tensor>> rank_state_tensors() override;
+  int64_t rank_state_step() const override { return dense_.rank_state_step(); }
+  void set_rank_state_step(int64_t step) override {
+    dense_.set_rank_state_step(step);
+    experts_.set_rank_state_step(step);
+  }
+
+ private:
+  GradientCompressor& dense_;
+  GradientCompressor& experts_;
+};
+
 // The compressor of `options.method` for these buckets (nullptr for None). `rank` is this rank's
 // place in the data-parallel group (it keys QSGD's random rounding).
 std::unique_ptr<GradientCompressor> make_compressor(const CompressionOptions& options,
