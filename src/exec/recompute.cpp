@@ -10,6 +10,7 @@
 #include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "memory/remat/chain_checkmate.h"
+#include "memory/unit_chain.h"
 #include "parallel/pipeline/generators.h"
 
 namespace tessera::exec {
@@ -67,34 +68,10 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
                                            int T, bool selective, const UnitTimes& times, int tp, bool sp,
                                            DType activations) {
   const std::vector<config::UnitActivationBytes> bytes = config::unit_activation_bytes(model, B, T, tp, sp, activations);
-  std::vector<memory::ChainUnit> chain;
-  for (int u = stage.chain_first(); u < stage.last; ++u) {
-    const config::UnitActivationBytes& b = bytes[static_cast<size_t>(u)];
-    memory::ChainUnit c;
-    c.input_bytes = bytes[static_cast<size_t>(u - 1)].output;
-    const int64_t dropped = selective ? b.recomputable : 0;
-    c.own_bytes = b.own - dropped;
-    c.backward_extra_bytes = selective ? b.rebuild_peak : 0;
-    c.forward_extra_bytes = b.forward_transient + (selective ? b.selective_forward : 0);
-    c.output_bytes = b.output;
-    c.forward_time = times.forward[static_cast<size_t>(u)];
-    c.backward_time = times.backward[static_cast<size_t>(u)];
-    chain.push_back(c);
-  }
-  // A stage without the head ends where its output is sent on: a unit of no bytes and no time
-  // closes its chain (the chain's last unit keeps everything), so its last block is checkpointed
-  // like the others instead of kept whole. The lowering runs nothing for it.
-  // The last block's output is sent at once (it travels in a comm buffer): it is held while the
-  // block's forward runs, not after.
-  if (stage.last < model.n_layer + 2) {
-    if (!chain.empty()) {
-      memory::ChainUnit& last = chain.back();
-      last.forward_extra_bytes += last.output_bytes;
-      last.output_bytes = 0;
-    }
-    chain.push_back(memory::ChainUnit{});
-  }
-  return chain;
+  std::vector<int> units;
+  for (int u = stage.chain_first(); u < stage.last; ++u) units.push_back(u);
+  // A stage without the head sends its last block's output on.
+  return memory::chain_of_units(bytes, units, selective, times.forward, times.backward, stage.last < model.n_layer + 2);
 }
 
 namespace {

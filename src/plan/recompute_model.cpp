@@ -8,6 +8,7 @@
 #include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "memory/recompute_policy.h"
+#include "memory/unit_chain.h"
 #include "plan/memory_model.h"
 #include "plan/model_costs.h"
 
@@ -107,45 +108,23 @@ std::vector<memory::ChainUnit> megatron_chain(const ModelConfig& m, const Layout
 // token ids are counted per microbatch (embedding_activation_bytes).
 std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& l, int stage) {
   const int layers = layers_per_chunk(m, l);
-  const std::vector<config::UnitActivationBytes> units =
+  const std::vector<config::UnitActivationBytes> bytes =
       config::unit_activation_bytes(m, l.micro_batch, m.seq_len, l.tp, l.sp, activation_dtype(l.precision));
-  const bool selective = l.recompute == Recompute::Selective;
-  const double forward = layer_forward_flops(m, l.micro_batch);
-  auto unit = [&](const config::UnitActivationBytes& b, const config::UnitActivationBytes& before, double time) {
-    memory::ChainUnit c;
-    c.input_bytes = before.output;
-    c.own_bytes = b.own - (selective ? b.recomputable : 0);
-    c.backward_extra_bytes = selective ? b.rebuild_peak : 0;
-    c.forward_extra_bytes = b.forward_transient + (selective ? b.selective_forward : 0);
-    c.output_bytes = b.output;
-    c.forward_time = time;
-    c.backward_time = 2 * time;
-    return c;
-  };
-  // The blocks of the stage's first chunk under the even split (units[1 + i] is block i): blocks
+  // The blocks of the stage's first chunk under the even split (unit 1 + i is block i): blocks
   // differ when some are MoE (model.moe_every), and the stage's other chunks are taken to hold the
-  // same mix, as they do when moe_every divides the blocks of a chunk.
-  const int first = stage * layers;
-  std::vector<memory::ChainUnit> chain;
-  for (int i = 0; i < layers; ++i) {
-    const auto at = static_cast<size_t>(first + i);
-    chain.push_back(unit(units[at + 1], units[at], forward));
-  }
-  if (stage == l.pp - 1) {
-    // The head reads the last block's output; its forward is the [C, V/t] product.
-    const double head = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
-    chain.push_back(unit(units.back(), units[units.size() - 2], head));
-  } else {
-    // The runtime closes a headless stage's chain with a boundary of no bytes, the last block's
-    // output held only while its forward runs, as it is sent at once (exec::stage_chain).
-    if (!chain.empty()) {
-      memory::ChainUnit& last = chain.back();
-      last.forward_extra_bytes += last.output_bytes;
-      last.output_bytes = 0;
-    }
-    chain.push_back(memory::ChainUnit{});
-  }
-  return chain;
+  // same mix, as they do when moe_every divides the blocks of a chunk. The last stage's head reads
+  // the last block's output.
+  std::vector<int> units;
+  for (int i = 0; i < layers; ++i) units.push_back(1 + stage * layers + i);
+  const bool holds_head = stage == l.pp - 1;
+  if (holds_head) units.push_back(m.n_layer + 1);
+  // The FLOP model's times: a block's forward, the head's [C, V/t] product; a backward twice its
+  // forward.
+  std::vector<double> forward(bytes.size(), layer_forward_flops(m, l.micro_batch));
+  forward.back() = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
+  std::vector<double> backward(forward.size());
+  for (size_t u = 0; u < forward.size(); ++u) backward[u] = 2 * forward[u];
+  return memory::chain_of_units(bytes, units, l.recompute == Recompute::Selective, forward, backward, !holds_head);
 }
 
 }  // namespace
