@@ -44,6 +44,23 @@ std::string short_layout(const Layout& l) {
   return fmt::format("{:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9}", l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch,
                      l.sp ? "yes" : "no", l.zero_stage, recompute_name(l.recompute));
 }
+// The step's time by part, each with its share; the nvme tier's I/O when the run offloads.
+std::string format_step_time(const TimeBreakdown& t, bool with_io) {
+  std::string out = "time per step, seconds:\n";
+  auto line = [&](const char* name, double s) {
+    out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
+  };
+  line("compute", t.compute);
+  line("tp comm", t.tp_comm);
+  line("pp comm", t.pp_comm);
+  line("bubble", t.bubble);
+  line("dp comm", t.dp_comm);
+  line("optimizer", t.optimizer);
+  if (with_io) line("nvme I/O", t.io);
+  out += fmt::format("  {:<12} {:9.4f}\n", "step", t.step);
+  return out;
+}
+
 std::string flop_rate(double flops) {
   return flops >= 1e12 ? fmt::format("{:.0f} TFLOP/s", flops / 1e12) : fmt::format("{:.0f} GFLOP/s", flops / 1e9);
 }
@@ -118,17 +135,7 @@ std::string format_estimate(const config::ModelConfig& m, const ClusterSpec& c, 
   for (auto tag : kMemoryTags) out += fmt::format("  {:<12} {:9.2f}\n", tag, mem.by_tag(tag) / kGiB);
   out += fmt::format("  {:<12} {:9.2f}   of {:.2f} usable: {}\n\n", "total", mem.total() / kGiB, e.memory_capacity / kGiB,
                      e.fits ? "fits" : "DOES NOT FIT");
-  out += "time per step, seconds:\n";
-  auto line = [&](const char* name, double s) {
-    out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
-  };
-  line("compute", t.compute);
-  line("tp comm", t.tp_comm);
-  line("pp comm", t.pp_comm);
-  line("bubble", t.bubble);
-  line("dp comm", t.dp_comm);
-  line("optimizer", t.optimizer);
-  out += fmt::format("  {:<12} {:9.4f}\n\n", "step", t.step);
+  out += format_step_time(t, false) + "\n";
   out += fmt::format("FLOPs per step: forward {:.3e}, backward {:.3e}, recompute {:.3e}\n", e.flops.forward, e.flops.backward,
                      e.flops.recompute);
   if (m.moe_experts > 0) {
@@ -228,18 +235,7 @@ std::string format_run_estimate(const config::ModelConfig& m, const ClusterSpec&
   out += fmt::format("  the worst rank: stage {}, a memory peak of {:.3f} MiB of {:.1f} GiB usable: {}\n\n", worst,
                      peak / kMiB, e.memory_capacity / kGiB, peak <= e.memory_capacity ? "fits" : "DOES NOT FIT");
   if (offloads) out += format_io(c, e, io);
-  out += "time per step, seconds:\n";
-  auto line = [&](const char* name, double s) {
-    out += fmt::format("  {:<12} {:9.4f}  {:5.1f}%\n", name, s, t.step > 0 ? 100 * s / t.step : 0.0);
-  };
-  line("compute", t.compute);
-  line("tp comm", t.tp_comm);
-  line("pp comm", t.pp_comm);
-  line("bubble", t.bubble);
-  line("dp comm", t.dp_comm);
-  line("optimizer", t.optimizer);
-  if (offloads) line("nvme I/O", t.io);
-  out += fmt::format("  {:<12} {:9.4f}\n", "step", t.step);
+  out += format_step_time(t, offloads);
   out += fmt::format("throughput: {:.0f} tokens/s, {:.1f} GFLOP/s per rank (hardware)\n", e.tokens_per_second,
                      e.tflops_per_device * 1e3);
   return out;
