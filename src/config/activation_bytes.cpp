@@ -78,10 +78,12 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                             k * C * whole + expert_rows * (C + mlp_values * F) * value;
   for (int l = 0; l < c.n_layer; ++l) {
     if (c.is_moe_layer(l)) {
+      // Under sp the layer's output [B, T, C] waits for the reduce-scatter like a projection's.
       bytes.push_back({.own = moe_block,
                        .output = C * part,
                        .recomputable = C * whole,
                        .weight_half = (2 * C + C / t) * whole + expert_rows * (C + F) * value,
+                       .forward_transient = reduce_scatter_input,
                        .rebuild_peak = C * whole,
                        .exact = H / t * whole_stat + 2 * norm_stats * part_stat + (E + 1 + k) * whole_stat +
                                 4 * k * tokens * 4});

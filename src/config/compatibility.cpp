@@ -125,12 +125,6 @@ const std::vector<Refusal> kRefusals = {
      "its MoE layers",
      "use parallel.compression (top-k, qsgd, onebit or powersgd, which compress the experts' gradients over their own "
      "group) with an exact optimizer under expert parallelism, or parallel.ep = 1 with 1-bit Adam"},
-    {{F::Moe},
-     {F::SequenceParallel},
-     "the router's capacity is counted over a microbatch's whole sequences, which sequence parallelism splits over "
-     "the tensor-parallel ranks; Megatron-LM composes the pair (it requires sequence parallelism when tensor and "
-     "expert parallelism are combined), counting capacity over the tokens each rank's router sees",
-     "use parallel.sp = false with MoE (tensor parallelism alone works: experts are replicated over tp)"},
     {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      {F::TwoBW},
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
@@ -362,6 +356,8 @@ const std::vector<TestedPair> kTested = {
     {F::Moe, F::PowerSgd, {"parallel_moe_4"}},
     {F::ExpertParallel, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
     {F::Moe, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
+    {F::Moe, F::SequenceParallel, {"parallel_moe_2", "parallel_moe_4"}},
+    {F::ExpertParallel, F::SequenceParallel, {"parallel_moe_4"}},
     {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::Interleaved, {"parallel_pipeline_parity_2", kPipelinedCli}},

@@ -76,8 +76,8 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
            c.n_head, c.kv_heads(), c.ffn());
   TS_CHECK(!sp || (tp > 1 && T % tp == 0), "workspace bytes under sequence parallelism need tp > 1 dividing T; got "
            "tp {}, T {}", tp, T);
-  TS_CHECK(ep >= 1 && (c.moe_experts == 0 || c.moe_experts % ep == 0) && (c.moe_experts == 0 || !sp),
-           "workspace bytes for ep {} of a model with {} experts{}", ep, c.moe_experts, sp ? " under sp" : "");
+  TS_CHECK(ep >= 1 && (c.moe_experts == 0 || c.moe_experts % ep == 0), "workspace bytes for ep {} of a model with {} "
+           "experts", ep, c.moe_experts);
   const int64_t t = tp, C = c.n_embd;
   const auto value = static_cast<int64_t>(dtype_size(compute));
   const int64_t whole = B * T * value, part = B * (T / (sp ? t : 1)) * value;
@@ -108,11 +108,17 @@ std::vector<UnitWorkspaceBytes> unit_workspace_bytes(const ModelConfig& c, int64
       bytes.push_back({.forward = P, .backward = block, .input_gradient = R, .backward_beside_activations = block_first_step});
       continue;
     }
-    // An MoE block (never under sp): its feed-forward in place of the MLP's, under the same dy and
-    // dropped-out copy; its routing buffers are taken beside every kept tensor.
+    // An MoE block: its feed-forward in place of the MLP's, under the same dy and dropped-out copy;
+    // its routing buffers are taken beside every kept tensor. Under sp the layer routes the whole
+    // sequences (nn/moe.h): its forward packs the gather and the reduce-scatter (P) on either side
+    // of the routing; its backward gathers dy whole (Wh + P), routes beside it, and reduce-scatters
+    // its whole dx (Wh) into R (+ P) once the gathered dy is gone.
     const MoeWorkspace moe = moe_workspace_bytes(c, B * T, ep, compute);
-    const int64_t moe_block = std::max({mlp_base + moe.backward, attention, 5 * R});
-    bytes.push_back({.forward = moe.forward, .backward = moe_block, .input_gradient = R,
+    const int64_t moe_forward = std::max(moe.forward, P);
+    const int64_t moe_feed_forward =
+        sp ? std::max({Wh + P, Wh + moe.backward, Wh + R + P}) : moe.backward;
+    const int64_t moe_block = std::max({mlp_base + moe_feed_forward, attention, 5 * R});
+    bytes.push_back({.forward = moe_forward, .backward = moe_block, .input_gradient = R,
                      .backward_beside_activations = moe_block});
   }
   const int64_t head = sp ? Wh + std::max(R + P, 2 * R) : Wh + R;

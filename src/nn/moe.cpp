@@ -87,7 +87,29 @@ void MoeFeedForward::move_rows(const Tensor& experts, const Tensor& received, co
   }
 }
 
-Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) {
+Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x) {
+  const int parts = step.sequence_shard().parts;
+  if (parts == 1) return routed_forward(step, ctx, x);
+  Tensor y = routed_forward(step, ctx, step.enter_region(x));
+  ops::scale(y, y, 1.0f / static_cast<float>(parts));
+  // The router's losses, which the backward adds to every rank's gradients, take the same share.
+  ctx.grad_scale /= static_cast<float>(parts);
+  return step.leave_region(y);
+}
+
+Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part) {
+  const int parts = step.sequence_shard().parts;
+  if (parts == 1 || part == BackwardPart::Weight) return routed_backward(step, ctx, dy, part);
+  Tensor dx;
+  {
+    Tensor whole = step.leave_region_backward(dy);
+    ops::scale(whole, whole, 1.0f / static_cast<float>(parts));
+    dx = routed_backward(step, ctx, whole, part);
+  }  // the gathered gradient goes before the reduce-scatter packs dx
+  return step.enter_region_backward(dx);
+}
+
+Tensor MoeFeedForward::routed_forward(StepContext& step, Ctx& ctx, const Tensor& x_in) {
   const int64_t C = config_.n_embd, F = config_.ffn(), E = config_.moe_experts, k = config_.moe_top_k;
   const int64_t N = x_in.numel() / C;
   const Tensor x = x_in.reshape({N, C});
@@ -218,7 +240,7 @@ Tensor MoeFeedForward::forward(StepContext& step, Ctx& ctx, const Tensor& x_in) 
   return y;
 }
 
-Tensor MoeFeedForward::backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
+Tensor MoeFeedForward::routed_backward(StepContext& step, Ctx& ctx, const Tensor& dy_in, BackwardPart part) {
   if (part == BackwardPart::Weight) {
     backward_weight(step, ctx);
     return Tensor();

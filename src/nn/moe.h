@@ -93,8 +93,18 @@ class MoeFeedForward {
       for (const Tensor* t : {&probs, &lse, &gate}) f(*t, SavedUse::Statistics);
     }
   };
-  // x [B, T, C] -> [B, T, C]. Training forwards keep in ctx what the backward reads; evaluation
-  // keeps nothing.
+  // x [B, Ts, C] -> [B, Ts, C] (Ts: the part of the sequence the residual stream holds, T without
+  // sequence parallelism). Training forwards keep in ctx what the backward reads; evaluation keeps
+  // nothing.
+  //
+  // Under sequence parallelism the layer routes the whole sequence, as it does under tensor
+  // parallelism without it (its experts are replicated over tp): it gathers the sequence as a
+  // region's entry does, runs on every rank of the group, and leaves the region with 1/t of its
+  // output as each rank's partial sum, which the exit's reduce-scatter adds back to the output's
+  // part (exact: t is a power of two). So the router sees every token of the microbatch and
+  // capacity, drops and the balancing losses are those of one process; each rank's weight
+  // gradients are 1/t of the whole, which the sequence-parallel sum of replicated gradients adds
+  // up. (Megatron-LM instead routes each rank's part and counts capacity over it.)
   Tensor forward(StepContext& step, Ctx& ctx, const Tensor& x);
   // dy [B, T, C] -> dx [B, T, C] (input half and both; undefined for the weight half); the
   // parameters' gradients +=. Split as Linear splits (zero-bubble's B and W): the input half runs
@@ -106,6 +116,9 @@ class MoeFeedForward {
   Tensor backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
 
  private:
+  // The layer on the whole sequence: x [B, T, C] -> [B, T, C], and its backward.
+  Tensor routed_forward(StepContext& step, Ctx& ctx, const Tensor& x);
+  Tensor routed_backward(StepContext& step, Ctx& ctx, const Tensor& dy, BackwardPart part);
   int experts_here() const { return static_cast<int>(fc_w_->shape[0]); }
   // The local experts' rows between `received` (rows by member, then expert, as the exchange
   // delivers them) and the padded expert-major buffer `experts` [E_l·R, X]: into the experts'

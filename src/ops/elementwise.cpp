@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cstddef>
 
 #include "kernels/cpu/dropout.h"
@@ -22,6 +23,17 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   call.same_shape(x, "x", y, "y");
   const auto n = static_cast<size_t>(y.numel());
   call.dispatch([&]<class T>(Cpu<T>) { kernels::add_inplace<T>(y.data<T>(), x.data<T>(), n); });
+}
+
+void scale(const Tensor& y, const Tensor& x, float s) {
+  OpCall call("ops::scale", ProfileCategory::Elementwise);
+  call.operands({{y, "y"}, {x, "x"}});
+  call.same_shape(x, "x", y, "y");
+  const auto n = static_cast<size_t>(y.numel());
+  call.dispatch([&]<class T>(Cpu<T>) {
+    if (y.data<T>() != x.data<T>()) std::copy_n(x.data<T>(), n, y.data<T>());
+    kernels::scale_inplace<T>(y.data<T>(), static_cast<compute_t<T>>(s), n);
+  });
 }
 
 namespace {

@@ -9,6 +9,8 @@ namespace tessera::ops {
 
 // y += x.
 void add_inplace(const Tensor& y, const Tensor& x);
+// y = s · x, in the compute type (16-bit values are widened, scaled and rounded back); y may be x.
+void scale(const Tensor& y, const Tensor& x, float s);
 // y [N.., C] += b [C] on every row.
 void add_bias(const Tensor& y, const Tensor& b);
 // add_bias's backward for the bias: db [C] += dy [N.., C] summed over its rows; db is f32 (a

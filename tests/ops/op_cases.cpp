@@ -2,6 +2,7 @@
 // leading dimensions [B, T] next to flat [N] ones, rows of per-row statistics in both forms.
 #include "op_cases.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 
@@ -364,6 +365,12 @@ std::vector<OpCase> op_cases() {
       entry("add_inplace", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { add_inplace(a["y"], a["x"]); }),
             run([](const Args& a) { kernels::add_inplace(a.f("y"), a.f("x"), numel(a, "y")); })),
+      entry("scale", residual, {arg("y", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
+            run([](const Args& a) { scale(a["y"], a["x"], 0.375f); }),
+            run([](const Args& a) {
+              std::copy_n(a.f("x"), numel(a, "x"), a.f("y"));
+              kernels::scale_inplace(a.f("y"), 0.375f, numel(a, "y"));
+            })),
       entry("widen", residual, {acc("out", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { widen(a["out"], a["x"]); }),
             run([](const Args& a) { kernels::widen<float>(a.f("out"), a.f("x"), numel(a, "x")); })),

@@ -8,7 +8,8 @@
 //    replicated experts; pp 2 under 1F1B and under ZB-H1, whose weight halves form the experts' and the
 //    router's gradients after the input halves' exchanges (pp 2 alone on 2 ranks, beside dp 2 = ep 2 on 4);
 //    Adafactor, which factors each expert of a stack on its own, at dp 2 = ep 2 and at dp 4 × ep 2
-//    with ZeRO-1;
+//    with ZeRO-1; sequence parallelism (tp 2 with sp alone, and beside ep 2), the layer routing the
+//    gathered sequence on every tp rank;
 //  - the routing is the reference's: the same choices dropped, the same load on every expert;
 //  - bytes on the expert-parallel group equal the formula (without recomputation, which repeats
 //    the forward's exchanges, and without ZeRO): four all-to-all passes (dispatch and combine,
@@ -34,6 +35,7 @@ struct Layout {
   int pp = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   std::string optimizer = "adamw";
+  bool sp = false;  // sequence parallelism beside tp
 };
 
 ParityCase moe_case(const std::string& name, const config::ModelConfig& model, int dp, int zero) {
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
     if (ranks == 2) layouts.push_back({1, 1, 1, 0, {}, 2, pipeline::ScheduleKind::ZeroBubbleH1});
     // Adafactor: each expert of a stack is a matrix of its own, whole on the rank that holds it.
     if (ranks == 2) layouts.push_back({2, 2, 1, 0, {}, 1, pipeline::ScheduleKind::OneFOneB, "adafactor"});
+    // Sequence parallelism: the layer gathers the sequence and routes all of it on every tp rank.
+    if (ranks == 2) layouts.push_back({1, 1, 2, 0, {}, 1, pipeline::ScheduleKind::OneFOneB, "adamw", true});
     if (ranks == 8) {
       // ep 4 (a single expert per rank) with dp = 2·ep: alone, and with ZeRO-1 over dp and edp and
       // full recomputation.
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
       layouts.push_back({2, 2, 1, 1, {}, 2, pipeline::ScheduleKind::ZeroBubbleH1});  // the same under ZB-H1
       // Adafactor over ep 2 with the experts' ZeRO-1 shards over edp.
       layouts.push_back({4, 2, 1, 1, {}, 1, pipeline::ScheduleKind::OneFOneB, "adafactor"});
+      layouts.push_back({2, 2, 2, 1, {}, 1, pipeline::ScheduleKind::OneFOneB, "adamw", true});  // tp 2 with sp beside ep 2
     }
     for (const config::ModelConfig& model : {gpt2_moe_config(), llama_moe_config()}) {
       for (const Layout& l : layouts) {
@@ -188,11 +193,13 @@ int main(int argc, char** argv) {
         c.recompute = l.recompute;
         c.schedule = l.schedule;
         c.optimizer.name = l.optimizer;
+        c.sequence_parallel = l.sp;
         if (l.optimizer == "adafactor") c.lr = 1e-2f;
         // The reference: one process, the same microbatches in turn.
         ParityCase one = c;
         one.zero_stage = 0;
         one.recompute = {};
+        one.sequence_parallel = false;
         one.micros = c.micros * l.dp;
         const RunRecord ref = run_parallel(one, nullptr, nullptr);
         config::ParallelLayout layout;
@@ -205,8 +212,8 @@ int main(int argc, char** argv) {
         const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, l.pp > 1 ? &mesh.pp() : nullptr,
                                            l.tp > 1 ? &mesh.tp() : nullptr,
                                            l.ep > 1 ? &mesh.ep() : nullptr, l.ep > 1 ? &mesh.edp() : nullptr);
-        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} pp {} ({}) zero {} recompute {} {}", c.name,
-                                             model.moe_top_k, l.dp, l.ep, l.tp, l.pp,
+        const std::string what = fmt::format("{} top-{} dp {} ep {} tp {}{} pp {} ({}) zero {} recompute {} {}", c.name,
+                                             model.moe_top_k, l.dp, l.ep, l.tp, l.sp ? " sp" : "", l.pp,
                                              config::schedule_name(l.schedule), l.zero,
                                              memory::recompute_policy_name(l.recompute.policy), l.optimizer);
         check_matches_reference(run, ref, what, t);

@@ -60,6 +60,10 @@ const std::vector<Layout> kLayouts = {
     // In bf16: 16-bit rows and expert working copies, the router's f32 copies of its input and weight.
     {"moe_dp2_ep2_bf16", 2,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --precision.compute bf16", 1, 2},
+    // Under sequence parallelism: the gathered sequence routed on both tp ranks, in bf16 (the
+    // gradients of the router and the experts summed over tp with the norms').
+    {"moe_tp2_sp_bf16", 2,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.tp 2 --parallel.sp true --precision.compute bf16", 2, 1},
     // A dense and an MoE block per stage: the even split, given (the FLOP model would move a block).
     {"moe_pp2", 2, "--model.n_layer 4 --model.moe_experts 4 --model.moe_every 2 --parallel.pp 2 "
                    "--parallel.stage_layers 2 2"},
