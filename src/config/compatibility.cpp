@@ -117,14 +117,6 @@ const std::vector<Refusal> kRefusals = {
      "does not offload expert parameters to nvme either",
      "use memory.offload_params = \"none\" with parallel.ep > 1 (ZeRO-3 shards the experts over edp in memory), or "
      "parallel.ep = 1 with offloaded parameters"},
-    {{F::ExpertParallel},
-     {F::OneBitAdam},
-     "1-bit Adam exchanges its compressed momentum over the data-parallel group, and the experts' momentum would "
-     "need an exchange of its own over their group, which it does not have yet; none of the three anchors does it: "
-     "Megatron-LM and torchtitan ship no 1-bit optimizer, and DeepSpeed does not document its 1-bit optimizers with "
-     "its MoE layers",
-     "use parallel.compression (top-k, qsgd, onebit or powersgd, which compress the experts' gradients over their own "
-     "group) with an exact optimizer under expert parallelism, or parallel.ep = 1 with 1-bit Adam"},
     {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
      {F::TwoBW},
      "a 2BW program holds several steps, and the compressor's state and random rounding advance per step, which the "
@@ -222,6 +214,7 @@ constexpr std::string_view kTensorParallelCli =
 constexpr std::string_view kPipelinedCli = "ParallelTraining.PipelinedRunsMatchTheOneProcessRunAndResumeBitwise";
 constexpr std::string_view kTwoBWCli = "ParallelTraining.TwoBWRunsFollowTheOneProcessRunAndResumeBitwise";
 constexpr std::string_view kCompressedCli = "ParallelTraining.CompressedRunsResumeBitwise";
+constexpr std::string_view kCompressedEpCli = "ParallelTraining.CompressedExpertParallelRunsResumeBitwise";
 constexpr std::string_view kMixedPrecisionCli = "ParallelTraining.MixedPrecisionRunsTrackFp32AndResumeBitwise";
 constexpr std::string_view kExpertParallelCli = "Resharding.ExpertParallelTrainsAndMovesLikeOneProcess";
 constexpr std::string_view kOffloadedActivationsCli = "Offload.OffloadedActivationsGiveTheSameRunUnderEveryLayout";
@@ -349,7 +342,7 @@ const std::vector<TestedPair> kTested = {
     {F::ExpertParallel, F::TopK, {"parallel_moe_4"}},
     {F::ExpertParallel, F::Qsgd, {"parallel_moe_4"}},
     {F::ExpertParallel, F::OneBit, {"parallel_moe_4"}},
-    {F::ExpertParallel, F::PowerSgd, {"parallel_moe_4"}},
+    {F::ExpertParallel, F::PowerSgd, {"parallel_moe_4", kCompressedEpCli}},
     {F::Moe, F::TopK, {"parallel_moe_4"}},
     {F::Moe, F::Qsgd, {"parallel_moe_4"}},
     {F::Moe, F::OneBit, {"parallel_moe_4"}},
@@ -357,6 +350,8 @@ const std::vector<TestedPair> kTested = {
     {F::ExpertParallel, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
     {F::Moe, F::Adafactor, {"parallel_moe_2", "parallel_moe_4"}},
     {F::Moe, F::SequenceParallel, {"parallel_moe_2", "parallel_moe_4"}},
+    {F::ExpertParallel, F::OneBitAdam, {"parallel_moe_4", kCompressedEpCli}},
+    {F::Moe, F::OneBitAdam, {"parallel_moe_4", kCompressedEpCli}},
     {F::ExpertParallel, F::SequenceParallel, {"parallel_moe_4"}},
     {F::Pipeline, F::GPipe, {"parallel_pipeline_parity_2", kPipelinedCli}},
     {F::Pipeline, F::OneFOneB, {"parallel_pipeline_parity_2", kPipelinedCli}},

@@ -267,8 +267,13 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   dp_group_ = unless_alone(dp);
   if (options.optimizer.name == "onebit_adam") {
-    auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer,
-                                                optim::total_elements(ownership_.master_segments()), dp_group_);
+    // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
+    const std::vector<optim::Segment> layout = ownership_.master_segments();
+    std::vector<int> exchange_of;
+    for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && is_expert_parameter(s.param->name) ? 1 : 0);
+    std::vector<dist::Communicator*> groups{dp_group_};
+    if (ep_ != nullptr) groups.push_back(edp_);
+    auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer, layout, groups, exchange_of);
     one_bit_adam_ = one_bit.get();
     optimizer_ = std::move(one_bit);
   } else if (options.offload_optimizer_chunk_bytes > 0) {
@@ -357,7 +362,10 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   StepResult result;
   zero_grads();
   // 1-bit Adam's compressed steps keep each rank's gradient its own.
-  if (one_bit_adam_ != nullptr) dp_->set_reducing(!one_bit_adam_->next_step_compressed());
+  if (one_bit_adam_ != nullptr) {
+    dp_->set_reducing(!one_bit_adam_->next_step_compressed());
+    if (expert_dp_) expert_dp_->set_reducing(!one_bit_adam_->next_step_compressed());
+  }
   const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
   copy_compressor_state(CompressorStateCopy::Keep);
   const exec::ProgramResult run = interpreter_.run(program_, scaled, options,

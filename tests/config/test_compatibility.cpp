@@ -243,13 +243,10 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
   s = {};
   s.ep = 2;
   s.moe_experts = 2;
+  // 1-bit Adam and compressed gradients run under expert parallelism (the experts' momentum and
+  // gradients over their own group).
   s.optimizer = "onebit_adam";
-  m = compatibility_refusal(s);
-  ASSERT_TRUE(m.has_value());
-  EXPECT_TRUE(m->starts_with("parallel.ep = 2 with optim.name = \"onebit_adam\": 1-bit Adam exchanges its compressed "
-                             "momentum"))
-      << *m;
-  // Compressed gradients run under expert parallelism (the experts' over their own group).
+  EXPECT_FALSE(compatibility_refusal(s).has_value());
   s.optimizer = "adamw";
   s.compression = "powersgd";
   EXPECT_FALSE(compatibility_refusal(s).has_value());

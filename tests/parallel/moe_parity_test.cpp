@@ -17,7 +17,8 @@
 //    (ep - 1)·E/ep integers per rank and layer-microbatch, and the gradient norm's sum of the experts'
 //    squares over ep (gathered in rank order: ep - 1 doubles sent per rank);
 //  - memory: every rank's activation peak is the program walk's prediction;
-//  - gradient compression at dp 4 × ep 2, the experts' gradients compressed over their own group.
+//  - gradient compression and 1-bit Adam at dp 4 × ep 2, the experts' gradients (momentum) compressed
+//    over their own group.
 #include <fmt/format.h>
 
 #include "dist/mesh.h"
@@ -144,6 +145,27 @@ void check_compression(dist::Communicator& world, RankChecks& t) {
       fmt::print("{}: loss {:.5f} (uncompressed {:.5f}), experts' group {:.0f} bytes (uncompressed {:.0f})\n", what,
                  last, exact_last, m.expert_bytes, exact.expert_bytes);
     }
+  }
+  // 1-bit Adam: AdamW until its freeze step, then each expert's momentum averaged in one bit per
+  // element over the experts' group, the dense momentum over dp.
+  ParityCase onebit = c;
+  onebit.optimizer.name = "onebit_adam";
+  onebit.optimizer.freeze_step = 2;
+  const Measured m = measure(onebit);
+  for (size_t s = 0; s < 3; ++s) {  // the third step's loss is the second's update's
+    t.expect(m.run.steps[s].loss == exact.run.steps[s].loss,
+             fmt::format("gpt2 dp 4 ep 2 onebit_adam: warm-up step {} is not AdamW's ({} vs {})", s + 1,
+                         m.run.steps[s].loss, exact.run.steps[s].loss));
+  }
+  const double last = m.run.steps.back().loss, exact_last = exact.run.steps.back().loss;
+  t.expect(std::abs(last - exact_last) <= 5e-3 * exact_last,
+           fmt::format("gpt2 dp 4 ep 2 onebit_adam: final loss {} vs AdamW's {}", last, exact_last));
+  t.expect(m.expert_bytes < 0.75 * exact.expert_bytes,
+           fmt::format("gpt2 dp 4 ep 2 onebit_adam: the experts' group sent {} bytes, AdamW's run {}: their momentum "
+                       "was not exchanged compressed", m.expert_bytes, exact.expert_bytes));
+  if (t.rank == 0) {
+    fmt::print("gpt2 dp 4 ep 2 onebit_adam: loss {:.5f} (AdamW {:.5f}), experts' group {:.0f} bytes (AdamW {:.0f})\n",
+               last, exact_last, m.expert_bytes, exact.expert_bytes);
   }
 }
 

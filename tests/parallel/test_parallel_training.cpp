@@ -418,25 +418,35 @@ TEST_F(ParallelTraining, TensorParallelRunsMatchTheOneProcessRunAndResumeBitwise
 // step its rounding is keyed by), so a resumed compressed run equals the uninterrupted one bitwise;
 // keys the chosen method does not read, and resuming without the state, are refused.
 // Under expert parallelism the experts' compressor keeps its own error feedback and PowerSGD's
-// warm start: a run stopped after step 2 and resumed equals the uninterrupted one bit for bit only
-// if checkpoints carry both compressors' state (the experts' under dp 4 × ep 2, over edp of 2).
+// warm start, and 1-bit Adam the server error of the experts' exchange: a run stopped after step 2
+// and resumed equals the uninterrupted one bit for bit only if checkpoints carry the experts' state
+// beside the dense one's (dp 4 × ep 2, the experts over edp of 2).
 TEST_F(ParallelTraining, CompressedExpertParallelRunsResumeBitwise) {
-  const std::string layout = "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 "
-                             "--train.steps 4 --train.batch_size 8 --train.micro_batch_size 2 "
-                             "--compression.warmup_steps 1 --parallel.compression powersgd --compression.rank 2";
-  const fs::path whole = g_root / "compressed_ep_whole", split = g_root / "compressed_ep_split";
-  CliResult a = run_tessera(launch(4, whole, layout));
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  ASSERT_EQ(run_tessera(launch(4, split, layout + " --train.exit_after 2")).exit_code, 3);
-  CliResult b = run_tessera(launch(4, split, layout + " --checkpoint.resume latest"));
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl"));
-  for (int rank = 0; rank < 4; ++rank) {
-    const std::string file = fmt::format("compression.rank{:05d}.safetensors", rank);
-    const std::string state = read_file((whole / "checkpoints" / "step_00000004" / file).string());
-    EXPECT_NE(state.find("experts."), std::string::npos) << file << " holds no state of the experts' compressor";
-    EXPECT_EQ(state, read_file((split / "checkpoints" / "step_00000004" / file).string()))
-        << file << " differs between the whole run and the resumed one";
+  struct Method {
+    std::string keys, experts_state;  // the settings, and the name of the experts' state in the file
+  };
+  for (const Method& method : {Method{"--compression.warmup_steps 1 --parallel.compression powersgd --compression.rank 2",
+                                      "experts."},
+                               Method{"--optim.name onebit_adam --optim.freeze_step 1", "onebit_adam.exchange1."}}) {
+    const std::string layout = "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 "
+                               "--train.steps 4 --train.batch_size 8 --train.micro_batch_size 2 " + method.keys;
+    const fs::path whole = g_root / "compressed_ep_whole", split = g_root / "compressed_ep_split";
+    fs::remove_all(whole);
+    fs::remove_all(split);
+    CliResult a = run_tessera(launch(4, whole, layout));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    ASSERT_EQ(run_tessera(launch(4, split, layout + " --train.exit_after 2")).exit_code, 3);
+    CliResult b = run_tessera(launch(4, split, layout + " --checkpoint.resume latest"));
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_EQ(losses(whole / "metrics.jsonl"), losses(split / "metrics.jsonl")) << method.keys;
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::string file = fmt::format("compression.rank{:05d}.safetensors", rank);
+      const std::string state = read_file((whole / "checkpoints" / "step_00000004" / file).string());
+      EXPECT_NE(state.find(method.experts_state), std::string::npos)
+          << file << " holds no state of the experts' exchange (" << method.keys << ")";
+      EXPECT_EQ(state, read_file((split / "checkpoints" / "step_00000004" / file).string()))
+          << file << " differs between the whole run and the resumed one (" << method.keys << ")";
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "parallel/compression/one_bit_adam.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -47,18 +49,53 @@ uint64_t one_bit_adam_wire_bytes(size_t elements, int ranks, int rank) {
 
 OneBitAdam::OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, int64_t owned_elements,
                        dist::Communicator* group)
-    : config_(config), freeze_step_(config.freeze_step), group_(group) {
+    : config_(config), freeze_step_(config.freeze_step) {
   TS_CHECK(owned_elements >= 0, "1-bit Adam over {} elements", owned_elements);
+  Exchange all;
+  all.group = group;
+  if (owned_elements > 0) all.runs.push_back({0, owned_elements});
+  set_up(memory, owned_elements, {std::move(all)});
+}
+
+OneBitAdam::OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config,
+                       std::span<const optim::Segment> layout, std::vector<dist::Communicator*> groups,
+                       std::vector<int> exchange_of)
+    : config_(config), freeze_step_(config.freeze_step), exchange_of_(std::move(exchange_of)) {
+  TS_CHECK(exchange_of_.size() == layout.size() && !groups.empty(), "1-bit Adam: {} segments, {} exchanges given for "
+           "them, over {} groups", layout.size(), exchange_of_.size(), groups.size());
+  std::vector<Exchange> exchanges(groups.size());
+  for (size_t x = 0; x < groups.size(); ++x) exchanges[x].group = groups[x];
+  int64_t at = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const int x = exchange_of_[i];
+    TS_CHECK(x >= 0 && static_cast<size_t>(x) < groups.size(), "1-bit Adam: segment {} in exchange {} of {}", i, x,
+             groups.size());
+    auto& runs = exchanges[static_cast<size_t>(x)].runs;
+    if (!runs.empty() && runs.back().second == at) {
+      runs.back().second += layout[i].size();
+    } else if (layout[i].size() > 0) {
+      runs.push_back({at, at + layout[i].size()});
+    }
+    at += layout[i].size();
+  }
+  set_up(memory, at, std::move(exchanges));
+}
+
+void OneBitAdam::set_up(MemoryAccountant& memory, int64_t owned_elements, std::vector<Exchange> exchanges) {
   TS_CHECK(freeze_step_ >= 0, "1-bit Adam: optim.freeze_step = {} must be 0 or more", freeze_step_);
-  ranks_ = group == nullptr ? 1 : group->size();
-  rank_ = group == nullptr ? 0 : group->rank();
-  chunk_begin_ = one_bit_adam_chunks(static_cast<size_t>(owned_elements), ranks_);
-  const auto mine = static_cast<int64_t>(chunk_begin_[static_cast<size_t>(rank_) + 1] -
-                                         chunk_begin_[static_cast<size_t>(rank_)]);
+  exchanges_ = std::move(exchanges);
+  for (Exchange& x : exchanges_) {
+    x.ranks = x.group == nullptr ? 1 : x.group->size();
+    x.rank = x.group == nullptr ? 0 : x.group->rank();
+    for (const auto& [begin, end] : x.runs) x.elements += end - begin;
+    x.chunk_begin = one_bit_adam_chunks(static_cast<size_t>(x.elements), x.ranks);
+    const auto mine = static_cast<int64_t>(x.chunk_begin[static_cast<size_t>(x.rank) + 1] -
+                                           x.chunk_begin[static_cast<size_t>(x.rank)]);
+    x.server_error = Tensor::zeros({mine}, DType::F32, MemoryTag::Optimizer, memory);
+  }
   m_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
   v_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
   worker_error_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
-  server_error_ = Tensor::zeros({mine}, DType::F32, MemoryTag::Optimizer, memory);
 }
 
 void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
@@ -80,14 +117,18 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
     return;
   }
   // The local momentum from this rank's local-batch mean gradient, R g_r (the gradients of the
-  // ranks sum to the global batch's mean), then its compressed average.
-  const float beta1 = config_.beta1, local = static_cast<float>(ranks_);
+  // ranks of the segment's group sum to the global batch's mean), then its compressed average.
+  TS_CHECK(exchange_of_.empty() || exchange_of_.size() == segments.size(),
+           "1-bit Adam: {} segments, built for {}", segments.size(), exchange_of_.size());
+  const float beta1 = config_.beta1;
   int64_t at = 0;
-  for (const optim::Segment& s : segments) {
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const optim::Segment& s = segments[k];
+    const auto local = static_cast<float>(exchanges_[exchange_of_.empty() ? 0 : static_cast<size_t>(exchange_of_[k])].ranks);
     for (int64_t i = 0; i < s.size(); ++i) m[at + i] = beta1 * m[at + i] + (1.0f - beta1) * (local * s.grad[i]);
     at += s.size();
   }
-  compressed_average(std::span(m, static_cast<size_t>(m_.numel())));
+  for (Exchange& x : exchanges_) compressed_average(x, std::span(m, static_cast<size_t>(m_.numel())));
   // Adam's update with the frozen second moment and its frozen bias correction.
   const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(static_cast<double>(config_.beta2), static_cast<double>(freeze_step_));
@@ -105,37 +146,52 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
   }
 }
 
-void OneBitAdam::compressed_average(std::span<float> values) {
-  const auto R = static_cast<size_t>(ranks_), me = static_cast<size_t>(rank_);
-  const size_t n = values.size();
+void OneBitAdam::compressed_average(Exchange& x, std::span<float> m) {
+  const auto R = static_cast<size_t>(x.ranks), me = static_cast<size_t>(x.rank);
+  const size_t n = static_cast<size_t>(x.elements);
+  const std::vector<size_t>& chunk_begin = x.chunk_begin;
+  // The exchange's elements in a row (a copy, unless they are the whole vector), and their errors.
+  const bool whole = x.runs.size() == 1 && x.runs.front().first == 0 && static_cast<size_t>(x.runs.front().second) == m.size();
+  std::vector<float> packed_values, packed_worker;
+  std::span<float> values = m;
+  float* worker = worker_error_.data<float>();
+  if (!whole) {
+    packed_values.reserve(n);
+    packed_worker.reserve(n);
+    for (const auto& [begin, end] : x.runs) {
+      packed_values.insert(packed_values.end(), m.begin() + begin, m.begin() + end);
+      packed_worker.insert(packed_worker.end(), worker + begin, worker + end);
+    }
+    values = packed_values;
+    worker = packed_worker.data();
+  }
   // Worker stage: compress m_r + e_r whole (chunks start on block boundaries, so chunk k's message
   // is a run of the whole one's bits and scales), keep the error.
-  float* worker = worker_error_.data<float>();
   for (size_t i = 0; i < n; ++i) worker[i] += values[i];
   std::vector<uint8_t> bits(sign_bits_bytes(n));
   std::vector<float> scales(sign_blocks(n));
   sign_compress(std::span(worker, n), bits.data(), scales.data());
   std::vector<size_t> sizes(R), offsets(R + 1, 0);
   for (size_t k = 0; k < R; ++k) {
-    sizes[k] = message_bytes(chunk_begin_[k + 1] - chunk_begin_[k]);
+    sizes[k] = message_bytes(chunk_begin[k + 1] - chunk_begin[k]);
     offsets[k + 1] = offsets[k] + sizes[k];
   }
   std::vector<uint8_t> sent(offsets[R]);
   for (size_t k = 0; k < R; ++k) {
-    const size_t lo = chunk_begin_[k], hi = chunk_begin_[k + 1];
+    const size_t lo = chunk_begin[k], hi = chunk_begin[k + 1];
     pack(std::span(bits).subspan(lo / 8, sign_bits_bytes(hi - lo)),
          std::span(scales).subspan(lo / kSignBlock, sign_blocks(hi - lo)), sent.data() + offsets[k]);
   }
-  const size_t lo = chunk_begin_[me], hi = chunk_begin_[me + 1], mine = hi - lo;
+  const size_t lo = chunk_begin[me], hi = chunk_begin[me + 1], mine = hi - lo;
   std::vector<uint8_t> received(R * sizes[me]);
-  if (group_ != nullptr && R > 1) {
+  if (x.group != nullptr && R > 1) {
     const std::vector<size_t> from_each(R, sizes[me]);
-    group_->all_to_all(sent.data(), sizes, received.data(), from_each, DType::U8)->wait();
+    x.group->all_to_all(sent.data(), sizes, received.data(), from_each, DType::U8)->wait();
   } else {
     std::copy(sent.begin(), sent.end(), received.begin());
   }
   // Server stage: this rank's chunk averaged over the members, compressed again with its own error.
-  float* server = server_error_.data<float>();
+  float* server = x.server_error.data<float>();
   const std::span<float> average(server, mine);
   for (size_t r = 0; r < R; ++r) add_unpacked(average, received.data() + r * sizes[me], 1.0f / static_cast<float>(R));
   std::vector<uint8_t> chunk_bits(sign_bits_bytes(mine));
@@ -144,15 +200,23 @@ void OneBitAdam::compressed_average(std::span<float> values) {
   std::vector<uint8_t> my_message(sizes[me]);
   pack(chunk_bits, chunk_scales, my_message.data());
   std::vector<uint8_t> gathered(offsets[R]);
-  if (group_ != nullptr && R > 1) {
-    group_->all_gather(my_message.data(), gathered.data(), sizes, DType::U8)->wait();
+  if (x.group != nullptr && R > 1) {
+    x.group->all_gather(my_message.data(), gathered.data(), sizes, DType::U8)->wait();
   } else {
     gathered = my_message;
   }
   std::fill(values.begin(), values.end(), 0.0f);
   for (size_t k = 0; k < R; ++k) {
-    add_unpacked(values.subspan(chunk_begin_[k], chunk_begin_[k + 1] - chunk_begin_[k]), gathered.data() + offsets[k],
+    add_unpacked(values.subspan(chunk_begin[k], chunk_begin[k + 1] - chunk_begin[k]), gathered.data() + offsets[k],
                  1.0f);
+  }
+  if (whole) return;
+  size_t at = 0;
+  for (const auto& [begin, end] : x.runs) {
+    const auto length = static_cast<size_t>(end - begin);
+    std::copy_n(packed_values.begin() + static_cast<std::ptrdiff_t>(at), length, m.begin() + begin);
+    std::copy_n(packed_worker.begin() + static_cast<std::ptrdiff_t>(at), length, worker_error_.data<float>() + begin);
+    at += length;
   }
 }
 
@@ -166,7 +230,12 @@ void OneBitAdam::load_state_dict(optim::StateDict state) {
 }
 
 std::vector<std::pair<std::string, Tensor>> OneBitAdam::rank_state_tensors() {
-  return {{"onebit_adam.worker_error", worker_error_}, {"onebit_adam.server_error", server_error_}};
+  std::vector<std::pair<std::string, Tensor>> out{{"onebit_adam.worker_error", worker_error_}};
+  for (size_t x = 0; x < exchanges_.size(); ++x) {
+    out.emplace_back(x == 0 ? std::string("onebit_adam.server_error") : fmt::format("onebit_adam.exchange{}.server_error", x),
+                     exchanges_[x].server_error);
+  }
+  return out;
 }
 
 void OneBitAdam::set_rank_state_step(int64_t step) {

@@ -24,6 +24,11 @@
 // Every rank holds the whole momentum (the run config refuses ZeRO), the same m and v after every
 // step, and its own worker error e_r and server error s_k, which checkpoints keep per rank
 // (state()).
+//
+// Under expert parallelism an expert's momentum is averaged over the ranks that hold the expert
+// (its expert-data-parallel group), the dense parameters' over the data-parallel group: each
+// segment belongs to one of several exchanges, each with its own group, chunks and server error,
+// and R in R g_r is that group's size.
 #include <memory>
 #include <span>
 #include <string>
@@ -44,6 +49,10 @@ class OneBitAdam final : public optim::Optimizer, public RankLocalState {
   // `group` (nullptr or one rank: the compression still runs, over one member).
   OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, int64_t owned_elements,
              dist::Communicator* group);
+  // Over `layout` (the segments every step passes), segment i's momentum averaged over
+  // groups[exchange_of[i]].
+  OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, std::span<const optim::Segment> layout,
+             std::vector<dist::Communicator*> groups, std::vector<int> exchange_of);
 
   std::string_view name() const override { return "onebit_adam"; }
   void step(float lr, std::span<const optim::Segment> segments) override;
@@ -58,23 +67,34 @@ class OneBitAdam final : public optim::Optimizer, public RankLocalState {
   // RankLocalState: this rank's own errors, the worker error [owned elements] and the server error
   // of its chunk; the step is the optimizer's (restored from the manifest), so it is only checked.
   std::string_view rank_state_owner() const override { return "onebit_adam"; }
+  // "onebit_adam.worker_error", then each exchange's server error: "onebit_adam.server_error" for
+  // the first, "onebit_adam.exchange<x>.server_error" for the others.
   std::vector<std::pair<std::string, Tensor>> rank_state_tensors() override;
   int64_t rank_state_step() const override { return step_; }
   void set_rank_state_step(int64_t step) override;
 
  private:
-  void compressed_average(std::span<float> values);
+  // One group's average of the momentum elements of its segments.
+  struct Exchange {
+    dist::Communicator* group = nullptr;
+    int ranks = 1;
+    int rank = 0;
+    std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) of the owned elements it averages
+    int64_t elements = 0;
+    std::vector<size_t> chunk_begin;  // [ranks + 1]: chunk k is elements [chunk_begin[k], chunk_begin[k + 1])
+    Tensor server_error;              // [elements of this rank's chunk]
+  };
+  void set_up(MemoryAccountant& memory, int64_t owned_elements, std::vector<Exchange> exchanges);
+  // The exchange's elements of m, averaged in place with the worker error of the same elements.
+  void compressed_average(Exchange& x, std::span<float> m);
 
   optim::OptimizerConfig config_;
   int64_t freeze_step_ = 0;
-  dist::Communicator* group_ = nullptr;
-  int ranks_ = 1;
-  int rank_ = 0;
+  std::vector<Exchange> exchanges_;
+  std::vector<int> exchange_of_;  // per segment of a step; empty: every segment is exchange 0's
   Tensor m_;             // [owned elements]
   Tensor v_;             // [owned elements], frozen after freeze_step
   Tensor worker_error_;  // [owned elements]
-  Tensor server_error_;  // [elements of this rank's chunk]
-  std::vector<size_t> chunk_begin_;  // [ranks + 1]: chunk k is elements [chunk_begin_[k], chunk_begin_[k + 1])
   int64_t step_ = 0;
 };
 
