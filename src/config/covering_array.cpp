@@ -17,8 +17,10 @@ using F = Feature;
 
 constexpr int kMaxWorld = 8;
 // The budget of the planned policies (optimal, DTR, Checkmate) for the array's tiny model (four
-// blocks of width 32 over 32 tokens): below a rank's whole activation peak, so that they do
-// recompute, and above the least each of them can schedule on any of the array's layouts.
+// blocks of width 32 over 32 tokens): above the least each schedules on any of the array's layouts,
+// which holds most of a small rank's activations. Beside offloading, the plan offloads within it;
+// where activations stay in compute memory, the runner (tests/train/covering_array_run.cpp) lowers
+// it to just above the least the program names for the configuration, where the policy recomputes.
 constexpr std::string_view kActivationBudgetMb = "0.3";
 
 bool data_parallel_needed(const FeatureSettings& s) {

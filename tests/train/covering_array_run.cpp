@@ -37,8 +37,36 @@ namespace {
 struct Run {
   std::vector<double> losses;
   fs::path model;  // the last checkpoint's model.safetensors
+  std::string output;
   std::string error;
 };
+
+// The policies that plan under memory.activation_budget_mb, where activations stay in compute
+// memory. Offloaded ones ("nvme", or "auto", planned with the policy) leave the budget for what
+// offloading does not take, and the array's budget makes them offload.
+bool planned_policy(const config::FeatureSettings& s) {
+  return (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") &&
+         s.offload_activations == "none";
+}
+
+// " --memory.activation_budget_mb <b>" with b a little above the least budget the policy can
+// schedule on this configuration's ranks, which the program names when given less: there the
+// policy must recompute, where the array's fixed budget may hold every activation of a small rank.
+std::string budget_just_above_the_least(const std::string& command, const fs::path& out, std::string& error) {
+  fs::remove_all(out);
+  const CliResult probe = run_tessera(command + " --train.steps 1 --memory.activation_budget_mb 0.001");
+  double least = 0.0;
+  const std::string marker = "is below the ";
+  for (size_t at = probe.output.find(marker); at != std::string::npos; at = probe.output.find(marker, at + 1)) {
+    least = std::max(least, std::strtod(probe.output.c_str() + at + marker.size(), nullptr));
+  }
+  if (probe.exit_code == 0 || least <= 0.0) {
+    error = "the program named no least budget for a budget of 0.001 MiB:\n" + probe.output;
+    return "";
+  }
+  // The message rounds to hundredths.
+  return fmt::format(" --memory.activation_budget_mb {:.2f}", least + 0.02);
+}
 
 std::string flags_of(const config::FeatureSettings& s) {
   std::string out;
@@ -63,6 +91,7 @@ Run run_training(const std::string& command, const fs::path& out) {
   fs::remove_all(out);
   const CliResult r = run_tessera(command);
   Run run;
+  run.output = r.output;
   if (r.exit_code != 0) {
     run.error = fmt::format("exit {}:\n{}", r.exit_code, r.output);
     return run;
@@ -172,15 +201,22 @@ int main(int argc, char** argv) {
     }
     const Run& want = references[ref_flags];
     const fs::path out = root / fmt::format("configuration_{}", c->id);
-    const std::string command = fmt::format("launch -n {} -- train --train.out_dir {}{}{}", c->world, out.string(),
-                                            common, flags_of(c->settings));
+    std::string command = fmt::format("launch -n {} -- train --train.out_dir {}{}{}", c->world, out.string(), common,
+                                      flags_of(c->settings));
+    const bool budgeted = planned_policy(c->settings);
+    std::string budget_error;
+    if (budgeted) command += budget_just_above_the_least(command, out, budget_error);
     const config::ArrayTolerance tolerance = config::array_tolerance(c->settings);
     const double bound = config::array_loss_bound(tolerance);
     std::string error = want.error.empty() ? "" : "the reference run failed: " + want.error;
+    if (error.empty()) error = budget_error;
     double loss_worst = 0.0, param_worst = 0.0;
     if (error.empty()) {
       const Run got = run_training(command, out);
       error = got.error;
+      if (error.empty() && budgeted && got.output.find(": 0 unit forwards recomputed per step") != std::string::npos) {
+        error = "memory.recompute = \"" + c->settings.recompute + "\" recomputed nothing at its budget";
+      }
       if (error.empty()) error = compare_losses(got.losses, want.losses, bound, loss_worst);
       if (error.empty() && tolerance == config::ArrayTolerance::Exact) {
         error = compare_parameters(got.model, want.model, 1e-4, param_worst);
