@@ -2,15 +2,18 @@
 // config's checks: every pair that runs meets in some configuration, no configuration holds a
 // refused pair or fails the run config, each runs on the fewest processes its features need (at
 // most 8), the CI subset covers every pair with the default optimizer or schedule, the array is
-// the same every time, and docs/compatibility.md is the table printed with it.
+// the same every time, the run config's check shapes it, and docs/compatibility.md is the table
+// printed with it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "config/covering_array.h"
+#include "core/check.h"
 #include "train/array_run.h"
 
 using namespace tessera;
@@ -179,4 +182,32 @@ TEST(CoveringArray, DocumentIsTheGeneratedTableWithItsArray) {
   // Every pair that runs is trained by a parity test or the array.
   EXPECT_NE(markdown.find(", 0 untested)"), std::string::npos);
   EXPECT_EQ(markdown.find("| ○ |"), std::string::npos);
+}
+
+// The array asks its check about every configuration it makes: a pair the check refuses alone is an
+// error that names it (the table and the run config disagree), and one it refuses only beside a
+// third feature keeps that feature out.
+TEST(CoveringArray, TheRunConfigsCheckShapesTheArray) {
+  const auto no_tp_with_pp = [](const config::FeatureSettings& s) {
+    return train::array_settings_run(s) && !(s.tp > 1 && s.pp > 1);
+  };
+  try {
+    config::covering_array(no_tp_with_pp);
+    ADD_FAILURE() << "a pair the check refuses was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the matrix says parallel.tp > 1 with parallel.pp > 1 runs, but the run "
+                                         "config refuses the pair"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto no_three = [](const config::FeatureSettings& s) {
+    return train::array_settings_run(s) && !(s.tp > 1 && s.pp > 1 && s.zero_stage == 1);
+  };
+  const std::vector<config::ArrayConfiguration> shaped = config::covering_array(no_three);
+  for (const config::ArrayConfiguration& c : shaped) {
+    EXPECT_FALSE(c.settings.tp > 1 && c.settings.pp > 1 && c.settings.zero_stage == 1) << "configuration " << c.id;
+  }
+  EXPECT_TRUE(std::any_of(array().begin(), array().end(), [](const config::ArrayConfiguration& c) {
+    return c.settings.tp > 1 && c.settings.pp > 1 && c.settings.zero_stage == 1;
+  })) << "the unshaped array should hold the three together, or this test shows nothing";
 }
