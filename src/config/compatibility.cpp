@@ -152,11 +152,13 @@ const std::vector<Refusal> kRefusals = {
      "precision)",
      "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
     {{F::OffloadActivationsAuto},
-     {F::Pipeline},
-     "planning offloading together with recomputation walks one stage's program, and a pipeline stage's depends on "
-     "the schedule's other stages; none of DeepSpeed, Megatron-LM and torchtitan plans offloading and recomputation "
+     {F::Pipeline, F::Interleaved},
+     "planning offloading together with recomputation walks one stage's program of one chunk, and a pipeline "
+     "stage's depends on the schedule's other stages, as an interleaved schedule's chunks (at any parallel.pp) "
+     "depend on each other; none of DeepSpeed, Megatron-LM and torchtitan plans offloading and recomputation "
      "together",
-     "use memory.offload_activations = \"nvme\" (every unit offloaded) under pipelines"},
+     "use memory.offload_activations = \"nvme\" (every unit offloaded) under pipelines and the interleaved "
+     "schedule, or another schedule with \"auto\""},
     {{F::OffloadActivationsAuto},
      {F::RecomputeFull, F::RecomputeEveryK, F::RecomputeSelective, F::RecomputeDtr, F::RecomputeCheckmate},
      "memory.offload_activations = \"auto\" chooses, with the optimal policy's dynamic program, what to recompute "

@@ -99,8 +99,11 @@ struct Cell {
 FeatureSettings pair_settings(Feature a, Feature b);
 Cell cell(Feature a, Feature b);
 
+struct ArrayConfiguration;  // config/covering_array.h
+
 // docs/compatibility.md: the matrix, the refusals with their reasons and nearest working
-// combinations, and the tested pairs (compatibility_doc.cpp).
-std::string compatibility_markdown();
+// combinations, the tested pairs and the covering array that trains the rest (`array`, whose
+// configurations mark their pairs trained; compatibility_doc.cpp).
+std::string compatibility_markdown(std::span<const ArrayConfiguration> array);
 
 }  // namespace tessera::config

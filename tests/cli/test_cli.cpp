@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -312,3 +314,31 @@ TEST_F(Cli, SimulateDrawsAMeasuredTimelineBesideItsSimulation) {
 }
 
 }  // namespace
+
+// `tessera compatibility --array`: each configuration of the covering array as a command line that
+// names its processes, then every pair that runs with the configuration that trains it, each of
+// those configurations listed above.
+TEST_F(Cli, CompatibilityArrayPrintsConfigurationsAndThePairsTheyTrain) {
+  const CliResult r = run_tessera("compatibility --array");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> listed, used;
+  size_t pairs = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("configuration ", 0) == 0) {
+      listed.insert(line.substr(0, line.find(' ', 14)));
+      EXPECT_TRUE(contains(line, ": tessera launch -n ")) << line;
+      EXPECT_TRUE(contains(line, " -- train --model.n_layer 4 ")) << line;
+    } else {
+      const size_t at = line.find(": configuration ");
+      ASSERT_NE(at, std::string::npos) << line;
+      EXPECT_TRUE(contains(line.substr(0, at), " with ")) << line;
+      used.insert(line.substr(at + 2));
+      ++pairs;
+    }
+  }
+  EXPECT_GT(listed.size(), 10u);
+  EXPECT_GT(pairs, 700u);
+  for (const std::string& c : used) EXPECT_TRUE(listed.contains(c)) << c << " is not listed";
+  EXPECT_EQ(used.size(), listed.size()) << "a configuration that trains no pair first";
+}
