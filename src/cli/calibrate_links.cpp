@@ -47,7 +47,7 @@ int repetitions_within_budget(dist::Communicator& world, size_t bytes, F&& fn) {
   return std::clamp(fit, 3, std::max(3, repetitions(bytes)));
 }
 
-// Whether every rank runs on this machine's kernel (the same boot id): nodes that are network
+// Whether every rank runs on one kernel (the same boot id): nodes that are network
 // namespaces of one machine share its cores and memory, separate machines do not. Compared as
 // two 24-bit pieces of its hash, which floats hold exactly.
 bool same_machine(dist::Communicator& world) {
