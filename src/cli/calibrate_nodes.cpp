@@ -109,7 +109,8 @@ double fit_one_way(const std::vector<double>& sizes, const std::vector<double>& 
   return best_w;
 }
 
-// Node i of `nodes` alike when they are one machine's network namespaces: its share of the machine.
+// One of `nodes` nodes that are network namespaces of one machine: its share of the machine (its
+// cores, peak, memory and memory bandwidth divided among the nodes, at least one core each).
 void split_machine(plan::ClusterSpec& c, int64_t nodes) {
   const double n = static_cast<double>(nodes);
   double compute_share = 1 / n;
