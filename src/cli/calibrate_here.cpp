@@ -309,22 +309,22 @@ double reference_step_seconds(int threads, int ranks) {
                    fmt::format("the step measurement `tessera {}`", fmt::join(command, " ")))["seconds"].get<double>();
 }
 
-// The link's latency a and bandwidth w from two processes' all-reduces, in the ring model's
-// 2a + S/w (n = 2): a is half the all-reduce of the smallest message; w the least-squares fit in log
-// time over the messages of 32 KiB and more, the sizes of a run's activations and gradients (a grid
-// search in 1% steps, finer than the measurements' own spread).
-std::pair<double, double> fit_all_reduce(const std::vector<double>& sizes, const std::vector<double>& seconds) {
-  TS_CHECK(sizes.size() >= 2 && sizes.size() == seconds.size() && sizes.back() >= 32768,
+}  // namespace
+
+std::pair<double, double> fit_all_reduce(const std::vector<double>& sizes, const std::vector<double>& seconds,
+                                         double fit_from_bytes) {
+  TS_CHECK(sizes.size() >= 2 && sizes.size() == seconds.size() && sizes.back() >= fit_from_bytes,
            "plan --calibrate-here: the link measurement came back with {} sizes up to {} bytes", sizes.size(),
            sizes.empty() ? 0.0 : sizes.back());
   const double a = seconds.front() / 2;
   auto error = [&](double w) {
     double sum = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] >= 32768) sum += std::pow(std::log((2 * a + sizes[i] / w) / seconds[i]), 2);
+      if (sizes[i] >= fit_from_bytes) sum += std::pow(std::log((2 * a + sizes[i] / w) / seconds[i]), 2);
     }
     return sum;
   };
+  // A grid search in 1% steps, finer than the measurements' own spread.
   const double w0 = sizes.back() / seconds.back();
   double best_w = w0, best = error(w0);
   for (int j = -100; j <= 500; ++j) {
@@ -336,6 +336,8 @@ std::pair<double, double> fit_all_reduce(const std::vector<double>& sizes, const
   }
   return {a, best_w};
 }
+
+namespace {
 
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0)); }
 
@@ -412,7 +414,8 @@ void calibrate_here(const std::string& out, const std::string& name, const std::
   fmt::print("  links: two processes through the runtime's communicator (tessera launch -n 2) ...\n");
   const nlohmann::json links = run_link_measurement(2, false);
   const std::vector<double> sizes = links["bytes"], one_way = links["one_way_seconds"], reduce = links["all_reduce_seconds"];
-  const auto [latency, bandwidth] = fit_all_reduce(sizes, reduce);
+  // Fitted over the messages of 32 KiB and more, the sizes of a run's activations and gradients.
+  const auto [latency, bandwidth] = fit_all_reduce(sizes, reduce, 32768);
   for (size_t i = 0; i < sizes.size(); ++i) {
     fmt::print("    {:>9} B: all-reduce {:8.2f} us (ring model {:8.2f}); one way {:8.2f} us (model {:8.2f})\n", sizes[i],
                reduce[i] * 1e6, (2 * latency + sizes[i] / bandwidth) * 1e6, one_way[i] * 1e6,
@@ -512,7 +515,8 @@ void calibrate_here(const std::string& out, const std::string& name, const std::
   const double others = host::others_share(cpu_at_start, host::cpu_times_now(), cores);
   write_file_atomically(out, fmt::format("# This machine as the cost model sees it (docs/planner.md, \"The planner on this "
                                          "machine\"): written by `tessera plan --calibrate-here`.\n# The inter_node link "
-                                         "is the intra_node one: a single machine never crosses a network.\n# Other "
+                                         "is the intra_node one: a single machine never crosses a network (`--calibrate-here "
+                                         "--hosts` measures it).\n# Other "
                                          "processes kept {:.0f}% of the cores busy while it was measured.\n{}",
                                          100 * others, plan::cluster_toml(c)));
   fmt::print("peak {:.1f} GFLOP/s ({} x {:.1f} per core), {:.1f} GB/s streaming, {} of {} in use by others, disk "

@@ -1,10 +1,17 @@
 // The ranks' side of `tessera plan --calibrate-here`'s link measurement: messages through the
 // runtime's own communicator (its progress thread included), as a run's collectives see them.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <functional>
 #include <limits>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -22,8 +29,38 @@ using Clock = std::chrono::steady_clock;
 
 double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Repetitions per size: enough for a best case at the small sizes, fewer for the large.
+// Repetitions per size: enough for a best case at the small sizes, fewer for the large; and no
+// more than fill kSizeBudget seconds, so that a slow network link (a 16 MiB message takes over a
+// second at 100 Mbit/s) is measured in seconds, not minutes.
+constexpr double kSizeBudget = 1.5;
 int repetitions(size_t bytes) { return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10; }
+
+// One warm-up run of `fn`, then the repetitions of this size that fit the budget. Both ranks must
+// repeat as often, so they agree on the longer of their warm-up times.
+template <class F>
+int repetitions_within_budget(dist::Communicator& world, size_t bytes, F&& fn) {
+  const auto t0 = Clock::now();
+  fn();
+  float first = static_cast<float>(elapsed(t0));
+  world.all_reduce(&first, 1, DType::F32, dist::ReduceOp::Max)->wait();
+  const int fit = static_cast<int>(kSizeBudget / std::max(first, 1e-9f));
+  return std::clamp(fit, 3, std::max(3, repetitions(bytes)));
+}
+
+// Whether every rank runs on one kernel (the same boot id): nodes that are network
+// namespaces of one machine share its cores and memory, separate machines do not. Compared as
+// two 24-bit pieces of its hash, which floats hold exactly.
+bool same_machine(dist::Communicator& world) {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  const uint64_t hash = std::hash<std::string>{}(id);
+  std::array<float, 4> pieces = {static_cast<float>(hash & 0xffffff), static_cast<float>((hash >> 24) & 0xffffff), 0, 0};
+  pieces[2] = -pieces[0];
+  pieces[3] = -pieces[1];
+  world.all_reduce(pieces.data(), pieces.size(), DType::F32, dist::ReduceOp::Max)->wait();
+  return pieces[0] == -pieces[2] && pieces[1] == -pieces[3];
+}
 
 // Busy pairs: ranks 0 and 1, 2 and 3, ... each compute (every rank at once) and then all-reduce a
 // small message, as a run's collectives come between its kernels; the median of those
@@ -80,9 +117,7 @@ void measure_links(const std::string& out, bool busy) {
     std::vector<float> buffer(count, 1.0f);
     world->barrier()->wait();
     // Ping-pong: rank 0 sends, rank 1 sends back; half the best round trip is one message.
-    double best = std::numeric_limits<double>::max();
-    for (int r = 0; r < repetitions(bytes); ++r) {
-      const auto t0 = Clock::now();
+    auto ping_pong = [&] {
       if (rank == 0) {
         world->send(buffer.data(), count, DType::F32, peer)->wait();
         world->recv(buffer.data(), count, DType::F32, peer)->wait();
@@ -90,21 +125,36 @@ void measure_links(const std::string& out, bool busy) {
         world->recv(buffer.data(), count, DType::F32, peer)->wait();
         world->send(buffer.data(), count, DType::F32, peer)->wait();
       }
+    };
+    double best = std::numeric_limits<double>::max();
+    for (int r = 0, n = repetitions_within_budget(*world, bytes, ping_pong); r < n; ++r) {
+      const auto t0 = Clock::now();
+      ping_pong();
       best = std::min(best, elapsed(t0) / 2);
     }
     world->barrier()->wait();
+    auto all_reduce = [&] { world->all_reduce(buffer.data(), count, DType::F32, dist::ReduceOp::Sum)->wait(); };
     double reduce = std::numeric_limits<double>::max();
-    for (int r = 0; r < repetitions(bytes); ++r) {
+    for (int r = 0, n = repetitions_within_budget(*world, bytes, all_reduce); r < n; ++r) {
       const auto t0 = Clock::now();
-      world->all_reduce(buffer.data(), count, DType::F32, dist::ReduceOp::Sum)->wait();
+      all_reduce();
       reduce = std::min(reduce, elapsed(t0));
     }
     result["bytes"].push_back(static_cast<double>(bytes));
     result["one_way_seconds"].push_back(best);
     result["all_reduce_seconds"].push_back(reduce);
   }
+  result["same_machine"] = same_machine(*world);
   world->barrier()->wait();
-  if (rank == 0) write_file_atomically(out, result.dump());
+  if (rank != 0) return;
+  // Across machines rank 0's files may not be the launcher's: "-" hands the result back through
+  // the job's output, which mpirun forwards to the launcher.
+  if (out == kLinksToOutput) {
+    fmt::print("{}{}\n", kLinksLinePrefix, result.dump());
+    std::fflush(stdout);
+  } else {
+    write_file_atomically(out, result.dump());
+  }
 }
 
 }  // namespace tessera::cli

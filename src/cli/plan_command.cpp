@@ -43,6 +43,9 @@ struct PlanArgs {
   std::string out = "cluster-here.toml";  // where --calibrate-here writes
   std::string name = "here";              // the cluster's name in that file
   std::string offload_dir;                // the folder whose disk it measures; "": the output's
+  std::string hosts;                      // set: measure the link between these nodes instead
+  std::string launch_agent;               // with hosts: how mpirun reaches them
+  std::string network;                    // with hosts: the network between them
   std::string links_out;                  // set: this process is a rank of the link measurement
   std::string busy_links_out;             // set: a rank of the busy-pairs latency measurement
   std::string step_out;                   // set: one process of the reference step measurement
@@ -161,10 +164,22 @@ void run_plan(const PlanArgs& a, const std::vector<std::string>& extras) {
     measure_links(a.links_out.empty() ? a.busy_links_out : a.links_out, a.links_out.empty());
     return;
   }
+  TS_CHECK(a.calibrate_here || (a.hosts.empty() && a.launch_agent.empty() && a.network.empty()),
+           "plan: --hosts, --launch-agent and --network go with --calibrate-here (they measure the link between "
+           "nodes)");
+  TS_CHECK(!a.hosts.empty() || (a.launch_agent.empty() && a.network.empty()),
+           "plan --calibrate-here: --launch-agent and --network go with --hosts (how to reach the nodes whose link it "
+           "measures)");
   if (a.calibrate_here) {
     TS_CHECK(extras.empty() && a.config.empty() && a.ranks == 0 && !a.json && a.model.empty() && a.layout.empty(),
-             "plan: --calibrate-here measures this machine and takes only --out, --name and --offload-dir; predict a "
-             "run afterwards with --config run.toml --cluster {}", a.out);
+             "plan: --calibrate-here measures this machine and takes only --out, --name, --offload-dir and --hosts; "
+             "predict a run afterwards with --config run.toml --cluster {}", a.out);
+    if (!a.hosts.empty()) {
+      TS_CHECK(a.offload_dir.empty(), "plan --calibrate-here --hosts measures only the link between nodes; measure "
+               "the disk with --offload-dir in the node's own calibration (without --hosts)");
+      calibrate_nodes(a.out, a.hosts, a.launch_agent, a.network);
+      return;
+    }
     calibrate_here(a.out, a.name, a.offload_dir);
     return;
   }
@@ -268,6 +283,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--offload-dir", args->offload_dir,
                   "with --calibrate-here: the folder whose disk it measures for the nvme tier (where runs offload, "
                   "memory.offload_dir; default: --out's folder)");
+  cmd->add_option("--hosts", args->hosts,
+                  "with --calibrate-here: measure the link between the first two of these nodes (as launch's --hosts, "
+                  "e.g. node1:1,node2:1) and write it as the inter-node link of --out, an existing cluster file of one "
+                  "node, whose other figures stay (a minute or less)");
+  cmd->add_option("--launch-agent", args->launch_agent,
+                  "with --hosts: how mpirun starts its daemons on the nodes (as launch's --launch-agent)");
+  cmd->add_option("--network", args->network,
+                  "with --hosts: the interface or subnet between the nodes (as launch's --network)");
   // The ranks of --calibrate-here's link measurement, which it starts through `tessera launch`.
   cmd->add_option("--calibrate-links", args->links_out)->group("");
   cmd->add_option("--calibrate-busy-links", args->busy_links_out)->group("");

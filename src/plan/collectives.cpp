@@ -39,6 +39,7 @@ Group group_on(const ClusterSpec& c, int size, int64_t stride) {
   const int64_t members_per_node = std::max<int64_t>(1, std::min<int64_t>(size, per_node / stride));
   const double network = static_cast<double>(members_per_node) * c.inter_node.bandwidth;
   g.link = {std::min(network, c.intra_node.bandwidth) * eff, c.inter_node.latency};
+  g.crosses_nodes = true;
   return g;
 }
 

@@ -18,6 +18,7 @@ struct Link {
 struct Group {
   int size = 1;
   Link link;
+  bool crosses_nodes = false;  // its members are on several nodes: it runs over the network
 };
 
 // Ring algorithms over n members, S the full buffer in bytes, alpha latency, beta = 1/bandwidth:

@@ -149,6 +149,13 @@ double engine_zero_comm_bytes(const ModelConfig& m, const Layout& l, int stage) 
   return peak;
 }
 
+double engine_last_bucket_elements(const ModelConfig& m, const Layout& l) {
+  TS_CHECK(l.pp == 1, "plan: the last gradient bucket is computed for one stage (got pp={})", l.pp);
+  const double bucket_elements = std::floor(static_cast<double>(static_cast<int64_t>(l.bucket_mb * kMiB)) / kF32);
+  const std::vector<Bucket> buckets = plan_buckets(engine_units(m, l), std::max(1.0, bucket_elements));
+  return buckets.empty() ? 0.0 : buckets.back().elements;
+}
+
 std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const Layout& l, int stage) {
   TS_CHECK(l.zero_stage >= 2, "plan: the ZeRO-2/3 bucket walk is for ZeRO-2 or 3 (got zero={})", l.zero_stage);
   TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);

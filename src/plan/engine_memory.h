@@ -40,6 +40,10 @@ MemoryBreakdown engine_stage_memory(const config::ModelConfig& m, const Layout& 
 // more f32 copies of them.
 double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, int stage);
 
+// The elements of the gradient bucket the runtime reduces last in a step of one stage (pp = 1): the
+// one that backward's last action (the embedding's) completes, posted when backward ends.
+double engine_last_bucket_elements(const config::ModelConfig& m, const Layout& l);
+
 // ZeRO-2/3's comm tag on stage `stage`'s rank: the peak of the bucket storage and gathered units
 // live at once, walking the unit actions with the runtime's rules (parallel/gradient_reducer.h,
 // parallel/parameter_gatherer.h). A bucket's storage is freed only when a later one is opened

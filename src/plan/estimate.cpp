@@ -8,6 +8,7 @@
 #include "plan/collectives.h"
 #include "plan/compression_model.h"
 #include "plan/device_time.h"
+#include "plan/engine_memory.h"
 #include "plan/moe_model.h"
 #include "plan/recompute_model.h"
 
@@ -161,13 +162,30 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   const int rank_stage = stage_params(m, l, 0).total() >= stage_params(m, l, l.pp - 1).total() ? 0 : l.pp - 1;
   const double compressed = compressed_reduction_seconds(l, c, groups.dp, rank_params, stage_matrices(m, l, rank_stage));
   const bool compressing = compressed > 0;
+  // Dense gradient messages in 16 bits (parallel.grad_dtype): the runtime's exchange (an all-to-all
+  // of the rounded bucket, then an all-gather of the sums) moves what a ring all-reduce of the
+  // 16-bit gradient does.
+  const double message_bytes = (l.grad_message_bytes > 0 ? l.grad_message_bytes : e) * rank_params;
+  // This engine's dense reduction between nodes: the network carries it while the cores run
+  // backward, since each bucket is posted as backward completes it (parallel/gradient_reducer.h).
+  // All of it can pass behind backward but the last bucket, which backward's last action (the
+  // embedding's) completes. Within a node the same copies take the cores backward runs on.
+  const bool engine_between_nodes =
+      l.states == StateAccounting::Engine && groups.dp.crosses_nodes && l.pp == 1 && !compressing;
   if (l.dp > 1) {
     switch (l.zero_stage) {
       case 0:
-        dp_exposed = compressing ? compressed : hidden(all_reduce_seconds(groups.dp, grad_bytes), st.backward);
+        if (compressing) {
+          dp_exposed = compressed;
+        } else if (engine_between_nodes) {
+          const double tail = all_reduce_seconds(groups.dp, message_bytes * engine_last_bucket_elements(m, l) / rank_params);
+          dp_exposed = std::max(all_reduce_seconds(groups.dp, message_bytes) - st.backward, tail);
+        } else {
+          dp_exposed = hidden(all_reduce_seconds(groups.dp, message_bytes), st.backward);
+        }
         break;
       case 1:
-        dp_exposed = (compressing ? compressed : hidden(reduce_scatter_seconds(groups.dp, grad_bytes), st.backward)) +
+        dp_exposed = (compressing ? compressed : hidden(reduce_scatter_seconds(groups.dp, message_bytes), st.backward)) +
                      all_gather_seconds(groups.dp, grad_bytes);
         break;
       case 2:

@@ -71,8 +71,11 @@ struct Layout : config::ParallelLayout {
   std::string optimizer = "adamw";
   StateAccounting states = StateAccounting::Zero;
   // The runtime's gradient bucket size (parallel.bucket_mb, MiB), which sizes ZeRO-2/3's bucket
-  // storage; only the engine accounting reads it.
+  // storage (only the engine accounting reads that) and the last bucket of a reduction between nodes.
   double bucket_mb = 25.0;
+  // Bytes per element of the dense data-parallel gradient messages (parallel.grad_dtype: 2 for bf16
+  // or f16); 0: the precision's element size.
+  double grad_message_bytes = 0;
 
   int64_t devices() const { return int64_t{dp} * tp * pp; }  // widened: device counts are multiplied further
   bool operator==(const Layout&) const = default;

@@ -88,6 +88,10 @@ PlannedRun planned_run(RunConfig c) {
   l.activations = plan::ActivationAccounting::Engine;
   l.states = plan::StateAccounting::Engine;
   l.bucket_mb = static_cast<double>(c.parallel.bucket_mb);
+  // 16-bit gradient messages; the default (f32) keeps the precision's element size.
+  if (const DType messages = c.precision_options().grad_dtype; messages != DType::F32) {
+    l.grad_message_bytes = static_cast<double>(dtype_size(messages));
+  }
   // Buckets are reduced as backward completes them, but on the communicator's progress thread,
   // which shares the rank's cores with the compute it would hide behind: not overlapped.
   l.overlap = false;

@@ -24,6 +24,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "plan/cluster.h"
+#include "plan/collectives.h"
 
 namespace fs = std::filesystem;
 using namespace tessera::testing;
@@ -50,10 +52,12 @@ CliResult run_shell(const std::string& command) {
   return r;
 }
 
-std::string cluster_script() {
+fs::path source_dir() {
   const char* source = std::getenv("TESSERA_SOURCE_DIR");
-  return (fs::path(source != nullptr ? source : ".") / "scripts" / "cluster.sh").string();
+  return fs::path(source != nullptr ? source : ".");
 }
+
+std::string cluster_script() { return (source_dir() / "scripts" / "cluster.sh").string(); }
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
                   const std::string& what) {
@@ -316,6 +320,116 @@ TEST_F(Cluster, ALinkCutInTheMiddleOfARunEndsTheJob) {
       "tessera watchdog: rank 0 of 2: [a-z_]+ #[0-9]+ on [a-z]+ \\(group ranks 0,1\\) did not complete within 3\\.0 s; "
       "rank 1 does not answer",
       [&] { set_link("up"); });
+}
+
+// A host cluster of one 2-core node (as `plan --calibrate-here` writes one, its curves cut short):
+// what `--calibrate-here --hosts` adds the link between nodes to.
+constexpr const char* kOneNode = R"([cluster]
+name = "here"
+devices_per_node = 0
+nodes = 1
+
+[cluster.device]
+name = "a 2-core machine"
+peak_tflops_fp32 = 0.2
+peak_tflops_bf16 = 0.4
+memory_gib = 16
+reserved_gib = 2
+memory_bandwidth_gbps = 20
+
+[cluster.intra_node]
+bandwidth_gbps = 7.5
+latency_us = 3.25
+
+[cluster.inter_node]
+bandwidth_gbps = 7.5
+latency_us = 3.25
+
+[cluster.efficiency]
+gemm = 0.9
+memory = 1
+link = 1
+
+[cluster.host]
+cores = 2
+
+[[cluster.host.process]]
+threads = 1
+memory_bandwidth_gbps = 12
+kernel_overhead_us = 0.5
+gemm_gflop = [0.001, 1]
+gemm_efficiency = [0.3, 0.9]
+
+[[cluster.host.process]]
+threads = 2
+memory_bandwidth_gbps = 20
+kernel_overhead_us = 2
+gemm_gflop = [0.001, 1]
+gemm_efficiency = [0.2, 0.85]
+)";
+
+// The link between two nodes shaped to 200 Mbit/s each way, measured by `plan --calibrate-here
+// --hosts` into a cluster file of one node: the inter-node link comes out near the shaped rate,
+// the intra-node link and everything else of the node stay, and since both nodes are this
+// machine, each is written as half of it.
+TEST_F(Cluster, CalibrateHereMeasuresTheLinkBetweenNodes) {
+  if (!bring_up(2, "--bandwidth 200mbit")) GTEST_SKIP() << skip_reason_;
+  const std::string file = (root_ / "cluster.toml").string();
+  {
+    std::ofstream out(file);
+    out << kOneNode;
+  }
+  const tessera::plan::ClusterSpec before = tessera::plan::load_cluster(file);
+  // Through the command's own options, as on machines without the variables of `cluster.sh env`.
+  const std::string agent = std::getenv("OMPI_MCA_plm_rsh_agent"), network = std::getenv("OMPI_MCA_btl_tcp_if_include");
+  for (const char* variable :
+       {"OMPI_MCA_plm_rsh_agent", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"}) {
+    ::unsetenv(variable);
+  }
+  const CliResult r = run_tessera("plan --calibrate-here --hosts " + two_nodes() + " --launch-agent " + agent +
+                                  " --network " + network + " --out " + file);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::printf("%s", r.output.c_str());
+  const tessera::plan::ClusterSpec after = tessera::plan::load_cluster(file);
+  // One way, a token bucket passes about its rate; TCP and the ranks' copies take some of it.
+  std::smatch one_way;
+  ASSERT_TRUE(std::regex_search(r.output, one_way, std::regex("one way ([0-9.]+) Gbit/s"))) << r.output;
+  EXPECT_GE(std::stod(one_way[1]) * 1e3, 100) << r.output;
+  EXPECT_LE(std::stod(one_way[1]) * 1e3, 220) << r.output;
+  // The file's link is what the runtime's all-reduce achieves: on two ranks it crosses the link
+  // once each way one after the other (reduce, then broadcast), so about half the one-way rate
+  // (measured 114 of 192 Mbit/s).
+  const double mbit = after.inter_node.bandwidth * after.efficiency.link * 8 / 1e6;
+  EXPECT_GE(mbit, 50) << r.output;
+  EXPECT_LE(mbit, 220) << r.output;
+  EXPECT_GT(after.inter_node.latency, 0);
+  EXPECT_LT(after.inter_node.latency, 0.01) << "a bridge on one machine answers within milliseconds";
+  EXPECT_DOUBLE_EQ(after.intra_node.bandwidth, before.intra_node.bandwidth);
+  EXPECT_DOUBLE_EQ(after.intra_node.latency, before.intra_node.latency);
+  EXPECT_EQ(after.efficiency, before.efficiency);
+  EXPECT_EQ(after.devices_per_node, 1);
+  EXPECT_EQ(after.max_nodes, 2);
+  // One kernel under both nodes: each has one of the two cores, half the peak and the memory.
+  EXPECT_EQ(after.host.cores, 1);
+  ASSERT_EQ(after.host.processes.size(), 1u);
+  EXPECT_EQ(after.host.processes.front(), before.host.processes.front());
+  EXPECT_DOUBLE_EQ(after.device.peak_flops_fp32, before.device.peak_flops_fp32 / 2);
+  EXPECT_DOUBLE_EQ(after.device.memory_bytes, before.device.memory_bytes / 2);
+  // The planner now places a dp 2 group of one rank per node on the measured link.
+  const tessera::plan::Group dp = tessera::plan::group_on(after, 2, 1);
+  EXPECT_DOUBLE_EQ(dp.link.bandwidth, after.inter_node.bandwidth * after.efficiency.link);
+}
+
+// Without a node's cluster file there is nothing to add the link to: named before anything runs.
+TEST(CalibrateNodes, NeedsTheClusterFileOfANode) {
+  const std::string missing = (fs::temp_directory_path() / "tessera-no-such-cluster.toml").string();
+  const CliResult r = run_tessera("plan --calibrate-here --hosts nowhere1:1,nowhere2:1 --out " + missing);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("measure a node first (tessera plan --calibrate-here --out " + missing), std::string::npos)
+      << r.output;
+  const CliResult agent = run_tessera("plan --calibrate-here --launch-agent rsh --out " + missing);
+  EXPECT_NE(agent.exit_code, 0);
+  EXPECT_NE(agent.output.find("--launch-agent and --network go with --hosts"), std::string::npos) << agent.output;
 }
 
 // SIGKILL to every process on node `node` whose command line starts with `program`; false when

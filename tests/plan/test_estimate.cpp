@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "plan/collectives.h"
+#include "plan/engine_memory.h"
 #include "plan/estimate.h"
 #include "plan/planner.h"
 #include "plan/published.h"
@@ -190,4 +192,49 @@ TEST(PlanCompression, CompressedReductionsFollowTheirVolumes) {
   EXPECT_NE(test_util::error_of([] { parse_layout("compression=gzip"); }).find("must be none, topk"), std::string::npos);
   EXPECT_NE(test_util::error_of([] { parse_layout("compression_ratio=2"); }).find("needs a fraction in (0, 1]"),
             std::string::npos);
+}
+
+// This engine's dense reduction between nodes (states=engine, one rank per node): the network
+// carries it while backward computes, so all but the last bucket (the embedding's, completed by
+// backward's last action) passes behind backward; within a node, or for another engine's layout,
+// it stays whole after backward. 16-bit gradient messages halve the bytes.
+TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucket) {
+  ClusterSpec c = load_cluster("cpu-2core", test_util::config_dirs());
+  c.devices_per_node = 1;
+  c.max_nodes = 2;
+  c.inter_node.bandwidth = 0.125e9;  // 1 Gbit/s
+  config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
+  m.seq_len = 256;
+  const Layout l = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
+  const Estimate e = estimate(m, l, c);
+  const Placement groups = place(l, c);
+  ASSERT_TRUE(groups.dp.crosses_nodes);
+  const double params = m.parameter_count();
+  const double whole = all_reduce_seconds(groups.dp, 4 * params);
+  const double tail = all_reduce_seconds(groups.dp, 4 * engine_last_bucket_elements(m, l));
+  // The embedding's bucket: the token and position tables.
+  EXPECT_DOUBLE_EQ(engine_last_bucket_elements(m, l), (50257.0 + 256.0) * 768.0);
+  EXPECT_GT(whole - e.microbatch.backward, tail) << "1 Gbit/s: the reduction outlasts backward";
+  EXPECT_NEAR(e.time.dp_comm, whole - e.microbatch.backward, 1e-9);
+  EXPECT_LT(e.time.dp_comm, whole);
+
+  // A slow backward hides everything but the last bucket.
+  ClusterSpec fast_link = c;
+  fast_link.inter_node.bandwidth = 100e9;
+  const Estimate quick = estimate(m, l, fast_link);
+  EXPECT_NEAR(quick.time.dp_comm, all_reduce_seconds(place(l, fast_link).dp, 4 * engine_last_bucket_elements(m, l)),
+              1e-12);
+
+  // One node: the copies take the cores; another engine's layout: not overlapped by default.
+  ClusterSpec one_node = c;
+  one_node.devices_per_node = 2;
+  EXPECT_NEAR(estimate(m, l, one_node).time.dp_comm, all_reduce_seconds(place(l, one_node).dp, 4 * params), 1e-9);
+  const Layout other = parse_layout("dp=2,mb=2,gb=4,precision=fp32");
+  EXPECT_NEAR(estimate(m, other, c).time.dp_comm, whole, 1e-9);
+
+  // bf16 gradient messages: half the bytes of the f32 ones.
+  Layout halves = l;
+  halves.grad_message_bytes = 2;
+  EXPECT_NEAR(estimate(m, halves, c).time.dp_comm,
+              all_reduce_seconds(groups.dp, 2 * params) - e.microbatch.backward, 1e-9);
 }
