@@ -27,7 +27,7 @@
 #include "core/rng.h"
 #include "dist/mpi_runtime.h"
 #include "nn/gpt.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/measured_timeline.h"
 #include "parallel/training_engine.h"
 #include "plan/pipeline/measured_run.h"
 

@@ -10,7 +10,7 @@
 #include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "memory/remat/chain_checkmate.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::exec {
 

@@ -8,8 +8,8 @@
 #include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
 
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "parallel/pipeline_timeline.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/rank_sum.h"

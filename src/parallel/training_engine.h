@@ -38,9 +38,9 @@
 #include "memory/loss_scaler.h"
 #include "config/precision.h"
 #include "config/parallel_layout.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/instruction.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/generators.h"
+#include "schedule/instruction.h"
+#include "schedule/measured_timeline.h"
 
 namespace tessera::parallel {
 

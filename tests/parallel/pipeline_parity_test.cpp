@@ -22,7 +22,7 @@
 #include "../common/rank_checks.h"
 #include "dist/mesh.h"
 #include "dist/mpi_runtime.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 #include "parallel/rank_sum.h"
 #include "parity_harness.h"
 

@@ -12,8 +12,8 @@
 #include "exec/program.h"
 #include "exec/transform.h"
 #include "nn/gpt.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "parallel/weight_versions.h"
 #include "parity_harness.h"
 
