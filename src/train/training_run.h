@@ -58,13 +58,8 @@ struct RunStart {
   RunConfig& cfg;
   dist::Communicator* world;
   TrainResult& result;
+  // This rank's groups of the layout (null: one process). The engine takes them whole.
   std::optional<dist::Mesh> mesh;
-  dist::Communicator* dp_comm;
-  dist::Communicator* pp_comm;
-  dist::Communicator* tp_comm;
-  // Expert parallelism: the experts of each MoE layer split over ep, their gradients reduced over edp.
-  dist::Communicator* ep_comm;
-  dist::Communicator* edp_comm;
   // The data-parallel rank picks the rows; the ranks of one pipeline read the same rows.
   const int rank, ranks;
   const int world_size;

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
         one.zero_stage = 0;
         one.recompute = {};
         one.micros = c.micros * l.dp;
-        const RunRecord ref = run_parallel(one, nullptr, nullptr);
+        const RunRecord ref = run_parallel(one, nullptr);
         config::ParallelLayout layout;
         layout.dp = l.dp;
         layout.ep = l.ep;
@@ -122,9 +122,7 @@ int main(int argc, char** argv) {
         layout.pp = l.pp;
         layout.global_batch = c.global_batch;
         dist::Mesh mesh(world, layout);
-        const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, l.pp > 1 ? &mesh.pp() : nullptr,
-                                           l.tp > 1 ? &mesh.tp() : nullptr,
-                                           l.ep > 1 ? &mesh.ep() : nullptr, l.ep > 1 ? &mesh.edp() : nullptr);
+        const RunRecord run = run_parallel(c, &mesh);
         const std::string what = fmt::format("{} top-{} dp {} ep {} tp {} pp {} ({}) zero {} recompute {}", c.name,
                                              model.moe_top_k, l.dp, l.ep, l.tp, l.pp,
                                              config::schedule_name(l.schedule), l.zero,
