@@ -27,7 +27,7 @@
 #include "core/rng.h"
 #include "dist/mpi_runtime.h"
 #include "nn/gpt.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/measured_timeline.h"
 #include "parallel/training_engine.h"
 #include "plan/pipeline/measured_run.h"
 
@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
     options.layout.global_batch = int64_t{o.microbatches} * o.micro_batch;
     options.seq_len = o.seq;
     options.measure_unit_times = false;
-    parallel::TrainingEngine engine(model, memory, nullptr, options, world.get());
+    const dist::Mesh mesh(*world, options.layout);
+    parallel::TrainingEngine engine(model, memory, &mesh, options);
 
     std::vector<StepResult> results;
     exec::TimelineRecorder recorder;

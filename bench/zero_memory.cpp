@@ -95,13 +95,21 @@ struct Row {
 Row measure(int stage, int dp, int tokens) {
   MemoryAccountant memory;
   nn::GPT model(config::gpt2_124m(), memory, 1);
-  StandInGroup group(0, dp);
+  StandInGroup world(0, dp);
   parallel::EngineOptions options;
   options.layout.dp = dp;
   options.layout.zero_stage = stage;
   options.layout.global_batch = dp;  // one sequence per rank
   options.seq_len = tokens;
-  parallel::TrainingEngine engine(model, memory, &group, options);
+  // Rank 0's groups: the data-parallel ones (dp and edp) of all dp ranks, the others of itself.
+  std::array<std::unique_ptr<dist::Communicator>, config::kMeshDims.size()> groups;
+  for (const config::MeshDim dim : config::kMeshDims) {
+    const bool data_parallel = dim == config::MeshDim::DP || dim == config::MeshDim::EDP;
+    groups[static_cast<size_t>(dim)] = std::make_unique<StandInGroup>(0, data_parallel ? dp : 1);
+  }
+  StandInGroup& group = static_cast<StandInGroup&>(*groups[static_cast<size_t>(config::MeshDim::DP)]);
+  const dist::Mesh mesh(world, options.layout, std::move(groups));
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
   std::vector<int32_t> inputs(static_cast<size_t>(tokens)), targets(static_cast<size_t>(tokens));
   for (int t = 0; t < tokens; ++t) inputs[static_cast<size_t>(t)] = targets[static_cast<size_t>(t)] = (t * 7919) % 50257;
   memory.reset_peaks();  // the step only, not the construction (which holds the whole model once)

@@ -46,7 +46,9 @@ double training_step_seconds(const config::ModelConfig& model, int batch, int th
   options.layout.micro_batch = batch;
   options.layout.global_batch = int64_t{batch} * replicas;
   options.seq_len = model.seq_len;
-  parallel::TrainingEngine engine(gpt, memory, dp, options);
+  std::optional<dist::Mesh> mesh;
+  if (dp != nullptr) mesh.emplace(*dp, options.layout);
+  parallel::TrainingEngine engine(gpt, memory, mesh ? &*mesh : nullptr, options);
   const int T = model.seq_len;
   std::vector<double> seconds;
   for (int s = 0; s < kWarmup + kSteps; ++s) {

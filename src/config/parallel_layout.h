@@ -1,6 +1,6 @@
 #pragma once
 // The parallel layout: the one description of how a training step is spread over ranks. The mesh
-// (dist/) cuts the world into groups by it, the pipeline generators (parallel/pipeline/) make its
+// (dist/) cuts the world into groups by it, the pipeline generators (schedule/) make its
 // schedule, and the planner (plan/) predicts its memory and time; none of them keeps a copy of
 // these numbers in a type of its own.
 //

@@ -16,6 +16,11 @@ class Mesh {
   // factors against the world size first (on every rank alike, so a bad layout fails everywhere);
   // its batch and schedule are for their users to check. `world` must outlive the Mesh.
   Mesh(Communicator& world, const config::ParallelLayout& layout);
+  // A mesh of groups made elsewhere: this rank's group of each dimension of `layout`, in kMeshDims
+  // order. For a stand-in world that plays one rank of a job whose other ranks are absent, where
+  // no split can find the members (bench/zero_memory.cpp). Checks each group's size.
+  Mesh(Communicator& world, const config::ParallelLayout& layout,
+       std::array<std::unique_ptr<Communicator>, kMeshDims.size()> groups);
 
   const config::ParallelLayout& layout() const { return layout_; }
   const Coordinates& coords() const { return coords_; }

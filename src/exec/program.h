@@ -1,7 +1,7 @@
 #pragma once
 // A program: what one rank executes for one training step (or one evaluation batch), as a flat
 // list of actions on units of the model. It is lowered from the rank's instruction list of a
-// pipeline schedule (src/parallel/pipeline) and the recompute plan of each stage, so it says
+// pipeline schedule (src/schedule) and the recompute plan of each stage, so it says
 // everything that will run, recomputations included, before anything runs: transforms read it to
 // look ahead (ZeRO-3 prefetches the parameters of the next action that needs others; the gradient
 // reducer posts a bucket after the last action that writes its gradients), instead of inferring
@@ -31,7 +31,7 @@
 
 #include "memory/chain.h"
 #include "memory/remat/chain_checkmate.h"
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::exec {
 

@@ -11,7 +11,7 @@
 #include "memory/optimal.h"
 #include "memory/remat/chain_checkmate.h"
 #include "memory/unit_chain.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::exec {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The measured timeline of one pipeline step (parallel/pipeline/measured_timeline.h), made from the
+// The measured timeline of one pipeline step (schedule/measured_timeline.h), made from the
 // spans the interpreter recorded on every pipeline rank (exec/timeline_recorder.h).
 //
 // Instructions. A rank's program holds, for each instruction of its list, the actions lowered from
@@ -19,8 +19,8 @@
 #include "dist/communicator.h"
 #include "exec/program.h"
 #include "exec/timeline_recorder.h"
-#include "parallel/pipeline/instruction.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/instruction.h"
+#include "schedule/measured_timeline.h"
 
 namespace tessera::parallel {
 

@@ -8,8 +8,8 @@
 #include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
 
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "parallel/pipeline_timeline.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/rank_sum.h"
@@ -85,6 +85,15 @@ dist::Communicator* unless_alone(dist::Communicator* group) {
   return group != nullptr && group->size() > 1 ? group : nullptr;
 }
 
+// This rank's group of `dim` in `mesh` (null: one process). Expert parallelism's groups only where
+// the layout has ep > 1: at ep 1 the experts are dense parameters, reduced over dp.
+dist::Communicator* mesh_group(const dist::Mesh* mesh, config::MeshDim dim) {
+  if (mesh == nullptr) return nullptr;
+  const bool expert = dim == config::MeshDim::EP || dim == config::MeshDim::EDP;
+  if (expert && mesh->layout().ep <= 1) return nullptr;
+  return &mesh->group(dim);
+}
+
 std::unique_ptr<nn::TensorRegion> region_over(dist::Communicator* tp, bool sequence_parallel) {
   if (tp == nullptr) return nullptr;
   if (sequence_parallel) return std::make_unique<SequenceParallelRegion>(*tp);
@@ -104,36 +113,39 @@ exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
 
 }  // namespace
 
-TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp,
-                               const EngineOptions& options, dist::Communicator* pp, dist::Communicator* tp,
-                               dist::Communicator* ep, dist::Communicator* edp)
+TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const dist::Mesh* mesh,
+                               const EngineOptions& options)
     : model_(model),
       memory_(memory),
       options_(options),
       ownership_(model.parameters()),
-      pp_(unless_alone(pp)),
-      tp_(unless_alone(tp)),
-      ep_(unless_alone(ep)),
-      edp_(unless_alone(edp)),
+      dp_(unless_alone(mesh_group(mesh, config::MeshDim::DP))),
+      pp_(unless_alone(mesh_group(mesh, config::MeshDim::PP))),
+      tp_(unless_alone(mesh_group(mesh, config::MeshDim::TP))),
+      ep_(unless_alone(mesh_group(mesh, config::MeshDim::EP))),
+      edp_(unless_alone(mesh_group(mesh, config::MeshDim::EDP))),
       region_(region_over(tp_, options.layout.sp)),
       loss_scaler_(options.precision.loss_scaling),
       // Only ZeRO splits elements over the data-parallel group (and, for experts, over edp);
       // without it no square is summed there. Experts are split over ep.
-      norms_(groups_of(options.layout.zero_stage >= 1 ? dp : nullptr, pp_, tp_, ep_,
-                       options.layout.zero_stage >= 1 ? edp_ : nullptr)),
+      norms_(groups_of(options.layout.zero_stage >= 1 ? mesh_group(mesh, config::MeshDim::DP) : nullptr, pp_, tp_,
+                       ep_, options.layout.zero_stage >= 1 ? edp_ : nullptr)),
       interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
+  // The data-parallel group as the mesh has it, a group of one at dp 1: the data-parallel
+  // transform reduces over it and counts what it sends (metrics.jsonl's dp_bytes_sent).
+  dist::Communicator* const dp = mesh_group(mesh, config::MeshDim::DP);
   layout.validate();
   // The pairs of settings that do not run together: the run config refuses them when it is read,
   // and the engine, built from code as well, with the same words (config/compatibility.h).
   if (const auto refusal = config::compatibility_refusal(feature_settings(options, model.config()))) {
     TS_FAIL("{}", *refusal);
   }
-  TS_CHECK(layout.ep == size_of(ep), "the layout has ep {} but the expert-parallel group {} ranks", layout.ep,
-           size_of(ep));
+  TS_CHECK(layout.ep == size_of(ep_), "the layout has ep {} but the expert-parallel group {} ranks", layout.ep,
+           size_of(ep_));
   if (ep_ != nullptr) {
-    TS_CHECK(size_of(edp) == layout.dp / layout.ep, "expert parallelism over {} of {} data-parallel ranks needs an "
-             "expert-data-parallel group of {}, not {}", layout.ep, layout.dp, layout.dp / layout.ep, size_of(edp));
+    TS_CHECK(size_of(edp_) == layout.dp / layout.ep, "expert parallelism over {} of {} data-parallel ranks needs an "
+             "expert-data-parallel group of {}, not {}", layout.ep, layout.dp, layout.dp / layout.ep, size_of(edp_));
     bool split = false;
     for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::EP);
     TS_CHECK(split, "expert parallelism over {} ranks with a model none of whose parameters is split: build the model "
@@ -141,8 +153,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     experts_ = std::make_unique<ExpertParallelExchange>(*ep_);
     interpreter_.set_experts(experts_.get());
   }
-  TS_CHECK(layout.tp == size_of(tp), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
-           size_of(tp));
+  TS_CHECK(layout.tp == size_of(tp_), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
+           size_of(tp_));
   TS_CHECK(!layout.sp || options.seq_len % layout.tp == 0, "sequence parallelism over tp {} needs a sequence length "
            "that tp divides, not {}", layout.tp, options.seq_len);
   if (tp_ != nullptr) {
@@ -153,7 +165,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
   }
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
-  TS_CHECK(layout.pp == size_of(pp), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp));
+  TS_CHECK(layout.pp == size_of(pp_), "the layout has pp {} but the pipeline group {} ranks", layout.pp, size_of(pp_));
   schedule_ = pipeline::make_schedule(layout, {.two_bw_versions = options.two_bw_versions});
   stages_ = split_stages();
   const bool offloads_activations = options.recompute.offload != exec::ActivationOffloadMode::None;
@@ -207,19 +219,21 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
       // numbers as the dense ones of the same index.
       if (edp_ == nullptr) expert_options.compression.method = CompressionMethod::None;
       expert_options.compression.seed = options.compression.seed ^ 0x9e3779b97f4a7c15ULL;
-      expert_dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), edp_, memory, expert_options,
+      expert_data_parallel_ = std::make_unique<DataParallel>(model.parameters(), model.units(), edp_, memory, expert_options,
                                                   ownership_, transforms_);
       // ZeRO-3: the experts' shards are gathered over edp, the dense ones over dp (docs/moe.md).
-      if (layout.zero_stage == 3) dp_options.working_answered_elsewhere = expert_dp_->domain_ids();
+      if (layout.zero_stage == 3) dp_options.working_answered_elsewhere = expert_data_parallel_->domain_ids();
     }
   }
-  dp_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options, ownership_,
-                                       transforms_);
+  data_parallel_ = std::make_unique<DataParallel>(model.parameters(), model.units(), dp, memory, dp_options,
+                                                  ownership_, transforms_);
   // A step the loss scale skips must leave a compressor's error feedback (and PowerSGD's warm start)
   // as it found them: the step's overflow would otherwise stay in them for every later step. A copy
   // of that state, taken as each step begins.
-  if (dp_->compressor() != nullptr && expert_dp_ && expert_dp_->compressor() != nullptr) {
-    joint_compressor_state_ = std::make_unique<JointRankState>(*dp_->compressor(), *expert_dp_->compressor());
+  if (data_parallel_->compressor() != nullptr && expert_data_parallel_ &&
+      expert_data_parallel_->compressor() != nullptr) {
+    joint_compressor_state_ =
+        std::make_unique<JointRankState>(*data_parallel_->compressor(), *expert_data_parallel_->compressor());
   }
   if (loss_scaler_.enabled() && compressor_state() != nullptr) {
     for (auto& [name, tensor] : compressor_state()->rank_state_tensors()) {
@@ -265,13 +279,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
                                                                        tp_, ep_,
                                                                        layout.zero_stage >= 1 ? edp_ : nullptr));
   }
-  dp_group_ = unless_alone(dp);
   if (options.optimizer.name == "onebit_adam") {
     // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
     const std::vector<optim::Segment> layout = ownership_.master_segments();
     std::vector<int> exchange_of;
     for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && is_expert_parameter(s.param->name) ? 1 : 0);
-    std::vector<dist::Communicator*> groups{dp_group_};
+    std::vector<dist::Communicator*> groups{dp_};
     if (ep_ != nullptr) groups.push_back(edp_);
     auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer, layout, groups, exchange_of);
     one_bit_adam_ = one_bit.get();
@@ -283,7 +296,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::C
     const auto bytes = [&](std::span<const optim::Segment> chunk) { return optim::state_bytes(options.optimizer, chunk); };
     auto offloaded = std::make_unique<optim::OffloadedOptimizer>(ownership_.master_segments(), make, bytes, *nvme_,
                                                                  options.offload_optimizer_chunk_bytes, memory,
-                                                                 dp_->offloaded_values());
+                                                                 data_parallel_->offloaded_values());
     offloaded_optimizer_ = offloaded.get();
     optimizer_ = std::move(offloaded);
   } else {
@@ -363,8 +376,8 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   zero_grads();
   // 1-bit Adam's compressed steps keep each rank's gradient its own.
   if (one_bit_adam_ != nullptr) {
-    dp_->set_reducing(!one_bit_adam_->next_step_compressed());
-    if (expert_dp_) expert_dp_->set_reducing(!one_bit_adam_->next_step_compressed());
+    data_parallel_->set_reducing(!one_bit_adam_->next_step_compressed());
+    if (expert_data_parallel_) expert_data_parallel_->set_reducing(!one_bit_adam_->next_step_compressed());
   }
   const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
   copy_compressor_state(CompressorStateCopy::Keep);
@@ -393,13 +406,13 @@ void TrainingEngine::copy_compressor_state(CompressorStateCopy direction) {
 }
 
 void TrainingEngine::zero_grads() {
-  dp_->zero_grads();
-  if (expert_dp_) expert_dp_->zero_grads();
+  data_parallel_->zero_grads();
+  if (expert_data_parallel_) expert_data_parallel_->zero_grads();
 }
 
 void TrainingEngine::after_optimizer_step() {
-  dp_->after_optimizer_step();
-  if (expert_dp_) expert_dp_->after_optimizer_step();
+  data_parallel_->after_optimizer_step();
+  if (expert_data_parallel_) expert_data_parallel_->after_optimizer_step();
 }
 
 nn::MoeStatistics TrainingEngine::moe_over_ranks(const nn::MoeStatistics& mine) const {
@@ -412,7 +425,7 @@ nn::MoeStatistics TrainingEngine::moe_over_ranks(const nn::MoeStatistics& mine) 
     packed.push_back(static_cast<size_t>(e) < mine.load.size() ? static_cast<double>(mine.load[static_cast<size_t>(e)]) : 0.0);
   }
   // Tensor-parallel ranks route the same tokens: they are counted once.
-  if (dp_->comm() != nullptr && dp_->comm()->size() > 1) packed = sum_over_ranks(dp_->comm(), packed);
+  if (data_parallel_->comm() != nullptr && data_parallel_->comm()->size() > 1) packed = sum_over_ranks(data_parallel_->comm(), packed);
   if (pp_ != nullptr) packed = sum_over_ranks(pp_, packed);
   nn::MoeStatistics total;
   total.assignments = static_cast<int64_t>(packed[0]);
@@ -510,7 +523,7 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   // no message of its own, whether any rank's gradient overflowed.
   if (max_grad_norm || loss_scaler_.enabled()) {
     const bool compressed_non_finite =
-        dp_->compressed_non_finite() || (expert_dp_ && expert_dp_->compressed_non_finite());
+        data_parallel_->compressed_non_finite() || (expert_data_parallel_ && expert_data_parallel_->compressed_non_finite());
     result.grad_norm =
         norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments, compressed_non_finite);
     if (result.grad_norm.non_finite) {
@@ -558,9 +571,9 @@ void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::opti
     // mean gradient, whose norm each rank clips by on its own (no reduced gradient exists to
     // measure). Whether any is not finite is agreed, so every rank skips together.
     result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
-    result.grad_norm.norm *= static_cast<double>(size_of(dp_group_));
+    result.grad_norm.norm *= static_cast<double>(size_of(dp_));
     const double non_finite = result.grad_norm.non_finite || !std::isfinite(result.grad_norm.norm) ? 1.0 : 0.0;
-    if (sum_over_ranks(dp_group_, std::vector<double>{non_finite}).front() > 0) {
+    if (sum_over_ranks(dp_, std::vector<double>{non_finite}).front() > 0) {
       result.grad_norm.non_finite = true;
       result.skipped = true;
       return;
@@ -578,7 +591,7 @@ RankLocalState* TrainingEngine::rank_local_state() {
 
 RankLocalState* TrainingEngine::compressor_state() {
   if (joint_compressor_state_) return joint_compressor_state_.get();
-  return dp_->compressor();
+  return data_parallel_->compressor();
 }
 
 void TrainingEngine::restore_weight_versions(int64_t step) {
@@ -618,14 +631,14 @@ bool TrainingEngine::writes_checkpoint_of(const nn::Parameter& p, bool sharded_b
   if (tp_ != nullptr && p.spec.replicated_over(config::MeshDim::TP) && tp_->rank() != 0) return false;
   if (sharded_by_zero) return true;
   const bool expert = ep_ != nullptr && is_expert_parameter(p.name);
-  return expert ? edp_ == nullptr || edp_->rank() == 0 : dp_->rank() == 0;
+  return expert ? edp_ == nullptr || edp_->rank() == 0 : data_parallel_->rank() == 0;
 }
 
 DataParallel::FullParameters TrainingEngine::full_parameters() {
   // Each stage's values from its data-parallel group (ZeRO-3 gathers them), then every stage's
   // broadcast from the lowest pipeline rank holding it.
-  DataParallel::FullParameters full = dp_->full_parameters();
-  if (expert_dp_) expert_dp_->gather_into(full);
+  DataParallel::FullParameters full = data_parallel_->full_parameters();
+  if (expert_data_parallel_) expert_data_parallel_->gather_into(full);
   if (stage_params_) stage_params_->full_values(full.flat_values());
   return full;
 }
@@ -634,13 +647,13 @@ DataParallel::ReadOnlyParameters TrainingEngine::read_only_parameters(DataParall
   // Under a pipeline or expert parallelism no parameter is in the nvme tier (refused there), so the
   // model is gathered whole: each stage's values over its data-parallel group (the experts' over
   // edp), then over the pipeline.
-  if (stage_params_ || expert_dp_) return DataParallel::ReadOnlyParameters(full_parameters());
-  return dp_->read_only_parameters(order);
+  if (stage_params_ || expert_data_parallel_) return DataParallel::ReadOnlyParameters(full_parameters());
+  return data_parallel_->read_only_parameters(order);
 }
 
 DataParallel::WritableParameters TrainingEngine::writable_parameters() {
-  if (stage_params_ || expert_dp_) return DataParallel::WritableParameters(full_parameters());
-  return dp_->writable_parameters();
+  if (stage_params_ || expert_data_parallel_) return DataParallel::WritableParameters(full_parameters());
+  return data_parallel_->writable_parameters();
 }
 
 int64_t TrainingEngine::predicted_activation_peak() const {

@@ -16,6 +16,7 @@
 #include <span>
 
 #include "dist/communicator.h"
+#include "dist/mesh.h"
 #include "exec/activation_offload.h"
 #include "exec/activation_encoding.h"
 #include "optim/offloaded_optimizer.h"
@@ -38,9 +39,9 @@
 #include "memory/loss_scaler.h"
 #include "config/precision.h"
 #include "config/parallel_layout.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/instruction.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/generators.h"
+#include "schedule/instruction.h"
+#include "schedule/measured_timeline.h"
 
 namespace tessera::parallel {
 
@@ -84,22 +85,18 @@ struct EngineOptions {
 
 class TrainingEngine {
  public:
-  // `dp` is the data-parallel group, `pp` the pipeline group and `tp` the tensor-parallel group
-  // (nullptr: a group of one); collective over all. With pp > 1 this rank runs its pipeline rank's
-  // instruction list: its stages' units, with the transfers to and from its neighbours. With
-  // tp > 1 the model must have been built with this rank's TensorParallelPlan
-  // (parallel/tensor_parallel.h): its units run with the tensor-parallel region (with layout.sp,
-  // the sequence-parallel one), and the gradient norm and per-tensor optimizer statistics sum split
-  // parameters over the group.
+  // `mesh`: this rank's groups of options.layout (dist/mesh.h), collective over all of them; null:
+  // one process. With pp > 1 this rank runs its pipeline rank's instruction list: its stages'
+  // units, with the transfers to and from its neighbours. With tp > 1 the model must have been
+  // built with this rank's TensorParallelPlan (parallel/tensor_parallel.h): its units run with the
+  // tensor-parallel region (with layout.sp, the sequence-parallel one), and the gradient norm and
+  // per-tensor optimizer statistics sum split parameters over the group.
   //
-  // With ep > 1 (expert parallelism, parallel/expert_parallel.h) `ep` is this rank's
-  // expert-parallel group and `edp` its expert-data-parallel group, and the model must have been
-  // built with this rank's ExpertParallelPlan: its MoE layers exchange tokens over ep, the expert
-  // gradients are reduced (and under ZeRO 1–3 sharded; under ZeRO-3 their parameters too) over
-  // edp, the dense ones over dp.
-  TrainingEngine(nn::GPT& model, MemoryAccountant& memory, dist::Communicator* dp, const EngineOptions& options,
-                 dist::Communicator* pp = nullptr, dist::Communicator* tp = nullptr, dist::Communicator* ep = nullptr,
-                 dist::Communicator* edp = nullptr);
+  // With ep > 1 (expert parallelism, parallel/expert_parallel.h) the model must have been built
+  // with this rank's ExpertParallelPlan: its MoE layers exchange tokens over the mesh's ep group,
+  // the expert gradients are reduced (and under ZeRO 1–3 sharded; under ZeRO-3 their parameters
+  // too) over its edp group, the dense ones over dp. At ep 1 the ep and edp groups are not used.
+  TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const dist::Mesh* mesh, const EngineOptions& options);
   ~TrainingEngine();
 
   struct StepResult {
@@ -165,7 +162,7 @@ class TrainingEngine {
   // After a checkpoint load at `step`: the parameters are weight version `step` and, under
   // PipeDream-2BW, the stash (loaded through weight_versions()->previous()) version step - 1.
   void restore_weight_versions(int64_t step);
-  DataParallel& data_parallel() { return *dp_; }
+  DataParallel& data_parallel() { return *data_parallel_; }
   // The pipeline group (nullptr with one pipeline rank).
   dist::Communicator* pipeline() const { return pp_; }
   // The tensor-parallel group (nullptr with one tensor-parallel rank).
@@ -232,6 +229,9 @@ class TrainingEngine {
   EngineOptions options_;
   exec::ParameterOwnership ownership_;
   exec::TransformChain transforms_;
+  // This rank's group of each dimension of the layout, taken from the mesh: null where this rank
+  // is alone in it (or there is no mesh; ep and edp also at ep 1).
+  dist::Communicator* dp_ = nullptr;
   dist::Communicator* pp_ = nullptr;
   dist::Communicator* tp_ = nullptr;
   dist::Communicator* ep_ = nullptr;
@@ -242,9 +242,9 @@ class TrainingEngine {
   std::unique_ptr<exec::ActivationEncoder> activation_encoder_;
   std::unique_ptr<nn::TensorRegion> region_;
   std::unique_ptr<nn::ExpertExchange> experts_;
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<DataParallel> data_parallel_;
   // Expert parallelism: the expert parameters' reduction over edp (null without it).
-  std::unique_ptr<DataParallel> expert_dp_;
+  std::unique_ptr<DataParallel> expert_data_parallel_;
   // Under 2BW the tied-gradient exchange runs while the next batch's transfers are in flight on
   // the pipeline group; on a communicator of its own their message tags cannot meet.
   std::unique_ptr<dist::Communicator> shared_params_comm_;
@@ -258,10 +258,9 @@ class TrainingEngine {
   std::unique_ptr<DelayedUpdate> delayed_update_;
   uint64_t running_step_ = 0;  // the optimizer step the running program's batch is
   // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
-  // itself, and the data-parallel group it does it over. Null otherwise.
+  // itself over dp_. Null otherwise.
   OneBitAdam* one_bit_adam_ = nullptr;
-  dist::Communicator* dp_group_ = nullptr;
-  // Declared after every owner it may be layered over (ZeRO-3's gatherer inside dp_, 2BW's
+  // Declared after every owner it may be layered over (ZeRO-3's gatherer inside data_parallel_, 2BW's
   // versions), so it is destroyed, and gives the working role back, first.
   std::unique_ptr<WorkingCopies> working_copies_;
   memory::LossScaler loss_scaler_;

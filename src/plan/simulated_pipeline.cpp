@@ -1,7 +1,7 @@
 #include "plan/simulated_pipeline.h"
 
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::plan {
 

@@ -1,6 +1,6 @@
 #pragma once
 // The pipeline model backed by the schedule simulator: the makespan and the in-flight counts come
-// from playing the generated schedule (parallel/pipeline) with the stage times of the cost model,
+// from playing the generated schedule (schedule/) with the stage times of the cost model,
 // instead of from the closed forms. One simulation per question, so it serves single layouts
 // (tessera plan --layout/--published --simulate) rather than the planner's search.
 #include "plan/pipeline/simulator.h"

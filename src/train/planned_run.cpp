@@ -15,7 +15,7 @@
 #include "exec/program_memory.h"
 #include "exec/recompute.h"
 #include "optim/make_optimizer.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 #include "plan/compression_model.h"
 #include "plan/engine_memory.h"
 #include "plan/model_costs.h"

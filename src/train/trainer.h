@@ -12,6 +12,9 @@
 // A run ends in one of three ways (the program's exit codes in README): finished (train.steps
 // reached, or nothing to do when resuming a finished run), stopped early with a checkpoint
 // (train.exit_after, train.max_minutes, or a stop signal), or an error (an exception).
+//
+// The run's phases, one function each (where it starts, the engine, restore, the start lines, the
+// step loop, the end), are in train/training_run.h.
 #include <string>
 #include <vector>
 

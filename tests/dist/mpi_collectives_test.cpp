@@ -347,6 +347,21 @@ void test_split_and_mesh(Communicator& world, Checks& t) {
   // A layout that does not fit fails on every rank with the same message.
   t.expect_error([&] { Mesh bad(world, ParallelLayout{.dp = n + 1}); }, fmt::format("≠ world size {}", n),
                  "mesh of the wrong size");
+  // A mesh of groups made elsewhere keeps them, and refuses one whose size the layout does not have.
+  const ParallelLayout data_parallel{.dp = n};
+  std::array<std::unique_ptr<Communicator>, kMeshDims.size()> groups, wrong;
+  for (MeshDim dim : kMeshDims) {
+    groups[static_cast<size_t>(dim)] = world.split_groups(rank_groups(data_parallel, dim), "given");
+    wrong[static_cast<size_t>(dim)] = world.split_groups(rank_groups(data_parallel, MeshDim::DP), "all");
+  }
+  const Communicator* given_dp = groups[static_cast<size_t>(MeshDim::DP)].get();
+  const Mesh given(world, data_parallel, std::move(groups));
+  t.expect(&given.dp() == given_dp && given.dp().size() == n && given.pp().size() == 1 && given.tp().size() == 1,
+           "mesh of given groups");
+  if (n > 1) {
+    t.expect_error([&] { Mesh bad(world, data_parallel, std::move(wrong)); }, "group given for layout",
+                   "mesh of given groups of the wrong size");
+  }
 }
 
 void test_sequence_check(MpiRuntime& mpi, Checks& t) {

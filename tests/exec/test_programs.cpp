@@ -14,7 +14,7 @@
 #include "plan/recompute_model.h"
 #include "nn/gpt.h"
 #include "parallel/expert_parallel.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 #include "parallel/tensor_parallel.h"
 #include "plan/model_costs.h"
 #include "parity_harness.h"

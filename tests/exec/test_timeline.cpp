@@ -3,8 +3,8 @@
 // actions; timeline.json reads back the same; a step run without the recorder cannot be gathered.
 #include <gtest/gtest.h>
 
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/generators.h"
+#include "schedule/measured_timeline.h"
 #include "parallel/pipeline_timeline.h"
 #include "parity_harness.h"
 

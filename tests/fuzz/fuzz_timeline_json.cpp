@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "core/check.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/measured_timeline.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       const RunRecord reference = run_reference_delayed_update(c);
 
       const std::string alone = fmt::format("delayed update {} one process", arch);
-      const RunRecord one = run_parallel(c, nullptr, nullptr);
+      const RunRecord one = run_parallel(c, nullptr);
       check_matches_reference(one, reference, alone, t);
       check_differs_from_synchronous(one, c, alone, t);
       if (t.rank == 0) fmt::print("{}: checked\n", alone);
@@ -63,11 +63,11 @@ int main(int argc, char** argv) {
         ParityCase z = c;
         z.zero_stage = stage;
         const std::string what = fmt::format("delayed update {} dp{} zero{}", arch, p, stage);
-        check_matches_reference(run_parallel(z, &world, nullptr), reference, what, t);
+        check_matches_reference(run_data_parallel(z, &world), reference, what, t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
       }
       const std::string piped = fmt::format("delayed update {} pp{}", arch, p);
-      check_matches_reference(run_parallel(c, nullptr, &world), reference, piped, t);
+      check_matches_reference(run_pipelined(c, world), reference, piped, t);
       if (t.rank == 0) fmt::print("{}: checked\n", piped);
     }
   });

@@ -107,14 +107,14 @@ void check_compression(dist::Communicator& world, RankChecks& t) {
   auto measure = [&](const ParityCase& k) {
     const uint64_t before = mesh.edp().stats().bytes_sent;
     Measured m;
-    m.run = run_parallel(k, &mesh.dp(), nullptr, nullptr, &mesh.ep(), &mesh.edp());
+    m.run = run_parallel(k, &mesh);
     m.expert_bytes = parallel::sum_over_ranks(
         &world, std::vector<double>{static_cast<double>(mesh.edp().stats().bytes_sent - before)})[0];
     return m;
   };
   ParityCase one = c;
   one.micros = c.micros * layout.dp;
-  const RunRecord ref = run_parallel(one, nullptr, nullptr);
+  const RunRecord ref = run_parallel(one, nullptr);
   const Measured exact = measure(c);
   ParityCase all = c;
   all.compression.method = parallel::CompressionMethod::TopK;
@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
         one.recompute = {};
         one.sequence_parallel = false;
         one.micros = c.micros * l.dp;
-        const RunRecord ref = run_parallel(one, nullptr, nullptr);
+        const RunRecord ref = run_parallel(one, nullptr);
         config::ParallelLayout layout;
         layout.dp = l.dp;
         layout.ep = l.ep;
@@ -231,9 +231,7 @@ int main(int argc, char** argv) {
         layout.pp = l.pp;
         layout.global_batch = c.global_batch;
         dist::Mesh mesh(world, layout);
-        const RunRecord run = run_parallel(c, l.dp > 1 ? &mesh.dp() : nullptr, l.pp > 1 ? &mesh.pp() : nullptr,
-                                           l.tp > 1 ? &mesh.tp() : nullptr,
-                                           l.ep > 1 ? &mesh.ep() : nullptr, l.ep > 1 ? &mesh.edp() : nullptr);
+        const RunRecord run = run_parallel(c, &mesh);
         const std::string what = fmt::format("{} top-{} dp {} ep {} tp {}{} pp {} ({}) zero {} recompute {} {}", c.name,
                                              model.moe_top_k, l.dp, l.ep, l.tp, l.sp ? " sp" : "", l.pp,
                                              config::schedule_name(l.schedule), l.zero,

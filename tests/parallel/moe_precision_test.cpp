@@ -98,7 +98,7 @@ void check_expert_overflow_skips_everywhere(dist::Communicator& world, RankCheck
   options.seq_len = config.seq_len;
   options.precision = precision(DType::F16);
   options.precision.loss_scaling.growth_interval = 2;
-  parallel::TrainingEngine engine(model, memory, &mesh.dp(), options, nullptr, nullptr, &mesh.ep(), &mesh.edp());
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
   PoisonGradient poison(engine.ownership(), model.parameters().get("blocks.0.moe.experts.fc.weight"), 2,
                         world.rank() == 0);
   engine.transforms().add(exec::TransformSlot::Observer, poison);
@@ -140,24 +140,24 @@ int main(int argc, char** argv) {
       // One process runs the parallel run's microbatches in turn (the capacity is per microbatch).
       ParityCase one = parallel_case;
       one.micros = parallel_case.micros * n;
-      const RunRecord fp32 = run_parallel(one, nullptr, nullptr);
+      const RunRecord fp32 = run_parallel(one, nullptr);
       for (DType compute : {DType::BF16, DType::F16}) {
         ParityCase one16 = one;
         one16.precision = precision(compute);
-        const RunRecord alone = run_parallel(one16, nullptr, nullptr);
+        const RunRecord alone = run_parallel(one16, nullptr);
         check_tracks_fp32(alone, fp32, describe(one16, "one process"), t);
         check_activation_prediction(alone, describe(one16, "one process"), t);
 
         ParityCase ep = parallel_case;
         ep.precision = precision(compute);
         const std::string what = describe(ep, fmt::format("dp {} ep {}", n, n));
-        const RunRecord run = run_parallel(ep, &mesh.dp(), nullptr, nullptr, &mesh.ep(), &mesh.edp());
+        const RunRecord run = run_parallel(ep, &mesh);
         check_matches_reference(run, alone, what, t);
         check_same_routing(run, alone, what, t);
         check_all_to_all_bytes(ep, run, mesh.dp(), n, what, t);
         check_activation_prediction(run, what, t);
         if (compute == DType::BF16) {
-          check_same_bits(run, run_parallel(ep, &mesh.dp(), nullptr, nullptr, &mesh.ep(), &mesh.edp()),
+          check_same_bits(run, run_parallel(ep, &mesh),
                           what + " rerun", t);
         }
         if (t.rank == 0) fmt::print("{}: checked\n", what);

@@ -193,7 +193,8 @@ void check_engine(const OptimizerCase& oc, int zero_stage, dist::Communicator& w
   options.optimizer = oc.config;
   options.seq_len = c.seq_len;
   options.measure_unit_times = false;
-  parallel::TrainingEngine engine(model, memory, &world, options);
+  const dist::Mesh mesh(world, options.layout);
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
   const auto held = static_cast<int64_t>(memory.stats().live_of(MemoryTag::Optimizer));
   const int64_t formula = optim::state_bytes(oc.config, engine.ownership().master_segments());
   t.expect(held == formula, fmt::format("{}: the optimizer holds {} bytes, the formula says {}", c.name, held, formula));
@@ -216,10 +217,10 @@ void check_pipelined(const OptimizerCase& oc, dist::Communicator& world, RankChe
     dist::Mesh mesh(world, layout);
     c.zero_stage = 1;
     c.name = fmt::format("dp 2 x pp 2 ZeRO-1 {}", describe(oc.config));
-    run = run_parallel(c, &mesh.dp(), &mesh.pp());
+    run = run_parallel(c, &mesh);
   } else {
     c.name = fmt::format("pp {} {}", world.size(), describe(oc.config));
-    run = run_parallel(c, nullptr, &world);
+    run = run_pipelined(c, world);
   }
   const RunRecord ref = run_reference(c);
   double worst = 0;

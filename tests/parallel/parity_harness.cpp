@@ -396,7 +396,20 @@ RunRecord run_reference_delayed_update(const ParityCase& c) {
   return run_one_process(c, static_cast<int>(c.delayed_update_after) + 1);
 }
 
-RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) { return run_parallel(c, comm, nullptr); }
+RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm) {
+  if (comm == nullptr) return run_parallel(c, nullptr);
+  config::ParallelLayout layout;
+  layout.dp = comm->size();
+  const dist::Mesh mesh(*comm, layout);
+  return run_parallel(c, &mesh);
+}
+
+RunRecord run_pipelined(const ParityCase& c, dist::Communicator& world) {
+  config::ParallelLayout layout;
+  layout.pp = world.size();
+  const dist::Mesh mesh(world, layout);
+  return run_parallel(c, &mesh);
+}
 
 std::vector<float> initial_parameters(const config::ModelConfig& model_config, uint64_t seed, dist::Communicator& tp) {
   MemoryAccountant memory;
@@ -405,8 +418,10 @@ std::vector<float> initial_parameters(const config::ModelConfig& model_config, u
   return gathered_copy(model.parameters(), model.parameters(), &tp);
 }
 
-RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Communicator* pp, dist::Communicator* tp,
-                       dist::Communicator* ep, dist::Communicator* edp) {
+RunRecord run_parallel(const ParityCase& c, const dist::Mesh* mesh) {
+  dist::Communicator* comm = mesh ? &mesh->dp() : nullptr;
+  dist::Communicator* tp = mesh && mesh->layout().tp > 1 ? &mesh->tp() : nullptr;
+  dist::Communicator* ep = mesh && mesh->layout().ep > 1 ? &mesh->ep() : nullptr;
   MemoryAccountant memory;
   const int tp_size = tp ? tp->size() : 1, ep_size = ep ? ep->size() : 1;
   const parallel::TensorParallelPlan tensor_plan(c.model, tp_size, tp ? tp->rank() : 0);
@@ -416,7 +431,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   const data::RowRange mine = data::split_rows(c.global_batch, rank, ranks);
   parallel::EngineOptions options;
   options.layout.dp = ranks;
-  options.layout.pp = pp ? pp->size() : 1;
+  options.layout.pp = mesh ? mesh->layout().pp : 1;
   options.layout.tp = tp_size;
   options.layout.ep = ep_size;
   options.layout.sp = c.sequence_parallel;
@@ -435,7 +450,7 @@ RunRecord run_parallel(const ParityCase& c, dist::Communicator* comm, dist::Comm
   options.two_bw_versions = c.two_bw_versions;
   options.stage_layers = c.stage_layers;
   options.delayed_update_after = c.delayed_update_after;
-  parallel::TrainingEngine engine(model, memory, comm, options, pp, tp, ep, edp);
+  parallel::TrainingEngine engine(model, memory, mesh, options);
   Recorder recorder(comm, c.zero_stage, model.units().size());
   engine.transforms().add(exec::TransformSlot::Observer, recorder);
   const float scale = 1.0f / static_cast<float>(c.global_batch * c.seq_len);

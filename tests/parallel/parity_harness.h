@@ -10,6 +10,7 @@
 #include "../common/rank_checks.h"
 #include "config/model_config.h"
 #include "dist/communicator.h"
+#include "dist/mesh.h"
 #include "exec/recompute.h"
 #include "optim/optimizer_config.h"
 #include "parallel/training_engine.h"
@@ -154,15 +155,15 @@ void check_tracks_fp32(const RunRecord& run, const RunRecord& fp32, const std::s
 // Every step's measured activation peak on this rank is the one predicted by walking its program.
 void check_activation_prediction(const RunRecord& run, const std::string& what, RankChecks& t);
 
-// `comm` null: a group of one.
+// Data parallel over all of `comm` (null: one process).
 RunRecord run_data_parallel(const ParityCase& c, dist::Communicator* comm);
-// Data parallel over `dp`, pipelined over `pp` and tensor parallel over `tp` (any null: a group of
-// one): each dp rank its rows of the global batch, every pipeline and tensor-parallel rank of a dp
-// rank the same rows. RunRecord::params are the one-process model's (gathered over tp).
-// With `ep` (and `edp`) the model is built with this rank's expert-parallel plan over ep.
-RunRecord run_parallel(const ParityCase& c, dist::Communicator* dp, dist::Communicator* pp,
-                       dist::Communicator* tp = nullptr, dist::Communicator* ep = nullptr,
-                       dist::Communicator* edp = nullptr);
+// Pipelined over all of `world` (pp its size, dp 1).
+RunRecord run_pipelined(const ParityCase& c, dist::Communicator& world);
+// Over the groups of `mesh` (null: one process): each dp rank its rows of the global batch, every
+// pipeline and tensor-parallel rank of a dp rank the same rows. RunRecord::params are the
+// one-process model's (gathered over tp). With ep > 1 the model is built with this rank's
+// expert-parallel plan over ep.
+RunRecord run_parallel(const ParityCase& c, const dist::Mesh* mesh);
 // The parameters of a model built with this rank's tensor-parallel plan over `tp`, right after
 // initialization, gathered into the one-process model's flat order.
 std::vector<float> initial_parameters(const config::ModelConfig& model, uint64_t seed, dist::Communicator& tp);

@@ -82,11 +82,11 @@ int main(int argc, char** argv) {
         // Drained after the second step: the third batch must still read the second's weights.
         c.steps_per_call = {2, 3};
         const std::string what = describe(c, 1, p);
-        const RunRecord run = run_parallel(c, nullptr, &world);
+        const RunRecord run = run_pipelined(c, world);
         check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
         ParityCase one_call = c;
         one_call.steps_per_call = {5};
-        check_matches_reference(run, run_parallel(one_call, nullptr, nullptr), what + " vs the engine at pp 1", t);
+        check_matches_reference(run, run_parallel(one_call, nullptr), what + " vs the engine at pp 1", t);
         check_stash(run, what, world.rank(), t);
         if (m == p) check_differs_from_synchronous(run, c, what, t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
         c.steps = 5;
         c.steps_per_call = {2, 3};
         const std::string what = describe(c, 1, p) + " newest";
-        const RunRecord run = run_parallel(c, nullptr, &world);
+        const RunRecord run = run_pipelined(c, world);
         check_matches_reference(run, run_reference_2bw_newest(c, 1, p), what + " vs the hand-written reference", t);
         check_stash(run, what, world.rank(), t);
         check_differs_from_synchronous(run, c, what, t);
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       c.steps = 5;
       c.steps_per_call = {2, 3};
       const std::string what = fmt::format("2bw gpt2 dp{} pp1 zero{}", p, stage);
-      const RunRecord run = run_parallel(c, &world, nullptr);
+      const RunRecord run = run_data_parallel(c, &world);
       check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
       t.expect(run.weight_stash_bytes == static_cast<size_t>(run.numel) * sizeof(float),
                fmt::format("{}: the stash holds {} bytes, not one copy of the model's {} parameters", what,
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
         c.steps = 5;
         c.steps_per_call = {3, 2};
         const std::string what = describe(c, 2, 2);
-        const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
+        const RunRecord run = run_parallel(c, &mesh);
         check_matches_reference(run, run_reference_2bw(c), what + " vs the hand-written reference", t);
         check_stash(run, what, world.rank(), t);
         if (t.rank == 0) fmt::print("{}: checked\n", what);
@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
       c.steps = 5;
       c.steps_per_call = {3, 2};
       const std::string what = describe(c, 2, 2) + " newest";
-      const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
+      const RunRecord run = run_parallel(c, &mesh);
       check_matches_reference(run, run_reference_2bw_newest(c, 2, 2), what + " vs the hand-written reference", t);
       check_stash(run, what, world.rank(), t);
       if (t.rank == 0) fmt::print("{}: checked\n", what);

@@ -22,7 +22,7 @@
 #include "../common/rank_checks.h"
 #include "dist/mesh.h"
 #include "dist/mpi_runtime.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 #include "parallel/rank_sum.h"
 #include "parity_harness.h"
 
@@ -138,7 +138,7 @@ void check_memory_follows_the_schedule(dist::Communicator& world, Checks& t) {
     c.micros = m;
     c.global_batch = 2 * m;
     c.steps = 1;
-    return static_cast<int64_t>(run_parallel(c, nullptr, &world).steps[0].memory.peak_of(MemoryTag::Activations));
+    return static_cast<int64_t>(run_pipelined(c, world).steps[0].memory.peak_of(MemoryTag::Activations));
   };
   const int64_t one = peak(config::ScheduleKind::OneFOneB, 1);
   const int64_t at_p = peak(config::ScheduleKind::OneFOneB, p), beyond = peak(config::ScheduleKind::OneFOneB, 2 * p + 1);
@@ -164,8 +164,11 @@ void stall(dist::Communicator& world, int victim) {
   c.model = gpt2_odd_config();
   c.micros = world.size();
   c.global_batch = 2 * c.micros;
+  config::ParallelLayout layout;
+  layout.pp = world.size();
+  const dist::Mesh mesh(world, layout);  // before the stall: the wait is for the pipeline's transfer
   if (world.rank() == victim) std::this_thread::sleep_for(std::chrono::seconds(120));
-  run_parallel(c, nullptr, &world);
+  run_parallel(c, &mesh);
 }
 
 int main(int argc, char** argv) {
@@ -205,7 +208,7 @@ int main(int argc, char** argv) {
             c.steps = 5;
             c.record_timeline = true;
             const RunRecord reference = run_reference(c);
-            const RunRecord run = run_parallel(c, nullptr, world.get());
+            const RunRecord run = run_pipelined(c, *world);
             check_matches_reference(run, reference, describe(c, 1, p), t);
             check_activation_prediction(run, describe(c, 1, p), t);
             check_timeline(run, c, p, describe(c, 1, p), t);
@@ -230,7 +233,7 @@ int main(int argc, char** argv) {
           c.recompute.policy = policy;
           c.recompute.every_k = 1;
           const RunRecord reference = run_reference(c);
-          const RunRecord run = run_parallel(c, nullptr, world.get());
+          const RunRecord run = run_pipelined(c, *world);
           const std::string what = describe(c, 1, p) + " recompute " + std::string(memory::recompute_policy_name(policy));
           check_matches_reference(run, reference, what, t);
           check_activation_prediction(run, what, t);
@@ -261,7 +264,7 @@ int main(int argc, char** argv) {
             c.micros = kind == config::ScheduleKind::Interleaved ? 2 : 3;
             c.global_batch = 4 * c.micros;
             const RunRecord reference = run_reference(c);
-            const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
+            const RunRecord run = run_parallel(c, &mesh);
             const std::string what = describe(c, 2, 2) + fmt::format(" ZeRO-{}", zero_stage);
             check_matches_reference(run, reference, what, t);
             check_activation_prediction(run, what, t);

@@ -77,7 +77,8 @@ void check_overflow_skips_everywhere(int zero_stage, dist::Communicator& world, 
   options.seq_len = 16;
   options.precision = precision(DType::F16);
   options.precision.loss_scaling.growth_interval = 2;
-  parallel::TrainingEngine engine(model, memory, &world, options);
+  const dist::Mesh mesh(world, options.layout);
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
   PoisonGradient poison(engine.ownership(), model.parameters().get("embed.positions.weight"), 2, world.rank() == 0);
   engine.transforms().add(exec::TransformSlot::Observer, poison);
   std::vector<int32_t> tokens(16);
@@ -193,7 +194,7 @@ int main(int argc, char** argv) {
         ParityCase pipelined = base;
         pipelined.precision = precision(DType::BF16);
         const std::string what = describe(pipelined, fmt::format("pp2 dp{}", layout.dp));
-        check_tracks_fp32(run_parallel(pipelined, layout.dp > 1 ? &mesh.dp() : nullptr, &mesh.pp()), reference, what,
+        check_tracks_fp32(run_parallel(pipelined, &mesh), reference, what,
                           t);
       }
       {
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
         two_versions.steps_per_call = {2, 3};
         const RunRecord delayed_reference = run_reference_2bw(two_versions);
         two_versions.precision = precision(DType::BF16);
-        check_tracks_fp32(run_parallel(two_versions, layout.dp > 1 ? &mesh.dp() : nullptr, &mesh.pp()),
+        check_tracks_fp32(run_parallel(two_versions, &mesh),
                           delayed_reference, describe(two_versions, fmt::format("2bw pp2 dp{}", layout.dp)), t);
       }
       {
@@ -224,7 +225,7 @@ int main(int argc, char** argv) {
         tensor.precision = precision(DType::BF16);
         tensor.sequence_parallel = true;
         tensor.zero_stage = layout.dp > 1 ? 1 : 0;
-        const RunRecord run = run_parallel(tensor, layout.dp > 1 ? &mesh.dp() : nullptr, nullptr, &mesh.tp());
+        const RunRecord run = run_parallel(tensor, &mesh);
         check_tracks_fp32(run, tensor_reference, describe(tensor, fmt::format("tp2+sp dp{}", layout.dp)), t);
         check_activation_prediction(run, describe(tensor, fmt::format("tp2+sp dp{}", layout.dp)), t);
       }

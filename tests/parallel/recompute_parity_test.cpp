@@ -63,7 +63,8 @@ void check_skip_everywhere(int stage, dist::Communicator& world, Checks& t) {
   options.layout.zero_stage = stage;
   options.layout.global_batch = world.size();
   options.seq_len = 16;
-  parallel::TrainingEngine engine(model, memory, &world, options);
+  const dist::Mesh mesh(world, options.layout);
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
   // Rank 0 alone sees a non-finite gradient, in the second step.
   PoisonGradient poison(engine.ownership(), model.parameters().get("embed.positions.weight"), 2, world.rank() == 0);
   engine.transforms().add(exec::TransformSlot::Observer, poison);

@@ -209,8 +209,7 @@ int main(int argc, char** argv) {
       c.schedule = layout.schedule;
       c.virtual_stages = layout.virtual_stages;
       const RunRecord reference = run_reference(c);
-      const RunRecord run = run_parallel(c, layout.dp > 1 ? &mesh.dp() : nullptr, layout.pp > 1 ? &mesh.pp() : nullptr,
-                                         &mesh.tp());
+      const RunRecord run = run_parallel(c, &mesh);
       const std::string what =
           describe(c, layout) + " recompute " + std::string(memory::recompute_policy_name(recompute));
       check_matches_reference(run, reference, what, t);
@@ -244,7 +243,7 @@ int main(int argc, char** argv) {
       c.lr = 1e-2f;
       c.global_batch = 2 * layout.dp * c.micros;
       const RunRecord reference = run_reference(c);
-      const RunRecord run = run_parallel(c, layout.dp > 1 ? &mesh.dp() : nullptr, nullptr, &mesh.tp());
+      const RunRecord run = run_parallel(c, &mesh);
       const std::string what = fmt::format("adafactor{} {}", first_moment ? " (first moment, relative step)" : "",
                                            describe(c, layout));
       check_matches_reference(run, reference, what, t);

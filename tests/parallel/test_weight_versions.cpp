@@ -12,8 +12,8 @@
 #include "exec/program.h"
 #include "exec/transform.h"
 #include "nn/gpt.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "parallel/weight_versions.h"
 #include "parity_harness.h"
 
@@ -197,7 +197,7 @@ TEST(PipeDream2BWEngine, OneProcessMatchesTheHandWrittenReference) {
     const tessera::testing::RunRecord reference = tessera::testing::run_reference_2bw(c);
     for (const std::vector<int>& calls : {std::vector<int>{5}, std::vector<int>{1, 3, 1}}) {
       c.steps_per_call = calls;
-      const tessera::testing::RunRecord run = tessera::testing::run_parallel(c, nullptr, nullptr);
+      const tessera::testing::RunRecord run = tessera::testing::run_parallel(c, nullptr);
       ASSERT_EQ(run.steps.size(), reference.steps.size());
       for (size_t s = 0; s < run.steps.size(); ++s) {
         EXPECT_NEAR(run.steps[s].loss, reference.steps[s].loss, 1e-5 * std::abs(reference.steps[s].loss)) << s;
@@ -234,7 +234,7 @@ TEST(PipeDream2BWEngine, NewestVersionsOnOneStageAreTheSynchronousRun) {
   c.steps = 5;
   c.steps_per_call = {2, 3};
   const tessera::testing::RunRecord reference = tessera::testing::run_reference(c);
-  const tessera::testing::RunRecord run = tessera::testing::run_parallel(c, nullptr, nullptr);
+  const tessera::testing::RunRecord run = tessera::testing::run_parallel(c, nullptr);
   ASSERT_EQ(run.steps.size(), reference.steps.size());
   for (size_t s = 0; s < run.steps.size(); ++s) {
     EXPECT_NEAR(run.steps[s].loss, reference.steps[s].loss, 1e-5 * std::abs(reference.steps[s].loss)) << s;

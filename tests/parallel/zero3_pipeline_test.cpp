@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
         const ParityCase c = zero3_case(model, kind, kind == config::ScheduleKind::Interleaved ? 2 : 3);
         const std::string what = describe(c);
         const RunRecord reference = run_reference(c);
-        const RunRecord run = run_parallel(c, &mesh.dp(), &mesh.pp());
+        const RunRecord run = run_parallel(c, &mesh);
         check_matches_reference(run, reference, what, t);
         check_activation_prediction(run, what, t);
         t.expect(run.domain < run.numel && run.master == run.shard,
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
           continue;
         }
         // One microbatch: the same gathers. Per run of actions they would be about three times as many.
-        const RunRecord one = run_parallel(zero3_case(model, kind, 1), &mesh.dp(), &mesh.pp());
+        const RunRecord one = run_parallel(zero3_case(model, kind, 1), &mesh);
         const dist::OpCounter& many = run.steps.back().comm.of(dist::OpKind::AllGather);
         const dist::OpCounter& single = one.steps.back().comm.of(dist::OpKind::AllGather);
         t.expect(many.ops == single.ops && many.bytes_sent == single.bytes_sent && many.ops > 0,

@@ -11,13 +11,13 @@
 #include <sstream>
 #include <string>
 
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 #include "plan/pipeline/closed_form.h"
 #include "plan/pipeline/schedule_timeline.h"
 #include "plan/pipeline/simulation_report.h"
 #include "plan/pipeline/simulator.h"
 #include "plan/pipeline/timeline.h"
-#include "pipeline_test_util.h"
+#include "../schedule/pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;

@@ -9,12 +9,12 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/generators.h"
+#include "schedule/measured_timeline.h"
 #include "plan/pipeline/measured_run.h"
 #include "plan/pipeline/simulator.h"
 #include "plan/pipeline/timeline.h"
-#include "pipeline_test_util.h"
+#include "../schedule/pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;

@@ -10,12 +10,12 @@
 #include <tuple>
 
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "plan/pipeline/closed_form.h"
 #include "plan/pipeline/simulation_report.h"
 #include "plan/pipeline/simulator.h"
-#include "pipeline_test_util.h"
+#include "../schedule/pipeline_test_util.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;

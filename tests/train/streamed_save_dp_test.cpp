@@ -73,7 +73,8 @@ class SmallRun {
     parallel::EngineOptions options = engine_options(cfg);
     options.offload_dir = offload.string();
     options.measure_unit_times = false;  // the same plan in every run
-    engine_ = std::make_unique<parallel::TrainingEngine>(model_, memory_, comm, options);
+    if (comm != nullptr) mesh_.emplace(*comm, options.layout);
+    engine_ = std::make_unique<parallel::TrainingEngine>(model_, memory_, mesh_ ? &*mesh_ : nullptr, options);
   }
 
   // The step's loss sum over the whole global batch.
@@ -127,6 +128,7 @@ class SmallRun {
   dist::Communicator* comm_;
   MemoryAccountant memory_;
   nn::GPT model_;
+  std::optional<dist::Mesh> mesh_;
   std::unique_ptr<parallel::TrainingEngine> engine_;
 };
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::plan {
 

@@ -1,5 +1,5 @@
 #pragma once
-// A measured pipeline step (parallel/pipeline/measured_timeline.h) next to the simulation of the
+// A measured pipeline step (schedule/measured_timeline.h) next to the simulation of the
 // same schedule with the costs it measured: both bubbles, the costs, and one drawing of both.
 //
 // Bubble: the simulator's definition (simulator.h), applied to the records. Per rank, idle time
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/pipeline/instruction.h"
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/instruction.h"
+#include "schedule/measured_timeline.h"
 #include "plan/pipeline/simulator.h"
 #include "plan/pipeline/timeline.h"
 

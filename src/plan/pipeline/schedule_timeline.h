@@ -2,7 +2,7 @@
 // Turns a simulated schedule into the generic timeline the drawing code takes.
 #include <string>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 #include "plan/pipeline/simulator.h"
 #include "plan/pipeline/timeline.h"
 

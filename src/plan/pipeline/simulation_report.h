@@ -4,8 +4,8 @@
 #include <optional>
 #include <string>
 
-#include "parallel/pipeline/instruction.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/instruction.h"
+#include "schedule/validator.h"
 #include "plan/pipeline/closed_form.h"
 #include "plan/pipeline/simulator.h"
 

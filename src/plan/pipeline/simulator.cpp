@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/validator.h"
 
 namespace tessera::plan {
 

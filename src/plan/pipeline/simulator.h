@@ -19,7 +19,7 @@
 // microbatch's activations of a whole rank, so uniform_costs gives each of v chunks 1 / v.
 #include <vector>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::plan {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline/measured_timeline.h"
+#include "schedule/measured_timeline.h"
 
 #include <cerrno>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/json_input.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

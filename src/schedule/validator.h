@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::pipeline {
 

@@ -1,11 +1,11 @@
-#include "parallel/pipeline/compute_order.h"
+#include "schedule/compute_order.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
 
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

@@ -16,7 +16,7 @@
 // the receiver to finish the compute it is in; the simulator's blocking mode shows what that costs.
 #include <vector>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::pipeline {
 

@@ -1,7 +1,7 @@
 // GPipe (Huang et al. 2019): every microbatch's forward, then every backward, then one optimizer
 // step. Backward runs last-in first-out, as autograd would over the concatenated microbatches.
-#include "parallel/pipeline/compute_order.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/compute_order.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

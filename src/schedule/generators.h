@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "config/parallel_layout.h"
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::pipeline {
 

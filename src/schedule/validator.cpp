@@ -1,4 +1,4 @@
-#include "parallel/pipeline/validator.h"
+#include "schedule/validator.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 namespace tessera::pipeline {
 

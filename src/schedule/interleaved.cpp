@@ -8,8 +8,8 @@
 // backward. Grouping by p is why m must be a multiple of p. With v = 1 this is exactly 1F1B.
 #include <algorithm>
 
-#include "parallel/pipeline/compute_order.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/compute_order.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

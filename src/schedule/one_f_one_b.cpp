@@ -4,8 +4,8 @@
 // runs F(x) and then B(x - (p - 1 - r)), skipping indices outside [0, m). The first p - 1 - r steps
 // are the warm-up forwards, the last ones the cool-down backwards, and rank r never holds more
 // than p - r microbatches.
-#include "parallel/pipeline/compute_order.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/compute_order.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

@@ -8,7 +8,7 @@
 
 #include "config/parallel_layout.h"
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline::test_util {
 

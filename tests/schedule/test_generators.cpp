@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
-#include "parallel/pipeline/validator.h"
+#include "schedule/generators.h"
+#include "schedule/validator.h"
 #include "pipeline_test_util.h"
 
 using namespace tessera;

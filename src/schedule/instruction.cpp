@@ -1,4 +1,4 @@
-#include "parallel/pipeline/instruction.h"
+#include "schedule/instruction.h"
 
 #include <fmt/format.h>
 

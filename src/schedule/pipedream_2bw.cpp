@@ -23,8 +23,8 @@
 // newest, exactly as one list over the whole run would.
 #include <algorithm>
 
-#include "parallel/pipeline/compute_order.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/compute_order.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

@@ -6,8 +6,8 @@
 // position, so gradients travel upstream sooner (only B is on the critical path); the late Ws fill
 // what would be 1F1B's cool-down bubble. A microbatch is alive from F to W: at most p per rank, the
 // same peak as 1F1B's first rank. With t_F = t_B = t_W the bubble is a third of 1F1B's.
-#include "parallel/pipeline/compute_order.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/compute_order.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 

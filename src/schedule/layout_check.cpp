@@ -1,7 +1,7 @@
 // Layout checks shared by all generators, and the dispatch from kind to generator. The messages
 // name both spellings of each number: the `tessera simulate` flag and the layout field.
 #include "core/check.h"
-#include "parallel/pipeline/generators.h"
+#include "schedule/generators.h"
 
 namespace tessera::pipeline {
 
