@@ -106,6 +106,15 @@ int run_and_wait(const std::vector<std::string>& command, const std::vector<std:
   TS_CHECK(child >= 0, "launch: cannot start a process: {}", std::strerror(errno));
   if (child == 0) {
     ::setpgid(0, 0);
+    // A Ctrl-C that reached the launcher's group before the line above is pending here too, blocked:
+    // unblocked, it would end the child before mpirun starts. The launcher has it as well and hands
+    // it on as a stop, so the child's copy is dropped (ignoring a pending signal discards it), and
+    // the default action put back for mpirun.
+    for (int s = 1; s < NSIG; ++s) {
+      if (sigismember(&set, s) != 1) continue;
+      ::signal(s, SIG_IGN);
+      ::signal(s, SIG_DFL);
+    }
     pthread_sigmask(SIG_SETMASK, &before, nullptr);
     if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, STDIN_FILENO);
     execvpe(argv[0], argv.data(), envp.data());
