@@ -11,6 +11,7 @@
 #include "optim/make_optimizer.h"
 #include "plan/model_costs.h"
 #include "plan/moe_model.h"
+#include "plan/moe_model.h"
 
 namespace tessera::plan {
 
@@ -299,6 +300,12 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   mem.params = kF32 * (l.zero_stage >= 3 ? (l.pp > 1 || l.ep > 1 ? shard : all / dp) : all);
   mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
   mem.optimizer = optim::state_bytes_per_parameter(settings) * engine_optimizer_elements(m, l, stage);
+  if (l.optimizer == "onebit_adam") {
+    // Each rank's server error: its chunk of the dense momentum over dp, and under expert
+    // parallelism of the experts' over their own group (parallel/compression/one_bit_adam.h).
+    const double experts = l.ep > 1 ? moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l) : 0.0;
+    mem.optimizer += kF32 * ((domain - experts) / dp + experts / std::max(1, l.dp / l.ep));
+  }
   const DType compute = compute_dtype(l.precision);
   const double e = static_cast<double>(dtype_size(compute));
   const double boundary = e * l.micro_batch * (m.seq_len / (l.sp ? l.tp : 1)) * static_cast<double>(m.n_embd);

@@ -60,6 +60,15 @@ const std::vector<Layout> kLayouts = {
     // In bf16: 16-bit rows and expert working copies, the router's f32 copies of its input and weight.
     {"moe_dp2_ep2_bf16", 2,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --precision.compute bf16", 1, 2},
+    // The experts' gradients compressed over edp by a compressor of their own (its error feedback
+    // and PowerSGD's Q beside the dense one's); 1-bit Adam's server errors, the experts' chunk over
+    // edp beside the dense one's over dp.
+    {"moe_dp4_ep2_powersgd", 4,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --train.micro_batch_size 1 "
+     "--parallel.compression powersgd --compression.rank 2 --compression.warmup_steps 1", 1, 4},
+    {"moe_dp4_ep2_onebit_adam", 4,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --train.micro_batch_size 1 "
+     "--optim.name onebit_adam --optim.freeze_step 1", 1, 4},
     // Under sequence parallelism: the gathered sequence routed on both tp ranks, in bf16 (the
     // gradients of the router and the experts summed over tp with the norms').
     {"moe_tp2_sp_bf16", 2,
