@@ -1,6 +1,7 @@
 #include "cli/calibrate_here.h"
 #include "cli/calibrate_disk.h"
 #include "cli/calibrate_step.h"
+#include "cli/this_tessera.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -243,18 +244,9 @@ std::pair<double, double> memory_now() {
   return {total, available};
 }
 
-std::string this_executable() {
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  TS_CHECK(!ec, "cannot find the running tessera executable through /proc/self/exe: {}", ec.message());
-  return path.string();
-}
-
 // Starts this tessera with `args`; returns its pid.
 pid_t start_tessera(const std::vector<std::string>& args) {
-  const std::string exe = this_executable();
-  std::vector<std::string> words = {exe};
-  words.insert(words.end(), args.begin(), args.end());
+  std::vector<std::string> words = this_tessera_with(args);
   std::vector<char*> argv;
   for (std::string& a : words) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -263,7 +255,7 @@ pid_t start_tessera(const std::vector<std::string>& args) {
   const pid_t pid = ::fork();
   TS_CHECK(pid >= 0, "plan --calibrate-here: could not start `tessera {}` (fork failed)", fmt::join(args, " "));
   if (pid == 0) {
-    ::execv(exe.c_str(), argv.data());
+    ::execv(words.front().c_str(), argv.data());
     ::_exit(127);
   }
   return pid;

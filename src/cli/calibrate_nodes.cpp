@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/this_tessera.h"
 #include "cli/calibrate_here.h"
 #include "core/atomic_file.h"
 #include "core/check.h"
@@ -31,19 +32,10 @@ namespace {
 // took as little as one one-way message where the 16 MiB ones took two.
 constexpr double kFitFromBytes = 16 << 20;
 
-std::string this_executable() {
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  TS_CHECK(!ec, "cannot find the running tessera executable through /proc/self/exe: {}", ec.message());
-  return path.string();
-}
-
 // Runs this tessera with `args` and returns what it printed on its standard output (its standard
 // error goes to ours); fails naming `what` when it does not exit with 0.
 std::string output_of(const std::vector<std::string>& args, const std::string& what) {
-  const std::string exe = this_executable();
-  std::vector<std::string> words = {exe};
-  words.insert(words.end(), args.begin(), args.end());
+  std::vector<std::string> words = this_tessera_with(args);
   std::vector<char*> argv;
   for (std::string& a : words) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -57,7 +49,7 @@ std::string output_of(const std::vector<std::string>& args, const std::string& w
     ::dup2(pipe_ends[1], STDOUT_FILENO);
     ::close(pipe_ends[0]);
     ::close(pipe_ends[1]);
-    ::execv(exe.c_str(), argv.data());
+    ::execv(words.front().c_str(), argv.data());
     ::_exit(127);
   }
   ::close(pipe_ends[1]);

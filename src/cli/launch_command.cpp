@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/this_tessera.h"
 #include "cli/errors.h"
 #include "config/toml_reader.h"
 #include "core/check.h"
@@ -37,13 +38,6 @@
 namespace tessera::cli {
 
 namespace {
-
-std::string this_executable() {
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  TS_CHECK(!ec, "cannot find the running tessera executable through /proc/self/exe: {}", ec.message());
-  return path.string();
-}
 
 // Signals the launcher takes while mpirun runs. mpirun turns SIGINT and SIGTERM into an abort
 // of the job (SIGTERM to the ranks, SIGKILL one second later: no time for a checkpoint), while it
