@@ -1,5 +1,7 @@
 #include "plan/model_costs.h"
 
+#include <algorithm>
+
 #include "plan/moe_model.h"
 
 #include "core/check.h"
@@ -141,6 +143,31 @@ StageParams stage_params(const ModelConfig& m, const Layout& l, int stage) {
     if (!m.tied_embeddings || l.pp > 1) p.embedding += table;
   }
   return p;
+}
+
+double adafactor_state_floats(const ModelConfig& m, const Layout& l, int stage) {
+  const double C = m.n_embd, F = m.ffn(), W3 = m.qkv_dim(), E = m.moe_experts, t = l.tp, bias = m.bias ? 1 : 0;
+  const double ep = std::max(1, l.ep), V = d(vocab_per_rank(m, l.tp)) * l.tp;
+  const bool gpt2 = m.arch == Architecture::Gpt2;
+  const double mlps = m.gated_mlp() ? 2 : 1;  // first projections: fc, or gate and up
+  const double moe = moe_layers_in_stage(m, l, stage), dense = static_cast<double>(m.n_layer / l.pp) - moe;
+  double factored = 0, unfactored = 0;
+  // Every block: its norms (LayerNorm: gain and shift), attention's qkv and projection.
+  const double blocks = dense + moe;
+  factored += blocks * ((W3 + C) + 2 * C);
+  unfactored += blocks * (2 * (gpt2 ? 1 + bias : 1) * C + bias * (W3 / t + C));
+  // A dense MLP: fc (or gate and up) [F, C] and proj [C, F], their biases.
+  factored += dense * (mlps * (F + C) + (C + F));
+  unfactored += dense * bias * (mlps * F / t + C);
+  // An MoE layer: the router [E, C], each expert's matrices, and this rank's experts' stacked biases.
+  factored += moe * ((E + C) + E * (mlps * (F + C) + (C + F)));
+  unfactored += moe * bias * E / ep * (mlps * F + C);
+  if (stage == 0) factored += (V + C) + (gpt2 ? d(m.seq_len) + C : 0.0);
+  if (stage == l.pp - 1) {
+    unfactored += (gpt2 ? 1 + bias : 1) * C;
+    if (!m.tied_embeddings || l.pp > 1) factored += V + C;
+  }
+  return factored + (l.zero_stage >= 1 ? unfactored / l.dp : unfactored);
 }
 
 }  // namespace tessera::plan

@@ -87,6 +87,14 @@ double layer_params_per_rank(const config::ModelConfig& m, int tp);
 // when pp > 1 (kept in sync by an all-reduce of its gradient).
 StageParams stage_params(const config::ModelConfig& m, const Layout& l, int stage);
 
+// Adafactor's state of a rank of `stage` (optim/adafactor.h), in floats, without its first moment:
+// every matrix's R and C over the matrix's global rows and columns (each expert of a stack its own
+// matrix; every holder keeps them whole), and a second moment per element this rank holds of the
+// unfactored tensors (norm gains, biases, an MoE layer's stacked biases). Exact without ZeRO; under
+// ZeRO the unfactored elements are this rank's shard of them and every matrix is counted, as a rank
+// keeps R and C of each matrix its shard touches.
+double adafactor_state_floats(const config::ModelConfig& m, const Layout& l, int stage);
+
 // Bytes per element of activations, parameters and gradients in a precision.
 int element_bytes(Precision p);
 

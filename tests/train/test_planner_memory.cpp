@@ -69,6 +69,10 @@ const std::vector<Layout> kLayouts = {
     {"moe_dp4_ep2_onebit_adam", 4,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --train.micro_batch_size 1 "
      "--optim.name onebit_adam --optim.freeze_step 1", 1, 4},
+    // Adafactor: each matrix's R and C (an expert's its own), the biases' and norms' second moment.
+    {"one_adafactor", 1, "--optim.name adafactor"},
+    {"moe_dp2_ep2_adafactor", 2,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --optim.name adafactor", 1, 2},
     // Under sequence parallelism: the gathered sequence routed on both tp ranks, in bf16 (the
     // gradients of the router and the experts summed over tp with the norms').
     {"moe_tp2_sp_bf16", 2,
