@@ -71,3 +71,16 @@ choose_openblas_coretype() {
   echo "$best_line" | "$python" -c "import json,sys; d=json.loads(sys.stdin.read()); d['probe']=True; print(json.dumps(d))" \
     >>"$results"
 }
+
+# What both benchmarks do before their runs: SHAPE_ARGS, the sgemm_ceiling options of every config's
+# main product, and PyTorch's OpenBLAS core chosen at the last config's shape (the headline one).
+# Reads the sourcing script's CONFIG_LIST, config_args, PYTHON, ROOT, RESULTS and THREADS.
+prepare_fair_peer() {
+  SHAPE_ARGS=()
+  local c
+  for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
+  local L C H T B V W S
+  read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
+  choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
+    --threads "$THREADS"
+}

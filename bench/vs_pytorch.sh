@@ -86,13 +86,7 @@ measure_ceiling() {
   echo "$out" | tail -n 1 >>"$RESULTS"
 }
 source "$ROOT/bench/peer_best.sh"
-SHAPE_ARGS=()
-for c in "${CONFIG_LIST[@]}"; do SHAPE_ARGS+=(--shape "$(config_shape "$c")"); done
-
-# PyTorch's OpenBLAS core, chosen at the last config's shape (the headline one).
-read -r L C H T B V W S <<<"$(config_args "${CONFIG_LIST[-1]}")"
-choose_openblas_coretype "$PYTHON" "$ROOT/bench/torch_train.py" "$RESULTS" --embd "$C" --seq "$T" --batch "$B" \
-  --threads "$THREADS"
+prepare_fair_peer
 
 echo "== GEMM ceiling (OpenBLAS with OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, oneDNN)"
 measure_ceiling
