@@ -85,15 +85,19 @@ void run_plan_config(const PlanArgs& a, const std::vector<std::string>& override
   double exposed = 0;
   const int64_t sharing = cluster.devices_on_a_node(l.devices());
   for (size_t s = 0; s < memory.nvme_traffic.size(); ++s) {
-    // Offloaded parameters are read for the units' gathers beside the same forwards and backwards.
-    const OffloadIo activations = offload_io(cluster, memory.nvme_traffic[s],
-                                             memory.nvme_traffic[s] + memory.nvme_parameter_reads[s], sharing,
-                                             est.time.compute);
+    // Offloaded parameters are read for the units' gathers beside the same forwards and backwards,
+    // where offloaded gradients are written (and read back to add each microbatch after the first).
+    const train::GradientTraffic& grads = memory.nvme_gradient_traffic[s];
+    const OffloadIo activations =
+        offload_io(cluster, memory.nvme_traffic[s] + grads.written_in_backward,
+                   memory.nvme_traffic[s] + memory.nvme_parameter_reads[s] + grads.read_in_backward, sharing,
+                   est.time.compute);
     // A delayed update streams the state while the next step computes; its compute still takes the
     // cores, but its disk traffic has the whole step to hide behind.
     const double state_window =
         config.optim.delayed_update_after > 0 ? est.time.compute + est.time.optimizer : est.time.optimizer;
-    const OffloadIo state = offload_io(cluster, memory.nvme_optimizer_traffic[s], sharing, state_window);
+    const OffloadIo state = offload_io(cluster, memory.nvme_optimizer_traffic[s],
+                                       memory.nvme_optimizer_traffic[s] + grads.read_in_step, sharing, state_window);
     io.push_back({activations.bytes_written + state.bytes_written, activations.bytes_read + state.bytes_read,
                   activations.timed && state.timed, activations.seconds + state.seconds,
                   activations.exposed_seconds + state.exposed_seconds});

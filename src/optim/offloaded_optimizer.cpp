@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "kernels/cpu/residual.h"
+
 namespace tessera::optim {
 
 namespace {
@@ -25,8 +27,9 @@ size_t chunk_end(std::span<const Segment> segments, size_t first, const Offloade
 
 OffloadedOptimizer::OffloadedOptimizer(std::span<const Segment> segments, const Factory& make,
                                        const StateBytes& state_bytes, memory::NvmeStore& store, int64_t chunk_bytes,
-                                       MemoryAccountant& memory, OffloadedValues* values)
-    : store_(store), memory_(memory), values_(values) {
+                                       MemoryAccountant& memory, OffloadedValues* values,
+                                       OffloadedGradients* grads)
+    : store_(store), memory_(memory), values_(values), grads_(grads) {
   TS_CHECK(!segments.empty(), "an offloaded optimizer over no parameters");
   TS_CHECK(chunk_bytes > 0, "optimizer state chunks of {} bytes", chunk_bytes);
   owned_elements_ = total_elements(segments);
@@ -94,6 +97,12 @@ void OffloadedOptimizer::fetch_values(Chunk& c) {
   for (auto& w : values_->read(c.first_element, c.elements, c.values.data<float>())) c.works.push_back(std::move(w));
 }
 
+void OffloadedOptimizer::fetch_grads(Chunk& c) {
+  if (grads_ == nullptr || c.grads.defined()) return;
+  c.grads = Tensor::empty({c.elements}, DType::F32, MemoryTag::Grads, memory_);
+  for (auto& w : grads_->read(c.first_element, c.elements, c.grads.data<float>())) c.works.push_back(std::move(w));
+}
+
 void OffloadedOptimizer::write_values(Chunk& c) {
   if (values_ == nullptr) return;
   for (auto& w : values_->write(c.first_element, c.elements, c.values.data<float>())) {
@@ -127,6 +136,7 @@ void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
   const auto read = [&](Chunk& c) {
     fetch(c);
     fetch_values(c);
+    fetch_grads(c);
   };
   read(chunks_.front());
   for (size_t k = 0; k < chunks_.size(); ++k) {
@@ -142,7 +152,17 @@ void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
         at += s.size();
       }
     }
+    if (grads_ != nullptr) {
+      float* grads = c.grads.data<float>();
+      for (float factor : grads_->scales()) kernels::scale_inplace(grads, factor, static_cast<size_t>(c.elements));
+      int64_t at = 0;
+      for (Segment& s : mine) {
+        s.grad = grads + at;
+        at += s.size();
+      }
+    }
     c.optimizer->step(lr, mine);
+    c.grads = Tensor();
     if (k > 0) evict(chunks_[k - 1]);
     write_back(c);
     write_values(c);

@@ -24,7 +24,9 @@
 // as OffloadedValues): the segments then carry no values, and each chunk's values are read with
 // its state before its update and written back with it, three chunks' at most (tag params). Unlike
 // the state, none stay or are read ahead between steps: the step waits for the last chunk's
-// values to be written, since the next forward's gathers read them from the nvme tier.
+// values to be written, since the next forward's gathers read them from the nvme tier. The
+// gradients may live there too (OffloadedGradients): each chunk's are read with its state and let
+// go after its update, two chunks' at most (tag grads).
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,6 +50,17 @@ class OffloadedValues {
   virtual std::vector<std::shared_ptr<memory::CopyWork>> write(int64_t first, int64_t count, const float* from) = 0;
 };
 
+// Reduced gradients kept outside compute memory (ZeRO-3's gradient shard in the nvme tier),
+// addressed as OffloadedValues are. The step scales a gradient in memory in place (the loss
+// scale's inverse, then clipping); one that is elsewhere is scaled by the same factors, in the
+// same order, when it is read, which gives the same bits.
+class OffloadedGradients {
+ public:
+  virtual ~OffloadedGradients() = default;
+  virtual std::vector<std::shared_ptr<memory::CopyWork>> read(int64_t first, int64_t count, float* into) = 0;
+  virtual std::span<const float> scales() const = 0;
+};
+
 class OffloadedOptimizer final : public Optimizer {
  public:
   // Builds the optimizer of one chunk's segments (the kind and settings of the whole).
@@ -57,9 +70,10 @@ class OffloadedOptimizer final : public Optimizer {
   // `segments`: the owned segments every step will pass, in order. Builds the chunks one at a time,
   // each written out before the next is made, so construction holds one chunk's state at most.
   // `values`: where the master values live when the segments carry none (null: in the segments).
+  // `grads`: where the reduced gradients live when the segments carry none (null: in the segments).
   OffloadedOptimizer(std::span<const Segment> segments, const Factory& make, const StateBytes& state_bytes,
                      memory::NvmeStore& store, int64_t chunk_bytes, MemoryAccountant& memory,
-                     OffloadedValues* values = nullptr);
+                     OffloadedValues* values = nullptr, OffloadedGradients* grads = nullptr);
   ~OffloadedOptimizer() override;
 
   std::string_view name() const override { return chunks_.front().optimizer->name(); }
@@ -130,6 +144,7 @@ class OffloadedOptimizer final : public Optimizer {
     bool resident = true;
     int64_t first_element = 0, elements = 0;  // in the owned order
     Tensor values;  // its master values while it updates (with OffloadedValues), tag params
+    Tensor grads;   // its gradients while it updates (with OffloadedGradients), tag grads
     std::vector<std::shared_ptr<memory::CopyWork>> value_writes;
   };
   void write_back(Chunk& chunk);  // posts the writes
@@ -139,12 +154,14 @@ class OffloadedOptimizer final : public Optimizer {
   void fetch_values(Chunk& chunk);  // posts the reads of its master values
   void write_values(Chunk& chunk);  // posts their writes
   void put_values(Chunk& chunk);    // waits for those and frees the buffer (evict does too)
+  void fetch_grads(Chunk& chunk);   // posts the reads of its gradients
 
   memory::NvmeStore& store_;
   // Counts the chunks' master values, the whole state state_dict() joins and what a ChunkReader's
   // user copies out of a chunk.
   MemoryAccountant& memory_;
   OffloadedValues* values_;
+  OffloadedGradients* grads_;
   std::vector<Chunk> chunks_;
   int64_t owned_elements_ = 0;
 };

@@ -47,9 +47,9 @@ std::vector<Segment> segments_of_range(const nn::ParameterStore& store, nn::Para
     const auto first = static_cast<int64_t>(p.offset);
     const int64_t lo = std::max(owned.begin, first), hi = std::min(owned.end, first + p.numel());
     if (hi <= lo) continue;
-    // No values: they live elsewhere (an offloaded shard), and the segments carry none.
+    // No values or gradients: they live elsewhere (an offloaded shard), and the segments carry none.
     out.push_back({&p, lo - first, hi - first, values != nullptr ? values + (lo - owned.begin) : nullptr,
-                   grads + (lo - owned.begin), sharded_over | p.spec.split_mask()});
+                   grads != nullptr ? grads + (lo - owned.begin) : nullptr, sharded_over | p.spec.split_mask()});
   }
   return out;
 }

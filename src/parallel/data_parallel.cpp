@@ -74,13 +74,24 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
                                                     options.offload_params, options.kept_units, scope);
     transforms.add(placement_slot(options.group), *gatherer_);
   }
-  if (options.zero_stage >= 2) {
+  if (options.offload_params != nullptr && !options.gradients_in_memory) {
+    std::vector<optim::Segment> segments;
+    for (const nn::ParamRange& part : owned()) {
+      for (const optim::Segment& s : optim::segments_of_range(params_, part, nullptr, nullptr, over_this_group())) {
+        segments.push_back(s);
+      }
+    }
+    const std::vector<nn::ParamRange> shard = layout_.shards(rank_);
+    TS_CHECK(shard.size() == 1, "ZeRO-3's gradients in the nvme tier: the shard is one range, not {}", shard.size());
+    offloaded_grads_ = std::make_unique<OffloadedGradients>(*options.offload_params, params, shard.front(), segments,
+                                                            memory);
+  } else if (options.zero_stage >= 2) {
     grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
   }
   reducer_ = std::make_unique<GradientReducer>(params, units, layout_, rank_, comm, memory, options.zero_stage,
                                                options.bucket_bytes / 4,
                                                grad_shard_.defined() ? grad_shard_.data<float>() : nullptr, ownership,
-                                               domain_ids_);
+                                               domain_ids_, offloaded_grads_.get());
   transforms.add(reduction_slot(options.group), *reducer_);
   compressor_ = make_compressor(options.compression, reducer_->bucket_shapes(), memory, rank_);
   reducer_->set_compressor(compressor_.get(), options.compression.warmup_steps);
@@ -95,6 +106,11 @@ DataParallel::~DataParallel() {
     transforms_.remove(placement_slot(options_.group));
     ownership_.release(*gatherer_);
   }
+}
+
+uint32_t DataParallel::over_this_group() const {
+  // The shards of one parameter are spread over this group: its norm sums over it.
+  return 1u << static_cast<int>(options_.group);
 }
 
 void DataParallel::set_reducing(bool reducing) { reducer_->set_reducing(reducing); }
@@ -118,12 +134,15 @@ float* DataParallel::values_of(nn::ParamRange part) {
 }
 
 float* DataParallel::grads_of(nn::ParamRange part) {
+  if (offloaded_grads_) return nullptr;
   if (grad_shard_.defined()) return grad_shard_.data<float>() + layout_.shard_offset(rank_, part.begin);
   return params_.flat_grads().data<float>() + part.begin;
 }
 
 void DataParallel::zero_grads() {
-  if (grad_shard_.defined()) {
+  if (offloaded_grads_) {
+    offloaded_grads_->begin_step();
+  } else if (grad_shard_.defined()) {
     grad_shard_.fill_zero();
   } else {
     params_.zero_grads();
@@ -133,12 +152,12 @@ void DataParallel::zero_grads() {
 std::vector<optim::Segment> DataParallel::master_segments(std::span<const nn::Parameter* const> params) {
   TS_CHECK(params.size() == domain_ids_.size(), "ZeRO shards its whole domain: it must own the master copy of every "
            "parameter in it ({}), not {}", domain_ids_.size(), params.size());
-  // The shards of one parameter are spread over this group: its norm sums over it.
-  const uint32_t over_dp = 1u << static_cast<int>(options_.group);
   std::vector<optim::Segment> out;
   for (const nn::ParamRange& part : owned()) {
-    // Offloaded values (null) live in the nvme tier: offloaded_values().
-    for (optim::Segment& s : optim::segments_of_range(params_, part, values_of(part), grads_of(part), over_dp)) {
+    // Offloaded values and gradients (null) live in the nvme tier: offloaded_values(),
+    // offloaded_gradients().
+    for (optim::Segment& s : optim::segments_of_range(params_, part, values_of(part), grads_of(part),
+                                                      over_this_group())) {
       out.push_back(s);
     }
   }

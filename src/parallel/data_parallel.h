@@ -35,6 +35,7 @@
 #include "exec/transform.h"
 #include "nn/parameters.h"
 #include "parallel/gradient_reducer.h"
+#include "parallel/offloaded_gradients.h"
 #include "parallel/parameter_gatherer.h"
 #include "parallel/shard_layout.h"
 
@@ -54,9 +55,12 @@ struct DataParallelOptions {
   // ExpertParameterPlacement slot, and their ZeRO shards are spread over edp, which a global norm
   // must sum over).
   config::MeshDim group = config::MeshDim::DP;
-  // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params); null:
-  // compute memory.
+  // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params) and its
+  // gradient shard (offloaded_gradients.h); null: compute memory.
   memory::NvmeStore* offload_params = nullptr;
+  // With offload_params, the gradient shard stays in compute memory: the step reads gradients
+  // before the update (sequence parallelism sums the replicated parameters' over tp).
+  bool gradients_in_memory = false;
   // ZeRO-3 under a pipeline: the units this rank's stages run, each kept gathered from its first
   // action of a step to its last (parameter_gatherer.h); empty: gathered per run of actions.
   std::vector<int> kept_units;
@@ -99,6 +103,9 @@ class DataParallel final : public exec::StorageOwner {
   // ZeRO-3 with the shard in the nvme tier: where the master values are, for the offloaded
   // optimizer (the master segments then carry no values). Null otherwise.
   optim::OffloadedValues* offloaded_values() const { return gatherer_ ? gatherer_->offloaded() : nullptr; }
+  // ZeRO-3 with the gradient shard in the nvme tier too: where the reduced gradients are (the
+  // master segments then carry none). Null otherwise.
+  OffloadedGradients* offloaded_gradients() const { return offloaded_grads_.get(); }
 
   void zero_grads();
   // ZeRO-1/2: every rank's updated shard is all-gathered into the whole buffer. Collective.
@@ -208,6 +215,7 @@ class DataParallel final : public exec::StorageOwner {
   // Where the elements of `part` (inside this rank's shard) live: the values and the reduced gradients.
   float* values_of(nn::ParamRange part);
   float* grads_of(nn::ParamRange part);
+  uint32_t over_this_group() const;  // Segment::sharded_over's bit for this group
 
   nn::ParameterStore& params_;
   dist::Communicator* comm_;
@@ -217,7 +225,8 @@ class DataParallel final : public exec::StorageOwner {
   std::vector<int> domain_ids_;  // the parameters inside the domain, in store order
   exec::ParameterOwnership& ownership_;
   exec::TransformChain& transforms_;
-  Tensor grad_shard_;  // stages 2 and 3: [shard size], tag grads
+  Tensor grad_shard_;  // stages 2 and 3: [shard size], tag grads; undefined when offloaded
+  std::unique_ptr<OffloadedGradients> offloaded_grads_;
   std::unique_ptr<ParameterGatherer> gatherer_;  // stage 3
   std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<GradientCompressor> compressor_;  // null without compression

@@ -9,6 +9,7 @@
 // in rank order, on every rank), so every rank reaches the same verdict with no extra message, and
 // all skip the optimizer step together when it is not.
 #include <array>
+#include <optional>
 #include <span>
 
 #include "dist/communicator.h"
@@ -16,6 +17,8 @@
 #include "optim/optimizer.h"
 
 namespace tessera::parallel {
+
+class OffloadedGradients;
 
 struct GradNorm {
   double norm = 0;
@@ -29,10 +32,14 @@ class GradNormService {
 
   // `found_non_finite`: this rank saw a value that is not finite where the segments no longer show
   // it (a compressor may leave it out of its message); the norm is then non-finite on every rank.
-  GradNorm compute(std::span<const optim::Segment> segments, bool found_non_finite = false) const;
+  // Segments that carry no gradient have it in `elsewhere` (ZeRO-3's gradients in the nvme tier),
+  // which sums their squares as a run in memory would be.
+  GradNorm compute(std::span<const optim::Segment> segments, bool found_non_finite = false,
+                   OffloadedGradients* elsewhere = nullptr) const;
   // PyTorch's clip_grad_norm_: scales every segment's gradient by max_norm / (norm + 1e-6) when
-  // that is below 1 and max_norm > 0; nothing for a non-finite norm.
-  static void clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm);
+  // that is below 1 and max_norm > 0; nothing for a non-finite norm. Returns the factor it scaled
+  // by, for a gradient held elsewhere to be scaled by it too.
+  static std::optional<float> clip(std::span<const optim::Segment> segments, const GradNorm& norm, double max_norm);
 
  private:
   std::array<dist::Communicator*, config::kMeshDims.size()> groups_;

@@ -11,7 +11,8 @@ namespace tessera::parallel {
 GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units,
                                  const ShardLayout& layout, int rank, dist::Communicator* comm,
                                  MemoryAccountant& memory, int stage, int64_t bucket_elems, float* grad_shard,
-                                 exec::ParameterOwnership& ownership, std::span<const int> ids)
+                                 exec::ParameterOwnership& ownership, std::span<const int> ids,
+                                 OffloadedGradients* offloaded)
     : params_(params),
       layout_(layout),
       rank_(rank),
@@ -19,7 +20,9 @@ GradientReducer::GradientReducer(nn::ParameterStore& params, const std::vector<n
       memory_(memory),
       stage_(stage),
       grad_shard_(grad_shard),
-      buckets_(plan_buckets(units, bucket_elems, layout.pieces())) {
+      buckets_(plan_buckets(units, bucket_elems, layout.pieces())),
+      offloaded_(offloaded) {
+  TS_CHECK(offloaded == nullptr || stage == 3, "gradients in the nvme tier are ZeRO-3's shard, not stage {}'s", stage);
   bucket_of_.assign(static_cast<size_t>(params.size()), -1);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (const auto& p : params.all()) {
@@ -49,6 +52,12 @@ GradientReducer::~GradientReducer() {
     dist::wait_all(works);  // no buffer may be freed while the communicator still writes into it
   } catch (...) {
     // Destruction during an error: the job is ending anyway; do not throw from a destructor.
+  }
+  for (Writing& w : writing_) {
+    try {
+      wait_all(w.writes);  // nor while the copy engine reads from it
+    } catch (...) {
+    }
   }
 }
 
@@ -117,9 +126,16 @@ void GradientReducer::begin(const exec::Program& program) {
       if (!fresh) it->second.second = i;
     }
   }
+  final_window_.clear();
+  std::map<int, int> final_post;  // bucket -> its last window's posting action
   for (const auto& [w, first_last] : span) {
     if (sharded_grads()) open_before_[first_last.first].push_back(w);
     post_after_[first_last.second].push_back(w);
+    auto [it, fresh] = final_post.try_emplace(w.first, first_last.second);
+    if (fresh || first_last.second >= it->second) {
+      it->second = first_last.second;
+      final_window_[w.first] = w.second;
+    }
   }
 }
 
@@ -137,6 +153,7 @@ void GradientReducer::after(const exec::Event& event) {
 
 void GradientReducer::finish(const exec::Program& program) {
   while (!in_flight_.empty()) complete_oldest();
+  while (!writing_.empty()) finish_oldest_write();
   TS_CHECK(filling_.empty(), "gradient reduction: {} bucket(s) were never completed by the program", filling_.size());
 }
 
@@ -157,6 +174,12 @@ void GradientReducer::allocate(Window w, int action) {
     complete_oldest();  // frees storage early when the communicator is ahead
   }
   while (in_flight_.size() >= kMaxInFlight) complete_oldest();
+  const auto done = [](const Writing& w) {
+    return std::all_of(w.writes.begin(), w.writes.end(), [](const auto& c) { return c->is_completed(); });
+  };
+  while (!writing_.empty() && (done(writing_.front()) || writing_.front().posted_after < action - 1)) {
+    finish_oldest_write();
+  }
   const Bucket& b = buckets_[static_cast<size_t>(w.first)];
   filling_.emplace(w, Tensor::zeros({b.range.size()}, DType::F32, MemoryTag::Comm, memory_));
 }
@@ -265,15 +288,27 @@ void GradientReducer::complete(InFlight& f) {
   if (!sharded_grads()) return;
   const Bucket& b = buckets_[static_cast<size_t>(f.window.first)];
   const nn::ParamRange part = layout_.part(b.range, rank_);
-  const float* src = f.storage.data<float>() + (part.begin - b.range.begin);
   if (part.size() == 0) return;
+  if (offloaded_ != nullptr) {
+    float* reduced = f.storage.data<float>() + (part.begin - b.range.begin);
+    const bool final = final_window_.at(f.window.first) == f.window.second;
+    writing_.push_back({offloaded_->land(part, reduced, final), std::move(f.storage), f.posted_after});
+    return;
+  }
+  const float* src = f.storage.data<float>() + (part.begin - b.range.begin);
   float* dst = grad_shard_ + layout_.shard_offset(rank_, part.begin);
   for (int64_t i = 0; i < part.size(); ++i) dst[i] += src[i];
 }
 
 void GradientReducer::complete_oldest() {
   complete(in_flight_.front());
-  in_flight_.pop_front();  // frees the bucket's storage
+  in_flight_.pop_front();  // frees the bucket's storage, unless a write to the nvme tier still reads it
+}
+
+void GradientReducer::finish_oldest_write() {
+  Writing w = std::move(writing_.front());
+  writing_.pop_front();
+  wait_all(w.writes);
 }
 
 }  // namespace tessera::parallel

@@ -22,6 +22,11 @@
 //                   preceding it: they have had a whole action to finish, and completing them then
 //                   makes the comm tag's peak the one plan::engine_zero_comm_walk predicts, not
 //                   one that depends on how soon the communicator happened to finish.
+//   stage 3, nvme   the reduced part is written to the gradient shard in the nvme tier instead
+//                   (offloaded_gradients.h), from the bucket's storage, which lives until the write
+//                   is done: it is waited for under the same rule (posted before the action
+//                   preceding a new bucket), but not for the count of buckets in flight, so a
+//                   unit's writes run while the next unit computes.
 #include <deque>
 #include <map>
 #include <span>
@@ -34,6 +39,7 @@
 #include "nn/parameters.h"
 #include "parallel/buckets.h"
 #include "parallel/compression/compressor.h"
+#include "parallel/offloaded_gradients.h"
 #include "parallel/shard_layout.h"
 
 namespace tessera::parallel {
@@ -45,9 +51,12 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   // Buckets cover the layout's pieces. `grad_shard` ([shard size], stages 2 and 3 only) receives
   // this rank's reduced gradients; then the reducer claims the gradient role of the parameters
   // `ids` (those inside the pieces) from `ownership`.
+  // `offloaded` (stage 3, instead of `grad_shard`): the gradient shard in the nvme tier, where each
+  // reduced part is written (offloaded_gradients.h).
   GradientReducer(nn::ParameterStore& params, const std::vector<nn::Unit>& units, const ShardLayout& layout, int rank,
                   dist::Communicator* comm, MemoryAccountant& memory, int stage, int64_t bucket_elems,
-                  float* grad_shard, exec::ParameterOwnership& ownership, std::span<const int> ids);
+                  float* grad_shard, exec::ParameterOwnership& ownership, std::span<const int> ids,
+                  OffloadedGradients* offloaded = nullptr);
   ~GradientReducer() override;
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
@@ -112,6 +121,8 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   // Sums what it received into this rank's part of the bucket (and, stage 0, all-gathers the sums).
   void complete_low_precision(InFlight& f);
   void complete_oldest();
+  // Waits for the oldest write to the nvme tier and frees its bucket.
+  void finish_oldest_write();
 
   nn::ParameterStore& params_;
   ShardLayout layout_;
@@ -127,6 +138,14 @@ class GradientReducer final : public exec::Transform, public exec::StorageOwner 
   std::map<int, std::vector<Window>> post_after_;   // action index -> windows complete after it
   std::map<Window, Tensor> filling_;                // allocated and not yet posted
   std::deque<InFlight> in_flight_;
+  OffloadedGradients* offloaded_ = nullptr;
+  struct Writing {
+    OffloadedGradients::Works writes;
+    Tensor storage;  // the bucket's, which the writes read
+    int posted_after = 0;
+  };
+  std::deque<Writing> writing_;        // reduced parts on their way to the nvme tier
+  std::map<int, int> final_window_;    // bucket -> the microbatch whose window is its last this step
   GradientCompressor* compressor_ = nullptr;
   int64_t warmup_steps_ = 0;
   bool reducing_ = true;

@@ -9,6 +9,13 @@ namespace tessera::parallel {
 
 OffloadedShard::OffloadedShard(memory::NvmeStore& store, const nn::ParameterStore& params, nn::ParamRange mine,
                                const float* values)
+    : OffloadedShard(store, params, mine) {
+  // Delegated: should the writes fail, the destructor releases the extents.
+  Works works = write_range(mine, values);
+  wait_all(works);
+}
+
+OffloadedShard::OffloadedShard(memory::NvmeStore& store, const nn::ParameterStore& params, nn::ParamRange mine)
     : store_(store), mine_(mine) {
   for (const nn::Parameter& p : params.all()) {
     const auto first = static_cast<int64_t>(p.offset);
@@ -26,8 +33,6 @@ OffloadedShard::OffloadedShard(memory::NvmeStore& store, const nn::ParameterStor
            mine.end, covered);
   try {
     for (Part& part : parts_) part.extent = store_.allocate(sizeof(float) * static_cast<size_t>(part.flat.size()));
-    Works works = write_range(mine, values);
-    wait_all(works);
   } catch (...) {
     for (const Part& part : parts_) {
       if (!part.extent.empty()) store_.release(part.extent);

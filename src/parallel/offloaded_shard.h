@@ -25,6 +25,8 @@ class OffloadedShard final : public optim::OffloadedValues {
   // shard from `values` (mine.size() elements) and waits for the writes.
   OffloadedShard(memory::NvmeStore& store, const nn::ParameterStore& params, nn::ParamRange mine,
                  const float* values);
+  // The same extents with nothing written yet (a gradient shard, written as backward completes it).
+  OffloadedShard(memory::NvmeStore& store, const nn::ParameterStore& params, nn::ParamRange mine);
   ~OffloadedShard() override;
   OffloadedShard(const OffloadedShard&) = delete;
   OffloadedShard& operator=(const OffloadedShard&) = delete;
@@ -39,15 +41,17 @@ class OffloadedShard final : public optim::OffloadedValues {
   Works write(int64_t first, int64_t count, const float* from) override;
 
   nn::ParamRange range() const { return mine_; }
+  // The parts, in flat order: [first, last) of those that make up `range` (on their boundaries),
+  // and each one's flat elements.
+  std::pair<size_t, size_t> parts_of(nn::ParamRange range) const;
+  nn::ParamRange part(size_t index) const { return parts_.at(index).flat; }
+  size_t parts() const { return parts_.size(); }
 
  private:
   struct Part {
     nn::ParamRange flat;
     memory::Extent extent;
   };
-  // The parts that make up `range`, which must start and end on their boundaries.
-  std::pair<size_t, size_t> parts_of(nn::ParamRange range) const;
-
   memory::NvmeStore& store_;
   nn::ParamRange mine_;
   std::vector<Part> parts_;  // in flat order, covering mine_

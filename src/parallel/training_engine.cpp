@@ -185,6 +185,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
   DataParallelOptions dp_options;
   dp_options.zero_stage = layout.zero_stage;
   dp_options.offload_params = options.offload_params ? nvme_.get() : nullptr;
+  // The step sums the sequence-parallel gradients over tp before the update, so it reads them in memory.
+  dp_options.gradients_in_memory = layout.sp && tp_ != nullptr;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.compression = options.compression;
   dp_options.message_dtype = options.precision.grad_dtype;
@@ -296,7 +298,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     const auto bytes = [&](std::span<const optim::Segment> chunk) { return optim::state_bytes(options.optimizer, chunk); };
     auto offloaded = std::make_unique<optim::OffloadedOptimizer>(ownership_.master_segments(), make, bytes, *nvme_,
                                                                  options.offload_optimizer_chunk_bytes, memory,
-                                                                 data_parallel_->offloaded_values());
+                                                                 data_parallel_->offloaded_values(),
+                                                                 data_parallel_->offloaded_gradients());
     offloaded_optimizer_ = offloaded.get();
     optimizer_ = std::move(offloaded);
   } else {
@@ -524,8 +527,9 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
   if (max_grad_norm || loss_scaler_.enabled()) {
     const bool compressed_non_finite =
         data_parallel_->compressed_non_finite() || (expert_data_parallel_ && expert_data_parallel_->compressed_non_finite());
-    result.grad_norm =
-        norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments, compressed_non_finite);
+    OffloadedGradients* const elsewhere = data_parallel_->offloaded_gradients();
+    result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments,
+                                      compressed_non_finite, elsewhere);
     if (result.grad_norm.non_finite) {
       result.skipped = true;  // every rank sees the same norm, so every rank skips
       loss_scaler_.update(false);
@@ -537,12 +541,16 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
       // so this and the norm's division are exact.
       const double inverse = 1.0 / program_loss_scale_;
       for (const optim::Segment& s : segments) {
-        kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
+        if (s.grad != nullptr) kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
       }
+      if (elsewhere != nullptr) elsewhere->scale_when_read(static_cast<float>(inverse));
       result.grad_norm.norm *= inverse;
       loss_scaler_.update(true);
     }
-    if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+    if (max_grad_norm) {
+      const std::optional<float> clipped = GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+      if (clipped && elsewhere != nullptr) elsewhere->scale_when_read(*clipped);
+    }
   }
   if (delayed_update_ && running_step_ >= static_cast<uint64_t>(options_.delayed_update_after)) {
     delayed_update_->start(*optimizer_, lr, segments);

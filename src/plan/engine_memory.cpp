@@ -157,6 +157,16 @@ double engine_last_bucket_elements(const ModelConfig& m, const Layout& l) {
   return buckets.empty() ? 0.0 : buckets.back().elements;
 }
 
+double engine_largest_bucket_elements(const ModelConfig& m, const Layout& l) {
+  TS_CHECK(l.pp == 1, "plan: the largest gradient bucket is computed for one stage (got pp={})", l.pp);
+  const double bucket_elements = std::floor(static_cast<double>(static_cast<int64_t>(l.bucket_mb * kMiB)) / kF32);
+  double largest = 0;
+  for (const Bucket& b : plan_buckets(engine_units(m, l), std::max(1.0, bucket_elements))) {
+    largest = std::max(largest, b.elements);
+  }
+  return largest;
+}
+
 std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const Layout& l, int stage) {
   TS_CHECK(l.zero_stage >= 2, "plan: the ZeRO-2/3 bucket walk is for ZeRO-2 or 3 (got zero={})", l.zero_stage);
   TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
@@ -235,7 +245,7 @@ std::vector<ZeroCommAction> engine_zero_comm_walk(const ModelConfig& m, const La
       // action (the one posted right before is taken to be still on the wire), then the oldest
       // beyond the limit.
       while (!in_flight.empty() && in_flight.front().action < i - 1) in_flight.pop_front();
-      while (in_flight.size() >= kMaxBucketsInFlight) in_flight.pop_front();
+      while (!l.gradients_to_nvme && in_flight.size() >= kMaxBucketsInFlight) in_flight.pop_front();
       filling += buckets[static_cast<size_t>(b)].elements;
     }
     double in_flight_elements = 0;

@@ -43,6 +43,8 @@ double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, 
 // The elements of the gradient bucket the runtime reduces last in a step of one stage (pp = 1): the
 // one that backward's last action (the embedding's) completes, posted when backward ends.
 double engine_last_bucket_elements(const config::ModelConfig& m, const Layout& l);
+// The largest gradient bucket, in elements (one pipeline stage).
+double engine_largest_bucket_elements(const config::ModelConfig& m, const Layout& l);
 
 // ZeRO-2/3's comm tag on stage `stage`'s rank: the peak of the bucket storage and gathered units
 // live at once, walking the unit actions with the runtime's rules (parallel/gradient_reducer.h,

@@ -73,6 +73,9 @@ struct Layout : config::ParallelLayout {
   // The runtime's gradient bucket size (parallel.bucket_mb, MiB), which sizes ZeRO-2/3's bucket
   // storage (only the engine accounting reads that) and the last bucket of a reduction between nodes.
   double bucket_mb = 25.0;
+  // ZeRO-3's gradient shard is in the nvme tier (memory.offload_params): a reduced bucket waits for
+  // its write there instead of for the count of buckets in flight (parallel/gradient_reducer.h).
+  bool gradients_to_nvme = false;
   // Bytes per element of the dense data-parallel gradient messages (parallel.grad_dtype: 2 for bf16
   // or f16); 0: the precision's element size.
   double grad_message_bytes = 0;

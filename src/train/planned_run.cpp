@@ -88,6 +88,8 @@ PlannedRun planned_run(RunConfig c) {
   l.activations = plan::ActivationAccounting::Engine;
   l.states = plan::StateAccounting::Engine;
   l.bucket_mb = static_cast<double>(c.parallel.bucket_mb);
+  // Under sequence parallelism the step reads the gradients in memory (parallel/data_parallel.h).
+  l.gradients_to_nvme = c.memory.offload_params == "nvme" && !(l.sp && l.tp > 1);
   // 16-bit gradient messages; the default (f32) keeps the precision's element size.
   if (const DType messages = c.precision_options().grad_dtype; messages != DType::F32) {
     l.grad_message_bytes = static_cast<double>(dtype_size(messages));
@@ -165,6 +167,11 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     // parameter larger than the chunk comes in whole, above the prediction.
     const bool params_offloaded = c.memory.offload_params == "nvme";
     double params_in_units = 0, params_in_optimizer = 0;
+    // Offloaded gradients (ZeRO-3's gradient shard in the nvme tier, parallel/offloaded_gradients.h):
+    // in compute memory, the two chunks' gradients the optimizer step holds at once (the one it
+    // updates and the next, read ahead); what waits for its write is a bucket, in the comm tag.
+    double grads_in_optimizer = 0, grads_in_backward = 0;
+    GradientTraffic gradient_traffic;
     if (params_offloaded) {
       const double shard = tags.params;
       out.nvme.back() += shard;
@@ -175,6 +182,19 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       const double state_per_parameter = optim::state_bytes_per_parameter(c.optim);
       const double chunk_values = state_per_parameter > 0 ? sizeof(float) * chunk / state_per_parameter : shard;
       params_in_optimizer = std::min(shard, 3.0 * chunk_values);
+      if (l.gradients_to_nvme) {
+        const double grads = tags.grads;
+        out.nvme.back() += grads;
+        // Each microbatch's window writes it; every one after the first reads it back to add.
+        const double microbatches = static_cast<double>(c.train.batch_size / c.train.micro_batch_size / l.dp);
+        gradient_traffic = {microbatches * grads, (microbatches - 1) * grads, grads};
+        grads_in_optimizer = std::min(grads, 2.0 * chunk_values);
+        // A window after the first reads its part back beside the bucket, one at a time.
+        if (microbatches > 1) {
+          grads_in_backward = sizeof(float) * std::ceil(plan::engine_largest_bucket_elements(m, l) / l.dp);
+        }
+        tags.grads = std::max(grads_in_optimizer, grads_in_backward);
+      }
       if (l.dp > 1) {
         // The largest unit: a block, or the embedding table (a tied head reads it again).
         const double C = m.n_embd, F = m.ffn();
@@ -185,6 +205,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     } else {
       out.nvme_parameter_reads.push_back(0);
     }
+    out.nvme_gradient_traffic.push_back(gradient_traffic);
     // A data-parallel compressor's state, and with a loss scale its copy from the step's start,
     // which a skipped step puts back (parallel/training_engine.h).
     if (l.dp > 1) {
@@ -224,14 +245,17 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     }
     const double transient = static_cast<double>(
         exec::predict_transient_peak(program, activations, workspace, l.pp > 1 ? boundary : 0, zero_comm));
-    const double states = (params_offloaded ? 0.0 : tags.params) + tags.grads + tags.weight_stash + tags.working_copies;
+    const double states = (params_offloaded ? 0.0 : tags.params) + (l.gradients_to_nvme ? 0.0 : tags.grads) +
+                          tags.weight_stash + tags.working_copies;
     out.tags.push_back(tags);
     // The optimizer's state is in compute memory all step long: in memory, or, offloaded, the three
     // chunks a step streams (between steps: the last one's write-back and the next step's first two,
     // read ahead), and a delayed update's shadow copies. Offloaded parameters' values come in with
     // the state's chunks in the optimizer step, and their units' parts beside the step's transients.
     out.peak.push_back(states + tags.optimizer +
-                       (params_offloaded ? std::max(transient + params_in_units, params_in_optimizer) : transient));
+                       (params_offloaded ? std::max(transient + params_in_units + grads_in_backward,
+                                                    params_in_optimizer + grads_in_optimizer)
+                                         : transient));
     if (out.peak.back() > out.peak[static_cast<size_t>(out.worst)]) out.worst = rank;
   }
   return out;

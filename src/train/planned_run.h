@@ -19,6 +19,15 @@ struct PlannedRun {
   std::string split_note;
 };
 
+// The gradient shard's bytes through the nvme tier per step, when it lives there: written by each
+// microbatch's reduction and read back by every one after the first, beside the backward; read by
+// the optimizer step.
+struct GradientTraffic {
+  double written_in_backward = 0;
+  double read_in_backward = 0;
+  double read_in_step = 0;
+};
+
 // The model and layout of `config`, in this engine's accounting (activations and states = engine)
 // and with its tiled attention (flash). Reads data.dir/data.json when model.vocab_size is not set,
 // as the trainer does. Throws naming the key when the run uses what the cost model does not describe.
@@ -37,6 +46,7 @@ struct PredictedMemory {
   std::vector<double> nvme_traffic;         // [stage]: activation bytes written to the nvme tier per step (each read back once)
   std::vector<double> nvme_optimizer_traffic;  // [stage]: optimizer-state (and offloaded master value) bytes read and written back in the step
   std::vector<double> nvme_parameter_reads;    // [stage]: offloaded parameter bytes read for the units' gathers per step
+  std::vector<GradientTraffic> nvme_gradient_traffic;  // [stage]: zero where the gradients are in memory
   int worst = 0;                            // the stage whose peak is highest
 };
 PredictedMemory predict_memory(const RunConfig& config, const PlannedRun& run);

@@ -95,10 +95,15 @@ std::string describe_tiers(const RunConfig& cfg, const parallel::TrainingEngine&
                                               "about {:g} MiB", chunks, chunks == 1 ? "" : "s",
                                               cfg.memory.offload_chunk_mb)
                                 : std::string("in compute memory"),
-                     params ? "ZeRO-3's parameter shard in the nvme tier, each unit's parameters read into compute "
-                              "memory before it runs (the next unit's while it runs) and the master values with "
-                              "the optimizer state's chunks; gradients in compute memory"
-                            : "parameters and gradients in compute memory");
+                     !params ? std::string("parameters and gradients in compute memory")
+                     : fmt::format("ZeRO-3's parameter shard in the nvme tier, each unit's parameters read into "
+                                   "compute memory before it runs (the next unit's while it runs) and the master "
+                                   "values with the optimizer state's chunks; {}",
+                                   engine.gradients_in_nvme()
+                                       ? "its gradient shard in the nvme tier, each bucket written as its reduction "
+                                         "completes and read with the optimizer state's chunks"
+                                       : "gradients in compute memory (sequence parallelism sums some over tp before "
+                                         "the update)"));
 }
 
 // One line on how the step runs: the schedule, the recompute policy and what it costs.

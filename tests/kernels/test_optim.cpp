@@ -84,6 +84,24 @@ TEST(KernelGradNorm, SumOfSquaresIsExactAndIndependentOfThreads) {
   EXPECT_EQ(sum_of_squares(x.data(), 0), 0.0);
 }
 
+// A gradient written to the nvme tier a piece at a time has its squares summed chunk by chunk
+// where each chunk lies, copied to another address where it straddles pieces.
+TEST(KernelGradNorm, ChunksSummedApartAndAddedInOrderGiveTheWholeSumsBits) {
+  for (size_t n : {size_t{0}, size_t{5}, size_t{63}, size_t{64}, size_t{1000}, size_t{300001}}) {
+    const std::vector<float> x = cast<float>(random_normal(static_cast<int64_t>(n), 7, "norm:chunks"));
+    const size_t chunk = square_chunk_elements(n);
+    double total = 0;
+    for (size_t k = 0; k < kSquareChunks; ++k) {
+      const size_t lo = std::min(n, k * chunk), hi = std::min(n, lo + chunk);
+      std::vector<float> elsewhere(hi - lo + 3);  // at another alignment than in x
+      std::copy(x.begin() + static_cast<std::ptrdiff_t>(lo), x.begin() + static_cast<std::ptrdiff_t>(hi),
+                elsewhere.begin() + 3);
+      total += sum_of_squares_chunk(elsewhere.data() + 3, hi - lo);
+    }
+    EXPECT_EQ(total, sum_of_squares(x.data(), n)) << n << " elements";
+  }
+}
+
 TEST(KernelGradNorm, ClipsToTheMaximumNorm) {
   std::vector<float> a{3.0f, 0.0f}, b(40000, 0.0f);
   b[123] = 4.0f;  // total norm 5

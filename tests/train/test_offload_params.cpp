@@ -66,6 +66,9 @@ TEST_F(OffloadParams, ParametersInTheNvmeTierGiveTheSameRun) {
       // parallelism (each tensor-parallel rank's shard of its blocks).
       {"zero3_bf16", 1, "--parallel.zero_stage 3 --precision.compute bf16",
        {"model.safetensors", "optimizer.rank00000.safetensors"}},
+      // A loss scale: the gradient in the nvme tier is unscaled and clipped as it is read.
+      {"zero3_fp16_clipped", 1, "--parallel.zero_stage 3 --precision.compute fp16 --optim.grad_clip 0.05",
+       {"model.safetensors", "optimizer.rank00000.safetensors"}},
       {"zero3_activations", 1, "--parallel.zero_stage 3 --memory.offload_activations nvme",
        {"model.safetensors", "optimizer.rank00000.safetensors"}},
       {"dp2_tp2_zero3", 4, "--parallel.dp 2 --parallel.tp 2 --parallel.zero_stage 3", {"model.safetensors"}},
@@ -100,11 +103,14 @@ TEST_F(OffloadParams, ParametersInTheNvmeTierGiveTheSameRun) {
       SCOPED_TRACE(fmt::format("rank {}: {} against {}", r, with.dump(), without.dump()));
       // In compute memory only the chunks and units in flight: less than the shard.
       EXPECT_LT(with["params"].get<double>(), 0.75 * without["params"].get<double>());
+      // The gradient shard too: what is in flight to the nvme tier and the chunks the step reads.
+      EXPECT_LT(with["grads"].get<double>(), 0.75 * without["grads"].get<double>());
       EXPECT_LT(with["peak"].get<double>(), without["peak"].get<double>());
     }
-    // This process's shard moved to the nvme tier, beside its optimizer state.
-    EXPECT_GE(with_line["memory"]["nvme"].get<double>(),
-              without_ranks[0]["params"].get<double>() + without_ranks[0]["optimizer"].get<double>())
+    // This process's shards moved to the nvme tier, beside its optimizer state.
+    EXPECT_GE(with_line["memory"]["nvme"].get<double>(), without_ranks[0]["params"].get<double>() +
+                                                             without_ranks[0]["grads"].get<double>() +
+                                                             without_ranks[0]["optimizer"].get<double>())
         << with_line.dump();
     for (const fs::directory_entry& e : fs::directory_iterator(moved / "offload")) {
       EXPECT_TRUE(e.path().filename().string().starts_with(".lock")) << e.path();

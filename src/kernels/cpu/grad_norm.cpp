@@ -9,20 +9,24 @@ namespace tessera::kernels {
 
 namespace {
 template <class T>
+double chunk_squares(const T* x, size_t n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
+template <class T>
 double sum_squares(const T* x, size_t n) {
   // A fixed number of chunks, summed in chunk order: the bits do not depend on how many threads
   // the chunks were spread over (an OpenMP reduction clause would combine in arrival order).
-  constexpr size_t kChunks = 64;
-  std::array<double, kChunks> partial{};
-  const size_t chunk = (n + kChunks - 1) / kChunks;
+  std::array<double, kSquareChunks> partial{};
+  const size_t chunk = square_chunk_elements(n);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (size_t k = 0; k < kChunks; ++k) {
-    const size_t lo = k * chunk;
+  for (size_t k = 0; k < kSquareChunks; ++k) {
+    const size_t lo = std::min(n, k * chunk);
     const size_t hi = std::min(n, lo + chunk);
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = lo; i < hi; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    partial[k] = s;
+    partial[k] = chunk_squares(x + lo, hi - lo);
   }
   double total = 0;
   for (double s : partial) total += s;
@@ -51,6 +55,7 @@ double clip(std::span<const std::pair<T*, size_t>> buffers, double max_norm) {
 
 double sum_of_squares(const float* x, size_t n) { return sum_squares(x, n); }
 double sum_of_squares(const double* x, size_t n) { return sum_squares(x, n); }
+double sum_of_squares_chunk(const float* x, size_t n) { return chunk_squares(x, n); }
 
 double clip_grad_norm(std::span<const std::pair<float*, size_t>> buffers, double max_norm) {
   return clip(buffers, max_norm);
