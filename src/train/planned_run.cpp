@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "data/dataset.h"
+#include "kernels/cpu/grad_norm.h"
 #include "exec/program.h"
 #include "config/workspace_bytes.h"
 #include "exec/program_memory.h"
@@ -189,9 +190,13 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
         const double microbatches = static_cast<double>(c.train.batch_size / c.train.micro_batch_size / l.dp);
         gradient_traffic = {microbatches * grads, (microbatches - 1) * grads, grads};
         grads_in_optimizer = std::min(grads, 2.0 * chunk_values);
-        // A window after the first reads its part back beside the bucket, one at a time.
+        // The norm's chunks (a 64th of the shard) that straddle the parts landing, copied together
+        // until their last part lands: two at a time as backward goes down the model. And a window
+        // after the first reads its part back beside the bucket, one at a time.
+        grads_in_backward = std::min(grads, 2.0 * sizeof(float) *
+                                                std::ceil(grads / sizeof(float) / kernels::kSquareChunks));
         if (microbatches > 1) {
-          grads_in_backward = sizeof(float) * std::ceil(plan::engine_largest_bucket_elements(m, l) / l.dp);
+          grads_in_backward += sizeof(float) * std::ceil(plan::engine_largest_bucket_elements(m, l) / l.dp);
         }
         tags.grads = std::max(grads_in_optimizer, grads_in_backward);
       }
