@@ -57,8 +57,9 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
   const int64_t mlp_values = c.gated_mlp() ? 3 : 2;  // of width F: pre (and up) and the activation
   const int64_t reduce_scatter_input = sp ? C * whole : 0;
   std::vector<UnitActivationBytes> bytes;
+  const int64_t gated = c.gated_mlp() ? 2 : 1;  // the MLP's first projections (SwiGLU: gate and up)
   bytes.push_back({.own = 1 * whole_stat, .output = C * part, .weight_half = 1 * whole_stat,
-                   .forward_transient = reduce_scatter_input, .exact = 1 * whole_stat});
+                   .weight_half_gradients = C * whole, .forward_transient = reduce_scatter_input, .exact = 1 * whole_stat});
   const int64_t split = W3 + C + mlp_values * F;  // activations inside the region, lse aside
   const int64_t block = (2 * C + split / t) * whole + H / t * whole_stat + C * part + 2 * norm_stats * part_stat;
   const int64_t recomputable = recomputable_values_per_token(c, tp) * whole;
@@ -83,6 +84,10 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                        .output = C * part,
                        .recomputable = C * whole,
                        .weight_half = (2 * C + C / t) * whole + expert_rows * (C + F) * value,
+                       // Attention's qkv and projection, the layer's incoming gradient, the router's
+                       // logits' (f32), and each local expert row's projections'.
+                       .weight_half_gradients = (W3 / t + 2 * C) * whole + E * whole_stat +
+                                                expert_rows * (gated * F + C) * value,
                        .forward_transient = reduce_scatter_input,
                        .rebuild_peak = C * whole,
                        .exact = H / t * whole_stat + 2 * norm_stats * part_stat + (E + 1 + k) * whole_stat +
@@ -94,6 +99,8 @@ std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int
                      .recomputable = recomputable,
                      .selective_forward = selective_forward_values_per_token(c, tp) * whole,
                      .weight_half = (2 * C + (C + F) / t) * whole,
+                     // qkv's, attention's projection's, the MLP's first projections' and its last's.
+                     .weight_half_gradients = (W3 / t + C + gated * F / t + C) * whole,
                      .forward_transient = reduce_scatter_input,
                      .rebuild_peak = rebuild_peak,
                      .exact = H / t * whole_stat + 2 * norm_stats * part_stat,

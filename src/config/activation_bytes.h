@@ -22,6 +22,9 @@ struct UnitActivationBytes {
   // Kept from the input half of a split backward to the weight half: what the weight gradients
   // read (the inputs of the unit's linear layers; the head's also the logits' gradient).
   int64_t weight_half = 0;
+  // Kept beside it, in workspace: the output gradients the weight gradients read (each linear
+  // layer's; the head's logits' gradient is counted in weight_half).
+  int64_t weight_half_gradients = 0;
   int64_t forward_transient = 0;  // held by any forward while it runs, at its peak, besides the above
   int64_t rebuild_peak = 0;       // the most a selective backward holds while it rebuilds `recomputable`
   // Of `own`, what every activation encoding leaves as it is (exec/activation_encoding.h): the

@@ -20,7 +20,7 @@ class ActivationWalk {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
       states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
-                         std::vector<int64_t>(units, 0), static_cast<int>(units)});
+                         std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0), static_cast<int>(units)});
     }
     posted_.assign(program.actions.size(), false);
   }
@@ -32,6 +32,7 @@ class ActivationWalk {
       const Action& a = program_.actions[static_cast<size_t>(i)];
       if (a.kind == Action::Kind::Unit) move_offloaded(i, a);
       int64_t during = live_;
+      const int64_t gradients_before = gradients_live_;
       switch (a.kind) {
         case Action::Kind::OptimizerStep:
           break;
@@ -54,6 +55,9 @@ class ActivationWalk {
       }
       out.during.push_back(std::max(during, live_));
       out.after.push_back(live_);
+      // An input half makes its own in its workspace, and a weight half reads its own there: each
+      // action's workspace covers those, the others' are beside it.
+      out.weight_half_gradients.push_back(std::min(gradients_before, gradients_live_));
       out.peak = std::max(out.peak, out.during.back());
     }
     out.nvme_peak = nvme_peak_;
@@ -67,6 +71,7 @@ class ActivationWalk {
     std::vector<int64_t> kept;  // [unit]: bytes the unit's context holds beyond its input
     std::vector<int64_t> rebuilt;  // [unit]: the most its backward holds rebuilding what a selective forward dropped
     std::vector<int64_t> encoded;  // [unit]: the bytes its encoded stash saves until its backward
+    std::vector<int64_t> gradients;  // [unit]: output gradients kept for its weight half
     int backward_done;          // the lowest unit whose backward (input half) ran
   };
 
@@ -175,12 +180,16 @@ class ActivationWalk {
         if (a.phase == Phase::BackwardInput) {
           s.kept[u] = b.weight_half;
           live_ += b.weight_half;
+          s.gradients[u] = b.weight_half_gradients;
+          gradients_live_ += b.weight_half_gradients;
         }
         return during;
       }
       case Phase::BackwardWeight:
         live_ -= s.kept[u];
         s.kept[u] = 0;
+        gradients_live_ -= s.gradients[u];
+        s.gradients[u] = 0;
         return live_;
     }
     return live_;
@@ -203,6 +212,7 @@ class ActivationWalk {
   std::vector<MicrobatchState> states_;
   std::vector<bool> posted_;  // [action]: its receive is posted
   int64_t live_ = 0;
+  int64_t gradients_live_ = 0;  // workspace: output gradients kept for weight halves
 };
 
 }  // namespace
@@ -221,17 +231,18 @@ int64_t predict_transient_peak(const Program& program, const ProgramMemory& acti
     if (a.kind == Action::Kind::Send) sent += sent_bytes;
     if (a.kind == Action::Kind::Recv) sent = 0;
     const int64_t comm = sent + (comm_during.empty() ? 0 : comm_during[i]);
+    const int64_t kept = activations.weight_half_gradients.empty() ? 0 : activations.weight_half_gradients[i];
     if (a.kind != Action::Kind::Unit) {
-      peak = std::max(peak, activations.during[i] + comm);
+      peak = std::max(peak, activations.during[i] + kept + comm);
       continue;
     }
     const UnitWorkspace& w = workspace[static_cast<size_t>(a.unit)];
     if (is_forward(a.phase)) {
-      peak = std::max(peak, activations.during[i] + w.forward + comm);
+      peak = std::max(peak, activations.during[i] + w.forward + kept + comm);
       continue;
     }
-    peak = std::max({peak, activations.during[i] + w.backward_beside_activations + comm,
-                     activations.after[i] + w.backward + comm});
+    peak = std::max({peak, activations.during[i] + w.backward_beside_activations + kept + comm,
+                     activations.after[i] + w.backward + kept + comm});
   }
   return peak;
 }

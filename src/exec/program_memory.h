@@ -40,6 +40,9 @@ struct ProgramMemory {
   int64_t offloaded_bytes = 0;      // written to the nvme tier (and read back) over the program
   std::vector<int64_t> after;       // [action]: live bytes once the action is done
   std::vector<int64_t> during;      // [action]: the largest live bytes while it runs
+  // [action]: the output gradients kept in workspace for weight halves still to run (zero bubble)
+  // beside the action's own workspace: those of other units' backwards.
+  std::vector<int64_t> weight_half_gradients;
 };
 
 // For `program` over microbatches of [B, T] tokens, the units forwarding with the keep and

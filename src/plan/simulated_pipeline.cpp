@@ -20,15 +20,18 @@ PipelineModel simulated_pipeline(TransferMode mode) {
   model.name = "simulated";
   model.makespan = [mode](const config::ParallelLayout& l, const StageTimes& t) {
     const pipeline::Schedule schedule = generate(l);
-    // The cost model's recompute is already inside t.backward; weight gradients are not split.
-    PipelineCosts costs = uniform_costs(schedule, t.forward, t.backward, 0.0, t.p2p);
+    // The cost model's recompute is already inside t.backward. Its weight half, which ZB-H1 moves
+    // into the bubble, is taken as half of it, as the closed form takes it.
+    const double weight = l.schedule == config::ScheduleKind::ZeroBubbleH1 ? t.backward / 2 : 0.0;
+    PipelineCosts costs = uniform_costs(schedule, t.forward, t.backward, weight, t.p2p);
     costs.mode = mode;
     return simulate_schedule(schedule, costs).total_time;
   };
   model.inflight_chunks = [mode](const config::ParallelLayout& l, int stage) -> int64_t {
     TS_CHECK(stage >= 0 && stage < l.pp, "plan: stage {} is outside [0, {})", stage, l.pp);
     const pipeline::Schedule schedule = generate(l);
-    PipelineCosts costs = uniform_costs(schedule, 1.0, 2.0, 0.0, 0.0);
+    PipelineCosts costs =
+        uniform_costs(schedule, 1.0, 2.0, l.schedule == config::ScheduleKind::ZeroBubbleH1 ? 1.0 : 0.0, 0.0);
     costs.mode = mode;
     return simulate_schedule(schedule, costs).peak_alive[static_cast<size_t>(stage)];
   };

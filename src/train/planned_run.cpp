@@ -145,7 +145,10 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
         exec::predict_program_memory(program, m, B, T, l.tp, l.sp, compute, encoding);
     // The cost model's chains keep everything in compute memory as it is; offloading moves some out,
     // and an encoding shrinks what waits for a backward.
-    if (recompute.offload != exec::ActivationOffloadMode::None || encoding != exec::ActivationEncoding::None) {
+    // ZB-H1 keeps what each weight half reads from its input half until it runs, which the
+    // program's walk follows and the cost model's count of microbatches in flight does not.
+    if (recompute.offload != exec::ActivationOffloadMode::None || encoding != exec::ActivationEncoding::None ||
+        l.schedule == config::ScheduleKind::ZeroBubbleH1) {
       tags.activations = static_cast<double>(activations.peak);
     }
     out.nvme.push_back(static_cast<double>(activations.nvme_peak));
@@ -230,6 +233,16 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       const int64_t drains = lowest_of_a_chunk ? posted : 0;
       workspace[u] = {unit_bytes[u].forward + posted, unit_bytes[u].backward + drains,
                       unit_bytes[u].backward_beside_activations + drains};
+    }
+    // Zero bubble: the output gradients kept for the weight halves to come sit in workspace beside
+    // what each action holds there.
+    for (size_t i = 0; i < program.actions.size(); ++i) {
+      const exec::Action& a = program.actions[i];
+      const int64_t kept = activations.weight_half_gradients[i];
+      if (kept == 0 || a.kind != exec::Action::Kind::Unit) continue;
+      const exec::UnitWorkspace& w = workspace[static_cast<size_t>(a.unit)];
+      tags.workspace = std::max(tags.workspace,
+                                static_cast<double>(kept + (exec::is_forward(a.phase) ? w.forward : w.backward)));
     }
     // Communication buffers are walked with the program: a pipeline's sent tensors, and ZeRO-2/3's
     // buckets and gathered units by the planner's walk of the same unit actions (a pipeline stage's

@@ -64,6 +64,14 @@ TEST(PlanPipelineModel, BubbleClosedForms) {
   EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::Interleaved, 8, 64, 4)), 7.0 / 256);
   EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::GPipe, 8, 64)), 7.0 / 64);
   EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::OneFOneB, 1, 64)), 0.0);
+  // ZB-H1 idles (p - 1) t_f against 1F1B's (p - 1)(t_f + t_b): a third of it at t_b = 2 t_f.
+  EXPECT_DOUBLE_EQ(closed_form_bubble_fraction(pipeline_layout(ScheduleKind::ZeroBubbleH1, 8, 64)), 7.0 / 192);
+  const StageTimes t{1.0, 2.0, 0.0};
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::ZeroBubbleH1, 4, 8), t), 8 * 3.0 + 3 * 1.0);
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::OneFOneB, 4, 8), t), 11 * 3.0);
+  // Below p microbatches the formula does not hold: 1F1B's.
+  EXPECT_DOUBLE_EQ(closed_form_makespan(pipeline_layout(ScheduleKind::ZeroBubbleH1, 4, 2), t),
+                   closed_form_makespan(pipeline_layout(ScheduleKind::OneFOneB, 4, 2), t));
 }
 
 TEST(PlanPipelineModel, MakespanIsBatchTimeFormula) {

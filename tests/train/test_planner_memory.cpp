@@ -80,6 +80,10 @@ const std::vector<Layout> kLayouts = {
     // A dense and an MoE block per stage: the even split, given (the FLOP model would move a block).
     {"moe_pp2", 2, "--model.n_layer 4 --model.moe_experts 4 --model.moe_every 2 --parallel.pp 2 "
                    "--parallel.stage_layers 2 2"},
+    // Zero bubble: each backward's weight half deferred, what it reads kept until it runs.
+    {"pp2_zbh1", 2, "--parallel.pp 2 --parallel.schedule zb-h1"},
+    {"moe_pp2_zbh1", 2, "--model.n_layer 4 --model.moe_experts 4 --model.moe_every 2 --parallel.pp 2 "
+                        "--parallel.stage_layers 2 2 --parallel.schedule zb-h1"},
     // Kept activations offloaded to the nvme tier (the run's own folder).
     {"one_offload", 1, "--memory.offload_activations nvme"},
     {"dp2_zero3_offload", 2, "--parallel.dp 2 --parallel.zero_stage 3 --memory.offload_activations nvme", 1, 2},
@@ -167,6 +171,14 @@ TEST_F(PlannerMemory, EveryRankOfEveryLayoutIsPredictedTagByTag) {
         const double p = want[tag].get<double>(), m = got[tag].get<double>();
         const std::string where = fmt::format("rank {} (stage {}), tag {}: predicted {} B, measured {} B", r, stage,
                                               tag, p, m);
+        if (tag == "workspace" && layout.keys.find("zb-h1") != std::string::npos) {
+          // Zero bubble: the output gradients kept for the weight halves are counted beside each
+          // action's workspace, but a weight half's own workspace is taken as its whole backward's
+          // (config::unit_workspace_bytes has no figure for the half alone); the head's weight half
+          // holds more: within 15 % here, the memory peak within 5 % as everywhere.
+          EXPECT_LE(std::abs(p - m), 0.15 * m) << where;
+          continue;
+        }
         if (tag == "comm" && (pipelined || reducing_buckets)) {
           // Two boundary tensors predicted, one or two in flight (the header says why); buckets
           // predicted on the wire that may be done.
