@@ -27,8 +27,8 @@ std::string quoted_list(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
-// The optimizer's name, and no key that the chosen optimizer would ignore set away from its default
-// (as the recompute keys are refused for the policies that ignore them).
+// The optimizer's name, no key that the chosen optimizer would ignore set away from its default (as
+// the recompute keys are refused for the policies that ignore them), and the schedule's last rate.
 void validate_optimizer(const RunConfig& config) {
   const OptimSection& o = config.optim;
   const std::span<const std::string_view> names = optim::optimizer_names();
@@ -47,6 +47,255 @@ void validate_optimizer(const RunConfig& config) {
            "config: optim.nesterov = true needs momentum: set optim.momentum (for example 0.9)");
   TS_CHECK(o.quantization == "dynamic" || o.quantization == "linear",
            "config: optim.quantization = '{}' is not known; use \"dynamic\" or \"linear\"", o.quantization);
+  TS_CHECK(o.min_lr >= 0.0f && o.min_lr <= o.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]", o.min_lr,
+           o.lr);
+}
+
+// tp, sp and ep against the model and the data-parallel ranks, and the global batch against the
+// microbatches of every rank.
+void check_parallel_shape(const RunConfig& c) {
+  if (const auto refusal = config::tensor_parallel_refusal(c.model, c.parallel.tp)) TS_FAIL("config: {}", *refusal);
+  if (c.parallel.sp && c.parallel.tp == 1) {
+    std::vector<int> sizes = config::tensor_parallel_sizes(c.model, 16);
+    std::erase(sizes, 1);
+    TS_FAIL("config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
+            "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
+            sizes.empty() ? std::string("none for this model") : fmt::format("{}", fmt::join(sizes, ", ")));
+  }
+  TS_CHECK(!c.parallel.sp || c.model.seq_len % c.parallel.tp == 0,
+           "config: parallel.sp = true splits every sequence into parallel.tp = {} equal parts, but model.seq_len = {} "
+           "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
+           c.parallel.tp, c.model.seq_len, c.parallel.tp, c.parallel.tp,
+           (c.model.seq_len / c.parallel.tp + 1) * c.parallel.tp);
+  if (const auto refusal = config::expert_parallel_refusal(c.model, c.parallel.ep)) TS_FAIL("config: {}", *refusal);
+  TS_CHECK(c.parallel.dp % c.parallel.ep == 0,
+           "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
+           "ep that divides dp", c.parallel.ep, c.parallel.dp);
+  // In 64 bits: each factor is in range, their product need not fit an int.
+  const int64_t per_round = int64_t{c.train.micro_batch_size} * c.parallel.dp;
+  if (c.train.batch_size % per_round != 0) {
+    // A smaller microbatch keeps the global batch (and so the run's numbers); a larger batch changes them.
+    const int64_t larger_batch = (c.train.batch_size / per_round + 1) * per_round;
+    std::string fix = fmt::format("set train.batch_size = {} (a larger global batch)", larger_batch);
+    if (c.train.batch_size % c.parallel.dp == 0) {
+      const int64_t per_rank = c.train.batch_size / c.parallel.dp;
+      int64_t micro = std::min<int64_t>(c.train.micro_batch_size, per_rank);
+      while (per_rank % micro != 0) --micro;
+      fix = fmt::format("set train.micro_batch_size = {}, which keeps the global batch of {} ({} × dp {} × {} "
+                        "microbatches), or {}", micro, c.train.batch_size, micro, c.parallel.dp, per_rank / micro, fix);
+    }
+    TS_FAIL("config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
+            "{}", c.train.batch_size, c.train.micro_batch_size, c.parallel.dp, per_round, fix);
+  }
+}
+
+// The schedule, its weight versions and how the layers are cut into stages.
+void check_pipeline(const RunConfig& c) {
+  const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
+  TS_CHECK(std::find(schedules.begin(), schedules.end(), c.parallel.schedule) != schedules.end(),
+           "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
+           "or \"2bw\"",
+           c.parallel.schedule);
+  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.weight_version == "delayed",
+           "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
+           "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
+           c.parallel.weight_version);
+  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.schedule == "2bw",
+           "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
+           "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
+           c.parallel.weight_version, c.parallel.schedule);
+  TS_CHECK(c.parallel.virtual_stages == 1 || c.parallel.schedule == "interleaved",
+           "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
+           "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
+           c.parallel.virtual_stages);
+  TS_CHECK(c.parallel.virtual_stages <= c.model.n_layer,
+           "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
+           c.parallel.virtual_stages, c.model.n_layer);
+  // In 64 bits: both factors are in range, their product need not be.
+  const int64_t stages = int64_t{c.parallel.pp} * c.parallel.virtual_stages;
+  TS_CHECK(stages <= c.model.n_layer,
+           "config: parallel.pp × parallel.virtual_stages = {} × {} = {} stages, but model.n_layer = {}: every stage "
+           "needs at least one block; use fewer stages or more layers",
+           c.parallel.pp, c.parallel.virtual_stages, stages, c.model.n_layer);
+  if (!c.parallel.stage_layers.empty()) {
+    int64_t sum = 0;
+    for (int64_t blocks : c.parallel.stage_layers) {
+      TS_CHECK(blocks >= 1 && blocks <= c.model.n_layer,
+               "config: parallel.stage_layers holds {}: every stage needs between 1 and model.n_layer = {} blocks",
+               blocks, c.model.n_layer);
+      sum += blocks;
+    }
+    TS_CHECK(static_cast<int64_t>(c.parallel.stage_layers.size()) == stages && sum == c.model.n_layer,
+             "config: parallel.stage_layers = {} gives {} stages of {} blocks in all, but the layout has pp × "
+             "virtual_stages = {} stages and the model {} blocks; list one block count per stage, summing to "
+             "model.n_layer (or leave it out for a split balanced by the cost model)",
+             fmt::format("[{}]", fmt::join(c.parallel.stage_layers, ", ")), c.parallel.stage_layers.size(), sum, stages,
+             c.model.n_layer);
+  }
+  const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
+  TS_CHECK(c.parallel.pp == 1 || c.parallel.schedule != "interleaved" || microbatches % c.parallel.pp == 0,
+           "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
+           "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
+           "train.batch_size = {}",
+           c.parallel.pp, microbatches,
+           (microbatches / c.parallel.pp + 1) * c.parallel.pp * int64_t{c.train.micro_batch_size} * c.parallel.dp);
+}
+
+// The compressor's keys, each read by one method.
+void check_compression(const RunConfig& c) {
+  const config::CompressionMethod method = config::parse_compression(c.parallel.compression);
+  const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
+    TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
+             "is \"{}\")", key, config::compression_name(reader), c.parallel.compression);
+  };
+  refuse_unread(c.compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
+  refuse_unread(c.compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
+  refuse_unread(c.compression.rank != 0, "rank", config::CompressionMethod::PowerSgd);
+  TS_CHECK(method != config::CompressionMethod::None || c.compression.warmup_steps == 0,
+           "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
+}
+
+// The loss-scaling keys, read by fp16 only, and the dtype of the gradient reduction.
+void check_precision(const RunConfig& c) {
+  const DType compute = config::parse_precision(c.precision.compute, "precision.compute");
+  const DType grad_dtype = config::parse_precision(c.parallel.grad_dtype, "parallel.grad_dtype");
+  const PrecisionSection defaults;
+  const auto refuse_unread = [&](bool given, std::string_view key) {
+    TS_CHECK(!given || compute == DType::F16, "config: precision.{} is read by precision.compute = \"fp16\" only (it "
+             "is \"{}\"): bf16 has the range of fp32 and needs no loss scaling", key, c.precision.compute);
+  };
+  refuse_unread(c.precision.loss_scale != defaults.loss_scale, "loss_scale");
+  refuse_unread(c.precision.init_scale != defaults.init_scale, "init_scale");
+  refuse_unread(c.precision.growth_interval != defaults.growth_interval, "growth_interval");
+  refuse_unread(c.precision.growth_factor != defaults.growth_factor, "growth_factor");
+  refuse_unread(c.precision.backoff_factor != defaults.backoff_factor, "backoff_factor");
+  if (c.precision.loss_scale != "dynamic") {
+    double fixed = 0;
+    try {
+      size_t used = 0;
+      fixed = std::stod(c.precision.loss_scale, &used);
+      if (used != c.precision.loss_scale.size()) fixed = 0;
+    } catch (const std::exception&) {
+      fixed = 0;
+    }
+    TS_CHECK(std::isfinite(fixed) && fixed >= 1.0 && fixed <= 1e30, "config: precision.loss_scale = '{}' must be "
+             "\"dynamic\" or a fixed scale of at least 1 (e.g. 1024)", c.precision.loss_scale);
+  }
+  TS_CHECK(grad_dtype == DType::F32 || c.parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
+           "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", c.parallel.grad_dtype);
+}
+
+// The recompute policy and the keys it reads; what is offloaded, and where.
+void check_memory(const RunConfig& c) {
+  const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
+  TS_CHECK(std::find(policies.begin(), policies.end(), c.memory.recompute) != policies.end(),
+           "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
+           "\"optimal\", \"dtr\" or \"checkmate\"",
+           c.memory.recompute);
+  TS_CHECK(c.memory.recompute_every == 0 || c.memory.recompute == "every_k",
+           "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
+           c.memory.recompute_every, c.memory.recompute);
+  const bool budgeted =
+      c.memory.recompute == "optimal" || c.memory.recompute == "dtr" || c.memory.recompute == "checkmate";
+  TS_CHECK(c.memory.recompute != "optimal" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) the schedule may use; it then recomputes as little as that budget allows");
+  TS_CHECK(c.memory.recompute != "dtr" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) DTR evicts to stay within");
+  TS_CHECK(c.memory.recompute != "checkmate" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
+           "per microbatch) Checkmate's schedule may use");
+  TS_CHECK(c.memory.activation_budget_mb == 0.0f || budgeted,
+           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
+           "\"checkmate\" only (it is \"{}\")",
+           c.memory.recompute);
+  TS_CHECK(c.memory.solver_seconds == MemorySection{}.solver_seconds || c.memory.recompute == "checkmate",
+           "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
+           c.memory.solver_seconds, c.memory.recompute);
+  TS_CHECK(c.memory.offload_activations == "none" || c.memory.offload_activations == "nvme" ||
+               c.memory.offload_activations == "auto",
+           "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
+           c.memory.offload_activations);
+  TS_CHECK(c.memory.offload_activations != "auto" || c.memory.recompute != "none",
+           "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
+           "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
+  TS_CHECK(c.memory.activation_encoding == "none" || c.memory.activation_encoding == "lossless" ||
+               c.memory.activation_encoding == "gist" || c.memory.activation_encoding == "fp8",
+           "config: memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or "
+           "\"fp8\"", c.memory.activation_encoding);
+  TS_CHECK(c.memory.offload_dir.empty() || c.memory.offloads(),
+           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations, "
+           "memory.offload_optimizer or memory.offload_params = \"nvme\"); set one, or leave the folder out",
+           c.memory.offload_dir);
+  TS_CHECK(c.memory.offload_optimizer == "none" || c.memory.offload_optimizer == "nvme",
+           "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"",
+           c.memory.offload_optimizer);
+  TS_CHECK(c.memory.offload_params == "none" || c.memory.offload_params == "nvme",
+           "config: memory.offload_params = \"{}\" is not known; use \"none\" or \"nvme\"", c.memory.offload_params);
+}
+
+// What runs beside a sharded optimizer state: a delayed update, an offloaded state or parameters,
+// and the pairs of the compatibility table.
+void check_sharded_updates(const RunConfig& c) {
+  const bool sharded = c.parallel.zero_stage >= 1 || c.parallel.tp > 1 || c.parallel.ep > 1;
+  const std::string sharding = c.parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", c.parallel.zero_stage)
+                               : c.parallel.tp > 1        ? "tensor parallelism"
+                                                          : "expert parallelism";
+  // The same rule of three for an update on its own thread: the main thread's collectives run
+  // beside it, so it must not sum statistics over ranks.
+  TS_CHECK(c.optim.delayed_update_after == 0 || optim::updates_elementwise(c.optim.name) || !sharded,
+           "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
+           "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
+           "step's collectives; delay adamw or sgd there, or {} without sharding",
+           c.optim.name, sharding, c.optim.name);
+  // Every setting of the matrix is valid on its own by now; the pairs that do not run together
+  // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
+  if (const auto refusal = config::compatibility_refusal(c.feature_settings())) TS_FAIL("config: {}", *refusal);
+  // After the table, whose pairs (offloaded parameters with such an optimizer) say it first.
+  if (c.memory.offload_optimizer != "none") {
+    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
+    // an offloaded state and a sharding.
+    TS_CHECK(optim::updates_elementwise(c.optim.name) || !sharded,
+             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
+             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
+             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
+             c.memory.offload_optimizer, c.optim.name, sharding, c.optim.name);
+  }
+  // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
+  // the offloaded optimizer that streams their values.
+  TS_CHECK(c.memory.offload_params == "none" || c.parallel.zero_stage == 3,
+           "config: memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the "
+           "shard is the whole model), not {}", c.parallel.zero_stage);
+  TS_CHECK(c.memory.offload_params == "none" || c.memory.offload_optimizer == "nvme",
+           "config: memory.offload_params = \"{}\" keeps the master values in the nvme tier, which the offloaded "
+           "optimizer streams through memory with its state; set memory.offload_optimizer = \"nvme\" too",
+           c.memory.offload_params);
+}
+
+// PipeDream-2BW's limit of two weight versions alive: the generator's own, here so that the run is
+// refused when its config is read.
+void check_two_weight_versions(const RunConfig& c) {
+  const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
+  TS_CHECK(c.parallel.schedule != "2bw" || microbatches >= c.parallel.pp,
+           "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
+           "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
+           "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
+           "instead of two; for example set train.batch_size = {}",
+           c.parallel.pp, microbatches, int64_t{c.parallel.pp} * c.train.micro_batch_size * c.parallel.dp);
+}
+
+// How the run starts: over an earlier run, from it, or from another run's weights.
+void check_start(const RunConfig& c) {
+  TS_CHECK(!c.train.overwrite || c.checkpoint.resume.empty(),
+           "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
+           "continues it; set only one of them", c.checkpoint.resume);
+  TS_CHECK(c.train.init_from.empty() || c.checkpoint.resume.empty() || c.checkpoint.resume == "auto",
+           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
+           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
+           "checkpoint left it (weights, optimizer, step and data position). Set only one, or checkpoint.resume = "
+           "\"auto\" to start from init_from the first time and resume the run's own checkpoints after",
+           c.train.init_from, c.checkpoint.resume);
 }
 
 }  // namespace
@@ -55,231 +304,15 @@ void RunConfig::validate() const {
   model.validate();
   // Each key on its own first, so that the checks across keys below meet only values in range.
   for (const ConfigKey& key : config_key_table()) check_declared_range(*this, key);
-  if (const auto refusal = config::tensor_parallel_refusal(model, parallel.tp)) TS_FAIL("config: {}", *refusal);
-  if (parallel.sp && parallel.tp == 1) {
-    std::vector<int> sizes = config::tensor_parallel_sizes(model, 16);
-    std::erase(sizes, 1);
-    TS_FAIL("config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
-            "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
-            sizes.empty() ? std::string("none for this model") : fmt::format("{}", fmt::join(sizes, ", ")));
-  }
-  TS_CHECK(!parallel.sp || model.seq_len % parallel.tp == 0,
-           "config: parallel.sp = true splits every sequence into parallel.tp = {} equal parts, but model.seq_len = {} "
-           "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
-           parallel.tp, model.seq_len, parallel.tp, parallel.tp, (model.seq_len / parallel.tp + 1) * parallel.tp);
-  if (const auto refusal = config::expert_parallel_refusal(model, parallel.ep)) TS_FAIL("config: {}", *refusal);
-  TS_CHECK(parallel.dp % parallel.ep == 0,
-           "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
-           "ep that divides dp", parallel.ep, parallel.dp);
-  // In 64 bits: each factor is in range, their product need not fit an int.
-  const int64_t per_round = int64_t{train.micro_batch_size} * parallel.dp;
-  if (train.batch_size % per_round != 0) {
-    // A smaller microbatch keeps the global batch (and so the run's numbers); a larger batch changes them.
-    const int64_t larger_batch = (train.batch_size / per_round + 1) * per_round;
-    std::string fix = fmt::format("set train.batch_size = {} (a larger global batch)", larger_batch);
-    if (train.batch_size % parallel.dp == 0) {
-      const int64_t per_rank = train.batch_size / parallel.dp;
-      int64_t micro = std::min<int64_t>(train.micro_batch_size, per_rank);
-      while (per_rank % micro != 0) --micro;
-      fix = fmt::format("set train.micro_batch_size = {}, which keeps the global batch of {} ({} × dp {} × {} "
-                        "microbatches), or {}", micro, train.batch_size, micro, parallel.dp, per_rank / micro, fix);
-    }
-    TS_FAIL("config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
-            "{}", train.batch_size, train.micro_batch_size, parallel.dp, per_round, fix);
-  }
+  check_parallel_shape(*this);
   validate_optimizer(*this);
-  TS_CHECK(optim.min_lr >= 0.0f && optim.min_lr <= optim.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]",
-           optim.min_lr, optim.lr);
-  {
-    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
-    TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
-             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
-             "or \"2bw\"",
-             parallel.schedule);
-  }
-  TS_CHECK(parallel.weight_version == "newest" || parallel.weight_version == "delayed",
-           "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
-           "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
-           parallel.weight_version);
-  TS_CHECK(parallel.weight_version == "newest" || parallel.schedule == "2bw",
-           "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
-           "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
-           parallel.weight_version, parallel.schedule);
-  TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == "interleaved",
-           "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
-           "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
-           parallel.virtual_stages);
-  TS_CHECK(parallel.virtual_stages <= model.n_layer,
-           "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
-           parallel.virtual_stages, model.n_layer);
-  {
-    // In 64 bits: both factors are in range, their product need not be.
-    const int64_t stages = int64_t{parallel.pp} * parallel.virtual_stages;
-    TS_CHECK(stages <= model.n_layer,
-             "config: parallel.pp × parallel.virtual_stages = {} × {} = {} stages, but model.n_layer = {}: every stage "
-             "needs at least one block; use fewer stages or more layers",
-             parallel.pp, parallel.virtual_stages, stages, model.n_layer);
-    if (!parallel.stage_layers.empty()) {
-      int64_t sum = 0;
-      for (int64_t blocks : parallel.stage_layers) {
-        TS_CHECK(blocks >= 1 && blocks <= model.n_layer,
-                 "config: parallel.stage_layers holds {}: every stage needs between 1 and model.n_layer = {} blocks",
-                 blocks, model.n_layer);
-        sum += blocks;
-      }
-      TS_CHECK(static_cast<int64_t>(parallel.stage_layers.size()) == stages && sum == model.n_layer,
-               "config: parallel.stage_layers = {} gives {} stages of {} blocks in all, but the layout has pp × "
-               "virtual_stages = {} stages and the model {} blocks; list one block count per stage, summing to "
-               "model.n_layer (or leave it out for a split balanced by the cost model)",
-               fmt::format("[{}]", fmt::join(parallel.stage_layers, ", ")), parallel.stage_layers.size(), sum, stages,
-               model.n_layer);
-    }
-    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.pp == 1 || parallel.schedule != "interleaved" || microbatches % parallel.pp == 0,
-             "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
-             "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
-             "train.batch_size = {}",
-             parallel.pp, microbatches,
-             (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
-  }
-  {
-    const config::CompressionMethod method = config::parse_compression(parallel.compression);
-    const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
-      TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
-               "is \"{}\")", key, config::compression_name(reader), parallel.compression);
-    };
-    refuse_unread(compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
-    refuse_unread(compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
-    refuse_unread(compression.rank != 0, "rank", config::CompressionMethod::PowerSgd);
-    TS_CHECK(method != config::CompressionMethod::None || compression.warmup_steps == 0,
-             "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
-  }
-  {
-    const DType compute = config::parse_precision(precision.compute, "precision.compute");
-    const DType grad_dtype = config::parse_precision(parallel.grad_dtype, "parallel.grad_dtype");
-    const PrecisionSection defaults;
-    const auto refuse_unread = [&](bool given, std::string_view key) {
-      TS_CHECK(!given || compute == DType::F16, "config: precision.{} is read by precision.compute = \"fp16\" only (it "
-               "is \"{}\"): bf16 has the range of fp32 and needs no loss scaling", key, precision.compute);
-    };
-    refuse_unread(precision.loss_scale != defaults.loss_scale, "loss_scale");
-    refuse_unread(precision.init_scale != defaults.init_scale, "init_scale");
-    refuse_unread(precision.growth_interval != defaults.growth_interval, "growth_interval");
-    refuse_unread(precision.growth_factor != defaults.growth_factor, "growth_factor");
-    refuse_unread(precision.backoff_factor != defaults.backoff_factor, "backoff_factor");
-    if (precision.loss_scale != "dynamic") {
-      double fixed = 0;
-      try {
-        size_t used = 0;
-        fixed = std::stod(precision.loss_scale, &used);
-        if (used != precision.loss_scale.size()) fixed = 0;
-      } catch (const std::exception&) {
-        fixed = 0;
-      }
-      TS_CHECK(std::isfinite(fixed) && fixed >= 1.0 && fixed <= 1e30, "config: precision.loss_scale = '{}' must be "
-               "\"dynamic\" or a fixed scale of at least 1 (e.g. 1024)", precision.loss_scale);
-    }
-    TS_CHECK(grad_dtype == DType::F32 || parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
-             "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
-  }
-  {
-    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
-    TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
-             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
-             "\"optimal\", \"dtr\" or \"checkmate\"",
-             memory.recompute);
-  }
-  TS_CHECK(memory.recompute_every == 0 || memory.recompute == "every_k",
-           "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
-           memory.recompute_every, memory.recompute);
-  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr" || memory.recompute == "checkmate";
-  TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
-           "microbatch) the schedule may use; it then recomputes as little as that budget allows");
-  TS_CHECK(memory.recompute != "dtr" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
-           "microbatch) DTR evicts to stay within");
-  TS_CHECK(memory.recompute != "checkmate" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
-           "per microbatch) Checkmate's schedule may use");
-  TS_CHECK(memory.activation_budget_mb == 0.0f || budgeted,
-           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
-           "\"checkmate\" only (it is \"{}\")",
-           memory.recompute);
-  TS_CHECK(memory.solver_seconds == MemorySection{}.solver_seconds || memory.recompute == "checkmate",
-           "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
-           memory.solver_seconds, memory.recompute);
-  TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
-               memory.offload_activations == "auto",
-           "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
-           memory.offload_activations);
-  TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
-           "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
-           "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
-  TS_CHECK(memory.activation_encoding == "none" || memory.activation_encoding == "lossless" ||
-               memory.activation_encoding == "gist" || memory.activation_encoding == "fp8",
-           "config: memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or "
-           "\"fp8\"", memory.activation_encoding);
-  TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
-           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations, "
-           "memory.offload_optimizer or memory.offload_params = \"nvme\"); set one, or leave the folder out",
-           memory.offload_dir);
-  TS_CHECK(memory.offload_optimizer == "none" || memory.offload_optimizer == "nvme",
-           "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_optimizer);
-  TS_CHECK(memory.offload_params == "none" || memory.offload_params == "nvme",
-           "config: memory.offload_params = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_params);
-  const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
-  const std::string sharding = parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
-                               : parallel.tp > 1       ? "tensor parallelism"
-                                                       : "expert parallelism";
-  // The same rule of three for an update on its own thread: the main thread's collectives run
-  // beside it, so it must not sum statistics over ranks.
-  TS_CHECK(optim.delayed_update_after == 0 || optim::updates_elementwise(optim.name) || !sharded,
-           "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
-           "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
-           "step's collectives; delay adamw or sgd there, or {} without sharding",
-           optim.name, sharding, optim.name);
-  // Every setting of the matrix is valid on its own by now; the pairs that do not run together
-  // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
-  if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
-  // After the table, whose pairs (offloaded parameters with such an optimizer) say it first.
-  if (memory.offload_optimizer != "none") {
-    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
-    // an offloaded state and a sharding.
-    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
-             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
-             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
-             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             memory.offload_optimizer, optim.name, sharding, optim.name);
-  }
-  // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
-  // the offloaded optimizer that streams their values.
-  TS_CHECK(memory.offload_params == "none" || parallel.zero_stage == 3,
-           "config: memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the "
-           "shard is the whole model), not {}", parallel.zero_stage);
-  TS_CHECK(memory.offload_params == "none" || memory.offload_optimizer == "nvme",
-           "config: memory.offload_params = \"{}\" keeps the master values in the nvme tier, which the offloaded "
-           "optimizer streams through memory with its state; set memory.offload_optimizer = \"nvme\" too",
-           memory.offload_params);
-  {
-    // The generator's own limit, here so that the run is refused when its config is read.
-    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.schedule != "2bw" || microbatches >= parallel.pp,
-             "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
-             "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
-             "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
-             "instead of two; for example set train.batch_size = {}",
-             parallel.pp, microbatches, int64_t{parallel.pp} * train.micro_batch_size * parallel.dp);
-  }
-  TS_CHECK(!train.overwrite || checkpoint.resume.empty(),
-           "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
-           "continues it; set only one of them", checkpoint.resume);
-  TS_CHECK(train.init_from.empty() || checkpoint.resume.empty() || checkpoint.resume == "auto",
-           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
-           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
-           "checkpoint left it (weights, optimizer, step and data position). Set only one, or checkpoint.resume = "
-           "\"auto\" to start from init_from the first time and resume the run's own checkpoints after",
-           train.init_from, checkpoint.resume);
+  check_pipeline(*this);
+  check_compression(*this);
+  check_precision(*this);
+  check_memory(*this);
+  check_sharded_updates(*this);
+  check_two_weight_versions(*this);
+  check_start(*this);
   TS_CHECK(log.progress == "auto" || log.progress == "bar" || log.progress == "plain",
            "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
 }
