@@ -3,7 +3,9 @@
 // optimizers that read it and its line of documentation. The reader (read_run_config), validate()'s
 // range checks, the resolved config.toml (to_toml), the README's config reference and the fuzz
 // dictionary (`tessera config-keys` prints both) all come from this table, so a key is added in
-// one place. What one key cannot say alone (a check across keys) stays code in RunConfig::validate.
+// one place; only the model's keys are read and ranged by config::read_model_config and
+// ModelConfig::validate, which the planner's model files share. What one key cannot say alone (a
+// check across keys) stays code in RunConfig::validate.
 #include <cstdint>
 #include <limits>
 #include <optional>
