@@ -95,7 +95,7 @@ TEST(ConfigKeys, EveryKeyIsDeclaredOnceAndWrittenToTheResolvedConfig) {
   EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
 }
 
-// Each section's keys stand together, so that the reader reads a section once.
+// Each section's keys stand together, so that the reader reads a section once, the model first.
 TEST(ConfigKeys, SectionsAreContiguous) {
   const std::vector<std::string_view> sections = config_sections();
   EXPECT_EQ(std::set<std::string_view>(sections.begin(), sections.end()).size(), sections.size());
