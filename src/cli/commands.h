@@ -21,5 +21,6 @@ void add_plan_command(CLI::App& app);      // plan_command.cpp: cost model and p
 void add_data_command(CLI::App& app);      // data_command.cpp: corpus, tokenizer, token files
 void add_launch_command(CLI::App& app);
 void add_compatibility_command(CLI::App& app);  // compatibility_command.cpp: which settings run together
+void add_config_keys_command(CLI::App& app);    // config_keys_command.cpp: the run config's keys
 
 }  // namespace tessera::cli

@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   tessera::cli::add_simulate_command(app);
   tessera::cli::add_launch_command(app);
   tessera::cli::add_compatibility_command(app);
+  tessera::cli::add_config_keys_command(app);
 
   std::vector<std::string> args(argv + 1, argv + argc);
   globals.debug = take_debug_flag(args);

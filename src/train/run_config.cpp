@@ -3,6 +3,7 @@
 #include "config/compatibility.h"
 #include "config/expert_parallel_shape.h"
 #include "config/tensor_parallel_shape.h"
+#include "train/config_keys.h"
 
 #include <fmt/ranges.h>
 
@@ -15,7 +16,6 @@
 namespace tessera::train {
 
 using config::TableReader;
-using config::check_range;
 
 namespace {
 
@@ -27,362 +27,292 @@ std::string quoted_list(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
-// The optimizer's own keys: known name, ranges, and no key that the chosen optimizer would ignore
-// (set away from its default), as the recompute keys are refused for the policies that ignore them.
-void validate_optimizer(const OptimSection& o) {
+// The optimizer's name, no key that the chosen optimizer would ignore set away from its default (as
+// the recompute keys are refused for the policies that ignore them), and the schedule's last rate.
+void validate_optimizer(const RunConfig& config) {
+  const OptimSection& o = config.optim;
   const std::span<const std::string_view> names = optim::optimizer_names();
   TS_CHECK(std::find(names.begin(), names.end(), o.name) != names.end(),
            "config: optim.name = '{}' is not known; use {}", o.name, quoted_list(names, " or "));
-  const optim::OptimizerConfig defaults;
-  struct Key {
-    const char* name;
-    bool is_default;
-    std::vector<std::string_view> readers;
-  };
-  const bool adafactor_beta1 = o.name == "adafactor" && o.first_moment;
-  const std::vector<Key> keys = {
-      {"beta1", o.beta1 == defaults.beta1,
-       adafactor_beta1 ? std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam", "adafactor"}
-                       : std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam"}},
-      {"beta2", o.beta2 == defaults.beta2, {"adamw", "adam8bit", "lamb", "onebit_adam"}},
-      {"eps", o.eps == defaults.eps, {"adamw", "adam8bit", "lamb", "lars", "onebit_adam"}},
-      {"momentum", o.momentum == defaults.momentum, {"sgd", "lars"}},
-      {"nesterov", o.nesterov == defaults.nesterov, {"sgd"}},
-      {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {"sgd"}},
-      {"trust_coefficient", o.trust_coefficient == defaults.trust_coefficient, {"lars"}},
-      {"unadapted_lr_scale", o.unadapted_lr_scale == defaults.unadapted_lr_scale, {"lamb", "lars"}},
-      {"first_moment", o.first_moment == defaults.first_moment, {"adafactor"}},
-      {"relative_step", o.relative_step == defaults.relative_step, {"adafactor"}},
-      {"decay_rate", o.decay_rate == defaults.decay_rate, {"adafactor"}},
-      {"clip_threshold", o.clip_threshold == defaults.clip_threshold, {"adafactor"}},
-      {"block_size", o.block_size == defaults.block_size, {"adam8bit"}},
-      {"quantization", o.quantization == defaults.quantization, {"adam8bit"}},
-      {"freeze_step", o.freeze_step == defaults.freeze_step, {"onebit_adam"}},
-      {"variance_freeze_step", o.variance_freeze_step == defaults.variance_freeze_step, {"adamw"}},
-  };
-  for (const Key& k : keys) {
-    if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.name) != k.readers.end()) continue;
-    TS_CHECK(!(o.name == "adafactor" && std::string_view(k.name) == "beta1"),
-             "config: optim.beta1 is read by optim.name = \"adafactor\" only with optim.first_moment = true (the "
-             "paper's Adafactor keeps no first moment); set optim.first_moment = true or remove optim.beta1");
-    TS_FAIL("config: optim.{} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those",
-            k.name, quoted_list(k.readers, " or "), o.name);
+  TS_CHECK(o.name != "adafactor" || o.first_moment || o.beta1 == optim::OptimizerConfig{}.beta1,
+           "config: optim.beta1 is read by optim.name = \"adafactor\" only with optim.first_moment = true (the paper's "
+           "Adafactor keeps no first moment); set optim.first_moment = true or remove optim.beta1");
+  for (const ConfigKey& key : config_key_table()) {
+    if (key.optimizers.empty() || holds_default(config, key)) continue;
+    TS_CHECK(std::find(key.optimizers.begin(), key.optimizers.end(), o.name) != key.optimizers.end(),
+             "config: {} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those", key.key,
+             quoted_list(key.optimizers, " or "), o.name);
   }
-  TS_CHECK(o.momentum >= 0.0f && o.momentum < 1.0f, "config: optim.momentum = {} must be in [0, 1)", o.momentum);
   TS_CHECK(!o.nesterov || o.momentum > 0.0f,
            "config: optim.nesterov = true needs momentum: set optim.momentum (for example 0.9)");
-  TS_CHECK(o.trust_coefficient > 0.0f && o.trust_coefficient <= 1.0f,
-           "config: optim.trust_coefficient = {} must be in (0, 1] (LARS uses 0.001)", o.trust_coefficient);
-  TS_CHECK(o.unadapted_lr_scale >= 0.0f && o.unadapted_lr_scale <= 1000.0f,
-           "config: optim.unadapted_lr_scale = {} must be in [0, 1000] (0 freezes the norm gains and biases; 1 gives "
-           "them optim.lr)",
-           o.unadapted_lr_scale);
-  TS_CHECK(o.decay_rate > 0.0f && o.decay_rate <= 1.0f,
-           "config: optim.decay_rate = {} must be in (0, 1] (Adafactor's beta2 at step t is 1 - t^-decay_rate; the "
-           "paper uses 0.8)", o.decay_rate);
-  TS_CHECK(o.clip_threshold > 0.0f, "config: optim.clip_threshold must be positive (the paper uses 1), got {}",
-           o.clip_threshold);
-  check_range<int64_t>("optim.block_size", o.block_size, 16, int64_t{1} << 24);
   TS_CHECK(o.quantization == "dynamic" || o.quantization == "linear",
            "config: optim.quantization = '{}' is not known; use \"dynamic\" or \"linear\"", o.quantization);
-  check_range<int64_t>("optim.freeze_step", o.freeze_step, 0, int64_t{1} << 40);
-  check_range<int64_t>("optim.variance_freeze_step", o.variance_freeze_step, 0, int64_t{1} << 40);
+  TS_CHECK(o.min_lr >= 0.0f && o.min_lr <= o.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]", o.min_lr,
+           o.lr);
+}
+
+// tp, sp and ep against the model and the data-parallel ranks, and the global batch against the
+// microbatches of every rank.
+void check_parallel_shape(const RunConfig& c) {
+  if (const auto refusal = config::tensor_parallel_refusal(c.model, c.parallel.tp)) TS_FAIL("config: {}", *refusal);
+  if (c.parallel.sp && c.parallel.tp == 1) {
+    std::vector<int> sizes = config::tensor_parallel_sizes(c.model, 16);
+    std::erase(sizes, 1);
+    TS_FAIL("config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
+            "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
+            sizes.empty() ? std::string("none for this model") : fmt::format("{}", fmt::join(sizes, ", ")));
+  }
+  TS_CHECK(!c.parallel.sp || c.model.seq_len % c.parallel.tp == 0,
+           "config: parallel.sp = true splits every sequence into parallel.tp = {} equal parts, but model.seq_len = {} "
+           "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
+           c.parallel.tp, c.model.seq_len, c.parallel.tp, c.parallel.tp,
+           (c.model.seq_len / c.parallel.tp + 1) * c.parallel.tp);
+  if (const auto refusal = config::expert_parallel_refusal(c.model, c.parallel.ep)) TS_FAIL("config: {}", *refusal);
+  TS_CHECK(c.parallel.dp % c.parallel.ep == 0,
+           "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
+           "ep that divides dp", c.parallel.ep, c.parallel.dp);
+  // In 64 bits: each factor is in range, their product need not fit an int.
+  const int64_t per_round = int64_t{c.train.micro_batch_size} * c.parallel.dp;
+  if (c.train.batch_size % per_round != 0) {
+    // A smaller microbatch keeps the global batch (and so the run's numbers); a larger batch changes them.
+    const int64_t larger_batch = (c.train.batch_size / per_round + 1) * per_round;
+    std::string fix = fmt::format("set train.batch_size = {} (a larger global batch)", larger_batch);
+    if (c.train.batch_size % c.parallel.dp == 0) {
+      const int64_t per_rank = c.train.batch_size / c.parallel.dp;
+      int64_t micro = std::min<int64_t>(c.train.micro_batch_size, per_rank);
+      while (per_rank % micro != 0) --micro;
+      fix = fmt::format("set train.micro_batch_size = {}, which keeps the global batch of {} ({} × dp {} × {} "
+                        "microbatches), or {}", micro, c.train.batch_size, micro, c.parallel.dp, per_rank / micro, fix);
+    }
+    TS_FAIL("config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
+            "{}", c.train.batch_size, c.train.micro_batch_size, c.parallel.dp, per_round, fix);
+  }
+}
+
+// The schedule, its weight versions and how the layers are cut into stages.
+void check_pipeline(const RunConfig& c) {
+  const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
+  TS_CHECK(std::find(schedules.begin(), schedules.end(), c.parallel.schedule) != schedules.end(),
+           "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
+           "or \"2bw\"",
+           c.parallel.schedule);
+  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.weight_version == "delayed",
+           "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
+           "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
+           c.parallel.weight_version);
+  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.schedule == "2bw",
+           "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
+           "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
+           c.parallel.weight_version, c.parallel.schedule);
+  TS_CHECK(c.parallel.virtual_stages == 1 || c.parallel.schedule == "interleaved",
+           "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
+           "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
+           c.parallel.virtual_stages);
+  TS_CHECK(c.parallel.virtual_stages <= c.model.n_layer,
+           "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
+           c.parallel.virtual_stages, c.model.n_layer);
+  // In 64 bits: both factors are in range, their product need not be.
+  const int64_t stages = int64_t{c.parallel.pp} * c.parallel.virtual_stages;
+  TS_CHECK(stages <= c.model.n_layer,
+           "config: parallel.pp × parallel.virtual_stages = {} × {} = {} stages, but model.n_layer = {}: every stage "
+           "needs at least one block; use fewer stages or more layers",
+           c.parallel.pp, c.parallel.virtual_stages, stages, c.model.n_layer);
+  if (!c.parallel.stage_layers.empty()) {
+    int64_t sum = 0;
+    for (int64_t blocks : c.parallel.stage_layers) {
+      TS_CHECK(blocks >= 1 && blocks <= c.model.n_layer,
+               "config: parallel.stage_layers holds {}: every stage needs between 1 and model.n_layer = {} blocks",
+               blocks, c.model.n_layer);
+      sum += blocks;
+    }
+    TS_CHECK(static_cast<int64_t>(c.parallel.stage_layers.size()) == stages && sum == c.model.n_layer,
+             "config: parallel.stage_layers = {} gives {} stages of {} blocks in all, but the layout has pp × "
+             "virtual_stages = {} stages and the model {} blocks; list one block count per stage, summing to "
+             "model.n_layer (or leave it out for a split balanced by the cost model)",
+             fmt::format("[{}]", fmt::join(c.parallel.stage_layers, ", ")), c.parallel.stage_layers.size(), sum, stages,
+             c.model.n_layer);
+  }
+  const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
+  TS_CHECK(c.parallel.pp == 1 || c.parallel.schedule != "interleaved" || microbatches % c.parallel.pp == 0,
+           "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
+           "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
+           "train.batch_size = {}",
+           c.parallel.pp, microbatches,
+           (microbatches / c.parallel.pp + 1) * c.parallel.pp * int64_t{c.train.micro_batch_size} * c.parallel.dp);
+}
+
+// The compressor's keys, each read by one method.
+void check_compression(const RunConfig& c) {
+  const config::CompressionMethod method = config::parse_compression(c.parallel.compression);
+  const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
+    TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
+             "is \"{}\")", key, config::compression_name(reader), c.parallel.compression);
+  };
+  refuse_unread(c.compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
+  refuse_unread(c.compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
+  refuse_unread(c.compression.rank != 0, "rank", config::CompressionMethod::PowerSgd);
+  TS_CHECK(method != config::CompressionMethod::None || c.compression.warmup_steps == 0,
+           "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
+}
+
+// The loss-scaling keys, read by fp16 only, and the dtype of the gradient reduction.
+void check_precision(const RunConfig& c) {
+  const DType compute = config::parse_precision(c.precision.compute, "precision.compute");
+  const DType grad_dtype = config::parse_precision(c.parallel.grad_dtype, "parallel.grad_dtype");
+  const PrecisionSection defaults;
+  const auto refuse_unread = [&](bool given, std::string_view key) {
+    TS_CHECK(!given || compute == DType::F16, "config: precision.{} is read by precision.compute = \"fp16\" only (it "
+             "is \"{}\"): bf16 has the range of fp32 and needs no loss scaling", key, c.precision.compute);
+  };
+  refuse_unread(c.precision.loss_scale != defaults.loss_scale, "loss_scale");
+  refuse_unread(c.precision.init_scale != defaults.init_scale, "init_scale");
+  refuse_unread(c.precision.growth_interval != defaults.growth_interval, "growth_interval");
+  refuse_unread(c.precision.growth_factor != defaults.growth_factor, "growth_factor");
+  refuse_unread(c.precision.backoff_factor != defaults.backoff_factor, "backoff_factor");
+  if (c.precision.loss_scale != "dynamic") {
+    double fixed = 0;
+    try {
+      size_t used = 0;
+      fixed = std::stod(c.precision.loss_scale, &used);
+      if (used != c.precision.loss_scale.size()) fixed = 0;
+    } catch (const std::exception&) {
+      fixed = 0;
+    }
+    TS_CHECK(std::isfinite(fixed) && fixed >= 1.0 && fixed <= 1e30, "config: precision.loss_scale = '{}' must be "
+             "\"dynamic\" or a fixed scale of at least 1 (e.g. 1024)", c.precision.loss_scale);
+  }
+  TS_CHECK(grad_dtype == DType::F32 || c.parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
+           "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", c.parallel.grad_dtype);
+}
+
+// The recompute policy and the keys it reads; what is offloaded, and where.
+void check_memory(const RunConfig& c) {
+  const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
+  TS_CHECK(std::find(policies.begin(), policies.end(), c.memory.recompute) != policies.end(),
+           "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
+           "\"optimal\", \"dtr\" or \"checkmate\"",
+           c.memory.recompute);
+  TS_CHECK(c.memory.recompute_every == 0 || c.memory.recompute == "every_k",
+           "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
+           c.memory.recompute_every, c.memory.recompute);
+  const bool budgeted =
+      c.memory.recompute == "optimal" || c.memory.recompute == "dtr" || c.memory.recompute == "checkmate";
+  TS_CHECK(c.memory.recompute != "optimal" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) the schedule may use; it then recomputes as little as that budget allows");
+  TS_CHECK(c.memory.recompute != "dtr" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
+           "microbatch) DTR evicts to stay within");
+  TS_CHECK(c.memory.recompute != "checkmate" || c.memory.activation_budget_mb > 0.0f,
+           "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
+           "per microbatch) Checkmate's schedule may use");
+  TS_CHECK(c.memory.activation_budget_mb == 0.0f || budgeted,
+           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
+           "\"checkmate\" only (it is \"{}\")",
+           c.memory.recompute);
+  TS_CHECK(c.memory.solver_seconds == MemorySection{}.solver_seconds || c.memory.recompute == "checkmate",
+           "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
+           c.memory.solver_seconds, c.memory.recompute);
+  TS_CHECK(c.memory.offload_activations == "none" || c.memory.offload_activations == "nvme" ||
+               c.memory.offload_activations == "auto",
+           "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
+           c.memory.offload_activations);
+  TS_CHECK(c.memory.offload_activations != "auto" || c.memory.recompute != "none",
+           "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
+           "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
+  TS_CHECK(c.memory.activation_encoding == "none" || c.memory.activation_encoding == "lossless" ||
+               c.memory.activation_encoding == "gist" || c.memory.activation_encoding == "fp8",
+           "config: memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or "
+           "\"fp8\"", c.memory.activation_encoding);
+  TS_CHECK(c.memory.offload_dir.empty() || c.memory.offloads(),
+           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations, "
+           "memory.offload_optimizer or memory.offload_params = \"nvme\"); set one, or leave the folder out",
+           c.memory.offload_dir);
+  TS_CHECK(c.memory.offload_optimizer == "none" || c.memory.offload_optimizer == "nvme",
+           "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"",
+           c.memory.offload_optimizer);
+  TS_CHECK(c.memory.offload_params == "none" || c.memory.offload_params == "nvme",
+           "config: memory.offload_params = \"{}\" is not known; use \"none\" or \"nvme\"", c.memory.offload_params);
+}
+
+// What runs beside a sharded optimizer state: a delayed update, an offloaded state or parameters,
+// and the pairs of the compatibility table.
+void check_sharded_updates(const RunConfig& c) {
+  const bool sharded = c.parallel.zero_stage >= 1 || c.parallel.tp > 1 || c.parallel.ep > 1;
+  const std::string sharding = c.parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", c.parallel.zero_stage)
+                               : c.parallel.tp > 1        ? "tensor parallelism"
+                                                          : "expert parallelism";
+  // The same rule of three for an update on its own thread: the main thread's collectives run
+  // beside it, so it must not sum statistics over ranks.
+  TS_CHECK(c.optim.delayed_update_after == 0 || optim::updates_elementwise(c.optim.name) || !sharded,
+           "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
+           "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
+           "step's collectives; delay adamw or sgd there, or {} without sharding",
+           c.optim.name, sharding, c.optim.name);
+  // Every setting of the matrix is valid on its own by now; the pairs that do not run together
+  // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
+  if (const auto refusal = config::compatibility_refusal(c.feature_settings())) TS_FAIL("config: {}", *refusal);
+  // After the table, whose pairs (offloaded parameters with such an optimizer) say it first.
+  if (c.memory.offload_optimizer != "none") {
+    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
+    // an offloaded state and a sharding.
+    TS_CHECK(optim::updates_elementwise(c.optim.name) || !sharded,
+             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
+             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
+             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
+             c.memory.offload_optimizer, c.optim.name, sharding, c.optim.name);
+  }
+  // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
+  // the offloaded optimizer that streams their values.
+  TS_CHECK(c.memory.offload_params == "none" || c.parallel.zero_stage == 3,
+           "config: memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the "
+           "shard is the whole model), not {}", c.parallel.zero_stage);
+  TS_CHECK(c.memory.offload_params == "none" || c.memory.offload_optimizer == "nvme",
+           "config: memory.offload_params = \"{}\" keeps the master values in the nvme tier, which the offloaded "
+           "optimizer streams through memory with its state; set memory.offload_optimizer = \"nvme\" too",
+           c.memory.offload_params);
+}
+
+// PipeDream-2BW's limit of two weight versions alive: the generator's own, here so that the run is
+// refused when its config is read.
+void check_two_weight_versions(const RunConfig& c) {
+  const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
+  TS_CHECK(c.parallel.schedule != "2bw" || microbatches >= c.parallel.pp,
+           "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
+           "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
+           "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
+           "instead of two; for example set train.batch_size = {}",
+           c.parallel.pp, microbatches, int64_t{c.parallel.pp} * c.train.micro_batch_size * c.parallel.dp);
+}
+
+// How the run starts: over an earlier run, from it, or from another run's weights.
+void check_start(const RunConfig& c) {
+  TS_CHECK(!c.train.overwrite || c.checkpoint.resume.empty(),
+           "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
+           "continues it; set only one of them", c.checkpoint.resume);
+  TS_CHECK(c.train.init_from.empty() || c.checkpoint.resume.empty() || c.checkpoint.resume == "auto",
+           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
+           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
+           "checkpoint left it (weights, optimizer, step and data position). Set only one, or checkpoint.resume = "
+           "\"auto\" to start from init_from the first time and resume the run's own checkpoints after",
+           c.train.init_from, c.checkpoint.resume);
 }
 
 }  // namespace
 
 void RunConfig::validate() const {
   model.validate();
-  check_range<int64_t>("train.steps", train.steps, 1, int64_t{1} << 40);
-  check_range<int64_t>("train.exit_after", train.exit_after, 0, int64_t{1} << 40);
-  TS_CHECK(std::isfinite(train.max_minutes) && train.max_minutes >= 0.0f,
-           "config: train.max_minutes = {} must be 0 (no limit) or a number of minutes", train.max_minutes);
-  check_range("train.batch_size", train.batch_size, 1, 1 << 24);
-  check_range("train.micro_batch_size", train.micro_batch_size, 1, 1 << 24);
-  check_range("parallel.dp", parallel.dp, 1, 1 << 20);
-  check_range("parallel.pp", parallel.pp, 1, 1 << 10);
-  check_range("parallel.tp", parallel.tp, 1, 1 << 10);
-  if (const auto refusal = config::tensor_parallel_refusal(model, parallel.tp)) TS_FAIL("config: {}", *refusal);
-  if (parallel.sp && parallel.tp == 1) {
-    std::vector<int> sizes = config::tensor_parallel_sizes(model, 16);
-    std::erase(sizes, 1);
-    TS_FAIL("config: parallel.sp = true shards the sequence over the tensor-parallel ranks, but parallel.tp = 1; set "
-            "parallel.tp to 2 or more (values that work: {}) or parallel.sp = false",
-            sizes.empty() ? std::string("none for this model") : fmt::format("{}", fmt::join(sizes, ", ")));
-  }
-  TS_CHECK(!parallel.sp || model.seq_len % parallel.tp == 0,
-           "config: parallel.sp = true splits every sequence into parallel.tp = {} equal parts, but model.seq_len = {} "
-           "does not divide by {}; set model.seq_len to a multiple of {} (for example {}) or parallel.sp = false",
-           parallel.tp, model.seq_len, parallel.tp, parallel.tp, (model.seq_len / parallel.tp + 1) * parallel.tp);
-  check_range("parallel.zero_stage", parallel.zero_stage, 0, 3);
-  check_range("parallel.ep", parallel.ep, 1, 1 << 10);
-  if (const auto refusal = config::expert_parallel_refusal(model, parallel.ep)) TS_FAIL("config: {}", *refusal);
-  TS_CHECK(parallel.dp % parallel.ep == 0,
-           "config: parallel.ep = {} is carved out of the data-parallel ranks and must divide parallel.dp = {}; use an "
-           "ep that divides dp", parallel.ep, parallel.dp);
-  TS_CHECK(parallel.bucket_mb * 1048576.0 >= 4.0 && parallel.bucket_mb <= 1048576.0f,
-           "config: parallel.bucket_mb = {} must hold at least one f32 element (4 bytes) and be at most 1048576",
-           parallel.bucket_mb);
-  TS_CHECK(parallel.timeout_seconds > 0.0f, "config: parallel.timeout_seconds must be positive, got {}",
-           parallel.timeout_seconds);
-  // In 64 bits: each factor is in range, their product need not fit an int.
-  const int64_t per_round = int64_t{train.micro_batch_size} * parallel.dp;
-  if (train.batch_size % per_round != 0) {
-    // A smaller microbatch keeps the global batch (and so the run's numbers); a larger batch changes them.
-    const int64_t larger_batch = (train.batch_size / per_round + 1) * per_round;
-    std::string fix = fmt::format("set train.batch_size = {} (a larger global batch)", larger_batch);
-    if (train.batch_size % parallel.dp == 0) {
-      const int64_t per_rank = train.batch_size / parallel.dp;
-      int64_t micro = std::min<int64_t>(train.micro_batch_size, per_rank);
-      while (per_rank % micro != 0) --micro;
-      fix = fmt::format("set train.micro_batch_size = {}, which keeps the global batch of {} ({} × dp {} × {} "
-                        "microbatches), or {}", micro, train.batch_size, micro, parallel.dp, per_rank / micro, fix);
-    }
-    TS_FAIL("config: train.batch_size ({}) must be a multiple of train.micro_batch_size × parallel.dp ({} × {} = {}); "
-            "{}", train.batch_size, train.micro_batch_size, parallel.dp, per_round, fix);
-  }
-  check_range("train.eval_every", train.eval_every, 0, 1 << 30);
-  check_range("train.eval_batches", train.eval_batches, 1, 1 << 20);
-  check_range("train.sample_every", train.sample_every, 0, 1 << 30);
-  check_range("train.sample_tokens", train.sample_tokens, 0, 1 << 20);
-  TS_CHECK(std::isfinite(train.sample_temperature) && train.sample_temperature >= 0.0f,
-           "config: train.sample_temperature = {} must be a finite number >= 0 (0: the likeliest token every time)",
-           train.sample_temperature);
-  check_range("train.sample_top_k", train.sample_top_k, 0, 1 << 24);
-  validate_optimizer(optim);
-  TS_CHECK(optim.lr > 0.0f && optim.lr < 10.0f, "config: optim.lr = {} must be in (0, 10)", optim.lr);
-  TS_CHECK(optim.min_lr >= 0.0f && optim.min_lr <= optim.lr, "config: optim.min_lr = {} must be in [0, optim.lr = {}]",
-           optim.min_lr, optim.lr);
-  check_range<int64_t>("optim.warmup_steps", optim.warmup_steps, 0, int64_t{1} << 40);
-  TS_CHECK(optim.beta1 >= 0.0f && optim.beta1 < 1.0f, "config: optim.beta1 = {} must be in [0, 1)", optim.beta1);
-  TS_CHECK(optim.beta2 >= 0.0f && optim.beta2 < 1.0f, "config: optim.beta2 = {} must be in [0, 1)", optim.beta2);
-  TS_CHECK(optim.eps > 0.0f, "config: optim.eps must be positive, got {}", optim.eps);
-  TS_CHECK(optim.weight_decay >= 0.0f, "config: optim.weight_decay must be >= 0, got {}", optim.weight_decay);
-  TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
-           optim.grad_clip);
-  {
-    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
-    TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
-             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
-             "or \"2bw\"",
-             parallel.schedule);
-  }
-  TS_CHECK(parallel.weight_version == "newest" || parallel.weight_version == "delayed",
-           "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
-           "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
-           parallel.weight_version);
-  TS_CHECK(parallel.weight_version == "newest" || parallel.schedule == "2bw",
-           "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
-           "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
-           parallel.weight_version, parallel.schedule);
-  check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
-  TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == "interleaved",
-           "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
-           "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
-           parallel.virtual_stages);
-  TS_CHECK(parallel.virtual_stages <= model.n_layer,
-           "config: parallel.virtual_stages = {} exceeds model.n_layer = {}: every chunk needs a block",
-           parallel.virtual_stages, model.n_layer);
-  {
-    // In 64 bits: both factors are in range, their product need not be.
-    const int64_t stages = int64_t{parallel.pp} * parallel.virtual_stages;
-    TS_CHECK(stages <= model.n_layer,
-             "config: parallel.pp × parallel.virtual_stages = {} × {} = {} stages, but model.n_layer = {}: every stage "
-             "needs at least one block; use fewer stages or more layers",
-             parallel.pp, parallel.virtual_stages, stages, model.n_layer);
-    if (!parallel.stage_layers.empty()) {
-      int64_t sum = 0;
-      for (int64_t blocks : parallel.stage_layers) {
-        TS_CHECK(blocks >= 1 && blocks <= model.n_layer,
-                 "config: parallel.stage_layers holds {}: every stage needs between 1 and model.n_layer = {} blocks",
-                 blocks, model.n_layer);
-        sum += blocks;
-      }
-      TS_CHECK(static_cast<int64_t>(parallel.stage_layers.size()) == stages && sum == model.n_layer,
-               "config: parallel.stage_layers = {} gives {} stages of {} blocks in all, but the layout has pp × "
-               "virtual_stages = {} stages and the model {} blocks; list one block count per stage, summing to "
-               "model.n_layer (or leave it out for a split balanced by the cost model)",
-               fmt::format("[{}]", fmt::join(parallel.stage_layers, ", ")), parallel.stage_layers.size(), sum, stages,
-               model.n_layer);
-    }
-    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.pp == 1 || parallel.schedule != "interleaved" || microbatches % parallel.pp == 0,
-             "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
-             "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
-             "train.batch_size = {}",
-             parallel.pp, microbatches,
-             (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
-  }
-  {
-    const config::CompressionMethod method = config::parse_compression(parallel.compression);
-    const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
-      TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
-               "is \"{}\")", key, config::compression_name(reader), parallel.compression);
-    };
-    refuse_unread(compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
-    refuse_unread(compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
-    refuse_unread(compression.rank != 0, "rank", config::CompressionMethod::PowerSgd);
-    TS_CHECK(std::isfinite(compression.ratio) && compression.ratio >= 0 && compression.ratio <= 1,
-             "config: compression.ratio = {} must be a fraction of each bucket in (0, 1]", compression.ratio);
-    check_range("compression.levels", compression.levels, 0, 127);
-    check_range("compression.rank", compression.rank, 0, 1 << 16);
-    check_range<int64_t>("compression.warmup_steps", compression.warmup_steps, 0, int64_t{1} << 40);
-    TS_CHECK(method != config::CompressionMethod::None || compression.warmup_steps == 0,
-             "config: compression.warmup_steps is read when parallel.compression is not \"none\"");
-  }
-  {
-    const DType compute = config::parse_precision(precision.compute, "precision.compute");
-    const DType grad_dtype = config::parse_precision(parallel.grad_dtype, "parallel.grad_dtype");
-    const PrecisionSection defaults;
-    const auto refuse_unread = [&](bool given, std::string_view key) {
-      TS_CHECK(!given || compute == DType::F16, "config: precision.{} is read by precision.compute = \"fp16\" only (it "
-               "is \"{}\"): bf16 has the range of fp32 and needs no loss scaling", key, precision.compute);
-    };
-    refuse_unread(precision.loss_scale != defaults.loss_scale, "loss_scale");
-    refuse_unread(precision.init_scale != defaults.init_scale, "init_scale");
-    refuse_unread(precision.growth_interval != defaults.growth_interval, "growth_interval");
-    refuse_unread(precision.growth_factor != defaults.growth_factor, "growth_factor");
-    refuse_unread(precision.backoff_factor != defaults.backoff_factor, "backoff_factor");
-    if (precision.loss_scale != "dynamic") {
-      double fixed = 0;
-      try {
-        size_t used = 0;
-        fixed = std::stod(precision.loss_scale, &used);
-        if (used != precision.loss_scale.size()) fixed = 0;
-      } catch (const std::exception&) {
-        fixed = 0;
-      }
-      TS_CHECK(std::isfinite(fixed) && fixed >= 1.0 && fixed <= 1e30, "config: precision.loss_scale = '{}' must be "
-               "\"dynamic\" or a fixed scale of at least 1 (e.g. 1024)", precision.loss_scale);
-    }
-    TS_CHECK(std::isfinite(precision.init_scale) && precision.init_scale >= 1.0 && precision.init_scale <= 1e30,
-             "config: precision.init_scale = {} must be at least 1 (e.g. 65536)", precision.init_scale);
-    check_range<int64_t>("precision.growth_interval", precision.growth_interval, 1, int64_t{1} << 40);
-    TS_CHECK(std::isfinite(precision.growth_factor) && precision.growth_factor >= 1.0 && precision.growth_factor <= 1e3,
-             "config: precision.growth_factor = {} must be at least 1 (e.g. 2)", precision.growth_factor);
-    TS_CHECK(std::isfinite(precision.backoff_factor) && precision.backoff_factor > 0.0 &&
-                 precision.backoff_factor < 1.0,
-             "config: precision.backoff_factor = {} must be in (0, 1) (e.g. 0.5)", precision.backoff_factor);
-    TS_CHECK(grad_dtype == DType::F32 || parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
-             "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
-  }
-  {
-    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
-    TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
-             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
-             "\"optimal\", \"dtr\" or \"checkmate\"",
-             memory.recompute);
-  }
-  check_range("memory.recompute_every", memory.recompute_every, 0, 1 << 20);
-  TS_CHECK(memory.recompute_every == 0 || memory.recompute == "every_k",
-           "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
-           memory.recompute_every, memory.recompute);
-  TS_CHECK(std::isfinite(memory.activation_budget_mb) && memory.activation_budget_mb >= 0.0f &&
-               memory.activation_budget_mb <= 1e9f,
-           "config: memory.activation_budget_mb = {} must be a size in MiB (0 or more)", memory.activation_budget_mb);
-  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr" || memory.recompute == "checkmate";
-  TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
-           "microbatch) the schedule may use; it then recomputes as little as that budget allows");
-  TS_CHECK(memory.recompute != "dtr" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
-           "microbatch) DTR evicts to stay within");
-  TS_CHECK(memory.recompute != "checkmate" || memory.activation_budget_mb > 0.0f,
-           "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
-           "per microbatch) Checkmate's schedule may use");
-  TS_CHECK(memory.activation_budget_mb == 0.0f || budgeted,
-           "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
-           "\"checkmate\" only (it is \"{}\")",
-           memory.recompute);
-  TS_CHECK(std::isfinite(memory.solver_seconds) && memory.solver_seconds >= 0 && memory.solver_seconds <= 86400,
-           "config: memory.solver_seconds = {} must be a time limit in seconds, 0 to 86400 (0: no branch and bound, "
-           "the LP relaxation rounded)",
-           memory.solver_seconds);
-  TS_CHECK(memory.solver_seconds == MemorySection{}.solver_seconds || memory.recompute == "checkmate",
-           "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
-           memory.solver_seconds, memory.recompute);
-  TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
-               memory.offload_activations == "auto",
-           "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
-           memory.offload_activations);
-  TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
-           "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
-           "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
-  TS_CHECK(memory.activation_encoding == "none" || memory.activation_encoding == "lossless" ||
-               memory.activation_encoding == "gist" || memory.activation_encoding == "fp8",
-           "config: memory.activation_encoding = \"{}\" is not known; use \"none\", \"lossless\", \"gist\" or "
-           "\"fp8\"", memory.activation_encoding);
-  TS_CHECK(std::isfinite(memory.ram_budget_mb) && memory.ram_budget_mb >= 0.0f && memory.ram_budget_mb <= 1e9f,
-           "config: memory.ram_budget_mb = {} must be a size in MiB (0: the memory the machine has available)",
-           memory.ram_budget_mb);
-  TS_CHECK(memory.offload_dir.empty() || memory.offloads(),
-           "config: memory.offload_dir = '{}' is read when something is offloaded (memory.offload_activations, "
-           "memory.offload_optimizer or memory.offload_params = \"nvme\"); set one, or leave the folder out",
-           memory.offload_dir);
-  TS_CHECK(memory.offload_optimizer == "none" || memory.offload_optimizer == "nvme",
-           "config: memory.offload_optimizer = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_optimizer);
-  TS_CHECK(memory.offload_params == "none" || memory.offload_params == "nvme",
-           "config: memory.offload_params = \"{}\" is not known; use \"none\" or \"nvme\"", memory.offload_params);
-  TS_CHECK(std::isfinite(memory.offload_chunk_mb) && memory.offload_chunk_mb >= 0.01f && memory.offload_chunk_mb <= 1e6f,
-           "config: memory.offload_chunk_mb = {} must be a size in MiB, at least 0.01", memory.offload_chunk_mb);
-  const bool sharded = parallel.zero_stage >= 1 || parallel.tp > 1 || parallel.ep > 1;
-  const std::string sharding = parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", parallel.zero_stage)
-                               : parallel.tp > 1       ? "tensor parallelism"
-                                                       : "expert parallelism";
-  check_range<int64_t>("optim.delayed_update_after", optim.delayed_update_after, 0, int64_t{1} << 40);
-  // The same rule of three for an update on its own thread: the main thread's collectives run
-  // beside it, so it must not sum statistics over ranks.
-  TS_CHECK(optim.delayed_update_after == 0 || optim::updates_elementwise(optim.name) || !sharded,
-           "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
-           "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
-           "step's collectives; delay adamw or sgd there, or {} without sharding",
-           optim.name, sharding, optim.name);
-  // Every setting of the matrix is valid on its own by now; the pairs that do not run together
-  // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
-  if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
-  // After the table, whose pairs (offloaded parameters with such an optimizer) say it first.
-  if (memory.offload_optimizer != "none") {
-    // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
-    // an offloaded state and a sharding.
-    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
-             "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
-             "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
-             "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             memory.offload_optimizer, optim.name, sharding, optim.name);
-  }
-  // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
-  // the offloaded optimizer that streams their values.
-  TS_CHECK(memory.offload_params == "none" || parallel.zero_stage == 3,
-           "config: memory.offload_params moves ZeRO-3's parameter shards; set parallel.zero_stage = 3 (at dp 1 the "
-           "shard is the whole model), not {}", parallel.zero_stage);
-  TS_CHECK(memory.offload_params == "none" || memory.offload_optimizer == "nvme",
-           "config: memory.offload_params = \"{}\" keeps the master values in the nvme tier, which the offloaded "
-           "optimizer streams through memory with its state; set memory.offload_optimizer = \"nvme\" too",
-           memory.offload_params);
-  {
-    // The generator's own limit, here so that the run is refused when its config is read.
-    const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.schedule != "2bw" || microbatches >= parallel.pp,
-             "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
-             "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
-             "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
-             "instead of two; for example set train.batch_size = {}",
-             parallel.pp, microbatches, int64_t{parallel.pp} * train.micro_batch_size * parallel.dp);
-  }
-  TS_CHECK(!train.overwrite || checkpoint.resume.empty(),
-           "config: train.overwrite = true starts over and deletes the earlier run, while checkpoint.resume = \"{}\" "
-           "continues it; set only one of them", checkpoint.resume);
-  TS_CHECK(train.init_from.empty() || checkpoint.resume.empty() || checkpoint.resume == "auto",
-           "config: train.init_from = '{}' and checkpoint.resume = '{}' are both set. init_from starts a new run from "
-           "a checkpoint's weights alone (step 0, fresh optimizer and data order); resume continues a run where its "
-           "checkpoint left it (weights, optimizer, step and data position). Set only one, or checkpoint.resume = "
-           "\"auto\" to start from init_from the first time and resume the run's own checkpoints after",
-           train.init_from, checkpoint.resume);
-  check_range<int64_t>("checkpoint.every", checkpoint.every, 0, int64_t{1} << 40);
-  check_range("checkpoint.keep", checkpoint.keep, 1, 1 << 20);
-  check_range("log.every", log.every, 1, 1 << 30);
-  TS_CHECK(std::isfinite(log.peak_gflops) && log.peak_gflops >= 0.0f,
-           "config: log.peak_gflops = {} must be 0 (calibrate) or the matmul GFLOP/s of one process", log.peak_gflops);
+  // Each key on its own first, so that the checks across keys below meet only values in range.
+  for (const ConfigKey& key : config_key_table()) check_declared_range(*this, key);
+  check_parallel_shape(*this);
+  validate_optimizer(*this);
+  check_pipeline(*this);
+  check_compression(*this);
+  check_precision(*this);
+  check_memory(*this);
+  check_sharded_updates(*this);
+  check_two_weight_versions(*this);
+  check_start(*this);
   TS_CHECK(log.progress == "auto" || log.progress == "bar" || log.progress == "plain",
            "config: log.progress = '{}' must be \"auto\", \"bar\" or \"plain\"", log.progress);
 }
@@ -468,9 +398,10 @@ namespace {
 // parallel.dp when the config leaves it out: every process of the job not taken by tp and pp is a
 // data-parallel rank (Megatron's rule), so `tessera launch -n 8 -- train --parallel.tp 2
 // --parallel.pp 2` runs dp = 2.
-int data_parallel_of_world(int world_size, const ParallelSection& p) {
-  check_range("parallel.tp", p.tp, 1, 1 << 10);
-  check_range("parallel.pp", p.pp, 1, 1 << 10);
+int data_parallel_of_world(int world_size, const RunConfig& config) {
+  const ParallelSection& p = config.parallel;
+  check_declared_range(config, config_key("parallel.tp"));
+  check_declared_range(config, config_key("parallel.pp"));
   const int64_t model_parallel = int64_t{p.tp} * p.pp;
   TS_CHECK(world_size % model_parallel == 0,
            "config: parallel.dp is left out, so it is the job's {} processes over parallel.tp × parallel.pp = {} × {} "
@@ -487,137 +418,16 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
   RunConfig c;
   TableReader root(table, "");
   c.vocab_from_data = !root.table("model").has("vocab_size");
-  c.model = config::read_model_config(root.table("model"));
-  {
-    TableReader r = root.table("data");
-    c.data.dir = r.get("dir", c.data.dir);
-    r.finish();
+  c.model = config::read_model_config(root.table(std::string(kModelSection)));
+  for (std::string_view section : config_sections()) {
+    if (section == kModelSection) continue;
+    TableReader reader = root.table(std::string(section));
+    read_section(reader, section, c);
+    reader.finish();
   }
-  {
-    TableReader r = root.table("train");
-    auto& t = c.train;
-    t.steps = r.get("steps", t.steps);
-    t.exit_after = r.get("exit_after", t.exit_after);
-    t.max_minutes = r.get("max_minutes", t.max_minutes);
-    t.overwrite = r.get("overwrite", t.overwrite);
-    t.allow_changes = r.get("allow_changes", t.allow_changes);
-    t.batch_size = r.get("batch_size", t.batch_size);
-    t.micro_batch_size = r.get("micro_batch_size", t.micro_batch_size);
-    t.seed = static_cast<uint64_t>(r.get<int64_t>("seed", static_cast<int64_t>(t.seed)));
-    t.out_dir = r.get("out_dir", t.out_dir);
-    t.eval_every = r.get("eval_every", t.eval_every);
-    t.eval_batches = r.get("eval_batches", t.eval_batches);
-    t.sample_every = r.get("sample_every", t.sample_every);
-    t.sample_tokens = r.get("sample_tokens", t.sample_tokens);
-    t.sample_temperature = r.get("sample_temperature", t.sample_temperature);
-    t.sample_top_k = r.get("sample_top_k", t.sample_top_k);
-    t.sample_prompt = r.get("sample_prompt", t.sample_prompt);
-    t.init_from = r.get("init_from", t.init_from);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("optim");
-    auto& o = c.optim;
-    o.name = r.get("name", o.name);
-    o.lr = r.get("lr", o.lr);
-    o.min_lr = r.get("min_lr", o.min_lr);
-    o.warmup_steps = r.get("warmup_steps", o.warmup_steps);
-    o.weight_decay = r.get("weight_decay", o.weight_decay);
-    o.beta1 = r.get("beta1", o.beta1);
-    o.beta2 = r.get("beta2", o.beta2);
-    o.eps = r.get("eps", o.eps);
-    o.grad_clip = r.get("grad_clip", o.grad_clip);
-    o.delayed_update_after = r.get("delayed_update_after", o.delayed_update_after);
-    o.momentum = r.get("momentum", o.momentum);
-    o.nesterov = r.get("nesterov", o.nesterov);
-    o.decoupled_weight_decay = r.get("decoupled_weight_decay", o.decoupled_weight_decay);
-    o.trust_coefficient = r.get("trust_coefficient", o.trust_coefficient);
-    o.unadapted_lr_scale = r.get("unadapted_lr_scale", o.unadapted_lr_scale);
-    o.first_moment = r.get("first_moment", o.first_moment);
-    o.relative_step = r.get("relative_step", o.relative_step);
-    o.decay_rate = r.get("decay_rate", o.decay_rate);
-    o.clip_threshold = r.get("clip_threshold", o.clip_threshold);
-    o.block_size = r.get("block_size", o.block_size);
-    o.quantization = r.get("quantization", o.quantization);
-    o.freeze_step = r.get("freeze_step", o.freeze_step);
-    o.variance_freeze_step = r.get("variance_freeze_step", o.variance_freeze_step);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("parallel");
-    c.parallel.dp = r.get("dp", c.parallel.dp);
-    c.parallel.tp = r.get("tp", c.parallel.tp);
-    c.parallel.sp = r.get("sp", c.parallel.sp);
-    c.parallel.ep = r.get("ep", c.parallel.ep);
-    c.parallel.pp = r.get("pp", c.parallel.pp);
-    c.parallel.stage_layers = r.get("stage_layers", c.parallel.stage_layers);
-    c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
-    c.parallel.schedule = r.get("schedule", c.parallel.schedule);
-    c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
-    c.parallel.weight_version = r.get("weight_version", c.parallel.weight_version);
-    c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
-    c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
-    c.parallel.compression = r.get("compression", c.parallel.compression);
-    c.parallel.grad_dtype = r.get("grad_dtype", c.parallel.grad_dtype);
-    if (!r.has("dp") && world_size > 1) {
-      c.parallel.dp = data_parallel_of_world(world_size, c.parallel);
-      c.dp_from_world = true;
-    }
-    r.finish();
-  }
-  {
-    TableReader r = root.table("compression");
-    c.compression.ratio = r.get("ratio", c.compression.ratio);
-    c.compression.levels = r.get("levels", c.compression.levels);
-    c.compression.rank = r.get("rank", c.compression.rank);
-    c.compression.warmup_steps = r.get("warmup_steps", c.compression.warmup_steps);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("precision");
-    auto& p = c.precision;
-    p.compute = r.get("compute", p.compute);
-    if (r.holds_string("loss_scale")) {
-      p.loss_scale = r.get("loss_scale", p.loss_scale);
-    } else if (r.has("loss_scale")) {
-      p.loss_scale = fmt::format("{}", r.get("loss_scale", 0.0));
-    }
-    p.init_scale = r.get("init_scale", p.init_scale);
-    p.growth_interval = r.get("growth_interval", p.growth_interval);
-    p.growth_factor = r.get("growth_factor", p.growth_factor);
-    p.backoff_factor = r.get("backoff_factor", p.backoff_factor);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("memory");
-    c.memory.recompute = r.get("recompute", c.memory.recompute);
-    c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
-    c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
-    c.memory.solver_seconds = r.get("solver_seconds", c.memory.solver_seconds);
-    c.memory.offload_activations = r.get("offload_activations", c.memory.offload_activations);
-    c.memory.activation_encoding = r.get("activation_encoding", c.memory.activation_encoding);
-    c.memory.offload_optimizer = r.get("offload_optimizer", c.memory.offload_optimizer);
-    c.memory.offload_params = r.get("offload_params", c.memory.offload_params);
-    c.memory.offload_chunk_mb = r.get("offload_chunk_mb", c.memory.offload_chunk_mb);
-    c.memory.offload_dir = r.get("offload_dir", c.memory.offload_dir);
-    c.memory.ram_budget_mb = r.get("ram_budget_mb", c.memory.ram_budget_mb);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("checkpoint");
-    c.checkpoint.every = r.get("every", c.checkpoint.every);
-    c.checkpoint.keep = r.get("keep", c.checkpoint.keep);
-    c.checkpoint.resume = r.get("resume", c.checkpoint.resume);
-    r.finish();
-  }
-  {
-    TableReader r = root.table("log");
-    c.log.every = r.get("every", c.log.every);
-    c.log.progress = r.get("progress", c.log.progress);
-    c.log.peak_gflops = r.get("peak_gflops", c.log.peak_gflops);
-    c.log.timeline = r.get("timeline", c.log.timeline);
-    c.log.profile = r.get("profile", c.log.profile);
-    r.finish();
+  if (!table["parallel"]["dp"] && world_size > 1) {
+    c.parallel.dp = data_parallel_of_world(world_size, c);
+    c.dp_from_world = true;
   }
   root.finish();
   c.validate();
@@ -631,142 +441,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::pair<s
   return read_run_config(table, world_size);
 }
 
-namespace {
-// The shortest decimal that reads back as the same float, so 1e-3f is written 0.001 rather than
-// 0.0010000000474974513.
-double shortest(float f) { return std::stod(fmt::format("{}", f)); }
-
-toml::array int_array(const std::vector<int64_t>& values) {
-  toml::array a;
-  for (int64_t v : values) a.push_back(v);
-  return a;
-}
-}  // namespace
-
-// precision.loss_scale is a word or a number, written back as it was given.
-toml::table precision_table(const PrecisionSection& p) {
-  toml::table t{{"compute", p.compute},
-                {"init_scale", p.init_scale},
-                {"growth_interval", p.growth_interval},
-                {"growth_factor", p.growth_factor},
-                {"backoff_factor", p.backoff_factor}};
-  if (p.loss_scale == "dynamic") {
-    t.insert("loss_scale", p.loss_scale);
-  } else {
-    t.insert("loss_scale", std::stod(p.loss_scale));
-  }
-  return t;
-}
-
 std::string to_toml(const RunConfig& c) {
-  const auto& m = c.model;
-  toml::table model{{"arch", config::architecture_name(m.arch)},
-                    {"n_layer", m.n_layer},
-                    {"n_head", m.n_head},
-                    {"n_kv_head", m.n_kv_head},
-                    {"n_embd", m.n_embd},
-                    {"vocab_size", m.vocab_size},
-                    {"seq_len", m.seq_len},
-                    {"ffn_hidden", m.ffn_hidden},
-                    {"bias", m.bias},
-                    {"tied_embeddings", m.tied_embeddings},
-                    {"dropout", shortest(m.dropout)},
-                    {"norm_eps", shortest(m.norm_eps)},
-                    {"rope_theta", shortest(m.rope_theta)}};
-  // Resolved, so that the saved config says which MLP the run trained whatever the defaults become.
-  model.insert("activation", config::activation_name(m.mlp_activation()));
-  model.insert("moe_experts", m.moe_experts);
-  model.insert("moe_top_k", m.moe_top_k);
-  model.insert("moe_capacity_factor", shortest(m.moe_capacity_factor));
-  model.insert("moe_every", m.moe_every);
-  model.insert("moe_aux_loss_coef", shortest(m.moe_aux_loss_coef));
-  model.insert("moe_z_loss_coef", shortest(m.moe_z_loss_coef));
-  const auto& t = c.train;
-  toml::table train{{"steps", t.steps},
-                    {"exit_after", t.exit_after},
-                    {"max_minutes", shortest(t.max_minutes)},
-                    {"overwrite", t.overwrite},
-                    {"allow_changes", t.allow_changes},
-                    {"batch_size", t.batch_size},
-                    {"micro_batch_size", t.micro_batch_size},
-                    {"seed", static_cast<int64_t>(t.seed)},
-                    {"out_dir", t.out_dir},
-                    {"eval_every", t.eval_every},
-                    {"eval_batches", t.eval_batches},
-                    {"sample_every", t.sample_every},
-                    {"sample_tokens", t.sample_tokens},
-                    {"sample_temperature", shortest(t.sample_temperature)},
-                    {"sample_top_k", t.sample_top_k},
-                    {"sample_prompt", t.sample_prompt},
-                    {"init_from", t.init_from}};
-  const auto& o = c.optim;
-  toml::table optim{{"name", o.name},
-                    {"lr", shortest(o.lr)},
-                    {"min_lr", shortest(o.min_lr)},
-                    {"warmup_steps", o.warmup_steps},
-                    {"weight_decay", shortest(o.weight_decay)},
-                    {"beta1", shortest(o.beta1)},
-                    {"beta2", shortest(o.beta2)},
-                    {"eps", shortest(o.eps)},
-                    {"grad_clip", shortest(o.grad_clip)},
-                    {"delayed_update_after", o.delayed_update_after},
-                    {"momentum", shortest(o.momentum)},
-                    {"nesterov", o.nesterov},
-                    {"decoupled_weight_decay", o.decoupled_weight_decay},
-                    {"trust_coefficient", shortest(o.trust_coefficient)},
-                    {"unadapted_lr_scale", shortest(o.unadapted_lr_scale)},
-                    {"first_moment", o.first_moment},
-                    {"relative_step", o.relative_step},
-                    {"decay_rate", shortest(o.decay_rate)},
-                    {"clip_threshold", shortest(o.clip_threshold)},
-                    {"block_size", o.block_size},
-                    {"quantization", o.quantization},
-                    {"freeze_step", o.freeze_step},
-                    {"variance_freeze_step", o.variance_freeze_step}};
-  toml::table root{{"model", model},
-                   {"data", toml::table{{"dir", c.data.dir}}},
-                   {"train", train},
-                   {"optim", optim},
-                   {"parallel", toml::table{{"dp", c.parallel.dp},
-                                            {"tp", c.parallel.tp},
-                                            {"sp", c.parallel.sp},
-                                            {"ep", c.parallel.ep},
-                                            {"pp", c.parallel.pp},
-                                            {"stage_layers", int_array(c.parallel.stage_layers)},
-                                            {"zero_stage", c.parallel.zero_stage},
-                                            {"schedule", c.parallel.schedule},
-                                            {"virtual_stages", c.parallel.virtual_stages},
-                                            {"weight_version", c.parallel.weight_version},
-                                            {"bucket_mb", shortest(c.parallel.bucket_mb)},
-                                            {"timeout_seconds", shortest(c.parallel.timeout_seconds)},
-                                            {"compression", c.parallel.compression},
-                                            {"grad_dtype", c.parallel.grad_dtype}}},
-                   {"precision", precision_table(c.precision)},
-                   {"compression", toml::table{{"ratio", c.compression.ratio},
-                                               {"levels", c.compression.levels},
-                                               {"rank", c.compression.rank},
-                                               {"warmup_steps", c.compression.warmup_steps}}},
-                   {"memory", toml::table{{"recompute", c.memory.recompute},
-                                          {"recompute_every", c.memory.recompute_every},
-                                          {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
-                                          {"solver_seconds", c.memory.solver_seconds},
-                                          {"offload_activations", c.memory.offload_activations},
-                                          {"activation_encoding", c.memory.activation_encoding},
-                                          {"offload_optimizer", c.memory.offload_optimizer},
-                                          {"offload_params", c.memory.offload_params},
-                                          {"offload_chunk_mb", shortest(c.memory.offload_chunk_mb)},
-                                          {"offload_dir", c.memory.offload_dir},
-                                          {"ram_budget_mb", shortest(c.memory.ram_budget_mb)}}},
-                   {"checkpoint", toml::table{{"every", c.checkpoint.every},
-                                              {"keep", c.checkpoint.keep},
-                                              {"resume", c.checkpoint.resume}}},
-                   {"log", toml::table{{"every", c.log.every},
-                                       {"progress", c.log.progress},
-                                       {"peak_gflops", shortest(c.log.peak_gflops)},
-                                       {"timeline", c.log.timeline},
-                                       {"profile", c.log.profile}}}};
   std::stringstream ss;
-  ss << root << "\n";
+  ss << resolved_table(c) << "\n";
   return ss.str();
 }
 
@@ -797,10 +474,9 @@ config::CompressionOptions RunConfig::compression_options() const {
 
 std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
-  const toml::table resolved = toml::parse(to_toml(RunConfig{}));
-  for (const auto& [section, table] : resolved) {
-    for (const auto& [key, value] : *table.as_table()) keys.push_back(std::string(section.str()) + "." + std::string(key.str()));
-  }
+  for (const ConfigKey& key : config_key_table()) keys.emplace_back(key.key);
+  // to_toml's order: a TOML table keeps its keys sorted, and no section's name begins another's.
+  std::sort(keys.begin(), keys.end());
   return keys;
 }
 

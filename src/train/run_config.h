@@ -4,6 +4,7 @@
 // rejected with a "did you mean", wrong types and out-of-range values name the key, and the
 // resolved config is written into the run folder and every checkpoint.
 // Sections: model, data, train, optim, parallel, compression, precision, memory, checkpoint, log.
+// Each key is declared once, in train/config_keys.h, which the reader and the writer follow.
 #include <cstdint>
 #include <string>
 #include <utility>

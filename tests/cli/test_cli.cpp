@@ -64,7 +64,7 @@ TEST_F(Cli, AnUnknownCommandIsNamedWithASuggestion) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output,
             "error: unknown command 'trian'; did you mean 'train'? commands: data, train, sample, export, plan, simulate, "
-            "launch, compatibility\n");
+            "launch, compatibility, config-keys\n");
   r = run_tessera("--debug data prep --input x");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "error: unknown 'tessera data' command 'prep'; did you mean 'prepare'?")) << r.output;
@@ -341,4 +341,18 @@ TEST_F(Cli, CompatibilityArrayPrintsConfigurationsAndThePairsTheyTrain) {
   EXPECT_GT(pairs, 700u);
   for (const std::string& c : used) EXPECT_TRUE(listed.contains(c)) << c << " is not listed";
   EXPECT_EQ(used.size(), listed.size()) << "a configuration that trains no pair first";
+}
+
+// `tessera config-keys`: the README's config reference, a row per key; with --fuzz-dictionary the
+// sections and keys as dictionary lines. (That the README holds exactly this table is
+// tests/train/test_config_keys.cpp.)
+TEST_F(Cli, ConfigKeysPrintsTheReadmeTableAndTheFuzzDictionary) {
+  CliResult r = run_tessera("config-keys");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("| key | default | meaning |\n|---|---|---|\n", 0), 0u) << r.output;
+  EXPECT_TRUE(contains(r.output, "\n| `train.steps` | 1000 | optimizer steps of the run |\n")) << r.output;
+  r = run_tessera("config-keys --fuzz-dictionary");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "\n\"[train]\"\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\n\"steps\"\n")) << r.output;
 }

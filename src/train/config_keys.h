@@ -1,0 +1,122 @@
+#pragma once
+// One declaration per key of the run config: its dotted name, the field it sets, its range, the
+// optimizers that read it and its line of documentation. The reader (read_run_config), validate()'s
+// range checks, the resolved config.toml (to_toml), the README's config reference and the fuzz
+// dictionary (`tessera config-keys` prints both) all come from this table, so a key is added in
+// one place; only the model's keys are read and ranged by config::read_model_config and
+// ModelConfig::validate, which the planner's model files share. What one key cannot say alone (a
+// check across keys) stays code in RunConfig::validate.
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "train/run_config.h"
+
+namespace tessera::train {
+
+// The values a key accepts. Without a message the refusal is config::check_range's ("'k' = v is out
+// of range; it must be in [lo, hi]", for integer keys); a message is the key's own sentence, where
+// {key} stands for the dotted key and {value} for the value.
+struct Range {
+  double low = 0;
+  double high = 0;
+  bool low_open = false;
+  bool high_open = false;
+  std::string_view message = {};
+};
+// Bounds for Range: a count of steps (2^40: far past any run, far inside every integer type), any
+// finite number, and no bound at all (infinity passes).
+inline constexpr double kSteps = 1099511627776.0;
+inline constexpr double kFinite = std::numeric_limits<double>::max();
+inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+
+// The field a key sets, reached from the whole config.
+template <class T>
+using Accessor = T& (*)(RunConfig&);
+// precision.loss_scale: a word ("dynamic") or a number, kept as text and written back as it came.
+struct WordOrNumber {
+  Accessor<std::string> text;
+};
+// A model key config::read_model_config reads into a value that is not its text (model.arch), or
+// that the saved config writes resolved (model.activation, the architecture's when unset).
+struct ModelName {
+  std::string (*name)(const config::ModelConfig&);
+};
+using Field = std::variant<Accessor<bool>, Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<float>,
+                           Accessor<double>, Accessor<std::string>, Accessor<std::vector<int64_t>>, WordOrNumber,
+                           ModelName>;
+
+struct ConfigKey {
+  std::string_view key;  // dotted: "train.steps"
+  Field field;
+  std::optional<Range> range = std::nullopt;
+  // optim.* only: the optimizers that read the key; set away from its default under another
+  // optimizer, it is refused. Empty: every optimizer reads it.
+  std::vector<std::string_view> optimizers = {};
+  // The README's default where the value alone would mislead ("from the data"); empty: the value.
+  std::string_view default_text = {};
+  std::string_view doc = {};
+
+  std::string_view section() const { return key.substr(0, key.find('.')); }
+  std::string_view name() const { return key.substr(key.find('.') + 1); }
+};
+
+// Every key, section by section in the order they are read, the README's order.
+std::span<const ConfigKey> config_key_table();
+// The sections, in the table's order.
+std::vector<std::string_view> config_sections();
+// The declaration of `dotted`; throws for a key the table does not have.
+const ConfigKey& config_key(std::string_view dotted);
+// The section the reader leaves to config::read_model_config, which the planner's model files share.
+inline constexpr std::string_view kModelSection = "model";
+
+// Sets every key of `section` (but model's) that `reader` holds.
+void read_section(config::TableReader& reader, std::string_view section, RunConfig& config);
+// Refuses a value of `key` outside its declared range; nothing for a key without one.
+void check_declared_range(const RunConfig& config, const ConfigKey& key);
+// Every key's value, defaults included: the resolved config that to_toml writes.
+toml::table resolved_table(const RunConfig& config);
+// Whether `key` holds its default in `config`.
+bool holds_default(const RunConfig& config, const ConfigKey& key);
+// The README's config reference: a Markdown table, one row per key.
+std::string config_reference_markdown();
+// The sections and keys as libFuzzer dictionary lines, the first part of tests/fuzz/fuzz_run_config.dict.
+std::string config_fuzz_dictionary();
+
+// The two halves of the table (config_keys_model_train.cpp, config_keys_run.cpp): what is trained
+// and how (model, data, train, optim), and how the run executes (parallel to log).
+std::vector<ConfigKey> model_and_training_keys();
+std::vector<ConfigKey> execution_keys();
+
+// The field of `section` at `member`, for the table's rows: in_train<&TrainSection::steps>.
+template <auto section, auto member>
+auto& field_of(RunConfig& config) {
+  return config.*section.*member;
+}
+template <auto member>
+inline constexpr auto in_model = &field_of<&RunConfig::model, member>;
+template <auto member>
+inline constexpr auto in_data = &field_of<&RunConfig::data, member>;
+template <auto member>
+inline constexpr auto in_train = &field_of<&RunConfig::train, member>;
+template <auto member>
+inline constexpr auto in_optim = &field_of<&RunConfig::optim, member>;
+template <auto member>
+inline constexpr auto in_parallel = &field_of<&RunConfig::parallel, member>;
+template <auto member>
+inline constexpr auto in_compression = &field_of<&RunConfig::compression, member>;
+template <auto member>
+inline constexpr auto in_precision = &field_of<&RunConfig::precision, member>;
+template <auto member>
+inline constexpr auto in_memory = &field_of<&RunConfig::memory, member>;
+template <auto member>
+inline constexpr auto in_checkpoint = &field_of<&RunConfig::checkpoint, member>;
+template <auto member>
+inline constexpr auto in_log = &field_of<&RunConfig::log, member>;
+
+}  // namespace tessera::train
