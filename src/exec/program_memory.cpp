@@ -19,8 +19,8 @@ class ActivationWalk {
         element_bytes_(dtype_size(activations)) {
     const size_t units = bytes_.size();
     for (int m = 0; m < program.microbatches; ++m) {
-      states_.push_back({std::vector<bool>(units, false), std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0),
-                         std::vector<int64_t>(units, 0), std::vector<int64_t>(units, 0), static_cast<int>(units)});
+      const std::vector<int64_t> none(units, 0);
+      states_.push_back({std::vector<bool>(units, false), none, none, none, none, static_cast<int>(units)});
     }
     posted_.assign(program.actions.size(), false);
   }
