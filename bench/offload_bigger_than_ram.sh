@@ -14,8 +14,10 @@
 # N_LAYER (default 32: 3.25B parameters at N_EMBD 3072 and FFN 8192; the script refuses a shape
 # whose states are under twice the RAM), N_EMBD, FFN, RAM_BUDGET_MB (default 16384).
 #
-# The run writes about 2 x 12 bytes a parameter to disk (the nvme tier, then its final checkpoint,
-# which is removed at the end): 78 GB for the default shape.
+# The run writes 16 bytes a parameter to the nvme tier (values, gradients, both moments) and, at
+# its end, a checkpoint of 12 bytes a parameter (values and moments) beside it, removed afterwards:
+# 91 GB for the default shape. The script checks the free space first and stops, naming both
+# numbers, where the disk has less.
 #
 # Prints the run's progress and, last:
 #   RESULT offload model_params=<n> states_gib=<16 n / 2^30> ram_gib=<MemTotal> peak_rss_gib=<VmHWM>
@@ -94,6 +96,27 @@ EOF
 "$TESSERA" plan --calibrate-here --out "$OUT/cluster-here.toml" --offload-dir "$OFFLOAD_DIR" | grep -E "disk:|^peak|^wrote"
 "$TESSERA" plan --config "$OUT/run.toml" --cluster "$OUT/cluster-here.toml" | tail -24
 "$TESSERA" plan --config "$OUT/run.toml" --cluster "$OUT/cluster-here.toml" --json >"$OUT/plan.json"
+# The nvme tier holds 16 bytes a parameter; the final checkpoint takes 12 of them again.
+nvme_bytes="$($PYTHON -c "import json, sys; print(int(json.load(open(sys.argv[1]))['memory']['nvme']))" "$OUT/plan.json")"
+checkpoint_bytes=$((nvme_bytes / 16 * 12))
+if [[ "$(df --output=source "$OFFLOAD_DIR" | tail -1)" == "$(df --output=source "$OUT" | tail -1)" ]]; then
+  need=$((nvme_bytes + checkpoint_bytes))
+  free="$(df --output=avail -B1 "$OFFLOAD_DIR" | tail -1)"
+  where="$OFFLOAD_DIR and $OUT (one disk)"
+else
+  need=$nvme_bytes
+  free="$(df --output=avail -B1 "$OFFLOAD_DIR" | tail -1)"
+  where="$OFFLOAD_DIR"
+  out_free="$(df --output=avail -B1 "$OUT" | tail -1)"
+  if (( out_free < checkpoint_bytes )); then
+    echo "the final checkpoint needs about $((checkpoint_bytes / 1000000000)) GB in $OUT, which has $((out_free / 1000000000)) GB free" >&2
+    exit 1
+  fi
+fi
+if (( free < need )); then
+  echo "the run needs about $((need / 1000000000)) GB in $where (the nvme tier, then its final checkpoint beside it), which has $((free / 1000000000)) GB free: give OFFLOAD_DIR (and BUILD_DIR) a disk with that room" >&2
+  exit 1
+fi
 # What the disk under the offload folder moved while the run trained (/proc/diskstats, 512-byte
 # sectors): beside the copy engine's own counts (metrics.jsonl), what reached the device.
 DEVICE="$(basename "$(df --output=source "$OFFLOAD_DIR" | tail -1)")"
