@@ -10,7 +10,8 @@ Tensor token_tensor(const int32_t* tokens, int B, int T) {
   return Tensor::from_external(const_cast<int32_t*>(tokens), {B, T}, DType::I32);
 }
 
-GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed, const ShardingRules* sharding)
+GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed, const ShardingRules* sharding,
+         bool deferred_values)
     : config_(config), params_(sharding) {
   config_.validate();
   // Each unit owns the parameters declared while it is built: a contiguous range of the flat buffer.
@@ -41,6 +42,10 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
   for (const Parameter& p : params_.all()) declared += shape_numel(p.spec.unpadded_shape());
   TS_CHECK(declared == config_.parameter_count(), "the model declares {} parameters but the config formula counts {}",
            declared, config_.parameter_count());
+  if (deferred_values) {
+    params_.allocate_deferred(memory, seed);
+    return;
+  }
   params_.allocate(memory);
   params_.initialize(seed);
 }

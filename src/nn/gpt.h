@@ -26,8 +26,10 @@ class GPT {
   // its blocks of the parameters a tensor-parallel plan splits (parallel/tensor_parallel.h):
   // the model declares the one-process shapes and runs on the blocks it gets; the values are
   // those of the one-process model's elements at their global index.
+  // `deferred_values`: no buffer of the whole values; their holder makes each parameter's initial
+  // values as it stores them (ParameterStore::allocate_deferred).
   GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t seed,
-      const ShardingRules* sharding = nullptr);
+      const ShardingRules* sharding = nullptr, bool deferred_values = false);
 
   static constexpr int kIgnoreIndex = -1;
 

@@ -144,7 +144,38 @@ Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, Par
   return p;
 }
 
+namespace {
+
+// p's elements [begin, end), GPT-2 style from the counter RNG.
+void fill_initial(const Parameter& p, uint64_t seed, int64_t begin, int64_t end, float* out) {
+  switch (p.init) {
+    case Init::Zeros:
+      std::fill(out, out + (end - begin), 0.0f);
+      return;
+    case Init::Ones:
+      std::fill(out, out + (end - begin), 1.0f);
+      return;
+    case Init::Normal: {
+      const uint64_t stream = stream_id(("init:" + p.name).c_str());
+      const ShardSpec& spec = p.spec;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t g = spec.global_index(i);
+        out[i - begin] = spec.is_padding(g) ? 0.0f : p.init_std * normal(seed, stream, static_cast<uint64_t>(g));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 void ParameterStore::allocate(MemoryAccountant& accountant) {
+  declarations_complete(accountant);
+  values_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Params, accountant);
+}
+
+void ParameterStore::declarations_complete(MemoryAccountant& accountant) {
   TS_CHECK(!allocated(), "parameters allocated twice");
   // Names are checked once here: checking at each declaration made building a deep model quadratic.
   std::vector<const std::string*> names;
@@ -154,35 +185,27 @@ void ParameterStore::allocate(MemoryAccountant& accountant) {
   for (size_t i = 1; i < names.size(); ++i) {
     TS_CHECK(*names[i] != *names[i - 1], "parameter '{}' declared twice", *names[i]);
   }
-  values_ = Tensor::zeros({total_}, DType::F32, MemoryTag::Params, accountant);
   accountant_ = &accountant;
   allocated_ = true;
 }
 
 void ParameterStore::initialize(uint64_t seed) {
   TS_CHECK(allocated(), "initialize() before allocate()");
-  for (auto& p : params_) {
-    float* v = value(p).data<float>();
-    const int64_t n = p.numel();
-    switch (p.init) {
-      case Init::Zeros:
-        for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
-        break;
-      case Init::Ones:
-        for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
-        break;
-      case Init::Normal: {
-        const uint64_t stream = stream_id(("init:" + p.name).c_str());
-        const ShardSpec& spec = p.spec;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t g = spec.global_index(i);
-          v[i] = spec.is_padding(g) ? 0.0f : p.init_std * normal(seed, stream, static_cast<uint64_t>(g));
-        }
-        break;
-      }
-    }
-  }
+  for (auto& p : params_) fill_initial(p, seed, 0, p.numel(), value(p).data<float>());
+}
+
+void ParameterStore::allocate_deferred(MemoryAccountant& accountant, uint64_t seed) {
+  declarations_complete(accountant);
+  values_owner_ = "no one yet: the initial values are made parameter by parameter by whoever takes them over";
+  deferred_seed_ = seed;
+}
+
+void ParameterStore::initial_values(const Parameter& p, int64_t begin, int64_t end, float* out) const {
+  TS_CHECK(deferred_seed_.has_value(), "the initial values of '{}' are made on demand only in a deferred store",
+           p.name);
+  TS_CHECK(begin >= 0 && begin <= end && end <= p.numel(), "elements [{}, {}) of '{}' ({} elements)", begin, end,
+           p.name, p.numel());
+  fill_initial(p, *deferred_seed_, begin, end, out);
 }
 
 void ParameterStore::zero_grads() { flat_grads().fill_zero(); }

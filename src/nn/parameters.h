@@ -120,6 +120,14 @@ class ParameterStore final : public ParameterAccess {
   // GPT-2 style initialization from the counter RNG: element g of parameter `name` (g its global
   // index) is normal(seed, stream_id("init:" + name), g), so the values do not depend on the layout.
   void initialize(uint64_t seed);
+  // Instead of allocate() and initialize(): no buffer of the whole values is ever made; whoever
+  // takes the values over (ZeRO-3 with its shard in the nvme tier) makes each parameter's initial
+  // values as it stores them (initial_values). So a model whose values are larger than RAM starts.
+  void allocate_deferred(MemoryAccountant& accountant, uint64_t seed);
+  bool deferred() const { return deferred_seed_.has_value(); }
+  // Elements [begin, end) of p's initial values (its local flat order) into `out`: the bits
+  // initialize() gives them. Only for a deferred store.
+  void initial_values(const Parameter& p, int64_t begin, int64_t end, float* out) const;
   void zero_grads();
 
   Parameter& get(const std::string& name);
@@ -151,11 +159,15 @@ class ParameterStore final : public ParameterAccess {
   Tensor grad(const Parameter& p) override { return grad_of(p); }
 
  private:
+  // The declarations are checked (no name twice) and the store counts as allocated.
+  void declarations_complete(MemoryAccountant& accountant);
+
   const ShardingRules* sharding_ = nullptr;
   std::deque<Parameter> params_;
   int64_t total_ = 0;
   bool allocated_ = false;
   MemoryAccountant* accountant_ = nullptr;  // the gradients' when they are first used
+  std::optional<uint64_t> deferred_seed_;  // the seed of values made on demand (allocate_deferred)
   Tensor values_;  // [numel]
   Tensor grads_;   // [numel], once used
   std::string values_owner_, grads_owner_;  // who took them over, for error messages

@@ -47,13 +47,18 @@ ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vect
       rank_(rank),
       comm_(comm),
       memory_(memory) {
-  const float* values = params.flat_values().data<float>();
   if (nvme != nullptr) {
     TS_CHECK(layout.pieces().size() <= 1, "memory.offload_params keeps a shard of one contiguous range in the nvme "
              "tier, and this rank's is {} pieces (a pipeline stage's parameters)", layout.pieces().size());
     mine_ = layout.shard(rank);
-    offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_, values + mine_.begin);
+    if (params.deferred()) {
+      offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_);
+      write_initial_values(params, memory);
+    } else {
+      offloaded_ = std::make_unique<OffloadedShard>(*nvme, params, mine_, params.flat_values().data<float>() + mine_.begin);
+    }
   } else {
+    const float* values = params.flat_values().data<float>();
     shard_ = Tensor::empty({layout.shard_size(rank)}, DType::F32, MemoryTag::Params, memory);
     float* out = shard_.data<float>();
     for (const nn::ParamRange& part : layout.shards(rank)) {
@@ -83,6 +88,19 @@ ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vect
   // The whole buffer goes back to the system rather than to the accountant's cache of free blocks:
   // no later buffer has its size, and keeping it would keep the memory ZeRO-3 exists to free.
   memory.release_cache();
+}
+
+void ParameterGatherer::write_initial_values(const nn::ParameterStore& params, MemoryAccountant& memory) {
+  // One parameter's part at a time in compute memory: the model's values are never whole here.
+  for (const nn::Parameter& p : params.all()) {
+    const auto first = static_cast<int64_t>(p.offset);
+    const nn::ParamRange part = intersect({first, first + p.numel()}, mine_);
+    if (part.size() == 0) continue;
+    Tensor values = Tensor::empty({part.size()}, DType::F32, MemoryTag::Params, memory);
+    params.initial_values(p, part.begin - first, part.end - first, values.data<float>());
+    OffloadedShard::Works writes = offloaded_->write_range(part, values.data<float>());
+    wait_all(writes);
+  }
 }
 
 ParameterGatherer::~ParameterGatherer() {

@@ -181,6 +181,9 @@ class ParameterGatherer final : public exec::Transform, public exec::StorageOwne
     int first = 0;  // first and last action index
     int last = 0;
   };
+  // A deferred store (nn::ParameterStore::allocate_deferred): its initial values written into the
+  // offloaded shard parameter by parameter.
+  void write_initial_values(const nn::ParameterStore& params, MemoryAccountant& memory);
   void post(int run);
   // Offloaded over several ranks: waits for the run's reads and posts its gathers.
   void start_gather(int run);

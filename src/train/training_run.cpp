@@ -161,7 +161,9 @@ TrainingRun::TrainingRun(RunStart& run_start, StopSignals* stop_signals)
       tensor_plan(cfg.model, cfg.parallel.tp, start.mesh ? start.mesh->tp().rank() : 0),
       expert_plan(cfg.model, cfg.parallel.ep, start.mesh && cfg.parallel.ep > 1 ? start.mesh->ep().rank() : 0,
                   &tensor_plan),
-      model(cfg.model, memory, cfg.train.seed, &expert_plan),
+      // With ZeRO-3's shard in the nvme tier the whole values are never made: each parameter's
+      // initial values go there as the shard is written, so a model larger than RAM starts.
+      model(cfg.model, memory, cfg.train.seed, &expert_plan, cfg.memory.offload_params == "nvme"),
       offload(offload_folder(cfg, world)),
       engine_settings(engine_options(cfg)),
       disk(plan_offload(engine_settings, offload)),
