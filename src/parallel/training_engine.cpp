@@ -44,7 +44,7 @@ config::FeatureSettings feature_settings(const EngineOptions& o, const config::M
   s.grad_dtype = config::precision_name(o.precision.grad_dtype);
   s.compute = config::precision_name(o.precision.compute);
   s.recompute = memory::recompute_policy_name(o.recompute.policy);
-  s.optimizer = o.optimizer.name;
+  s.optimizer = o.optimizer.kind;
   s.moe_experts = model.moe_experts;
   s.offload_optimizer = o.offload_optimizer_chunk_bytes > 0 ? "nvme" : "none";
   s.offload_params = o.offload_params ? "nvme" : "none";
@@ -279,7 +279,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
                                                                        tp_, ep_,
                                                                        layout.zero_stage >= 1 ? edp_ : nullptr));
   }
-  if (options.optimizer.name == "onebit_adam") {
+  if (options.optimizer.kind == optim::OptimizerKind::OneBitAdam) {
     // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
     const std::vector<optim::Segment> layout = ownership_.master_segments();
     std::vector<int> exchange_of;
@@ -307,11 +307,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     TS_CHECK(one_bit_adam_ == nullptr && weight_versions_ == nullptr,
              "the delayed parameter update runs with a flushing schedule and an optimizer that does not communicate "
              "(not 1-bit Adam, not 2BW)");
-    TS_CHECK(shard_reduction_ == nullptr || optim::updates_elementwise(options.optimizer.name),
+    TS_CHECK(shard_reduction_ == nullptr || optim::updates_elementwise(options.optimizer.kind),
              "optim.delayed_update_after with optim.name = \"{}\" under ZeRO, tensor or expert parallelism: its "
              "step sums per-tensor statistics over ranks, which an update on its own thread cannot do beside the next "
              "step's collectives; delay adamw or sgd there",
-             options.optimizer.name);
+             optim::optimizer_name(options.optimizer.kind));
     delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()), memory);
   }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));

@@ -63,7 +63,7 @@ double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int
 
 double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,
                                     const MatrixShare& matrices) {
-  const bool one_bit_adam = l.optimizer == "onebit_adam";
+  const bool one_bit_adam = l.optimizer == optim::OptimizerKind::OneBitAdam;
   if ((l.compression == "none" && !one_bit_adam) || dp.size <= 1 || elements <= 0) return 0;
   const double n = dp.size;
   // Reading the gradient and its error, writing both back.

@@ -126,10 +126,10 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else if (key == "overlap") {
       l.overlap = parse_bool(key, value);
     } else if (key == "optimizer") {
-      const std::span<const std::string_view> names = optim::optimizer_names();
-      TS_CHECK(std::find(names.begin(), names.end(), value) != names.end(), "layout: 'optimizer={}' must be one of {}",
-               value, fmt::join(names, ", "));
-      l.optimizer = std::string(value);
+      const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(value);
+      TS_CHECK(kind.has_value(), "layout: 'optimizer={}' must be one of {}", value,
+               fmt::join(optim::optimizer_names(), ", "));
+      l.optimizer = *kind;
     } else if (key == "activations") {
       if (value == "engine") l.activations = ActivationAccounting::Engine;
       else if (value == "megatron") l.activations = ActivationAccounting::Megatron;
@@ -204,7 +204,7 @@ std::string to_string(const Layout& l) {
     if (l.compression == "topk") extras += fmt::format(",compression_ratio={}", l.compression_ratio);
     if (l.compression == "powersgd") extras += fmt::format(",compression_rank={}", l.compression_rank);
   }
-  if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
+  if (l.optimizer != optim::OptimizerKind::AdamW) extras += fmt::format(",optimizer={}", optim::optimizer_name(l.optimizer));
   if (l.ep != 1) extras += fmt::format(",ep={}", l.ep);
   if (l.activations != ActivationAccounting::Engine) extras += fmt::format(",activations={}", accounting_name(l.activations));
   if (l.states != StateAccounting::Zero) {
@@ -255,7 +255,7 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "layout: the interleaved schedule needs the microbatch count ({} = B / (dp x mb)) to be a multiple of pp={}",
            l.microbatches(), l.pp);
   TS_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero_stage);
-  TS_CHECK(l.optimizer != "onebit_adam" || (l.zero_stage == 0 && l.compression == "none"),
+  TS_CHECK(l.optimizer != optim::OptimizerKind::OneBitAdam || (l.zero_stage == 0 && l.compression == "none"),
            "layout: optimizer=onebit_adam keeps the whole momentum on every data-parallel rank and compresses it "
            "itself; use it with zero=0 and no compression (got zero={}, compression={})", l.zero_stage, l.compression);
   // A parameter the chosen policy ignores is almost always a policy typed wrong, so it is refused

@@ -9,6 +9,7 @@
 
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
+#include "optim/optimizer_config.h"
 #include "plan/cluster.h"
 
 namespace tessera::plan {
@@ -68,7 +69,7 @@ struct Layout : config::ParallelLayout {
   double compression_ratio = 0.01;
   int compression_rank = 4;
   // The optimizer whose state the memory model counts (optim.name); Adam's moments by default.
-  std::string optimizer = "adamw";
+  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   StateAccounting states = StateAccounting::Zero;
   // The runtime's gradient bucket size (parallel.bucket_mb, MiB), which sizes ZeRO-2/3's bucket
   // storage (only the engine accounting reads that) and the last bucket of a reduction between nodes.

@@ -95,7 +95,7 @@ PlannedRun planned_run(RunConfig c) {
   // Buckets are reduced as backward completes them, but on the communicator's progress thread,
   // which shares the rank's cores with the compute it would hide behind: not overlapped.
   l.overlap = false;
-  l.optimizer = c.optim.name;
+  l.optimizer = c.optim.kind;
   l.compression = c.parallel.compression;
   const config::CompressionOptions compression = c.compression_options();
   l.compression_ratio = compression.ratio;

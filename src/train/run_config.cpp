@@ -27,46 +27,54 @@ std::string quoted_list(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
-// The optimizer's own keys: known name, ranges, and no key that the chosen optimizer would ignore
-// (set away from its default), as the recompute keys are refused for the policies that ignore them.
+// optim.name as the config reads it: a known name, or a refusal that lists them.
+optim::OptimizerKind optimizer_kind_of(std::string_view name) {
+  const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(name);
+  TS_CHECK(kind.has_value(), "config: optim.name = '{}' is not known; use {}", name,
+           quoted_list(optim::optimizer_names(), " or "));
+  return *kind;
+}
+
+// The optimizer's own keys: ranges, and no key that the chosen optimizer would ignore (set away
+// from its default), as the recompute keys are refused for the policies that ignore them.
 void validate_optimizer(const OptimSection& o) {
-  const std::span<const std::string_view> names = optim::optimizer_names();
-  TS_CHECK(std::find(names.begin(), names.end(), o.name) != names.end(),
-           "config: optim.name = '{}' is not known; use {}", o.name, quoted_list(names, " or "));
+  using K = optim::OptimizerKind;
   const optim::OptimizerConfig defaults;
   struct Key {
     const char* name;
     bool is_default;
-    std::vector<std::string_view> readers;
+    std::vector<K> readers;
   };
-  const bool adafactor_beta1 = o.name == "adafactor" && o.first_moment;
+  const bool adafactor_beta1 = o.kind == K::Adafactor && o.first_moment;
   const std::vector<Key> keys = {
       {"beta1", o.beta1 == defaults.beta1,
-       adafactor_beta1 ? std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam", "adafactor"}
-                       : std::vector<std::string_view>{"adamw", "adam8bit", "lamb", "onebit_adam"}},
-      {"beta2", o.beta2 == defaults.beta2, {"adamw", "adam8bit", "lamb", "onebit_adam"}},
-      {"eps", o.eps == defaults.eps, {"adamw", "adam8bit", "lamb", "lars", "onebit_adam"}},
-      {"momentum", o.momentum == defaults.momentum, {"sgd", "lars"}},
-      {"nesterov", o.nesterov == defaults.nesterov, {"sgd"}},
-      {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {"sgd"}},
-      {"trust_coefficient", o.trust_coefficient == defaults.trust_coefficient, {"lars"}},
-      {"unadapted_lr_scale", o.unadapted_lr_scale == defaults.unadapted_lr_scale, {"lamb", "lars"}},
-      {"first_moment", o.first_moment == defaults.first_moment, {"adafactor"}},
-      {"relative_step", o.relative_step == defaults.relative_step, {"adafactor"}},
-      {"decay_rate", o.decay_rate == defaults.decay_rate, {"adafactor"}},
-      {"clip_threshold", o.clip_threshold == defaults.clip_threshold, {"adafactor"}},
-      {"block_size", o.block_size == defaults.block_size, {"adam8bit"}},
-      {"quantization", o.quantization == defaults.quantization, {"adam8bit"}},
-      {"freeze_step", o.freeze_step == defaults.freeze_step, {"onebit_adam"}},
-      {"variance_freeze_step", o.variance_freeze_step == defaults.variance_freeze_step, {"adamw"}},
+       adafactor_beta1 ? std::vector<K>{K::AdamW, K::Adam8bit, K::Lamb, K::OneBitAdam, K::Adafactor}
+                       : std::vector<K>{K::AdamW, K::Adam8bit, K::Lamb, K::OneBitAdam}},
+      {"beta2", o.beta2 == defaults.beta2, {K::AdamW, K::Adam8bit, K::Lamb, K::OneBitAdam}},
+      {"eps", o.eps == defaults.eps, {K::AdamW, K::Adam8bit, K::Lamb, K::Lars, K::OneBitAdam}},
+      {"momentum", o.momentum == defaults.momentum, {K::Sgd, K::Lars}},
+      {"nesterov", o.nesterov == defaults.nesterov, {K::Sgd}},
+      {"decoupled_weight_decay", o.decoupled_weight_decay == defaults.decoupled_weight_decay, {K::Sgd}},
+      {"trust_coefficient", o.trust_coefficient == defaults.trust_coefficient, {K::Lars}},
+      {"unadapted_lr_scale", o.unadapted_lr_scale == defaults.unadapted_lr_scale, {K::Lamb, K::Lars}},
+      {"first_moment", o.first_moment == defaults.first_moment, {K::Adafactor}},
+      {"relative_step", o.relative_step == defaults.relative_step, {K::Adafactor}},
+      {"decay_rate", o.decay_rate == defaults.decay_rate, {K::Adafactor}},
+      {"clip_threshold", o.clip_threshold == defaults.clip_threshold, {K::Adafactor}},
+      {"block_size", o.block_size == defaults.block_size, {K::Adam8bit}},
+      {"quantization", o.quantization == defaults.quantization, {K::Adam8bit}},
+      {"freeze_step", o.freeze_step == defaults.freeze_step, {K::OneBitAdam}},
+      {"variance_freeze_step", o.variance_freeze_step == defaults.variance_freeze_step, {K::AdamW}},
   };
   for (const Key& k : keys) {
-    if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.name) != k.readers.end()) continue;
-    TS_CHECK(!(o.name == "adafactor" && std::string_view(k.name) == "beta1"),
+    if (k.is_default || std::find(k.readers.begin(), k.readers.end(), o.kind) != k.readers.end()) continue;
+    TS_CHECK(!(o.kind == K::Adafactor && std::string_view(k.name) == "beta1"),
              "config: optim.beta1 is read by optim.name = \"adafactor\" only with optim.first_moment = true (the "
              "paper's Adafactor keeps no first moment); set optim.first_moment = true or remove optim.beta1");
+    std::vector<std::string_view> readers;
+    for (K reader : k.readers) readers.push_back(optim::optimizer_name(reader));
     TS_FAIL("config: optim.{} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those",
-            k.name, quoted_list(k.readers, " or "), o.name);
+            k.name, quoted_list(readers, " or "), optim::optimizer_name(o.kind));
   }
   TS_CHECK(o.momentum >= 0.0f && o.momentum < 1.0f, "config: optim.momentum = {} must be in [0, 1)", o.momentum);
   TS_CHECK(!o.nesterov || o.momentum > 0.0f,
@@ -332,11 +340,11 @@ void RunConfig::validate() const {
   check_range<int64_t>("optim.delayed_update_after", optim.delayed_update_after, 0, int64_t{1} << 40);
   // The same rule of three for an update on its own thread: the main thread's collectives run
   // beside it, so it must not sum statistics over ranks.
-  TS_CHECK(optim.delayed_update_after == 0 || optim::updates_elementwise(optim.name) || !sharded,
+  TS_CHECK(optim.delayed_update_after == 0 || optim::updates_elementwise(optim.kind) || !sharded,
            "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
            "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
            "step's collectives; delay adamw or sgd there, or {} without sharding",
-           optim.name, sharding, optim.name);
+           optim::optimizer_name(optim.kind), sharding, optim::optimizer_name(optim.kind));
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(feature_settings())) TS_FAIL("config: {}", *refusal);
@@ -344,11 +352,11 @@ void RunConfig::validate() const {
   if (memory.offload_optimizer != "none") {
     // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
     // an offloaded state and a sharding.
-    TS_CHECK(optim::updates_elementwise(optim.name) || !sharded,
+    TS_CHECK(optim::updates_elementwise(optim.kind) || !sharded,
              "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
              "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
              "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             memory.offload_optimizer, optim.name, sharding, optim.name);
+             memory.offload_optimizer, optim::optimizer_name(optim.kind), sharding, optim::optimizer_name(optim.kind));
   }
   // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
   // the offloaded optimizer that streams their values.
@@ -399,7 +407,7 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.grad_dtype = parallel.grad_dtype;
   s.compute = precision.compute;
   s.recompute = memory.recompute;
-  s.optimizer = optim.name;
+  s.optimizer = optim.kind;
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
   s.offload_optimizer = memory.offload_optimizer;
@@ -518,7 +526,7 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
   {
     TableReader r = root.table("optim");
     auto& o = c.optim;
-    o.name = r.get("name", o.name);
+    o.kind = optimizer_kind_of(r.get("name", std::string(optim::optimizer_name(o.kind))));
     o.lr = r.get("lr", o.lr);
     o.min_lr = r.get("min_lr", o.min_lr);
     o.warmup_steps = r.get("warmup_steps", o.warmup_steps);
@@ -700,7 +708,7 @@ std::string to_toml(const RunConfig& c) {
                     {"sample_prompt", t.sample_prompt},
                     {"init_from", t.init_from}};
   const auto& o = c.optim;
-  toml::table optim{{"name", o.name},
+  toml::table optim{{"name", std::string(optim::optimizer_name(o.kind))},
                     {"lr", shortest(o.lr)},
                     {"min_lr", shortest(o.min_lr)},
                     {"warmup_steps", o.warmup_steps},

@@ -294,7 +294,7 @@ void TrainingRun::print_layout() {
     const size_t buckets = engine.data_parallel().buckets().size();
     fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient bucket{} of up to {} MiB{}\n", ranks,
                cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
-               cfg.optim.name == "onebit_adam"
+               cfg.optim.kind == optim::OptimizerKind::OneBitAdam
                    ? fmt::format("; reduced for the first {} steps, then 1-bit Adam exchanges its momentum in one "
                                  "bit per element", cfg.optim.freeze_step)
                    : describe_compression(cfg.compression_options()));

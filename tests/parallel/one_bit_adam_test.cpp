@@ -120,7 +120,7 @@ void check_optimizer(dist::Communicator& comm, RankChecks& t) {
   constexpr int kSteps = 7;
   constexpr float kLr = 1e-2f;
   optim::OptimizerConfig cfg;
-  cfg.name = "onebit_adam";
+  cfg.kind = optim::OptimizerKind::OneBitAdam;
   cfg.freeze_step = 3;
   MemoryAccountant memory;
   nn::ParameterStore mine, exact;
@@ -235,7 +235,7 @@ void check_training(dist::Communicator& comm, RankChecks& t) {
   for (float clip : {0.0f, 0.05f}) {
     ParityCase k = c;
     k.grad_clip = clip;
-    k.optimizer.name = "onebit_adam";
+    k.optimizer.kind = optim::OptimizerKind::OneBitAdam;
     k.optimizer.freeze_step = 3;
     const tessera::testing::RunRecord dense = clip > 0 ? tessera::testing::run_data_parallel(
                                                              [&] {

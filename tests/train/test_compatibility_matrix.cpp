@@ -43,9 +43,9 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.memory.offload_optimizer = s.offload_optimizer;
   c.memory.offload_params = s.offload_params;
   c.optim.delayed_update_after = s.delayed_update_after;
-  c.optim.name = s.optimizer;
+  c.optim.kind = s.optimizer;
   const bool data_parallel = s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
-                             s.optimizer == "onebit_adam";
+                             s.optimizer == config::OptimizerKind::OneBitAdam;
   c.parallel.dp = data_parallel ? 2 : 1;
   return c;
 }
@@ -169,7 +169,7 @@ TEST(CompatibilityMatrix, ErrorFeedbackUnderFp16AndAdafactorUnderTpAndEpAreAccep
   EXPECT_EQ(error_of(config_with(s)), "");
 
   s = {};
-  s.optimizer = "adafactor";
+  s.optimizer = config::OptimizerKind::Adafactor;
   s.tp = 2;
   EXPECT_EQ(error_of(config_with(s)), "") << "each block's terms go to the matrix's global rows and columns";
   s.tp = 1;
