@@ -65,7 +65,7 @@ std::pair<std::vector<nn::ParamRange>, std::vector<nn::ParamRange>> split_expert
     for (const nn::Parameter& p : params.all()) {
       const nn::ParamRange range{static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset) + p.numel()};
       if (range.size() == 0 || range.begin < piece.begin || range.end > piece.end) continue;
-      const bool expert = is_expert_parameter(p.name);
+      const bool expert = p.part == nn::ParameterPart::Expert;
       std::vector<nn::ParamRange>& to = expert ? experts : dense;
       bool& fresh = expert ? fresh_experts : fresh_dense;
       if (!fresh && to.back().end == range.begin) {
@@ -283,7 +283,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
     const std::vector<optim::Segment> layout = ownership_.master_segments();
     std::vector<int> exchange_of;
-    for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && is_expert_parameter(s.param->name) ? 1 : 0);
+    for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && s.param->part == nn::ParameterPart::Expert ? 1 : 0);
     std::vector<dist::Communicator*> groups{dp_};
     if (ep_ != nullptr) groups.push_back(edp_);
     auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer, layout, groups, exchange_of);
@@ -630,7 +630,7 @@ bool TrainingEngine::writes_checkpoint_of(const nn::Parameter& p, bool sharded_b
   if (stage_params_ && stage_params_->held_by_lower_rank(p)) return false;
   if (tp_ != nullptr && p.spec.replicated_over(config::MeshDim::TP) && tp_->rank() != 0) return false;
   if (sharded_by_zero) return true;
-  const bool expert = ep_ != nullptr && is_expert_parameter(p.name);
+  const bool expert = ep_ != nullptr && p.part == nn::ParameterPart::Expert;
   return expert ? edp_ == nullptr || edp_->rank() == 0 : data_parallel_->rank() == 0;
 }
 
