@@ -96,8 +96,8 @@ PlannedRun planned_run(RunConfig c) {
   // which shares the rank's cores with the compute it would hide behind: not overlapped.
   l.overlap = false;
   l.optimizer = c.optim.kind;
-  l.compression = c.parallel.compression;
   const config::CompressionOptions compression = c.compression_options();
+  l.compression = compression.method;
   l.compression_ratio = compression.ratio;
   l.compression_rank = compression.rank;
   run.split_note = c.parallel.stage_layers.empty() ? uneven_split_note(c) : std::string();
