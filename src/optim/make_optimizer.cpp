@@ -5,13 +5,14 @@
 #include "optim/adamw.h"
 #include "optim/lamb.h"
 #include "optim/lars.h"
+#include "optim/one_bit_adam.h"
 #include "optim/sgd.h"
 
 namespace tessera::optim {
 
 std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const OptimizerConfig& config,
                                           const nn::ParameterStore& store, std::span<const Segment> layout,
-                                          const ShardReduction* reduction) {
+                                          const ShardReduction* reduction, const ExchangeGroups* exchange) {
   switch (config.kind) {
     case OptimizerKind::AdamW:
       return std::make_unique<AdamW>(memory, AdamWConfig{config.beta1, config.beta2, config.eps, config.weight_decay,
@@ -22,9 +23,14 @@ std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const Optimi
     case OptimizerKind::Adam8bit: return std::make_unique<Adam8bit>(memory, config, store, layout, reduction);
     case OptimizerKind::Lamb: return std::make_unique<Lamb>(memory, config, store, layout, reduction);
     case OptimizerKind::Lars: return std::make_unique<Lars>(memory, config, store, layout, reduction);
-    case OptimizerKind::OneBitAdam:
-      TS_FAIL("optimizer 'onebit_adam' reduces its own momentum over the data-parallel group: the training engine "
-              "builds it (parallel/compression/one_bit_adam.h)");
+    case OptimizerKind::OneBitAdam: {
+      TS_CHECK(exchange != nullptr && !exchange->groups.empty(),
+               "optimizer 'onebit_adam' averages its own momentum over the data-parallel group: make_optimizer needs "
+               "the groups to exchange it over (ExchangeGroups)");
+      std::vector<int> group_of = exchange->group_of;
+      if (group_of.empty()) group_of.assign(layout.size(), 0);
+      return std::make_unique<OneBitAdam>(memory, config, layout, exchange->groups, std::move(group_of));
+    }
   }
   TS_FAIL("unknown optimizer kind {}", static_cast<int>(config.kind));
 }

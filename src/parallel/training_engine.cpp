@@ -281,14 +281,15 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
   }
   if (options.optimizer.kind == optim::OptimizerKind::OneBitAdam) {
     // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
-    const std::vector<optim::Segment> layout = ownership_.master_segments();
-    std::vector<int> exchange_of;
-    for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && s.param->part == nn::ParameterPart::Expert ? 1 : 0);
-    std::vector<dist::Communicator*> groups{dp_};
-    if (ep_ != nullptr) groups.push_back(edp_);
-    auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer, layout, groups, exchange_of);
-    one_bit_adam_ = one_bit.get();
-    optimizer_ = std::move(one_bit);
+    const std::vector<optim::Segment> segments = ownership_.master_segments();
+    optim::ExchangeGroups exchange{{dp_}, {}};
+    if (ep_ != nullptr) exchange.groups.push_back(edp_);
+    for (const optim::Segment& s : segments) {
+      exchange.group_of.push_back(ep_ != nullptr && s.param->part == nn::ParameterPart::Expert ? 1 : 0);
+    }
+    optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), segments, shard_reduction_.get(),
+                                       &exchange);
+    one_bit_adam_ = dynamic_cast<optim::OneBitAdam*>(optimizer_.get());
   } else if (options.offload_optimizer_chunk_bytes > 0) {
     const auto make = [&](std::span<const optim::Segment> chunk) {
       return optim::make_optimizer(memory, options.optimizer, model.parameters(), chunk, shard_reduction_.get());

@@ -303,7 +303,7 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   if (l.optimizer == optim::OptimizerKind::Adafactor) mem.optimizer += kF32 * adafactor_state_floats(m, l, stage);
   if (l.optimizer == optim::OptimizerKind::OneBitAdam) {
     // Each rank's server error: its chunk of the dense momentum over dp, and under expert
-    // parallelism of the experts' over their own group (parallel/compression/one_bit_adam.h).
+    // parallelism of the experts' over their own group (optim/one_bit_adam.h).
     const double experts = l.ep > 1 ? moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l) : 0.0;
     mem.optimizer += kF32 * ((domain - experts) / dp + experts / std::max(1, l.dp / l.ep));
   }
