@@ -27,6 +27,22 @@ std::string quoted_list(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
+// parallel.schedule, parallel.compression and memory.recompute as the config reads them: a known
+// name, or a refusal that lists them.
+config::ScheduleKind schedule_kind_of(std::string_view name) {
+  const std::optional<config::ScheduleKind> kind = config::find_schedule_kind(name);
+  TS_CHECK(kind.has_value(), "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", "
+           "\"interleaved\", \"zb-h1\" or \"2bw\"", name);
+  return *kind;
+}
+
+memory::RecomputePolicy recompute_policy_of(std::string_view name) {
+  const std::optional<memory::RecomputePolicy> policy = memory::find_recompute_policy(name);
+  TS_CHECK(policy.has_value(), "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", "
+           "\"selective\", \"optimal\", \"dtr\" or \"checkmate\"", name);
+  return *policy;
+}
+
 // optim.name as the config reads it: a known name, or a refusal that lists them.
 optim::OptimizerKind optimizer_kind_of(std::string_view name) {
   const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(name);
@@ -168,23 +184,16 @@ void RunConfig::validate() const {
   TS_CHECK(optim.weight_decay >= 0.0f, "config: optim.weight_decay must be >= 0, got {}", optim.weight_decay);
   TS_CHECK(optim.grad_clip >= 0.0f, "config: optim.grad_clip must be >= 0 (0 disables clipping), got {}",
            optim.grad_clip);
-  {
-    const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
-    TS_CHECK(std::find(schedules.begin(), schedules.end(), parallel.schedule) != schedules.end(),
-             "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
-             "or \"2bw\"",
-             parallel.schedule);
-  }
   TS_CHECK(parallel.weight_version == "newest" || parallel.weight_version == "delayed",
            "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
            "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
            parallel.weight_version);
-  TS_CHECK(parallel.weight_version == "newest" || parallel.schedule == "2bw",
+  TS_CHECK(parallel.weight_version == "newest" || parallel.schedule == config::ScheduleKind::PipeDream2BW,
            "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
            "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
-           parallel.weight_version, parallel.schedule);
+           parallel.weight_version, config::schedule_name(parallel.schedule));
   check_range("parallel.virtual_stages", parallel.virtual_stages, 1, 1 << 10);
-  TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == "interleaved",
+  TS_CHECK(parallel.virtual_stages == 1 || parallel.schedule == config::ScheduleKind::Interleaved,
            "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
            "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
            parallel.virtual_stages);
@@ -214,7 +223,7 @@ void RunConfig::validate() const {
                model.n_layer);
     }
     const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.pp == 1 || parallel.schedule != "interleaved" || microbatches % parallel.pp == 0,
+    TS_CHECK(parallel.pp == 1 || parallel.schedule != config::ScheduleKind::Interleaved || microbatches % parallel.pp == 0,
              "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
              "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
              "train.batch_size = {}",
@@ -222,10 +231,10 @@ void RunConfig::validate() const {
              (microbatches / parallel.pp + 1) * parallel.pp * int64_t{train.micro_batch_size} * parallel.dp);
   }
   {
-    const config::CompressionMethod method = config::parse_compression(parallel.compression);
+    const config::CompressionMethod method = parallel.compression;
     const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
       TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
-               "is \"{}\")", key, config::compression_name(reader), parallel.compression);
+               "is \"{}\")", key, config::compression_name(reader), config::compression_name(method));
     };
     refuse_unread(compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
     refuse_unread(compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
@@ -274,46 +283,42 @@ void RunConfig::validate() const {
     TS_CHECK(grad_dtype == DType::F32 || parallel.dp > 1, "config: parallel.grad_dtype = \"{}\" sets the dtype of the "
              "data-parallel gradient reduction, and parallel.dp = 1 has none; leave it \"fp32\"", parallel.grad_dtype);
   }
-  {
-    const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
-    TS_CHECK(std::find(policies.begin(), policies.end(), memory.recompute) != policies.end(),
-             "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
-             "\"optimal\", \"dtr\" or \"checkmate\"",
-             memory.recompute);
-  }
+  using memory::RecomputePolicy;
+  const std::string_view recompute = memory::recompute_policy_name(memory.recompute);
   check_range("memory.recompute_every", memory.recompute_every, 0, 1 << 20);
-  TS_CHECK(memory.recompute_every == 0 || memory.recompute == "every_k",
+  TS_CHECK(memory.recompute_every == 0 || memory.recompute == RecomputePolicy::EveryK,
            "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
-           memory.recompute_every, memory.recompute);
+           memory.recompute_every, recompute);
   TS_CHECK(std::isfinite(memory.activation_budget_mb) && memory.activation_budget_mb >= 0.0f &&
                memory.activation_budget_mb <= 1e9f,
            "config: memory.activation_budget_mb = {} must be a size in MiB (0 or more)", memory.activation_budget_mb);
-  const bool budgeted = memory.recompute == "optimal" || memory.recompute == "dtr" || memory.recompute == "checkmate";
-  TS_CHECK(memory.recompute != "optimal" || memory.activation_budget_mb > 0.0f,
+  const bool budgeted = memory.recompute == RecomputePolicy::Optimal || memory.recompute == RecomputePolicy::Dtr ||
+                        memory.recompute == RecomputePolicy::Checkmate;
+  TS_CHECK(memory.recompute != RecomputePolicy::Optimal || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) the schedule may use; it then recomputes as little as that budget allows");
-  TS_CHECK(memory.recompute != "dtr" || memory.activation_budget_mb > 0.0f,
+  TS_CHECK(memory.recompute != RecomputePolicy::Dtr || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) DTR evicts to stay within");
-  TS_CHECK(memory.recompute != "checkmate" || memory.activation_budget_mb > 0.0f,
+  TS_CHECK(memory.recompute != RecomputePolicy::Checkmate || memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
            "per microbatch) Checkmate's schedule may use");
   TS_CHECK(memory.activation_budget_mb == 0.0f || budgeted,
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
            "\"checkmate\" only (it is \"{}\")",
-           memory.recompute);
+           recompute);
   TS_CHECK(std::isfinite(memory.solver_seconds) && memory.solver_seconds >= 0 && memory.solver_seconds <= 86400,
            "config: memory.solver_seconds = {} must be a time limit in seconds, 0 to 86400 (0: no branch and bound, "
            "the LP relaxation rounded)",
            memory.solver_seconds);
-  TS_CHECK(memory.solver_seconds == MemorySection{}.solver_seconds || memory.recompute == "checkmate",
+  TS_CHECK(memory.solver_seconds == MemorySection{}.solver_seconds || memory.recompute == RecomputePolicy::Checkmate,
            "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
-           memory.solver_seconds, memory.recompute);
+           memory.solver_seconds, recompute);
   TS_CHECK(memory.offload_activations == "none" || memory.offload_activations == "nvme" ||
                memory.offload_activations == "auto",
            "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
            memory.offload_activations);
-  TS_CHECK(memory.offload_activations != "auto" || memory.recompute != "none",
+  TS_CHECK(memory.offload_activations != "auto" || memory.recompute != RecomputePolicy::None,
            "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
            "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
   TS_CHECK(memory.activation_encoding == "none" || memory.activation_encoding == "lossless" ||
@@ -370,7 +375,7 @@ void RunConfig::validate() const {
   {
     // The generator's own limit, here so that the run is refused when its config is read.
     const int64_t microbatches = train.batch_size / (int64_t{train.micro_batch_size} * parallel.dp);
-    TS_CHECK(parallel.schedule != "2bw" || microbatches >= parallel.pp,
+    TS_CHECK(parallel.schedule != config::ScheduleKind::PipeDream2BW || microbatches >= parallel.pp,
              "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
              "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
              "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
@@ -402,11 +407,11 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.ep = parallel.ep;
   s.pp = parallel.pp;
   s.zero_stage = parallel.zero_stage;
-  s.schedule = parallel.schedule;
-  s.compression = parallel.compression;
+  s.schedule = std::string(config::schedule_name(parallel.schedule));
+  s.compression = std::string(config::compression_name(parallel.compression));
   s.grad_dtype = parallel.grad_dtype;
   s.compute = precision.compute;
-  s.recompute = memory.recompute;
+  s.recompute = std::string(memory::recompute_policy_name(memory.recompute));
   s.optimizer = optim.kind;
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
@@ -425,7 +430,7 @@ config::ParallelLayout RunConfig::layout() const {
   l.ep = parallel.ep;
   l.pp = parallel.pp;
   l.zero_stage = parallel.zero_stage;
-  l.schedule = config::parse_schedule_kind(parallel.schedule);
+  l.schedule = parallel.schedule;
   l.virtual_stages = parallel.virtual_stages;
   l.micro_batch = train.micro_batch_size;
   l.global_batch = train.batch_size;
@@ -560,12 +565,13 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
     c.parallel.pp = r.get("pp", c.parallel.pp);
     c.parallel.stage_layers = r.get("stage_layers", c.parallel.stage_layers);
     c.parallel.zero_stage = r.get("zero_stage", c.parallel.zero_stage);
-    c.parallel.schedule = r.get("schedule", c.parallel.schedule);
+    c.parallel.schedule = schedule_kind_of(r.get("schedule", std::string(config::schedule_name(c.parallel.schedule))));
     c.parallel.virtual_stages = r.get("virtual_stages", c.parallel.virtual_stages);
     c.parallel.weight_version = r.get("weight_version", c.parallel.weight_version);
     c.parallel.bucket_mb = r.get("bucket_mb", c.parallel.bucket_mb);
     c.parallel.timeout_seconds = r.get("timeout_seconds", c.parallel.timeout_seconds);
-    c.parallel.compression = r.get("compression", c.parallel.compression);
+    c.parallel.compression =
+        config::parse_compression(r.get("compression", std::string(config::compression_name(c.parallel.compression))));
     c.parallel.grad_dtype = r.get("grad_dtype", c.parallel.grad_dtype);
     if (!r.has("dp") && world_size > 1) {
       c.parallel.dp = data_parallel_of_world(world_size, c.parallel);
@@ -598,7 +604,8 @@ RunConfig read_run_config(const toml::table& table, int world_size) {
   }
   {
     TableReader r = root.table("memory");
-    c.memory.recompute = r.get("recompute", c.memory.recompute);
+    c.memory.recompute =
+        recompute_policy_of(r.get("recompute", std::string(memory::recompute_policy_name(c.memory.recompute))));
     c.memory.recompute_every = r.get("recompute_every", c.memory.recompute_every);
     c.memory.activation_budget_mb = r.get("activation_budget_mb", c.memory.activation_budget_mb);
     c.memory.solver_seconds = r.get("solver_seconds", c.memory.solver_seconds);
@@ -742,19 +749,19 @@ std::string to_toml(const RunConfig& c) {
                                             {"pp", c.parallel.pp},
                                             {"stage_layers", int_array(c.parallel.stage_layers)},
                                             {"zero_stage", c.parallel.zero_stage},
-                                            {"schedule", c.parallel.schedule},
+                                            {"schedule", std::string(config::schedule_name(c.parallel.schedule))},
                                             {"virtual_stages", c.parallel.virtual_stages},
                                             {"weight_version", c.parallel.weight_version},
                                             {"bucket_mb", shortest(c.parallel.bucket_mb)},
                                             {"timeout_seconds", shortest(c.parallel.timeout_seconds)},
-                                            {"compression", c.parallel.compression},
+                                            {"compression", std::string(config::compression_name(c.parallel.compression))},
                                             {"grad_dtype", c.parallel.grad_dtype}}},
                    {"precision", precision_table(c.precision)},
                    {"compression", toml::table{{"ratio", c.compression.ratio},
                                                {"levels", c.compression.levels},
                                                {"rank", c.compression.rank},
                                                {"warmup_steps", c.compression.warmup_steps}}},
-                   {"memory", toml::table{{"recompute", c.memory.recompute},
+                   {"memory", toml::table{{"recompute", std::string(memory::recompute_policy_name(c.memory.recompute))},
                                           {"recompute_every", c.memory.recompute_every},
                                           {"activation_budget_mb", shortest(c.memory.activation_budget_mb)},
                                           {"solver_seconds", c.memory.solver_seconds},
@@ -794,7 +801,7 @@ config::PrecisionOptions RunConfig::precision_options() const {
 
 config::CompressionOptions RunConfig::compression_options() const {
   config::CompressionOptions o;
-  o.method = config::parse_compression(parallel.compression);
+  o.method = parallel.compression;
   if (compression.ratio != 0) o.ratio = compression.ratio;
   if (compression.levels != 0) o.levels = compression.levels;
   if (compression.rank != 0) o.rank = compression.rank;

@@ -31,12 +31,12 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.parallel.ep = s.ep;
   c.parallel.pp = s.pp;
   c.parallel.zero_stage = s.zero_stage;
-  c.parallel.schedule = s.schedule;
+  c.parallel.schedule = config::parse_schedule_kind(s.schedule);
   c.parallel.virtual_stages = s.schedule == "interleaved" ? 2 : 1;
-  c.parallel.compression = s.compression;
+  c.parallel.compression = config::parse_compression(s.compression);
   c.parallel.grad_dtype = s.grad_dtype;
   c.precision.compute = s.compute;
-  c.memory.recompute = s.recompute;
+  c.memory.recompute = memory::parse_recompute_policy(s.recompute);
   c.memory.activation_encoding = s.activation_encoding;
   if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
