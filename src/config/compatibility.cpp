@@ -83,7 +83,6 @@ auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
   if (key == "parallel.grad_dtype") return &s.grad_dtype;
   if (key == "precision.compute") return &s.compute;
   if (key == "memory.recompute") return &s.recompute;
-  if (key == "optim.name") return &s.optimizer;
   if (key == "memory.offload_activations") return &s.offload_activations;
   if (key == "memory.offload_optimizer") return &s.offload_optimizer;
   if (key == "memory.offload_params") return &s.offload_params;
@@ -95,6 +94,12 @@ auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
 std::string_view named_value(std::string_view name) {
   const size_t open = name.find('"');
   return name.substr(open + 1, name.size() - open - 2);
+}
+
+// The optimizer an optim.name feature chooses; nullopt for the other features.
+std::optional<OptimizerKind> optimizer_of(const FeatureInfo& f) {
+  if (f.key != "optim.name") return std::nullopt;
+  return parse_optimizer_kind(named_value(f.name));
 }
 
 // What with_feature sets: tp, ep and pp of a minimal combination, and experts for ep to split.
@@ -445,6 +450,7 @@ bool feature_holds(Feature f, const FeatureSettings& s) {
     case F::DelayedUpdate: return s.delayed_update_after > 0;
     default: break;
   }
+  if (const std::optional<OptimizerKind> kind = optimizer_of(info(f))) return s.optimizer == *kind;
   const std::string* value = string_value(info(f).key, s);
   TS_CHECK(value != nullptr, "feature '{}' has no value to compare", info(f).name);
   return *value == named_value(info(f).name);
@@ -479,6 +485,10 @@ FeatureSettings with_feature(FeatureSettings s, Feature f) {
       if (s.recompute == "none") s.recompute = "optimal";
       return s;
     default: break;
+  }
+  if (const std::optional<OptimizerKind> kind = optimizer_of(info(f))) {
+    s.optimizer = *kind;
+    return s;
   }
   std::string* value = string_value(info(f).key, s);
   TS_CHECK(value != nullptr, "feature '{}' has no value to set", info(f).name);

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/optimizer_kind.h"
+
 namespace tessera::config {
 
 // The settings the matrix reads, as the run config holds them.
@@ -31,7 +33,7 @@ struct FeatureSettings {
   std::string grad_dtype = "fp32";
   std::string compute = "fp32";
   std::string recompute = "none";
-  std::string optimizer = "adamw";
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   std::string offload_activations = "none";
   std::string offload_optimizer = "none";
   std::string offload_params = "none";

@@ -21,10 +21,15 @@ std::string_view compression_name(CompressionMethod method) {
   TS_FAIL("unknown compression method {}", static_cast<int>(method));
 }
 
-CompressionMethod parse_compression(std::string_view name) {
+std::optional<CompressionMethod> find_compression(std::string_view name) {
   for (const auto& [m, known] : kNames) {
     if (known == name) return m;
   }
+  return std::nullopt;
+}
+
+CompressionMethod parse_compression(std::string_view name) {
+  if (const std::optional<CompressionMethod> method = find_compression(name)) return *method;
   TS_FAIL("parallel.compression = '{}' is not known; use \"none\", \"topk\", \"qsgd\", \"onebit\" or \"powersgd\"", name);
 }
 

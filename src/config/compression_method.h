@@ -3,12 +3,14 @@
 // options (the compressors themselves are in src/parallel/compression). The names live with the
 // config so that what reads configs need not link the parallel runtime.
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace tessera::config {
 
 enum class CompressionMethod : uint8_t { None, TopK, Qsgd, OneBit, PowerSgd };
 std::string_view compression_name(CompressionMethod method);  // "none", "topk", "qsgd", "onebit", "powersgd"
+std::optional<CompressionMethod> find_compression(std::string_view name);
 // Refuses an unknown name, listing the known ones.
 CompressionMethod parse_compression(std::string_view name);
 

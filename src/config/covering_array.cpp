@@ -25,7 +25,7 @@ constexpr std::string_view kActivationBudgetMb = "0.3";
 
 bool data_parallel_needed(const FeatureSettings& s) {
   return s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
-         s.optimizer == "onebit_adam";
+         s.optimizer == OptimizerKind::OneBitAdam;
 }
 
 size_t index_of(Feature f) { return static_cast<size_t>(f); }
@@ -76,13 +76,13 @@ std::vector<std::pair<std::string, std::string>> array_overrides(const FeatureSe
   if (s.offload_activations != d.offload_activations) add("memory.offload_activations", s.offload_activations);
   if (s.offload_optimizer != d.offload_optimizer) add("memory.offload_optimizer", s.offload_optimizer);
   if (s.offload_params != d.offload_params) add("memory.offload_params", s.offload_params);
-  if (s.optimizer != d.optimizer) add("optim.name", s.optimizer);
+  if (s.optimizer != d.optimizer) add("optim.name", std::string(optimizer_name(s.optimizer)));
   // Three AdamW steps, then compressed ones, as its parity test runs it (one_bit_adam_test.cpp).
-  if (s.optimizer == "onebit_adam") add("optim.freeze_step", "3");
+  if (s.optimizer == OptimizerKind::OneBitAdam) add("optim.freeze_step", "3");
   // GPT-2's attention key bias has a zero gradient up to rounding, which Adafactor's unfactored
   // second moment turns into a unit update; its parity tests train the Llama model, which has no
   // biases (optimizer_parity_test.cpp), and so does the array.
-  if (s.optimizer == "adafactor") add("model.arch", "llama");
+  if (s.optimizer == OptimizerKind::Adafactor) add("model.arch", "llama");
   if (s.delayed_update_after != d.delayed_update_after) {
     add("optim.delayed_update_after", std::to_string(s.delayed_update_after));
   }
@@ -93,7 +93,7 @@ std::vector<std::pair<std::string, std::string>> array_overrides(const FeatureSe
 FeatureSettings array_reference(const FeatureSettings& s) {
   FeatureSettings r;
   r.moe_experts = s.moe_experts;
-  r.optimizer = s.optimizer == "onebit_adam" ? "adamw" : s.optimizer;
+  r.optimizer = s.optimizer == OptimizerKind::OneBitAdam ? OptimizerKind::AdamW : s.optimizer;
   if (s.schedule == "2bw") r.schedule = s.schedule;
   r.delayed_update_after = s.delayed_update_after;
   return r;
@@ -119,12 +119,12 @@ ArrayTolerance array_tolerance(const FeatureSettings& s) {
     if (u > t) t = u;
   };
   if (s.compression != "none") {
-    loosen(s.optimizer == "adafactor" ? ArrayTolerance::CompressedAdafactor : ArrayTolerance::Compressed);
+    loosen(s.optimizer == OptimizerKind::Adafactor ? ArrayTolerance::CompressedAdafactor : ArrayTolerance::Compressed);
   }
-  if (s.optimizer == "onebit_adam") loosen(ArrayTolerance::OneBitAdam);
+  if (s.optimizer == OptimizerKind::OneBitAdam) loosen(ArrayTolerance::OneBitAdam);
   if (s.compute != "fp32" || s.grad_dtype != "fp32") loosen(ArrayTolerance::MixedPrecision);
   if (s.activation_encoding == "gist" || s.activation_encoding == "fp8") loosen(ArrayTolerance::LossyEncoding);
-  if (s.optimizer == "adam8bit" && (s.tp > 1 || s.ep > 1)) loosen(ArrayTolerance::ShardedEightBit);
+  if (s.optimizer == OptimizerKind::Adam8bit && (s.tp > 1 || s.ep > 1)) loosen(ArrayTolerance::ShardedEightBit);
   return t;
 }
 

@@ -34,9 +34,14 @@ std::string_view recompute_policy_name(RecomputePolicy policy) {
   TS_FAIL("unknown recompute policy {}", static_cast<int>(policy));
 }
 
-RecomputePolicy parse_recompute_policy(std::string_view name) {
+std::optional<RecomputePolicy> find_recompute_policy(std::string_view name) {
   for (const auto& p : kPolicies)
     if (p.name == name) return p.policy;
+  return std::nullopt;
+}
+
+RecomputePolicy parse_recompute_policy(std::string_view name) {
+  if (const std::optional<RecomputePolicy> policy = find_recompute_policy(name)) return *policy;
   std::string names;
   for (const auto& p : kPolicies) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
   TS_FAIL("unknown recompute policy '{}': choose one of {}", name, names);

@@ -17,6 +17,7 @@
 //   checkmate  Checkmate's MILP over the chain's graph within the same budget, solved with COIN-OR CBC
 //              (remat/chain_checkmate.h); planned by exec::plan_recompute, which links the solver.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -27,6 +28,7 @@ namespace tessera::memory {
 enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal, Dtr, Checkmate };
 
 std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal", "dtr", "checkmate"
+std::optional<RecomputePolicy> find_recompute_policy(std::string_view name);
 RecomputePolicy parse_recompute_policy(std::string_view name);   // throws with the list of names
 
 ChainSchedule none_schedule(int units);

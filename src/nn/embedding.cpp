@@ -7,9 +7,11 @@ namespace tessera::nn {
 Embedding::Embedding(ParameterStore& store, const config::ModelConfig& config)
     : vocab_(config.vocab_size), channels_(config.n_embd), max_T_(config.seq_len) {
   // GPT-2 initialization: N(0, 0.02) for both tables.
-  tokens_ = &store.declare("embed.tokens.weight", {vocab_, channels_}, ParameterRole::Weight, Init::Normal, 0.02f);
+  tokens_ = &store.declare("embed.tokens.weight", {vocab_, channels_}, ParameterRole::Weight, Init::Normal, 0.02f,
+                           ParameterPart::Embedding);
   if (config.arch == config::Architecture::Gpt2) {
-    positions_ = &store.declare("embed.positions.weight", {max_T_, channels_}, ParameterRole::Weight, Init::Normal, 0.02f);
+    positions_ = &store.declare("embed.positions.weight", {max_T_, channels_}, ParameterRole::Weight, Init::Normal,
+                                0.02f, ParameterPart::Embedding);
   }
   first_row_ = tokens_->spec.start(0);
 }

@@ -27,12 +27,19 @@ MoeFeedForward::MoeFeedForward(ParameterStore& store, const std::string& name, c
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   router_ = Linear(store, name + ".router", static_cast<int>(C), static_cast<int>(E), false, 0.02f);
   const std::string experts = name + ".experts.";
-  fc_w_ = &store.declare(experts + (swiglu_ ? "gate" : "fc") + ".weight", {E, F, C}, ParameterRole::Weight, Init::Normal, 0.02f);
-  if (swiglu_) up_w_ = &store.declare(experts + "up.weight", {E, F, C}, ParameterRole::Weight, Init::Normal, 0.02f);
-  if (config.bias) fc_b_ = &store.declare(experts + "fc.bias", {E, F}, ParameterRole::Bias, Init::Zeros);
-  if (config.bias && swiglu_) up_b_ = &store.declare(experts + "up.bias", {E, F}, ParameterRole::Bias, Init::Zeros);
-  proj_w_ = &store.declare(experts + (swiglu_ ? "down" : "proj") + ".weight", {E, C, F}, ParameterRole::Weight, Init::Normal, residual_std);
-  if (config.bias) proj_b_ = &store.declare(experts + "proj.bias", {E, C}, ParameterRole::Bias, Init::Zeros);
+  constexpr ParameterPart kExpert = ParameterPart::Expert;
+  fc_w_ = &store.declare(experts + (swiglu_ ? "gate" : "fc") + ".weight", {E, F, C}, ParameterRole::Weight, Init::Normal,
+                         0.02f, kExpert);
+  if (swiglu_) {
+    up_w_ = &store.declare(experts + "up.weight", {E, F, C}, ParameterRole::Weight, Init::Normal, 0.02f, kExpert);
+  }
+  if (config.bias) fc_b_ = &store.declare(experts + "fc.bias", {E, F}, ParameterRole::Bias, Init::Zeros, 0.0f, kExpert);
+  if (config.bias && swiglu_) {
+    up_b_ = &store.declare(experts + "up.bias", {E, F}, ParameterRole::Bias, Init::Zeros, 0.0f, kExpert);
+  }
+  proj_w_ = &store.declare(experts + (swiglu_ ? "down" : "proj") + ".weight", {E, C, F}, ParameterRole::Weight,
+                           Init::Normal, residual_std, kExpert);
+  if (config.bias) proj_b_ = &store.declare(experts + "proj.bias", {E, C}, ParameterRole::Bias, Init::Zeros, 0.0f, kExpert);
 }
 
 namespace {

@@ -116,19 +116,20 @@ void ShardSpec::validate(const std::string& name) const {
            "parameter '{}': {} padding rows in a shape {}", name, padding_rows, shape_to_string(global_shape));
 }
 
-Parameter& ParameterStore::declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std) {
+Parameter& ParameterStore::declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std,
+                                   ParameterPart part) {
   if (sharding_ != nullptr) {
-    if (std::optional<ShardSpec> spec = sharding_->spec_for(name, shape)) {
-      return declare_sharded(std::move(name), std::move(*spec), role, init, init_std);
+    if (std::optional<ShardSpec> spec = sharding_->spec_for(name, shape, role, part)) {
+      return declare_sharded(std::move(name), std::move(*spec), role, init, init_std, part);
     }
   }
   ShardSpec whole;
   whole.global_shape = std::move(shape);
-  return declare_sharded(std::move(name), std::move(whole), role, init, init_std);
+  return declare_sharded(std::move(name), std::move(whole), role, init, init_std, part);
 }
 
 Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, ParameterRole role, Init init,
-                                           float init_std) {
+                                           float init_std, ParameterPart part) {
   TS_CHECK(!allocated(), "parameter '{}' declared after the parameters were allocated", name);
   spec.validate(name);
   Parameter& p = params_.emplace_back();
@@ -137,6 +138,7 @@ Parameter& ParameterStore::declare_sharded(std::string name, ShardSpec spec, Par
   p.shape = spec.local_shape();
   p.spec = std::move(spec);
   p.role = role;
+  p.part = part;
   p.init = init;
   p.init_std = init_std;
   p.offset = static_cast<size_t>(total_);

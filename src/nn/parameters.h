@@ -77,6 +77,18 @@ struct ShardSpec {
   void validate(const std::string& name) const;
 };
 
+// What a parameter is to the optimizers: weights (matrices, embeddings, an MoE layer's stacked
+// expert matrices) are decayed and adapted (LAMB's and LARS' trust ratios); biases (an MoE layer's
+// stacked expert biases too, whatever their dimensions) and norm gains are not, as in the GPT-2
+// recipe and LAMB's and LARS' exclusions.
+enum class ParameterRole : uint8_t { Weight, Bias, NormGain };
+
+// The part of the model a parameter belongs to, where code treats the parts apart: an MoE layer's
+// stacked experts ([E, ...], weights and biases) are split over ep and their gradients reduced over
+// the ranks that hold the same experts (edp); the embedding tables keep 32-bit moments under 8-bit
+// Adam (their rare tokens' rows are what 8 bits lose). Everything else is Dense.
+enum class ParameterPart : uint8_t { Dense, Embedding, Expert };
+
 // Says how a parameter is split when the model declares it: a tensor-parallel plan
 // (parallel/tensor_parallel.h) is one, an expert-parallel one (parallel/expert_parallel.h)
 // another. The model itself declares every parameter by its one-process shape and reads the
@@ -85,14 +97,9 @@ class ShardingRules {
  public:
   virtual ~ShardingRules() = default;
   // The spec of parameter `name` whose one-process shape is `shape`; nullopt: not split.
-  virtual std::optional<ShardSpec> spec_for(const std::string& name, const Shape& shape) const = 0;
+  virtual std::optional<ShardSpec> spec_for(const std::string& name, const Shape& shape, ParameterRole role,
+                                            ParameterPart part) const = 0;
 };
-
-// What a parameter is to the optimizers: weights (matrices, embeddings, an MoE layer's stacked
-// expert matrices) are decayed and adapted (LAMB's and LARS' trust ratios); biases (an MoE layer's
-// stacked expert biases too, whatever their dimensions) and norm gains are not, as in the GPT-2
-// recipe and LAMB's and LARS' exclusions.
-enum class ParameterRole : uint8_t { Weight, Bias, NormGain };
 
 struct Parameter {
   int id = 0;        // position in the store: dense, for per-parameter tables
@@ -100,6 +107,7 @@ struct Parameter {
   Shape shape;       // of the local block (equal to spec.global_shape when not split)
   ShardSpec spec;
   ParameterRole role = ParameterRole::Weight;
+  ParameterPart part = ParameterPart::Dense;
   Init init = Init::Zeros;
   float init_std = 0.0f;
   size_t offset = 0;  // element offset in the flat buffers
@@ -113,9 +121,11 @@ class ParameterStore final : public ParameterAccess {
 
   // References stay valid: parameters live in a deque. `shape` is the one-process shape; the
   // sharding rules may give the parameter a block of it (read p.shape back).
-  Parameter& declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std = 0.0f);
+  Parameter& declare(std::string name, Shape shape, ParameterRole role, Init init, float init_std = 0.0f,
+                     ParameterPart part = ParameterPart::Dense);
   // Declares the local block of a parameter split as `spec` says (its shape is spec.local_shape()).
-  Parameter& declare_sharded(std::string name, ShardSpec spec, ParameterRole role, Init init, float init_std = 0.0f);
+  Parameter& declare_sharded(std::string name, ShardSpec spec, ParameterRole role, Init init, float init_std = 0.0f,
+                             ParameterPart part = ParameterPart::Dense);
   void allocate(MemoryAccountant& accountant);
   // GPT-2 style initialization from the counter RNG: element g of parameter `name` (g its global
   // index) is normal(seed, stream_id("init:" + name), g), so the values do not depend on the layout.

@@ -29,7 +29,7 @@ class Adafactor final : public Optimizer {
   Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
             std::span<const Segment> layout, const ShardReduction* reduction);
 
-  std::string_view name() const override { return "adafactor"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::Adafactor); }
   void step(float lr, std::span<const Segment> segments) override;
   // "row", "col": each factored segment's matrix's R and C; "v": the unfactored segments' second
   // moment; "m" (first_moment only): [owned elements].

@@ -8,7 +8,7 @@
 namespace tessera::optim {
 
 bool Adam8bit::quantized(const nn::Parameter& p) {
-  return p.name.rfind("embed.", 0) != 0 && p.numel() >= kMinQuantizedSize;
+  return p.part != nn::ParameterPart::Embedding && p.numel() >= kMinQuantizedSize;
 }
 
 int64_t Adam8bit::blocks_touched(int64_t begin, int64_t end, int64_t block_size) {

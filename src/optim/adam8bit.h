@@ -3,7 +3,7 @@
 // stored as 8-bit codes (optim/quantization.h) scaled by the absmax of their block, so the state
 // is 2 bytes per element plus 8 bytes per block. Each step dequantizes, applies AdamW's update
 // (decoupled weight decay on matrices) with the full-precision new moments, and quantizes them
-// again with the new blocks' absmax. As bitsandbytes does, embeddings ("embed.*": their rare
+// again with the new blocks' absmax. As bitsandbytes does, embeddings (nn::ParameterPart::Embedding: their rare
 // tokens' rows are what 8 bits lose) and tensors under 4096 elements keep 32-bit moments and
 // AdamW's own kernel.
 //
@@ -26,7 +26,7 @@ class Adam8bit final : public Optimizer {
   Adam8bit(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
            std::span<const Segment> layout, const ShardReduction* reduction);
 
-  std::string_view name() const override { return "adam8bit"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::Adam8bit); }
   void step(float lr, std::span<const Segment> segments) override;
   // "m8", "v8" (U8): the quantized segments' codes; "m_absmax", "v_absmax": the scales of the
   // blocks they touch; "m", "v": the 32-bit segments' moments.

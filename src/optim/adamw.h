@@ -5,6 +5,7 @@
 // 8 bytes per owned element, tagged 'optimizer'. The update is elementwise, so a sharded update
 // gives the same bits as the whole one on the same gradients.
 #include "optim/optimizer.h"
+#include "optim/optimizer_config.h"
 
 namespace tessera::optim {
 
@@ -20,7 +21,7 @@ class AdamW final : public Optimizer {
  public:
   AdamW(MemoryAccountant& memory, AdamWConfig config, int64_t owned_elements);
 
-  std::string_view name() const override { return "adamw"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::AdamW); }
   void step(float lr, std::span<const Segment> segments) override;
   StateDict state_dict() override;  // "m", "v": [owned elements]
   void load_state_dict(StateDict state) override;

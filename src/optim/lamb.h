@@ -21,7 +21,7 @@ class Lamb final : public Optimizer {
   Lamb(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
        std::span<const Segment> layout, const ShardReduction* reduction);
 
-  std::string_view name() const override { return "lamb"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::Lamb); }
   void step(float lr, std::span<const Segment> segments) override;
   StateDict state_dict() override;  // "m", "v": [owned elements]
   void load_state_dict(StateDict state) override;

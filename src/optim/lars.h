@@ -19,7 +19,7 @@ class Lars final : public Optimizer {
   Lars(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
        std::span<const Segment> layout, const ShardReduction* reduction);
 
-  std::string_view name() const override { return "lars"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::Lars); }
   void step(float lr, std::span<const Segment> segments) override;
   StateDict state_dict() override;  // "momentum": [owned elements], when momentum > 0
   void load_state_dict(StateDict state) override;

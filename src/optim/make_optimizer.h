@@ -4,6 +4,9 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
+
+#include "dist/communicator.h"
 
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
@@ -11,13 +14,21 @@
 
 namespace tessera::optim {
 
+// The groups an optimizer that exchanges its own state averages over (1-bit Adam's momentum): a
+// segment of the layout belongs to groups[group_of[i]] (one entry per segment; empty: every segment
+// to groups[0]). A null group or a group of one still runs the exchange, over one member.
+struct ExchangeGroups {
+  std::vector<dist::Communicator*> groups;
+  std::vector<int> group_of;
+};
 
 // `store`: every parameter of the model (the layout of per-tensor statistics tables); `layout`:
 // the segments every step will pass, in order; `reduction`: how per-tensor statistics are summed
-// over the shards of a tensor (null in a one-process run or without ZeRO).
+// over the shards of a tensor (null in a one-process run or without ZeRO); `exchange`: the groups
+// of 1-bit Adam's momentum (read by onebit_adam only, which needs it).
 std::unique_ptr<Optimizer> make_optimizer(MemoryAccountant& memory, const OptimizerConfig& config,
                                           const nn::ParameterStore& store, std::span<const Segment> layout,
-                                          const ShardReduction* reduction);
+                                          const ShardReduction* reduction, const ExchangeGroups* exchange = nullptr);
 
 // The optimizer-state bytes an optimizer keeps for `layout` (allocated with tag 'optimizer'):
 //   adamw, lamb:  8 per element (m, v)

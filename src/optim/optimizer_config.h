@@ -2,29 +2,29 @@
 // What `optim.*` chooses: the optimizer and its hyperparameters. Each optimizer reads the fields
 // its comment names (the run config refuses the others when they are set); the learning rate and
 // its schedule are the trainer's and arrive with each step.
-#include <array>
 #include <cstdint>
-#include <span>
 #include <string>
-#include <string_view>
+
+#include "config/optimizer_kind.h"
 
 namespace tessera::optim {
 
-// The names optim.name accepts, in the order messages list them. Here, beside the config, so that
-// what reads configs need not link the optimizers.
-inline constexpr std::array<std::string_view, 7> kOptimizerNames = {"adamw", "sgd", "adafactor", "adam8bit", "lamb",
-                                                                     "lars", "onebit_adam"};
-inline std::span<const std::string_view> optimizer_names() { return kOptimizerNames; }
+// The kinds and their names live with the config (config/optimizer_kind.h), so that what reads
+// configs need not link the optimizers; the optimizers' code names them from here.
+using config::OptimizerKind;
+using config::optimizer_name;
+using config::optimizer_names;
+using config::parse_optimizer_kind;
 
 // Whether the optimizer updates each element from that element's own state alone. The others keep
 // per-tensor statistics (Adafactor's factored moments, LAMB's and LARS' trust ratios, 8-bit Adam's
 // block scales), summed over the ranks that hold a tensor's parts.
-inline bool updates_elementwise(std::string_view name) {
-  return name == "adamw" || name == "sgd" || name == "onebit_adam";
+inline bool updates_elementwise(OptimizerKind kind) {
+  return kind == OptimizerKind::AdamW || kind == OptimizerKind::Sgd || kind == OptimizerKind::OneBitAdam;
 }
 
 struct OptimizerConfig {
-  std::string name = "adamw";  // adamw, sgd, adafactor, adam8bit, lamb, lars, onebit_adam
+  OptimizerKind kind = OptimizerKind::AdamW;  // optim.name
   float weight_decay = 0.1f;   // every optimizer, on matrices and embeddings only
   float beta1 = 0.9f;          // adamw, adam8bit, lamb, onebit_adam; adafactor with first_moment
   float beta2 = 0.95f;         // adamw, adam8bit, lamb, onebit_adam

@@ -14,7 +14,7 @@ class Sgd final : public Optimizer {
  public:
   Sgd(MemoryAccountant& memory, const OptimizerConfig& config, std::span<const Segment> layout);
 
-  std::string_view name() const override { return "sgd"; }
+  std::string_view name() const override { return optimizer_name(OptimizerKind::Sgd); }
   void step(float lr, std::span<const Segment> segments) override;
   StateDict state_dict() override;  // "momentum": [owned elements], when momentum > 0
   void load_state_dict(StateDict state) override;

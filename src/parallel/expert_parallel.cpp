@@ -7,8 +7,6 @@
 
 namespace tessera::parallel {
 
-bool is_expert_parameter(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
-
 ExpertParallelPlan::ExpertParallelPlan(const config::ModelConfig& model, int ep, int rank,
                                        const nn::ShardingRules* inner)
     : model_(model), ep_(ep), rank_(rank), inner_(inner) {
@@ -16,8 +14,9 @@ ExpertParallelPlan::ExpertParallelPlan(const config::ModelConfig& model, int ep,
   TS_CHECK(rank >= 0 && rank < ep, "expert-parallel rank {} of {}", rank, ep);
 }
 
-std::optional<nn::ShardSpec> ExpertParallelPlan::spec_for(const std::string& name, const Shape& shape) const {
-  if (!is_expert_parameter(name)) return inner_ != nullptr ? inner_->spec_for(name, shape) : std::nullopt;
+std::optional<nn::ShardSpec> ExpertParallelPlan::spec_for(const std::string& name, const Shape& shape,
+                                                          nn::ParameterRole role, nn::ParameterPart part) const {
+  if (part != nn::ParameterPart::Expert) return inner_ != nullptr ? inner_->spec_for(name, shape, role, part) : std::nullopt;
   if (ep_ == 1) return std::nullopt;
   TS_CHECK(!shape.empty() && shape[0] == model_.moe_experts, "expert-parallel plan: '{}' of shape {} is not a stack "
            "of {} experts", name, shape_to_string(shape), model_.moe_experts);

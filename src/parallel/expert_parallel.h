@@ -23,14 +23,12 @@
 
 namespace tessera::parallel {
 
-// Whether `name` is a stacked expert weight or bias of an MoE layer ("blocks.3.moe.experts.fc.weight").
-bool is_expert_parameter(const std::string& name);
-
 class ExpertParallelPlan final : public nn::ShardingRules {
  public:
   // `inner` (kept, may be null) splits the parameters that are not experts.
   ExpertParallelPlan(const config::ModelConfig& model, int ep, int rank, const nn::ShardingRules* inner = nullptr);
-  std::optional<nn::ShardSpec> spec_for(const std::string& name, const Shape& shape) const override;
+  std::optional<nn::ShardSpec> spec_for(const std::string& name, const Shape& shape, nn::ParameterRole role,
+                                        nn::ParameterPart part) const override;
   // "expert parallel: 8 experts over 2 ranks, experts 0-3 on this rank"
   std::string describe() const;
 

@@ -48,16 +48,17 @@ const TensorParallelRule* TensorParallelPlan::rule_for(const std::string& layer)
   return nullptr;
 }
 
-std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& name, const Shape& shape) const {
+std::optional<nn::ShardSpec> TensorParallelPlan::spec_for(const std::string& name, const Shape& shape,
+                                                          nn::ParameterRole role, nn::ParameterPart) const {
   if (tp_ == 1) return std::nullopt;
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) return std::nullopt;
-  const std::string layer = name.substr(0, dot), kind = name.substr(dot + 1);
+  const std::string layer = name.substr(0, dot);
   const TensorParallelRule* rule = rule_for(layer);
   if (rule == nullptr) return std::nullopt;
-  const bool weight = kind == "weight";
-  TS_CHECK(weight || kind == "bias", "tensor-parallel plan: '{}' is neither a weight nor a bias of layer '{}'", name,
-           layer);
+  const bool weight = role == nn::ParameterRole::Weight;
+  TS_CHECK(weight || role == nn::ParameterRole::Bias,
+           "tensor-parallel plan: '{}' is neither a weight nor a bias of layer '{}'", name, layer);
   nn::ShardSpec spec;
   spec.global_shape = shape;
   auto split = [&](int dim, std::vector<int64_t> blocks = {}) {

@@ -60,7 +60,8 @@ class TensorParallelPlan final : public nn::ShardingRules {
   TensorParallelPlan(const config::ModelConfig& model, int tp, int rank,
                      std::vector<TensorParallelRule> rules = megatron_rules());
 
-  std::optional<nn::ShardSpec> spec_for(const std::string& name, const Shape& shape) const override;
+  std::optional<nn::ShardSpec> spec_for(const std::string& name, const Shape& shape, nn::ParameterRole role,
+                                        nn::ParameterPart part) const override;
   // One line per rule, for the start of a run: "attn.qkv: column (by heads), ...".
   std::string describe() const;
   // Rows the vocabulary gains to divide among the ranks.

@@ -44,7 +44,7 @@ config::FeatureSettings feature_settings(const EngineOptions& o, const config::M
   s.grad_dtype = config::precision_name(o.precision.grad_dtype);
   s.compute = config::precision_name(o.precision.compute);
   s.recompute = memory::recompute_policy_name(o.recompute.policy);
-  s.optimizer = o.optimizer.name;
+  s.optimizer = o.optimizer.kind;
   s.moe_experts = model.moe_experts;
   s.offload_optimizer = o.offload_optimizer_chunk_bytes > 0 ? "nvme" : "none";
   s.offload_params = o.offload_params ? "nvme" : "none";
@@ -65,7 +65,7 @@ std::pair<std::vector<nn::ParamRange>, std::vector<nn::ParamRange>> split_expert
     for (const nn::Parameter& p : params.all()) {
       const nn::ParamRange range{static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset) + p.numel()};
       if (range.size() == 0 || range.begin < piece.begin || range.end > piece.end) continue;
-      const bool expert = is_expert_parameter(p.name);
+      const bool expert = p.part == nn::ParameterPart::Expert;
       std::vector<nn::ParamRange>& to = expert ? experts : dense;
       bool& fresh = expert ? fresh_experts : fresh_dense;
       if (!fresh && to.back().end == range.begin) {
@@ -281,16 +281,17 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
                                                                        tp_, ep_,
                                                                        layout.zero_stage >= 1 ? edp_ : nullptr));
   }
-  if (options.optimizer.name == "onebit_adam") {
+  if (options.optimizer.kind == optim::OptimizerKind::OneBitAdam) {
     // The experts' momentum is averaged over the ranks that hold each expert (edp), the rest over dp.
-    const std::vector<optim::Segment> layout = ownership_.master_segments();
-    std::vector<int> exchange_of;
-    for (const optim::Segment& s : layout) exchange_of.push_back(ep_ != nullptr && is_expert_parameter(s.param->name) ? 1 : 0);
-    std::vector<dist::Communicator*> groups{dp_};
-    if (ep_ != nullptr) groups.push_back(edp_);
-    auto one_bit = std::make_unique<OneBitAdam>(memory, options.optimizer, layout, groups, exchange_of);
-    one_bit_adam_ = one_bit.get();
-    optimizer_ = std::move(one_bit);
+    const std::vector<optim::Segment> segments = ownership_.master_segments();
+    optim::ExchangeGroups exchange{{dp_}, {}};
+    if (ep_ != nullptr) exchange.groups.push_back(edp_);
+    for (const optim::Segment& s : segments) {
+      exchange.group_of.push_back(ep_ != nullptr && s.param->part == nn::ParameterPart::Expert ? 1 : 0);
+    }
+    optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), segments, shard_reduction_.get(),
+                                       &exchange);
+    one_bit_adam_ = dynamic_cast<optim::OneBitAdam*>(optimizer_.get());
   } else if (options.offload_optimizer_chunk_bytes > 0) {
     const auto make = [&](std::span<const optim::Segment> chunk) {
       return optim::make_optimizer(memory, options.optimizer, model.parameters(), chunk, shard_reduction_.get());
@@ -310,11 +311,11 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     TS_CHECK(one_bit_adam_ == nullptr && weight_versions_ == nullptr,
              "the delayed parameter update runs with a flushing schedule and an optimizer that does not communicate "
              "(not 1-bit Adam, not 2BW)");
-    TS_CHECK(shard_reduction_ == nullptr || optim::updates_elementwise(options.optimizer.name),
+    TS_CHECK(shard_reduction_ == nullptr || optim::updates_elementwise(options.optimizer.kind),
              "optim.delayed_update_after with optim.name = \"{}\" under ZeRO, tensor or expert parallelism: its "
              "step sums per-tensor statistics over ranks, which an update on its own thread cannot do beside the next "
              "step's collectives; delay adamw or sgd there",
-             options.optimizer.name);
+             optim::optimizer_name(options.optimizer.kind));
     delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()), memory);
   }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
@@ -638,7 +639,7 @@ bool TrainingEngine::writes_checkpoint_of(const nn::Parameter& p, bool sharded_b
   if (stage_params_ && stage_params_->held_by_lower_rank(p)) return false;
   if (tp_ != nullptr && p.spec.replicated_over(config::MeshDim::TP) && tp_->rank() != 0) return false;
   if (sharded_by_zero) return true;
-  const bool expert = ep_ != nullptr && is_expert_parameter(p.name);
+  const bool expert = ep_ != nullptr && p.part == nn::ParameterPart::Expert;
   return expert ? edp_ == nullptr || edp_->rank() == 0 : data_parallel_->rank() == 0;
 }
 

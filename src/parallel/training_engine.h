@@ -20,6 +20,7 @@
 #include "exec/activation_offload.h"
 #include "exec/activation_encoding.h"
 #include "optim/offloaded_optimizer.h"
+#include "optim/one_bit_adam.h"
 #include "exec/interpreter.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
@@ -27,7 +28,6 @@
 #include "exec/transform.h"
 #include "nn/gpt.h"
 #include "optim/optimizer_config.h"
-#include "parallel/compression/one_bit_adam.h"
 #include "parallel/data_parallel.h"
 #include "parallel/delayed_update.h"
 #include "parallel/grad_norm.h"
@@ -261,7 +261,7 @@ class TrainingEngine {
   uint64_t running_step_ = 0;  // the optimizer step the running program's batch is
   // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
   // itself over dp_. Null otherwise.
-  OneBitAdam* one_bit_adam_ = nullptr;
+  optim::OneBitAdam* one_bit_adam_ = nullptr;
   // Declared after every owner it may be layered over (ZeRO-3's gatherer inside data_parallel_, 2BW's
   // versions), so it is destroyed, and gives the working role back, first.
   std::unique_ptr<WorkingCopies> working_copies_;

@@ -7,11 +7,9 @@
 
 namespace tessera::plan {
 
-bool known_compression(std::string_view name) {
-  return name == "none" || name == "topk" || name == "qsgd" || name == "onebit" || name == "powersgd";
-}
-
 namespace {
+
+using config::CompressionMethod;
 
 // `add(rows, cols, count)` for each kind of weight matrix of the stage, as the parameters store them
 // (a linear layer's weight is [out, in]; PowerSGD's Q has a row per column).
@@ -47,9 +45,9 @@ MatrixShare stage_matrices(const config::ModelConfig& m, const Layout& l, int st
 
 double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int stage, double domain_elements,
                               int64_t warmup_steps) {
-  if (l.compression == "none" || l.compression == "qsgd") return 0;
+  if (l.compression == CompressionMethod::None || l.compression == CompressionMethod::Qsgd) return 0;
   double elements = domain_elements;  // the error feedback
-  if (l.compression == "powersgd") {
+  if (l.compression == CompressionMethod::PowerSgd) {
     for_each_stage_matrix(m, l, stage, [&](double rows, double cols, double count) {
       const double r = std::min({static_cast<double>(std::max(1, l.compression_rank)), rows, cols});
       if (r * (rows + cols) >= rows * cols) return;
@@ -63,8 +61,8 @@ double compressor_state_bytes(const config::ModelConfig& m, const Layout& l, int
 
 double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const Group& dp, double elements,
                                     const MatrixShare& matrices) {
-  const bool one_bit_adam = l.optimizer == "onebit_adam";
-  if ((l.compression == "none" && !one_bit_adam) || dp.size <= 1 || elements <= 0) return 0;
+  const bool one_bit_adam = l.optimizer == optim::OptimizerKind::OneBitAdam;
+  if ((l.compression == CompressionMethod::None && !one_bit_adam) || dp.size <= 1 || elements <= 0) return 0;
   const double n = dp.size;
   // Reading the gradient and its error, writing both back.
   double seconds = stream_seconds(c, 16 * elements);
@@ -73,12 +71,12 @@ double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const
     // to their chunks' ranks (an all-to-all, a reduce-scatter's volume) and all-gathered back.
     const double message = std::ceil(elements / 8) + 4 * std::ceil(elements / 512);
     seconds += reduce_scatter_seconds(dp, message) + all_gather_seconds(dp, message);
-  } else if (l.compression == "topk") {
+  } else if (l.compression == CompressionMethod::TopK) {
     const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
     seconds += 2 * all_gather_seconds(dp, n * k * 4);
-  } else if (l.compression == "qsgd") {
+  } else if (l.compression == CompressionMethod::Qsgd) {
     seconds += all_gather_seconds(dp, n * elements) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));
-  } else if (l.compression == "onebit") {
+  } else if (l.compression == CompressionMethod::OneBit) {
     seconds += all_gather_seconds(dp, n * std::ceil(elements / 8)) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));
   } else {  // powersgd
     const double r = std::max(1, l.compression_rank);

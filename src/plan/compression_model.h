@@ -20,9 +20,6 @@
 
 namespace tessera::plan {
 
-// The compressor names a layout accepts: "none", "topk", "qsgd", "onebit", "powersgd".
-bool known_compression(std::string_view name);
-
 // Seconds one compressed reduction of `elements` gradient elements of the rank's stage takes on
 // `dp`, on cluster `c` (0 for "none" or a group of one). `matrices` are Σ rows·cols and
 // Σ (rows + cols) of the stage's weight matrices (PowerSGD's share).

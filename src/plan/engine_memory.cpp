@@ -301,7 +301,7 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   const double domain = stage_params(m, l, stage).total();  // the parameters this stage updates
   const double dp = l.dp;
   optim::OptimizerConfig settings;
-  settings.name = l.optimizer;
+  settings.kind = l.optimizer;
   const double shard = zero_shard_elements(m, l, stage);
 
   MemoryBreakdown mem;
@@ -310,10 +310,10 @@ MemoryBreakdown engine_stage_memory(const ModelConfig& m, const Layout& l, int s
   mem.params = kF32 * (l.zero_stage >= 3 ? (l.pp > 1 || l.ep > 1 ? shard : all / dp) : all);
   mem.grads = kF32 * (l.zero_stage >= 2 ? shard : all);
   mem.optimizer = optim::state_bytes_per_parameter(settings) * engine_optimizer_elements(m, l, stage);
-  if (l.optimizer == "adafactor") mem.optimizer += kF32 * adafactor_state_floats(m, l, stage);
-  if (l.optimizer == "onebit_adam") {
+  if (l.optimizer == optim::OptimizerKind::Adafactor) mem.optimizer += kF32 * adafactor_state_floats(m, l, stage);
+  if (l.optimizer == optim::OptimizerKind::OneBitAdam) {
     // Each rank's server error: its chunk of the dense momentum over dp, and under expert
-    // parallelism of the experts' over their own group (parallel/compression/one_bit_adam.h).
+    // parallelism of the experts' over their own group (optim/one_bit_adam.h).
     const double experts = l.ep > 1 ? moe_layers_in_stage(m, l, stage) * moe_expert_params_per_rank(m, l) : 0.0;
     mem.optimizer += kF32 * ((domain - experts) / dp + experts / std::max(1, l.dp / l.ep));
   }

@@ -126,10 +126,10 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else if (key == "overlap") {
       l.overlap = parse_bool(key, value);
     } else if (key == "optimizer") {
-      const std::span<const std::string_view> names = optim::optimizer_names();
-      TS_CHECK(std::find(names.begin(), names.end(), value) != names.end(), "layout: 'optimizer={}' must be one of {}",
-               value, fmt::join(names, ", "));
-      l.optimizer = std::string(value);
+      const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(value);
+      TS_CHECK(kind.has_value(), "layout: 'optimizer={}' must be one of {}", value,
+               fmt::join(optim::optimizer_names(), ", "));
+      l.optimizer = *kind;
     } else if (key == "activations") {
       if (value == "engine") l.activations = ActivationAccounting::Engine;
       else if (value == "megatron") l.activations = ActivationAccounting::Megatron;
@@ -161,9 +161,10 @@ Layout parse_layout(std::string_view text, Layout l) {
       else if (value == "fp32") l.precision = Precision::Fp32;
       else TS_FAIL("layout: 'precision={}' must be bf16 (with fp32 master weights) or fp32", value);
     } else if (key == "compression") {
-      TS_CHECK(known_compression(value), "layout: 'compression={}' must be none, topk (with compression_ratio=X), "
+      const std::optional<config::CompressionMethod> method = config::find_compression(value);
+      TS_CHECK(method.has_value(), "layout: 'compression={}' must be none, topk (with compression_ratio=X), "
                "qsgd, onebit or powersgd (with compression_rank=R)", value);
-      l.compression = std::string(value);
+      l.compression = *method;
     } else if (key == "compression_ratio") {
       l.compression_ratio = parse_fraction(key, value);
     } else if (key == "compression_rank") {
@@ -199,12 +200,13 @@ std::string to_string(const Layout& l) {
   // Compression and the optimizer likewise, only when not the default: layouts without them
   // print as before.
   std::string extras;
-  if (l.compression != "none") {
-    extras = ",compression=" + l.compression;
-    if (l.compression == "topk") extras += fmt::format(",compression_ratio={}", l.compression_ratio);
-    if (l.compression == "powersgd") extras += fmt::format(",compression_rank={}", l.compression_rank);
+  using config::CompressionMethod;
+  if (l.compression != CompressionMethod::None) {
+    extras = fmt::format(",compression={}", config::compression_name(l.compression));
+    if (l.compression == CompressionMethod::TopK) extras += fmt::format(",compression_ratio={}", l.compression_ratio);
+    if (l.compression == CompressionMethod::PowerSgd) extras += fmt::format(",compression_rank={}", l.compression_rank);
   }
-  if (l.optimizer != "adamw") extras += ",optimizer=" + l.optimizer;
+  if (l.optimizer != optim::OptimizerKind::AdamW) extras += fmt::format(",optimizer={}", optim::optimizer_name(l.optimizer));
   if (l.ep != 1) extras += fmt::format(",ep={}", l.ep);
   if (l.activations != ActivationAccounting::Engine) extras += fmt::format(",activations={}", accounting_name(l.activations));
   if (l.states != StateAccounting::Zero) {
@@ -255,9 +257,10 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
            "layout: the interleaved schedule needs the microbatch count ({} = B / (dp x mb)) to be a multiple of pp={}",
            l.microbatches(), l.pp);
   TS_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "layout: zero={} must be a ZeRO stage 0, 1, 2 or 3", l.zero_stage);
-  TS_CHECK(l.optimizer != "onebit_adam" || (l.zero_stage == 0 && l.compression == "none"),
+  TS_CHECK(l.optimizer != optim::OptimizerKind::OneBitAdam || (l.zero_stage == 0 && l.compression == config::CompressionMethod::None),
            "layout: optimizer=onebit_adam keeps the whole momentum on every data-parallel rank and compresses it "
-           "itself; use it with zero=0 and no compression (got zero={}, compression={})", l.zero_stage, l.compression);
+           "itself; use it with zero=0 and no compression (got zero={}, compression={})", l.zero_stage,
+           config::compression_name(l.compression));
   // A parameter the chosen policy ignores is almost always a policy typed wrong, so it is refused
   // rather than silently dropped.
   TS_CHECK(l.recompute_every >= 0, "layout: recompute_every={} must be 0 (ceil(sqrt(layers per chunk))) or a segment "

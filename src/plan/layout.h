@@ -7,8 +7,10 @@
 #include <string>
 #include <string_view>
 
+#include "config/compression_method.h"
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
+#include "optim/optimizer_config.h"
 #include "plan/cluster.h"
 
 namespace tessera::plan {
@@ -62,13 +64,13 @@ struct Layout : config::ParallelLayout {
   // chunk's chain plus the embedding's and head's tensors of that stage). Only optimal reads it,
   // and optimal needs it: there is no budget that would be right for every device.
   double activation_budget_mb = 0;
-  // Gradient compression of the data-parallel reduction (plan/compression_model.h): "none",
-  // "topk" (compression_ratio of the elements), "qsgd", "onebit" or "powersgd" (compression_rank).
-  std::string compression = "none";
+  // Gradient compression of the data-parallel reduction (plan/compression_model.h): none, topk
+  // (compression_ratio of the elements), qsgd, onebit or powersgd (compression_rank).
+  config::CompressionMethod compression = config::CompressionMethod::None;
   double compression_ratio = 0.01;
   int compression_rank = 4;
   // The optimizer whose state the memory model counts (optim.name); Adam's moments by default.
-  std::string optimizer = "adamw";
+  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   StateAccounting states = StateAccounting::Zero;
   // The runtime's gradient bucket size (parallel.bucket_mb, MiB), which sizes ZeRO-2/3's bucket
   // storage (only the engine accounting reads that) and the last bucket of a reduction between nodes.

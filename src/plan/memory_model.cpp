@@ -39,11 +39,11 @@ double MemoryBreakdown::by_tag(std::string_view tag) const {
           "weight_stash, working_copies", tag);
 }
 
-MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp, std::string_view optimizer) {
+MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp, optim::OptimizerKind optimizer) {
   TS_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "plan: ZeRO stage {} over dp={} is not valid", zero, dp);
   const double e = element_bytes(precision);
   optim::OptimizerConfig settings;
-  settings.name = std::string(optimizer);
+  settings.kind = optimizer;
   // fp32 master + the optimizer's state (Adam: m + v), or the state alone.
   const double K = (precision == Precision::Bf16 ? 4 : 0) + optim::state_bytes_per_parameter(settings);
   MemoryBreakdown mem;

@@ -39,7 +39,7 @@ struct MemoryBreakdown {
 // Another optimizer replaces Adam's 8 bytes of moments in K by its own state per parameter
 // (optim::state_bytes_per_parameter of the named optimizer with its default settings).
 MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, int dp,
-                                  std::string_view optimizer = "adamw");
+                                  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW);
 
 // Activation bytes one layer keeps for backward, for a microbatch of b sequences on one of t
 // tensor-parallel ranks, derived tensor by tensor. With e = 2, dropout on and F = 4h these are

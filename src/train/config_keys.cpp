@@ -82,6 +82,7 @@ std::string default_text(const ConfigKey& key) {
           },
           [&](WordOrNumber f) { return quoted(value_of(defaults(), f.text)); },
           [&](ModelName f) { return quoted(f.name(defaults().model)); },
+          [&](KindName f) { return quoted(f.name(defaults())); },
           [&](auto integer) { return fmt::format("{}", value_of(defaults(), integer)); },
       },
       key.field);
@@ -133,6 +134,7 @@ void read_section(config::TableReader& reader, std::string_view section, RunConf
                      }
                    },
                    [&](ModelName) { TS_FAIL("config: {} is read with the model, not in [{}]", key.key, section); },
+                   [&](KindName f) { f.set(config, reader.get(name, std::string(f.name(config)))); },
                    [&](auto f) {
                      auto& value = f(config);
                      value = reader.get(name, value);
@@ -150,6 +152,7 @@ void check_declared_range(const RunConfig& config, const ConfigKey& key) {
                  [&](Accessor<std::vector<int64_t>>) {},
                  [&](WordOrNumber) {},
                  [&](ModelName) {},
+                 [&](KindName) {},
                  [&](auto number) { check_inside(key.key, value_of(config, number), *key.range); },
              },
              key.field);
@@ -177,6 +180,7 @@ toml::table resolved_table(const RunConfig& config) {
                      }
                    },
                    [&](ModelName f) { section.insert(name, f.name(config.model)); },
+                   [&](KindName f) { section.insert(name, std::string(f.name(config))); },
                    [&](auto f) { section.insert(name, value_of(config, f)); },
                },
                key.field);
@@ -188,6 +192,7 @@ bool holds_default(const RunConfig& config, const ConfigKey& key) {
   return std::visit(Overloaded{
                         [&](WordOrNumber f) { return value_of(config, f.text) == value_of(defaults(), f.text); },
                         [&](ModelName f) { return f.name(config.model) == f.name(defaults().model); },
+                        [&](KindName f) { return f.name(config) == f.name(defaults()); },
                         [&](auto f) { return value_of(config, f) == value_of(defaults(), f); },
                     },
                     key.field);

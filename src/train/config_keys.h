@@ -47,9 +47,15 @@ struct WordOrNumber {
 struct ModelName {
   std::string (*name)(const config::ModelConfig&);
 };
+// A key whose value names a kind the config holds as an enum (optim.name, parallel.schedule, ...):
+// read and written as its name; `set` refuses an unknown one, listing the known ones.
+struct KindName {
+  std::string_view (*name)(const RunConfig&);
+  void (*set)(RunConfig&, std::string_view);
+};
 using Field = std::variant<Accessor<bool>, Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<float>,
                            Accessor<double>, Accessor<std::string>, Accessor<std::vector<int64_t>>, WordOrNumber,
-                           ModelName>;
+                           ModelName, KindName>;
 
 struct ConfigKey {
   std::string_view key;  // dotted: "train.steps"
@@ -57,7 +63,7 @@ struct ConfigKey {
   std::optional<Range> range = std::nullopt;
   // optim.* only: the optimizers that read the key; set away from its default under another
   // optimizer, it is refused. Empty: every optimizer reads it.
-  std::vector<std::string_view> optimizers = {};
+  std::vector<config::OptimizerKind> optimizers = {};
   // The README's default where the value alone would mislead ("from the data"); empty: the value.
   std::string_view default_text = {};
   std::string_view doc = {};

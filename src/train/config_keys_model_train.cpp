@@ -1,16 +1,33 @@
 // The keys of what is trained and how: model, data, train and optim (config_keys.h).
 #include "train/config_keys.h"
 
+#include <fmt/format.h>
+
+#include "optim/optimizer_config.h"
+
 namespace tessera::train {
 
 namespace {
 std::string architecture(const config::ModelConfig& m) { return config::architecture_name(m.arch); }
+
+std::string_view optimizer_of(const RunConfig& c) { return optim::optimizer_name(c.optim.kind); }
+void set_optimizer(RunConfig& c, std::string_view name) {
+  const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(name);
+  const std::span<const std::string_view> names = optim::optimizer_names();
+  std::string known;
+  for (size_t i = 0; i < names.size(); ++i) {
+    known += fmt::format("{}\"{}\"", i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
+  }
+  TS_CHECK(kind.has_value(), "config: optim.name = '{}' is not known; use {}", name, known);
+  c.optim.kind = *kind;
+}
 // Resolved, so that the saved config says which MLP the run trained whatever the defaults become.
 std::string resolved_activation(const config::ModelConfig& m) { return config::activation_name(m.mlp_activation()); }
 }  // namespace
 
 // The model's ranges are ModelConfig::validate's, which the planner's model files share.
 std::vector<ConfigKey> model_and_training_keys() {
+  using K = optim::OptimizerKind;
   return {
     {.key = "model.arch",
      .field = ModelName{architecture},
@@ -164,7 +181,7 @@ std::vector<ConfigKey> model_and_training_keys() {
             "`checkpoint.resume = \"auto\"` it applies to the first start only (later starts resume the run's "
             "own checkpoints); not with any other `checkpoint.resume`"},
     {.key = "optim.name",
-     .field = in_optim<&OptimSection::name>,
+     .field = KindName{optimizer_of, set_optimizer},
      .doc = "the optimizer: `\"adamw\"` (Adam with decoupled weight decay); `\"sgd\"` (PyTorch's SGD: "
             "momentum, Nesterov); `\"adafactor\"` (factored second moment: O(n + m) state per matrix, update "
             "clipping, Shazeer & Stern 2018; each expert of an MoE layer factored as a matrix of its own; "
@@ -200,56 +217,56 @@ std::vector<ConfigKey> model_and_training_keys() {
     {.key = "optim.beta1",
      .field = in_optim<&OptimSection::beta1>,
      .range = Range{.low = 0, .high = 1, .high_open = true, .message = "{key} = {value} must be in [0, 1)"},
-     .optimizers = {"adamw", "adam8bit", "lamb", "onebit_adam", "adafactor"},
+     .optimizers = {K::AdamW, K::Adam8bit, K::Lamb, K::OneBitAdam, K::Adafactor},
      .doc = "β1 of adamw, adam8bit, lamb and onebit_adam; of adafactor with `optim.first_moment = true`"},
     {.key = "optim.beta2",
      .field = in_optim<&OptimSection::beta2>,
      .range = Range{.low = 0, .high = 1, .high_open = true, .message = "{key} = {value} must be in [0, 1)"},
-     .optimizers = {"adamw", "adam8bit", "lamb", "onebit_adam"},
+     .optimizers = {K::AdamW, K::Adam8bit, K::Lamb, K::OneBitAdam},
      .doc = "β2 of adamw, adam8bit, lamb and onebit_adam (adafactor's follows `optim.decay_rate`)"},
     {.key = "optim.eps",
      .field = in_optim<&OptimSection::eps>,
      .range = Range{.low = 0, .high = kUnbounded, .low_open = true, .message = "{key} must be positive, got {value}"},
-     .optimizers = {"adamw", "adam8bit", "lamb", "lars", "onebit_adam"},
+     .optimizers = {K::AdamW, K::Adam8bit, K::Lamb, K::Lars, K::OneBitAdam},
      .doc = "ε of adamw, adam8bit, lamb and onebit_adam (added to √v̂), and of lars (added to the local "
             "rate's denominator); adafactor uses the paper's ε1 = 1e-30, ε2 = 1e-3"},
     {.key = "optim.momentum",
      .field = in_optim<&OptimSection::momentum>,
      .range = Range{.low = 0, .high = 1, .high_open = true, .message = "{key} = {value} must be in [0, 1)"},
-     .optimizers = {"sgd", "lars"},
+     .optimizers = {K::Sgd, K::Lars},
      .doc = "sgd and lars: momentum μ of the buffer `b ← μ b + d` (PyTorch's SGD, dampening 0; LARS usually "
             "0.9)"},
     {.key = "optim.nesterov",
      .field = in_optim<&OptimSection::nesterov>,
-     .optimizers = {"sgd"},
+     .optimizers = {K::Sgd},
      .doc = "sgd: Nesterov momentum (needs `optim.momentum` > 0)"},
     {.key = "optim.decoupled_weight_decay",
      .field = in_optim<&OptimSection::decoupled_weight_decay>,
-     .optimizers = {"sgd"},
+     .optimizers = {K::Sgd},
      .doc = "sgd: decay the weights by `1 − lr·wd` before the step (SGDW) instead of adding `wd·w` to the "
             "gradient"},
     {.key = "optim.trust_coefficient",
      .field = in_optim<&OptimSection::trust_coefficient>,
      .range = Range{.low = 0, .high = 1, .low_open = true,
                     .message = "{key} = {value} must be in (0, 1] (LARS uses 0.001)"},
-     .optimizers = {"lars"},
+     .optimizers = {K::Lars},
      .doc = "lars: η of the local rate `η‖w‖ / (‖g‖ + wd‖w‖ + ε)`, which multiplies `optim.lr` per tensor"},
     {.key = "optim.unadapted_lr_scale",
      .field = in_optim<&OptimSection::unadapted_lr_scale>,
      .range = Range{.low = 0, .high = 1000,
                     .message = "{key} = {value} must be in [0, 1000] (0 freezes the norm gains and biases; 1 gives "
                                "them optim.lr)"},
-     .optimizers = {"lamb", "lars"},
+     .optimizers = {K::Lamb, K::Lars},
      .doc = "lamb, lars: the norm gains and biases, which the trust ratio leaves out, step at `optim.lr` × "
             "this (the matrices' rate is a relative step, often ten times what these tensors take under "
             "AdamW); 0 freezes them"},
     {.key = "optim.first_moment",
      .field = in_optim<&OptimSection::first_moment>,
-     .optimizers = {"adafactor"},
+     .optimizers = {K::Adafactor},
      .doc = "adafactor: keep a momentum (β1 = `optim.beta1`) of the clipped update (the paper keeps none)"},
     {.key = "optim.relative_step",
      .field = in_optim<&OptimSection::relative_step>,
-     .optimizers = {"adafactor"},
+     .optimizers = {K::Adafactor},
      .doc = "adafactor: the step of each tensor is `lr × max(1e-3, RMS(w))` (the paper's relative step size; "
             "the schedule plays ρ)"},
     {.key = "optim.decay_rate",
@@ -257,38 +274,38 @@ std::vector<ConfigKey> model_and_training_keys() {
      .range = Range{.low = 0, .high = 1, .low_open = true,
                     .message = "{key} = {value} must be in (0, 1] (Adafactor's beta2 at step t is 1 - "
                                "t^-decay_rate; the paper uses 0.8)"},
-     .optimizers = {"adafactor"},
+     .optimizers = {K::Adafactor},
      .doc = "adafactor: β2 at step t is `1 − t^−decay_rate`"},
     {.key = "optim.clip_threshold",
      .field = in_optim<&OptimSection::clip_threshold>,
      .range = Range{.low = 0, .high = kUnbounded, .low_open = true,
                     .message = "{key} must be positive (the paper uses 1), got {value}"},
-     .optimizers = {"adafactor"},
+     .optimizers = {K::Adafactor},
      .doc = "adafactor: the update is scaled down to an RMS of at most this (d)"},
     {.key = "optim.block_size",
      .field = in_optim<&OptimSection::block_size>,
      .range = Range{16, 1 << 24},
-     .optimizers = {"adam8bit"},
+     .optimizers = {K::Adam8bit},
      .doc = "adam8bit: elements per quantization block (blocks follow each parameter's element index; under "
             "ZeRO a block cut by a shard boundary takes the maximum of its parts' absmax, so the sharded run "
             "equals one process bit for bit)"},
     {.key = "optim.freeze_step",
      .field = in_optim<&OptimSection::freeze_step>,
      .range = Range{0, kSteps},
-     .optimizers = {"onebit_adam"},
+     .optimizers = {K::OneBitAdam},
      .doc = "onebit_adam: steps of exact Adam, the gradients reduced densely, before the second moment "
             "freezes and the momentum is exchanged compressed (the paper warms up for 15–25 % of training)"},
     {.key = "optim.variance_freeze_step",
      .field = in_optim<&OptimSection::variance_freeze_step>,
      .range = Range{0, kSteps},
-     .optimizers = {"adamw"},
+     .optimizers = {K::AdamW},
      .doc = "adamw: after this many steps the second moment stops updating and keeps that step's bias "
             "correction (0: never). Adam's update is then linear in the gradient, so a compressor's error "
             "feedback (`parallel.compression`) sums to the exact gradients over the steps; set it to "
             "`compression.warmup_steps`"},
     {.key = "optim.quantization",
      .field = in_optim<&OptimSection::quantization>,
-     .optimizers = {"adam8bit"},
+     .optimizers = {K::Adam8bit},
      .doc = "adam8bit: `\"dynamic\"` (tree) codes, fine near zero, or `\"linear\"`; embeddings and tensors "
             "under 4096 elements keep 32-bit moments, as bitsandbytes does"},
     {.key = "optim.grad_clip",

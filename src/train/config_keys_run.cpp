@@ -2,7 +2,34 @@
 // (config_keys.h).
 #include "train/config_keys.h"
 
+#include "config/compression_method.h"
+#include "config/parallel_layout.h"
+#include "memory/recompute_policy.h"
+
 namespace tessera::train {
+
+namespace {
+
+std::string_view schedule_of(const RunConfig& c) { return config::schedule_name(c.parallel.schedule); }
+void set_schedule(RunConfig& c, std::string_view name) {
+  const std::optional<config::ScheduleKind> kind = config::find_schedule_kind(name);
+  TS_CHECK(kind.has_value(), "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", "
+           "\"interleaved\", \"zb-h1\" or \"2bw\"", name);
+  c.parallel.schedule = *kind;
+}
+
+std::string_view compression_of(const RunConfig& c) { return config::compression_name(c.parallel.compression); }
+void set_compression(RunConfig& c, std::string_view name) { c.parallel.compression = config::parse_compression(name); }
+
+std::string_view recompute_of(const RunConfig& c) { return memory::recompute_policy_name(c.memory.recompute); }
+void set_recompute(RunConfig& c, std::string_view name) {
+  const std::optional<memory::RecomputePolicy> policy = memory::find_recompute_policy(name);
+  TS_CHECK(policy.has_value(), "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", "
+           "\"selective\", \"optimal\", \"dtr\" or \"checkmate\"", name);
+  c.memory.recompute = *policy;
+}
+
+}  // namespace
 
 std::vector<ConfigKey> execution_keys() {
   return {
@@ -46,7 +73,7 @@ std::vector<ConfigKey> execution_keys() {
      .doc = "ZeRO stage 0–3: shard the optimizer state (1), plus gradients (2), plus parameters (3) over the "
             "data-parallel ranks"},
     {.key = "parallel.schedule",
-     .field = in_parallel<&ParallelSection::schedule>,
+     .field = KindName{schedule_of, set_schedule},
      .doc = "the order in which each rank runs its microbatches' forwards and backwards: `\"1f1b\"` (one "
             "forward, one backward: one microbatch alive at a time), `\"gpipe\"` (all forwards, then all "
             "backwards), `\"zb-h1\"` (backward split into input and weight halves), `\"interleaved\"` (with "
@@ -76,7 +103,7 @@ std::vector<ConfigKey> execution_keys() {
      .doc = "a collective taking longer aborts the whole job (watchdog), naming rank, operation and sequence "
             "number"},
     {.key = "parallel.compression",
-     .field = in_parallel<&ParallelSection::compression>,
+     .field = KindName{compression_of, set_compression},
      .doc = "gradient compression in the data-parallel reduction, any ZeRO stage: `\"topk\"` (the largest "
             "`compression.ratio` of each bucket with error feedback), `\"qsgd\"` (stochastic rounding to "
             "`compression.levels` levels, one byte an element), `\"onebit\"` (signs times the mean magnitude, "
@@ -142,7 +169,7 @@ std::vector<ConfigKey> execution_keys() {
                     .message = "{key} = {value} must be in (0, 1) (e.g. 0.5)"},
      .doc = "fp16, dynamic: the scale's cut after an overflow"},
     {.key = "memory.recompute",
-     .field = in_memory<&MemorySection::recompute>,
+     .field = KindName{recompute_of, set_recompute},
      .doc = "activation checkpointing: `\"none\"`; `\"full\"` (keep each block's input, recompute the block "
             "in backward: about one extra forward); `\"every_k\"` (keep one input per segment of "
             "`memory.recompute_every` blocks); `\"selective\"` (blocks drop their norm outputs and MLP "

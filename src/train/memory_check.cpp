@@ -42,7 +42,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   e.optimizer = static_cast<double>(states.optimizer) / 8.0 * optim::state_bytes_per_parameter(c.optim);
   // PipeDream-2BW's stash of the previous weight version: one more f32 copy (of the whole model, a
   // bound: a pipeline rank stashes its stages' share).
-  if (c.parallel.schedule == "2bw") e.params += 4.0 * static_cast<double>(psi);
+  if (c.parallel.schedule == config::ScheduleKind::PipeDream2BW) e.params += 4.0 * static_cast<double>(psi);
   // Mixed precision's 16-bit working copies of the weights the model reads.
   const config::PrecisionOptions precision = c.precision_options();
   if (precision.mixed()) e.params += static_cast<double>(dtype_size(precision.compute)) * static_cast<double>(psi);
@@ -51,7 +51,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   const int B = c.train.micro_batch_size, T = c.model.seq_len;
   exec::StagePlan plan = exec::even_stages(c.model.n_layer + 2, 1);
   exec::RecomputeOptions recompute;
-  recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
+  recompute.policy = c.memory.recompute;
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
   if (recompute.policy == memory::RecomputePolicy::Optimal || recompute.policy == memory::RecomputePolicy::Dtr ||
@@ -61,7 +61,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
     const bool sp = c.parallel.sp;
     exec::plan_recompute(plan, c.model, B, T, recompute, exec::nominal_unit_times(c.model, B, T), tp, sp,
                          precision.compute);
-    const bool all_forwards_first = c.parallel.schedule == "gpipe";
+    const bool all_forwards_first = c.parallel.schedule == config::ScheduleKind::GPipe;
     const int alive = all_forwards_first ? c.accumulation_steps() : 1;
     e.activations =
         static_cast<double>(exec::predict_activations(plan, c.model, B, T, alive, tp, sp, precision.compute).peak);
@@ -150,9 +150,9 @@ std::string settings_that_fit(const RunConfig& c, double limit, double beside) {
                          r.memory.offload_optimizer = "nvme";
                        }});
   }
-  if (c.memory.recompute != "full") {
+  if (c.memory.recompute != memory::RecomputePolicy::Full) {
     changes.push_back({"memory.recompute = \"full\"", [](RunConfig& r) {
-                         r.memory.recompute = "full";
+                         r.memory.recompute = memory::RecomputePolicy::Full;
                          r.memory.recompute_every = 0;
                          r.memory.activation_budget_mb = 0;
                        }});

@@ -27,16 +27,18 @@ namespace tessera::train {
 namespace {
 
 plan::Recompute recompute_of(const RunConfig& c) {
-  const std::string& r = c.memory.recompute;
-  if (r == "none") return plan::Recompute::None;
-  if (r == "selective") return plan::Recompute::Selective;
-  if (r == "full") return plan::Recompute::Full;
-  if (r == "every_k") return plan::Recompute::EveryK;
-  if (r == "optimal") return plan::Recompute::Optimal;
-  if (r == "dtr") return plan::Recompute::Dtr;
-  if (r == "checkmate") return plan::Recompute::Checkmate;
+  using memory::RecomputePolicy;
+  switch (c.memory.recompute) {
+    case RecomputePolicy::None: return plan::Recompute::None;
+    case RecomputePolicy::Selective: return plan::Recompute::Selective;
+    case RecomputePolicy::Full: return plan::Recompute::Full;
+    case RecomputePolicy::EveryK: return plan::Recompute::EveryK;
+    case RecomputePolicy::Optimal: return plan::Recompute::Optimal;
+    case RecomputePolicy::Dtr: return plan::Recompute::Dtr;
+    case RecomputePolicy::Checkmate: return plan::Recompute::Checkmate;
+  }
   TS_FAIL("plan --config: memory.recompute = \"{}\" is not one the cost model describes (none, selective, full, "
-          "every_k, optimal, dtr, checkmate)", r);
+          "every_k, optimal, dtr, checkmate)", memory::recompute_policy_name(c.memory.recompute));
 }
 
 // The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
@@ -77,7 +79,7 @@ PlannedRun planned_run(RunConfig c) {
   plan::Layout& l = run.layout;
   static_cast<config::ParallelLayout&>(l) = c.layout();
   l.recompute = recompute_of(c);
-  l.recompute_every = c.memory.recompute == "every_k" ? c.memory.recompute_every : 0;
+  l.recompute_every = c.memory.recompute == memory::RecomputePolicy::EveryK ? c.memory.recompute_every : 0;
   // The float's shortest decimal, so the layout and its messages say 1.2, not 1.2000000476837158.
   l.activation_budget_mb = plan::recompute_takes_budget(l.recompute)
                                ? std::stod(fmt::format("{}", c.memory.activation_budget_mb))
@@ -98,9 +100,9 @@ PlannedRun planned_run(RunConfig c) {
   // Buckets are reduced as backward completes them, but on the communicator's progress thread,
   // which shares the rank's cores with the compute it would hide behind: not overlapped.
   l.overlap = false;
-  l.optimizer = c.optim.name;
-  l.compression = c.parallel.compression;
+  l.optimizer = c.optim.kind;
   const config::CompressionOptions compression = c.compression_options();
+  l.compression = compression.method;
   l.compression_ratio = compression.ratio;
   l.compression_rank = compression.rank;
   run.split_note = c.parallel.stage_layers.empty() ? uneven_split_note(c) : std::string();
@@ -123,7 +125,7 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
   const int stages = l.pp * l.virtual_stages, units = m.n_layer + 2;
   exec::StagePlan split = exec::even_stages(units, stages);
   exec::RecomputeOptions recompute;
-  recompute.policy = memory::parse_recompute_policy(c.memory.recompute);
+  recompute.policy = c.memory.recompute;
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
   recompute.offload = exec::parse_activation_offload(c.memory.offload_activations);

@@ -27,21 +27,20 @@ std::string quoted_list(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
-// The optimizer's name, no key that the chosen optimizer would ignore set away from its default (as
-// the recompute keys are refused for the policies that ignore them), and the schedule's last rate.
+// No key that the chosen optimizer would ignore set away from its default (as the recompute keys
+// are refused for the policies that ignore them), and the schedule's last rate.
 void validate_optimizer(const RunConfig& config) {
   const OptimSection& o = config.optim;
-  const std::span<const std::string_view> names = optim::optimizer_names();
-  TS_CHECK(std::find(names.begin(), names.end(), o.name) != names.end(),
-           "config: optim.name = '{}' is not known; use {}", o.name, quoted_list(names, " or "));
-  TS_CHECK(o.name != "adafactor" || o.first_moment || o.beta1 == optim::OptimizerConfig{}.beta1,
+  TS_CHECK(o.kind != optim::OptimizerKind::Adafactor || o.first_moment || o.beta1 == optim::OptimizerConfig{}.beta1,
            "config: optim.beta1 is read by optim.name = \"adafactor\" only with optim.first_moment = true (the paper's "
            "Adafactor keeps no first moment); set optim.first_moment = true or remove optim.beta1");
   for (const ConfigKey& key : config_key_table()) {
     if (key.optimizers.empty() || holds_default(config, key)) continue;
-    TS_CHECK(std::find(key.optimizers.begin(), key.optimizers.end(), o.name) != key.optimizers.end(),
-             "config: {} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those", key.key,
-             quoted_list(key.optimizers, " or "), o.name);
+    if (std::find(key.optimizers.begin(), key.optimizers.end(), o.kind) != key.optimizers.end()) continue;
+    std::vector<std::string_view> readers;
+    for (optim::OptimizerKind reader : key.optimizers) readers.push_back(optim::optimizer_name(reader));
+    TS_FAIL("config: {} is read by optim.name = {} only (it is \"{}\"); remove it or choose one of those", key.key,
+            quoted_list(readers, " or "), optim::optimizer_name(o.kind));
   }
   TS_CHECK(!o.nesterov || o.momentum > 0.0f,
            "config: optim.nesterov = true needs momentum: set optim.momentum (for example 0.9)");
@@ -91,20 +90,16 @@ void check_parallel_shape(const RunConfig& c) {
 
 // The schedule, its weight versions and how the layers are cut into stages.
 void check_pipeline(const RunConfig& c) {
-  const std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved", "zb-h1", "2bw"};
-  TS_CHECK(std::find(schedules.begin(), schedules.end(), c.parallel.schedule) != schedules.end(),
-           "config: parallel.schedule = '{}' is not known; use \"1f1b\", \"gpipe\", \"interleaved\", \"zb-h1\" "
-           "or \"2bw\"",
-           c.parallel.schedule);
+  using config::ScheduleKind;
   TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.weight_version == "delayed",
            "config: parallel.weight_version = '{}' is not known; use \"newest\" (a microbatch reads the newest "
            "weights its stage holds) or \"delayed\" (all of batch b reads version b - 1)",
            c.parallel.weight_version);
-  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.schedule == "2bw",
+  TS_CHECK(c.parallel.weight_version == "newest" || c.parallel.schedule == ScheduleKind::PipeDream2BW,
            "config: parallel.weight_version = \"{}\" chooses between PipeDream-2BW's two weight versions, but "
            "parallel.schedule = \"{}\" keeps one; set parallel.schedule = \"2bw\" or leave parallel.weight_version out",
-           c.parallel.weight_version, c.parallel.schedule);
-  TS_CHECK(c.parallel.virtual_stages == 1 || c.parallel.schedule == "interleaved",
+           c.parallel.weight_version, config::schedule_name(c.parallel.schedule));
+  TS_CHECK(c.parallel.virtual_stages == 1 || c.parallel.schedule == ScheduleKind::Interleaved,
            "config: parallel.virtual_stages = {} splits each rank's layers into chunks, which only the interleaved "
            "schedule runs; set parallel.schedule = \"interleaved\" or parallel.virtual_stages = 1",
            c.parallel.virtual_stages);
@@ -133,7 +128,8 @@ void check_pipeline(const RunConfig& c) {
              c.model.n_layer);
   }
   const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
-  TS_CHECK(c.parallel.pp == 1 || c.parallel.schedule != "interleaved" || microbatches % c.parallel.pp == 0,
+  TS_CHECK(c.parallel.pp == 1 || c.parallel.schedule != config::ScheduleKind::Interleaved ||
+               microbatches % c.parallel.pp == 0,
            "config: the interleaved schedule with parallel.pp = {} needs the microbatches per step, train.batch_size "
            "/ (train.micro_batch_size × parallel.dp) = {}, to be a multiple of parallel.pp; for example set "
            "train.batch_size = {}",
@@ -143,10 +139,10 @@ void check_pipeline(const RunConfig& c) {
 
 // The compressor's keys, each read by one method.
 void check_compression(const RunConfig& c) {
-  const config::CompressionMethod method = config::parse_compression(c.parallel.compression);
+  const config::CompressionMethod method = c.parallel.compression;
   const auto refuse_unread = [&](bool given, std::string_view key, config::CompressionMethod reader) {
     TS_CHECK(!given || method == reader, "config: compression.{} is read by parallel.compression = \"{}\" only (it "
-             "is \"{}\")", key, config::compression_name(reader), c.parallel.compression);
+             "is \"{}\")", key, config::compression_name(reader), config::compression_name(method));
   };
   refuse_unread(c.compression.ratio != 0, "ratio", config::CompressionMethod::TopK);
   refuse_unread(c.compression.levels != 0, "levels", config::CompressionMethod::Qsgd);
@@ -187,37 +183,34 @@ void check_precision(const RunConfig& c) {
 
 // The recompute policy and the keys it reads; what is offloaded, and where.
 void check_memory(const RunConfig& c) {
-  const std::vector<std::string> policies = {"none", "full", "every_k", "selective", "optimal", "dtr", "checkmate"};
-  TS_CHECK(std::find(policies.begin(), policies.end(), c.memory.recompute) != policies.end(),
-           "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", \"selective\", "
-           "\"optimal\", \"dtr\" or \"checkmate\"",
-           c.memory.recompute);
-  TS_CHECK(c.memory.recompute_every == 0 || c.memory.recompute == "every_k",
+  using memory::RecomputePolicy;
+  const std::string_view recompute = memory::recompute_policy_name(c.memory.recompute);
+  TS_CHECK(c.memory.recompute_every == 0 || c.memory.recompute == RecomputePolicy::EveryK,
            "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
-           c.memory.recompute_every, c.memory.recompute);
-  const bool budgeted =
-      c.memory.recompute == "optimal" || c.memory.recompute == "dtr" || c.memory.recompute == "checkmate";
-  TS_CHECK(c.memory.recompute != "optimal" || c.memory.activation_budget_mb > 0.0f,
+           c.memory.recompute_every, recompute);
+  const bool budgeted = c.memory.recompute == RecomputePolicy::Optimal || c.memory.recompute == RecomputePolicy::Dtr ||
+                        c.memory.recompute == RecomputePolicy::Checkmate;
+  TS_CHECK(c.memory.recompute != RecomputePolicy::Optimal || c.memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) the schedule may use; it then recomputes as little as that budget allows");
-  TS_CHECK(c.memory.recompute != "dtr" || c.memory.activation_budget_mb > 0.0f,
+  TS_CHECK(c.memory.recompute != RecomputePolicy::Dtr || c.memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"dtr\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) DTR evicts to stay within");
-  TS_CHECK(c.memory.recompute != "checkmate" || c.memory.activation_budget_mb > 0.0f,
+  TS_CHECK(c.memory.recompute != RecomputePolicy::Checkmate || c.memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"checkmate\" needs memory.activation_budget_mb: the activation memory (MiB "
            "per microbatch) Checkmate's schedule may use");
   TS_CHECK(c.memory.activation_budget_mb == 0.0f || budgeted,
            "config: memory.activation_budget_mb is read by memory.recompute = \"optimal\", \"dtr\" or "
            "\"checkmate\" only (it is \"{}\")",
-           c.memory.recompute);
-  TS_CHECK(c.memory.solver_seconds == MemorySection{}.solver_seconds || c.memory.recompute == "checkmate",
+           recompute);
+  TS_CHECK(c.memory.solver_seconds == MemorySection{}.solver_seconds || c.memory.recompute == RecomputePolicy::Checkmate,
            "config: memory.solver_seconds = {} is read by memory.recompute = \"checkmate\" only (it is \"{}\")",
-           c.memory.solver_seconds, c.memory.recompute);
+           c.memory.solver_seconds, recompute);
   TS_CHECK(c.memory.offload_activations == "none" || c.memory.offload_activations == "nvme" ||
                c.memory.offload_activations == "auto",
            "config: memory.offload_activations = \"{}\" is not known; use \"none\", \"nvme\" or \"auto\"",
            c.memory.offload_activations);
-  TS_CHECK(c.memory.offload_activations != "auto" || c.memory.recompute != "none",
+  TS_CHECK(c.memory.offload_activations != "auto" || c.memory.recompute != RecomputePolicy::None,
            "config: memory.offload_activations = \"auto\" plans offloading together with memory.recompute = "
            "\"optimal\" under memory.activation_budget_mb; set those, or offload every unit with \"nvme\"");
   TS_CHECK(c.memory.activation_encoding == "none" || c.memory.activation_encoding == "lossless" ||
@@ -244,11 +237,11 @@ void check_sharded_updates(const RunConfig& c) {
                                                           : "expert parallelism";
   // The same rule of three for an update on its own thread: the main thread's collectives run
   // beside it, so it must not sum statistics over ranks.
-  TS_CHECK(c.optim.delayed_update_after == 0 || optim::updates_elementwise(c.optim.name) || !sharded,
+  TS_CHECK(c.optim.delayed_update_after == 0 || optim::updates_elementwise(c.optim.kind) || !sharded,
            "config: optim.delayed_update_after with optim.name = \"{}\" under {}: its step sums per-tensor statistics "
            "over the ranks that hold a tensor's parts, which an update on its own thread cannot do beside the next "
            "step's collectives; delay adamw or sgd there, or {} without sharding",
-           c.optim.name, sharding, c.optim.name);
+           optim::optimizer_name(c.optim.kind), sharding, optim::optimizer_name(c.optim.kind));
   // Every setting of the matrix is valid on its own by now; the pairs that do not run together
   // are the compatibility table's (config/compatibility.h), which docs/compatibility.md prints.
   if (const auto refusal = config::compatibility_refusal(c.feature_settings())) TS_FAIL("config: {}", *refusal);
@@ -256,11 +249,12 @@ void check_sharded_updates(const RunConfig& c) {
   if (c.memory.offload_optimizer != "none") {
     // Beside the compatibility table's pairs, a rule of three: an optimizer with per-tensor statistics,
     // an offloaded state and a sharding.
-    TS_CHECK(optim::updates_elementwise(c.optim.name) || !sharded,
+    TS_CHECK(optim::updates_elementwise(c.optim.kind) || !sharded,
              "config: memory.offload_optimizer = \"{}\" with optim.name = \"{}\" under {}: its per-tensor statistics are "
              "summed over the ranks that hold a tensor's parts, in collectives an offloaded state's chunked step "
              "would split differently on each rank; offload adamw or sgd there, or {} without sharding",
-             c.memory.offload_optimizer, c.optim.name, sharding, c.optim.name);
+             c.memory.offload_optimizer, optim::optimizer_name(c.optim.kind), sharding,
+             optim::optimizer_name(c.optim.kind));
   }
   // What offloaded parameters need beside the table's pairs: ZeRO-3 (not a feature at stage 0) and
   // the offloaded optimizer that streams their values.
@@ -277,7 +271,7 @@ void check_sharded_updates(const RunConfig& c) {
 // refused when its config is read.
 void check_two_weight_versions(const RunConfig& c) {
   const int64_t microbatches = c.train.batch_size / (int64_t{c.train.micro_batch_size} * c.parallel.dp);
-  TS_CHECK(c.parallel.schedule != "2bw" || microbatches >= c.parallel.pp,
+  TS_CHECK(c.parallel.schedule != config::ScheduleKind::PipeDream2BW || microbatches >= c.parallel.pp,
            "config: parallel.schedule = \"2bw\" with parallel.pp = {} needs at least as many microbatches per "
            "step as stages, but train.batch_size / (train.micro_batch_size × parallel.dp) = {}: with fewer, the "
            "first stage starts batch b + 2 before batch b has left it, so three weight versions would be alive "
@@ -324,12 +318,12 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.ep = parallel.ep;
   s.pp = parallel.pp;
   s.zero_stage = parallel.zero_stage;
-  s.schedule = parallel.schedule;
-  s.compression = parallel.compression;
+  s.schedule = std::string(config::schedule_name(parallel.schedule));
+  s.compression = std::string(config::compression_name(parallel.compression));
   s.grad_dtype = parallel.grad_dtype;
   s.compute = precision.compute;
-  s.recompute = memory.recompute;
-  s.optimizer = optim.name;
+  s.recompute = std::string(memory::recompute_policy_name(memory.recompute));
+  s.optimizer = optim.kind;
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
   s.offload_optimizer = memory.offload_optimizer;
@@ -347,7 +341,7 @@ config::ParallelLayout RunConfig::layout() const {
   l.ep = parallel.ep;
   l.pp = parallel.pp;
   l.zero_stage = parallel.zero_stage;
-  l.schedule = config::parse_schedule_kind(parallel.schedule);
+  l.schedule = parallel.schedule;
   l.virtual_stages = parallel.virtual_stages;
   l.micro_batch = train.micro_batch_size;
   l.global_batch = train.batch_size;
@@ -463,7 +457,7 @@ config::PrecisionOptions RunConfig::precision_options() const {
 
 config::CompressionOptions RunConfig::compression_options() const {
   config::CompressionOptions o;
-  o.method = config::parse_compression(parallel.compression);
+  o.method = parallel.compression;
   if (compression.ratio != 0) o.ratio = compression.ratio;
   if (compression.levels != 0) o.levels = compression.levels;
   if (compression.rank != 0) o.rank = compression.rank;

@@ -16,6 +16,7 @@
 #include "config/compatibility.h"
 #include "config/compression_method.h"
 #include "config/precision.h"
+#include "memory/recompute_policy.h"
 
 namespace tessera::train {
 
@@ -71,14 +72,16 @@ struct ParallelSection {
   // cost model's per-unit time.
   std::vector<int64_t> stage_layers;
   int zero_stage = 0;               // 0: plain data parallel; 1, 2, 3: ZeRO (optimizer, + gradients, + parameters sharded)
-  std::string schedule = "1f1b";    // the order of microbatches' forwards and backwards on each rank
+  // The order of microbatches' forwards and backwards on each rank (parallel.schedule).
+  config::ScheduleKind schedule = config::ScheduleKind::OneFOneB;
   int virtual_stages = 1;           // model chunks per rank (the interleaved schedule)
   // 2bw: the weight version a microbatch reads on a stage: "newest" (stale only where the pipeline
   // forces it) or "delayed" (all of batch b reads version b - 1); pipeline/generators.h.
   std::string weight_version = "newest";
   float bucket_mb = 25.0f;          // gradient bucket size (MiB): reduced as soon as backward completes one
   float timeout_seconds = 600.0f;   // a collective taking longer aborts the job (the watchdog)
-  std::string compression = "none"; // how gradient buckets are reduced: none, topk, qsgd, onebit, powersgd
+  // How gradient buckets are reduced (parallel.compression): none, topk, qsgd, onebit, powersgd.
+  config::CompressionMethod compression = config::CompressionMethod::None;
   std::string grad_dtype = "fp32";  // dtype of the gradient reduction's messages (fp32, bf16, fp16), summed in f32
 };
 
@@ -102,7 +105,8 @@ struct PrecisionSection {
 };
 
 struct MemorySection {
-  std::string recompute = "none";   // none, full, every_k, selective, optimal, dtr, checkmate
+  // memory.recompute: none, full, every_k, selective, optimal, dtr, checkmate.
+  memory::RecomputePolicy recompute = memory::RecomputePolicy::None;
   int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
   float activation_budget_mb = 0;   // optimal, dtr, checkmate: the activation peak allowed per microbatch (MiB)
   double solver_seconds = 60;       // checkmate: CBC's time limit for each stage's solve (s)

@@ -18,7 +18,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.two_bw_versions = pipeline::parse_two_bw_versions(cfg.parallel.weight_version);
   o.compression = cfg.compression_options();
   o.precision = cfg.precision_options();
-  o.recompute.policy = memory::parse_recompute_policy(cfg.memory.recompute);
+  o.recompute.policy = cfg.memory.recompute;
   o.recompute.every_k = cfg.memory.recompute_every;
   o.recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.activation_budget_mb) * 1048576.0);
   o.recompute.offload = exec::parse_activation_offload(cfg.memory.offload_activations);

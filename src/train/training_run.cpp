@@ -111,17 +111,19 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   int recomputed = 0;
   for (const exec::Action& a : engine.program().actions) recomputed += a.phase == exec::Phase::Recompute;
   std::string text = fmt::format("execution: schedule {}{} ({} microbatches per step), recompute {}",
-                                 cfg.parallel.schedule,
-                                 cfg.parallel.schedule == "2bw" ? fmt::format(" with weight_version {}",
+                                 config::schedule_name(cfg.parallel.schedule),
+                                 cfg.parallel.schedule == config::ScheduleKind::PipeDream2BW ? fmt::format(" with weight_version {}",
                                                                               cfg.parallel.weight_version)
                                                                 : std::string(),
-                                 cfg.accumulation_steps(), cfg.memory.recompute);
-  if (cfg.memory.recompute == "every_k") {
+                                 cfg.accumulation_steps(), memory::recompute_policy_name(cfg.memory.recompute));
+  using memory::RecomputePolicy;
+  if (cfg.memory.recompute == RecomputePolicy::EveryK) {
     text += fmt::format(" (segments of {} blocks)", cfg.memory.recompute_every > 0
                                                         ? cfg.memory.recompute_every
                                                         : exec::default_every_k(cfg.model.n_layer));
   }
-  if (cfg.memory.recompute == "optimal" || cfg.memory.recompute == "dtr" || cfg.memory.recompute == "checkmate") {
+  if (cfg.memory.recompute == RecomputePolicy::Optimal || cfg.memory.recompute == RecomputePolicy::Dtr ||
+      cfg.memory.recompute == RecomputePolicy::Checkmate) {
     text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
   }
   text += describe_checkmate(engine.stages());
@@ -301,7 +303,7 @@ void TrainingRun::print_layout() {
     const size_t buckets = engine.data_parallel().buckets().size();
     fmt::print("parallel: dp {} with ZeRO stage {}; {} gradient bucket{} of up to {} MiB{}\n", ranks,
                cfg.parallel.zero_stage, buckets, buckets == 1 ? "" : "s", cfg.parallel.bucket_mb,
-               cfg.optim.name == "onebit_adam"
+               cfg.optim.kind == optim::OptimizerKind::OneBitAdam
                    ? fmt::format("; reduced for the first {} steps, then 1-bit Adam exchanges its momentum in one "
                                  "bit per element", cfg.optim.freeze_step)
                    : describe_compression(cfg.compression_options()));

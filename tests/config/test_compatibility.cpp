@@ -237,9 +237,9 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
   s.moe_experts = 2;
   // 1-bit Adam and compressed gradients run under expert parallelism (the experts' momentum and
   // gradients over their own group).
-  s.optimizer = "onebit_adam";
+  s.optimizer = OptimizerKind::OneBitAdam;
   EXPECT_FALSE(compatibility_refusal(s).has_value());
-  s.optimizer = "adamw";
+  s.optimizer = OptimizerKind::AdamW;
   s.compression = "powersgd";
   EXPECT_FALSE(compatibility_refusal(s).has_value());
 

@@ -80,7 +80,7 @@ void check(const SgdCase& c) {
   io::SafeTensorsFile torch_out = io::SafeTensorsFile::open(out_path);
 
   optim::OptimizerConfig config;
-  config.name = "sgd";
+  config.kind = optim::OptimizerKind::Sgd;
   config.momentum = c.momentum;
   config.nesterov = c.nesterov;
   config.weight_decay = c.weight_decay;

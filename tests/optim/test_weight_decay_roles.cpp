@@ -55,7 +55,7 @@ TEST(WeightDecayRoles, NoBiasOrNormGainIsDecayedInAnyModelByAnyOptimizer) {
         store.zero_grads();
         const std::vector<float> before(values, values + store.numel());
         optim::OptimizerConfig config;
-        config.name = name;
+        config.kind = optim::parse_optimizer_kind(name);
         config.weight_decay = 0.1f;
         const std::vector<optim::Segment> segments = optim::segments_of_range(
             store, {0, store.numel()}, values, store.flat_grads().data<float>(), 0);

@@ -149,7 +149,7 @@ void check_compression(dist::Communicator& world, RankChecks& t) {
   // 1-bit Adam: AdamW until its freeze step, then each expert's momentum averaged in one bit per
   // element over the experts' group, the dense momentum over dp.
   ParityCase onebit = c;
-  onebit.optimizer.name = "onebit_adam";
+  onebit.optimizer.kind = optim::OptimizerKind::OneBitAdam;
   onebit.optimizer.freeze_step = 2;
   const Measured m = measure(onebit);
   for (size_t s = 0; s < 3; ++s) {  // the third step's loss is the second's update's
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
         ParityCase c = moe_case(config::architecture_name(model.arch), model, l.dp, l.zero);
         c.recompute = l.recompute;
         c.schedule = l.schedule;
-        c.optimizer.name = l.optimizer;
+        c.optimizer.kind = optim::parse_optimizer_kind(l.optimizer);
         c.sequence_parallel = l.sp;
         if (l.optimizer == "adafactor") c.lr = 1e-2f;
         // The reference: one process, the same microbatches in turn.

@@ -17,7 +17,7 @@
 #include "../common/rank_checks.h"
 #include "core/rng.h"
 #include "optim/adamw.h"
-#include "parallel/compression/one_bit_adam.h"
+#include "optim/one_bit_adam.h"
 #include "parallel/rank_sum.h"
 #include "parity_harness.h"
 
@@ -120,7 +120,7 @@ void check_optimizer(dist::Communicator& comm, RankChecks& t) {
   constexpr int kSteps = 7;
   constexpr float kLr = 1e-2f;
   optim::OptimizerConfig cfg;
-  cfg.name = "onebit_adam";
+  cfg.kind = optim::OptimizerKind::OneBitAdam;
   cfg.freeze_step = 3;
   MemoryAccountant memory;
   nn::ParameterStore mine, exact;
@@ -129,9 +129,9 @@ void check_optimizer(dist::Communicator& comm, RankChecks& t) {
   const int64_t n = mine.numel();
   const std::vector<optim::Segment> segments = optim::whole_parameters(mine);
   const std::vector<optim::Segment> exact_segments = optim::whole_parameters(exact);
-  OneBitAdam onebit(memory, cfg, n, &comm);
+  optim::OneBitAdam onebit(memory, cfg, n, &comm);
   optim::AdamW adamw(memory, optim::AdamWConfig{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay}, n);
-  const std::vector<size_t> chunks = one_bit_adam_chunks(static_cast<size_t>(n), R);
+  const std::vector<size_t> chunks = optim::one_bit_adam_chunks(static_cast<size_t>(n), R);
   std::vector<bool> matrix;
   for (const optim::Segment& s : segments) matrix.insert(matrix.end(), static_cast<size_t>(s.size()), optim::is_weight(*s.param));
 
@@ -164,7 +164,7 @@ void check_optimizer(dist::Communicator& comm, RankChecks& t) {
     const dist::CommStats before = comm.stats();
     onebit.step(kLr, segments);
     const uint64_t sent = comm.stats().bytes_sent - before.bytes_sent;
-    const uint64_t formula = one_bit_adam_wire_bytes(static_cast<size_t>(n), R, rank);
+    const uint64_t formula = optim::one_bit_adam_wire_bytes(static_cast<size_t>(n), R, rank);
     t.expect(sent == formula, fmt::format("step {}: sent {} bytes, the formula {}", step, sent, formula));
     t.expect(formula * 15 < 2 * 4 * static_cast<uint64_t>(n), fmt::format("step {}: {} bytes is not ~1/20 of a dense "
                                                                           "all-reduce of {} elements", step, formula, n));
@@ -235,7 +235,7 @@ void check_training(dist::Communicator& comm, RankChecks& t) {
   for (float clip : {0.0f, 0.05f}) {
     ParityCase k = c;
     k.grad_clip = clip;
-    k.optimizer.name = "onebit_adam";
+    k.optimizer.kind = optim::OptimizerKind::OneBitAdam;
     k.optimizer.freeze_step = 3;
     const tessera::testing::RunRecord dense = clip > 0 ? tessera::testing::run_data_parallel(
                                                              [&] {
@@ -256,7 +256,7 @@ void check_training(dist::Communicator& comm, RankChecks& t) {
     // gradient reduction.
     const int64_t n = run.numel;
     const uint64_t scalars = 2 * sum_over_ranks_bytes(1, comm.size());
-    const uint64_t formula = one_bit_adam_wire_bytes(static_cast<size_t>(n), comm.size(), comm.rank()) + scalars;
+    const uint64_t formula = optim::one_bit_adam_wire_bytes(static_cast<size_t>(n), comm.size(), comm.rank()) + scalars;
     for (size_t s = 3; s < run.steps.size(); ++s) {
       t.expect(run.steps[s].comm.bytes_sent == formula, fmt::format("{}: step {} sent {} bytes, the formula {}", what,
                                                                     s + 1, run.steps[s].comm.bytes_sent, formula));

@@ -34,14 +34,14 @@ struct OptimizerCase {
   // Reads whole-tensor statistics: the same shards without the reduction must differ (else the
   // comparison would prove nothing about it).
   float lr = 1e-2f;
-  bool per_tensor() const { return config.name != "adamw" && config.name != "sgd"; }
+  bool per_tensor() const { return config.kind != optim::OptimizerKind::AdamW && config.kind != optim::OptimizerKind::Sgd; }
 };
 
 std::vector<OptimizerCase> optimizer_cases() {
   std::vector<OptimizerCase> out;
   auto add = [&](const std::string& name, bool bitwise, float lr, auto tweak) {
     OptimizerCase c;
-    c.config.name = name;
+    c.config.kind = optim::parse_optimizer_kind(name);
     c.bitwise = bitwise;
     c.lr = lr;
     tweak(c.config);
@@ -59,7 +59,7 @@ std::vector<OptimizerCase> optimizer_cases() {
 }
 
 std::string describe(const optim::OptimizerConfig& c) {
-  return fmt::format("{} (momentum {}, block {}, {}, first moment {}, relative step {})", c.name, c.momentum,
+  return fmt::format("{} (momentum {}, block {}, {}, first moment {}, relative step {})", optim::optimizer_name(c.kind), c.momentum,
                      c.block_size, c.quantization, c.first_moment, c.relative_step);
 }
 
@@ -161,7 +161,7 @@ void check_engine(const OptimizerCase& oc, int zero_stage, dist::Communicator& w
   // every score), and Adafactor's unfactored second moment (ε1 = 1e-30) turns any such gradient
   // into a unit update, so the rounding of another reduction order moves it by a whole step:
   // Adafactor's engine parity runs on the Llama model, which has no biases.
-  c.model = oc.config.name == "adafactor" ? llama_config() : gpt2_odd_config();
+  c.model = oc.config.kind == optim::OptimizerKind::Adafactor ? llama_config() : gpt2_odd_config();
   c.zero_stage = zero_stage;
   c.micros = 2;
   c.bucket_bytes = 1024;
@@ -205,7 +205,7 @@ void check_engine(const OptimizerCase& oc, int zero_stage, dist::Communicator& w
 // gradient, so both must compute the same whole-tensor statistics.
 void check_pipelined(const OptimizerCase& oc, dist::Communicator& world, RankChecks& t) {
   ParityCase c;
-  c.model = oc.config.name == "adafactor" ? llama_config() : gpt2_odd_config();  // see check_engine
+  c.model = oc.config.kind == optim::OptimizerKind::Adafactor ? llama_config() : gpt2_odd_config();  // see check_engine
   c.micros = 2;
   c.optimizer = oc.config;
   c.lr = oc.lr;

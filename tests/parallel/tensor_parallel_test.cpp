@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
       c.model = model;
       c.zero_stage = zero_stage;
       c.micros = 2;
-      c.optimizer.name = "adafactor";
+      c.optimizer.kind = optim::OptimizerKind::Adafactor;
       c.optimizer.first_moment = first_moment;
       c.optimizer.relative_step = first_moment;
       c.lr = 1e-2f;

@@ -49,13 +49,13 @@ TEST(PlanMemoryModel, ZeroPaperExample) {
 TEST(PlanMemoryModel, OptimizerStateFollowsTheChosenOptimizer) {
   // K = the fp32 master (bf16 training) + the optimizer's own bytes per parameter.
   const double psi = 1e9;
-  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, "sgd").optimizer, 0.0);  // no momentum by default
-  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 1, 8, "lamb").optimizer, 12 * psi / 8);
-  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, "adam8bit").optimizer, (2 + 8.0 / 2048) * psi);
-  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 0, 1, "adafactor").optimizer, 4 * psi);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, optim::OptimizerKind::Sgd).optimizer, 0.0);  // no momentum by default
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 1, 8, optim::OptimizerKind::Lamb).optimizer, 12 * psi / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Fp32, 0, 1, optim::OptimizerKind::Adam8bit).optimizer, (2 + 8.0 / 2048) * psi);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, Precision::Bf16, 0, 1, optim::OptimizerKind::Adafactor).optimizer, 4 * psi);
   // The layout names it, and round-trips it.
   Layout l = parse_layout("dp=8,zero=1,gb=8,optimizer=adam8bit");
-  EXPECT_EQ(l.optimizer, "adam8bit");
+  EXPECT_EQ(l.optimizer, optim::OptimizerKind::Adam8bit);
   EXPECT_EQ(parse_layout(to_string(l)), l);
   EXPECT_EQ(to_string(parse_layout("dp=8,gb=8")).find("optimizer"), std::string::npos);
   config::ModelConfig m = published_model(megatron_table1()[2]);

@@ -31,21 +31,21 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.parallel.ep = s.ep;
   c.parallel.pp = s.pp;
   c.parallel.zero_stage = s.zero_stage;
-  c.parallel.schedule = s.schedule;
+  c.parallel.schedule = config::parse_schedule_kind(s.schedule);
   c.parallel.virtual_stages = s.schedule == "interleaved" ? 2 : 1;
-  c.parallel.compression = s.compression;
+  c.parallel.compression = config::parse_compression(s.compression);
   c.parallel.grad_dtype = s.grad_dtype;
   c.precision.compute = s.compute;
-  c.memory.recompute = s.recompute;
+  c.memory.recompute = memory::parse_recompute_policy(s.recompute);
   c.memory.activation_encoding = s.activation_encoding;
   if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
   c.memory.offload_optimizer = s.offload_optimizer;
   c.memory.offload_params = s.offload_params;
   c.optim.delayed_update_after = s.delayed_update_after;
-  c.optim.name = s.optimizer;
+  c.optim.kind = s.optimizer;
   const bool data_parallel = s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
-                             s.optimizer == "onebit_adam";
+                             s.optimizer == config::OptimizerKind::OneBitAdam;
   c.parallel.dp = data_parallel ? 2 : 1;
   return c;
 }
@@ -169,7 +169,7 @@ TEST(CompatibilityMatrix, ErrorFeedbackUnderFp16AndAdafactorUnderTpAndEpAreAccep
   EXPECT_EQ(error_of(config_with(s)), "");
 
   s = {};
-  s.optimizer = "adafactor";
+  s.optimizer = config::OptimizerKind::Adafactor;
   s.tp = 2;
   EXPECT_EQ(error_of(config_with(s)), "") << "each block's terms go to the matrix's global rows and columns";
   s.tp = 1;

@@ -79,7 +79,7 @@ TEST(CoveringArray, EveryConfigurationIsARunTheConfigAcceptsOnItsFewestProcesses
     EXPECT_EQ(run.parallel.tp, config::feature_holds(Feature::TensorParallel, c.settings) ? 2 : 1);
     EXPECT_EQ(run.parallel.pp, config::feature_holds(Feature::Pipeline, c.settings) ? 2 : 1);
     const bool data_parallel = c.settings.zero_stage > 0 || c.settings.ep > 1 || c.settings.compression != "none" ||
-                               c.settings.grad_dtype != "fp32" || c.settings.optimizer == "onebit_adam";
+                               c.settings.grad_dtype != "fp32" || c.settings.optimizer == config::OptimizerKind::OneBitAdam;
     EXPECT_EQ(run.parallel.dp, data_parallel ? 2 : 1);
     for (Feature f : c.features) EXPECT_TRUE(config::feature_holds(f, run.feature_settings())) << config::feature_name(f);
     // The reference runs in one process and holds none of the layout.
@@ -144,23 +144,23 @@ TEST(CoveringArray, ToleranceIsTheLoosestOfTheConfigurationsLossyFeatures) {
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Exact);
   s.compression = "topk";
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Compressed);
-  s.optimizer = "adafactor";
+  s.optimizer = config::OptimizerKind::Adafactor;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::CompressedAdafactor);
   EXPECT_EQ(config::array_loss_bound(config::array_tolerance(s)), 0.01);
-  s.optimizer = "adamw";
+  s.optimizer = config::OptimizerKind::AdamW;
   s.compute = "bf16";
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::MixedPrecision);
   EXPECT_EQ(config::array_loss_bound(config::array_tolerance(s)), 0.02);
   s = {};
-  s.optimizer = "adam8bit";
+  s.optimizer = config::OptimizerKind::Adam8bit;
   s.zero_stage = 3;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Exact);
   s.tp = 2;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::ShardedEightBit);
   s = {};
-  s.optimizer = "onebit_adam";
+  s.optimizer = config::OptimizerKind::OneBitAdam;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::OneBitAdam);
-  EXPECT_EQ(config::array_reference(s).optimizer, "adamw");
+  EXPECT_EQ(config::array_reference(s).optimizer, config::OptimizerKind::AdamW);
   s = {};
   s.schedule = "2bw";
   s.pp = 2;

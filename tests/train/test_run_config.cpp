@@ -161,7 +161,7 @@ TEST(RunConfig, OptimizerKeysAreReadAndRefusedWhereIgnored) {
   toml::table t = toml::parse(
       "[optim]\nname = \"sgd\"\nmomentum = 0.9\nnesterov = true\ndecoupled_weight_decay = true\n");
   RunConfig c = read_run_config(t);
-  EXPECT_EQ(c.optim.name, "sgd");
+  EXPECT_EQ(c.optim.kind, optim::OptimizerKind::Sgd);
   EXPECT_FLOAT_EQ(c.optim.momentum, 0.9f);
   EXPECT_TRUE(c.optim.nesterov);
   // The resolved config, every key written, reads back.

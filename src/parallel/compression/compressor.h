@@ -37,6 +37,7 @@
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "dist/communicator.h"
+#include "optim/rank_local_state.h"
 
 namespace tessera::parallel {
 
@@ -58,18 +59,8 @@ struct BucketShape {
   std::vector<Matrix> matrices;
 };
 
-// State of a rank's own that persists across steps and differs from rank to rank — a compressor's
-// error feedback, 1-bit Adam's worker and server errors — so checkpoints keep it per rank, with the
-// step it has reached and the name of what it belongs to (a resume checks the two agree).
-class RankLocalState {
- public:
-  virtual ~RankLocalState() = default;
-  virtual std::string_view rank_state_owner() const = 0;
-  // Named tensors (views of its storage: loading into them loads it).
-  virtual std::vector<std::pair<std::string, Tensor>> rank_state_tensors() = 0;
-  virtual int64_t rank_state_step() const = 0;
-  virtual void set_rank_state_step(int64_t step) = 0;
-};
+// A rank's own state across steps, which checkpoints keep per rank (optim/rank_local_state.h).
+using optim::RankLocalState;
 
 class GradientCompressor : public RankLocalState {
  public:

@@ -5,6 +5,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/sign_compression.h"
 #include "parallel/compression/compressor.h"
 
 namespace tessera::parallel {
@@ -17,17 +18,12 @@ std::unique_ptr<GradientCompressor> make_one_bit(std::vector<BucketShape> bucket
 std::unique_ptr<GradientCompressor> make_power_sgd(const CompressionOptions& options, std::vector<BucketShape> buckets,
                                                    MemoryAccountant& memory);
 
-// One-bit compression (one_bit.cpp): the sign of each element, one bit, and per block of
-// kSignBlock elements one scale, the block's mean magnitude (one scale for a whole bucket would
-// flatten layers whose gradients differ by orders of magnitude).
-inline constexpr size_t kSignBlock = 512;
-inline size_t sign_blocks(size_t elements) { return (elements + kSignBlock - 1) / kSignBlock; }
-inline size_t sign_bits_bytes(size_t elements) { return (elements + 7) / 8; }
-// Compresses `acc` into `bits` (sign_bits_bytes) and `scales` (sign_blocks) and leaves in `acc`
-// what the message does not carry: the error to feed back.
-void sign_compress(std::span<float> acc, uint8_t* bits, float* scales);
-// out += weight × the decompressed message.
-void add_sign_decompressed(std::span<float> out, const uint8_t* bits, const float* scales, float weight);
+// One-bit compression (kernels/cpu/sign_compression.h), which 1-bit Adam shares.
+using kernels::add_sign_decompressed;
+using kernels::kSignBlock;
+using kernels::sign_bits_bytes;
+using kernels::sign_blocks;
+using kernels::sign_compress;
 
 // One-bit compression with error feedback, all-gathered: each member sends the signs of values +
 // residual and one scale, their mean magnitude, per block of 512 elements, keeps in `residual`

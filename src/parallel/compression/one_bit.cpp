@@ -1,7 +1,5 @@
-// 1-bit (sign) compression with error feedback: each element's sign, scaled by the mean magnitude
-// of its block of kSignBlock elements (one scale for a whole bucket would flatten layers whose
-// gradients differ by orders of magnitude), one bit an element. The gradient compressor and 1-bit
-// Adam's momentum exchange (one_bit_adam.h) share it.
+// The 1-bit gradient compressor: sign compression with error feedback (kernels/cpu/sign_compression.h),
+// all-gathered.
 #include <algorithm>
 #include <cmath>
 
@@ -45,30 +43,6 @@ class OneBit final : public GradientCompressor {
 };
 
 }  // namespace
-
-void sign_compress(std::span<float> acc, uint8_t* bits, float* scales) {
-  const size_t n = acc.size();
-  std::fill(bits, bits + sign_bits_bytes(n), uint8_t{0});
-  for (size_t blk = 0; blk < sign_blocks(n); ++blk) {
-    const size_t lo = blk * kSignBlock, hi = std::min(n, lo + kSignBlock);
-    double magnitude = 0;
-    for (size_t i = lo; i < hi; ++i) magnitude += std::fabs(acc[i]);
-    const float scale = static_cast<float>(magnitude / static_cast<double>(hi - lo));
-    scales[blk] = scale;
-    for (size_t i = lo; i < hi; ++i) {
-      const bool positive = acc[i] >= 0;
-      if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-      acc[i] -= positive ? scale : -scale;  // the error fed back next time
-    }
-  }
-}
-
-void add_sign_decompressed(std::span<float> out, const uint8_t* bits, const float* scales, float weight) {
-  for (size_t i = 0; i < out.size(); ++i) {
-    const float scale = weight * scales[i / kSignBlock];
-    out[i] += (bits[i / 8] >> (i % 8) & 1u) ? scale : -scale;
-  }
-}
 
 void sign_compressed_sum(std::span<float> values, std::span<float> residual, dist::Communicator& comm) {
   TS_CHECK(values.size() == residual.size(), "one-bit compression of {} values with a residual of {}", values.size(),

@@ -15,11 +15,13 @@
 //               p ← p − lr (m / (1 − β1^t)) / (sqrt(v / (1 − β2^T)) + eps) − lr wd p (matrices),
 //             with T = optim.freeze_step.
 //
-// C is the sign of each element and one scale per 512 elements (methods.h). Bytes this rank sends
-// per compressed step: the all-to-all of the other ranks' chunks and the all-gather, each about
-// (R − 1)/R of n/8 bytes of signs and n/128 bytes of scales, so ~4.9 % of a dense f32 all-reduce's
-// 2 (R − 1)/R · 4n, whatever R (one_bit_adam_wire_bytes; the communicator's counters show exactly
-// that).
+// C is the sign of each element and one scale per 512 elements (kernels/cpu/sign_compression.h).
+// Bytes this rank sends per compressed step: the all-to-all of the other ranks' chunks and the
+// all-gather, each about (R − 1)/R of n/8 bytes of signs and n/128 bytes of scales, so ~4.9 % of a
+// dense f32 all-reduce's 2 (R − 1)/R · 4n, whatever R (one_bit_adam_wire_bytes; the communicator's
+// counters show exactly that).
+//
+// make_optimizer (optim/make_optimizer.h) builds it, given the groups it exchanges over.
 //
 // Every rank holds the whole momentum (the run config refuses ZeRO), the same m and v after every
 // step, and its own worker error e_r and server error s_k, which checkpoints keep per rank
@@ -39,26 +41,26 @@
 #include "dist/communicator.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
-#include "parallel/compression/compressor.h"
+#include "optim/rank_local_state.h"
 
-namespace tessera::parallel {
+namespace tessera::optim {
 
-class OneBitAdam final : public optim::Optimizer, public RankLocalState {
+class OneBitAdam final : public Optimizer, public RankLocalState {
  public:
   // Over `owned_elements` (the segments every step passes, whole parameters), averaging over
   // `group` (nullptr or one rank: the compression still runs, over one member).
-  OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, int64_t owned_elements,
+  OneBitAdam(MemoryAccountant& memory, const OptimizerConfig& config, int64_t owned_elements,
              dist::Communicator* group);
   // Over `layout` (the segments every step passes), segment i's momentum averaged over
   // groups[exchange_of[i]].
-  OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, std::span<const optim::Segment> layout,
+  OneBitAdam(MemoryAccountant& memory, const OptimizerConfig& config, std::span<const Segment> layout,
              std::vector<dist::Communicator*> groups, std::vector<int> exchange_of);
 
-  std::string_view name() const override { return "onebit_adam"; }
-  void step(float lr, std::span<const optim::Segment> segments) override;
+  std::string_view name() const override { return optimizer_name(OptimizerKind::OneBitAdam); }
+  void step(float lr, std::span<const Segment> segments) override;
   // "m", "v": [owned elements], the same on every rank.
-  optim::StateDict state_dict() override;
-  void load_state_dict(optim::StateDict state) override;
+  StateDict state_dict() override;
+  void load_state_dict(StateDict state) override;
   int64_t steps_taken() const override { return step_; }
   int64_t owned_elements() const override { return m_.numel(); }
 
@@ -66,7 +68,7 @@ class OneBitAdam final : public optim::Optimizer, public RankLocalState {
   bool next_step_compressed() const { return step_ >= freeze_step_; }
   // RankLocalState: this rank's own errors, the worker error [owned elements] and the server error
   // of its chunk; the step is the optimizer's (restored from the manifest), so it is only checked.
-  std::string_view rank_state_owner() const override { return "onebit_adam"; }
+  std::string_view rank_state_owner() const override { return name(); }
   // "onebit_adam.worker_error", then each exchange's server error: "onebit_adam.server_error" for
   // the first, "onebit_adam.exchange<x>.server_error" for the others.
   std::vector<std::pair<std::string, Tensor>> rank_state_tensors() override;
@@ -88,7 +90,7 @@ class OneBitAdam final : public optim::Optimizer, public RankLocalState {
   // The exchange's elements of m, averaged in place with the worker error of the same elements.
   void compressed_average(Exchange& x, std::span<float> m);
 
-  optim::OptimizerConfig config_;
+  OptimizerConfig config_;
   int64_t freeze_step_ = 0;
   std::vector<Exchange> exchanges_;
   std::vector<int> exchange_of_;  // per segment of a step; empty: every segment is exchange 0's
@@ -103,4 +105,4 @@ std::vector<size_t> one_bit_adam_chunks(size_t elements, int ranks);
 // Bytes `rank` sends in one compressed step over `ranks` for `elements` owned elements.
 uint64_t one_bit_adam_wire_bytes(size_t elements, int ranks, int rank);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::optim

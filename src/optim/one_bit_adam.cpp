@@ -1,4 +1,4 @@
-#include "parallel/compression/one_bit_adam.h"
+#include "optim/one_bit_adam.h"
 
 #include <fmt/format.h>
 
@@ -9,11 +9,17 @@
 #include "core/check.h"
 #include "dist/ops.h"
 #include "kernels/cpu/adamw.h"
-#include "parallel/compression/methods.h"
+#include "kernels/cpu/sign_compression.h"
 
-namespace tessera::parallel {
+namespace tessera::optim {
 
 namespace {
+
+using kernels::add_sign_decompressed;
+using kernels::kSignBlock;
+using kernels::sign_bits_bytes;
+using kernels::sign_blocks;
+using kernels::sign_compress;
 
 // A chunk's message: its signs, then its scales (chunks start on block boundaries, so both are
 // whole bytes and whole blocks of the vector's own message).
@@ -47,7 +53,7 @@ uint64_t one_bit_adam_wire_bytes(size_t elements, int ranks, int rank) {
   return dist::all_to_all_bytes(messages, 1, rank) + dist::all_gather_bytes(messages, 1, rank);
 }
 
-OneBitAdam::OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config, int64_t owned_elements,
+OneBitAdam::OneBitAdam(MemoryAccountant& memory, const OptimizerConfig& config, int64_t owned_elements,
                        dist::Communicator* group)
     : config_(config), freeze_step_(config.freeze_step) {
   TS_CHECK(owned_elements >= 0, "1-bit Adam over {} elements", owned_elements);
@@ -57,8 +63,8 @@ OneBitAdam::OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& c
   set_up(memory, owned_elements, {std::move(all)});
 }
 
-OneBitAdam::OneBitAdam(MemoryAccountant& memory, const optim::OptimizerConfig& config,
-                       std::span<const optim::Segment> layout, std::vector<dist::Communicator*> groups,
+OneBitAdam::OneBitAdam(MemoryAccountant& memory, const OptimizerConfig& config,
+                       std::span<const Segment> layout, std::vector<dist::Communicator*> groups,
                        std::vector<int> exchange_of)
     : config_(config), freeze_step_(config.freeze_step), exchange_of_(std::move(exchange_of)) {
   TS_CHECK(exchange_of_.size() == layout.size() && !groups.empty(), "1-bit Adam: {} segments, {} exchanges given for "
@@ -98,18 +104,18 @@ void OneBitAdam::set_up(MemoryAccountant& memory, int64_t owned_elements, std::v
   worker_error_ = Tensor::zeros({owned_elements}, DType::F32, MemoryTag::Optimizer, memory);
 }
 
-void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
-  TS_CHECK(optim::total_elements(segments) == owned_elements(),
+void OneBitAdam::step(float lr, std::span<const Segment> segments) {
+  TS_CHECK(total_elements(segments) == owned_elements(),
            "1-bit Adam: the segments hold {} elements but its state covers {}: the owned elements changed",
-           optim::total_elements(segments), owned_elements());
+           total_elements(segments), owned_elements());
   const bool compressed = next_step_compressed();
   ++step_;
   float* m = m_.data<float>();
   float* v = v_.data<float>();
   if (!compressed) {
     int64_t at = 0;
-    for (const optim::Segment& s : segments) {
-      const float wd = optim::is_weight(*s.param) ? config_.weight_decay : 0.0f;
+    for (const Segment& s : segments) {
+      const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
       kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
                             config_.beta2, config_.eps, wd, step_);
       at += s.size();
@@ -123,7 +129,7 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
   const float beta1 = config_.beta1;
   int64_t at = 0;
   for (size_t k = 0; k < segments.size(); ++k) {
-    const optim::Segment& s = segments[k];
+    const Segment& s = segments[k];
     const auto local = static_cast<float>(exchanges_[exchange_of_.empty() ? 0 : static_cast<size_t>(exchange_of_[k])].ranks);
     for (int64_t i = 0; i < s.size(); ++i) m[at + i] = beta1 * m[at + i] + (1.0f - beta1) * (local * s.grad[i]);
     at += s.size();
@@ -135,9 +141,9 @@ void OneBitAdam::step(float lr, std::span<const optim::Segment> segments) {
   const auto step_size = static_cast<float>(static_cast<double>(lr) / bias1);
   const auto bias2_sqrt = static_cast<float>(std::sqrt(bias2 > 0 ? bias2 : 1.0));
   at = 0;
-  for (const optim::Segment& s : segments) {
+  for (const Segment& s : segments) {
     const auto decay =
-        static_cast<float>(1.0 - static_cast<double>(lr) * (optim::is_weight(*s.param) ? config_.weight_decay : 0.0f));
+        static_cast<float>(1.0 - static_cast<double>(lr) * (is_weight(*s.param) ? config_.weight_decay : 0.0f));
     for (int64_t i = 0; i < s.size(); ++i) {
       const float denom = std::sqrt(v[at + i]) / bias2_sqrt + config_.eps;
       s.value[i] = s.value[i] * decay - step_size * m[at + i] / denom;
@@ -220,11 +226,11 @@ void OneBitAdam::compressed_average(Exchange& x, std::span<float> m) {
   }
 }
 
-optim::StateDict OneBitAdam::state_dict() { return {step_, {{"m", m_, {}}, {"v", v_, {}}}}; }
+StateDict OneBitAdam::state_dict() { return {step_, {{"m", m_, {}}, {"v", v_, {}}}}; }
 
-void OneBitAdam::load_state_dict(optim::StateDict state) {
+void OneBitAdam::load_state_dict(StateDict state) {
   for (auto [name, mine] : {std::pair<const char*, Tensor*>{"m", &m_}, {"v", &v_}}) {
-    optim::load_state_tensor(state, name, *mine, "1-bit Adam");
+    load_state_tensor(state, name, *mine, "1-bit Adam");
   }
   step_ = state.steps;
 }
@@ -243,4 +249,4 @@ void OneBitAdam::set_rank_state_step(int64_t step) {
            "checkpoint's files do not belong together", step, step_);
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::optim
