@@ -226,6 +226,7 @@ std::shared_ptr<CopyWork> NvmeStore::write(const Extent& extent, const void* src
       write_part(offset, p, part, bytes);
     });
   }
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
   return engine_->submit_parts(std::move(parts));
 }
 
@@ -239,6 +240,7 @@ std::shared_ptr<CopyWork> NvmeStore::read(const Extent& extent, void* dst, size_
       read_part(offset, p, part, bytes);
     });
   }
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
   return engine_->submit_parts(std::move(parts));
 }
 
@@ -248,38 +250,37 @@ std::shared_ptr<CopyWork> NvmeStore::read(const Extent& extent, void* dst, size_
 // in it, and its length is whole blocks.
 void NvmeStore::write_part(uint64_t offset, const std::byte* src, size_t bytes, size_t transfer_bytes) {
   if (!direct_) {
-    write_all(offset, src, bytes, bytes, transfer_bytes);
+    write_all(offset, src, bytes, transfer_bytes);
     return;
   }
   const bool aligned = reinterpret_cast<uintptr_t>(src) % kBlock == 0;
   const size_t head = aligned ? bytes / kBlock * kBlock : 0;
-  if (head > 0) write_all(offset, src, head, head, transfer_bytes);
+  if (head > 0) write_all(offset, src, head, transfer_bytes);
   if (head == bytes) return;
   const size_t rest = bytes - head;
   const size_t padded = ExtentAllocator::round_up(rest);
   StagingPool::Lease staging = staging_.acquire();
   std::memcpy(staging.data(), src + head, rest);
   std::memset(staging.data() + rest, 0, padded - rest);
-  write_all(offset + head, staging.data(), padded, rest, transfer_bytes);
+  write_all(offset + head, staging.data(), padded, transfer_bytes);
 }
 
 void NvmeStore::read_part(uint64_t offset, std::byte* dst, size_t bytes, size_t transfer_bytes) {
   if (!direct_) {
-    read_all(offset, dst, bytes, bytes, transfer_bytes);
+    read_all(offset, dst, bytes, transfer_bytes);
     return;
   }
   const bool aligned = reinterpret_cast<uintptr_t>(dst) % kBlock == 0;
   const size_t head = aligned ? bytes / kBlock * kBlock : 0;
-  if (head > 0) read_all(offset, dst, head, head, transfer_bytes);
+  if (head > 0) read_all(offset, dst, head, transfer_bytes);
   if (head == bytes) return;
   const size_t rest = bytes - head;
   StagingPool::Lease staging = staging_.acquire();
-  read_all(offset + head, staging.data(), ExtentAllocator::round_up(rest), rest, transfer_bytes);
+  read_all(offset + head, staging.data(), ExtentAllocator::round_up(rest), transfer_bytes);
   std::memcpy(dst + head, staging.data(), rest);
 }
 
-void NvmeStore::write_all(uint64_t offset, const std::byte* src, size_t bytes, size_t payload,
-                          size_t transfer_bytes) {
+void NvmeStore::write_all(uint64_t offset, const std::byte* src, size_t bytes, size_t transfer_bytes) {
   size_t done = 0;
   while (done < bytes) {
     const ssize_t n = ::pwrite(fd_, src + done, bytes - done, static_cast<off_t>(offset + done));
@@ -287,10 +288,9 @@ void NvmeStore::write_all(uint64_t offset, const std::byte* src, size_t bytes, s
     if (n <= 0) fail_io("write", offset, bytes, transfer_bytes, n < 0 ? errno : 0);
     done += static_cast<size_t>(n);
   }
-  bytes_written_.fetch_add(payload, std::memory_order_relaxed);
 }
 
-void NvmeStore::read_all(uint64_t offset, std::byte* dst, size_t bytes, size_t payload, size_t transfer_bytes) {
+void NvmeStore::read_all(uint64_t offset, std::byte* dst, size_t bytes, size_t transfer_bytes) {
   size_t done = 0;
   while (done < bytes) {
     const ssize_t n = ::pread(fd_, dst + done, bytes - done, static_cast<off_t>(offset + done));
@@ -298,7 +298,6 @@ void NvmeStore::read_all(uint64_t offset, std::byte* dst, size_t bytes, size_t p
     if (n <= 0) fail_io("read", offset, bytes, transfer_bytes, n < 0 ? errno : 0);
     done += static_cast<size_t>(n);
   }
-  bytes_read_.fetch_add(payload, std::memory_order_relaxed);
 }
 
 void NvmeStore::fail_io(const char* operation, uint64_t offset, size_t bytes, size_t transfer_bytes,

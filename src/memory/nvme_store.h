@@ -70,6 +70,9 @@ class NvmeStore {
   uint64_t peak_bytes() const;   // the most live_bytes since construction or reset_peak
   void reset_peak();
   uint64_t file_bytes() const;   // the file's size: its high-water mark, kept for reuse
+  // The bytes of every transfer posted so far, counted when it is posted: a step's count is what it
+  // asked the disk to move, whether its read-ahead for the next step finished before the step's end
+  // or after.
   uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
   uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
   // RAM held by staging buffers now (0 with buffered I/O).
@@ -82,8 +85,8 @@ class NvmeStore {
   void write_part(uint64_t offset, const std::byte* src, size_t bytes, size_t transfer_bytes);
   void read_part(uint64_t offset, std::byte* dst, size_t bytes, size_t transfer_bytes);
   // pwrite/pread of exactly `bytes`, of which `payload` are the caller's (the rest is padding).
-  void write_all(uint64_t offset, const std::byte* src, size_t bytes, size_t payload, size_t transfer_bytes);
-  void read_all(uint64_t offset, std::byte* dst, size_t bytes, size_t payload, size_t transfer_bytes);
+  void write_all(uint64_t offset, const std::byte* src, size_t bytes, size_t transfer_bytes);
+  void read_all(uint64_t offset, std::byte* dst, size_t bytes, size_t transfer_bytes);
   [[noreturn]] void fail_io(const char* operation, uint64_t offset, size_t bytes, size_t transfer_bytes,
                             int error) const;
   std::string free_space() const;  // "the file system there has N bytes free", for messages

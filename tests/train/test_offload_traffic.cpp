@@ -46,11 +46,11 @@ class OffloadTraffic : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(g_root); }
 };
 
-// The median over the steps. The reads ahead of the next step's first chunks and units, and the
-// write-back of the last chunk, complete on either side of the step's end, which moves some bytes
-// from one step's count to the next: most steps agree exactly, and a loaded machine has moved 1.5 %
-// of a step's reads for several steps in a row. The bound, 5 %, is far below what leaving out a
-// kind of traffic would miss by (the parameters' reads are over half of them here).
+// The median over the steps. The store counts a transfer when it is posted, so the reads ahead of
+// the next step's first chunks count in the step that posts them however soon they complete, and
+// every step after the first (which also posts its own first reads) moves the same bytes. The
+// bound, 5 %, is far below what leaving out a kind of traffic would miss by (the parameters' reads
+// are over half of them here).
 double median_of(const fs::path& metrics, const char* key) {
   std::vector<double> values;
   std::ifstream in(metrics);
