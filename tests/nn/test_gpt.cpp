@@ -264,3 +264,30 @@ TEST(GPT, UnitsTileTheParameters) {
   EXPECT_EQ(units[1].kind, nn::UnitKind::Block);
   EXPECT_EQ(units.back().kind, nn::UnitKind::Head);
 }
+
+// A model whose values are never made whole (ZeRO-3's shard in the nvme tier makes them one
+// parameter at a time): no buffer of the whole values, nothing in compute memory, and every
+// parameter's initial values, asked for in any piece, the bits a model built whole holds.
+TEST(GPT, DeferredValuesAreMadeOnDemandWithTheWholeModelsBits) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    SCOPED_TRACE(config::architecture_name(arch));
+    MemoryAccountant whole_memory, deferred_memory;
+    nn::GPT whole(small_config(arch), whole_memory, 7);
+    nn::GPT deferred(small_config(arch), deferred_memory, 7, nullptr, /*deferred_values=*/true);
+    EXPECT_FALSE(deferred.parameters().holds_values());
+    EXPECT_EQ(deferred_memory.stats().live_of(MemoryTag::Params), 0u);
+    EXPECT_THROW(deferred.parameters().flat_values(), Error);
+    for (const nn::Parameter& p : whole.parameters().all()) {
+      const nn::Parameter& q = deferred.parameters().get(p.name);
+      const float* expected = whole.parameters().value(p).data<float>();
+      // In two pieces, as a shard boundary may cut it.
+      const int64_t cut = p.numel() / 3;
+      std::vector<float> made(static_cast<size_t>(p.numel()));
+      deferred.parameters().initial_values(q, 0, cut, made.data());
+      deferred.parameters().initial_values(q, cut, p.numel(), made.data() + cut);
+      EXPECT_EQ(std::memcmp(made.data(), expected, sizeof(float) * made.size()), 0) << p.name;
+    }
+    std::vector<float> one(1);
+    EXPECT_THROW(whole.parameters().initial_values(whole.parameters().all().front(), 0, 1, one.data()), Error);
+  }
+}
