@@ -216,10 +216,12 @@ std::vector<ConfigKey> execution_keys() {
             "not onebit_adam"},
     {.key = "memory.offload_params",
      .field = in_memory<&MemorySection::offload_params>,
-     .doc = "where ZeRO-3's parameter shard lives: `\"none\"` (in memory) or `\"nvme\"` (in "
+     .doc = "where ZeRO-3's parameter and gradient shards live: `\"none\"` (in memory) or `\"nvme\"` (in "
             "`memory.offload_dir`; each unit's parameters are read in before it runs, the next unit's while "
-            "it runs, and the master values stream through memory with the optimizer state's chunks: bitwise "
-            "the same run). Needs `parallel.zero_stage = 3` (at dp 1 the shard is the whole model) and "
+            "it runs; each gradient bucket's part is written there as its reduction completes; the master "
+            "values and gradients stream through memory with the optimizer state's chunks; the initial values "
+            "are made there one parameter at a time: bitwise the same run; under sequence parallelism the "
+            "gradients stay in memory). Needs `parallel.zero_stage = 3` (at dp 1 the shard is the whole model) and "
             "`memory.offload_optimizer = \"nvme\"`; adamw or sgd; checkpoints, resumes and `train.init_from` "
             "read or write it one parameter at a time (with several ranks each parameter is gathered from the "
             "shards as the model file is written, and each rank keeps its part when loading), so a run larger "
