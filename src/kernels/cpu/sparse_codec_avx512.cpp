@@ -19,8 +19,8 @@ bool sparse_avx512_supported() {
 
 // Every store of values is masked to the lanes compress filled, and every load of them to the
 // lanes expand takes: a full-width access could run past the block's values into those another
-// thread writes, or past the end of the encoded tensor. Zen 4 runs the memory forms of compress and
-// expand in microcode, so they go through a register instead.
+// thread writes, or past the end of the encoded tensor. Compress and expand go through a register:
+// their memory forms are microcoded and slow on AMD's Zen 4.
 #define TESSERA_AVX512_SPARSE __attribute__((target("avx512f,avx512bw,avx512vbmi2,popcnt")))
 
 TESSERA_AVX512_SPARSE size_t sparse_pack_avx512(uint8_t* bitmap, uint32_t* values, const uint32_t* in, size_t n) {
