@@ -25,6 +25,8 @@ namespace {
 // instead of through its staging buffers (memory/nvme_store.h); a page is what O_DIRECT asks.
 constexpr size_t kPage = 4096;
 constexpr size_t kPageAlignedFrom = size_t{64} << 10;
+// A cached block of at least that size serves a request it exceeds by at most 1/kSlackFraction of it.
+constexpr size_t kSlackFraction = 8;
 
 size_t alignment_of(size_t bytes) { return bytes >= kPageAlignedFrom ? kPage : MemoryAccountant::kAlignment; }
 
@@ -49,9 +51,14 @@ void* MemoryAccountant::allocate(size_t bytes, MemoryTag tag) {
           bytes, memory_tag_name(tag), stats_.live_total + bytes, budget_, stats_.live[0], stats_.live[1],
           stats_.live[2], stats_.live[3], stats_.live[4], stats_.live[5], stats_.live[6]);
     }
-    auto it = cache_.find(rounded);
-    if (it != cache_.end()) {
+    // The smallest cached block that fits, if it wastes little: an encoded activation's size
+    // changes a little from step to step with its values, and a block cached only for its exact
+    // size would never serve it again while fresh pages fault.
+    auto it = cache_.lower_bound(rounded);
+    const size_t slack = rounded >= kPageAlignedFrom ? rounded / kSlackFraction : 0;
+    if (it != cache_.end() && it->first <= rounded + slack) {
       ptr = it->second;
+      if (it->first != rounded) capacity_.emplace(ptr, it->first);
       cache_.erase(it);
     }
     size_t t = static_cast<size_t>(tag);
@@ -78,7 +85,13 @@ void MemoryAccountant::deallocate(void* ptr, size_t bytes, MemoryTag tag) {
   size_t t = static_cast<size_t>(tag);
   stats_.live[t] -= bytes;
   stats_.live_total -= bytes;
-  cache_.emplace(round_up(bytes), ptr);
+  const auto larger = capacity_.find(ptr);
+  if (larger == capacity_.end()) {
+    cache_.emplace(round_up(bytes), ptr);
+  } else {
+    cache_.emplace(larger->second, ptr);
+    capacity_.erase(larger);
+  }
 }
 
 MemoryStats MemoryAccountant::stats() const {

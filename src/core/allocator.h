@@ -3,8 +3,10 @@
 // guessed. It knows live and peak bytes per tag and in total, and can enforce a budget (an
 // emulated device-memory size on CPU) that fails with an error naming the tag, the request and
 // the budget. Freed blocks are cached by size and reused, because a training step allocates the
-// same sizes every step and fresh pages cost a page fault each; the accounting counts only live
-// tensors, never the cache.
+// same sizes every step and fresh pages cost a page fault each; a block of 64 KiB or more also
+// serves a smaller request that it exceeds by at most an eighth of the request (an encoded
+// activation's size follows its values). The
+// accounting counts the bytes asked for by live tensors, never the cache.
 //
 // There is no global allocator: a MemoryAccountant is a value owned by whoever runs the model and
 // passed to what allocates.
@@ -58,6 +60,7 @@ class MemoryAccountant {
   size_t budget_;
   MemoryStats stats_;
   std::multimap<size_t, void*> cache_;  // rounded size -> free block
+  std::map<void*, size_t> capacity_;     // live blocks larger than their request -> their size
 };
 
 }  // namespace tessera

@@ -39,7 +39,8 @@ inline float to_float(bf16 h) { return bits_float(static_cast<uint32_t>(h.bits) 
 f16 to_f16(float f);
 float to_float(f16 h);
 
-// Bulk conversions (vectorized where the CPU allows).
+// Bulk conversions (vectorized where the CPU allows). f32 to bf16 runs on AVX-512 BF16's
+// conversion where the CPU has it (detected at run time) and gives to_bf16's bits either way.
 void convert_f32_to_bf16(bf16* out, const float* in, size_t n);
 void convert_bf16_to_f32(float* out, const bf16* in, size_t n);
 void convert_f32_to_f16(f16* out, const float* in, size_t n);

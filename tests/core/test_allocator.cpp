@@ -50,3 +50,26 @@ TEST(Allocator, BudgetErrorNamesTagRequestAndBudget) {
   EXPECT_EQ(acc.stats().live_total, 4000u);
   acc.deallocate(a, 4000, MemoryTag::Params);
 }
+
+TEST(Allocator, LargeBlocksServeSlightlySmallerRequests) {
+  MemoryAccountant acc;
+  const size_t big = size_t{1} << 20;
+  void* a = acc.allocate(big, MemoryTag::Activations);
+  acc.deallocate(a, big, MemoryTag::Activations);
+  // A request the block exceeds by less than an eighth takes it; the accounting counts what was asked.
+  const size_t smaller = big - big / 16;
+  void* b = acc.allocate(smaller, MemoryTag::Activations);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(acc.stats().live_total, smaller);
+  acc.deallocate(b, smaller, MemoryTag::Activations);
+  // Back in the cache under its own size: a request of that size finds it again.
+  void* c = acc.allocate(big, MemoryTag::Activations);
+  EXPECT_EQ(c, a);
+  acc.deallocate(c, big, MemoryTag::Activations);
+  // Much smaller requests do not take it: it would waste most of the block.
+  void* d = acc.allocate(big / 2, MemoryTag::Activations);
+  EXPECT_NE(d, a);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(d) % 4096, 0u);
+  acc.deallocate(d, big / 2, MemoryTag::Activations);
+  EXPECT_EQ(acc.stats().live_total, 0u);
+}

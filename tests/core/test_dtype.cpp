@@ -65,3 +65,20 @@ TEST(DType, BulkConversionsMatchScalar) {
   convert_f16_to_f32(back.data(), h.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(back[i], to_float(to_f16(x[i])));
 }
+
+TEST(DType, BulkBf16NarrowingGivesToBf16sBitsOnEveryClassOfInput) {
+  // Every sign, exponent and upper mantissa (so zeros, denormals, infinities and NaNs of every
+  // payload class), each with low halves below, at and above the rounding tie, odd and even; an
+  // odd length so that a vector's tail is converted too.
+  const uint16_t lows[] = {0x0000, 0x0001, 0x3fff, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+  std::vector<float> x;
+  for (uint32_t high = 0; high < 0x10000; ++high) {
+    for (uint16_t low : lows) x.push_back(bits_float(high << 16 | low));
+  }
+  x.resize(x.size() - 3);
+  std::vector<bf16> bulk(x.size());
+  convert_f32_to_bf16(bulk.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(bulk[i].bits, to_bf16(x[i]).bits) << std::hex << "input bits " << float_bits(x[i]);
+  }
+}

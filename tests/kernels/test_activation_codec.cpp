@@ -1,8 +1,11 @@
 // The encodings of saved activations (kernels/cpu/activation_codec.h): the lossless ones give the
 // same bits back (or, for the sign, the same mask) for every dtype and for sizes that end inside a
 // byte, a vector and a block; FP8 E4M3 rounds to nearest even, saturates at 448, keeps NaN, and
-// stays within its relative error bound with a scale per block.
+// stays within its relative error bound with a scale per block. The sparse form's kernels, portable
+// and AVX-512, write the bytes of a plain scalar reference on arbitrary bit patterns.
 #include <gtest/gtest.h>
+
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -86,7 +89,96 @@ void check_sign(size_t n) {
   }
 }
 
+// Raw words of every kind a bit-level codec must pass through unchanged: zeros of both signs,
+// denormals, NaNs quiet and signalling, infinities and arbitrary bits, zeros at `zero_fraction`.
+template <class Word>
+std::vector<Word> random_words(size_t n, double zero_fraction, uint32_t seed) {
+  constexpr int bits = sizeof(Word) * 8, mantissa = bits == 32 ? 23 : 7;
+  constexpr uint64_t sign = uint64_t{1} << (bits - 1), exponent = (sign - 1) & ~((uint64_t{1} << mantissa) - 1);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> p(0.0, 1.0);
+  std::vector<Word> v(n);
+  for (Word& w : v) {
+    const uint64_t r = rng(), fraction = r & ((uint64_t{1} << mantissa) - 1);
+    const double kind = p(rng);
+    uint64_t x = r & (sign | exponent | ((uint64_t{1} << mantissa) - 1));  // any bits
+    if (kind < zero_fraction) {
+      x = 0;
+    } else if (kind < zero_fraction + 0.05) {
+      x = sign;  // negative zero
+    } else if (kind < zero_fraction + 0.10) {
+      x = (r & sign) | (fraction | 1);  // a denormal
+    } else if (kind < zero_fraction + 0.13) {
+      x = (r & sign) | exponent | (fraction | 1);  // a NaN
+    } else if (kind < zero_fraction + 0.15) {
+      x = (r & sign) | exponent;  // an infinity
+    }
+    w = static_cast<Word>(x);
+  }
+  return v;
+}
+
+// The sparse form as plainly as it can be said: a bit per element where its bits are not all
+// zero, and those elements in order.
+template <class Word>
+void reference_sparse(std::vector<uint8_t>& bitmap, std::vector<Word>& values, const std::vector<Word>& in) {
+  bitmap.assign(tk::sign_bytes(in.size()), 0);
+  values.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == 0) continue;
+    bitmap[i / 8] = static_cast<uint8_t>(bitmap[i / 8] | (1u << (i % 8)));
+    values.push_back(in[i]);
+  }
+}
+
+// Both kernels on one thread and on several, against the reference, with guard words after the
+// bitmap, the values and the decoded tensor that neither may write.
+template <class Word>
+void check_sparse_against_reference(tk::SparseKernels kernels, size_t n, double zero_fraction) {
+  constexpr size_t guard = 64;
+  constexpr Word poison = static_cast<Word>(0x5a5a5a5au);
+  const std::vector<Word> in = random_words<Word>(n, zero_fraction, static_cast<uint32_t>(n * 31 + 7));
+  std::vector<uint8_t> expected_bitmap;
+  std::vector<Word> expected_values;
+  reference_sparse(expected_bitmap, expected_values, in);
+  const size_t count = expected_values.size();
+  for (const int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<uint8_t> bitmap(expected_bitmap.size() + guard, 0xa5);
+    std::vector<Word> values(count + guard, poison), out(n + guard, poison);
+    tk::sparse_encode(bitmap.data(), values.data(), in.data(), n, sizeof(Word), kernels);
+    tk::sparse_decode(out.data(), bitmap.data(), values.data(), n, sizeof(Word), kernels);
+    omp_set_num_threads(before);
+    const std::string where = "n " + std::to_string(n) + ", zeros " + std::to_string(zero_fraction) + ", " +
+                              std::to_string(threads) + " threads, " + std::to_string(sizeof(Word)) + "-byte words";
+    ASSERT_EQ(0, std::memcmp(bitmap.data(), expected_bitmap.data(), expected_bitmap.size())) << where;
+    ASSERT_EQ(0, std::memcmp(values.data(), expected_values.data(), count * sizeof(Word))) << where;
+    ASSERT_EQ(0, std::memcmp(out.data(), in.data(), n * sizeof(Word))) << where;
+    for (size_t i = 0; i < guard; ++i) {
+      ASSERT_EQ(bitmap[expected_bitmap.size() + i], 0xa5) << "bitmap written past its end, " << where;
+      ASSERT_EQ(values[count + i], poison) << "values written past their end, " << where;
+      ASSERT_EQ(out[n + i], poison) << "decoded past the end, " << where;
+    }
+  }
+}
+
 }  // namespace
+
+TEST(ActivationCodec, SparseKernelsWriteTheReferenceBytes) {
+  std::vector<tk::SparseKernels> kernels{tk::SparseKernels::Portable};
+  if (tk::detect_sparse_kernels() == tk::SparseKernels::Avx512) kernels.push_back(tk::SparseKernels::Avx512);
+  // Lengths that end inside a byte, a 16- and a 32-lane vector and a block, and two that run on
+  // several threads.
+  for (size_t n : {1u, 5u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 63u, 4095u, 4096u, 4097u, 20493u, 70001u}) {
+    for (double zeros : {0.0, 0.3, 0.72, 0.97, 1.0}) {
+      for (tk::SparseKernels k : kernels) {
+        check_sparse_against_reference<uint32_t>(k, n, zeros);
+        check_sparse_against_reference<uint16_t>(k, n, zeros);
+      }
+    }
+  }
+}
 
 TEST(ActivationCodec, SparseFormGivesTheSameBits) {
   for (size_t n : {1u, 7u, 9u, 100u, 4095u, 4096u, 4097u, 70001u}) {

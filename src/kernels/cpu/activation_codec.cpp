@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/sparse_codec_avx512.h"
 
 namespace tessera::kernels {
 
@@ -27,56 +28,113 @@ size_t count_nonzero_words(const Word* in, size_t lo, size_t hi) {
   return c;
 }
 
+// The portable loops of one block (or of a whole tensor on one thread) of the sparse form: the
+// same bytes as the AVX-512 ones (kernels/cpu/sparse_codec_avx512.h), which the CPU runs where it can.
 template <class Word>
-void sparse_encode_words(uint8_t* bitmap, Word* values, const Word* in, size_t n) {
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<size_t> first(blocks + 1, 0);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (size_t b = 0; b < blocks; ++b) first[b + 1] = count_nonzero_words(in, b * kBlock, std::min(n, (b + 1) * kBlock));
-  for (size_t b = 0; b < blocks; ++b) first[b + 1] += first[b];
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    for (size_t i = lo; i < hi; i += 8) {
-      uint8_t byte = 0;
-      for (size_t j = i; j < std::min(hi, i + 8); ++j) byte |= static_cast<uint8_t>((in[j] != 0) << (j - i));
-      bitmap[i / 8] = byte;
-    }
-    // Branch-free compaction (every element is written, the position moves past the non-zero
-    // ones) into a block of its own, so that the last write cannot land in the next block's values.
-    std::array<Word, kBlock> packed;
+size_t sparse_pack_portable(uint8_t* bitmap, Word* values, const Word* in, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    uint8_t byte = 0;
+    for (size_t j = i; j < std::min(n, i + 8); ++j) byte |= static_cast<uint8_t>((in[j] != 0) << (j - i));
+    bitmap[i / 8] = byte;
+  }
+  // Branch-free compaction (every element is written, the position moves past the non-zero ones)
+  // through a buffer of its own, so that the last write cannot land past the values.
+  std::array<Word, kBlock> packed;
+  size_t written = 0;
+  for (size_t lo = 0; lo < n; lo += kBlock) {
     size_t k = 0;
-    for (size_t i = lo; i < hi; ++i) {
+    for (size_t i = lo; i < std::min(n, lo + kBlock); ++i) {
       packed[k] = in[i];
       k += in[i] != 0;
     }
-    std::copy_n(packed.begin(), k, values + first[b]);
+    std::copy_n(packed.begin(), k, values + written);
+    written += k;
   }
+  return written;
 }
 
 template <class Word>
-void sparse_decode_words(Word* out, const uint8_t* bitmap, const Word* values, size_t n) {
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<size_t> first(blocks + 1, 0);
-  for (size_t b = 0; b < blocks; ++b) {
-    size_t c = 0;
-    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    for (size_t i = lo / 8; i < (hi + 7) / 8; ++i) c += static_cast<size_t>(std::popcount(bitmap[i]));
-    first[b + 1] = first[b] + c;
-  }
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (size_t b = 0; b < blocks; ++b) {
-    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-    // The block's values with one slot more, so the branch-free expansion may read one past them.
-    std::array<Word, kBlock + 1> packed;
-    std::copy(values + first[b], values + first[b + 1], packed.begin());
-    packed[first[b + 1] - first[b]] = 0;
+void sparse_unpack_portable(Word* out, const uint8_t* bitmap, const Word* values, size_t n) {
+  // The values with one slot more, so that the branch-free expansion may read one past them.
+  std::array<Word, kBlock + 1> packed;
+  size_t read = 0;
+  for (size_t lo = 0; lo < n; lo += kBlock) {
+    const size_t hi = std::min(n, lo + kBlock);
+    // Blocks start on a whole byte; a last byte that n ends inside has zeros past n.
+    size_t count = 0;
+    for (size_t i = lo / 8; i < (hi + 7) / 8; ++i) count += static_cast<size_t>(std::popcount(bitmap[i]));
+    std::copy_n(values + read, count, packed.begin());
+    packed[count] = 0;
     size_t k = 0;
     for (size_t i = lo; i < hi; ++i) {
       const Word bit = (bitmap[i / 8] >> (i % 8)) & 1u;
       out[i] = static_cast<Word>(packed[k] * bit);
       k += bit;
     }
+    read += count;
+  }
+}
+
+template <class Word>
+size_t sparse_pack(uint8_t* bitmap, Word* values, const Word* in, size_t n, SparseKernels kernels) {
+  return kernels == SparseKernels::Avx512 ? detail::sparse_pack_avx512(bitmap, values, in, n)
+                                          : sparse_pack_portable(bitmap, values, in, n);
+}
+
+template <class Word>
+void sparse_unpack(Word* out, const uint8_t* bitmap, const Word* values, size_t n, SparseKernels kernels) {
+  if (kernels == SparseKernels::Avx512) {
+    detail::sparse_unpack_avx512(out, bitmap, values, n);
+  } else {
+    sparse_unpack_portable(out, bitmap, values, n);
+  }
+}
+
+// On one thread the blocks pack one after the other in one pass. Threads need to know where each
+// block's values start first: a counting pass, which reads at several times the packing's speed.
+template <class Word>
+void sparse_encode_words(uint8_t* bitmap, Word* values, const Word* in, size_t n, SparseKernels kernels) {
+  if (!detail::worth_parallel(n)) {
+    sparse_pack(bitmap, values, in, n, kernels);
+    return;
+  }
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<size_t> first(blocks + 1, 0);
+#pragma omp parallel for schedule(static)
+  for (size_t b = 0; b < blocks; ++b) first[b + 1] = count_nonzero_words(in, b * kBlock, std::min(n, (b + 1) * kBlock));
+  for (size_t b = 0; b < blocks; ++b) first[b + 1] += first[b];
+#pragma omp parallel for schedule(static)
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    sparse_pack(bitmap + lo / 8, values + first[b], in + lo, hi - lo, kernels);
+  }
+}
+
+template <class Word>
+void sparse_decode_words(Word* out, const uint8_t* bitmap, const Word* values, size_t n, SparseKernels kernels) {
+  if (!detail::worth_parallel(n)) {
+    sparse_unpack(out, bitmap, values, n, kernels);
+    return;
+  }
+  // A block is kBlock / 8 whole bytes of the bitmap, read as 64-bit words but for the last block's.
+  static_assert(kBlock % 64 == 0);
+  const size_t blocks = (n + kBlock - 1) / kBlock, bytes = (n + 7) / 8;
+  std::vector<size_t> first(blocks + 1, 0);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock / 8, hi = std::min(bytes, lo + kBlock / 8);
+    size_t c = 0, i = lo;
+    for (; i + 8 <= hi; i += 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, bitmap + i, 8);
+      c += static_cast<size_t>(std::popcount(word));
+    }
+    for (; i < hi; ++i) c += static_cast<size_t>(std::popcount(bitmap[i]));
+    first[b + 1] = first[b] + c;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+    sparse_unpack(out + lo, bitmap + lo / 8, values + first[b], hi - lo, kernels);
   }
 }
 
@@ -169,19 +227,25 @@ size_t count_nonzero_until(const void* in, size_t n, size_t element_bytes, size_
   return total;
 }
 
-void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes) {
+SparseKernels detect_sparse_kernels() {
+  return detail::sparse_avx512_supported() ? SparseKernels::Avx512 : SparseKernels::Portable;
+}
+
+void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes,
+                   SparseKernels kernels) {
   if (element_bytes == 4) {
-    sparse_encode_words(bitmap, static_cast<uint32_t*>(values), static_cast<const uint32_t*>(in), n);
+    sparse_encode_words(bitmap, static_cast<uint32_t*>(values), static_cast<const uint32_t*>(in), n, kernels);
   } else {
-    sparse_encode_words(bitmap, static_cast<uint16_t*>(values), static_cast<const uint16_t*>(in), n);
+    sparse_encode_words(bitmap, static_cast<uint16_t*>(values), static_cast<const uint16_t*>(in), n, kernels);
   }
 }
 
-void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes) {
+void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes,
+                   SparseKernels kernels) {
   if (element_bytes == 4) {
-    sparse_decode_words(static_cast<uint32_t*>(out), bitmap, static_cast<const uint32_t*>(values), n);
+    sparse_decode_words(static_cast<uint32_t*>(out), bitmap, static_cast<const uint32_t*>(values), n, kernels);
   } else {
-    sparse_decode_words(static_cast<uint16_t*>(out), bitmap, static_cast<const uint16_t*>(values), n);
+    sparse_decode_words(static_cast<uint16_t*>(out), bitmap, static_cast<const uint16_t*>(values), n, kernels);
   }
 }
 

@@ -30,9 +30,15 @@ size_t count_nonzero(const void* in, size_t n, size_t element_bytes);
 // The same, but it may stop as soon as the count passes `limit` (returning some count above it):
 // deciding whether a sparse form pays need not read a dense tensor to its end.
 size_t count_nonzero_until(const void* in, size_t n, size_t element_bytes, size_t limit);
-// bitmap: sign_bytes(n) bytes; values: count_nonzero(in) elements.
-void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes);
-void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes);
+// The instructions the sparse form runs on: AVX-512 compress and expand where this CPU has them (F,
+// BW and VBMI2, detected at run time), portable loops elsewhere. Both write the same bytes.
+enum class SparseKernels : uint8_t { Portable, Avx512 };
+SparseKernels detect_sparse_kernels();
+// bitmap: sign_bytes(n) bytes; values: count_nonzero(in) elements, and nothing is written past them.
+void sparse_encode(uint8_t* bitmap, void* values, const void* in, size_t n, size_t element_bytes,
+                   SparseKernels kernels = detect_sparse_kernels());
+void sparse_decode(void* out, const uint8_t* bitmap, const void* values, size_t n, size_t element_bytes,
+                   SparseKernels kernels = detect_sparse_kernels());
 
 inline size_t fp8_blocks(size_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 template <class T>
