@@ -4,10 +4,10 @@
 // instead of swallowing 99 % of the large early gradients at once.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/check.h"
 #include "dist/ops.h"
+#include "kernels/cpu/top_k_select.h"
 #include "parallel/compression/methods.h"
 
 namespace tessera::parallel {
@@ -33,17 +33,9 @@ class TopK final : public GradientCompressor {
     float* acc = residual.data<float>();
     const auto n = static_cast<int64_t>(grad.size());
     for (int64_t i = 0; i < n; ++i) acc[i] += grad[static_cast<size_t>(i)];
-    // The k largest magnitudes, ties to the lower index so every rerun picks the same.
+    // The k largest magnitudes, ties to the lower index so every rerun picks the same, in index order.
     const int64_t k = top_k_count(n, ratio_now());
-    std::vector<int32_t> index(static_cast<size_t>(n));
-    std::iota(index.begin(), index.end(), 0);
-    const auto larger = [acc](int32_t a, int32_t b) {
-      const float fa = std::fabs(acc[a]), fb = std::fabs(acc[b]);
-      return fa > fb || (fa == fb && a < b);
-    };
-    std::nth_element(index.begin(), index.begin() + (k - 1), index.end(), larger);
-    index.resize(static_cast<size_t>(k));
-    std::sort(index.begin(), index.end());
+    const std::vector<int32_t> index = kernels::top_k_magnitude_indices({acc, static_cast<size_t>(n)}, k);
     std::vector<float> values(static_cast<size_t>(k));
     for (int64_t j = 0; j < k; ++j) {
       values[static_cast<size_t>(j)] = acc[index[static_cast<size_t>(j)]];
