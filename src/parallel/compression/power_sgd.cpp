@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "dist/ops.h"
+#include "kernels/cpu/low_rank.h"
 #include "parallel/compression/methods.h"
 
 namespace tessera::parallel {
@@ -127,20 +128,14 @@ class PowerSgd final : public GradientCompressor {
       p_elements += c.m.rows * ranks.back();
       q_elements += c.m.cols * ranks.back();
     }
-    std::vector<float> p(static_cast<size_t>(p_elements), 0.0f), q(static_cast<size_t>(q_elements), 0.0f);
+    std::vector<float> p(static_cast<size_t>(p_elements)), q(static_cast<size_t>(q_elements));
     size_t p_at = 0;
     for (size_t x = 0; x < plan.matrices.size(); ++x) {  // P = M Q (Q's first k columns)
       const Compressed& c = plan.matrices[x];
       const int64_t k_now = ranks[x], ld = c.max_rank;
       const float* M = grad.data() + c.m.offset;
       const float* Q = c.q.data<float>();
-      float* P = p.data() + p_at;
-      for (int64_t i = 0; i < c.m.rows; ++i) {
-        for (int64_t j = 0; j < c.m.cols; ++j) {
-          const float mij = M[i * c.m.cols + j];
-          for (int64_t k = 0; k < k_now; ++k) P[i * k_now + k] += mij * Q[j * ld + k];
-        }
-      }
+      kernels::low_rank_project(M, c.m.rows, c.m.cols, Q, ld, k_now, p.data() + p_at);
       p_at += static_cast<size_t>(c.m.rows * k_now);
     }
     comm.all_reduce(p.data(), p.size(), DType::F32, dist::ReduceOp::Sum)->wait();
@@ -152,13 +147,7 @@ class PowerSgd final : public GradientCompressor {
       float* P = p.data() + p_at;
       orthonormalize(P, c.m.rows, k_now);
       const float* M = grad.data() + c.m.offset;
-      float* Q = q.data() + q_at;
-      for (int64_t i = 0; i < c.m.rows; ++i) {
-        for (int64_t j = 0; j < c.m.cols; ++j) {
-          const float mij = M[i * c.m.cols + j];
-          for (int64_t k = 0; k < k_now; ++k) Q[j * k_now + k] += mij * P[i * k_now + k];
-        }
-      }
+      kernels::low_rank_project_transposed(M, c.m.rows, c.m.cols, P, k_now, q.data() + q_at);
       p_at += static_cast<size_t>(c.m.rows * k_now);
       q_at += static_cast<size_t>(c.m.cols * k_now);
     }
@@ -170,16 +159,7 @@ class PowerSgd final : public GradientCompressor {
       const int64_t k_now = ranks[x], ld = c.max_rank;
       const float* P = p.data() + p_at;
       const float* Q = q.data() + q_at;
-      float* M = grad.data() + c.m.offset;
-      float* E = error + c.m.offset;
-      for (int64_t i = 0; i < c.m.rows; ++i) {
-        for (int64_t j = 0; j < c.m.cols; ++j) {
-          float approx = 0;
-          for (int64_t k = 0; k < k_now; ++k) approx += P[i * k_now + k] * Q[j * k_now + k];
-          E[i * c.m.cols + j] = M[i * c.m.cols + j] - approx / R;
-          M[i * c.m.cols + j] = approx;
-        }
-      }
+      kernels::low_rank_reconstruct(grad.data() + c.m.offset, error + c.m.offset, c.m.rows, c.m.cols, P, Q, k_now, R);
       float* kept = c.q.data<float>();
       for (int64_t j = 0; j < c.m.cols; ++j) std::copy(Q + j * k_now, Q + (j + 1) * k_now, kept + j * ld);
       p_at += static_cast<size_t>(c.m.rows * k_now);
