@@ -12,12 +12,13 @@
 # Environment: OFFLOAD_DIR (the nvme tier's folder, default $BUILD_DIR/offload-big), BUILD_DIR
 # (default build/release), DATA (default data/kjv, prepared when missing), STEPS (default 3),
 # N_LAYER (default 32: 3.25B parameters at N_EMBD 3072 and FFN 8192; the script refuses a shape
-# whose states are under twice the RAM), N_EMBD, FFN, RAM_BUDGET_MB (default 16384).
+# whose states are under twice the RAM), N_EMBD, FFN, RAM_BUDGET_MB (default 16384),
+# FINAL_CHECKPOINT (default 0; 1 writes the run's checkpoint at its end, then removes it).
 #
-# The run writes 16 bytes a parameter to the nvme tier (values, gradients, both moments) and, at
-# its end, a checkpoint of 12 bytes a parameter (values and moments) beside it, removed afterwards:
-# 91 GB for the default shape. The script checks the free space first and stops, naming both
-# numbers, where the disk has less.
+# The run writes 16 bytes a parameter to the nvme tier (values, gradients, both moments): 52 GB for
+# the default shape. With FINAL_CHECKPOINT=1, a checkpoint of 12 bytes a parameter (values and
+# moments) beside it at the end, 91 GB in all. The script checks the free space first and stops,
+# naming both numbers, where the disk has less.
 #
 # Prints the run's progress and, last:
 #   RESULT offload model_params=<n> states_gib=<16 n / 2^30> ram_gib=<MemTotal> peak_rss_gib=<VmHWM>
@@ -34,6 +35,7 @@ N_LAYER="${N_LAYER:-32}"
 N_EMBD="${N_EMBD:-3072}"
 FFN="${FFN:-8192}"
 RAM_BUDGET_MB="${RAM_BUDGET_MB:-16384}"
+FINAL_CHECKPOINT="${FINAL_CHECKPOINT:-0}"
 DATA="${DATA:-$ROOT/data/kjv}"
 OFFLOAD_DIR="${OFFLOAD_DIR:-$BUILD_DIR/offload-big}"
 PYTHON=/usr/bin/python3
@@ -88,6 +90,9 @@ offload_optimizer = "nvme"
 offload_dir = "$OFFLOAD_DIR"
 ram_budget_mb = $RAM_BUDGET_MB
 
+[checkpoint]
+at_end = $([[ $FINAL_CHECKPOINT == 1 ]] && echo true || echo false)
+
 [log]
 every = 1
 progress = "plain"
@@ -96,9 +101,10 @@ EOF
 "$TESSERA" plan --calibrate-here --out "$OUT/cluster-here.toml" --offload-dir "$OFFLOAD_DIR" | grep -E "disk:|^peak|^wrote"
 "$TESSERA" plan --config "$OUT/run.toml" --cluster "$OUT/cluster-here.toml" | tail -24
 "$TESSERA" plan --config "$OUT/run.toml" --cluster "$OUT/cluster-here.toml" --json >"$OUT/plan.json"
-# The nvme tier holds 16 bytes a parameter; the final checkpoint takes 12 of them again.
+# The nvme tier holds 16 bytes a parameter; the final checkpoint, when asked for, 12 of them again.
 nvme_bytes="$($PYTHON -c "import json, sys; print(int(json.load(open(sys.argv[1]))['memory']['nvme']))" "$OUT/plan.json")"
-checkpoint_bytes=$((nvme_bytes / 16 * 12))
+checkpoint_bytes=0
+[[ $FINAL_CHECKPOINT == 1 ]] && checkpoint_bytes=$((nvme_bytes / 16 * 12))
 if [[ "$(df --output=source "$OFFLOAD_DIR" | tail -1)" == "$(df --output=source "$OUT" | tail -1)" ]]; then
   need=$((nvme_bytes + checkpoint_bytes))
   free="$(df --output=avail -B1 "$OFFLOAD_DIR" | tail -1)"
@@ -114,7 +120,7 @@ else
   fi
 fi
 if (( free < need )); then
-  echo "the run needs about $((need / 1000000000)) GB in $where (the nvme tier, then its final checkpoint beside it), which has $((free / 1000000000)) GB free: give OFFLOAD_DIR (and BUILD_DIR) a disk with that room" >&2
+  echo "the run needs about $((need / 1000000000)) GB in $where (the nvme tier$( ((checkpoint_bytes > 0)) && echo ", then its final checkpoint beside it")), which has $((free / 1000000000)) GB free: give OFFLOAD_DIR (and BUILD_DIR) a disk with that room" >&2
   exit 1
 fi
 # What the disk under the offload folder moved while the run trained (/proc/diskstats, 512-byte
@@ -127,7 +133,7 @@ before="$(sectors)"
 after="$(sectors)"
 [[ -n $before && -n $after ]] && echo "disk $DEVICE during the run: $(awk -v b="$before" -v a="$after" 'BEGIN {
   split(b, x, " "); split(a, y, " "); printf "%.1f GB read, %.1f GB written", (y[1] - x[1]) * 512 / 1e9, (y[2] - x[2]) * 512 / 1e9 }')"
-# The checkpoint is as large as the nvme tier: give the disk back, keep the metrics.
+# A final checkpoint is nearly as large as the nvme tier: give the disk back, keep the metrics.
 rm -rf "$OUT/run/checkpoints"
 if (( status != 0 )); then
   echo "the run failed (exit $status): $OUT/train.log" >&2

@@ -45,7 +45,8 @@ void print_result(const train::TrainResult& r) {
   if (r.outcome == train::TrainResult::Outcome::StoppedEarly) {
     fmt::print("stopped at step {}: {}; continue with --checkpoint.resume latest\n", r.steps, r.stop_reason);
   }
-  fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path, r.checkpoint_path);
+  fmt::print("chart:      {}\nmetrics:    {}\ncheckpoint: {}\n", r.chart_path, r.metrics_path,
+             r.checkpoint_path.empty() ? std::string("none (checkpoint.at_end = false)") : r.checkpoint_path);
   // The result is the validation loss where the run ended; a stop that skipped the evaluation (a
   // signal asks for a prompt exit) has none to report.
   if (r.val_step == r.steps) {

@@ -16,8 +16,9 @@ namespace tessera::train {
 namespace {
 
 // Settings of this process alone, not of the run it continues.
-constexpr std::array<std::string_view, 5> kProcessKeys = {"checkpoint.resume", "train.exit_after", "train.max_minutes",
-                                                          "train.overwrite", "train.allow_changes"};
+constexpr std::array<std::string_view, 6> kProcessKeys = {"checkpoint.resume", "checkpoint.at_end",
+                                                          "train.exit_after",  "train.max_minutes",
+                                                          "train.overwrite",   "train.allow_changes"};
 
 bool changes_optimization(const std::string& key) {
   return key.starts_with("optim.") || key.starts_with("compression.") || key == "parallel.compression" ||

@@ -260,6 +260,12 @@ std::vector<ConfigKey> execution_keys() {
      .field = in_checkpoint<&CheckpointSection::every>,
      .range = Range{0, kSteps},
      .doc = "steps between checkpoints (0: only at the end)"},
+    {.key = "checkpoint.at_end",
+     .field = in_checkpoint<&CheckpointSection::at_end>,
+     .doc = "write a checkpoint when the run has trained all its steps; `false` skips it (a run stopped by "
+            "a signal, `train.max_minutes` or `train.exit_after` still writes one, to be resumed): for "
+            "benchmarks and throwaway runs, e.g. a model whose checkpoint would not fit beside its nvme "
+            "tier"},
     {.key = "checkpoint.keep",
      .field = in_checkpoint<&CheckpointSection::keep>,
      .range = Range{1, 1 << 20},

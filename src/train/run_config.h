@@ -124,6 +124,9 @@ struct MemorySection {
 
 struct CheckpointSection {
   int64_t every = 0;    // 0: only at the end
+  // false: a run that trains all its steps writes no checkpoint at its end (a stop still does, to be
+  // resumed): benchmarks and throwaway runs of models whose checkpoint would not fit the disk.
+  bool at_end = true;
   int keep = 3;         // newest checkpoints kept; older ones are deleted after a successful save
   std::string resume;   // "", "latest", "auto" (latest if there is one, else a fresh start), or a checkpoint folder
 };

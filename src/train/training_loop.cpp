@@ -374,7 +374,8 @@ void TrainingRun::after_steps(bool last, bool signalled) {
     if (metrics) metrics->write({{"kind", "sample"}, {"step", step}, {"text", text}, {"time", unix_time()}});
     message(fmt::format("step {} sample:\n{}\n", step, text));
   }
-  if (last || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0)) {
+  const bool finished = step == cfg.train.steps;
+  if ((last && (cfg.checkpoint.at_end || !finished)) || (cfg.checkpoint.every > 0 && step % cfg.checkpoint.every == 0)) {
     result.checkpoint_path = save();
     if (!last) message(fmt::format("step {}: saved {}", step, result.checkpoint_path));
   }

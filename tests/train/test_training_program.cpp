@@ -317,6 +317,27 @@ TEST_F(TrainingProgram, ResumeFindsTheCheckpointFromARunOrCheckpointsFolder) {
   EXPECT_NE(r.output.find("was modified after it was saved"), std::string::npos) << r.output;
 }
 
+// checkpoint.at_end = false: a run that trains all its steps writes no checkpoint at its end and
+// says so; a run that stops early still writes the one it resumes from, and periodic ones are kept.
+TEST_F(TrainingProgram, NoCheckpointAtTheEndWhenAskedButStopsStillWriteOne) {
+  const fs::path run = g_root / "no_final_checkpoint";
+  CliResult r = run_tessera(train_args(run, "--train.steps 3 --checkpoint.at_end false"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint: none (checkpoint.at_end = false)"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_00000003")) << r.output;
+
+  const fs::path stopped = g_root / "no_final_checkpoint_stopped";
+  r = run_tessera(train_args(stopped, "--train.steps 4 --train.exit_after 2 --checkpoint.at_end false"));
+  ASSERT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(fs::exists(stopped / "checkpoints" / "step_00000002")) << r.output;
+  // The rest of the run, resumed: its periodic checkpoint is written, the one at its end is not.
+  r = run_tessera(train_args(stopped, "--train.steps 4 --checkpoint.every 3 --checkpoint.at_end false "
+                                      "--checkpoint.resume latest"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(stopped / "checkpoints" / "step_00000003")) << r.output;
+  EXPECT_FALSE(fs::exists(stopped / "checkpoints" / "step_00000004")) << r.output;
+}
+
 TEST_F(TrainingProgram, AProcessKilledDuringSavesLeavesALoadableCheckpoint) {
   const fs::path run = g_root / "killed";
   // A checkpoint every step, so saves take much of the time and kills land inside them.
