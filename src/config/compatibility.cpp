@@ -151,12 +151,6 @@ const std::vector<Refusal> kRefusals = {
      "none of DeepSpeed, Megatron-LM and torchtitan runs PipeDream-2BW",
      "use another schedule with 1-bit Adam (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"), or another "
      "optimizer with 2bw"},
-    {{F::OneBitAdam},
-     {F::Fp16},
-     "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
-     "optim.freeze_step; DeepSpeed composes the pair (its 1-bit Adam's convergence was verified under fp16 mixed "
-     "precision), and Megatron-LM and torchtitan have no 1-bit Adam",
-     "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
     {{F::OffloadActivationsAuto},
      {F::Pipeline, F::Interleaved},
      "planning offloading together with recomputation walks one stage's program of one chunk, and a pipeline "
@@ -399,6 +393,7 @@ const std::vector<TestedPair> kTested = {
     {F::Fp16, F::TopK, {kFp16CompressionCli}},
     {F::Fp16, F::OneBit, {kFp16CompressionCli}},
     {F::Fp16, F::PowerSgd, {kFp16CompressionCli}},
+    {F::Fp16, F::OneBitAdam, {"parallel_one_bit_adam_2"}},
     {F::Zero3, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::TensorParallel, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::Pipeline, F::OffloadActivations, {kOffloadedActivationsCli}},

@@ -72,6 +72,10 @@ const std::vector<Layout> kLayouts = {
     {"moe_dp4_ep2_onebit_adam", 4,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --train.micro_batch_size 1 "
      "--optim.name onebit_adam --optim.freeze_step 1", 1, 4},
+    // In fp16: the overflow check of the local gradients adds no state.
+    {"dp2_fp16_onebit_adam", 2,
+     "--parallel.dp 2 --train.micro_batch_size 1 --optim.name onebit_adam --optim.freeze_step 1 "
+     "--precision.compute fp16", 1, 2},
     // Adafactor: each matrix's R and C (an expert's its own), the biases' and norms' second moment.
     {"one_adafactor", 1, "--optim.name adafactor"},
     // Under tensor parallelism: a split matrix's R and C summed over tp, the whole matrix's on each rank.
