@@ -119,7 +119,8 @@ const std::vector<Refusal> kRefusals = {
      {F::OffloadParams},
      "the nvme tier holds a rank's ZeRO-3 parameter shard as one contiguous range of the model, and expert "
      "parallelism parts it into the dense parameters' shard over dp and the experts' over edp; DeepSpeed's MoE "
-     "does not offload expert parameters to nvme either",
+     "does not offload expert parameters to nvme either, and Megatron-LM and torchtitan offload no parameters to "
+     "nvme (torchtitan's FSDP2 offloads its shards to CPU memory only)",
      "use memory.offload_params = \"none\" with parallel.ep > 1 (ZeRO-3 shards the experts over edp in memory), or "
      "parallel.ep = 1 with offloaded parameters"},
     {{F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
@@ -137,7 +138,7 @@ const std::vector<Refusal> kRefusals = {
      {F::Zero1, F::Zero2, F::Zero3},
      "1-bit Adam keeps the whole momentum on every data-parallel rank, the part it exchanges in one bit per element; "
      "ZeRO would shard it; DeepSpeed, whose optimizer it is, refuses the pair too (\"1bit-Adam is not compatible "
-     "with ZeRO\")",
+     "with ZeRO\"), and Megatron-LM and torchtitan have no 1-bit Adam",
      "use parallel.zero_stage = 0, or another optimizer with ZeRO"},
     {{F::OneBitAdam},
      {F::TopK, F::Qsgd, F::OneBit, F::PowerSgd},
@@ -150,12 +151,6 @@ const std::vector<Refusal> kRefusals = {
      "none of DeepSpeed, Megatron-LM and torchtitan runs PipeDream-2BW",
      "use another schedule with 1-bit Adam (\"1f1b\", \"gpipe\", \"interleaved\" or \"zb-h1\"), or another "
      "optimizer with 2bw"},
-    {{F::OneBitAdam},
-     {F::Fp16},
-     "the loss scale's overflow check reads the reduced gradient, which 1-bit Adam does not form after "
-     "optim.freeze_step; DeepSpeed composes the pair (its 1-bit Adam's convergence was verified under fp16 mixed "
-     "precision)",
-     "use precision.compute = \"bf16\" (no loss scale) or \"fp32\""},
     {{F::OffloadActivationsAuto},
      {F::Pipeline, F::Interleaved},
      "planning offloading together with recomputation walks one stage's program of one chunk, and a pipeline "
@@ -175,25 +170,29 @@ const std::vector<Refusal> kRefusals = {
     {{F::OffloadOptimizer},
      {F::OneBitAdam},
      "1-bit Adam exchanges its momentum inside its step, which the chunked stream of an offloaded state does not run; "
-     "DeepSpeed does not compose them either: its optimizer offload is part of ZeRO, which its 1-bit Adam refuses",
+     "DeepSpeed does not compose them either: its optimizer offload is part of ZeRO, which its 1-bit Adam refuses; "
+     "Megatron-LM and torchtitan have no 1-bit Adam",
      "use optim.name = \"adamw\" with memory.offload_optimizer, or keep 1-bit Adam's state in memory"},
     {{F::OffloadParams},
      {F::Zero1, F::Zero2},
      "memory.offload_params moves ZeRO-3's parameter shards, and stages 1 and 2 keep every parameter whole on each "
-     "rank; DeepSpeed's parameter offload likewise needs ZeRO stage 3",
+     "rank; DeepSpeed's parameter offload likewise needs ZeRO stage 3, and Megatron-LM and torchtitan offload no "
+     "parameters to nvme (torchtitan's FSDP2 offloads its shards to CPU memory only)",
      "use parallel.zero_stage = 3 with memory.offload_params (at dp 1 the shard is the whole model)"},
     {{F::OffloadParams},
      {F::Adafactor, F::Adam8bit, F::Lamb, F::Lars},
      "offloaded parameters stream through an offloaded optimizer state in chunks, under ZeRO-3's sharding, where "
      "this optimizer's per-tensor statistics are summed over ranks in collectives a chunked step would split "
      "differently on each rank; DeepSpeed's offloaded step is built around its own CPU optimizers (Adam, Adagrad, "
-     "Lion), and Megatron-LM and torchtitan offload no parameters",
+     "Lion), and Megatron-LM and torchtitan offload no parameters to nvme",
      "use optim.name = \"adamw\" or \"sgd\" with memory.offload_params"},
     {{F::OffloadParams},
      {F::Pipeline},
      "the nvme tier holds a rank's parameter shard as one contiguous range of the model, and a pipeline stage's "
      "shard is several (a run of its parameters, and a tied embedding's piece of its own); DeepSpeed's pipeline "
-     "engine takes ZeRO stage 1 only, so its parameter offload does not meet pipelines either",
+     "engine takes ZeRO stage 1 only, so its parameter offload does not meet pipelines either; torchtitan "
+     "composes FSDP2 with pipelines but offloads its shards to CPU memory only, and Megatron-LM offloads no "
+     "parameters to nvme",
      "use memory.offload_params = \"none\" with parallel.pp > 1 (ZeRO-3 shards each stage's parameters in "
      "memory), or parallel.pp = 1 with offloaded parameters"},
     {{F::OffloadParams},
@@ -394,6 +393,7 @@ const std::vector<TestedPair> kTested = {
     {F::Fp16, F::TopK, {kFp16CompressionCli}},
     {F::Fp16, F::OneBit, {kFp16CompressionCli}},
     {F::Fp16, F::PowerSgd, {kFp16CompressionCli}},
+    {F::Fp16, F::OneBitAdam, {"parallel_one_bit_adam_2"}},
     {F::Zero3, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::TensorParallel, F::OffloadActivations, {kOffloadedActivationsCli}},
     {F::Pipeline, F::OffloadActivations, {kOffloadedActivationsCli}},

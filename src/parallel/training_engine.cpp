@@ -575,19 +575,31 @@ void TrainingEngine::apply_delayed_update() {
 
 void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
                                          std::span<const optim::Segment> segments) {
-  if (max_grad_norm) {
+  if (max_grad_norm || loss_scaler_.enabled()) {
     // Each rank's gradient is its part of the global batch's mean: R times it is its local batch's
     // mean gradient, whose norm each rank clips by on its own (no reduced gradient exists to
-    // measure). Whether any is not finite is agreed, so every rank skips together.
+    // measure). Whether any is not finite is agreed before 1-bit Adam's exchange, so every rank
+    // skips together, with its momentum and error feedback as the step found them; under a loss
+    // scale this is the overflow check, measured with or without clipping.
     result.grad_norm = norms_.compute(stage_params_ ? stage_params_->norm_segments(segments) : segments);
     result.grad_norm.norm *= static_cast<double>(size_of(dp_));
     const double non_finite = result.grad_norm.non_finite || !std::isfinite(result.grad_norm.norm) ? 1.0 : 0.0;
     if (sum_over_ranks(dp_, std::vector<double>{non_finite}).front() > 0) {
       result.grad_norm.non_finite = true;
       result.skipped = true;
+      loss_scaler_.update(false);
       return;
     }
-    GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
+    if (loss_scaler_.enabled()) {
+      // Back to the true local gradient, exactly (optimizer_step says why).
+      const double inverse = 1.0 / program_loss_scale_;
+      for (const optim::Segment& s : segments) {
+        if (s.grad != nullptr) kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
+      }
+      result.grad_norm.norm *= inverse;
+      loss_scaler_.update(true);
+    }
+    if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
   after_update_applied();

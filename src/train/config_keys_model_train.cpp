@@ -192,7 +192,8 @@ std::vector<ConfigKey> model_and_training_keys() {
             "`optim.freeze_step` steps, then the variance frozen and each rank's momentum averaged in one bit "
             "per element with error feedback instead of reducing gradients, ~1/20 of the bytes; under "
             "`parallel.ep` > 1 the experts' momentum is averaged over their own group; with "
-            "`parallel.zero_stage = 0`, no `parallel.compression`, not with fp16 or 2bw). Keys an optimizer "
+            "`parallel.zero_stage = 0`, no `parallel.compression`, not with 2bw; under fp16 each rank's local "
+            "gradient is checked for overflow before the exchange, and all skip together). Keys an optimizer "
             "does not read are refused when set. Per-tensor statistics are exact under ZeRO (equal to one "
             "process)"},
     {.key = "optim.lr",

@@ -16,6 +16,8 @@
 
 #include "../common/rank_checks.h"
 #include "core/rng.h"
+#include "dist/mesh.h"
+#include "nn/gpt.h"
 #include "optim/adamw.h"
 #include "optim/one_bit_adam.h"
 #include "parallel/rank_sum.h"
@@ -269,11 +271,115 @@ void check_training(dist::Communicator& comm, RankChecks& t) {
   }
 }
 
+config::PrecisionOptions fp16() {
+  config::PrecisionOptions p;
+  p.compute = DType::F16;
+  p.loss_scaling.enabled = true;
+  p.loss_scaling.init_scale = 1024;
+  return p;
+}
+
+// fp16 over dp: the run tracks the fp32 1-bit Adam run, and after the freeze its traffic is still
+// the optimizer's exchange with the one-value overflow agreement (no gradient is reduced).
+void check_fp16_training(dist::Communicator& comm, RankChecks& t) {
+  using tessera::testing::ParityCase;
+  ParityCase c;
+  c.model = tessera::testing::gpt2_odd_config();
+  c.steps = 8;
+  c.grad_clip = 0;
+  c.optimizer.kind = optim::OptimizerKind::OneBitAdam;
+  c.optimizer.freeze_step = 3;
+  const tessera::testing::RunRecord fp32 = tessera::testing::run_data_parallel(c, &comm);
+  ParityCase half = c;
+  half.precision = fp16();
+  const tessera::testing::RunRecord run = tessera::testing::run_data_parallel(half, &comm);
+  tessera::testing::check_tracks_fp32(run, fp32, "1-bit Adam in fp16", t);
+  const uint64_t scalars = 2 * sum_over_ranks_bytes(1, comm.size());
+  const uint64_t formula =
+      optim::one_bit_adam_wire_bytes(static_cast<size_t>(run.numel), comm.size(), comm.rank()) + scalars;
+  for (size_t s = 3; s < run.steps.size(); ++s) {
+    t.expect(run.steps[s].comm.bytes_sent == formula, fmt::format("1-bit Adam in fp16: step {} sent {} bytes, the "
+                                                                  "formula {}", s + 1, run.steps[s].comm.bytes_sent,
+                                                                  formula));
+  }
+}
+
+// Every value of the optimizer's state and of this rank's own (the worker and server errors).
+std::vector<float> one_bit_adam_state(parallel::TrainingEngine& engine) {
+  std::vector<float> out;
+  const auto append = [&](const Tensor& x) { out.insert(out.end(), x.data<float>(), x.data<float>() + x.numel()); };
+  for (const optim::StateTensor& s : engine.optimizer().state_dict().tensors) append(s.values);
+  for (const auto& [name, tensor] : engine.rank_local_state()->rank_state_tensors()) append(tensor);
+  return out;
+}
+
+// fp16 at a scale of 1024, no clipping: a compressed step (after freeze_step 2) with an infinite
+// gradient on rank 0 only is skipped on every rank before the exchange, leaving the parameters,
+// the momentum and the error feedback as the step found them, and the scale halves.
+void check_fp16_overflow_after_the_freeze(dist::Communicator& world, RankChecks& t) {
+  config::ParallelLayout layout;
+  layout.dp = world.size();
+  layout.global_batch = world.size();
+  dist::Mesh mesh(world, layout);
+  const config::ModelConfig config = tessera::testing::gpt2_odd_config();
+  MemoryAccountant memory;
+  nn::GPT model(config, memory, 5);
+  parallel::EngineOptions options;
+  options.layout = layout;
+  options.seq_len = config.seq_len;
+  options.precision = fp16();
+  options.optimizer.kind = optim::OptimizerKind::OneBitAdam;
+  options.optimizer.freeze_step = 2;
+  parallel::TrainingEngine engine(model, memory, &mesh, options);
+  tessera::testing::PoisonGradient poison(engine.ownership(), model.parameters().get("embed.positions.weight"), 4,
+                                          world.rank() == 0);
+  engine.transforms().add(exec::TransformSlot::Observer, poison);
+  std::vector<int32_t> tokens(static_cast<size_t>(config.seq_len));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + world.rank()) % 37);
+  const int T = config.seq_len;
+  const exec::MicrobatchInput mb{
+      {nn::token_tensor(tokens.data(), 1, T), nn::token_tensor(tokens.data(), 1, T), 1.0f / static_cast<float>(T)},
+      world.rank()};
+  const auto values = [&] {
+    const Tensor& v = model.parameters().flat_values();
+    return std::vector<float>(v.data<float>(), v.data<float>() + v.numel());
+  };
+  std::vector<double> skipped, scales, losses;
+  std::vector<float> state_before, values_before;
+  for (int step = 1; step <= 5; ++step) {
+    if (step == 4) {
+      state_before = one_bit_adam_state(engine);
+      values_before = values();
+    }
+    const parallel::TrainingEngine::StepResult r = engine.train_step(std::span(&mb, 1), {}, 1e-3f, std::nullopt);
+    if (step == 4) {
+      t.expect(one_bit_adam_state(engine) == state_before,
+               "fp16 1-bit Adam: the skipped step changed the momentum or the error feedback");
+      t.expect(values() == values_before, "fp16 1-bit Adam: the skipped step changed the parameters");
+    }
+    skipped.push_back(r.skipped ? 1.0 : 0.0);
+    scales.push_back(r.loss_scale);
+    losses.push_back(r.loss_sum);
+  }
+  const std::vector<double> total = parallel::sum_over_ranks(&world, skipped);
+  const double n = world.size();
+  t.expect(total == std::vector<double>{0, 0, 0, n, 0},
+           fmt::format("fp16 1-bit Adam: ranks skipping each step: {}, {}, {}, {}, {} of {} (want 0, 0, 0, all, 0)",
+                       total[0], total[1], total[2], total[3], total[4], n));
+  t.expect(scales == std::vector<double>{1024, 1024, 1024, 1024, 512},
+           fmt::format("fp16 1-bit Adam: loss scales {}, {}, {}, {}, {} (want 1024, 1024, 1024, 1024, 512)", scales[0],
+                       scales[1], scales[2], scales[3], scales[4]));
+  for (double l : losses) t.expect(std::isfinite(l), "fp16 1-bit Adam: a loss is not finite");
+  engine.transforms().remove(exec::TransformSlot::Observer);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return tessera::testing::run_rank_checks(argc, argv, [](dist::Communicator& world, RankChecks& t) {
     check_optimizer(world, t);
     check_training(world, t);
+    check_fp16_training(world, t);
+    check_fp16_overflow_after_the_freeze(world, t);
   });
 }

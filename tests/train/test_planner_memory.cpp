@@ -60,6 +60,9 @@ const std::vector<Layout> kLayouts = {
     // In bf16: 16-bit rows and expert working copies, the router's f32 copies of its input and weight.
     {"moe_dp2_ep2_bf16", 2,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --precision.compute bf16", 1, 2},
+    // In fp16, with the loss scale: the same bytes as bf16, the experts' gradients checked for overflow.
+    {"moe_dp2_ep2_fp16", 2,
+     "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --precision.compute fp16", 1, 2},
     // The experts' gradients compressed over edp by a compressor of their own (its error feedback
     // and PowerSGD's Q beside the dense one's); 1-bit Adam's server errors, the experts' chunk over
     // edp beside the dense one's over dp.
@@ -69,8 +72,14 @@ const std::vector<Layout> kLayouts = {
     {"moe_dp4_ep2_onebit_adam", 4,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 4 --parallel.ep 2 --train.micro_batch_size 1 "
      "--optim.name onebit_adam --optim.freeze_step 1", 1, 4},
+    // In fp16: the overflow check of the local gradients adds no state.
+    {"dp2_fp16_onebit_adam", 2,
+     "--parallel.dp 2 --train.micro_batch_size 1 --optim.name onebit_adam --optim.freeze_step 1 "
+     "--precision.compute fp16", 1, 2},
     // Adafactor: each matrix's R and C (an expert's its own), the biases' and norms' second moment.
     {"one_adafactor", 1, "--optim.name adafactor"},
+    // Under tensor parallelism: a split matrix's R and C summed over tp, the whole matrix's on each rank.
+    {"tp2_adafactor", 2, "--parallel.tp 2 --optim.name adafactor", 2, 1},
     {"moe_dp2_ep2_adafactor", 2,
      "--model.moe_experts 4 --model.moe_top_k 2 --parallel.dp 2 --parallel.ep 2 --optim.name adafactor", 1, 2},
     // Under sequence parallelism: the gathered sequence routed on both tp ranks, in bf16 (the
@@ -99,6 +108,7 @@ const std::vector<Layout> kLayouts = {
     // A compressor's error feedback (and PowerSGD's Q, sized for its ramp), with fp16 twice: the
     // copy a skipped step puts back.
     {"dp2_topk", 2, "--parallel.dp 2 --parallel.compression topk", 1, 2},
+    {"dp2_fp16_topk", 2, "--parallel.dp 2 --parallel.compression topk --precision.compute fp16", 1, 2},
     {"dp2_fp16_onebit", 2, "--parallel.dp 2 --parallel.compression onebit --precision.compute fp16", 1, 2},
     {"dp2_zero2_fp16_powersgd", 2,
      "--parallel.dp 2 --parallel.zero_stage 2 --parallel.compression powersgd --compression.warmup_steps 1 "
