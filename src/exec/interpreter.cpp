@@ -5,14 +5,12 @@
 namespace tessera::exec {
 
 Interpreter::Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms,
-                         MemoryAccountant& memory, dist::Communicator* pipeline, nn::TensorRegion* region,
-                         DType compute)
+                         MemoryAccountant& memory, dist::Communicator* pipeline, DType compute)
     : model_(model),
       ownership_(ownership),
       transforms_(transforms),
       memory_(memory),
       pipeline_(pipeline),
-      region_(region),
       compute_(compute) {}
 
 namespace {
@@ -185,20 +183,23 @@ ProgramResult Interpreter::run(const Program& program, std::span<const Microbatc
     step.seed = options.seed;
     step.step = options.step + static_cast<uint64_t>(a.batch);
     step.sample_offset = mb.sample_offset;
-    step.region = region_;
     step.compute = compute_;
-    step.experts = experts_;
+    step.grad_scale = mb.data.grad_scale;
     // Only the first forward of a training microbatch counts: a recompute routes it again.
     if (a.phase == Phase::Forward) step.moe_statistics = &result.moe;
-    const Event event = event_of(program, i);
+    Event event = event_of(program, i);
+    event.step = &step;
     EventScope scope(ownership_, &event);
     transforms_.before(event);
+    // The microbatch with the gradient scale the transforms left in the step context (a loss scale).
+    MicrobatchInput scaled = mb;
+    scaled.data.grad_scale = step.grad_scale;
     if (a.phase == Phase::Recompute) {
       const auto start = std::chrono::steady_clock::now();
-      forward(a, s, mb, step, result);
+      forward(a, s, scaled, step, result);
       result.recompute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     } else if (is_forward(a.phase)) {
-      forward(a, s, mb, step, result);
+      forward(a, s, scaled, step, result);
     } else {
       backward(a, s, step);
     }
@@ -236,7 +237,7 @@ void Interpreter::post_receives_after(const Program& program, int i, std::span<c
     // passes down, which the model keeps in workspace.
     const MemoryTag tag = a.payload == pipeline::Tensor::Activation ? MemoryTag::Activations : MemoryTag::Workspace;
     // What crosses a stage boundary is the residual stream: this rank's part of each sequence.
-    const int parts = region_ != nullptr ? region_->sequence_shard().parts : 1;
+    const int parts = transforms_.sequence_shard().parts;
     Tensor buffer =
         Tensor::empty({tokens.size(0), tokens.size(1) / parts, model_.config().n_embd}, compute_, tag, memory_);
     dist::WorkPtr work = pipeline_->recv(buffer.raw(), static_cast<size_t>(buffer.numel()), compute_, a.peer,

@@ -74,19 +74,16 @@ struct ProgramResult {
 class Interpreter {
  public:
   // `pipeline`: the pipeline group, for programs with transfers (nullptr: one stage).
-  // `region`: the tensor-parallel marks every unit runs with (nn/tensor_region.h; null: none).
   // `compute`: the dtype of activations and of the working copies the units read (f32, or bf16
   // or f16 under mixed precision, whose working copies a precision transform provides).
+  // What else a unit computes with — a tensor-parallel region, an expert exchange, a loss scale —
+  // the chain's transforms install in the event's step context (exec/transform.h).
   Interpreter(nn::GPT& model, ParameterOwnership& ownership, TransformChain& transforms, MemoryAccountant& memory,
-              dist::Communicator* pipeline = nullptr, nn::TensorRegion* region = nullptr,
-              DType compute = DType::F32);
+              dist::Communicator* pipeline = nullptr, DType compute = DType::F32);
 
   // Runs `program` on `microbatches` (indexed by the actions' microbatch). `optimizer_step` is
   // called with the batch at each of the program's optimizer steps, after every microbatch of that
   // batch is back-propagated on this rank and the transform chain finished it.
-  // Expert parallelism's all-to-all, which every unit runs with (null: every expert is here).
-  void set_experts(nn::ExpertExchange* experts) { experts_ = experts; }
-
   ProgramResult run(const Program& program, std::span<const MicrobatchInput> microbatches, const StepOptions& options,
                     const std::function<void(int batch)>& optimizer_step = {});
 
@@ -121,8 +118,6 @@ class Interpreter {
   TransformChain& transforms_;
   MemoryAccountant& memory_;
   dist::Communicator* pipeline_;
-  nn::TensorRegion* region_;
-  nn::ExpertExchange* experts_ = nullptr;
   DType compute_;
 };
 

@@ -14,9 +14,14 @@ std::string_view slot_name(TransformSlot slot) {
     case TransformSlot::Observer: return "observer";
     case TransformSlot::ActivationPlacement: return "activation placement";
     case TransformSlot::ActivationEncoding: return "activation encoding";
+    case TransformSlot::SharedParameters: return "shared parameters";
+    case TransformSlot::TensorParallel: return "tensor parallel";
+    case TransformSlot::ExpertParallel: return "expert parallel";
+    case TransformSlot::LossScaling: return "loss scaling";
     case TransformSlot::ParameterPlacement: return "parameter placement";
     case TransformSlot::ExpertParameterPlacement: return "expert parameter placement";
     case TransformSlot::Precision: return "precision";
+    case TransformSlot::GradientExchange: return "gradient exchange";
     case TransformSlot::GradientReduction: return "gradient reduction";
     case TransformSlot::ExpertGradientReduction: return "expert gradient reduction";
   }
@@ -54,6 +59,19 @@ void TransformChain::finish(const Program& program) {
   for (size_t i = slots_.size(); i-- > 0;) {
     if (slots_[i]) slots_[i]->finish(program);
   }
+}
+
+nn::SequenceShard TransformChain::sequence_shard() const {
+  nn::SequenceShard shard;
+  const Transform* splitting = nullptr;
+  for (const Transform* t : slots_) {
+    if (t == nullptr || t->sequence_shard().parts == 1) continue;
+    TS_CHECK(splitting == nullptr, "'{}' and '{}' both split the residual stream's sequences", splitting->name(),
+             t->name());
+    splitting = t;
+    shard = t->sequence_shard();
+  }
+  return shard;
 }
 
 }  // namespace tessera::exec

@@ -16,13 +16,32 @@
 //                      encoded forms after its forward (so placement moves the encoded bytes) and
 //                      decodes them before its backward, after placement brought them back
 //                      (exec/activation_encoding.h)
+//   SharedParameters   the pipeline's parameters held on two stages (the tied embedding): their
+//                      gradients summed between the holders when the program finishes, after the
+//                      sequence-parallel sum (parallel/pipeline_stages.h)
+//   TensorParallel     the tensor-parallel region every unit computes with (nn/tensor_region.h),
+//                      installed in the event's step context; under sequence parallelism, when the
+//                      program finishes, the sum over tp of the gradients of the parameters every
+//                      rank holds whole, after the data-parallel reduction (parallel/tensor_parallel.h)
+//   ExpertParallel     expert parallelism's all-to-all every unit computes with, installed the
+//                      same way (parallel/expert_parallel.h)
+//   LossScaling        fp16's loss scale: each microbatch's gradient scale times the scale the
+//                      program runs with (parallel/loss_scaling.h)
 //   ParameterPlacement where the parameters are: ZeRO-3 gathers a unit's shards before it runs and
 //                      frees them after; offloading fetches from host
 //   ExpertParameterPlacement the same for the expert parameters under expert parallelism: ZeRO-3
 //                      shards them over their own group (edp) and gathers them there
 //   Precision          the working copies' dtype (mixed precision casts)
-//   GradientReduction  innermost: data-parallel and ZeRO reduction of gradient buckets, posted
-//                      right after the action that completes a bucket
+//   GradientExchange   whether the step's gradients are reduced at all: 1-bit Adam's compressed
+//                      steps keep each rank's own (parallel/one_bit_exchange.h); set as the
+//                      program begins, before the reductions plan their buckets
+//   GradientReduction  data-parallel and ZeRO reduction of gradient buckets, posted right after
+//                      the action that completes a bucket
+//   ExpertGradientReduction innermost: the same over the experts' own group
+//
+// finish() runs innermost first too, so what a transform does there sees the reductions of the
+// slots inside it complete: the sequence-parallel sum reads reduced gradients, the tied
+// embedding's sum reads them summed over tp.
 //
 // One transform per slot; a second one is refused, naming both.
 #include <array>
@@ -31,6 +50,8 @@
 
 #include "core/tensor.h"
 #include "nn/saved_tensor.h"
+#include "nn/step_context.h"
+#include "nn/tensor_region.h"
 
 #include "exec/program.h"
 
@@ -47,6 +68,11 @@ struct Event {
   // its backward (nn::GPT::UnitCtx::saved); null otherwise. A transform that changes the form
   // they wait in (the activation encoding) replaces entries, for the transforms outside it.
   std::vector<nn::SavedTensor>* saved = nullptr;
+  // The step context the unit action runs with. Before the action a transform may install in it
+  // what the unit computes with (tensor parallelism's region, expert parallelism's exchange, the
+  // loss scale in its gradient scale): the model holds no parallel code and the interpreter none
+  // of its own. Null for events not made by the interpreter.
+  nn::StepContext* step = nullptr;
 
   const Action& action() const { return program->actions[static_cast<size_t>(index)]; }
 };
@@ -65,24 +91,30 @@ class Transform {
   // several batches (PipeDream-2BW) finishes at each of its optimizer steps, its later batches'
   // actions following.
   virtual void finish(const Program& program) {}
+  // The part of every sequence the residual stream holds while this transform is in the chain
+  // (nn/tensor_region.h), which is what crosses a pipeline boundary: the whole sequence unless the
+  // transform splits it (sequence parallelism). The interpreter shapes its receive buffers by it
+  // before any unit action has run.
+  virtual nn::SequenceShard sequence_shard() const { return {}; }
 };
 
-// ExpertParameterPlacement: ZeRO-3's gathering of the expert parameters over their own group, beside
-// the dense parameters' over dp in ParameterPlacement. Both run before Precision, which casts what
-// they gathered.
-// ExpertGradientReduction: the reduction of the expert parameters over their own group (expert
-// parallelism's edp group), beside the dense parameters' over dp.
+// The slots, outermost first (the order above).
 enum class TransformSlot : uint8_t {
   Observer,
   ActivationPlacement,
   ActivationEncoding,
+  SharedParameters,
+  TensorParallel,
+  ExpertParallel,
+  LossScaling,
   ParameterPlacement,
   ExpertParameterPlacement,
   Precision,
+  GradientExchange,
   GradientReduction,
   ExpertGradientReduction
 };
-inline constexpr size_t kTransformSlots = 8;
+inline constexpr size_t kTransformSlots = 13;
 std::string_view slot_name(TransformSlot slot);
 
 class TransformChain {
@@ -96,6 +128,9 @@ class TransformChain {
   void before(const Event& event);
   void after(const Event& event);
   void finish(const Program& program);
+  // The residual stream's part of every sequence: that of the transform that splits it (at most
+  // one does), the whole sequence otherwise.
+  nn::SequenceShard sequence_shard() const;
 
  private:
   std::array<Transform*, kTransformSlots> slots_{};

@@ -7,6 +7,8 @@
 //     Experts are not split over tp: they sit outside the tensor-parallel region.
 //   - ExpertParallelExchange (nn::ExpertExchange): the MoE layers' dispatch and combine as
 //     all-to-alls over the ep group with per-rank counts, the rows of each token choice kept.
+//   - ExpertParallel (the chain's expert-parallel slot, exec/transform.h): installs the exchange
+//     in the step context of every unit action, which is how the MoE layers reach it.
 //   - The gradients: the expert parameters are reduced over the edp group (the ranks holding the
 //     same experts, dp / ep of them), the dense ones over dp (parallel/training_engine.cpp makes
 //     the two DataParallel domains); ZeRO 1–2 shard each over its own group.
@@ -18,6 +20,7 @@
 
 #include "config/model_config.h"
 #include "dist/communicator.h"
+#include "exec/transform.h"
 #include "nn/expert_exchange.h"
 #include "nn/parameters.h"
 
@@ -49,6 +52,20 @@ class ExpertParallelExchange final : public nn::ExpertExchange {
 
  private:
   dist::Communicator& group_;
+};
+
+// Expert parallelism in the transform chain: every unit action exchanges its MoE layers' tokens
+// over `ep` (kept by reference).
+class ExpertParallel final : public exec::Transform {
+ public:
+  explicit ExpertParallel(dist::Communicator& ep) : exchange_(ep) {}
+  std::string_view name() const override { return "expert parallel"; }
+  void before(const exec::Event& event) override {
+    if (event.step != nullptr) event.step->experts = &exchange_;
+  }
+
+ private:
+  ExpertParallelExchange exchange_;
 };
 
 }  // namespace tessera::parallel

@@ -93,6 +93,10 @@ void PipelineStageParameters::sum_shared_gradients(std::span<const optim::Segmen
   }
 }
 
+void PipelineStageParameters::finish(const exec::Program& program) {
+  if (program.training) sum_shared_gradients(ownership_.master_segments());
+}
+
 std::vector<optim::Segment> PipelineStageParameters::norm_segments(std::span<const optim::Segment> segments) const {
   std::vector<optim::Segment> out;
   for (optim::Segment s : segments) {

@@ -5,7 +5,10 @@
 //     them with no segments, so the optimizer and the gradient norm see this rank's parameters only;
 //   - a parameter read on two ranks (GPT-2's tied embedding: the first stage's embedding and the
 //     last stage's head, Megatron's "embedding group") has its gradient summed between them
-//     before the optimizer step, and both apply the same update; the norm counts it once;
+//     before the optimizer step, and both apply the same update; the norm counts it once. The sum
+//     is this object's work as a transform in the chain's shared-parameters slot
+//     (exec/transform.h): when a training program finishes, after the reductions and the
+//     sequence-parallel sum of the slots inside it;
 //   - the domain of the stage's data-parallel group: what it reduces and, under ZeRO-1/2, shards
 //     (parallel/shard_layout.h). A shared parameter is a piece of its own, so the two holders'
 //     groups split it alike and rank d of one sums its part with rank d of the other;
@@ -20,11 +23,12 @@
 #include "dist/communicator.h"
 #include "exec/ownership.h"
 #include "exec/program.h"
+#include "exec/transform.h"
 #include "nn/gpt.h"
 
 namespace tessera::parallel {
 
-class PipelineStageParameters final : public exec::StorageOwner {
+class PipelineStageParameters final : public exec::StorageOwner, public exec::Transform {
  public:
   // Collective over `pipeline` in full_values() and shared_gradients(). Claims the master role of
   // the parameters this rank does not hold.
@@ -53,6 +57,10 @@ class PipelineStageParameters final : public exec::StorageOwner {
   void full_values(float* values = nullptr);
 
   std::string_view owner_name() const override { return "another pipeline stage"; }
+  // exec::Transform: a training program's finish sums the shared gradients over this rank's
+  // master segments (at each of its optimizer steps, under PipeDream-2BW).
+  std::string_view name() const override { return "pipeline shared parameters"; }
+  void finish(const exec::Program& program) override;
   std::vector<optim::Segment> master_segments(std::span<const nn::Parameter* const>) override { return {}; }
 
  private:

@@ -293,4 +293,21 @@ void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const 
   }
 }
 
+TensorParallel::TensorParallel(dist::Communicator& group, bool sequence_parallel, exec::ParameterOwnership& ownership)
+    : group_(group), sequence_parallel_(sequence_parallel), ownership_(ownership) {
+  if (sequence_parallel) {
+    region_ = std::make_unique<SequenceParallelRegion>(group);
+  } else {
+    region_ = std::make_unique<TensorParallelRegion>(group);
+  }
+}
+
+void TensorParallel::before(const exec::Event& event) {
+  if (event.step != nullptr) event.step->region = region_.get();
+}
+
+void TensorParallel::finish(const exec::Program& program) {
+  if (program.training && sequence_parallel_) sum_sequence_parallel_gradients(group_, ownership_.master_segments());
+}
+
 }  // namespace tessera::parallel

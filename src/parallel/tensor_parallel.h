@@ -24,6 +24,11 @@
 // no rank holds the residual stream whole. The parameters every rank holds whole (norm gains,
 // row-parallel biases, learned positions) then get a partial gradient from each rank's part:
 // sum_sequence_parallel_gradients completes them over the group before the optimizer step.
+//
+// The transform (TensorParallel, the chain's tensor-parallel slot, exec/transform.h) is how the
+// region reaches the model: it installs the region in the step context of every unit action, and
+// under sequence parallelism makes the gradient sum when the program finishes.
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +36,8 @@
 
 #include "config/model_config.h"
 #include "dist/communicator.h"
+#include "exec/ownership.h"
+#include "exec/transform.h"
 #include "nn/parameters.h"
 #include "nn/tensor_region.h"
 #include "optim/optimizer.h"
@@ -144,5 +151,28 @@ void unpack_sequence_parts(void* whole, const void* packed, int64_t parts, int64
 // parameters it does not split (their segments of this rank's optimizer, which are the same on
 // every rank of the group), in one all-reduce.
 void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const optim::Segment> segments);
+
+// Tensor parallelism in the transform chain: every unit action computes with the region over
+// `group` (with `sequence_parallel`, the sequence-parallel one), and a training program's finish,
+// which comes after the data-parallel reduction's (an inner slot), sums the gradients of the
+// parameters the group does not split over it when sequence parallelism leaves them partial. The
+// tied embedding's sum between pipeline stages comes after this one (an outer slot), so both
+// stages sum complete gradients.
+class TensorParallel final : public exec::Transform {
+ public:
+  // Keeps `group` and `ownership` (this rank's master segments) by reference.
+  TensorParallel(dist::Communicator& group, bool sequence_parallel, exec::ParameterOwnership& ownership);
+
+  std::string_view name() const override { return sequence_parallel_ ? "sequence parallel" : "tensor parallel"; }
+  void before(const exec::Event& event) override;
+  void finish(const exec::Program& program) override;
+  nn::SequenceShard sequence_shard() const override { return region_->sequence_shard(); }
+
+ private:
+  dist::Communicator& group_;
+  bool sequence_parallel_;
+  exec::ParameterOwnership& ownership_;
+  std::unique_ptr<nn::TensorRegion> region_;
+};
 
 }  // namespace tessera::parallel

@@ -5,7 +5,6 @@
 
 #include "config/compatibility.h"
 #include "exec/program_memory.h"
-#include "kernels/cpu/residual.h"
 #include "optim/make_optimizer.h"
 
 #include "schedule/generators.h"
@@ -94,12 +93,6 @@ dist::Communicator* mesh_group(const dist::Mesh* mesh, config::MeshDim dim) {
   return &mesh->group(dim);
 }
 
-std::unique_ptr<nn::TensorRegion> region_over(dist::Communicator* tp, bool sequence_parallel) {
-  if (tp == nullptr) return nullptr;
-  if (sequence_parallel) return std::make_unique<SequenceParallelRegion>(*tp);
-  return std::make_unique<TensorParallelRegion>(*tp);
-}
-
 // Every rank must run the same program (ZeRO's collectives follow it), so measured times are
 // rank 0's everywhere.
 exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
@@ -124,13 +117,12 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
       tp_(unless_alone(mesh_group(mesh, config::MeshDim::TP))),
       ep_(unless_alone(mesh_group(mesh, config::MeshDim::EP))),
       edp_(unless_alone(mesh_group(mesh, config::MeshDim::EDP))),
-      region_(region_over(tp_, options.layout.sp)),
       loss_scaler_(options.precision.loss_scaling),
       // Only ZeRO splits elements over the data-parallel group (and, for experts, over edp);
       // without it no square is summed there. Experts are split over ep.
       norms_(groups_of(options.layout.zero_stage >= 1 ? mesh_group(mesh, config::MeshDim::DP) : nullptr, pp_, tp_,
                        ep_, options.layout.zero_stage >= 1 ? edp_ : nullptr)),
-      interpreter_(model, ownership_, transforms_, memory, pp_, region_.get(), options.precision.compute) {
+      interpreter_(model, ownership_, transforms_, memory, pp_, options.precision.compute) {
   const config::ParallelLayout& layout = options.layout;
   // The data-parallel group as the mesh has it, a group of one at dp 1: the data-parallel
   // transform reduces over it and counts what it sends (metrics.jsonl's dp_bytes_sent).
@@ -150,8 +142,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::EP);
     TS_CHECK(split, "expert parallelism over {} ranks with a model none of whose parameters is split: build the model "
              "with this rank's ExpertParallelPlan", ep_->size());
-    experts_ = std::make_unique<ExpertParallelExchange>(*ep_);
-    interpreter_.set_experts(experts_.get());
+    expert_parallel_ = std::make_unique<ExpertParallel>(*ep_);
+    transforms_.add(exec::TransformSlot::ExpertParallel, *expert_parallel_);
   }
   TS_CHECK(layout.tp == size_of(tp_), "the layout has tp {} but the tensor-parallel group {} ranks", layout.tp,
            size_of(tp_));
@@ -162,6 +154,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     for (const nn::Parameter& p : model.parameters().all()) split = split || !p.spec.replicated_over(config::MeshDim::TP);
     TS_CHECK(split, "tensor parallelism over {} ranks with a model none of whose parameters is split: build the model "
              "with this rank's TensorParallelPlan", tp_->size());
+    tensor_parallel_ = std::make_unique<TensorParallel>(*tp_, layout.sp, ownership_);
+    transforms_.add(exec::TransformSlot::TensorParallel, *tensor_parallel_);
   }
   TS_CHECK(layout.dp == size_of(dp), "the layout has dp {} but the data-parallel group {} ranks", layout.dp,
            size_of(dp));
@@ -185,7 +179,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
   DataParallelOptions dp_options;
   dp_options.zero_stage = layout.zero_stage;
   dp_options.offload_params = options.offload_params ? nvme_.get() : nullptr;
-  // The step sums the sequence-parallel gradients over tp before the update, so it reads them in memory.
+  // The tensor-parallel transform sums the sequence-parallel gradients over tp when the program
+  // finishes, before the update, so it reads them in memory.
   dp_options.gradients_in_memory = layout.sp && tp_ != nullptr;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.compression = options.compression;
@@ -201,6 +196,7 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     // Claims the master copies of the other stages' parameters, and says which are this rank's:
     // the data-parallel group of this stage reduces and shards only those.
     stage_params_ = std::make_unique<PipelineStageParameters>(model, stages_, *shared, ownership_);
+    transforms_.add(exec::TransformSlot::SharedParameters, *stage_params_);
     dp_options.domain = stage_params_->domain();
     // ZeRO-3 keeps each unit of this rank's stages gathered across the step's microbatches.
     if (layout.zero_stage == 3) dp_options.kept_units = units_of_rank();
@@ -236,6 +232,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
       expert_data_parallel_->compressor() != nullptr) {
     joint_compressor_state_ =
         std::make_unique<JointRankState>(*data_parallel_->compressor(), *expert_data_parallel_->compressor());
+  }
+  if (loss_scaler_.enabled()) {
+    loss_scaling_ = std::make_unique<LossScaling>(loss_scaler_);
+    transforms_.add(exec::TransformSlot::LossScaling, *loss_scaling_);
   }
   if (loss_scaler_.enabled() && compressor_state() != nullptr) {
     for (auto& [name, tensor] : compressor_state()->rank_state_tensors()) {
@@ -292,6 +292,10 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
     optimizer_ = optim::make_optimizer(memory, options.optimizer, model.parameters(), segments, shard_reduction_.get(),
                                        &exchange);
     one_bit_adam_ = dynamic_cast<optim::OneBitAdam*>(optimizer_.get());
+    std::vector<DataParallel*> domains{data_parallel_.get()};
+    if (expert_data_parallel_) domains.push_back(expert_data_parallel_.get());
+    one_bit_exchange_ = std::make_unique<OneBitExchange>(*one_bit_adam_, std::move(domains));
+    transforms_.add(exec::TransformSlot::GradientExchange, *one_bit_exchange_);
   } else if (options.offload_optimizer_chunk_bytes > 0) {
     const auto make = [&](std::span<const optim::Segment> chunk) {
       return optim::make_optimizer(memory, options.optimizer, model.parameters(), chunk, shard_reduction_.get());
@@ -378,14 +382,8 @@ TrainingEngine::StepResult TrainingEngine::train_step(std::span<const exec::Micr
   running_step_ = options.step;
   StepResult result;
   zero_grads();
-  // 1-bit Adam's compressed steps keep each rank's gradient its own.
-  if (one_bit_adam_ != nullptr) {
-    data_parallel_->set_reducing(!one_bit_adam_->next_step_compressed());
-    if (expert_data_parallel_) expert_data_parallel_->set_reducing(!one_bit_adam_->next_step_compressed());
-  }
-  const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
   copy_compressor_state(CompressorStateCopy::Keep);
-  const exec::ProgramResult run = interpreter_.run(program_, scaled, options,
+  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options,
                                                    [&](int) { optimizer_step(result, lr, max_grad_norm); });
   const exec::ProgramResult total = over_pipeline(run);
   result.loss_sum = total.loss_sum;
@@ -476,8 +474,7 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
   // produce before their step b (the first stage runs the most forwards ahead, the last stage's
   // backwards come first), sends never wait, and the interpreter waits for this rank's sends only
   // at the program's last step. Every rank calls the collectives of steps 0, 1, ... in that order.
-  const std::vector<exec::MicrobatchInput> scaled = with_loss_scale(microbatches);
-  const exec::ProgramResult run = interpreter_.run(program_, scaled, options, [&](int batch) {
+  const exec::ProgramResult run = interpreter_.run(program_, microbatches, options, [&](int batch) {
     weight_versions_->before_step();  // batch + 1 still reads the weights this step replaces
     optimizer_step(results[static_cast<size_t>(batch)], lrs[static_cast<size_t>(batch)], max_grad_norm);
     // The gradient buffers start over for the next batch: all of this batch's backwards on this
@@ -500,32 +497,22 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
   return results;
 }
 
-std::vector<exec::MicrobatchInput> TrainingEngine::with_loss_scale(std::span<const exec::MicrobatchInput> microbatches) {
-  // One scale for the whole program: under 2BW its batches' steps update the scaler while later
-  // batches' backwards, already scaled, are still to come.
-  program_loss_scale_ = loss_scaler_.scale();
-  std::vector<exec::MicrobatchInput> scaled(microbatches.begin(), microbatches.end());
-  if (!loss_scaler_.enabled()) return scaled;
-  // The backward starts from the loss times the scale: every gradient is that many times larger.
-  for (exec::MicrobatchInput& mb : scaled) mb.data.grad_scale *= static_cast<float>(program_loss_scale_);
-  return scaled;
-}
-
 void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
   const std::vector<optim::Segment> segments = ownership_.master_segments();
   // The previous step's delayed update is done with by now (this step's backward read the weights
   // before it); its values go in before this step's update starts from them.
   if (delayed_update_ && delayed_update_->apply(segments)) after_update_applied();
-  if (options_.layout.sp && tp_ != nullptr) sum_sequence_parallel_gradients(*tp_, segments);
-  if (stage_params_) stage_params_->sum_shared_gradients(segments);
-  result.loss_scale = program_loss_scale_;
-  if (one_bit_adam_ != nullptr && one_bit_adam_->next_step_compressed()) {
+  // The gradients are complete here: the chain's finish reduced them over the data-parallel groups
+  // and summed them over tp (sequence parallelism) and between the stages holding the tied
+  // embedding.
+  result.loss_scale = loss_scaling_ ? loss_scaling_->program_scale() : 1.0;
+  if (one_bit_exchange_ && !one_bit_exchange_->reduced()) {
     local_gradient_step(result, lr, max_grad_norm, segments);
     return;
   }
   // With a loss scale the norm is measured even without clipping: it is how every rank learns, with
   // no message of its own, whether any rank's gradient overflowed.
-  if (max_grad_norm || loss_scaler_.enabled()) {
+  if (max_grad_norm || loss_scaling_) {
     const bool compressed_non_finite =
         data_parallel_->compressed_non_finite() || (expert_data_parallel_ && expert_data_parallel_->compressed_non_finite());
     OffloadedGradients* const elsewhere = data_parallel_->offloaded_gradients();
@@ -537,17 +524,8 @@ void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<
       copy_compressor_state(CompressorStateCopy::Restore);
       return;
     }
-    if (loss_scaler_.enabled()) {
-      // Back to the true gradient, in f32. With the default factors the scale is a power of two,
-      // so this and the norm's division are exact.
-      const double inverse = 1.0 / program_loss_scale_;
-      for (const optim::Segment& s : segments) {
-        if (s.grad != nullptr) kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
-      }
-      if (elsewhere != nullptr) elsewhere->scale_when_read(static_cast<float>(inverse));
-      result.grad_norm.norm *= inverse;
-      loss_scaler_.update(true);
-    }
+    // Back to the true gradient: the loss-scaling transform's seam in the step.
+    if (loss_scaling_) loss_scaling_->unscale(segments, elsewhere, result.grad_norm);
     if (max_grad_norm) {
       const std::optional<float> clipped = GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
       if (clipped && elsewhere != nullptr) elsewhere->scale_when_read(*clipped);

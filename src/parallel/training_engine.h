@@ -30,7 +30,10 @@
 #include "optim/optimizer_config.h"
 #include "parallel/data_parallel.h"
 #include "parallel/delayed_update.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/grad_norm.h"
+#include "parallel/loss_scaling.h"
+#include "parallel/one_bit_exchange.h"
 #include "parallel/shard_reduction.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/pipeline_stages.h"
@@ -117,8 +120,8 @@ class TrainingEngine {
                         std::optional<double> max_grad_norm);
   // lrs.size() optimizer steps, one per batch of microbatches (batch b's are [b m, (b + 1) m)),
   // batch b as step options.step + b (its learning rate lrs[b]). Under PipeDream-2BW one program
-  // runs them all without a flush, each batch's step (tied gradient sum, global norm, clipping, the
-  // update) at its OptimizerStep action; options.step must be the weight version the parameters
+  // runs them all without a flush, each batch's step (the chain's finish with the tied gradient
+  // sum, then the global norm, clipping, the update) at its OptimizerStep action; options.step must be the weight version the parameters
   // are (the optimizer steps taken, restore_weight_versions after a load). Flushing schedules run
   // one program per batch. The timeline, if any, records the last program. Collective.
   std::vector<StepResult> train_batches(std::span<const exec::MicrobatchInput> microbatches,
@@ -208,8 +211,6 @@ class TrainingEngine {
   // The schedule and this rank's program for `batches` batches after `first_step` optimizer steps
   // (PipeDream-2BW: several batches; flushing kinds: (0, 1)).
   void plan_program(int first_step, int batches);
-  // The microbatches with fp16's loss scale folded into their gradient scale (a copy).
-  std::vector<exec::MicrobatchInput> with_loss_scale(std::span<const exec::MicrobatchInput> microbatches);
   // The optimizer step of one batch, at its OptimizerStep action.
   void optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm);
   // 1-bit Adam's compressed step: on this rank's own gradient, the exchange inside the optimizer.
@@ -242,8 +243,9 @@ class TrainingEngine {
   std::unique_ptr<memory::NvmeStore> nvme_;
   std::unique_ptr<exec::ActivationOffload> activation_offload_;
   std::unique_ptr<exec::ActivationEncoder> activation_encoder_;
-  std::unique_ptr<nn::TensorRegion> region_;
-  std::unique_ptr<nn::ExpertExchange> experts_;
+  // Tensor (and sequence) parallelism and expert parallelism in the chain (null without them).
+  std::unique_ptr<TensorParallel> tensor_parallel_;
+  std::unique_ptr<ExpertParallel> expert_parallel_;
   std::unique_ptr<DataParallel> data_parallel_;
   // Expert parallelism: the expert parameters' reduction over edp (null without it).
   std::unique_ptr<DataParallel> expert_data_parallel_;
@@ -262,11 +264,14 @@ class TrainingEngine {
   // optim.name = "onebit_adam": the optimizer, which after its warm-up exchanges its momentum
   // itself over dp_. Null otherwise.
   optim::OneBitAdam* one_bit_adam_ = nullptr;
+  // Its choice, as each program begins, of whether the gradients are reduced (null without it).
+  std::unique_ptr<OneBitExchange> one_bit_exchange_;
   // Declared after every owner it may be layered over (ZeRO-3's gatherer inside data_parallel_, 2BW's
   // versions), so it is destroyed, and gives the working role back, first.
   std::unique_ptr<WorkingCopies> working_copies_;
   memory::LossScaler loss_scaler_;
-  double program_loss_scale_ = 1;  // the scale the running program's microbatches carry
+  // fp16's loss scale in the chain (null when the scaler is disabled).
+  std::unique_ptr<LossScaling> loss_scaling_;
   // With a loss scale and a compressor: its state as the running step found it (empty otherwise).
   std::vector<Tensor> compressor_state_at_step_start_;
   // Under expert parallelism with compression: the dense and the experts' compressors as one state.

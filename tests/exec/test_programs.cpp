@@ -496,3 +496,93 @@ TEST(ProgramMemory, PlannerCountsTheMoeParametersAndFlopsOfEachRank) {
                      plan::step_flops(dense, B, plan::Recompute::None, false).forward + 2 * (router + mlp));
   }
 }
+
+namespace {
+
+// Installs in every training action's step context a gradient scale four times the microbatch's,
+// as the loss-scaling transform does with its scale.
+class QuadrupleGradients final : public exec::Transform {
+ public:
+  std::string_view name() const override { return "quadruple gradients"; }
+  void before(const exec::Event& e) override {
+    ASSERT_NE(e.step, nullptr) << "the interpreter's events carry the action's step context";
+    if (e.phase != Phase::Eval) e.step->grad_scale *= 4.0f;
+  }
+};
+
+class SplitsSequences final : public exec::Transform {
+ public:
+  std::string_view name() const override { return "splits sequences"; }
+  nn::SequenceShard sequence_shard() const override { return {0, 2}; }
+};
+
+}  // namespace
+
+// What a unit computes with comes in through the chain: a transform that changes the step context
+// before an action changes what the action computes, and nothing else.
+TEST(Interpreter, TransformsInstallWhatAUnitComputesWithInTheStepContext) {
+  config::ModelConfig c = tessera::testing::gpt2_odd_config();
+  c.n_layer = 2;
+  MemoryAccountant memory;
+  nn::GPT model(c, memory, 3);
+  exec::ParameterOwnership ownership(model.parameters());
+  exec::TransformChain chain;
+  exec::Interpreter interpreter(model, ownership, chain, memory);
+  std::vector<int32_t> tokens(2 * 16), targets(2 * 16);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(i * 7 % 31);
+    targets[i] = static_cast<int32_t>(i * 5 % 29);
+  }
+  const exec::MicrobatchInput mb{
+      {nn::token_tensor(tokens.data(), 2, 16), nn::token_tensor(targets.data(), 2, 16), 1.0f / 32}, 0};
+  exec::StagePlan plan = exec::even_stages(model.num_units(), 1);
+  plan.stages[0].recompute = memory::full_schedule(model.num_units() - 1);
+  const exec::Program program =
+      exec::lower_training(pipeline::make_schedule(one_rank(config::ScheduleKind::OneFOneB, 1)), 0, plan);
+  const auto gradients = [&] {
+    model.parameters().zero_grads();
+    const exec::ProgramResult result = interpreter.run(program, std::span(&mb, 1), {});
+    const Tensor& g = model.parameters().flat_grads();
+    const float* p = g.data<float>();
+    return std::pair{result.loss_sum, std::vector<float>(p, p + g.numel())};
+  };
+  const auto [plain_loss, plain] = gradients();
+  QuadrupleGradients quadruple;
+  chain.add(exec::TransformSlot::LossScaling, quadruple);
+  const auto [scaled_loss, scaled] = gradients();
+  chain.remove(exec::TransformSlot::LossScaling);
+  EXPECT_EQ(scaled_loss, plain_loss) << "the loss does not depend on the gradient scale";
+  ASSERT_EQ(scaled.size(), plain.size());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    ASSERT_EQ(scaled[i], 4.0f * plain[i]) << "element " << i << " of the gradients";
+    nonzero += plain[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, plain.size() / 2);
+}
+
+// finish() runs innermost first: the sequence-parallel sum (tensor parallel) reads gradients the
+// reduction completed, and the tied embedding's sum (shared parameters) reads them summed over tp.
+// At most one transform splits the residual stream's sequences.
+TEST(TransformChain, FinishesInnermostFirstAndOneTransformSplitsSequences) {
+  std::vector<std::string> log;
+  Logger shared("shared", log), tensor("tensor", log), exchange("exchange", log), reduction("reduction", log);
+  exec::TransformChain chain;
+  chain.add(exec::TransformSlot::GradientReduction, reduction);
+  chain.add(exec::TransformSlot::SharedParameters, shared);
+  chain.add(exec::TransformSlot::GradientExchange, exchange);
+  chain.add(exec::TransformSlot::TensorParallel, tensor);
+  exec::Program program;
+  chain.begin(program);
+  chain.finish(program);
+  EXPECT_EQ(log, (std::vector<std::string>{"shared begin", "tensor begin", "exchange begin", "reduction begin",
+                                           "reduction finish", "exchange finish", "tensor finish", "shared finish"}));
+
+  EXPECT_EQ(chain.sequence_shard().parts, 1) << "no transform splits the sequences";
+  SplitsSequences first, second;
+  chain.remove(exec::TransformSlot::TensorParallel);
+  chain.add(exec::TransformSlot::TensorParallel, first);
+  EXPECT_EQ(chain.sequence_shard().parts, 2);
+  chain.add(exec::TransformSlot::ExpertParallel, second);
+  EXPECT_THROW(chain.sequence_shard(), Error);
+}
