@@ -11,8 +11,8 @@
 // The tag names the backend as well as the element type, so an op's lambda reads
 // `[&]<class T>(Cpu<T>) { kernels::op<T>(...); }`: a CUDA backend adds a tag (Cuda<T>), a branch
 // here (and in dispatch_f32), and next to each op's CPU lambda a CUDA one (an overload set of the
-// two). Modules in nn and optimizers in optim call ops and never change (docs/execution.md, "A new
-// device backend").
+// two). Modules in nn and optimizers in optim call ops and never change (docs/execution.md,
+// "Adding a device backend").
 #include <string_view>
 #include <utility>
 
