@@ -10,8 +10,9 @@
 //
 // The tag names the backend as well as the element type, so an op's lambda reads
 // `[&]<class T>(Cpu<T>) { kernels::op<T>(...); }`: a CUDA backend adds a tag (Cuda<T>), a branch
-// here, and next to each op's CPU lambda a CUDA one (an overload set of the two). Modules in nn
-// call ops and never change.
+// here (and in dispatch_f32), and next to each op's CPU lambda a CUDA one (an overload set of the
+// two). Modules in nn and optimizers in optim call ops and never change (docs/execution.md,
+// "Adding a device backend").
 #include <string_view>
 #include <utility>
 
@@ -42,6 +43,15 @@ decltype(auto) dispatch(std::string_view op, Device device, DType dtype, F&& f) 
     if (dtype == DType::BF16) return std::forward<F>(f)(Cpu<bf16>{});
     if (dtype == DType::F16) return std::forward<F>(f)(Cpu<f16>{});
   }
+  fail_no_kernel(op, device, dtype);
+}
+
+// For the ops whose tensors are f32 whatever the compute dtype (optimizer updates of the master
+// copy, ops/optimizer_update.h): calls f with the tag of the backend that serves (device, f32),
+// so f is compiled for f32 alone; every other pair fails as dispatch() does.
+template <class F>
+decltype(auto) dispatch_f32(std::string_view op, Device device, DType dtype, F&& f) {
+  if (device == Device::CPU && dtype == DType::F32) return std::forward<F>(f)(Cpu<float>{});
   fail_no_kernel(op, device, dtype);
 }
 

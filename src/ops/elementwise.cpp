@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "kernels/cpu/copy.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/residual.h"
 #include "ops/op_call.h"
@@ -34,6 +35,14 @@ void scale(const Tensor& y, const Tensor& x, float s) {
     if (y.data<T>() != x.data<T>()) std::copy_n(x.data<T>(), n, y.data<T>());
     kernels::scale_inplace<T>(y.data<T>(), static_cast<compute_t<T>>(s), n);
   });
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  OpCall call("ops::copy", ProfileCategory::Elementwise);
+  call.operands({{dst, "dst"}, {src, "src"}});
+  call.same_shape(src, "src", dst, "dst");
+  const auto n = static_cast<size_t>(dst.numel());
+  call.dispatch([&]<class T>(Cpu<T>) { kernels::copy<T>(dst.data<T>(), src.data<T>(), n); });
 }
 
 namespace {

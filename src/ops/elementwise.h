@@ -11,6 +11,9 @@ namespace tessera::ops {
 void add_inplace(const Tensor& y, const Tensor& x);
 // y = s · x, in the compute type (16-bit values are widened, scaled and rounded back); y may be x.
 void scale(const Tensor& y, const Tensor& x, float s);
+// dst = src, same shape and dtype (any shape): ZeRO's moves between a rank's shard and the
+// parameters it gathers, so a device backend supplies the copy.
+void copy(const Tensor& dst, const Tensor& src);
 // y [N.., C] += b [C] on every row.
 void add_bias(const Tensor& y, const Tensor& b);
 // add_bias's backward for the bias: db [C] += dy [N.., C] summed over its rows; db is f32 (a

@@ -122,6 +122,37 @@ OpCall& OpCall::indices(const Tensor& t, const char* name) {
   return *this;
 }
 
+OpCall& OpCall::master(std::initializer_list<Arg> args) {
+  for (const Arg& a : args) master_operand(a.tensor, a.name);
+  return *this;
+}
+
+OpCall& OpCall::optional_master(const Tensor& t, const char* name) {
+  if (t.defined()) master_operand(t, name);
+  return *this;
+}
+
+OpCall& OpCall::bytes(const Tensor& t, const char* name) {
+  TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
+  TS_CHECK(t.dtype() == DType::U8, "{}: {} must hold u8 bytes, got dtype {}", op_, name, dtype_name(t.dtype()));
+  TS_CHECK(t.is_contiguous(),
+           "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
+           t.shape_string(), shape_to_string(t.strides()));
+  TS_CHECK(first_ == nullptr || t.device() == device_,
+           "{}: {} is on {} but {} is on {}; the operands of one call share a device", op_, name,
+           device_name(t.device()), first_, device_name(device_));
+  return *this;
+}
+
+void OpCall::master_operand(const Tensor& t, const char* name) {
+  TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
+  TS_CHECK(t.dtype() == DType::F32,
+           "{}: {} has dtype {}; master values, their gradients and optimizer state are f32 whatever the compute "
+           "dtype",
+           op_, name, dtype_name(t.dtype()));
+  operand(t, name);
+}
+
 void OpCall::rank(const Tensor& t, const char* name, int r, const char* letters) const {
   TS_CHECK(t.dim() == r, "{}: {} has shape {}, expected {}-D {}", op_, name, t.shape_string(), r, letters);
 }

@@ -48,6 +48,14 @@ class OpCall {
   OpCall& optional_accumulator(const Tensor& t, const char* name);
   // Integer operands (token ids, targets): defined, contiguous, i32, on the operands' device.
   OpCall& indices(const Tensor& t, const char* name);
+  // Master values, their gradients and optimizer state (ops/optimizer_update.h): f32 operands,
+  // whatever the model's compute dtype; defined, contiguous, on one device.
+  OpCall& master(std::initializer_list<Arg> args);
+  // An optional master tensor: undefined means "none"; when defined, it is checked as one.
+  OpCall& optional_master(const Tensor& t, const char* name);
+  // Bytes (8-bit codes of quantized optimizer state, packed sign bits): defined, contiguous, u8,
+  // on the operands' device.
+  OpCall& bytes(const Tensor& t, const char* name);
 
   // t has exactly `rank` dimensions; `letters` spells them in the message ("[OC, IC]").
   void rank(const Tensor& t, const char* name, int rank, const char* letters) const;
@@ -72,10 +80,16 @@ class OpCall {
   decltype(auto) dispatch(F&& f) const {
     return ops::dispatch(op_, device_, dtype_, std::forward<F>(f));
   }
+  // Runs f on the backend for the operands' device, in f32 alone (the master() ops).
+  template <class F>
+  decltype(auto) dispatch_f32(F&& f) const {
+    return ops::dispatch_f32(op_, device_, dtype_, std::forward<F>(f));
+  }
 
  private:
   void operand(const Tensor& t, const char* name);
   void accumulator(const Tensor& t, const char* name);
+  void master_operand(const Tensor& t, const char* name);
 
   ProfileScope timer_;
   const char* op_;

@@ -1,9 +1,8 @@
 #include "optim/adam8bit.h"
 
 #include <algorithm>
-#include <cmath>
 
-#include "kernels/cpu/adamw.h"
+#include "ops/optimizer_update.h"
 
 namespace tessera::optim {
 
@@ -60,8 +59,14 @@ struct CutBlock {
   float m_absmax = 0, v_absmax = 0;
 };
 
-void quantize(std::span<const float> code, std::span<const float> values, float absmax, uint8_t* out) {
-  for (size_t i = 0; i < values.size(); ++i) out[i] = nearest_code(code, absmax > 0.0f ? values[i] / absmax : 0.0f);
+// A 1-D tensor view of the vector's values, for the ops.
+Tensor view_of(std::vector<float>& values) {
+  return Tensor::from_external(values.data(), {static_cast<int64_t>(values.size())}, DType::F32);
+}
+
+// The new moments of a block, quantized with its scale.
+void quantize(const Tensor& code, std::vector<float>& values, float absmax, const Tensor& codes) {
+  ops::quantize_to_codes(codes, view_of(values), code, absmax);
 }
 
 }  // namespace
@@ -71,17 +76,12 @@ void Adam8bit::step(float lr, std::span<const Segment> segments) {
            "adam8bit: the segments differ from those its state was built for: the owned elements changed");
   ++step_;
   const float b1 = config_.beta1, b2 = config_.beta2;
-  // As the AdamW kernel forms its scalars: in double, rounded once.
-  const double bias_correction1 = 1.0 - std::pow(double(b1), double(step_));
-  const double bias_correction2 = 1.0 - std::pow(double(b2), double(step_));
-  const auto step_size = static_cast<float>(double(lr) / bias_correction1);
-  const auto bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const auto w1 = static_cast<float>(1.0 - double(b1)), w2 = static_cast<float>(1.0 - double(b2));
-  const float eps = config_.eps;
   const int64_t B = config_.block_size;
+  const Tensor signed_code = view_of(signed_code_), unsigned_code = view_of(unsigned_code_);
+  auto codes = [](const Tensor& all, int64_t first, size_t n) {
+    return all.slice(0, first, first + static_cast<int64_t>(n));
+  };
 
-  uint8_t* m8 = m8_.data<uint8_t>();
-  uint8_t* v8 = v8_.data<uint8_t>();
   float* m_scale = m_absmax_.data<float>();
   float* v_scale = v_absmax_.data<float>();
   std::vector<CutBlock> cut;
@@ -89,12 +89,13 @@ void Adam8bit::step(float lr, std::span<const Segment> segments) {
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
+    const ops::AdamWStep hyper{lr, b1, b2, config_.eps, wd, step_, 0};
     if (!quantized(*s.param)) {
-      kernels::adamw_update(s.value, s.grad, m_.data<float>() + f_at_[k], v_.data<float>() + f_at_[k],
-                            static_cast<size_t>(s.size()), lr, b1, b2, eps, wd, step_);
+      ops::adamw_update(s.values(), s.grads(), m_.slice(0, f_at_[k], f_at_[k] + s.size()),
+                        v_.slice(0, f_at_[k], f_at_[k] + s.size()), hyper);
       continue;
     }
-    const auto decay = static_cast<float>(1.0 - double(lr) * double(wd));
+    const Tensor values = s.values(), grads = s.grads();
     const int64_t first_block = s.begin / B;
     const int64_t blocks = blocks_touched(s.begin, s.end, B);
     for (int64_t bi = 0; bi < blocks; ++bi) {
@@ -102,31 +103,21 @@ void Adam8bit::step(float lr, std::span<const Segment> segments) {
       const int64_t lo = std::max(s.begin, block * B), hi = std::min(s.end, (block + 1) * B);
       const int64_t slot = block_at_[k] + bi;
       const int64_t first_code = q_at_[k] + (lo - s.begin);
-      new_m.resize(static_cast<size_t>(hi - lo));
-      new_v.resize(static_cast<size_t>(hi - lo));
-      float m_absmax = 0, v_absmax = 0;
-      for (int64_t e = lo; e < hi; ++e) {
-        const int64_t i = e - s.begin;
-        const auto w = static_cast<size_t>(e - lo);
-        const float g = s.grad[i];
-        const float m = signed_code_[m8[first_code + int64_t(w)]] * m_scale[slot];
-        const float v = unsigned_code_[v8[first_code + int64_t(w)]] * v_scale[slot];
-        const float mi = b1 * m + w1 * g;
-        const float vi = b2 * v + w2 * g * g;
-        s.value[i] = s.value[i] * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-        new_m[w] = mi;
-        new_v[w] = vi;
-        m_absmax = std::max(m_absmax, std::abs(mi));
-        v_absmax = std::max(v_absmax, vi);
-      }
+      const auto n = static_cast<size_t>(hi - lo);
+      new_m.resize(n);
+      new_v.resize(n);
+      const ops::BlockMaxima maxima = ops::adam8bit_block(
+          values.slice(0, lo - s.begin, hi - s.begin), grads.slice(0, lo - s.begin, hi - s.begin),
+          codes(m8_, first_code, n), codes(v8_, first_code, n), m_scale[slot], v_scale[slot], signed_code,
+          unsigned_code, view_of(new_m), view_of(new_v), hyper);
       const bool whole = lo == block * B && hi == std::min((block + 1) * B, s.param->numel());
       if (whole) {
-        m_scale[slot] = m_absmax;
-        v_scale[slot] = v_absmax;
-        quantize(signed_code_, new_m, m_absmax, m8 + first_code);
-        quantize(unsigned_code_, new_v, v_absmax, v8 + first_code);
+        m_scale[slot] = maxima.m;
+        v_scale[slot] = maxima.v;
+        quantize(signed_code, new_m, maxima.m, codes(m8_, first_code, n));
+        quantize(unsigned_code, new_v, maxima.v, codes(v8_, first_code, n));
       } else {
-        cut.push_back({k, block, slot, first_code, new_m, new_v, m_absmax, v_absmax});
+        cut.push_back({k, block, slot, first_code, new_m, new_v, maxima.m, maxima.v});
       }
     }
   }
@@ -150,11 +141,11 @@ void Adam8bit::step(float lr, std::span<const Segment> segments) {
       c.v_absmax = maxima[static_cast<size_t>(blocks + at)];
     }
   }
-  for (const CutBlock& c : cut) {
+  for (CutBlock& c : cut) {
     m_scale[c.slot] = c.m_absmax;
     v_scale[c.slot] = c.v_absmax;
-    quantize(signed_code_, c.m, c.m_absmax, m8 + c.first_code);
-    quantize(unsigned_code_, c.v, c.v_absmax, v8 + c.first_code);
+    quantize(signed_code, c.m, c.m_absmax, codes(m8_, c.first_code, c.m.size()));
+    quantize(unsigned_code, c.v, c.v_absmax, codes(v8_, c.first_code, c.v.size()));
   }
 }
 

@@ -1,6 +1,6 @@
 #include "optim/adamw.h"
 
-#include "kernels/cpu/adamw.h"
+#include "ops/optimizer_update.h"
 
 namespace tessera::optim {
 
@@ -17,14 +17,12 @@ void AdamW::step(float lr, std::span<const Segment> segments) {
   ++step_;
   const int64_t frozen_at =
       config_.variance_freeze_step > 0 && step_ > config_.variance_freeze_step ? config_.variance_freeze_step : 0;
-  float* m = m_.data<float>();
-  float* v = v_.data<float>();
   int64_t at = 0;
   for (const Segment& s : segments) {
     // Decay matrices and embeddings, not biases and norm gains.
     const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
-    kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
-                          config_.beta2, config_.eps, wd, step_, frozen_at);
+    ops::adamw_update(s.values(), s.grads(), m_.slice(0, at, at + s.size()), v_.slice(0, at, at + s.size()),
+                      {lr, config_.beta1, config_.beta2, config_.eps, wd, step_, frozen_at});
     at += s.size();
   }
 }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ops/optimizer_update.h"
+
 namespace tessera::optim {
 
 namespace {
@@ -27,39 +29,21 @@ void Lamb::step(float lr, std::span<const Segment> segments) {
            "LAMB: the segments hold {} elements but its state covers {}: the owned elements changed",
            total_elements(segments), owned_elements());
   ++step_;
-  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
-  const auto w1 = static_cast<float>(1.0 - double(b1)), w2 = static_cast<float>(1.0 - double(b2));
-  const auto unbias1 = static_cast<float>(1.0 / (1.0 - std::pow(double(b1), double(step_))));
-  const auto unbias2 = static_cast<float>(1.0 / (1.0 - std::pow(double(b2), double(step_))));
-  float* m = m_.data<float>();
-  float* v = v_.data<float>();
-  // The update direction, from the moments already advanced: the same expression in both passes,
-  // so the norm is of exactly the update applied.
-  auto direction = [&](float mi, float vi, float w, float wd) {
-    return (mi * unbias1) / (std::sqrt(vi * unbias2) + eps) + wd * w;
+  // Both passes take the same update direction (ops::lamb_moments, ops::lamb_apply), so the norm is
+  // of exactly the update applied.
+  auto hyper = [&](bool adapted) {
+    return ops::LambStep{config_.beta1, config_.beta2, config_.eps, adapted ? config_.weight_decay : 0.0f, step_};
   };
 
   norms_.clear();
   int64_t at = 0;
   for (const Segment& s : segments) {
     const bool adapted = is_weight(*s.param);
-    const float wd = adapted ? config_.weight_decay : 0.0f;
-    double w_squares = 0, u_squares = 0;
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const float g = s.grad[i];
-      float& mi = m[at + i];
-      float& vi = v[at + i];
-      mi = b1 * mi + w1 * g;
-      vi = b2 * vi + w2 * g * g;
-      if (adapted) {
-        const float u = direction(mi, vi, s.value[i], wd);
-        w_squares += double(s.value[i]) * double(s.value[i]);
-        u_squares += double(u) * double(u);
-      }
-    }
+    const ops::SquareSums squares = ops::lamb_moments(s.values(), s.grads(), m_.slice(0, at, at + s.size()),
+                                                      v_.slice(0, at, at + s.size()), hyper(adapted), adapted);
     std::span<double> sums = norms_.of(*s.param);
-    sums[0] += w_squares;
-    sums[1] += u_squares;
+    sums[0] += squares.first;
+    sums[1] += squares.second;
     at += s.size();
   }
   norms_.reduce(reduction_, segments);
@@ -67,13 +51,11 @@ void Lamb::step(float lr, std::span<const Segment> segments) {
   at = 0;
   for (const Segment& s : segments) {
     const bool adapted = is_weight(*s.param);
-    const float wd = adapted ? config_.weight_decay : 0.0f;
     std::span<const double> sums = norms_.of(*s.param);
     const double ratio = adapted && sums[0] > 0 && sums[1] > 0 ? std::sqrt(sums[0]) / std::sqrt(sums[1]) : 1.0;
     const auto step_size = static_cast<float>(double(lr) * (adapted ? ratio : double(config_.unadapted_lr_scale)));
-    for (int64_t i = 0; i < s.size(); ++i) {
-      s.value[i] -= step_size * direction(m[at + i], v[at + i], s.value[i], wd);
-    }
+    ops::lamb_apply(s.values(), m_.slice(0, at, at + s.size()), v_.slice(0, at, at + s.size()), hyper(adapted),
+                    step_size);
     at += s.size();
   }
 }

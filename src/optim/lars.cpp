@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ops/optimizer_update.h"
+
 namespace tessera::optim {
 
 Lars::Lars(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
@@ -24,19 +26,14 @@ void Lars::step(float lr, std::span<const Segment> segments) {
   norms_.clear();
   for (const Segment& s : segments) {
     if (!is_weight(*s.param)) continue;
-    double w_squares = 0, g_squares = 0;
-    for (int64_t i = 0; i < s.size(); ++i) {
-      w_squares += double(s.value[i]) * double(s.value[i]);
-      g_squares += double(s.grad[i]) * double(s.grad[i]);
-    }
+    const ops::SquareSums squares = ops::lars_squares(s.values(), s.grads());
     std::span<double> sums = norms_.of(*s.param);
-    sums[0] += w_squares;
-    sums[1] += g_squares;
+    sums[0] += squares.first;
+    sums[1] += squares.second;
   }
   norms_.reduce(reduction_, segments);
 
   const float mu = config_.momentum;
-  float* buffer = mu > 0.0f ? momentum_.data<float>() : nullptr;
   int64_t at = 0;
   for (const Segment& s : segments) {
     const bool adapted = is_weight(*s.param);
@@ -50,16 +47,8 @@ void Lars::step(float lr, std::span<const Segment> segments) {
       }
     }
     const auto scale = static_cast<float>(double(lr) * local);
-    float* b = buffer == nullptr ? nullptr : buffer + at;
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const float d = scale * (s.grad[i] + wd * s.value[i]);
-      if (b != nullptr) {
-        b[i] = mu * b[i] + d;
-        s.value[i] -= b[i];
-      } else {
-        s.value[i] -= d;
-      }
-    }
+    const Tensor buffer = mu > 0.0f ? momentum_.slice(0, at, at + s.size()) : Tensor();
+    ops::lars_update(s.values(), s.grads(), buffer, scale, wd, mu);
     at += s.size();
   }
 }

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "kernels/cpu/residual.h"
+#include "ops/elementwise.h"
 
 namespace tessera::optim {
 
@@ -153,8 +153,8 @@ void OffloadedOptimizer::step(float lr, std::span<const Segment> segments) {
       }
     }
     if (grads_ != nullptr) {
+      for (float factor : grads_->scales()) ops::scale(c.grads, c.grads, factor);
       float* grads = c.grads.data<float>();
-      for (float factor : grads_->scales()) kernels::scale_inplace(grads, factor, static_cast<size_t>(c.elements));
       int64_t at = 0;
       for (Segment& s : mine) {
         s.grad = grads + at;

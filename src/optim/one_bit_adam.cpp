@@ -8,18 +8,30 @@
 
 #include "core/check.h"
 #include "dist/ops.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/sign_compression.h"
+#include "ops/elementwise.h"
+#include "ops/optimizer_update.h"
 
 namespace tessera::optim {
 
 namespace {
 
-using kernels::add_sign_decompressed;
-using kernels::kSignBlock;
-using kernels::sign_bits_bytes;
-using kernels::sign_blocks;
-using kernels::sign_compress;
+using ops::kSignBlock;
+using ops::sign_bits_bytes;
+using ops::sign_blocks;
+
+// 1-D tensor views of buffers this file holds, for the ops.
+Tensor view_of(float* data, size_t n) {
+  return Tensor::from_external(data, {static_cast<int64_t>(n)}, DType::F32);
+}
+Tensor view_of(std::span<float> values) { return view_of(values.data(), values.size()); }
+Tensor bytes_of(uint8_t* data, size_t n) {
+  return Tensor::from_external(data, {static_cast<int64_t>(n)}, DType::U8);
+}
+
+// Compresses `acc` (which keeps the error) into bits and scales.
+void sign_compress(std::span<float> acc, std::vector<uint8_t>& bits, std::vector<float>& scales) {
+  ops::sign_compress(view_of(acc), bytes_of(bits.data(), bits.size()), view_of(scales.data(), scales.size()));
+}
 
 // A chunk's message: its signs, then its scales (chunks start on block boundaries, so both are
 // whole bytes and whole blocks of the vector's own message).
@@ -30,10 +42,11 @@ void pack(std::span<const uint8_t> bits, std::span<const float> scales, uint8_t*
   std::memcpy(out + bits.size(), scales.data(), scales.size_bytes());
 }
 
-void add_unpacked(std::span<float> out, const uint8_t* message, float weight) {
+void add_unpacked(std::span<float> out, uint8_t* message, float weight) {
   std::vector<float> scales(sign_blocks(out.size()));
   std::memcpy(scales.data(), message + sign_bits_bytes(out.size()), scales.size() * sizeof(float));
-  add_sign_decompressed(out, message, scales.data(), weight);
+  ops::add_sign_decompressed(view_of(out), bytes_of(message, sign_bits_bytes(out.size())),
+                             view_of(scales.data(), scales.size()), weight);
 }
 
 }  // namespace
@@ -110,14 +123,13 @@ void OneBitAdam::step(float lr, std::span<const Segment> segments) {
            total_elements(segments), owned_elements());
   const bool compressed = next_step_compressed();
   ++step_;
-  float* m = m_.data<float>();
-  float* v = v_.data<float>();
+  auto state = [](const Tensor& t, int64_t at, const Segment& s) { return t.slice(0, at, at + s.size()); };
   if (!compressed) {
     int64_t at = 0;
     for (const Segment& s : segments) {
       const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
-      kernels::adamw_update(s.value, s.grad, m + at, v + at, static_cast<size_t>(s.size()), lr, config_.beta1,
-                            config_.beta2, config_.eps, wd, step_);
+      ops::adamw_update(s.values(), s.grads(), state(m_, at, s), state(v_, at, s),
+                        {lr, config_.beta1, config_.beta2, config_.eps, wd, step_, 0});
       at += s.size();
     }
     return;
@@ -131,10 +143,10 @@ void OneBitAdam::step(float lr, std::span<const Segment> segments) {
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const auto local = static_cast<float>(exchanges_[exchange_of_.empty() ? 0 : static_cast<size_t>(exchange_of_[k])].ranks);
-    for (int64_t i = 0; i < s.size(); ++i) m[at + i] = beta1 * m[at + i] + (1.0f - beta1) * (local * s.grad[i]);
+    ops::one_bit_adam_momentum(state(m_, at, s), s.grads(), beta1, local);
     at += s.size();
   }
-  for (Exchange& x : exchanges_) compressed_average(x, std::span(m, static_cast<size_t>(m_.numel())));
+  for (Exchange& x : exchanges_) compressed_average(x, std::span(m_.data<float>(), static_cast<size_t>(m_.numel())));
   // Adam's update with the frozen second moment and its frozen bias correction.
   const double bias1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(static_cast<double>(config_.beta2), static_cast<double>(freeze_step_));
@@ -144,10 +156,8 @@ void OneBitAdam::step(float lr, std::span<const Segment> segments) {
   for (const Segment& s : segments) {
     const auto decay =
         static_cast<float>(1.0 - static_cast<double>(lr) * (is_weight(*s.param) ? config_.weight_decay : 0.0f));
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const float denom = std::sqrt(v[at + i]) / bias2_sqrt + config_.eps;
-      s.value[i] = s.value[i] * decay - step_size * m[at + i] / denom;
-    }
+    ops::one_bit_adam_apply(s.values(), state(m_, at, s), state(v_, at, s),
+                            {step_size, bias2_sqrt, config_.eps, decay});
     at += s.size();
   }
 }
@@ -173,10 +183,10 @@ void OneBitAdam::compressed_average(Exchange& x, std::span<float> m) {
   }
   // Worker stage: compress m_r + e_r whole (chunks start on block boundaries, so chunk k's message
   // is a run of the whole one's bits and scales), keep the error.
-  for (size_t i = 0; i < n; ++i) worker[i] += values[i];
+  ops::add_inplace(view_of(worker, n), view_of(values));
   std::vector<uint8_t> bits(sign_bits_bytes(n));
   std::vector<float> scales(sign_blocks(n));
-  sign_compress(std::span(worker, n), bits.data(), scales.data());
+  sign_compress(std::span(worker, n), bits, scales);
   std::vector<size_t> sizes(R), offsets(R + 1, 0);
   for (size_t k = 0; k < R; ++k) {
     sizes[k] = message_bytes(chunk_begin[k + 1] - chunk_begin[k]);
@@ -202,7 +212,7 @@ void OneBitAdam::compressed_average(Exchange& x, std::span<float> m) {
   for (size_t r = 0; r < R; ++r) add_unpacked(average, received.data() + r * sizes[me], 1.0f / static_cast<float>(R));
   std::vector<uint8_t> chunk_bits(sign_bits_bytes(mine));
   std::vector<float> chunk_scales(sign_blocks(mine));
-  sign_compress(average, chunk_bits.data(), chunk_scales.data());
+  sign_compress(average, chunk_bits, chunk_scales);
   std::vector<uint8_t> my_message(sizes[me]);
   pack(chunk_bits, chunk_scales, my_message.data());
   std::vector<uint8_t> gathered(offsets[R]);

@@ -4,6 +4,15 @@
 
 namespace tessera::optim {
 
+namespace {
+Tensor view_of(float* data, int64_t size) {
+  return data == nullptr ? Tensor() : Tensor::from_external(data, {size}, DType::F32);
+}
+}  // namespace
+
+Tensor Segment::values() const { return view_of(value, size()); }
+Tensor Segment::grads() const { return view_of(grad, size()); }
+
 Tensor& StateDict::at(std::string_view name) {
   for (StateTensor& t : tensors) {
     if (t.name == name) return t.values;

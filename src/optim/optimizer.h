@@ -1,6 +1,9 @@
 #pragma once
 // The optimizer interface. An optimizer updates the elements this rank owns — the master copy —
 // given as segments: runs of one parameter's elements with their values and reduced gradients.
+// It updates them through the ops layer (ops/optimizer_update.h) on the segments' tensor views and
+// its state's, never through a kernel, so a device backend brings its own update kernels
+// (Adafactor, whose passes index elements by their global coordinates, still loops here).
 // Who owns which elements is decided outside (a plain run owns everything, ZeRO a shard of the
 // flat buffer, tensor parallelism a block of each matrix); the optimizer only sees segments, so
 // the same AdamW serves every layout, and per-parameter rules (weight decay on matrices only) read
@@ -29,6 +32,11 @@ struct Segment {
   // once over every other dimension, where it is replicated.
   uint32_t sharded_over = 0;
   int64_t size() const { return end - begin; }
+  // The values and the gradient as 1-D f32 tensors of size() elements, views of the buffers above
+  // (which outlive them), for the ops an optimizer runs (ops/optimizer_update.h); undefined where
+  // the pointer is null.
+  Tensor values() const;
+  Tensor grads() const;
 };
 
 // One tensor of an optimizer's state: a view of the optimizer's own storage, flat.

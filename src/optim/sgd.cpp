@@ -1,5 +1,7 @@
 #include "optim/sgd.h"
 
+#include "ops/optimizer_update.h"
+
 namespace tessera::optim {
 
 Sgd::Sgd(MemoryAccountant& memory, const OptimizerConfig& config, std::span<const Segment> layout)
@@ -14,27 +16,12 @@ void Sgd::step(float lr, std::span<const Segment> segments) {
            "SGD: the segments hold {} elements but its state covers {}: the owned elements changed",
            total_elements(segments), owned_);
   ++step_;
-  const float mu = config_.momentum;
-  float* buffer = mu > 0.0f ? momentum_.data<float>() : nullptr;
   int64_t at = 0;
   for (const Segment& s : segments) {
     const float wd = is_weight(*s.param) ? config_.weight_decay : 0.0f;
-    // Formed in double and rounded once, as PyTorch does with its Python-float hyperparameters.
-    const auto decay = static_cast<float>(1.0 - double(lr) * double(wd));
-    const float l2 = config_.decoupled_weight_decay ? 0.0f : wd;
-    float* p = s.value;
-    const float* g = s.grad;
-    float* b = buffer == nullptr ? nullptr : buffer + at;
-    for (int64_t i = 0; i < s.size(); ++i) {
-      if (config_.decoupled_weight_decay && wd != 0.0f) p[i] *= decay;
-      float d = l2 != 0.0f ? g[i] + l2 * p[i] : g[i];
-      if (b != nullptr) {
-        // The buffer starts at zero, so the first step's mu·0 + d is d itself, as PyTorch's clone.
-        b[i] = b[i] * mu + d;
-        d = config_.nesterov ? d + mu * b[i] : b[i];
-      }
-      p[i] = p[i] + (-lr) * d;
-    }
+    const Tensor buffer = config_.momentum > 0.0f ? momentum_.slice(0, at, at + s.size()) : Tensor();
+    ops::sgd_update(s.values(), s.grads(), buffer,
+                    {lr, config_.momentum, wd, config_.decoupled_weight_decay, config_.nesterov});
     at += s.size();
   }
 }

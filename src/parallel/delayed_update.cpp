@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include <omp.h>
 
 #include "core/check.h"
+#include "ops/elementwise.h"
 
 namespace tessera::parallel {
 
@@ -59,9 +59,8 @@ void DelayedUpdate::start(optim::Optimizer& optimizer, float lr, std::span<const
   std::vector<optim::Segment> shadow(segments.begin(), segments.end());
   int64_t at = 0;
   for (optim::Segment& s : shadow) {
-    const auto bytes = static_cast<size_t>(s.size()) * sizeof(float);
-    if (!shadow_current_) std::memcpy(values + at, s.value, bytes);
-    std::memcpy(grads + at, s.grad, bytes);
+    if (!shadow_current_) ops::copy(values_.slice(0, at, at + s.size()), s.values());
+    ops::copy(grads_.slice(0, at, at + s.size()), s.grads());
     s.value = values + at;
     s.grad = grads + at;
     at += s.size();
@@ -93,10 +92,9 @@ bool DelayedUpdate::apply(std::span<const optim::Segment> segments) {
     shadow_current_ = false;  // the update stopped part way: its values are no one's
     std::rethrow_exception(error);
   }
-  const auto* values = values_.data<float>();
   int64_t at = 0;
   for (const optim::Segment& s : segments) {
-    std::memcpy(s.value, values + at, static_cast<size_t>(s.size()) * sizeof(float));
+    ops::copy(s.values(), values_.slice(0, at, at + s.size()));
     at += s.size();
   }
   return true;

@@ -1,8 +1,9 @@
 #include "parallel/parameter_gatherer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
+
+#include "ops/elementwise.h"
 
 namespace tessera::parallel {
 
@@ -14,13 +15,24 @@ nn::ParamRange flat_range(const nn::Parameter& p) {
   return {at, at + p.numel()};
 }
 
+// n f32 elements at `data` as a 1-D tensor view, for the ops layer's copy: the moves between the
+// shard and the gathered parameters go through ops::copy, so a device backend supplies them.
+Tensor elements_at(const float* data, int64_t n) {
+  // from_external takes a writable pointer; a view made of a copy's source is only read.
+  return Tensor::from_external(const_cast<float*>(data), {n}, DType::F32);
+}
+
+void copy_elements(float* dst, const float* src, int64_t n) {
+  if (n > 0) ops::copy(elements_at(dst, n), elements_at(src, n));
+}
+
 // Posts an all-gather of `range` (inside one piece) from the shards into `out` (range.size()
 // elements), `input` being this rank's part of it; a group of one copies. Returns null when nothing
 // is in flight.
 dist::WorkPtr gather_range(dist::Communicator* comm, const ShardLayout& layout, const float* input,
                            nn::ParamRange range, float* out) {
   if (comm == nullptr || comm->size() == 1) {
-    std::memcpy(out, input, sizeof(float) * static_cast<size_t>(range.size()));
+    copy_elements(out, input, range.size());
     return nullptr;
   }
   return comm->all_gather(input, out, layout.counts(range), DType::F32);
@@ -62,7 +74,7 @@ ParameterGatherer::ParameterGatherer(nn::ParameterStore& params, const std::vect
     shard_ = Tensor::empty({layout.shard_size(rank)}, DType::F32, MemoryTag::Params, memory);
     float* out = shard_.data<float>();
     for (const nn::ParamRange& part : layout.shards(rank)) {
-      std::memcpy(out, values + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
+      copy_elements(out, values + part.begin, part.size());
       out += part.size();
     }
   }
@@ -284,7 +296,7 @@ void ParameterGatherer::gather_into(float* out) {
     wait_all(reads);
   } else {
     for (const nn::ParamRange& part : layout_.shards(rank_)) {
-      std::memcpy(out + part.begin, shard_part(part), sizeof(float) * static_cast<size_t>(part.size()));
+      copy_elements(out + part.begin, shard_part(part), part.size());
     }
   }
   if (comm_ != nullptr && comm_->size() > 1) {
@@ -381,7 +393,7 @@ void ParameterGatherer::keep_part_of(const float* values) {
   }
   float* out = shard();
   for (const nn::ParamRange& part : layout_.shards(rank_)) {
-    std::memcpy(out, values + part.begin, sizeof(float) * static_cast<size_t>(part.size()));
+    copy_elements(out, values + part.begin, part.size());
     out += part.size();
   }
 }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/copy.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/element.h"
@@ -371,6 +372,9 @@ std::vector<OpCase> op_cases() {
               std::copy_n(a.f("x"), numel(a, "x"), a.f("y"));
               kernels::scale_inplace(a.f("y"), 0.375f, numel(a, "y"));
             })),
+      entry("copy", elementwise, {arg("dst", {"N", "F"}), arg("src", {"N", "F"})},
+            run([](const Args& a) { copy(a["dst"], a["src"]); }),
+            run([](const Args& a) { kernels::copy(a.f("dst"), a.f("src"), numel(a, "src")); })),
       entry("widen", residual, {acc("out", {"B", "T", "C"}), arg("x", {"B", "T", "C"})},
             run([](const Args& a) { widen(a["out"], a["x"]); }),
             run([](const Args& a) { kernels::widen<float>(a.f("out"), a.f("x"), numel(a, "x")); })),

@@ -21,9 +21,11 @@ namespace tessera::ops::testing {
 using Sizes = std::map<std::string, int64_t, std::less<>>;
 
 enum class Fill {
-  Normal,   // f32, normal(mean, stddev)
-  Tokens,   // i32 ids in [0, V)
-  Targets,  // i32 ids in [0, V), every 7th row kIgnoreIndex
+  Normal,    // f32, normal(mean, stddev)
+  Tokens,    // i32 ids in [0, V)
+  Targets,   // i32 ids in [0, V), every 7th row kIgnoreIndex
+  Codes,     // u8 indexes in [0, K) of an 8-bit codebook
+  Codebook,  // f32, K sorted values from -1 to 1 in equal steps
 };
 inline constexpr int kIgnoreIndex = -100;
 
@@ -70,6 +72,7 @@ struct OpCase {
   std::set<std::string> free_dims;  // letters whose size is not constrained by another argument
   Run via_ops;
   Run via_kernel;
+  bool writes = true;  // false: the op only reads its tensors (its result is what it gives)
 
   std::string test_name() const { return variant.empty() ? op : op + "_" + variant; }
   bool has_optional() const;
@@ -81,5 +84,7 @@ inline void PrintTo(const OpCase& c, std::ostream* os) { *os << c.test_name(); }
 // Every op, and the in-place variants of those that allow aliasing.
 std::vector<OpCase> op_cases();
 std::vector<OpCase> in_place_cases();
+// The optimizer updates (optimizer_cases.cpp): f32 alone, 1-D runs of one length.
+std::vector<OpCase> optimizer_cases();
 
 }  // namespace tessera::ops::testing

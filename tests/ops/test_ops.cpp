@@ -34,7 +34,10 @@ Shape shape_of(const OpCase& c, const ArgSpec& a) {
   return s;
 }
 
-DType dtype_of(const ArgSpec& a) { return a.fill == Fill::Normal ? DType::F32 : DType::I32; }
+DType dtype_of(const ArgSpec& a) {
+  if (a.fill == Fill::Normal || a.fill == Fill::Codebook) return DType::F32;
+  return a.fill == Fill::Codes ? DType::U8 : DType::I32;
+}
 
 // The same values on every call: they depend only on the op, the argument and the index.
 Tensor random_tensor(const OpCase& c, const ArgSpec& a, MemoryAccountant& accountant) {
@@ -44,6 +47,18 @@ Tensor random_tensor(const OpCase& c, const ArgSpec& a, MemoryAccountant& accoun
   if (a.fill == Fill::Normal) {
     float* p = t.data<float>();
     for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<float>(a.mean + a.stddev * normal(kDataSeed, stream, i));
+    return t;
+  }
+  if (a.fill == Fill::Codebook) {
+    float* p = t.data<float>();
+    const float step = n > 1 ? 2.0f / static_cast<float>(n - 1) : 0.0f;
+    for (uint64_t i = 0; i < n; ++i) p[i] = -1.0f + step * static_cast<float>(i);
+    return t;
+  }
+  if (a.fill == Fill::Codes) {
+    const auto K = static_cast<float>(c.sizes.at("K"));
+    uint8_t* p = t.data<uint8_t>();
+    for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(std::floor(uniform(kDataSeed, stream, i) * K));
     return t;
   }
   const auto V = static_cast<float>(c.sizes.at("V"));
@@ -104,7 +119,11 @@ void expect_matches_kernel(const OpCase& c) {
       EXPECT_TRUE(same_bits(tensor, via_kernel[name])) << name << " differs from the kernel's";
       wrote = wrote || !same_bits(tensor, before[name]);
     }
-    EXPECT_TRUE(wrote) << "ops::" << c.op << " changed no tensor";
+    if (c.writes) {
+      EXPECT_TRUE(wrote) << "ops::" << c.op << " changed no tensor";
+    } else {
+      EXPECT_FALSE(wrote) << "ops::" << c.op << " only reads, and changed a tensor";
+    }
   }
 }
 
@@ -227,33 +246,49 @@ class OpTest : public ::testing::TestWithParam<OpCase> {
     ADD_FAILURE() << "ops::" << c.op << " accepted the arguments";
   }
 
+  // Each argument in turn with every dimension one larger (unless the op leaves that size free),
+  // and with one dimension too many, is refused.
+  void expect_wrong_shapes_refused() {
+    const OpCase& c = op_case();
+    for (const ArgSpec& a : c.args) {
+      const Shape good = shape_of(c, a);
+      std::vector<Shape> wrong;
+      for (size_t d = 0; d < good.size(); ++d) {
+        if (c.free_dims.count(a.dims[d]) != 0) continue;
+        Shape s = good;
+        ++s[d];
+        wrong.push_back(s);
+      }
+      Shape extra = good;
+      extra.push_back(2);
+      wrong.push_back(extra);
+      for (const Shape& s : wrong) {
+        SCOPED_TRACE(a.name + " " + shape_to_string(s) + " instead of " + shape_to_string(good));
+        Args args = bind(c, true, accountant_);
+        args.set(a.name, Tensor::zeros(s, dtype_of(a), MemoryTag::Workspace, accountant_));
+        expect_refused(args, a.name, "shape");
+      }
+    }
+  }
+
+  // Each required argument in turn undefined is refused.
+  void expect_missing_arguments_refused() {
+    const OpCase& c = op_case();
+    for (const ArgSpec& a : c.args) {
+      if (a.optional) continue;
+      SCOPED_TRACE(a.name + " undefined");
+      Args args = bind(c, true, accountant_);
+      args.set(a.name, Tensor());
+      expect_refused(args, a.name, "undefined");
+    }
+  }
+
   MemoryAccountant accountant_;
 };
 
 TEST_P(OpTest, MatchesTheKernelBitwise) { expect_matches_kernel(op_case()); }
 
-TEST_P(OpTest, RefusesAWrongShapeOfEachArgument) {
-  const OpCase& c = op_case();
-  for (const ArgSpec& a : c.args) {
-    const Shape good = shape_of(c, a);
-    std::vector<Shape> wrong;
-    for (size_t d = 0; d < good.size(); ++d) {
-      if (c.free_dims.count(a.dims[d]) != 0) continue;
-      Shape s = good;
-      ++s[d];
-      wrong.push_back(s);
-    }
-    Shape extra = good;
-    extra.push_back(2);
-    wrong.push_back(extra);
-    for (const Shape& s : wrong) {
-      SCOPED_TRACE(a.name + " " + shape_to_string(s) + " instead of " + shape_to_string(good));
-      Args args = bind(c, true, accountant_);
-      args.set(a.name, Tensor::zeros(s, dtype_of(a), MemoryTag::Workspace, accountant_));
-      expect_refused(args, a.name, "shape");
-    }
-  }
-}
+TEST_P(OpTest, RefusesAWrongShapeOfEachArgument) { expect_wrong_shapes_refused(); }
 
 TEST_P(OpTest, RunsInBf16AndF16NearItsF32Run) { expect_near_f32_in_16_bits(op_case()); }
 
@@ -297,16 +332,7 @@ TEST_P(OpTest, RefusesANonContiguousViewOfEachArgument) {
   EXPECT_GT(views, 0) << "no argument of ops::" << c.op << " could be made non-contiguous";
 }
 
-TEST_P(OpTest, RefusesEachRequiredArgumentMissing) {
-  const OpCase& c = op_case();
-  for (const ArgSpec& a : c.args) {
-    if (a.optional) continue;
-    SCOPED_TRACE(a.name + " undefined");
-    Args args = bind(c, true, accountant_);
-    args.set(a.name, Tensor());
-    expect_refused(args, a.name, "undefined");
-  }
-}
+TEST_P(OpTest, RefusesEachRequiredArgumentMissing) { expect_missing_arguments_refused(); }
 
 std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.test_name(); }
 
@@ -320,6 +346,34 @@ TEST_P(OpInPlaceTest, MatchesTheKernelBitwise) { expect_matches_kernel(GetParam(
 TEST_P(OpInPlaceTest, RunsInBf16AndF16NearItsF32Run) { expect_near_f32_in_16_bits(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpInPlaceTest, ::testing::ValuesIn(in_place_cases()), case_name);
+
+// The optimizer updates: f32 alone (master values, gradients and state whatever the compute
+// dtype), so no 16-bit run; 1-D, so no strided view of them exists.
+class OptimizerOpTest : public OpTest {};
+
+TEST_P(OptimizerOpTest, MatchesTheKernelBitwise) { expect_matches_kernel(op_case()); }
+
+TEST_P(OptimizerOpTest, RefusesAWrongShapeOfEachArgument) { expect_wrong_shapes_refused(); }
+
+TEST_P(OptimizerOpTest, RefusesEachArgumentInAnotherDtype) {
+  const OpCase& c = op_case();
+  for (const ArgSpec& a : c.args) {
+    const bool codes = a.fill == Fill::Codes;
+    const std::vector<DType> wrong_dtypes =
+        codes ? std::vector<DType>{DType::F32, DType::I8} : std::vector<DType>{DType::BF16, DType::F16, DType::I32};
+    for (DType wrong : wrong_dtypes) {
+      SCOPED_TRACE(a.name + " in " + std::string(dtype_name(wrong)));
+      Args args = bind(c, true, accountant_);
+      args.set(a.name, Tensor::zeros(shape_of(c, a), wrong, MemoryTag::Workspace, accountant_));
+      expect_refused(args, a.name,
+                     codes ? "must hold u8 bytes" : "master values, their gradients and optimizer state are f32");
+    }
+  }
+}
+
+TEST_P(OptimizerOpTest, RefusesEachRequiredArgumentMissing) { expect_missing_arguments_refused(); }
+
+INSTANTIATE_TEST_SUITE_P(Ops, OptimizerOpTest, ::testing::ValuesIn(optimizer_cases()), case_name);
 
 TEST(OpsLinear, BackwardGivesTheBitsOfItsTwoHalves) {
   for (const OpCase& c : op_cases()) {
@@ -364,6 +418,29 @@ TEST(OpsDispatch, RefusesEveryOtherDeviceAndDtypeNamingThem) {
       bool called = false;
       try {
         dispatch("ops::probe", device, dtype, [&]<class T>(Cpu<T>) { called = true; });
+        ADD_FAILURE() << expected << " was not raised";
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << e.what();
+      }
+      EXPECT_FALSE(called);
+    }
+  }
+}
+
+TEST(OpsDispatch, F32OnlyCallsTheCpuBackendInF32AndRefusesEveryOtherPair) {
+  EXPECT_EQ(dispatch_f32("ops::probe", Device::CPU, DType::F32, []<class T>(Cpu<T>) {
+              static_assert(std::is_same_v<T, float>);
+              return 1.5;
+            }),
+            1.5);
+  for (Device device : {Device::CPU, Device::CUDA}) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I8, DType::U8}) {
+      if (device == Device::CPU && dtype == DType::F32) continue;
+      const std::string expected =
+          fmt::format("ops::probe: no kernel for {} tensors on {}", dtype_name(dtype), device_name(device));
+      bool called = false;
+      try {
+        dispatch_f32("ops::probe", device, dtype, [&]<class T>(Cpu<T>) { called = true; });
         ADD_FAILURE() << expected << " was not raised";
       } catch (const Error& e) {
         EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << e.what();

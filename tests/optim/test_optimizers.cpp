@@ -345,6 +345,30 @@ TEST(Optimizers, StateDictResumesBitForBit) {
   }
 }
 
+// The views an optimizer runs its ops on are the segment's own elements, and a segment without
+// values or gradients (an offloaded shard's) gives none.
+TEST(Optimizers, SegmentViewsAreTheSegmentsElements) {
+  Model model;
+  const nn::Parameter& fc = model.store.get("blocks.0.mlp.fc.weight");
+  float* values = model.store.flat_values().data<float>();
+  float* grads = model.store.flat_grads().data<float>();
+  const std::vector<optim::Segment> segments =
+      optim::segments_of_range(model.store, {static_cast<int64_t>(fc.offset) + 7, static_cast<int64_t>(fc.offset) + 100},
+                               values + fc.offset + 7, grads + fc.offset + 7, 0);
+  ASSERT_EQ(segments.size(), 1u);
+  const Tensor v = segments[0].values(), g = segments[0].grads();
+  EXPECT_EQ(v.shape(), Shape{93});
+  EXPECT_EQ(g.shape(), Shape{93});
+  EXPECT_EQ(v.dtype(), DType::F32);
+  EXPECT_EQ(v.data<float>(), values + fc.offset + 7);
+  EXPECT_EQ(g.data<float>(), grads + fc.offset + 7);
+  const std::vector<optim::Segment> elsewhere = optim::segments_of_range(
+      model.store, {static_cast<int64_t>(fc.offset), static_cast<int64_t>(fc.offset) + 10}, nullptr, nullptr, 0);
+  ASSERT_EQ(elsewhere.size(), 1u);
+  EXPECT_FALSE(elsewhere[0].values().defined());
+  EXPECT_FALSE(elsewhere[0].grads().defined());
+}
+
 TEST(Optimizers, UnknownNameListsTheKnownOnes) {
   try {
     optim::parse_optimizer_kind("adagrad");
