@@ -36,7 +36,7 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.parallel.compression = config::parse_compression(s.compression);
   c.parallel.grad_dtype = s.grad_dtype;
   c.precision.compute = s.compute;
-  c.memory.recompute = memory::parse_recompute_policy(s.recompute);
+  c.memory.recompute = config::parse_recompute_policy(s.recompute);
   c.memory.activation_encoding = s.activation_encoding;
   if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
