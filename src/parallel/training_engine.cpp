@@ -39,11 +39,11 @@ config::FeatureSettings feature_settings(const EngineOptions& o, const config::M
   s.ep = o.layout.ep;
   s.pp = o.layout.pp;
   s.zero_stage = o.layout.zero_stage;
-  s.schedule = config::schedule_name(o.layout.schedule);
-  s.compression = config::compression_name(o.compression.method);
+  s.schedule = o.layout.schedule;
+  s.compression = o.compression.method;
   s.grad_dtype = config::precision_name(o.precision.grad_dtype);
   s.compute = config::precision_name(o.precision.compute);
-  s.recompute = config::recompute_policy_name(o.recompute.policy);
+  s.recompute = o.recompute.policy;
   s.optimizer = o.optimizer.kind;
   s.moe_experts = model.moe_experts;
   s.offload_optimizer = o.offload_optimizer_chunk_bytes > 0 ? "nvme" : "none";

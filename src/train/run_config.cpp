@@ -317,11 +317,11 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.ep = parallel.ep;
   s.pp = parallel.pp;
   s.zero_stage = parallel.zero_stage;
-  s.schedule = std::string(config::schedule_name(parallel.schedule));
-  s.compression = std::string(config::compression_name(parallel.compression));
+  s.schedule = parallel.schedule;
+  s.compression = parallel.compression;
   s.grad_dtype = parallel.grad_dtype;
   s.compute = precision.compute;
-  s.recompute = std::string(config::recompute_policy_name(memory.recompute));
+  s.recompute = memory.recompute;
   s.optimizer = optim.kind;
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;
