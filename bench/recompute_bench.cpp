@@ -82,15 +82,14 @@ PolicySpec parse_policy(const std::string& spec, int n_layer) {
   const size_t colon = spec.find(':');
   const std::string base = spec.substr(0, colon);
   const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  p.options.policy = memory::parse_recompute_policy(base);
+  p.options.policy = config::parse_recompute_policy(base);
   p.name = base;
-  if (p.options.policy == memory::RecomputePolicy::EveryK && !arg.empty()) {
+  if (p.options.policy == config::RecomputePolicy::EveryK && !arg.empty()) {
     p.options.every_k = std::stoi(arg);
     TS_CHECK(p.options.every_k >= 1, "every_k:{}: k must be at least 1", arg);
     // The default k keeps the plain name, so "every_k" means the same run however it was asked.
-    if (p.options.every_k != exec::default_every_k(n_layer)) p.name = spec;
-  } else if (p.options.policy == memory::RecomputePolicy::Optimal || p.options.policy == memory::RecomputePolicy::Dtr ||
-             p.options.policy == memory::RecomputePolicy::Checkmate) {
+    if (p.options.every_k != config::default_every_k(n_layer)) p.name = spec;
+  } else if (config::recompute_takes_budget(p.options.policy)) {
     TS_CHECK(!arg.empty(), "{} needs a budget: {}:<bytes per microbatch>", base, base);
     p.options.budget_bytes = std::stoll(arg);
     p.name = fmt::format("{}:{:.1f}", base, mib(static_cast<double>(p.options.budget_bytes)));

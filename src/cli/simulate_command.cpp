@@ -30,7 +30,7 @@ namespace tessera::cli {
 namespace {
 
 struct SimulateOptions {
-  std::string schedule = "1f1b";
+  std::string schedule{config::schedule_name(config::ScheduleKind::OneFOneB)};
   int stages = 4;
   int microbatches = 8;
   int chunks = 1;

@@ -75,14 +75,12 @@ const FeatureInfo& info(Feature f) {
   return kFeatures[i];
 }
 
-// The string value of an enumerated key, or nullptr for the numeric ones (`Settings`: const or not).
+// The string value of a key held as text, or nullptr for the numeric ones and those held as enums
+// (`Settings`: const or not).
 template <class Settings>
-auto string_value(std::string_view key, Settings& s) -> decltype(&s.schedule) {
-  if (key == "parallel.schedule") return &s.schedule;
-  if (key == "parallel.compression") return &s.compression;
+auto string_value(std::string_view key, Settings& s) -> decltype(&s.grad_dtype) {
   if (key == "parallel.grad_dtype") return &s.grad_dtype;
   if (key == "precision.compute") return &s.compute;
-  if (key == "memory.recompute") return &s.recompute;
   if (key == "memory.offload_activations") return &s.offload_activations;
   if (key == "memory.offload_optimizer") return &s.offload_optimizer;
   if (key == "memory.offload_params") return &s.offload_params;
@@ -96,10 +94,27 @@ std::string_view named_value(std::string_view name) {
   return name.substr(open + 1, name.size() - open - 2);
 }
 
-// The optimizer an optim.name feature chooses; nullopt for the other features.
-std::optional<OptimizerKind> optimizer_of(const FeatureInfo& f) {
-  if (f.key != "optim.name") return std::nullopt;
-  return parse_optimizer_kind(named_value(f.name));
+// The kind a feature of `key` chooses, read by the kind's own name table (`parse`); nullopt for the
+// features of other keys.
+template <class Kind>
+std::optional<Kind> kind_of(const FeatureInfo& f, std::string_view key, Kind (*parse)(std::string_view)) {
+  if (f.key != key) return std::nullopt;
+  return parse(named_value(f.name));
+}
+
+// The keys the settings hold as enums: calls visit(field, kind) with the field of f's key and the
+// kind f chooses, and says whether f is of one of them.
+template <class Settings, class Visit>
+bool visit_kind(const FeatureInfo& f, Settings& s, Visit visit) {
+  const auto try_key = [&](auto& field, std::string_view key, auto parse) {
+    const auto kind = kind_of(f, key, parse);
+    if (kind) visit(field, *kind);
+    return kind.has_value();
+  };
+  return try_key(s.optimizer, "optim.name", parse_optimizer_kind) ||
+         try_key(s.schedule, "parallel.schedule", parse_schedule_kind) ||
+         try_key(s.compression, "parallel.compression", parse_compression) ||
+         try_key(s.recompute, "memory.recompute", parse_recompute_policy);
 }
 
 // What with_feature sets: tp, ep and pp of a minimal combination, and experts for ep to split.
@@ -450,7 +465,8 @@ bool feature_holds(Feature f, const FeatureSettings& s) {
     case F::DelayedUpdate: return s.delayed_update_after > 0;
     default: break;
   }
-  if (const std::optional<OptimizerKind> kind = optimizer_of(info(f))) return s.optimizer == *kind;
+  bool holds = false;
+  if (visit_kind(info(f), s, [&](const auto& field, auto kind) { holds = field == kind; })) return holds;
   const std::string* value = string_value(info(f).key, s);
   TS_CHECK(value != nullptr, "feature '{}' has no value to compare", info(f).name);
   return *value == named_value(info(f).name);
@@ -482,14 +498,11 @@ FeatureSettings with_feature(FeatureSettings s, Feature f) {
     case F::OffloadActivationsAuto:
       // It plans with the optimal policy.
       s.offload_activations = "auto";
-      if (s.recompute == "none") s.recompute = "optimal";
+      if (s.recompute == RecomputePolicy::None) s.recompute = RecomputePolicy::Optimal;
       return s;
     default: break;
   }
-  if (const std::optional<OptimizerKind> kind = optimizer_of(info(f))) {
-    s.optimizer = *kind;
-    return s;
-  }
+  if (visit_kind(info(f), s, [](auto& field, auto kind) { field = kind; })) return s;
   std::string* value = string_value(info(f).key, s);
   TS_CHECK(value != nullptr, "feature '{}' has no value to set", info(f).name);
   *value = std::string(named_value(info(f).name));

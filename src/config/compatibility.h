@@ -17,7 +17,10 @@
 #include <string_view>
 #include <vector>
 
+#include "config/compression_method.h"
 #include "config/optimizer_kind.h"
+#include "config/parallel_layout.h"
+#include "config/recompute_policy.h"
 
 namespace tessera::config {
 
@@ -28,11 +31,11 @@ struct FeatureSettings {
   int ep = 1;
   int pp = 1;
   int zero_stage = 0;
-  std::string schedule = "1f1b";
-  std::string compression = "none";
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  CompressionMethod compression = CompressionMethod::None;
   std::string grad_dtype = "fp32";
   std::string compute = "fp32";
-  std::string recompute = "none";
+  RecomputePolicy recompute = RecomputePolicy::None;
   OptimizerKind optimizer = OptimizerKind::AdamW;
   std::string offload_activations = "none";
   std::string offload_optimizer = "none";

@@ -24,7 +24,7 @@ constexpr int kMaxWorld = 8;
 constexpr std::string_view kActivationBudgetMb = "0.3";
 
 bool data_parallel_needed(const FeatureSettings& s) {
-  return s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
+  return s.zero_stage > 0 || s.ep > 1 || s.compression != CompressionMethod::None || s.grad_dtype != "fp32" ||
          s.optimizer == OptimizerKind::OneBitAdam;
 }
 
@@ -54,22 +54,22 @@ std::vector<std::pair<std::string, std::string>> array_overrides(const FeatureSe
   if (s.ep != d.ep) add("parallel.ep", std::to_string(s.ep));
   if (s.pp != d.pp) add("parallel.pp", std::to_string(s.pp));
   if (s.zero_stage != d.zero_stage) add("parallel.zero_stage", std::to_string(s.zero_stage));
-  if (s.schedule != d.schedule) add("parallel.schedule", s.schedule);
-  if (s.schedule == "interleaved") add("parallel.virtual_stages", "2");
+  if (s.schedule != d.schedule) add("parallel.schedule", std::string(schedule_name(s.schedule)));
+  if (s.schedule == ScheduleKind::Interleaved) add("parallel.virtual_stages", "2");
   // The uniform delay: the same arithmetic on any number of stages, so one process is its reference.
-  if (s.schedule == "2bw") add("parallel.weight_version", "delayed");
+  if (s.schedule == ScheduleKind::PipeDream2BW) add("parallel.weight_version", "delayed");
   if (s.compression != d.compression) {
     // As the compressors' parity test trains them (compression_test.cpp): two exact warm-up steps,
     // then a tenth of each bucket (top-k) or rank 2 (PowerSGD).
-    add("parallel.compression", s.compression);
+    add("parallel.compression", std::string(compression_name(s.compression)));
     add("compression.warmup_steps", "2");
-    if (s.compression == "topk") add("compression.ratio", "0.1");
-    if (s.compression == "powersgd") add("compression.rank", "2");
+    if (s.compression == CompressionMethod::TopK) add("compression.ratio", "0.1");
+    if (s.compression == CompressionMethod::PowerSgd) add("compression.rank", "2");
   }
   if (s.grad_dtype != d.grad_dtype) add("parallel.grad_dtype", s.grad_dtype);
   if (s.compute != d.compute) add("precision.compute", s.compute);
-  if (s.recompute != d.recompute) add("memory.recompute", s.recompute);
-  if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") {
+  if (s.recompute != d.recompute) add("memory.recompute", std::string(recompute_policy_name(s.recompute)));
+  if (recompute_takes_budget(s.recompute)) {
     add("memory.activation_budget_mb", std::string(kActivationBudgetMb));
   }
   if (s.activation_encoding != d.activation_encoding) add("memory.activation_encoding", s.activation_encoding);
@@ -94,7 +94,7 @@ FeatureSettings array_reference(const FeatureSettings& s) {
   FeatureSettings r;
   r.moe_experts = s.moe_experts;
   r.optimizer = s.optimizer == OptimizerKind::OneBitAdam ? OptimizerKind::AdamW : s.optimizer;
-  if (s.schedule == "2bw") r.schedule = s.schedule;
+  if (s.schedule == ScheduleKind::PipeDream2BW) r.schedule = s.schedule;
   r.delayed_update_after = s.delayed_update_after;
   return r;
 }
@@ -118,7 +118,7 @@ ArrayTolerance array_tolerance(const FeatureSettings& s) {
   const auto loosen = [&](ArrayTolerance u) {
     if (u > t) t = u;
   };
-  if (s.compression != "none") {
+  if (s.compression != CompressionMethod::None) {
     loosen(s.optimizer == OptimizerKind::Adafactor ? ArrayTolerance::CompressedAdafactor : ArrayTolerance::Compressed);
   }
   if (s.optimizer == OptimizerKind::OneBitAdam) loosen(ArrayTolerance::OneBitAdam);

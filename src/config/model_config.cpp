@@ -7,6 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <variant>
+
+#include "config/model_keys.h"
+#include "core/overloaded.h"
 
 namespace tessera::config {
 
@@ -99,12 +103,17 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 void ModelConfig::validate() const {
-  check_range("model.n_layer", n_layer, 1, 100000);
-  check_range("model.n_head", n_head, 1, 100000);
-  check_range("model.n_embd", n_embd, 1, 1 << 20);
-  check_range("model.vocab_size", vocab_size, 2, 1 << 24);
-  check_range("model.seq_len", seq_len, 1, 1 << 22);
-  check_range("model.ffn_hidden", ffn_hidden, 0, 1 << 22);
+  // Each key against its declared range (model_keys.cpp), then what one key cannot say alone.
+  for (const ModelKey& key : model_keys()) {
+    if (!key.range || (key.read_by != nullptr && !key.read_by(*this))) continue;
+    std::visit(Overloaded{
+                   [&](int ModelConfig::*member) { check_in_range(key.key, this->*member, *key.range); },
+                   [&](float ModelConfig::*member) { check_in_range(key.key, this->*member, *key.range); },
+                   [](bool ModelConfig::*) {},
+                   [](ModelWord) {},
+               },
+               key.field);
+  }
   TS_CHECK(n_embd % n_head == 0, "config: model.n_embd ({}) must be divisible by model.n_head ({}); pick n_head among the divisors of n_embd", n_embd, n_head);
   check_range("model.n_kv_head", n_kv_head, 0, n_head);
   TS_CHECK(n_head % kv_heads() == 0,
@@ -113,62 +122,28 @@ void ModelConfig::validate() const {
            n_kv_head, n_head, divisors_of(n_head));
   TS_CHECK(arch != Architecture::Llama || head_dim() % 2 == 0,
            "config: rotary positions need an even head size, but model.n_embd / model.n_head = {}", head_dim());
-  TS_CHECK(dropout >= 0.0f && dropout < 1.0f, "config: model.dropout = {} must be in [0, 1)", dropout);
-  TS_CHECK(std::isfinite(norm_eps) && norm_eps > 0.0f, "config: model.norm_eps = {} must be a finite positive number",
-           norm_eps);
-  // Read by llama models only, but checked for every model: a nan written for a gpt2 run would
-  // otherwise wait in the saved config for the day someone switches model.arch.
-  TS_CHECK(std::isfinite(rope_theta) && rope_theta > 0.0f,
-           "config: model.rope_theta = {} must be a finite positive number (the rotary base, 10000 in Llama 2)",
-           rope_theta);
-  check_range("model.moe_experts", moe_experts, 0, 1 << 16);
   if (moe_experts > 0) {
-    TS_CHECK(moe_top_k == 1 || moe_top_k == 2,
-             "config: model.moe_top_k = {} is not supported; use 1 (Switch) or 2 (GShard)", moe_top_k);
     TS_CHECK(moe_top_k <= moe_experts, "config: model.moe_top_k = {} needs at least as many experts, but "
              "model.moe_experts = {}; use moe_top_k = 1 or more experts", moe_top_k, moe_experts);
     TS_CHECK(moe_every >= 1 && moe_every <= n_layer, "config: model.moe_every = {} must be in 1..n_layer ({}): "
              "every moe_every-th block is an MoE block", moe_every, n_layer);
-    TS_CHECK(std::isfinite(moe_capacity_factor) && moe_capacity_factor > 0.0f && moe_capacity_factor <= 1000.0f,
-             "config: model.moe_capacity_factor = {} must be a positive number (1.25 is usual; E / k never drops "
-             "a token)", moe_capacity_factor);
-    TS_CHECK(std::isfinite(moe_aux_loss_coef) && moe_aux_loss_coef >= 0.0f,
-             "config: model.moe_aux_loss_coef = {} must be a finite number >= 0 (0.01 in Switch)", moe_aux_loss_coef);
-    TS_CHECK(std::isfinite(moe_z_loss_coef) && moe_z_loss_coef >= 0.0f,
-             "config: model.moe_z_loss_coef = {} must be a finite number >= 0 (0.001 in ST-MoE)", moe_z_loss_coef);
   }
 }
 
 ModelConfig read_model_config(TableReader r) {
   ModelConfig m;
-  std::string arch = r.get<std::string>("arch", "gpt2");
-  if (arch == "gpt2") {
-    m.arch = Architecture::Gpt2;
-  } else if (arch == "llama") {
-    m.arch = Architecture::Llama;
-    m.bias = false;
-  } else {
-    TS_FAIL("config: model.arch = '{}' is not known; use \"gpt2\" or \"llama\"", arch);
+  for (const ModelKey& key : model_keys()) {
+    const std::string name(key.name());
+    std::visit(Overloaded{
+                   [&](ModelWord word) {
+                     // Read even when absent, so that an unknown key's hint can name it.
+                     const std::string given = r.get(name, word.name(m));
+                     if (r.has(name)) word.set(m, given);
+                   },
+                   [&](auto member) { m.*member = r.get(name, m.*member); },
+               },
+               key.field);
   }
-  m.n_layer = r.get("n_layer", m.n_layer);
-  m.n_head = r.get("n_head", m.n_head);
-  m.n_kv_head = r.get("n_kv_head", m.n_kv_head);
-  m.n_embd = r.get("n_embd", m.n_embd);
-  m.vocab_size = r.get("vocab_size", m.vocab_size);
-  m.seq_len = r.get("seq_len", m.seq_len);
-  m.ffn_hidden = r.get("ffn_hidden", m.ffn_hidden);
-  if (r.has("activation")) m.activation = parse_activation(r.require<std::string>("activation"), "model.activation");
-  m.bias = r.get("bias", m.bias);
-  m.tied_embeddings = r.get("tied_embeddings", m.tied_embeddings);
-  m.dropout = r.get("dropout", m.dropout);
-  m.norm_eps = r.get("norm_eps", m.norm_eps);
-  m.rope_theta = r.get("rope_theta", m.rope_theta);
-  m.moe_experts = r.get("moe_experts", m.moe_experts);
-  m.moe_top_k = r.get("moe_top_k", m.moe_top_k);
-  m.moe_capacity_factor = r.get("moe_capacity_factor", m.moe_capacity_factor);
-  m.moe_every = r.get("moe_every", m.moe_every);
-  m.moe_aux_loss_coef = r.get("moe_aux_loss_coef", m.moe_aux_loss_coef);
-  m.moe_z_loss_coef = r.get("moe_z_loss_coef", m.moe_z_loss_coef);
   r.finish();
   m.validate();
   return m;

@@ -22,6 +22,7 @@
 //   Recv(tensor, mb, peer)    the stage's last unit (the next stage's input), a gradient that of the
 //                             stage's first unit's input; `unit` names that slot (see Action)
 // Stage-level Recompute instructions are expressed by the recompute plans instead.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -115,6 +116,9 @@ struct StagePlan {
     // status and time). Its schedule is the one above.
     std::optional<memory::remat::ChainCheckmate> checkmate;
     int chain_first() const { return first == 0 ? 1 : first; }
+    // Its transformer blocks, of a model of `n_layer` (units 1 to n_layer; the embedding and the
+    // head are not blocks).
+    int blocks(int n_layer) const { return std::min(last, n_layer + 1) - chain_first(); }
   };
   std::vector<Stage> stages;
   int units = 0;  // in the whole model

@@ -23,8 +23,6 @@ int64_t embedding_bytes(const config::ModelConfig& model, int B, int T) {
 
 }  // namespace
 
-int default_every_k(int blocks) { return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(blocks))))); }
-
 UnitTimes nominal_unit_times(const config::ModelConfig& c, int B, int T) {
   const double N = double(B) * T, C = c.n_embd, F = c.ffn(), V = c.vocab_size, W3 = c.qkv_dim();
   const double mlp = c.gated_mlp() ? 3 * C * F : 2 * C * F;
@@ -105,7 +103,7 @@ JointPlanChoice plan_jointly(StagePlan& plan, const config::ModelConfig& model, 
   StagePlan::Stage& stage = plan.stages.front();
   const int head = model.n_layer + 1;
   const int64_t lowest = memory::minimum_budget(chain);
-  const int64_t highest = memory::simulate(chain, memory::plan_recompute(memory::RecomputePolicy::None, chain, 1, 0)).peak_bytes;
+  const int64_t highest = memory::simulate(chain, memory::plan_recompute(config::RecomputePolicy::None, chain, 1, 0)).peak_bytes;
   double compute = 0;
   for (const memory::ChainUnit& u : chain) compute += u.forward_time + u.backward_time;
   const std::vector<config::UnitActivationBytes> bytes = config::unit_activation_bytes(model, B, T, tp, sp, activations);
@@ -209,10 +207,10 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
                     const UnitTimes& times, int tp, bool sp, DType activations) {
   if (options.offload == ActivationOffloadMode::Auto) {
     // The joint plan is the optimal policy's dynamic program; DTR decides at run time and has none.
-    TS_CHECK(options.policy == memory::RecomputePolicy::Optimal && plan.stages.size() == 1,
+    TS_CHECK(options.policy == config::RecomputePolicy::Optimal && plan.stages.size() == 1,
              "memory.offload_activations = \"auto\" plans offloading together with memory.recompute = \"optimal\" "
              "for one pipeline stage (it is {}); use \"nvme\" under pipelines or with other policies",
-             memory::recompute_policy_name(options.policy));
+             config::recompute_policy_name(options.policy));
     StagePlan::Stage& stage = plan.stages.front();
     stage.selective = false;
     const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, false, times, tp, sp, activations);
@@ -220,22 +218,22 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
                  activations);
     return;
   }
-  const bool selective = options.policy == memory::RecomputePolicy::Selective;
-  const int every_k = options.every_k > 0 ? options.every_k : default_every_k(model.n_layer);
+  const bool selective = options.policy == config::RecomputePolicy::Selective;
   for (StagePlan::Stage& stage : plan.stages) {
+    const int every_k = options.every_k > 0 ? options.every_k : config::default_every_k(stage.blocks(model.n_layer));
     const std::vector<memory::ChainUnit> chain = stage_chain(model, stage, B, T, selective, times, tp, sp, activations);
     int64_t budget = options.budget_bytes;
     if (stage.first == 0) budget -= embedding_bytes(model, B, T);
     stage.selective = selective;
     const int64_t outside = stage.first == 0 ? embedding_bytes(model, B, T) : 0;
-    if (options.policy == memory::RecomputePolicy::Optimal) {
+    if (options.policy == config::RecomputePolicy::Optimal) {
       const int64_t minimum = memory::minimum_budget(chain) + outside;
       TS_CHECK(options.budget_bytes >= minimum,
                "memory.activation_budget_mb = {:.2f} is below the {:.2f} MiB this model needs at the least for a "
                "microbatch of {} × {}; raise the budget or lower train.micro_batch_size",
                static_cast<double>(options.budget_bytes) / 1048576.0, static_cast<double>(minimum) / 1048576.0, B, T);
     }
-    if (options.policy == memory::RecomputePolicy::Dtr && !memory::dtr_run(chain, budget).fits) {
+    if (options.policy == config::RecomputePolicy::Dtr && !memory::dtr_run(chain, budget).fits) {
       // DTR's least budget is its own (above optimal's), and its greedy choices are not monotone in
       // the budget: name the least and, when they differ, the next one above this budget.
       const int64_t least = memory::dtr_minimum_budget(chain) + outside;
@@ -255,7 +253,7 @@ void plan_recompute(StagePlan& plan, const config::ModelConfig& model, int B, in
               static_cast<double>(memory::minimum_budget(chain) + outside) / mib);
     }
     stage.checkmate.reset();
-    if (options.policy == memory::RecomputePolicy::Checkmate) {
+    if (options.policy == config::RecomputePolicy::Checkmate) {
       stage.checkmate = plan_checkmate(model, stage, B, T, options, budget, outside, tp, sp, activations);
       stage.recompute = stage.checkmate->schedule;
       stage.checkmate->schedule = {};

@@ -39,8 +39,8 @@ enum class ActivationOffloadMode : uint8_t {
 ActivationOffloadMode parse_activation_offload(std::string_view name);  // "none", "nvme", "auto"
 
 struct RecomputeOptions {
-  memory::RecomputePolicy policy = memory::RecomputePolicy::None;
-  int every_k = 0;           // segment length for every_k; 0: ⌈√L⌉
+  config::RecomputePolicy policy = config::RecomputePolicy::None;
+  int every_k = 0;           // segment length for every_k; 0: ⌈√n⌉ for the n blocks of each stage (config::default_every_k)
   int64_t budget_bytes = 0;  // optimal and dtr: the activation peak allowed, whole microbatch (token ids included)
   ActivationOffloadMode offload = ActivationOffloadMode::None;
   // Auto: the disk's write and read bandwidth (bytes/s) that offloading's time is reckoned at.
@@ -97,8 +97,5 @@ struct ActivationPrediction {
 ActivationPrediction predict_activations(const StagePlan& plan, const config::ModelConfig& model, int B, int T,
                                          int alive, int tp = 1, bool sp = false,
                                          DType activations = DType::F32);
-
-// ⌈√L⌉, the default segment length of every_k.
-int default_every_k(int blocks);
 
 }  // namespace tessera::exec

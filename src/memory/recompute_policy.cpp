@@ -12,41 +12,6 @@
 
 namespace tessera::memory {
 
-namespace {
-struct PolicyInfo {
-  RecomputePolicy policy;
-  std::string_view name;
-};
-constexpr std::array<PolicyInfo, 7> kPolicies{{
-    {RecomputePolicy::None, "none"},
-    {RecomputePolicy::Selective, "selective"},
-    {RecomputePolicy::Full, "full"},
-    {RecomputePolicy::EveryK, "every_k"},
-    {RecomputePolicy::Optimal, "optimal"},
-    {RecomputePolicy::Dtr, "dtr"},
-    {RecomputePolicy::Checkmate, "checkmate"},
-}};
-}  // namespace
-
-std::string_view recompute_policy_name(RecomputePolicy policy) {
-  for (const auto& p : kPolicies)
-    if (p.policy == policy) return p.name;
-  TS_FAIL("unknown recompute policy {}", static_cast<int>(policy));
-}
-
-std::optional<RecomputePolicy> find_recompute_policy(std::string_view name) {
-  for (const auto& p : kPolicies)
-    if (p.name == name) return p.policy;
-  return std::nullopt;
-}
-
-RecomputePolicy parse_recompute_policy(std::string_view name) {
-  if (const std::optional<RecomputePolicy> policy = find_recompute_policy(name)) return *policy;
-  std::string names;
-  for (const auto& p : kPolicies) names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  TS_FAIL("unknown recompute policy '{}': choose one of {}", name, names);
-}
-
 ChainSchedule none_schedule(int units) {
   TS_CHECK(units >= 1, "a recompute schedule needs at least one unit (the loss unit), got {}", units);
   ChainSchedule s;
@@ -74,18 +39,18 @@ ChainSchedule every_k_schedule(int units, int k) {
 
 ChainSchedule full_schedule(int units) { return every_k_schedule(units, 1); }
 
-ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
+ChainSchedule plan_recompute(config::RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
                              int64_t budget_bytes) {
   check_chain(units);
   const int n = static_cast<int>(units.size());
   switch (policy) {
-    case RecomputePolicy::None:
-    case RecomputePolicy::Selective: return none_schedule(n);
-    case RecomputePolicy::Full: return full_schedule(n);
-    case RecomputePolicy::EveryK: return every_k_schedule(n, every_k);
-    case RecomputePolicy::Optimal: return optimal_schedule(units, budget_bytes);
-    case RecomputePolicy::Dtr: return dtr_schedule(units, budget_bytes);
-    case RecomputePolicy::Checkmate:
+    case config::RecomputePolicy::None:
+    case config::RecomputePolicy::Selective: return none_schedule(n);
+    case config::RecomputePolicy::Full: return full_schedule(n);
+    case config::RecomputePolicy::EveryK: return every_k_schedule(n, every_k);
+    case config::RecomputePolicy::Optimal: return optimal_schedule(units, budget_bytes);
+    case config::RecomputePolicy::Dtr: return dtr_schedule(units, budget_bytes);
+    case config::RecomputePolicy::Checkmate:
       // Its solver lives in memory/remat (COIN-OR CBC), which this library does not link.
       TS_FAIL("memory.recompute = \"checkmate\" is planned by remat::checkmate_chain_schedule, not here");
   }

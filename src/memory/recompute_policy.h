@@ -1,14 +1,9 @@
 #pragma once
-// Recompute policies: the schedules a user picks by name, and the one entry point the training
-// interpreter and the planner call.
+// The recompute policies' schedules over a chain of units (config::RecomputePolicy names them), and
+// the one entry point the training interpreter and the planner call.
 //
-//   none       keep everything; the fastest schedule and the largest peak.
-//   selective  after Korthikanti et al.'s selective recomputation: the cheap-to-recompute parts
-//              are recomputed inside each unit's backward — here the norm outputs and the MLP's
-//              activation, 2C + F values a token (the tiled attention never stores the scores that
-//              their paper recomputes). That changes
-//              the chain, not the schedule: the caller builds the chain with the smaller own_bytes
-//              and the backward_extra_bytes, and the schedule is none's.
+//   selective  changes the chain, not the schedule: the caller builds the chain with the smaller
+//              own_bytes and the backward_extra_bytes (unit_chain.h), and the schedule is none's.
 //   full       every_k with k = 1: each unit's input is stored, everything else recomputed.
 //   every_k    Chen et al.'s segments of k units, the usual sqrt(n) checkpointing when k ~ sqrt(n).
 //   optimal    the fastest (persistent) schedule within a memory budget (optimal.h).
@@ -17,19 +12,12 @@
 //   checkmate  Checkmate's MILP over the chain's graph within the same budget, solved with COIN-OR CBC
 //              (remat/chain_checkmate.h); planned by exec::plan_recompute, which links the solver.
 #include <cstdint>
-#include <optional>
 #include <span>
-#include <string_view>
 
+#include "config/recompute_policy.h"
 #include "memory/chain.h"
 
 namespace tessera::memory {
-
-enum class RecomputePolicy : std::uint8_t { None, Selective, Full, EveryK, Optimal, Dtr, Checkmate };
-
-std::string_view recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full", "every_k", "optimal", "dtr", "checkmate"
-std::optional<RecomputePolicy> find_recompute_policy(std::string_view name);
-RecomputePolicy parse_recompute_policy(std::string_view name);   // throws with the list of names
 
 ChainSchedule none_schedule(int units);
 // Units 0..n-2 (the loss unit stays out) are cut from the start into segments of k (the last one
@@ -41,7 +29,7 @@ ChainSchedule full_schedule(int units);
 
 // Checkmate is refused here (see above). every_k is read for EveryK only, budget_bytes for Optimal and Dtr only (the activation memory the
 // schedule may peak at, x_0 included; see optimal_schedule and dtr_schedule).
-ChainSchedule plan_recompute(RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
+ChainSchedule plan_recompute(config::RecomputePolicy policy, std::span<const ChainUnit> units, int every_k,
                              int64_t budget_bytes);
 
 }  // namespace tessera::memory

@@ -38,11 +38,11 @@ config::FeatureSettings feature_settings(const EngineOptions& o, const config::M
   s.ep = o.layout.ep;
   s.pp = o.layout.pp;
   s.zero_stage = o.layout.zero_stage;
-  s.schedule = config::schedule_name(o.layout.schedule);
-  s.compression = config::compression_name(o.compression.method);
+  s.schedule = o.layout.schedule;
+  s.compression = o.compression.method;
   s.grad_dtype = config::precision_name(o.precision.grad_dtype);
   s.compute = config::precision_name(o.precision.compute);
-  s.recompute = memory::recompute_policy_name(o.recompute.policy);
+  s.recompute = o.recompute.policy;
   s.optimizer = o.optimizer.kind;
   s.moe_experts = model.moe_experts;
   s.offload_optimizer = o.offload_optimizer_chunk_bytes > 0 ? "nvme" : "none";
@@ -256,8 +256,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
   times_ = exec::nominal_unit_times(model.config(), B, T);
   // Measuring runs each unit alone on this rank, which an MoE layer split over ep cannot.
   // The budgeted policies weigh recomputation by the units' times (optimal's DP, DTR's c / (m s)).
-  const bool weighs_times = options.recompute.policy == memory::RecomputePolicy::Optimal ||
-                            options.recompute.policy == memory::RecomputePolicy::Dtr;
+  const bool weighs_times = options.recompute.policy == config::RecomputePolicy::Optimal ||
+                            options.recompute.policy == config::RecomputePolicy::Dtr;
   if (weighs_times && options.measure_unit_times && ep_ == nullptr) {
     DataParallel::FullParameters full = full_parameters();
     times_ = agreed(dp, exec::measure_unit_times(model, full, memory, B, T));

@@ -95,11 +95,17 @@ LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const Cluste
                                : all_reduce_seconds(place.tp, activation);
   t.forward_tp = 2 * exchange;
   t.backward_tp = 2 * exchange;
-  if (l.recompute == Recompute::Full) {
+  if (l.recompute == config::RecomputePolicy::Full) {
     t.recompute = t.forward;
     t.recompute_tp = t.forward_tp;
-  } else if (l.recompute == Recompute::Selective && !l.flash_attention) {
+  } else if (selective_rebuild(l) == SelectiveRebuild::AttentionCore) {
     t.recompute = core_f;
+  } else if (selective_rebuild(l) == SelectiveRebuild::NormsAndActivation) {
+    for (const Stream& stream : ops.streams) {
+      if (stream.kind == StreamKind::Norm || stream.kind == StreamKind::Activation) {
+        t.recompute += stream_seconds(c, stream, false);
+      }
+    }
   }
   return t;
 }

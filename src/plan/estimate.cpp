@@ -251,9 +251,14 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   t.optimizer = std::max(t.optimizer, c.efficiency.kernels.optimizer * shard + c.efficiency.kernel_overhead);
   t.step = makespan + dp_exposed + t.optimizer;
 
+  // step_flops counts selective as Megatron does, rerunning the attention core; this engine's
+  // selective reruns norms and an activation, which the FLOPs leave out as they leave out every
+  // bandwidth-bound kernel, so its FLOPs are none's.
+  const config::RecomputePolicy counted =
+      selective_rebuild(l) == SelectiveRebuild::NormsAndActivation ? config::RecomputePolicy::None : l.recompute;
   est.flops = recompute_uses_chain(l.recompute)
                   ? step_flops(m, l.global_batch, l.recompute, l.flash_attention, model_recomputed_layer_forwards(m, l))
-                  : step_flops(m, l.global_batch, l.recompute, l.flash_attention);
+                  : step_flops(m, l.global_batch, counted, l.flash_attention);
   const double busy = t.compute + t.tp_comm + t.pp_comm;
   est.bubble_fraction = busy > 0 ? t.bubble / busy : 0;
   const double devices = static_cast<double>(l.devices());

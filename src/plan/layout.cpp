@@ -72,17 +72,10 @@ std::string divisors_up_to(int64_t n, int64_t limit) {
 
 }  // namespace
 
-std::string recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Selective: return "selective";
-    case Recompute::Full: return "full";
-    case Recompute::EveryK: return "every_k";
-    case Recompute::Optimal: return "optimal";
-    case Recompute::Dtr: return "dtr";
-    case Recompute::Checkmate: return "checkmate";
-  }
-  return "?";
+SelectiveRebuild selective_rebuild(const Layout& l) {
+  if (l.recompute != config::RecomputePolicy::Selective) return SelectiveRebuild::Nothing;
+  if (l.activations == ActivationAccounting::Engine) return SelectiveRebuild::NormsAndActivation;
+  return l.flash_attention ? SelectiveRebuild::Nothing : SelectiveRebuild::AttentionCore;
 }
 
 std::string_view accounting_name(ActivationAccounting a) {
@@ -143,13 +136,8 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else if (key == "bucket_mb") {
       l.bucket_mb = parse_mib(key, value);
     } else if (key == "recompute") {
-      if (value == "none") l.recompute = Recompute::None;
-      else if (value == "selective") l.recompute = Recompute::Selective;
-      else if (value == "full") l.recompute = Recompute::Full;
-      else if (value == "every_k") l.recompute = Recompute::EveryK;
-      else if (value == "optimal") l.recompute = Recompute::Optimal;
-      else if (value == "dtr") l.recompute = Recompute::Dtr;
-      else if (value == "checkmate") l.recompute = Recompute::Checkmate;
+      const std::optional<config::RecomputePolicy> policy = config::find_recompute_policy(value);
+      if (policy) l.recompute = *policy;
       else TS_FAIL("layout: 'recompute={}' must be none, selective or full, or every_k (with recompute_every=K), or "
                    "optimal or dtr (with activation_budget_mb=X)", value);
     } else if (key == "recompute_every") {
@@ -194,7 +182,7 @@ Layout parse_layout(std::string_view text, Layout l) {
 std::string to_string(const Layout& l) {
   // The policy's parameters sit next to it, and only when set: every layout printed before they
   // existed prints the same. fmt's {} of a double is the shortest text that reads back exactly.
-  std::string recompute = recompute_name(l.recompute);
+  std::string recompute(config::recompute_policy_name(l.recompute));
   if (l.recompute_every != 0) recompute += fmt::format(",recompute_every={}", l.recompute_every);
   if (l.activation_budget_mb != 0) recompute += fmt::format(",activation_budget_mb={}", l.activation_budget_mb);
   // Compression and the optimizer likewise, only when not the default: layouts without them
@@ -265,19 +253,19 @@ void check_layout(const config::ModelConfig& m, const Layout& l, int64_t devices
   // rather than silently dropped.
   TS_CHECK(l.recompute_every >= 0, "layout: recompute_every={} must be 0 (ceil(sqrt(layers per chunk))) or a segment "
            "length of at least 1 layer", l.recompute_every);
-  TS_CHECK(l.recompute_every == 0 || l.recompute == Recompute::EveryK,
+  TS_CHECK(l.recompute_every == 0 || l.recompute == config::RecomputePolicy::EveryK,
            "layout: recompute_every={} sets the segment length of recompute=every_k, but the layout says recompute={}; "
-           "use recompute=every_k or drop recompute_every", l.recompute_every, recompute_name(l.recompute));
+           "use recompute=every_k or drop recompute_every", l.recompute_every, config::recompute_policy_name(l.recompute));
   TS_CHECK(std::isfinite(l.activation_budget_mb) && l.activation_budget_mb >= 0,
            "layout: activation_budget_mb={} must be a number of MiB, 0 or more", l.activation_budget_mb);
-  TS_CHECK(l.activation_budget_mb == 0 || recompute_takes_budget(l.recompute),
+  TS_CHECK(l.activation_budget_mb == 0 || config::recompute_takes_budget(l.recompute),
            "layout: activation_budget_mb={} is the budget of recompute=optimal or dtr, but the layout says recompute={}; "
            "use recompute=optimal or dtr, or drop activation_budget_mb", l.activation_budget_mb,
-           recompute_name(l.recompute));
-  TS_CHECK(!recompute_takes_budget(l.recompute) || l.activation_budget_mb > 0,
+           config::recompute_policy_name(l.recompute));
+  TS_CHECK(!config::recompute_takes_budget(l.recompute) || l.activation_budget_mb > 0,
            "layout: recompute={} needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on a "
            "rank (the schedule recomputes within it); add activation_budget_mb, or pick another policy",
-           recompute_name(l.recompute));
+           config::recompute_policy_name(l.recompute));
   TS_CHECK(std::isfinite(l.bucket_mb) && l.bucket_mb > 0, "layout: bucket_mb={} must be a positive number of MiB "
            "(the runtime's parallel.bucket_mb)", l.bucket_mb);
   TS_CHECK(l.bucket_mb == Layout{}.bucket_mb || l.states == StateAccounting::Engine,

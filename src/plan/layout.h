@@ -10,31 +10,26 @@
 #include "config/compression_method.h"
 #include "config/model_config.h"
 #include "config/parallel_layout.h"
+#include "config/recompute_policy.h"
 #include "optim/optimizer_config.h"
 #include "plan/cluster.h"
 
 namespace tessera::plan {
 
-enum class Recompute {
-  None,       // keep every activation backward needs
-  Selective,  // recompute only the attention core (QK^T, softmax, dropout, AV): Korthikanti et al.
-  Full,       // keep only each layer's input; rerun the layer's forward during backward
-  EveryK,     // Chen et al.'s segments of k layers: keep each segment's first input, rerun the segment
-  Optimal,    // the fastest schedule whose activation peak fits a budget (src/memory/optimal.h)
-  Dtr,        // Dynamic Tensor Rematerialization's greedy run-time evictions within a budget (src/memory/dtr.h)
-  Checkmate,  // Checkmate's MILP over the chain's graph within a budget (src/memory/remat/chain_checkmate.h)
-};
-
-// Optimal, Dtr and Checkmate: the policies that take activation_budget_mb.
-inline bool recompute_takes_budget(Recompute r) {
-  return r == Recompute::Optimal || r == Recompute::Dtr || r == Recompute::Checkmate;
-}
-
-// Whose saved tensors the activations tag counts (plan/memory_model.h).
+// Whose saved tensors the activations tag counts (plan/memory_model.h), and so what selective
+// recomputation drops: this engine's norm outputs and MLP activation (Engine; what a run of
+// memory.recompute = "selective" does), or the attention core's scores, softmax and dropout
+// (Megatron, Korthikanti et al.'s selective recomputation, to hold against published runs).
 enum class ActivationAccounting {
   Engine,    // this engine's, unit by unit (config::unit_activation_bytes): what a tessera run measures
   Megatron,  // Megatron-LM's, as Korthikanti et al. 2022 derive them: to hold against published runs
 };
+
+// What selective recomputation reruns in each layer's backward, by the accounting: Megatron's
+// (Korthikanti et al.) reruns the attention core, QK^T, softmax, dropout and AV, unless a fused
+// kernel never stored it; this engine's reruns its norms and the MLP's activation, what a run of
+// memory.recompute = "selective" does (memory/unit_chain.h).
+enum class SelectiveRebuild { Nothing, AttentionCore, NormsAndActivation };
 
 // Whose model states, buffers and workspace the other tags count (plan/memory_model.h,
 // plan/engine_memory.h).
@@ -51,7 +46,7 @@ enum class StateAccounting {
 // a plan::Layout passes unchanged wherever the shared layout is wanted (the pipeline generators,
 // the pipeline model, a mesh), so what the planner predicts is exactly what would run.
 struct Layout : config::ParallelLayout {
-  Recompute recompute = Recompute::None;
+  config::RecomputePolicy recompute = config::RecomputePolicy::None;
   Precision precision = Precision::Bf16;
   bool flash_attention = false;  // fused attention that never stores the s x s scores (Megatron accounting;
                                  // this engine's attention is always tiled)
@@ -86,9 +81,10 @@ struct Layout : config::ParallelLayout {
   bool operator==(const Layout&) const = default;
 };
 
-std::string recompute_name(Recompute r);
 std::string_view accounting_name(ActivationAccounting a);  // "engine", "megatron"
 std::string_view accounting_name(StateAccounting a);       // "zero", "engine"
+// Nothing unless l.recompute is selective.
+SelectiveRebuild selective_rebuild(const Layout& l);
 
 // "tp=8,pp=2,dp=32,v=2,mb=1,zero=1,recompute=full,sp=true,precision=bf16": keys tp, pp, dp, v
 // (virtual_stages), mb, gb, zero (zero_stage), recompute (none, selective, full, every_k, optimal),

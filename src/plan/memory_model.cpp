@@ -53,14 +53,14 @@ MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, 
   return mem;
 }
 
-double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, Recompute recompute, bool flash,
+double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, config::RecomputePolicy recompute, bool flash,
                               Precision precision) {
   const double s = m.seq_len, h = m.n_embd, a = m.n_head, F = m.ffn(), t = tp;
   const double e = element_bytes(precision);
   const double bsh = d(b) * s * h;
   const double bskv = d(b) * s * m.kv_dim();  // k or v: fewer heads under grouped-query attention
   const double R = bsh / (sp ? t : 1);  // a tensor of the replicated region, sharded over t by sp
-  if (recompute == Recompute::Full) return e * R;  // only the layer input survives the forward
+  if (recompute == config::RecomputePolicy::Full) return e * R;  // only the layer input survives the forward
   const double mask = m.dropout > 0 ? 1.0 : 0.0;
 
   double bytes = 0;
@@ -73,7 +73,7 @@ double layer_activation_bytes(const ModelConfig& m, int64_t b, int tp, bool sp, 
   bytes += mask * R;                   // dropout mask after the projection
   if (flash) {
     bytes += 4 * d(b) * (a / t) * s;   // fp32 log-sum-exp per row, all a fused kernel keeps
-  } else if (recompute != Recompute::Selective) {
+  } else if (recompute != config::RecomputePolicy::Selective) {
     const double scores = d(b) * (a / t) * s * s;
     bytes += e * scores;               // softmax output, input of the score dropout
     if (mask > 0) bytes += (mask + e) * scores;  // dropout mask and dropout output (input of AV)
@@ -108,7 +108,7 @@ double stage_activation_bytes(const ModelConfig& m, const Layout& l, int stage, 
     // without building a chain for each of the search's thousands of layouts.
     const double layers_per_chunk = static_cast<double>(m.n_layer) / (l.pp * l.virtual_stages);
     const double kept = layer_activation_bytes(m, b, l.tp, l.sp, l.recompute, l.flash_attention, l.precision);
-    const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
+    const double everything = layer_activation_bytes(m, b, l.tp, l.sp, config::RecomputePolicy::None, l.flash_attention, l.precision);
     bytes = d(chunks) * layers_per_chunk * kept;
     // The layer being recomputed and back-propagated holds its full set once more.
     bytes += everything - kept;

@@ -49,7 +49,9 @@ MemoryBreakdown model_state_bytes(double params, Precision precision, int zero, 
 //   TP + selective:     s b h (10 + 24/t)
 //   TP + SP + selective: 34 s b h / t
 //   full recompute:     2 s b h (the layer input; / t with SP)
-double layer_activation_bytes(const config::ModelConfig& m, int64_t b, int tp, bool sp, Recompute recompute, bool flash,
+// This is Megatron's accounting (ActivationAccounting::Megatron), so its selective drops the
+// attention core's tensors; this engine's own bytes are config::unit_activation_bytes.
+double layer_activation_bytes(const config::ModelConfig& m, int64_t b, int tp, bool sp, config::RecomputePolicy recompute, bool flash,
                               Precision precision);
 
 // The activations tag of one rank of pipeline stage `stage` in the layout's activation accounting:

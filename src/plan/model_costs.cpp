@@ -79,15 +79,15 @@ double layer_forward_flops(const ModelConfig& m, int64_t b) {
 
 double head_forward_flops(const ModelConfig& m, int64_t b) { return 2.0 * d(b) * d(m.seq_len) * d(m.n_embd) * d(m.vocab_size); }
 
-StepFlops step_flops(const ModelConfig& m, int64_t B, Recompute recompute, bool flash) {
-  TS_CHECK(recompute != Recompute::EveryK && !recompute_takes_budget(recompute),
+StepFlops step_flops(const ModelConfig& m, int64_t B, config::RecomputePolicy recompute, bool flash) {
+  TS_CHECK(recompute != config::RecomputePolicy::EveryK && !config::recompute_takes_budget(recompute),
            "plan: the recompute FLOPs of {} depend on its schedule; call step_flops with the schedule's recomputed layer "
            "forwards (model_recomputed_layer_forwards)",
-           recompute_name(recompute));
-  return step_flops(m, B, recompute, flash, recompute == Recompute::Full ? static_cast<double>(m.n_layer) : 0.0);
+           config::recompute_policy_name(recompute));
+  return step_flops(m, B, recompute, flash, recompute == config::RecomputePolicy::Full ? static_cast<double>(m.n_layer) : 0.0);
 }
 
-StepFlops step_flops(const ModelConfig& m, int64_t B, Recompute recompute, bool flash, double recomputed_layers) {
+StepFlops step_flops(const ModelConfig& m, int64_t B, config::RecomputePolicy recompute, bool flash, double recomputed_layers) {
   const double L = m.n_layer;
   // QK^T and AV: 2 x 2 B s^2 h.
   const double attention_core = 4.0 * d(B) * d(m.seq_len) * d(m.seq_len) * d(m.n_embd);
@@ -97,7 +97,7 @@ StepFlops step_flops(const ModelConfig& m, int64_t B, Recompute recompute, bool 
   f.backward = 2.0 * f.forward;
   // Whole layers rerun (full, every_k, optimal); the head is not recomputed.
   if (recomputed_layers > 0) f.recompute = recomputed_layers * layer_forward_flops(m, B);
-  if (recompute == Recompute::Selective && !flash) f.recompute = L * attention_core;
+  if (recompute == config::RecomputePolicy::Selective && !flash) f.recompute = L * attention_core;
   // A fused attention backward recomputes the scores QK^T (half the core) from the saved q, k.
   if (flash) f.recompute += L * attention_core / 2;
   return f;

@@ -57,12 +57,13 @@ struct StepFlops {
   double model() const { return forward + backward; }              // what MFU counts
   double hardware() const { return forward + backward + recompute; }  // what the device executes
 };
+// Selective is Megatron's here (Korthikanti et al.): the attention core rerun, unless `flash`.
 // none, selective and full: their recompute is fixed by the policy. every_k and optimal need the
 // schedule's count and are refused here; use the overload below.
-StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, Recompute recompute, bool flash);
+StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, config::RecomputePolicy recompute, bool flash);
 // Any policy, with `recomputed_layers` layer forwards rerun per sequence over the whole model
 // (model_recomputed_layer_forwards in recompute_model.h; L for full, 0 for none and selective).
-StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, Recompute recompute, bool flash,
+StepFlops step_flops(const config::ModelConfig& m, int64_t global_batch, config::RecomputePolicy recompute, bool flash,
                      double recomputed_layers);
 
 // Narayanan et al. 2021, eq. (2) and (3), for GPT with F = 4h (the final LayerNorm is left out):

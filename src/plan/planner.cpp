@@ -66,7 +66,7 @@ PlanResult plan_layouts(const config::ModelConfig& m, const ClusterSpec& c, cons
               // and costs elsewhere. Searching it would fill the ranking with twins of full's
               // layouts that tie on time. optimal needs a budget the request does not give, and a
               // DP per layout would add seconds over thousands of layouts.
-              for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              for (config::RecomputePolicy rc : {config::RecomputePolicy::None, config::RecomputePolicy::Selective, config::RecomputePolicy::Full}) {
                 Layout l;
                 l.tp = static_cast<int>(tp);
                 l.pp = static_cast<int>(pp);

@@ -47,7 +47,7 @@ Layout published_layout(const PublishedRow& row) {
   l.dp = row.gpus / (row.tp * row.pp);
   l.global_batch = row.batch;
   l.micro_batch = 1;
-  l.recompute = Recompute::Full;
+  l.recompute = config::RecomputePolicy::Full;
   l.precision = Precision::Bf16;
   l.activations = ActivationAccounting::Megatron;  // the published runs are Megatron-LM's
   if (row.pp > 1) {

@@ -37,21 +37,13 @@ int layers_per_chunk(const ModelConfig& m, const Layout& l) {
   return static_cast<int>(m.n_layer / chunks);
 }
 
-memory::RecomputePolicy memory_policy(Recompute r) {
-  switch (r) {
-    case Recompute::None: return memory::RecomputePolicy::None;
-    case Recompute::Selective: return memory::RecomputePolicy::Selective;
-    case Recompute::Full: return memory::RecomputePolicy::Full;
-    case Recompute::EveryK: return memory::RecomputePolicy::EveryK;
-    case Recompute::Optimal: return memory::RecomputePolicy::Optimal;
-    case Recompute::Dtr: return memory::RecomputePolicy::Dtr;
-    // The cost model does not run the MILP for every layout it weighs: on the chain of units the
-    // interpreter runs, Checkmate's schedules cost what Rotor's do at every budget Rotor meets
-    // (tests/memory/test_remat_chain.cpp), so its time and peak are predicted by Rotor's schedule.
-    // `tessera plan --config` solves the run's own program instead (train/planned_run.cpp).
-    case Recompute::Checkmate: return memory::RecomputePolicy::Optimal;
-  }
-  TS_FAIL("plan: unknown recompute policy {}", static_cast<int>(r));
+// The policy whose schedule the chain gets. The cost model does not run Checkmate's MILP for every
+// layout it weighs: on the chain of units the interpreter runs, Checkmate's schedules cost what
+// Rotor's do at every budget Rotor meets (tests/memory/test_remat_chain.cpp), so its time and peak
+// are predicted by Rotor's schedule. `tessera plan --config` solves the run's own program instead
+// (train/planned_run.cpp).
+config::RecomputePolicy scheduled_policy(config::RecomputePolicy policy) {
+  return policy == config::RecomputePolicy::Checkmate ? config::RecomputePolicy::Optimal : policy;
 }
 
 // To the nearest byte, so that the minimum named in MiB (rounded up to 1/100) reads back as at
@@ -66,7 +58,7 @@ int64_t minimum_chain_budget(const ModelConfig& m, const Layout& l) {
   for (int stage : {0, l.pp - 1}) {
     const std::vector<memory::ChainUnit> chain = chunk_chain(m, l, stage);
     const int64_t chain_least =
-        l.recompute == Recompute::Dtr ? memory::dtr_minimum_budget(chain) : memory::minimum_budget(chain);
+        l.recompute == config::RecomputePolicy::Dtr ? memory::dtr_minimum_budget(chain) : memory::minimum_budget(chain);
     least = std::max(least, chain_least + whole_bytes(stage_edge_bytes(m, l, stage)));
   }
   return least;
@@ -80,9 +72,9 @@ std::vector<memory::ChainUnit> megatron_chain(const ModelConfig& m, const Layout
   const int64_t b = l.micro_batch;
   const double e = element_bytes(l.precision);
   const double input = e * d(b) * m.seq_len * m.n_embd / (l.sp ? l.tp : 1);
-  const double everything = layer_activation_bytes(m, b, l.tp, l.sp, Recompute::None, l.flash_attention, l.precision);
-  const bool selective = l.recompute == Recompute::Selective;
-  const double kept = selective ? layer_activation_bytes(m, b, l.tp, l.sp, Recompute::Selective, l.flash_attention, l.precision)
+  const double everything = layer_activation_bytes(m, b, l.tp, l.sp, config::RecomputePolicy::None, l.flash_attention, l.precision);
+  const bool selective = l.recompute == config::RecomputePolicy::Selective;
+  const double kept = selective ? layer_activation_bytes(m, b, l.tp, l.sp, config::RecomputePolicy::Selective, l.flash_attention, l.precision)
                                 : everything;
   // Uniform layers: the forward FLOPs are all the optimal solver needs of time (only ratios matter),
   // and a backward costs twice its forward (each matmul's two gradient products).
@@ -124,17 +116,17 @@ std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& 
   forward.back() = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
   std::vector<double> backward(forward.size());
   for (size_t u = 0; u < forward.size(); ++u) backward[u] = 2 * forward[u];
-  return memory::chain_of_units(bytes, units, l.recompute == Recompute::Selective, forward, backward, !holds_head);
+  return memory::chain_of_units(bytes, units, l.recompute == config::RecomputePolicy::Selective, forward, backward, !holds_head);
 }
 
 }  // namespace
 
-bool recompute_uses_chain(Recompute r) { return r == Recompute::EveryK || recompute_takes_budget(r); }
+bool recompute_uses_chain(config::RecomputePolicy r) { return r == config::RecomputePolicy::EveryK || config::recompute_takes_budget(r); }
 
 int resolved_recompute_every(const ModelConfig& m, const Layout& l) {
   if (l.recompute_every > 0) return l.recompute_every;
-  // The runtime's default, ceil(sqrt(layers it holds)), for the layers one chain holds.
-  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(layers_per_chunk(m, l))))));
+  // The runtime's default for the layers one chain holds.
+  return config::default_every_k(layers_per_chunk(m, l));
 }
 
 std::vector<memory::ChainUnit> chunk_chain(const ModelConfig& m, const Layout& l, int stage) {
@@ -175,33 +167,33 @@ ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage)
   ChunkRecompute r;
   r.chain = chunk_chain(m, l, stage);
   r.every_k = resolved_recompute_every(m, l);
-  if (recompute_takes_budget(l.recompute)) {
+  if (config::recompute_takes_budget(l.recompute)) {
     TS_CHECK(l.activation_budget_mb > 0,
              "plan: recompute={} needs activation_budget_mb=X, the activation peak in MiB one microbatch may reach on "
-             "a rank; add it to the layout, or pick another policy", recompute_name(l.recompute));
+             "a rank; add it to the layout, or pick another policy", config::recompute_policy_name(l.recompute));
     const int64_t least = minimum_chain_budget(m, l);
     TS_CHECK(budget_bytes(l) >= least,
              "plan: activation_budget_mb={} is below the minimum of {:.2f} MiB that a microbatch (mb={}) needs on a "
              "rank of this layout with recompute={} (its {} layers per model chunk recomputed as much as it can, plus the embedding's and "
              "head's tensors); raise activation_budget_mb to at least {:.2f}, or lower mb, or split the layers further "
              "(more tp with sp, more pp)",
-             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, recompute_name(l.recompute),
+             l.activation_budget_mb, mib_rounded_up(least), l.micro_batch, config::recompute_policy_name(l.recompute),
              layers_per_chunk(m, l), mib_rounded_up(least));
     r.budget_bytes = budget_bytes(l) - whole_bytes(stage_edge_bytes(m, l, stage));
   }
-  r.schedule = memory::plan_recompute(memory_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);
+  r.schedule = memory::plan_recompute(scheduled_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);
   r.simulation = memory::simulate(r.chain, r.schedule);
   return r;
 }
 
 double recomputed_layer_forwards(const ModelConfig& m, const Layout& l, int stage) {
-  if (l.recompute == Recompute::Full) return static_cast<double>(m.n_layer / l.pp);
+  if (l.recompute == config::RecomputePolicy::Full) return static_cast<double>(m.n_layer / l.pp);
   if (!recompute_uses_chain(l.recompute)) return 0;
   return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.recomputed_forwards;
 }
 
 double model_recomputed_layer_forwards(const ModelConfig& m, const Layout& l) {
-  if (l.recompute == Recompute::Full) return static_cast<double>(m.n_layer);
+  if (l.recompute == config::RecomputePolicy::Full) return static_cast<double>(m.n_layer);
   if (!recompute_uses_chain(l.recompute)) return 0;
   // Stages differ only by the embedding and head bytes their budget leaves: the first, the last,
   // and the pp - 2 in between alike.

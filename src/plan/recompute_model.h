@@ -51,7 +51,7 @@ namespace tessera::plan {
 
 // every_k and optimal: memory and recompute come from a schedule over the chain. none, selective
 // and full keep their closed forms (which the chain reproduces exactly).
-bool recompute_uses_chain(Recompute r);
+bool recompute_uses_chain(config::RecomputePolicy r);
 
 // every_k's segment length: recompute_every, or ceil(sqrt(layers of a model chunk)) when 0.
 int resolved_recompute_every(const config::ModelConfig& m, const Layout& l);

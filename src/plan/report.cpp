@@ -26,9 +26,9 @@ std::string describe_recompute(const config::ModelConfig& m, const Layout& l, in
   constexpr double kMiB = 1024.0 * 1024.0;
   const ChunkRecompute r = chunk_recompute(m, l, stage);
   const int layers = static_cast<int>(r.chain.size()) - 1;
-  const std::string policy = l.recompute == Recompute::EveryK
+  const std::string policy = l.recompute == config::RecomputePolicy::EveryK
                                  ? fmt::format("every_k with k={}", r.every_k)
-                                 : fmt::format("{} within {} MiB per microbatch", recompute_name(l.recompute),
+                                 : fmt::format("{} within {} MiB per microbatch", config::recompute_policy_name(l.recompute),
                                                l.activation_budget_mb);
   const double edges = stage_edge_bytes(m, l, stage);
   return fmt::format("         recompute {}: stage {} reruns {} layer forwards per microbatch on each chunk of {} layers;\n"
@@ -42,7 +42,7 @@ std::string describe_recompute(const config::ModelConfig& m, const Layout& l, in
 
 std::string short_layout(const Layout& l) {
   return fmt::format("{:>3} {:>3} {:>5} {:>2} {:>3} {:>3} {:>4} {:<9}", l.tp, l.pp, l.dp, l.virtual_stages, l.micro_batch,
-                     l.sp ? "yes" : "no", l.zero_stage, recompute_name(l.recompute));
+                     l.sp ? "yes" : "no", l.zero_stage, config::recompute_policy_name(l.recompute));
 }
 // The step's time by part, each with its share; the nvme tier's I/O when the run offloads.
 std::string format_step_time(const TimeBreakdown& t, bool with_io) {

@@ -6,17 +6,11 @@
 #include <algorithm>
 #include <set>
 
+#include "core/overloaded.h"
+
 namespace tessera::train {
 
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-// Clang before 17 deduces no aggregate's template arguments by itself.
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 const RunConfig& defaults() {
   static const RunConfig config;
@@ -27,22 +21,6 @@ const RunConfig& defaults() {
 template <class T>
 const T& value_of(const RunConfig& config, Accessor<T> field) {
   return field(const_cast<RunConfig&>(config));
-}
-
-template <class T>
-bool inside(T value, const Range& range) {
-  const double v = static_cast<double>(value);
-  return (range.low_open ? v > range.low : v >= range.low) && (range.high_open ? v < range.high : v <= range.high);
-}
-
-template <class T>
-void check_inside(std::string_view key, T value, const Range& range) {
-  if (inside(value, range)) return;
-  if (range.message.empty()) {
-    TS_FAIL("config: '{}' = {} is out of range; it must be in [{}, {}]", key, value, static_cast<int64_t>(range.low),
-            static_cast<int64_t>(range.high));
-  }
-  TS_FAIL("config: {}", fmt::format(fmt::runtime(range.message), fmt::arg("key", key), fmt::arg("value", value)));
 }
 
 // The shortest decimal that reads back as the same float, so 1e-3f is written 0.001 rather than
@@ -81,7 +59,15 @@ std::string default_text(const ConfigKey& key) {
             return fmt::format("`[{}]`", fmt::join(value_of(defaults(), f), ", "));
           },
           [&](WordOrNumber f) { return quoted(value_of(defaults(), f.text)); },
-          [&](ModelName f) { return quoted(f.name(defaults().model)); },
+          [&](ModelKeyField f) {
+            return std::visit(Overloaded{
+                                  [&](int64_t v) { return fmt::format("{}", v); },
+                                  [&](double v) { return number_text(v); },
+                                  [&](bool v) { return std::string(v ? "true" : "false"); },
+                                  [&](const std::string& v) { return quoted(v); },
+                              },
+                              config::model_key_value(*f.key, defaults().model));
+          },
           [&](KindName f) { return quoted(f.name(defaults())); },
           [&](auto integer) { return fmt::format("{}", value_of(defaults(), integer)); },
       },
@@ -133,7 +119,7 @@ void read_section(config::TableReader& reader, std::string_view section, RunConf
                        text = fmt::format("{}", reader.get(name, 0.0));
                      }
                    },
-                   [&](ModelName) { TS_FAIL("config: {} is read with the model, not in [{}]", key.key, section); },
+                   [&](ModelKeyField) { TS_FAIL("config: {} is read with the model, not in [{}]", key.key, section); },
                    [&](KindName f) { f.set(config, reader.get(name, std::string(f.name(config)))); },
                    [&](auto f) {
                      auto& value = f(config);
@@ -151,9 +137,9 @@ void check_declared_range(const RunConfig& config, const ConfigKey& key) {
                  [&](Accessor<std::string>) {},
                  [&](Accessor<std::vector<int64_t>>) {},
                  [&](WordOrNumber) {},
-                 [&](ModelName) {},
+                 [&](ModelKeyField) {},  // ModelConfig::validate holds them to their declarations
                  [&](KindName) {},
-                 [&](auto number) { check_inside(key.key, value_of(config, number), *key.range); },
+                 [&](auto number) { config::check_in_range(key.key, value_of(config, number), *key.range); },
              },
              key.field);
 }
@@ -179,7 +165,10 @@ toml::table resolved_table(const RunConfig& config) {
                        section.insert(name, text);
                      }
                    },
-                   [&](ModelName f) { section.insert(name, f.name(config.model)); },
+                   [&](ModelKeyField f) {
+                     std::visit([&](const auto& value) { section.insert(name, value); },
+                                config::model_key_value(*f.key, config.model));
+                   },
                    [&](KindName f) { section.insert(name, std::string(f.name(config))); },
                    [&](auto f) { section.insert(name, value_of(config, f)); },
                },
@@ -191,7 +180,10 @@ toml::table resolved_table(const RunConfig& config) {
 bool holds_default(const RunConfig& config, const ConfigKey& key) {
   return std::visit(Overloaded{
                         [&](WordOrNumber f) { return value_of(config, f.text) == value_of(defaults(), f.text); },
-                        [&](ModelName f) { return f.name(config.model) == f.name(defaults().model); },
+                        [&](ModelKeyField f) {
+                          return config::model_key_value(*f.key, config.model) ==
+                                 config::model_key_value(*f.key, defaults().model);
+                        },
                         [&](KindName f) { return f.name(config) == f.name(defaults()); },
                         [&](auto f) { return value_of(config, f) == value_of(defaults(), f); },
                     },

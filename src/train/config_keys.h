@@ -3,11 +3,10 @@
 // optimizers that read it and its line of documentation. The reader (read_run_config), validate()'s
 // range checks, the resolved config.toml (to_toml), the README's config reference and the fuzz
 // dictionary (`tessera config-keys` prints both) all come from this table, so a key is added in
-// one place; only the model's keys are read and ranged by config::read_model_config and
-// ModelConfig::validate, which the planner's model files share. What one key cannot say alone (a
-// check across keys) stays code in RunConfig::validate.
+// one place. The model's keys are declared below the trainer, with the model (config/model_keys.h),
+// whose reader and validate() the planner's model files share; their rows here come from those
+// declarations. What one key cannot say alone (a check across keys) stays code in RunConfig::validate.
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -15,25 +14,17 @@
 #include <variant>
 #include <vector>
 
+#include "config/key_range.h"
+#include "config/model_keys.h"
 #include "train/run_config.h"
 
 namespace tessera::train {
 
-// The values a key accepts. Without a message the refusal is config::check_range's ("'k' = v is out
-// of range; it must be in [lo, hi]", for integer keys); a message is the key's own sentence, where
-// {key} stands for the dotted key and {value} for the value.
-struct Range {
-  double low = 0;
-  double high = 0;
-  bool low_open = false;
-  bool high_open = false;
-  std::string_view message = {};
-};
-// Bounds for Range: a count of steps (2^40: far past any run, far inside every integer type), any
-// finite number, and no bound at all (infinity passes).
-inline constexpr double kSteps = 1099511627776.0;
-inline constexpr double kFinite = std::numeric_limits<double>::max();
-inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// The values a key accepts and the bounds they are written with (config/key_range.h).
+using config::kFinite;
+using config::kSteps;
+using config::kUnbounded;
+using config::Range;
 
 // The field a key sets, reached from the whole config.
 template <class T>
@@ -42,10 +33,10 @@ using Accessor = T& (*)(RunConfig&);
 struct WordOrNumber {
   Accessor<std::string> text;
 };
-// A model key config::read_model_config reads into a value that is not its text (model.arch), or
-// that the saved config writes resolved (model.activation, the architecture's when unset).
-struct ModelName {
-  std::string (*name)(const config::ModelConfig&);
+// A [model] key: declared with the model (config/model_keys.h), which reads it and holds it to its
+// range; this table writes it, documents it and lists it for the fuzzer.
+struct ModelKeyField {
+  const config::ModelKey* key;
 };
 // A key whose value names a kind the config holds as an enum (optim.name, parallel.schedule, ...):
 // read and written as its name; `set` refuses an unknown one, listing the known ones.
@@ -55,7 +46,7 @@ struct KindName {
 };
 using Field = std::variant<Accessor<bool>, Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<float>,
                            Accessor<double>, Accessor<std::string>, Accessor<std::vector<int64_t>>, WordOrNumber,
-                           ModelName, KindName>;
+                           ModelKeyField, KindName>;
 
 struct ConfigKey {
   std::string_view key;  // dotted: "train.steps"

@@ -1,15 +1,16 @@
-// The keys of what is trained and how: model, data, train and optim (config_keys.h).
+// The keys of what is trained and how: model (declared with the model, config/model_keys.h), data,
+// train and optim (config_keys.h).
 #include "train/config_keys.h"
 
 #include <fmt/format.h>
+
+#include <iterator>
 
 #include "optim/optimizer_config.h"
 
 namespace tessera::train {
 
 namespace {
-std::string architecture(const config::ModelConfig& m) { return config::architecture_name(m.arch); }
-
 std::string_view optimizer_of(const RunConfig& c) { return optim::optimizer_name(c.optim.kind); }
 void set_optimizer(RunConfig& c, std::string_view name) {
   const std::optional<optim::OptimizerKind> kind = config::find_optimizer_kind(name);
@@ -21,88 +22,11 @@ void set_optimizer(RunConfig& c, std::string_view name) {
   TS_CHECK(kind.has_value(), "config: optim.name = '{}' is not known; use {}", name, known);
   c.optim.kind = *kind;
 }
-// Resolved, so that the saved config says which MLP the run trained whatever the defaults become.
-std::string resolved_activation(const config::ModelConfig& m) { return config::activation_name(m.mlp_activation()); }
-}  // namespace
 
-// The model's ranges are ModelConfig::validate's, which the planner's model files share.
-std::vector<ConfigKey> model_and_training_keys() {
+// data, train and optim.
+std::vector<ConfigKey> training_keys() {
   using K = optim::OptimizerKind;
   return {
-    {.key = "model.arch",
-     .field = ModelName{architecture},
-     .doc = "`\"gpt2\"` (LayerNorm, GELU, learned positions) or `\"llama\"` (RMSNorm, SwiGLU, rotary "
-            "positions, no biases)"},
-    {.key = "model.n_layer",
-     .field = in_model<&config::ModelConfig::n_layer>,
-     .doc = "transformer blocks L"},
-    {.key = "model.n_head",
-     .field = in_model<&config::ModelConfig::n_head>,
-     .doc = "attention heads H (must divide `model.n_embd`)"},
-    {.key = "model.n_kv_head",
-     .field = in_model<&config::ModelConfig::n_kv_head>,
-     .doc = "key/value heads Hkv for grouped-query attention (Llama-2-70B, Llama-3): a divisor of "
-            "`model.n_head`, each serving n_head/n_kv_head query heads, shrinking the k and v projections and "
-            "the decoding cache by that factor; 0 means `model.n_head` (multi-head attention). "
-            "`configs/models/llama2-70b.toml` and `llama3-8b.toml` use it"},
-    {.key = "model.n_embd",
-     .field = in_model<&config::ModelConfig::n_embd>,
-     .doc = "channels C"},
-    {.key = "model.vocab_size",
-     .field = in_model<&config::ModelConfig::vocab_size>,
-     .default_text = "from the data",
-     .doc = "vocabulary V; when left out, the dataset's tokenizer decides it; when given it must hold every "
-            "token id of the data"},
-    {.key = "model.seq_len",
-     .field = in_model<&config::ModelConfig::seq_len>,
-     .doc = "context length T"},
-    {.key = "model.ffn_hidden",
-     .field = in_model<&config::ModelConfig::ffn_hidden>,
-     .doc = "feed-forward size F; 0 means 4C (ungated MLP) or 8C/3 rounded up to 64 (SwiGLU)"},
-    {.key = "model.activation",
-     .field = ModelName{resolved_activation},
-     .default_text = "the arch's",
-     .doc = "the MLP's nonlinearity, on either architecture: `\"gelu\"` (tanh approximation; gpt2's default), "
-            "`\"relu\"`, `\"relu2\"` (squared ReLU, Primer) — ungated fc → act → proj — or `\"swiglu\"` "
-            "(gated: down(silu(gate) · up); llama's default, a third more MLP weights at the same F). Part of "
-            "the model's shape: a resume or `init_from` with another is refused"},
-    {.key = "model.bias",
-     .field = in_model<&config::ModelConfig::bias>,
-     .doc = "biases in linear layers and LayerNorm (always off for llama)"},
-    {.key = "model.tied_embeddings",
-     .field = in_model<&config::ModelConfig::tied_embeddings>,
-     .doc = "the output head shares the token embedding"},
-    {.key = "model.dropout",
-     .field = in_model<&config::ModelConfig::dropout>,
-     .doc = "dropout on the residual branches"},
-    {.key = "model.norm_eps",
-     .field = in_model<&config::ModelConfig::norm_eps>,
-     .doc = "epsilon of the norms"},
-    {.key = "model.rope_theta",
-     .field = in_model<&config::ModelConfig::rope_theta>,
-     .doc = "rotary base (llama)"},
-    {.key = "model.moe_experts",
-     .field = in_model<&config::ModelConfig::moe_experts>,
-     .doc = "mixture of experts (`docs/moe.md`): E expert MLPs and a router in every `moe_every`-th block; 0 "
-            "is a dense model. Under bf16/fp16 the router runs in f32, the experts and their all-to-all in 16 "
-            "bits; under `parallel.sp` the layer routes the gathered sequence on every tensor-parallel rank"},
-    {.key = "model.moe_top_k",
-     .field = in_model<&config::ModelConfig::moe_top_k>,
-     .doc = "experts each token is routed to: 1 (Switch) or 2 (GShard)"},
-    {.key = "model.moe_capacity_factor",
-     .field = in_model<&config::ModelConfig::moe_capacity_factor>,
-     .doc = "an expert takes at most ceil(factor · tokens · k / E) of a microbatch's tokens; the rest are "
-            "dropped and pass through the residual"},
-    {.key = "model.moe_every",
-     .field = in_model<&config::ModelConfig::moe_every>,
-     .doc = "blocks moe_every − 1, 2·moe_every − 1, … are MoE blocks"},
-    {.key = "model.moe_aux_loss_coef",
-     .field = in_model<&config::ModelConfig::moe_aux_loss_coef>,
-     .doc = "weight of the Switch load-balancing loss in the gradient (reported as `moe_aux_loss` in "
-            "metrics.jsonl)"},
-    {.key = "model.moe_z_loss_coef",
-     .field = in_model<&config::ModelConfig::moe_z_loss_coef>,
-     .doc = "weight of the router z-loss (ST-MoE) in the gradient (`moe_z_loss`)"},
     {.key = "data.dir",
      .field = in_data<&DataSection::dir>,
      .doc = "a folder made by `tessera data prepare` (tokenizer.model, train.bin, val.bin, data.json)"},
@@ -322,6 +246,20 @@ std::vector<ConfigKey> model_and_training_keys() {
             "update first. adamw and sgd under any layout, the optimizers with per-tensor statistics without "
             "ZeRO, tensor or expert sharding; not onebit_adam or 2bw. 0: off"},
   };
+}
+
+}  // namespace
+
+std::vector<ConfigKey> model_and_training_keys() {
+  // The model's rows from its declarations (config/model_keys.h), which read and range-check the
+  // section for the trainer and the planner alike.
+  std::vector<ConfigKey> keys;
+  for (const config::ModelKey& key : config::model_keys()) {
+    keys.push_back({.key = key.key, .field = ModelKeyField{&key}, .default_text = key.default_text, .doc = key.doc});
+  }
+  std::vector<ConfigKey> rest = training_keys();
+  keys.insert(keys.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  return keys;
 }
 
 }  // namespace tessera::train

@@ -21,9 +21,9 @@ void set_schedule(RunConfig& c, std::string_view name) {
 std::string_view compression_of(const RunConfig& c) { return config::compression_name(c.parallel.compression); }
 void set_compression(RunConfig& c, std::string_view name) { c.parallel.compression = config::parse_compression(name); }
 
-std::string_view recompute_of(const RunConfig& c) { return memory::recompute_policy_name(c.memory.recompute); }
+std::string_view recompute_of(const RunConfig& c) { return config::recompute_policy_name(c.memory.recompute); }
 void set_recompute(RunConfig& c, std::string_view name) {
-  const std::optional<memory::RecomputePolicy> policy = memory::find_recompute_policy(name);
+  const std::optional<config::RecomputePolicy> policy = config::find_recompute_policy(name);
   TS_CHECK(policy.has_value(), "config: memory.recompute = '{}' is not known; use \"none\", \"full\", \"every_k\", "
            "\"selective\", \"optimal\", \"dtr\" or \"checkmate\"", name);
   c.memory.recompute = *policy;
@@ -188,7 +188,8 @@ std::vector<ConfigKey> execution_keys() {
     {.key = "memory.recompute_every",
      .field = in_memory<&MemorySection::recompute_every>,
      .range = Range{0, 1 << 20},
-     .doc = "`every_k`: blocks per segment; 0 means ⌈√L⌉"},
+     .doc = "`every_k`: blocks per segment; 0 means ⌈√n⌉ for the n blocks of each pipeline stage (⌈√L⌉ "
+            "without a pipeline)"},
     {.key = "memory.offload_activations",
      .field = in_memory<&MemorySection::offload_activations>,
      .doc = "where the activations a unit keeps from its forward wait for its backward: `\"none\"` (in "

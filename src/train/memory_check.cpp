@@ -54,8 +54,7 @@ MemoryEstimate estimate_run_memory(const RunConfig& c) {
   recompute.policy = c.memory.recompute;
   recompute.every_k = c.memory.recompute_every;
   recompute.budget_bytes = static_cast<int64_t>(static_cast<double>(c.memory.activation_budget_mb) * 1048576.0);
-  if (recompute.policy == memory::RecomputePolicy::Optimal || recompute.policy == memory::RecomputePolicy::Dtr ||
-      recompute.policy == memory::RecomputePolicy::Checkmate) {
+  if (config::recompute_takes_budget(recompute.policy)) {
     e.activations = static_cast<double>(recompute.budget_bytes);
   } else {
     const bool sp = c.parallel.sp;
@@ -150,9 +149,9 @@ std::string settings_that_fit(const RunConfig& c, double limit, double beside) {
                          r.memory.offload_optimizer = "nvme";
                        }});
   }
-  if (c.memory.recompute != memory::RecomputePolicy::Full) {
+  if (c.memory.recompute != config::RecomputePolicy::Full) {
     changes.push_back({"memory.recompute = \"full\"", [](RunConfig& r) {
-                         r.memory.recompute = memory::RecomputePolicy::Full;
+                         r.memory.recompute = config::RecomputePolicy::Full;
                          r.memory.recompute_every = 0;
                          r.memory.activation_budget_mb = 0;
                        }});

@@ -26,21 +26,6 @@ namespace tessera::train {
 
 namespace {
 
-plan::Recompute recompute_of(const RunConfig& c) {
-  using memory::RecomputePolicy;
-  switch (c.memory.recompute) {
-    case RecomputePolicy::None: return plan::Recompute::None;
-    case RecomputePolicy::Selective: return plan::Recompute::Selective;
-    case RecomputePolicy::Full: return plan::Recompute::Full;
-    case RecomputePolicy::EveryK: return plan::Recompute::EveryK;
-    case RecomputePolicy::Optimal: return plan::Recompute::Optimal;
-    case RecomputePolicy::Dtr: return plan::Recompute::Dtr;
-    case RecomputePolicy::Checkmate: return plan::Recompute::Checkmate;
-  }
-  TS_FAIL("plan --config: memory.recompute = \"{}\" is not one the cost model describes (none, selective, full, "
-          "every_k, optimal, dtr, checkmate)", memory::recompute_policy_name(c.memory.recompute));
-}
-
 // The stages `tessera train` cuts the model into without parallel.stage_layers (the FLOP model's
 // balance, parallel::TrainingEngine::split_stages) when they are not the cost model's even split:
 // a note saying so, else empty.
@@ -78,10 +63,10 @@ PlannedRun planned_run(RunConfig c) {
   run.model = c.model;
   plan::Layout& l = run.layout;
   static_cast<config::ParallelLayout&>(l) = c.layout();
-  l.recompute = recompute_of(c);
-  l.recompute_every = c.memory.recompute == memory::RecomputePolicy::EveryK ? c.memory.recompute_every : 0;
+  l.recompute = c.memory.recompute;
+  l.recompute_every = c.memory.recompute == config::RecomputePolicy::EveryK ? c.memory.recompute_every : 0;
   // The float's shortest decimal, so the layout and its messages say 1.2, not 1.2000000476837158.
-  l.activation_budget_mb = plan::recompute_takes_budget(l.recompute)
+  l.activation_budget_mb = config::recompute_takes_budget(l.recompute)
                                ? std::stod(fmt::format("{}", c.memory.activation_budget_mb))
                                : 0.0;
   // bf16 and fp16 hold the same bytes; the cost model's 16-bit format is bf16.

@@ -183,13 +183,12 @@ void check_precision(const RunConfig& c) {
 
 // The recompute policy and the keys it reads; what is offloaded, and where.
 void check_memory(const RunConfig& c) {
-  using memory::RecomputePolicy;
-  const std::string_view recompute = memory::recompute_policy_name(c.memory.recompute);
+  using config::RecomputePolicy;
+  const std::string_view recompute = config::recompute_policy_name(c.memory.recompute);
   TS_CHECK(c.memory.recompute_every == 0 || c.memory.recompute == RecomputePolicy::EveryK,
            "config: memory.recompute_every = {} is read by memory.recompute = \"every_k\" only (it is \"{}\")",
            c.memory.recompute_every, recompute);
-  const bool budgeted = c.memory.recompute == RecomputePolicy::Optimal || c.memory.recompute == RecomputePolicy::Dtr ||
-                        c.memory.recompute == RecomputePolicy::Checkmate;
+  const bool budgeted = config::recompute_takes_budget(c.memory.recompute);
   TS_CHECK(c.memory.recompute != RecomputePolicy::Optimal || c.memory.activation_budget_mb > 0.0f,
            "config: memory.recompute = \"optimal\" needs memory.activation_budget_mb: the activation memory (MiB per "
            "microbatch) the schedule may use; it then recomputes as little as that budget allows");
@@ -318,11 +317,11 @@ config::FeatureSettings RunConfig::feature_settings() const {
   s.ep = parallel.ep;
   s.pp = parallel.pp;
   s.zero_stage = parallel.zero_stage;
-  s.schedule = std::string(config::schedule_name(parallel.schedule));
-  s.compression = std::string(config::compression_name(parallel.compression));
+  s.schedule = parallel.schedule;
+  s.compression = parallel.compression;
   s.grad_dtype = parallel.grad_dtype;
   s.compute = precision.compute;
-  s.recompute = std::string(memory::recompute_policy_name(memory.recompute));
+  s.recompute = memory.recompute;
   s.optimizer = optim.kind;
   s.moe_experts = model.moe_experts;
   s.offload_activations = memory.offload_activations;

@@ -16,7 +16,7 @@
 #include "config/compatibility.h"
 #include "config/compression_method.h"
 #include "config/precision.h"
-#include "memory/recompute_policy.h"
+#include "config/recompute_policy.h"
 
 namespace tessera::train {
 
@@ -106,8 +106,8 @@ struct PrecisionSection {
 
 struct MemorySection {
   // memory.recompute: none, full, every_k, selective, optimal, dtr, checkmate.
-  memory::RecomputePolicy recompute = memory::RecomputePolicy::None;
-  int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√L⌉
+  config::RecomputePolicy recompute = config::RecomputePolicy::None;
+  int recompute_every = 0;          // every_k: blocks per segment; 0: ⌈√n⌉ for a stage of n blocks
   float activation_budget_mb = 0;   // optimal, dtr, checkmate: the activation peak allowed per microbatch (MiB)
   double solver_seconds = 60;       // checkmate: CBC's time limit for each stage's solve (s)
   std::string offload_activations = "none";  // none, nvme: where kept activations wait for their backward

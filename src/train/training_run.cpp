@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/atomic_file.h"
@@ -115,15 +116,20 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
                                  cfg.parallel.schedule == config::ScheduleKind::PipeDream2BW ? fmt::format(" with weight_version {}",
                                                                               cfg.parallel.weight_version)
                                                                 : std::string(),
-                                 cfg.accumulation_steps(), memory::recompute_policy_name(cfg.memory.recompute));
-  using memory::RecomputePolicy;
+                                 cfg.accumulation_steps(), config::recompute_policy_name(cfg.memory.recompute));
+  using config::RecomputePolicy;
   if (cfg.memory.recompute == RecomputePolicy::EveryK) {
-    text += fmt::format(" (segments of {} blocks)", cfg.memory.recompute_every > 0
-                                                        ? cfg.memory.recompute_every
-                                                        : exec::default_every_k(cfg.model.n_layer));
+    // The default is each stage's own: ceil(sqrt(its blocks)).
+    std::vector<int> segments;
+    for (const exec::StagePlan::Stage& stage : engine.stages().stages) {
+      segments.push_back(cfg.memory.recompute_every > 0 ? cfg.memory.recompute_every
+                                                        : config::default_every_k(stage.blocks(cfg.model.n_layer)));
+    }
+    const bool uniform = std::all_of(segments.begin(), segments.end(), [&](int k) { return k == segments.front(); });
+    if (uniform) segments.resize(1);
+    text += fmt::format(" (segments of {} blocks{})", fmt::join(segments, ", "), uniform ? "" : " by stage");
   }
-  if (cfg.memory.recompute == RecomputePolicy::Optimal || cfg.memory.recompute == RecomputePolicy::Dtr ||
-      cfg.memory.recompute == RecomputePolicy::Checkmate) {
+  if (config::recompute_takes_budget(cfg.memory.recompute)) {
     text += fmt::format(" (budget {})", mib(cfg.memory.activation_budget_mb * 1048576.0));
   }
   text += describe_checkmate(engine.stages());

@@ -225,7 +225,7 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
   s = {};
   s.moe_experts = 8;
   s.pp = 2;
-  s.schedule = "zb-h1";
+  s.schedule = ScheduleKind::ZeroBubbleH1;
   for (int ep : {1, 4}) {
     s.ep = ep;
     EXPECT_FALSE(compatibility_refusal(s).has_value()) << "ep " << ep;
@@ -239,7 +239,7 @@ TEST(CompatibilityMatrix, MessagesNameBothSettingsWithTheirValuesTheReasonAndThe
   s.optimizer = OptimizerKind::OneBitAdam;
   EXPECT_FALSE(compatibility_refusal(s).has_value());
   s.optimizer = OptimizerKind::AdamW;
-  s.compression = "powersgd";
+  s.compression = CompressionMethod::PowerSgd;
   EXPECT_FALSE(compatibility_refusal(s).has_value());
 
   EXPECT_FALSE(compatibility_refusal({}).has_value());

@@ -1,11 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "config/model_config.h"
+#include "config/model_keys.h"
 
 using namespace tessera;
 using namespace tessera::config;
@@ -202,4 +208,84 @@ TEST(ParseTomlFile, SyntaxErrorsShowTheLine) {
     EXPECT_NE(m.find("n_layer = 99999999999999999999"), std::string::npos) << m;
   }
   std::filesystem::remove(file);
+}
+
+// The [model] section is read from its keys' declarations (config/model_keys.h): a model with every
+// key away from its default, written key by key as the resolved config writes them, reads back
+// whole.
+TEST(ModelKeys, TheReaderReadsEveryDeclaredKey) {
+  ModelConfig m;
+  m.arch = Architecture::Llama;
+  m.bias = false;
+  m.n_layer = 6;
+  m.n_head = 8;
+  m.n_kv_head = 2;
+  m.n_embd = 64;
+  m.vocab_size = 300;
+  m.seq_len = 64;
+  m.ffn_hidden = 128;
+  m.activation = Activation::Relu2;
+  m.tied_embeddings = false;
+  m.dropout = 0.125f;
+  m.norm_eps = 1e-6f;
+  m.rope_theta = 500000.0f;
+  m.moe_experts = 4;
+  m.moe_top_k = 2;
+  m.moe_capacity_factor = 1.5f;
+  m.moe_every = 2;
+  m.moe_aux_loss_coef = 0.02f;
+  m.moe_z_loss_coef = 0.002f;
+  toml::table section;
+  for (const ModelKey& key : model_keys()) {
+    EXPECT_NE(model_key_value(key, m), model_key_value(key, ModelConfig{})) << key.key << " is left at its default";
+    std::visit([&](const auto& value) { section.insert(key.name(), value); }, model_key_value(key, m));
+  }
+  const ModelConfig read = read_model_config(TableReader(section, "model"));
+  for (const ModelKey& key : model_keys()) {
+    EXPECT_EQ(model_key_value(key, read), model_key_value(key, m)) << key.key;
+  }
+}
+
+// validate() holds every key to its declared range, naming the key: a value just outside it (the
+// bound itself where it is open) is refused. The MoE keys are held to theirs when the model has
+// experts, which read them.
+TEST(ModelKeys, DeclaredRangesAreChecked) {
+  EXPECT_NO_THROW(ModelConfig{}.validate());
+  const auto outside = [](const Range& range, bool integral) {
+    std::vector<double> values;
+    const double step_down = integral ? 1.0 : std::max(1.0, std::abs(range.low));
+    const double step_up = integral ? 1.0 : std::max(1.0, std::abs(range.high));
+    for (const double v : {range.low_open ? range.low : range.low - step_down,
+                           range.high_open ? range.high : range.high + step_up}) {
+      if (std::abs(v) < kFinite) values.push_back(v);
+    }
+    return values;
+  };
+  const auto refusal = [](const ModelConfig& m) {
+    try {
+      m.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  int ranged = 0;
+  for (const ModelKey& key : model_keys()) {
+    if (!key.range) continue;
+    ++ranged;
+    ModelConfig base;
+    if (key.read_by != nullptr) base.moe_experts = 2;
+    ASSERT_TRUE(key.read_by == nullptr || key.read_by(base)) << key.key;
+    const auto check = [&](auto member, bool integral) {
+      for (const double v : outside(*key.range, integral)) {
+        ModelConfig m = base;
+        m.*member = static_cast<std::remove_reference_t<decltype(m.*member)>>(v);
+        const std::string error = refusal(m);
+        EXPECT_NE(error.find(key.key), std::string::npos) << key.key << " = " << v << ": " << error;
+      }
+    };
+    if (const auto* member = std::get_if<int ModelConfig::*>(&key.field)) check(*member, true);
+    if (const auto* member = std::get_if<float ModelConfig::*>(&key.field)) check(*member, false);
+  }
+  EXPECT_GE(ranged, 14);
 }

@@ -57,7 +57,7 @@ void expect_peak_as_predicted(const RunRecord& run, const std::string& what) {
 
 std::string name_of(const ParityCase& c) {
   return fmt::format("{} {} {} every_k {} budget {}", config::architecture_name(c.model.arch),
-                     config::schedule_name(c.schedule), memory::recompute_policy_name(c.recompute.policy),
+                     config::schedule_name(c.schedule), config::recompute_policy_name(c.recompute.policy),
                      c.recompute.every_k, c.recompute.budget_bytes);
 }
 
@@ -78,7 +78,7 @@ TEST(Execution, EveryRecomputePolicyEqualsNoneBitwiseAndPeaksAsPredicted) {
     const RunRecord none = tessera::testing::run_data_parallel(base, nullptr);
     expect_peak_as_predicted(none, name_of(base));
     ParityCase full = base;
-    full.recompute.policy = memory::RecomputePolicy::Full;
+    full.recompute.policy = config::RecomputePolicy::Full;
     const RunRecord full_run = tessera::testing::run_data_parallel(full, nullptr);
     const int64_t none_peak = none.steps[0].predicted_activations, full_peak = full_run.steps[0].predicted_activations;
     EXPECT_LT(full_peak, none_peak) << "full recomputation keeps less";
@@ -86,24 +86,24 @@ TEST(Execution, EveryRecomputePolicyEqualsNoneBitwiseAndPeaksAsPredicted) {
     std::vector<ParityCase> cases = {full};
     for (int k : {1, 2, 3}) {
       ParityCase c = base;
-      c.recompute = {memory::RecomputePolicy::EveryK, k, 0};
+      c.recompute = {config::RecomputePolicy::EveryK, k, 0};
       cases.push_back(c);
     }
     ParityCase selective = base;
-    selective.recompute.policy = memory::RecomputePolicy::Selective;
+    selective.recompute.policy = config::RecomputePolicy::Selective;
     cases.push_back(selective);
     for (int64_t budget : {full_peak, (full_peak + none_peak) / 2, none_peak}) {
       ParityCase c = base;
-      c.recompute = {memory::RecomputePolicy::Optimal, 0, budget};
+      c.recompute = {config::RecomputePolicy::Optimal, 0, budget};
       cases.push_back(c);
-      c.recompute.policy = memory::RecomputePolicy::Dtr;
+      c.recompute.policy = config::RecomputePolicy::Dtr;
       cases.push_back(c);
     }
     for (const ParityCase& c : cases) {
       const RunRecord run = tessera::testing::run_data_parallel(c, nullptr);
       expect_bitwise(run, none, name_of(c));
       expect_peak_as_predicted(run, name_of(c));
-      if (c.recompute.policy == memory::RecomputePolicy::Optimal || c.recompute.policy == memory::RecomputePolicy::Dtr) {
+      if (c.recompute.policy == config::RecomputePolicy::Optimal || c.recompute.policy == config::RecomputePolicy::Dtr) {
         EXPECT_LE(run.steps[0].predicted_activations, c.recompute.budget_bytes) << name_of(c);
       } else {
         EXPECT_LT(run.steps[0].predicted_activations, none_peak) << name_of(c) << " should save memory";
@@ -118,7 +118,7 @@ TEST(Execution, SplitBackwardIsBitwiseAndOtherSchedulesAgree) {
   for (const config::ModelConfig& m : {tessera::testing::gpt2_odd_config(), tessera::testing::llama_config()}) {
     ParityCase base = with_dropout(m, 2);
     const RunRecord one_f_one_b = tessera::testing::run_data_parallel(base, nullptr);
-    for (memory::RecomputePolicy policy : {memory::RecomputePolicy::None, memory::RecomputePolicy::Full}) {
+    for (config::RecomputePolicy policy : {config::RecomputePolicy::None, config::RecomputePolicy::Full}) {
       ParityCase zb = base;
       zb.schedule = config::ScheduleKind::ZeroBubbleH1;
       zb.recompute.policy = policy;

@@ -63,14 +63,14 @@ std::vector<std::string> codes(const exec::Program& p) {
 // A model of 3 blocks: units 0 (embedding), 1..3 (blocks), 4 (head).
 constexpr int kUnits = 5;
 
-exec::StagePlan plan_with(memory::RecomputePolicy policy, int every_k = 0) {
+exec::StagePlan plan_with(config::RecomputePolicy policy, int every_k = 0) {
   exec::StagePlan plan = exec::even_stages(kUnits, 1);
   exec::StagePlan::Stage& s = plan.stages.front();
   const int chain = s.last - s.chain_first();
-  s.recompute = policy == memory::RecomputePolicy::Full    ? memory::full_schedule(chain)
-                : policy == memory::RecomputePolicy::EveryK ? memory::every_k_schedule(chain, every_k)
+  s.recompute = policy == config::RecomputePolicy::Full    ? memory::full_schedule(chain)
+                : policy == config::RecomputePolicy::EveryK ? memory::every_k_schedule(chain, every_k)
                                                             : memory::none_schedule(chain);
-  s.selective = policy == memory::RecomputePolicy::Selective;
+  s.selective = policy == config::RecomputePolicy::Selective;
   return plan;
 }
 
@@ -81,7 +81,7 @@ exec::Program lower(config::ScheduleKind kind, int microbatches, const exec::Sta
 }  // namespace
 
 TEST(Programs, OneFOneBWithoutRecomputeIsTheStraightChainPerMicrobatch) {
-  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 2, plan_with(memory::RecomputePolicy::None));
+  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 2, plan_with(config::RecomputePolicy::None));
   EXPECT_EQ(codes(p), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "B3/m0",
                                                 "B2/m0", "B1/m0", "B0/m0", "F0/m1", "F1/m1", "F2/m1", "F3/m1",
                                                 "F4/m1", "B4/m1", "B3/m1", "B2/m1", "B1/m1", "B0/m1", "step"}));
@@ -93,7 +93,7 @@ TEST(Programs, OneFOneBWithoutRecomputeIsTheStraightChainPerMicrobatch) {
 }
 
 TEST(Programs, FullRecomputeKeepsInputsAndRecomputesEachBlockBeforeItsBackward) {
-  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::Full));
+  const exec::Program p = lower(config::ScheduleKind::OneFOneB, 1, plan_with(config::RecomputePolicy::Full));
   EXPECT_EQ(codes(p), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "R3/m0",
                                                 "B3/m0", "R2/m0", "B2/m0", "R1/m0", "B1/m0", "B0/m0", "step"}));
   EXPECT_EQ(p.actions[1].keep, memory::Keep::Input);
@@ -102,10 +102,10 @@ TEST(Programs, FullRecomputeKeepsInputsAndRecomputesEachBlockBeforeItsBackward) 
 }
 
 TEST(Programs, EveryKRecomputesSegmentsAndSelectiveMarksBlocksOnly) {
-  const exec::Program k2 = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::EveryK, 2));
+  const exec::Program k2 = lower(config::ScheduleKind::OneFOneB, 1, plan_with(config::RecomputePolicy::EveryK, 2));
   EXPECT_EQ(codes(k2), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "B4/m0", "R3/m0",
                                                  "B3/m0", "R1/m0", "R2/m0", "B2/m0", "B1/m0", "B0/m0", "step"}));
-  const exec::Program sel = lower(config::ScheduleKind::OneFOneB, 1, plan_with(memory::RecomputePolicy::Selective));
+  const exec::Program sel = lower(config::ScheduleKind::OneFOneB, 1, plan_with(config::RecomputePolicy::Selective));
   for (const exec::Action& a : sel.actions) {
     if (a.kind != exec::Action::Kind::Unit || a.phase != Phase::Forward) continue;
     EXPECT_EQ(a.selective, a.unit >= 1 && a.unit <= 3) << exec::describe(a);
@@ -113,11 +113,11 @@ TEST(Programs, EveryKRecomputesSegmentsAndSelectiveMarksBlocksOnly) {
 }
 
 TEST(Programs, SplitBackwardAndGPipeAndEvaluation) {
-  const exec::Program zb = lower(config::ScheduleKind::ZeroBubbleH1, 1, plan_with(memory::RecomputePolicy::None));
+  const exec::Program zb = lower(config::ScheduleKind::ZeroBubbleH1, 1, plan_with(config::RecomputePolicy::None));
   EXPECT_EQ(codes(zb), (std::vector<std::string>{"F0/m0", "F1/m0", "F2/m0", "F3/m0", "F4/m0", "I4/m0", "I3/m0",
                                                  "I2/m0", "I1/m0", "I0/m0", "W4/m0", "W3/m0", "W2/m0", "W1/m0",
                                                  "W0/m0", "step"}));
-  const exec::Program gpipe = lower(config::ScheduleKind::GPipe, 2, plan_with(memory::RecomputePolicy::None));
+  const exec::Program gpipe = lower(config::ScheduleKind::GPipe, 2, plan_with(config::RecomputePolicy::None));
   ASSERT_EQ(gpipe.actions.size(), 21u);
   EXPECT_EQ(code(gpipe.actions[5]), "F0/m1") << "GPipe runs every forward first";
   EXPECT_EQ(code(gpipe.actions[10]), "B4/m1") << "and then the backwards, last microbatch first";
@@ -312,8 +312,8 @@ TEST(Programs, StageSplitsAreGivenOrBalancedByCost) {
 TEST(ProgramMemory, OneStageWalkEqualsTheChainFormula) {
   const config::ModelConfig model = tessera::testing::gpt2_odd_config();
   const int units = model.n_layer + 2, B = 2, T = 8;
-  for (memory::RecomputePolicy policy : {memory::RecomputePolicy::None, memory::RecomputePolicy::Full,
-                                         memory::RecomputePolicy::EveryK, memory::RecomputePolicy::Selective}) {
+  for (config::RecomputePolicy policy : {config::RecomputePolicy::None, config::RecomputePolicy::Full,
+                                         config::RecomputePolicy::EveryK, config::RecomputePolicy::Selective}) {
     exec::StagePlan plan = exec::even_stages(units, 1);
     exec::RecomputeOptions options;
     options.policy = policy;
@@ -322,7 +322,7 @@ TEST(ProgramMemory, OneStageWalkEqualsTheChainFormula) {
       const exec::Program program = exec::lower_training(pipeline::make_schedule(one_rank(kind, 3)), 0, plan);
       const exec::ProgramMemory walk = exec::predict_program_memory(program, model, B, T);
       EXPECT_EQ(walk.peak, exec::predict_activations(plan, model, B, T, alive).peak)
-          << memory::recompute_policy_name(policy) << " " << config::schedule_name(kind);
+          << config::recompute_policy_name(policy) << " " << config::schedule_name(kind);
       EXPECT_EQ(walk.after.back(), 0) << "every activation is freed by the end of the step";
       ASSERT_EQ(walk.during.size(), program.actions.size());
     }
@@ -346,19 +346,14 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
   llama.bias = false;
   llama.tied_embeddings = false;
   const int B = 2, T = 16;
-  struct Policy {
-    memory::RecomputePolicy runtime;
-    plan::Recompute planner;
-  };
-  const Policy policies[] = {{memory::RecomputePolicy::None, plan::Recompute::None},
-                             {memory::RecomputePolicy::Selective, plan::Recompute::Selective},
-                             {memory::RecomputePolicy::Full, plan::Recompute::Full},
-                             {memory::RecomputePolicy::EveryK, plan::Recompute::EveryK}};
+  // One policy type: the planner predicts the policy the runtime runs.
+  const config::RecomputePolicy policies[] = {config::RecomputePolicy::None, config::RecomputePolicy::Selective,
+                                              config::RecomputePolicy::Full, config::RecomputePolicy::EveryK};
   for (const config::ModelConfig& model : {gpt2, llama}) {
     for (const auto& [tp, sp] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
       for (const plan::Precision precision : {plan::Precision::Fp32, plan::Precision::Bf16}) {
         const DType dtype = precision == plan::Precision::Bf16 ? DType::BF16 : DType::F32;
-        for (const Policy& policy : policies) {
+        for (const config::RecomputePolicy policy : policies) {
           for (const int pp : {1, 2}) {
             for (const auto& [kind, microbatches] : {std::pair{config::ScheduleKind::OneFOneB, 4},
                                                      std::pair{config::ScheduleKind::GPipe, 3}}) {
@@ -369,7 +364,7 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
               layout.schedule = kind;
               layout.micro_batch = B;
               layout.global_batch = int64_t{B} * microbatches;
-              layout.recompute = policy.planner;
+              layout.recompute = policy;
               layout.precision = precision;
               config::ParallelLayout pipeline = layout;
               pipeline.tp = 1;  // the schedule's ranks are the pipeline's
@@ -378,7 +373,7 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
               pipeline.global_batch = microbatches;
               exec::StagePlan stages = exec::even_stages(model.n_layer + 2, pp);
               exec::RecomputeOptions options;
-              options.policy = policy.runtime;
+              options.policy = policy;
               options.every_k = plan::resolved_recompute_every(model, layout);
               exec::plan_recompute(stages, model, B, T, options, exec::nominal_unit_times(model, B, T), tp, sp, dtype);
               const auto schedule = pipeline::make_schedule(pipeline);
@@ -387,7 +382,7 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
                 const int64_t walk = exec::predict_program_memory(program, model, B, T, tp, sp, dtype).peak;
                 const double planned = plan::stage_memory(model, layout, stage, plan::closed_form_pipeline()).activations;
                 const std::string where = fmt::format("{} tp={} sp={} {} {} pp={} stage {} {}", config::architecture_name(model.arch),
-                                                      tp, sp, dtype_name(dtype), memory::recompute_policy_name(policy.runtime),
+                                                      tp, sp, dtype_name(dtype), config::recompute_policy_name(policy),
                                                       pp, stage, config::schedule_name(kind));
                 if (pp == 1) {
                   EXPECT_EQ(static_cast<int64_t>(planned), walk) << where;
@@ -405,6 +400,34 @@ TEST(ProgramMemory, PlannerWithTheEngineAccountingPredictsTheWalk) {
         }
       }
     }
+  }
+}
+
+// every_k's default segment length is each stage's ceil(sqrt(blocks)), in the runtime and in the
+// planner alike: 12 blocks over two stages run segments of 3 (not ceil(sqrt(12)) = 4, the whole
+// model's), which is the schedule the planner predicts for each stage.
+TEST(ProgramMemory, EveryKDefaultsToEachStagesSegmentLengthAsThePlannerPredicts) {
+  config::ModelConfig model;
+  model.n_layer = 12;
+  model.n_head = 4;
+  model.n_embd = 32;
+  model.vocab_size = 61;
+  model.seq_len = 16;
+  const int B = 2, T = 16;
+  exec::StagePlan stages = exec::even_stages(model.n_layer + 2, 2);
+  exec::RecomputeOptions options;
+  options.policy = config::RecomputePolicy::EveryK;
+  exec::plan_recompute(stages, model, B, T, options, exec::nominal_unit_times(model, B, T));
+  plan::Layout layout;
+  layout.pp = 2;
+  layout.micro_batch = B;
+  layout.global_batch = 4 * B;
+  layout.recompute = config::RecomputePolicy::EveryK;
+  layout.precision = plan::Precision::Fp32;
+  for (int stage = 0; stage < 2; ++stage) {
+    const plan::ChunkRecompute planned = plan::chunk_recompute(model, layout, stage);
+    EXPECT_EQ(planned.every_k, 3) << "stage " << stage;
+    EXPECT_EQ(stages.stages[static_cast<size_t>(stage)].recompute, planned.schedule) << "stage " << stage;
   }
 }
 
@@ -492,8 +515,8 @@ TEST(ProgramMemory, PlannerCountsTheMoeParametersAndFlopsOfEachRank) {
     const int64_t B = 8;
     const double mlp = 2.0 * B * m.seq_len * m.n_embd * m.ffn() * (arch == config::Architecture::Gpt2 ? 2 : 3);
     const double router = 2.0 * B * m.seq_len * m.n_embd * m.moe_experts;
-    EXPECT_DOUBLE_EQ(plan::step_flops(m, B, plan::Recompute::None, false).forward,
-                     plan::step_flops(dense, B, plan::Recompute::None, false).forward + 2 * (router + mlp));
+    EXPECT_DOUBLE_EQ(plan::step_flops(m, B, config::RecomputePolicy::None, false).forward,
+                     plan::step_flops(dense, B, config::RecomputePolicy::None, false).forward + 2 * (router + mlp));
   }
 }
 

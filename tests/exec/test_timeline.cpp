@@ -14,7 +14,7 @@ using tessera::testing::RunRecord;
 
 namespace {
 
-ParityCase timed_case(config::ScheduleKind kind, memory::RecomputePolicy recompute) {
+ParityCase timed_case(config::ScheduleKind kind, config::RecomputePolicy recompute) {
   ParityCase c;
   c.model = tessera::testing::gpt2_odd_config();
   c.model.n_layer = 3;
@@ -31,9 +31,9 @@ ParityCase timed_case(config::ScheduleKind kind, memory::RecomputePolicy recompu
 
 TEST(Timeline, TheRecorderTimesEveryActionInOrder) {
   for (const auto& [kind, recompute] :
-       {std::pair{config::ScheduleKind::OneFOneB, memory::RecomputePolicy::Full},
-        std::pair{config::ScheduleKind::GPipe, memory::RecomputePolicy::None},
-        std::pair{config::ScheduleKind::ZeroBubbleH1, memory::RecomputePolicy::None}}) {
+       {std::pair{config::ScheduleKind::OneFOneB, config::RecomputePolicy::Full},
+        std::pair{config::ScheduleKind::GPipe, config::RecomputePolicy::None},
+        std::pair{config::ScheduleKind::ZeroBubbleH1, config::RecomputePolicy::None}}) {
     const ParityCase c = timed_case(kind, recompute);
     const std::string what(config::schedule_name(kind));
     const RunRecord run = tessera::testing::run_data_parallel(c, nullptr);
@@ -49,7 +49,7 @@ TEST(Timeline, TheRecorderTimesEveryActionInOrder) {
       previous_end = span.end;
       recomputed += actions[i].phase == exec::Phase::Recompute;
     }
-    if (recompute == memory::RecomputePolicy::Full) {
+    if (recompute == config::RecomputePolicy::Full) {
       EXPECT_GT(recomputed, 0) << what << ": recomputations are timed too";
     }
 
@@ -80,7 +80,7 @@ TEST(Timeline, TheRecorderTimesEveryActionInOrder) {
 }
 
 TEST(Timeline, AStepRunWithoutTheRecorderCannotBeGathered) {
-  const ParityCase c = timed_case(config::ScheduleKind::OneFOneB, memory::RecomputePolicy::None);
+  const ParityCase c = timed_case(config::ScheduleKind::OneFOneB, config::RecomputePolicy::None);
   const RunRecord run = tessera::testing::run_data_parallel(c, nullptr);
   config::ParallelLayout layout;
   layout.global_batch = c.micros;

@@ -11,6 +11,7 @@
 
 using namespace tessera;
 using namespace tessera::memory;
+using namespace tessera::config;
 
 namespace {
 

@@ -19,6 +19,7 @@
 
 using namespace tessera;
 using namespace tessera::memory;
+using namespace tessera::config;
 using tessera::memory::chain_search::brute_min_time;
 
 namespace {

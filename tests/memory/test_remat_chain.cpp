@@ -19,6 +19,7 @@
 
 using namespace tessera;
 using namespace tessera::memory;
+using namespace tessera::config;
 using namespace tessera::memory::remat;
 
 namespace {

@@ -68,7 +68,7 @@ void check_all_to_all(const ParityCase& c, const Layout& l, const RunRecord& run
                       const std::string& what, RankChecks& t) {
   // Under pipelining the statistics are the whole pipeline's, the counters one stage's. Adafactor
   // sums its per-tensor statistics over ep as well.
-  if (l.ep == 1 || l.zero != 0 || l.pp != 1 || l.recompute.policy != memory::RecomputePolicy::None ||
+  if (l.ep == 1 || l.zero != 0 || l.pp != 1 || l.recompute.policy != config::RecomputePolicy::None ||
       l.optimizer != "adamw") {
     return;
   }
@@ -175,9 +175,9 @@ int main(int argc, char** argv) {
   return run_rank_checks(argc, argv, [](dist::Communicator& world, RankChecks& t) {
     const int ranks = world.size();
     exec::RecomputeOptions full;
-    full.policy = memory::RecomputePolicy::Full;
+    full.policy = config::RecomputePolicy::Full;
     exec::RecomputeOptions selective;
-    selective.policy = memory::RecomputePolicy::Selective;
+    selective.policy = config::RecomputePolicy::Selective;
     std::vector<Layout> layouts;
     if (ranks <= 4) layouts = {{ranks, ranks, 1, 0, {}}, {ranks, 1, 1, 0, {}}, {ranks, ranks, 1, 1, full}};
     // ZeRO-3: the dense parameters sharded and gathered over dp, the experts' over edp (of one rank here).
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
         const std::string what = fmt::format("{} top-{} dp {} ep {} tp {}{} pp {} ({}) zero {} recompute {} {}", c.name,
                                              model.moe_top_k, l.dp, l.ep, l.tp, l.sp ? " sp" : "", l.pp,
                                              config::schedule_name(l.schedule), l.zero,
-                                             memory::recompute_policy_name(l.recompute.policy), l.optimizer);
+                                             config::recompute_policy_name(l.recompute.policy), l.optimizer);
         check_matches_reference(run, ref, what, t);
         check_routing(run, ref, what, t);
         check_all_to_all(c, l, run, mesh.dp(), what, t);

@@ -221,8 +221,8 @@ int main(int argc, char** argv) {
     // Recomputation inside each stage: the stage's chain recomputes, the transfers do not change.
     for (const config::ModelConfig& model : {gpt2_odd_config(), llama_config()}) {
       for (config::ScheduleKind kind : {config::ScheduleKind::OneFOneB, config::ScheduleKind::ZeroBubbleH1}) {
-        for (memory::RecomputePolicy policy :
-             {memory::RecomputePolicy::Full, memory::RecomputePolicy::Selective, memory::RecomputePolicy::EveryK}) {
+        for (config::RecomputePolicy policy :
+             {config::RecomputePolicy::Full, config::RecomputePolicy::Selective, config::RecomputePolicy::EveryK}) {
           ParityCase c;
           c.model = model;
           c.model.n_layer = 2 * p;
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
           c.recompute.every_k = 1;
           const RunRecord reference = run_reference(c);
           const RunRecord run = run_pipelined(c, *world);
-          const std::string what = describe(c, 1, p) + " recompute " + std::string(memory::recompute_policy_name(policy));
+          const std::string what = describe(c, 1, p) + " recompute " + std::string(config::recompute_policy_name(policy));
           check_matches_reference(run, reference, what, t);
           check_activation_prediction(run, what, t);
           if (t.rank == 0) fmt::print("{}: checked\n", what);

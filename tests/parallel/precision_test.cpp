@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       const RunRecord first = run_data_parallel(bf16, &world);
       check_same_bits(first, run_data_parallel(bf16, &world), describe(bf16, "dp rerun"), t);
       ParityCase recomputed = bf16;
-      recomputed.recompute.policy = memory::RecomputePolicy::Full;
+      recomputed.recompute.policy = config::RecomputePolicy::Full;
       check_same_bits(first, run_data_parallel(recomputed, &world), describe(bf16, "dp with full recompute"), t);
 
       // 16-bit gradient messages, summed in f32: the gradient reduction sends half the bytes. Its

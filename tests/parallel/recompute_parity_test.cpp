@@ -30,8 +30,8 @@ std::string describe(const ParityCase& c) {
   return fmt::format("{} {} zero{} {} {}{}", config::architecture_name(c.model.arch),
                      config::activation_name(c.model.mlp_activation()), c.zero_stage,
                      config::schedule_name(c.schedule),
-                     memory::recompute_policy_name(c.recompute.policy),
-                     c.recompute.policy == memory::RecomputePolicy::EveryK ? fmt::format(" k={}", c.recompute.every_k)
+                     config::recompute_policy_name(c.recompute.policy),
+                     c.recompute.policy == config::RecomputePolicy::EveryK ? fmt::format(" k={}", c.recompute.every_k)
                                                                            : std::string());
 }
 
@@ -110,20 +110,20 @@ int main(int argc, char** argv) {
         check_matches_reference(plain, reference, describe(none), t);
         check_memory(plain, describe(none), t);
         ParityCase full = none;
-        full.recompute.policy = memory::RecomputePolicy::Full;
+        full.recompute.policy = config::RecomputePolicy::Full;
         const int64_t full_peak = run_data_parallel(full, &world).steps[0].predicted_activations;
         std::vector<ParityCase> policies = {full};
         ParityCase every = none;
-        every.recompute = {memory::RecomputePolicy::EveryK, 2, 0};
+        every.recompute = {config::RecomputePolicy::EveryK, 2, 0};
         ParityCase selective = none;
-        selective.recompute.policy = memory::RecomputePolicy::Selective;
+        selective.recompute.policy = config::RecomputePolicy::Selective;
         ParityCase optimal = none;
-        optimal.recompute = {memory::RecomputePolicy::Optimal, 0,
+        optimal.recompute = {config::RecomputePolicy::Optimal, 0,
                              (full_peak + plain.steps[0].predicted_activations) / 2};
         ParityCase dtr = optimal;
-        dtr.recompute.policy = memory::RecomputePolicy::Dtr;
+        dtr.recompute.policy = config::RecomputePolicy::Dtr;
         ParityCase checkmate = optimal;
-        checkmate.recompute.policy = memory::RecomputePolicy::Checkmate;
+        checkmate.recompute.policy = config::RecomputePolicy::Checkmate;
         // Zero-bubble's split backward: the reducer posts each bucket after the last weight half
         // that writes it, so the gradients are the same bits as with whole backwards.
         ParityCase split = full;

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
     const std::vector<config::ModelConfig> models{gpt2_tied(61), gpt2_tied(64), llama_untied(53), llama_untied(64),
                                                   llama_gqa(53)};
     auto run_case = [&](const config::ModelConfig& model, const config::ParallelLayout& layout, int zero_stage,
-                        int micros, memory::RecomputePolicy recompute = memory::RecomputePolicy::None,
+                        int micros, config::RecomputePolicy recompute = config::RecomputePolicy::None,
                         int sequences_per_micro = 2, int steps = 5) {
       dist::Mesh mesh(world, layout);
       ParityCase c;
@@ -211,11 +211,11 @@ int main(int argc, char** argv) {
       const RunRecord reference = run_reference(c);
       const RunRecord run = run_parallel(c, &mesh);
       const std::string what =
-          describe(c, layout) + " recompute " + std::string(memory::recompute_policy_name(recompute));
+          describe(c, layout) + " recompute " + std::string(config::recompute_policy_name(recompute));
       check_matches_reference(run, reference, what, t);
       check_activation_prediction(run, what, t);
       // Recomputed forwards repeat their all-reduces; the formula is for a step without.
-      if (recompute == memory::RecomputePolicy::None) {
+      if (recompute == config::RecomputePolicy::None) {
         dist::Communicator* pipeline = layout.pp > 1 ? &mesh.pp() : nullptr;
         if (layout.sp) {
           check_sequence_parallel_bytes(run, c, layout, pipeline, replicated_elements(model, layout.tp), what, t);
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       // Recomputation: the activation prediction holds the split widths (selective drops the
       // MLP activation's F/tp and the whole norm outputs).
       for (const config::ModelConfig& model : {models[0], models[2]}) {
-        for (memory::RecomputePolicy policy : {memory::RecomputePolicy::Full, memory::RecomputePolicy::Selective}) {
+        for (config::RecomputePolicy policy : {config::RecomputePolicy::Full, config::RecomputePolicy::Selective}) {
           run_case(model, layout, 0, 2, policy);
         }
       }
@@ -293,7 +293,7 @@ int main(int argc, char** argv) {
         model.activation = activation;
         check_initial_weights(model, mesh.tp(), t);
         check_blocks(model, mesh.tp(), t);
-        for (memory::RecomputePolicy policy : {memory::RecomputePolicy::None, memory::RecomputePolicy::Selective}) {
+        for (config::RecomputePolicy policy : {config::RecomputePolicy::None, config::RecomputePolicy::Selective}) {
           run_case(model, layout, 0, 2, policy);
         }
       }
@@ -303,8 +303,8 @@ int main(int argc, char** argv) {
         for (int micros : {1, 3}) run_case(model, layout, 0, micros);
       }
       for (const config::ModelConfig& model : {models[0], models[2]}) {
-        run_case(model, layout, 0, 2, memory::RecomputePolicy::None, 1);
-        for (memory::RecomputePolicy policy : {memory::RecomputePolicy::Full, memory::RecomputePolicy::Selective}) {
+        run_case(model, layout, 0, 2, config::RecomputePolicy::None, 1);
+        for (config::RecomputePolicy policy : {config::RecomputePolicy::Full, config::RecomputePolicy::Selective}) {
           run_case(model, layout, 0, 2, policy);
         }
       }
@@ -342,13 +342,13 @@ int main(int argc, char** argv) {
       layout.pp = 2;
       layout.dp = 2;
       for (const config::ModelConfig& model : {gpt2, llama}) {
-        run_case(model, layout, 1, 3, memory::RecomputePolicy::None, 2, 6);
+        run_case(model, layout, 1, 3, config::RecomputePolicy::None, 2, 6);
       }
       layout.sp = true;
       layout.schedule = pipeline::ScheduleKind::Interleaved;
       layout.virtual_stages = 2;
       for (const config::ModelConfig& model : {gpt2, llama}) {
-        run_case(model, layout, 1, 4, memory::RecomputePolicy::None, 2, 6);
+        run_case(model, layout, 1, 4, config::RecomputePolicy::None, 2, 6);
       }
     }
   });

@@ -136,7 +136,7 @@ TEST(PlanEstimate, FasterHardwareAndFewerRecomputesHelp) {
   slow_network.inter_node.bandwidth /= 10;
   EXPECT_GT(estimate(m, l, slow_network).time.step, base);
   Layout selective = l;
-  selective.recompute = Recompute::Selective;
+  selective.recompute = config::RecomputePolicy::Selective;
   selective.sp = true;
   EXPECT_LT(estimate(m, selective, c).time.step, base);
   // H100 is faster than A100 on the same layout.

@@ -21,7 +21,7 @@ TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
   EXPECT_EQ(l.schedule, config::ScheduleKind::Interleaved);  // v > 1 with no schedule named
   EXPECT_EQ(l.zero_stage, 1);
   EXPECT_TRUE(l.sp);
-  EXPECT_EQ(l.recompute, Recompute::Full);
+  EXPECT_EQ(l.recompute, config::RecomputePolicy::Full);
   EXPECT_EQ(l.precision, Precision::Bf16);
   l.global_batch = 512;
   l.flash_attention = true;
@@ -49,7 +49,7 @@ TEST(PlanLayout, ParsesTheDocumentedSyntaxAndRoundTrips) {
 
 TEST(PlanLayout, RecomputePolicyKeysParseAndRoundTrip) {
   Layout every = parse_layout("pp=2,gb=8,recompute=every_k,recompute_every=3");
-  EXPECT_EQ(every.recompute, Recompute::EveryK);
+  EXPECT_EQ(every.recompute, config::RecomputePolicy::EveryK);
   EXPECT_EQ(every.recompute_every, 3);
   EXPECT_EQ(parse_layout(to_string(every)), every);
   EXPECT_TRUE(contains(to_string(every), "recompute=every_k,recompute_every=3,")) << to_string(every);
@@ -60,15 +60,15 @@ TEST(PlanLayout, RecomputePolicyKeysParseAndRoundTrip) {
 
   for (double mib : {4096.0, 1536.5, 0.1, 12345.678901234}) {
     Layout optimal = parse_layout(fmt::format("gb=8,recompute=optimal,activation_budget_mb={}", mib));
-    EXPECT_EQ(optimal.recompute, Recompute::Optimal);
+    EXPECT_EQ(optimal.recompute, config::RecomputePolicy::Optimal);
     EXPECT_EQ(optimal.activation_budget_mb, mib);
     EXPECT_EQ(parse_layout(to_string(optimal)), optimal) << to_string(optimal);
   }
-  EXPECT_EQ(recompute_name(Recompute::EveryK), "every_k");
-  EXPECT_EQ(recompute_name(Recompute::Optimal), "optimal");
-  EXPECT_EQ(recompute_name(Recompute::Dtr), "dtr");
+  EXPECT_EQ(config::recompute_policy_name(config::RecomputePolicy::EveryK), "every_k");
+  EXPECT_EQ(config::recompute_policy_name(config::RecomputePolicy::Optimal), "optimal");
+  EXPECT_EQ(config::recompute_policy_name(config::RecomputePolicy::Dtr), "dtr");
   const Layout dtr = parse_layout("gb=8,recompute=dtr,activation_budget_mb=1536.5");
-  EXPECT_EQ(dtr.recompute, Recompute::Dtr);
+  EXPECT_EQ(dtr.recompute, config::RecomputePolicy::Dtr);
   EXPECT_EQ(parse_layout(to_string(dtr)), dtr) << to_string(dtr);
   // Layouts that use neither key print as they always did.
   EXPECT_EQ(to_string(parse_layout("tp=8,pp=2,dp=32,v=2,gb=512,recompute=full,sp=true")),

@@ -89,16 +89,16 @@ TEST(PlanMemoryModel, ActivationsPerLayerAreKorthikanti) {
     for (int64_t b : {1, 4}) {
       const double sbh = s * double(b) * h;
       // No parallelism: sbh (34 + 5 a s / h).
-      EXPECT_DOUBLE_EQ(layer_activation_bytes(m, b, 1, false, Recompute::None, false, Precision::Bf16),
+      EXPECT_DOUBLE_EQ(layer_activation_bytes(m, b, 1, false, config::RecomputePolicy::None, false, Precision::Bf16),
                        sbh * (34 + 5 * a * s / h));
       for (int t : {1, 2, 4, 8}) {
-        auto bytes = [&](bool sp, Recompute r) { return layer_activation_bytes(m, b, t, sp, r, false, Precision::Bf16); };
-        EXPECT_DOUBLE_EQ(bytes(false, Recompute::None), sbh * (10 + 24.0 / t + 5 * a * s / (h * t))) << "TP t=" << t;
-        EXPECT_DOUBLE_EQ(bytes(true, Recompute::None), sbh * (34.0 / t + 5 * a * s / (h * t))) << "TP+SP t=" << t;
-        EXPECT_DOUBLE_EQ(bytes(false, Recompute::Selective), sbh * (10 + 24.0 / t)) << "TP+selective t=" << t;
-        EXPECT_DOUBLE_EQ(bytes(true, Recompute::Selective), 34 * sbh / t) << "TP+SP+selective t=" << t;
-        EXPECT_DOUBLE_EQ(bytes(false, Recompute::Full), 2 * sbh) << "full t=" << t;
-        EXPECT_DOUBLE_EQ(bytes(true, Recompute::Full), 2 * sbh / t) << "full+SP t=" << t;
+        auto bytes = [&](bool sp, config::RecomputePolicy r) { return layer_activation_bytes(m, b, t, sp, r, false, Precision::Bf16); };
+        EXPECT_DOUBLE_EQ(bytes(false, config::RecomputePolicy::None), sbh * (10 + 24.0 / t + 5 * a * s / (h * t))) << "TP t=" << t;
+        EXPECT_DOUBLE_EQ(bytes(true, config::RecomputePolicy::None), sbh * (34.0 / t + 5 * a * s / (h * t))) << "TP+SP t=" << t;
+        EXPECT_DOUBLE_EQ(bytes(false, config::RecomputePolicy::Selective), sbh * (10 + 24.0 / t)) << "TP+selective t=" << t;
+        EXPECT_DOUBLE_EQ(bytes(true, config::RecomputePolicy::Selective), 34 * sbh / t) << "TP+SP+selective t=" << t;
+        EXPECT_DOUBLE_EQ(bytes(false, config::RecomputePolicy::Full), 2 * sbh) << "full t=" << t;
+        EXPECT_DOUBLE_EQ(bytes(true, config::RecomputePolicy::Full), 2 * sbh / t) << "full+SP t=" << t;
       }
     }
   }
@@ -110,13 +110,13 @@ TEST(PlanMemoryModel, ActivationVariantsFollowTheirTensors) {
   // Without dropout the masks and the dropout copy of the scores go: 34 -> 32 (sbh) and 5 -> 2 (a s^2 b).
   config::ModelConfig no_dropout = m;
   no_dropout.dropout = 0;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(no_dropout, 1, 1, false, Recompute::None, false, Precision::Bf16),
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(no_dropout, 1, 1, false, config::RecomputePolicy::None, false, Precision::Bf16),
                    sbh * 32 + 2 * 16 * 2048.0 * 2048);
   // fp32 doubles every tensor but the one-byte masks: 2 x 32 + 2 and 2 x 2 + 1 for the scores.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 1, 1, false, Recompute::None, false, Precision::Fp32),
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 1, 1, false, config::RecomputePolicy::None, false, Precision::Fp32),
                    sbh * 66 + 9 * 16 * 2048.0 * 2048);
   // Fused attention keeps q, k, v and the output plus an fp32 log-sum-exp per row and head.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 1, 1, false, Recompute::None, true, Precision::Bf16),
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, 1, 1, false, config::RecomputePolicy::None, true, Precision::Bf16),
                    sbh * 34 + 4 * 16 * 2048.0);
 }
 
@@ -125,7 +125,7 @@ TEST(PlanMemoryModel, FirstStageHoldsTheWholeModelsActivationsUnder1F1B) {
   // (No dropout here, so the embedding keeps no mask and the count is the layers' alone.)
   config::ModelConfig m = gpt(32, 32, 4096);
   m.dropout = 0;
-  const double per_layer = layer_activation_bytes(m, 1, 8, true, Recompute::None, false, Precision::Bf16);
+  const double per_layer = layer_activation_bytes(m, 1, 8, true, config::RecomputePolicy::None, false, Precision::Bf16);
   for (int p : {2, 4, 8}) {
     Layout l;
     l.activations = ActivationAccounting::Megatron;
@@ -171,9 +171,9 @@ TEST(PlanMemoryModel, RecomputeKeepsOneLayersWorkingSet) {
   l.tp = 8;
   l.pp = 4;
   l.global_batch = 64;
-  l.recompute = Recompute::Full;
-  const double kept = layer_activation_bytes(m, 1, 8, false, Recompute::Full, false, Precision::Bf16);
-  const double all = layer_activation_bytes(m, 1, 8, false, Recompute::None, false, Precision::Bf16);
+  l.recompute = config::RecomputePolicy::Full;
+  const double kept = layer_activation_bytes(m, 1, 8, false, config::RecomputePolicy::Full, false, Precision::Bf16);
+  const double all = layer_activation_bytes(m, 1, 8, false, config::RecomputePolicy::None, false, Precision::Bf16);
   EXPECT_DOUBLE_EQ(stage_memory(m, l, 0, closed_form_pipeline()).activations, 32 * kept + all - kept);
 }
 
@@ -248,8 +248,8 @@ TEST(PlanMemoryModel, RecomputeAndShardingShrinkTheRightTags) {
   l.global_batch = 32;
   auto mem = [&](const Layout& x) { return peak_rank_memory(m, x, closed_form_pipeline()).memory; };
   Layout selective = l, full = l, zero3 = l;
-  selective.recompute = Recompute::Selective;
-  full.recompute = Recompute::Full;
+  selective.recompute = config::RecomputePolicy::Selective;
+  full.recompute = config::RecomputePolicy::Full;
   zero3.zero_stage = 3;
   EXPECT_LT(mem(selective).activations, mem(l).activations);
   EXPECT_LT(mem(full).activations, mem(selective).activations);

@@ -40,24 +40,24 @@ TEST(PlanModelCosts, StageParametersAddUpToTheModel) {
 TEST(PlanModelCosts, FlopsWithFullRecomputeEqualNarayanan) {
   for (const auto& row : megatron_table1()) {
     config::ModelConfig m = published_model(row);
-    StepFlops f = step_flops(m, row.batch, Recompute::Full, false);
+    StepFlops f = step_flops(m, row.batch, config::RecomputePolicy::Full, false);
     const double narayanan = narayanan_flops_per_iteration(m, row.batch);
     EXPECT_NEAR(f.hardware() / narayanan, 1.0, 1e-12) << row.config;
   }
   // The paper's worked number: the 1T model does 5.14e19 FLOPs per iteration.
   config::ModelConfig one_t = published_model(megatron_table1().back());
-  EXPECT_NEAR(step_flops(one_t, 3072, Recompute::Full, false).hardware() / 5.14e19, 1.0, 0.005);
+  EXPECT_NEAR(step_flops(one_t, 3072, config::RecomputePolicy::Full, false).hardware() / 5.14e19, 1.0, 0.005);
 }
 
 TEST(PlanModelCosts, ModelFlopsEqualKorthikantiAndExcludeRecompute) {
   for (const auto& row : megatron_table1()) {
     config::ModelConfig m = published_model(row);
-    for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    for (config::RecomputePolicy r : {config::RecomputePolicy::None, config::RecomputePolicy::Selective, config::RecomputePolicy::Full}) {
       StepFlops f = step_flops(m, row.batch, r, false);
       EXPECT_NEAR(f.model() / korthikanti_model_flops(m, row.batch), 1.0, 1e-12) << row.config;
       EXPECT_DOUBLE_EQ(f.backward, 2 * f.forward);
     }
-    EXPECT_EQ(step_flops(m, row.batch, Recompute::None, false).recompute, 0.0);
+    EXPECT_EQ(step_flops(m, row.batch, config::RecomputePolicy::None, false).recompute, 0.0);
   }
 }
 
@@ -70,7 +70,7 @@ TEST(PlanModelCosts, SelectiveRecomputeCostsWhatKorthikantiReports) {
     m.n_embd = hidden;
     m.vocab_size = 51200;
     m.seq_len = 2048;
-    StepFlops f = step_flops(m, 1, Recompute::Selective, false);
+    StepFlops f = step_flops(m, 1, config::RecomputePolicy::Selective, false);
     return f.recompute / (layers * layer_forward_flops(m, 1));
   };
   EXPECT_NEAR(overhead(96, 12288, 96), 0.027, 0.0005);

@@ -6,6 +6,8 @@
 #include <regex>
 
 #include "memory/recompute_policy.h"
+#include "plan/collectives.h"
+#include "plan/device_time.h"
 #include "plan/estimate.h"
 #include "plan/memory_model.h"
 #include "plan/model_costs.h"
@@ -103,7 +105,7 @@ TEST(PlanRecompute, EveryKPeakIsTheChainWorkedByHand) {
   // included), so P = x + 3A. Each layer's forward reruns once.
   const config::ModelConfig m = small_gpt(6, 0.0f);  // no dropout: no embedding mask on the first stage
   const double x = 2.0 * 1024 * 1024;                // bf16 [1, 1024, 1024]
-  const double A = layer_activation_bytes(m, 1, 1, false, Recompute::None, false, Precision::Bf16);
+  const double A = layer_activation_bytes(m, 1, 1, false, config::RecomputePolicy::None, false, Precision::Bf16);
   EXPECT_DOUBLE_EQ(A, 1024.0 * 1024 * (32 + 2 * 16.0 * 1024 / 1024));  // sbh (32 + 2 a s / h) without dropout
   const double head = head_activation_bytes(m, layout_of("gb=1"));
 
@@ -143,8 +145,8 @@ TEST(PlanRecompute, EveryKTimeAndFlopsComeFromItsSchedule) {
   EXPECT_DOUBLE_EQ(e.flops.recompute, f.flops.recompute);
   EXPECT_NEAR(e.time.step, f.time.step, 1e-12 * f.time.step);
   // The schedule-independent overload refuses the policies whose FLOPs need a schedule.
-  EXPECT_TRUE(contains(error_of([&] { step_flops(m, 64, Recompute::EveryK, false); }), "model_recomputed_layer_forwards"));
-  EXPECT_EQ(step_flops(m, 64, Recompute::Full, false, m.n_layer).recompute, step_flops(m, 64, Recompute::Full, false).recompute);
+  EXPECT_TRUE(contains(error_of([&] { step_flops(m, 64, config::RecomputePolicy::EveryK, false); }), "model_recomputed_layer_forwards"));
+  EXPECT_EQ(step_flops(m, 64, config::RecomputePolicy::Full, false, m.n_layer).recompute, step_flops(m, 64, config::RecomputePolicy::Full, false).recompute);
 }
 
 TEST(PlanRecompute, OptimalBetweenFullAndNoneFitsItsBudgetAndRecomputesLess) {
@@ -259,4 +261,38 @@ TEST(PlanRecompute, OptimalBelowItsMinimumIsRefusedNamingIt) {
   EXPECT_LE(activations(m, l, 0), minimum * kMiB);
   l.activation_budget_mb = minimum - 0.5;
   EXPECT_TRUE(contains(error_of([&] { stage_memory(m, l, 0, closed_form_pipeline()); }), "below the minimum"));
+}
+
+// Selective recomputation reruns what the accounting drops. Under this engine's (what a run of
+// memory.recompute = "selective" does) a layer rebuilds its norm outputs and MLP activation: those
+// kernels' forward passes, and no matmul FLOPs. Under Megatron's (Korthikanti et al.) it reruns the
+// attention core, which fused attention never stored.
+TEST(PlanRecompute, SelectiveRerunsWhatItsAccountingDrops) {
+  const config::ModelConfig m = published_model(megatron_table1()[4]);
+  const ClusterSpec c = test_util::a100();
+  const Layout megatron = layout_of("tp=8,pp=4,dp=2,gb=64,recompute=selective");
+  Layout engine = megatron;
+  engine.activations = ActivationAccounting::Engine;
+  const LayerOps ops = layer_forward_ops(m, megatron.micro_batch, megatron.tp, megatron.sp, megatron.precision, false);
+  double core = 0;
+  for (const Gemm& g : ops.attention_gemms) core += gemm_seconds(c, megatron.precision, g);
+  for (const Stream& s : ops.attention_streams) core += stream_seconds(c, s.bytes);
+  double rebuild = 0;
+  for (const Stream& s : ops.streams) {
+    if (s.kind == StreamKind::Norm || s.kind == StreamKind::Activation) rebuild += stream_seconds(c, s, false);
+  }
+  EXPECT_GT(rebuild, 0);
+  EXPECT_EQ(selective_rebuild(megatron), SelectiveRebuild::AttentionCore);
+  EXPECT_EQ(selective_rebuild(engine), SelectiveRebuild::NormsAndActivation);
+  EXPECT_DOUBLE_EQ(layer_time(m, megatron, c, place(megatron, c)).recompute, core);
+  EXPECT_DOUBLE_EQ(layer_time(m, engine, c, place(engine, c)).recompute, rebuild);
+  EXPECT_GT(estimate(m, megatron, c).flops.recompute, 0);
+  EXPECT_EQ(estimate(m, engine, c).flops.recompute, 0);
+  Layout fused = megatron;
+  fused.flash_attention = true;
+  EXPECT_EQ(selective_rebuild(fused), SelectiveRebuild::Nothing);
+  EXPECT_EQ(layer_time(m, fused, c, place(fused, c)).recompute, 0);
+  Layout fused_engine = engine;
+  fused_engine.flash_attention = true;
+  EXPECT_DOUBLE_EQ(layer_time(m, fused_engine, c, place(fused_engine, c)).recompute, rebuild);
 }

@@ -45,7 +45,7 @@ struct Run {
 // memory. Offloaded ones ("nvme", or "auto", planned with the policy) leave the budget for what
 // offloading does not take, and the array's budget makes them offload.
 bool planned_policy(const config::FeatureSettings& s) {
-  return (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") &&
+  return config::recompute_takes_budget(s.recompute) &&
          s.offload_activations == "none";
 }
 
@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
       const Run got = run_training(command, out);
       error = got.error;
       if (error.empty() && budgeted && got.output.find(": 0 unit forwards recomputed per step") != std::string::npos) {
-        error = "memory.recompute = \"" + c->settings.recompute + "\" recomputed nothing at its budget";
+        error = fmt::format("memory.recompute = \"{}\" recomputed nothing at its budget",
+                            config::recompute_policy_name(c->settings.recompute));
       }
       if (error.empty()) error = compare_losses(got.losses, want.losses, bound, loss_worst);
       if (error.empty() && tolerance == config::ArrayTolerance::Exact) {

@@ -31,21 +31,21 @@ RunConfig config_with(const config::FeatureSettings& s) {
   c.parallel.ep = s.ep;
   c.parallel.pp = s.pp;
   c.parallel.zero_stage = s.zero_stage;
-  c.parallel.schedule = config::parse_schedule_kind(s.schedule);
-  c.parallel.virtual_stages = s.schedule == "interleaved" ? 2 : 1;
-  c.parallel.compression = config::parse_compression(s.compression);
+  c.parallel.schedule = s.schedule;
+  c.parallel.virtual_stages = s.schedule == config::ScheduleKind::Interleaved ? 2 : 1;
+  c.parallel.compression = s.compression;
   c.parallel.grad_dtype = s.grad_dtype;
   c.precision.compute = s.compute;
-  c.memory.recompute = memory::parse_recompute_policy(s.recompute);
+  c.memory.recompute = s.recompute;
   c.memory.activation_encoding = s.activation_encoding;
-  if (s.recompute == "optimal" || s.recompute == "dtr" || s.recompute == "checkmate") c.memory.activation_budget_mb = 64;
+  if (config::recompute_takes_budget(s.recompute)) c.memory.activation_budget_mb = 64;
   c.memory.offload_activations = s.offload_activations;
   c.memory.offload_optimizer = s.offload_optimizer;
   c.memory.offload_params = s.offload_params;
   c.optim.delayed_update_after = s.delayed_update_after;
   c.optim.kind = s.optimizer;
-  const bool data_parallel = s.zero_stage > 0 || s.ep > 1 || s.compression != "none" || s.grad_dtype != "fp32" ||
-                             s.optimizer == config::OptimizerKind::OneBitAdam;
+  const bool data_parallel = s.zero_stage > 0 || s.ep > 1 || s.compression != config::CompressionMethod::None ||
+                             s.grad_dtype != "fp32" || s.optimizer == config::OptimizerKind::OneBitAdam;
   c.parallel.dp = data_parallel ? 2 : 1;
   return c;
 }
@@ -124,7 +124,7 @@ TEST(CompatibilityMatrix, RefusalsNameTheValuesGivenAndMovedOnesComeAtConfigTime
 
   // ZeRO-3 with 2bw at pp = 1: the engine refused it at start-up; the config now does.
   s = {};
-  s.schedule = "2bw";
+  s.schedule = config::ScheduleKind::PipeDream2BW;
   s.zero_stage = 3;
   EXPECT_NE(error_of(config_with(s)).find("config: parallel.schedule = \"2bw\" with parallel.zero_stage = 3: ZeRO-3 "
                                           "gathers the working copies"),
@@ -133,7 +133,7 @@ TEST(CompatibilityMatrix, RefusalsNameTheValuesGivenAndMovedOnesComeAtConfigTime
 
   // 2BW with fewer microbatches than stages: the schedule generator refused it at start-up.
   s = {};
-  s.schedule = "2bw";
+  s.schedule = config::ScheduleKind::PipeDream2BW;
   s.pp = 4;
   c = config_with(s);
   c.train.batch_size = 2;
@@ -160,12 +160,13 @@ TEST(CompatibilityMatrix, RefusalsNameTheValuesGivenAndMovedOnesComeAtConfigTime
 TEST(CompatibilityMatrix, ErrorFeedbackUnderFp16AndAdafactorUnderTpAndEpAreAccepted) {
   config::FeatureSettings s;
   s.compute = "fp16";
-  for (const std::string method : {"topk", "onebit", "powersgd", "qsgd"}) {
+  for (const config::CompressionMethod method : {config::CompressionMethod::TopK, config::CompressionMethod::OneBit,
+                                                 config::CompressionMethod::PowerSgd, config::CompressionMethod::Qsgd}) {
     s.compression = method;
-    EXPECT_EQ(error_of(config_with(s)), "") << method;
+    EXPECT_EQ(error_of(config_with(s)), "") << config::compression_name(method);
   }
   s.compute = "bf16";
-  s.compression = "onebit";
+  s.compression = config::CompressionMethod::OneBit;
   EXPECT_EQ(error_of(config_with(s)), "");
 
   s = {};

@@ -78,7 +78,7 @@ TEST(CoveringArray, EveryConfigurationIsARunTheConfigAcceptsOnItsFewestProcesses
     // ranks, which one process refuses or would not exercise.
     EXPECT_EQ(run.parallel.tp, config::feature_holds(Feature::TensorParallel, c.settings) ? 2 : 1);
     EXPECT_EQ(run.parallel.pp, config::feature_holds(Feature::Pipeline, c.settings) ? 2 : 1);
-    const bool data_parallel = c.settings.zero_stage > 0 || c.settings.ep > 1 || c.settings.compression != "none" ||
+    const bool data_parallel = c.settings.zero_stage > 0 || c.settings.ep > 1 || c.settings.compression != config::CompressionMethod::None ||
                                c.settings.grad_dtype != "fp32" || c.settings.optimizer == config::OptimizerKind::OneBitAdam;
     EXPECT_EQ(run.parallel.dp, data_parallel ? 2 : 1);
     for (Feature f : c.features) EXPECT_TRUE(config::feature_holds(f, run.feature_settings())) << config::feature_name(f);
@@ -142,7 +142,7 @@ TEST(CoveringArray, ToleranceIsTheLoosestOfTheConfigurationsLossyFeatures) {
   s.tp = 2;
   s.zero_stage = 1;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Exact);
-  s.compression = "topk";
+  s.compression = config::CompressionMethod::TopK;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Compressed);
   s.optimizer = config::OptimizerKind::Adafactor;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::CompressedAdafactor);
@@ -162,11 +162,11 @@ TEST(CoveringArray, ToleranceIsTheLoosestOfTheConfigurationsLossyFeatures) {
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::OneBitAdam);
   EXPECT_EQ(config::array_reference(s).optimizer, config::OptimizerKind::AdamW);
   s = {};
-  s.schedule = "2bw";
+  s.schedule = config::ScheduleKind::PipeDream2BW;
   s.pp = 2;
   s.delayed_update_after = 1;
   EXPECT_EQ(config::array_tolerance(s), config::ArrayTolerance::Exact);
-  EXPECT_EQ(config::array_reference(s).schedule, "2bw");
+  EXPECT_EQ(config::array_reference(s).schedule, config::ScheduleKind::PipeDream2BW);
   EXPECT_EQ(config::array_reference(s).pp, 1);
   EXPECT_EQ(config::array_reference(s).delayed_update_after, 1);
 }

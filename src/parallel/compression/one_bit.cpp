@@ -19,7 +19,7 @@ class OneBit final : public GradientCompressor {
     }
   }
 
-  std::string_view name() const override { return "onebit"; }
+  std::string_view name() const override { return config::compression_name(config::CompressionMethod::OneBit); }
 
   void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
     Tensor& residual = residuals_.at(static_cast<size_t>(bucket));

@@ -96,7 +96,7 @@ class PowerSgd final : public GradientCompressor {
     }
   }
 
-  std::string_view name() const override { return "powersgd"; }
+  std::string_view name() const override { return config::compression_name(config::CompressionMethod::PowerSgd); }
 
   void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
     BucketPlan& plan = plans_.at(static_cast<size_t>(bucket));

@@ -23,7 +23,7 @@ class Qsgd final : public GradientCompressor {
     TS_CHECK(levels_ >= 1 && levels_ <= 127, "compression.levels = {} must be 1 to 127 (one signed byte)", levels_);
   }
 
-  std::string_view name() const override { return "qsgd"; }
+  std::string_view name() const override { return config::compression_name(config::CompressionMethod::Qsgd); }
 
   void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
     const size_t n = grad.size();

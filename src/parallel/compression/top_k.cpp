@@ -24,7 +24,7 @@ class TopK final : public GradientCompressor {
     }
   }
 
-  std::string_view name() const override { return "topk"; }
+  std::string_view name() const override { return config::compression_name(config::CompressionMethod::TopK); }
 
   void reduce(int bucket, std::span<float> grad, dist::Communicator& comm) override {
     Tensor& residual = residuals_.at(static_cast<size_t>(bucket));
