@@ -431,6 +431,7 @@ const std::vector<TestedPair> kTested = {
     {F::Zero3, F::OffloadParams, {kOffloadedParamsCli}},
     {F::OffloadOptimizer, F::OffloadParams, {kOffloadedParamsCli}},
     {F::TensorParallel, F::OffloadParams, {kOffloadedParamsCli}},
+    {F::SequenceParallel, F::OffloadParams, {kOffloadedParamsCli}},
     {F::Bf16, F::OffloadParams, {kOffloadedParamsCli}},
     {F::OffloadActivations, F::OffloadParams, {kOffloadedParamsCli}},
 };

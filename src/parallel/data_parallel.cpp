@@ -74,7 +74,7 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
                                                     options.offload_params, options.kept_units, scope);
     transforms.add(placement_slot(options.group), *gatherer_);
   }
-  if (options.offload_params != nullptr && !options.gradients_in_memory) {
+  if (options.offload_params != nullptr) {
     std::vector<optim::Segment> segments;
     for (const nn::ParamRange& part : owned()) {
       for (const optim::Segment& s : optim::segments_of_range(params_, part, nullptr, nullptr, over_this_group())) {
@@ -84,7 +84,7 @@ DataParallel::DataParallel(nn::ParameterStore& params, const std::vector<nn::Uni
     const std::vector<nn::ParamRange> shard = layout_.shards(rank_);
     TS_CHECK(shard.size() == 1, "ZeRO-3's gradients in the nvme tier: the shard is one range, not {}", shard.size());
     offloaded_grads_ = std::make_unique<OffloadedGradients>(*options.offload_params, params, shard.front(), segments,
-                                                            memory);
+                                                            memory, options.sequence_parallel);
   } else if (options.zero_stage >= 2) {
     grad_shard_ = Tensor::zeros({layout_.shard_size(rank_)}, DType::F32, MemoryTag::Grads, memory);
   }

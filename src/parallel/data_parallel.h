@@ -58,9 +58,10 @@ struct DataParallelOptions {
   // ZeRO-3: the nvme tier that holds this rank's parameter shard (memory.offload_params) and its
   // gradient shard (offloaded_gradients.h); null: compute memory.
   memory::NvmeStore* offload_params = nullptr;
-  // With offload_params, the gradient shard stays in compute memory: the step reads gradients
-  // before the update (sequence parallelism sums the replicated parameters' over tp).
-  bool gradients_in_memory = false;
+  // Under sequence parallelism, the tensor-parallel group over which the gradients of the
+  // parameters it does not split are partial: with offload_params their sum over it is taken as
+  // each part of the gradient shard lands in the nvme tier (offloaded_gradients.h). Null otherwise.
+  dist::Communicator* sequence_parallel = nullptr;
   // ZeRO-3 under a pipeline: the units this rank's stages run, each kept gathered from its first
   // action of a step to its last (parameter_gatherer.h); empty: gathered per run of actions.
   std::vector<int> kept_units;

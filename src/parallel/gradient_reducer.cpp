@@ -169,8 +169,13 @@ Tensor GradientReducer::gradient_target(const nn::Parameter& p, const exec::Even
 }
 
 void GradientReducer::allocate(Window w, int action) {
-  while (!in_flight_.empty() && (in_flight_.front().work == nullptr || in_flight_.front().work->is_completed() ||
-                                 in_flight_.front().posted_after < action - 1)) {
+  // A landing that runs a collective (the sum over tp under sequence parallelism) must come at the
+  // same action on every rank of that group, so it does not wait on how soon this rank's
+  // communicator finished.
+  const bool early = offloaded_ == nullptr || !offloaded_->lands_collectively();
+  while (!in_flight_.empty() &&
+         (in_flight_.front().work == nullptr || (early && in_flight_.front().work->is_completed()) ||
+          in_flight_.front().posted_after < action - 1)) {
     complete_oldest();  // frees storage early when the communicator is ahead
   }
   while (in_flight_.size() >= kMaxInFlight) complete_oldest();

@@ -26,7 +26,10 @@
 //                   (offloaded_gradients.h), from the bucket's storage, which lives until the write
 //                   is done: it is waited for under the same rule (posted before the action
 //                   preceding a new bucket), but not for the count of buckets in flight, so a
-//                   unit's writes run while the next unit computes.
+//                   unit's writes run while the next unit computes. Under sequence parallelism
+//                   a part's last window is summed over tp as it lands, a collective: a bucket is
+//                   then completed only by those rules, never sooner because its reduction
+//                   happened to be done, so every tp rank lands it at the same action.
 #include <deque>
 #include <map>
 #include <span>

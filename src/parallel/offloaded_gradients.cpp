@@ -10,8 +10,20 @@
 namespace tessera::parallel {
 
 OffloadedGradients::OffloadedGradients(memory::NvmeStore& store, const nn::ParameterStore& params, nn::ParamRange mine,
-                                       std::span<const optim::Segment> segments, MemoryAccountant& memory)
-    : shard_(store, params, mine), memory_(memory) {
+                                       std::span<const optim::Segment> segments, MemoryAccountant& memory,
+                                       dist::Communicator* sequence_parallel)
+    : shard_(store, params, mine), memory_(memory), sequence_parallel_(sequence_parallel) {
+  if (sequence_parallel_ != nullptr) {
+    for (const optim::Segment& s : segments) {
+      if (!s.param->spec.replicated_over(config::MeshDim::TP) || s.size() == 0) continue;
+      const auto begin = static_cast<int64_t>(s.param->offset) + s.begin;
+      if (!replicated_.empty() && replicated_.back().end == begin) {
+        replicated_.back().end = begin + s.size();
+      } else {
+        replicated_.push_back({begin, begin + s.size()});
+      }
+    }
+  }
   int64_t owned = 0;
   for (size_t i = 0; i < segments.size();) {
     size_t j = i + 1;
@@ -72,13 +84,42 @@ OffloadedGradients::Works OffloadedGradients::land(nn::ParamRange part, float* r
     wait_all(reads);
     for (size_t i = 0; i < n; ++i) reduced[i] = sum[i] + reduced[i];
   }
-  if (final) add_squares(part, reduced);
+  if (final) {
+    sum_replicated(part, reduced);
+    add_squares(part, reduced);
+  }
   Works writes = shard_.write_range(part, reduced);
   for (size_t i = first; i < last; ++i) {
     written_[i] = true;
     last_writes_[i] = writes;
   }
   return writes;
+}
+
+void OffloadedGradients::sum_replicated(nn::ParamRange part, float* values) {
+  if (sequence_parallel_ == nullptr) return;
+  // Packed into one message, as TensorParallel::finish packs the shard's in memory.
+  std::vector<nn::ParamRange> ranges;
+  size_t count = 0;
+  for (const nn::ParamRange& r : replicated_) {
+    const nn::ParamRange common = intersect(part, r);
+    if (common.size() == 0) continue;
+    ranges.push_back(common);
+    count += static_cast<size_t>(common.size());
+  }
+  if (ranges.empty()) return;
+  std::vector<float> packed;
+  packed.reserve(count);
+  for (const nn::ParamRange& r : ranges) {
+    const float* from = values + (r.begin - part.begin);
+    packed.insert(packed.end(), from, from + r.size());
+  }
+  sequence_parallel_->all_reduce(packed.data(), packed.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+  size_t at = 0;
+  for (const nn::ParamRange& r : ranges) {
+    std::copy_n(packed.data() + at, r.size(), values + (r.begin - part.begin));
+    at += static_cast<size_t>(r.size());
+  }
 }
 
 void OffloadedGradients::add_squares(nn::ParamRange part, const float* values) {

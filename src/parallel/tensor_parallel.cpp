@@ -276,6 +276,9 @@ void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const 
   std::vector<const optim::Segment*> whole;
   size_t count = 0;
   for (const optim::Segment& s : segments) {
+    // A segment with no gradient in memory has it in ZeRO-3's shard in the nvme tier, which summed
+    // it over the group as it landed (offloaded_gradients.h).
+    if (s.grad == nullptr) continue;
     if (s.param->spec.replicated_over(config::MeshDim::TP) && s.size() > 0) {
       whole.push_back(&s);
       count += static_cast<size_t>(s.size());

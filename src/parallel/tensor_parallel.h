@@ -149,7 +149,8 @@ void unpack_sequence_parts(void* whole, const void* packed, int64_t parts, int64
 
 // Under sequence parallelism: sums over the tensor-parallel group `group` the gradients of the
 // parameters it does not split (their segments of this rank's optimizer, which are the same on
-// every rank of the group), in one all-reduce.
+// every rank of the group), in one all-reduce. Segments with no gradient in memory are skipped:
+// ZeRO-3's shard in the nvme tier sums them as they land (offloaded_gradients.h).
 void sum_sequence_parallel_gradients(dist::Communicator& group, std::span<const optim::Segment> segments);
 
 // Tensor parallelism in the transform chain: every unit action computes with the region over

@@ -179,9 +179,9 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
   DataParallelOptions dp_options;
   dp_options.zero_stage = layout.zero_stage;
   dp_options.offload_params = options.offload_params ? nvme_.get() : nullptr;
-  // The tensor-parallel transform sums the sequence-parallel gradients over tp when the program
-  // finishes, before the update, so it reads them in memory.
-  dp_options.gradients_in_memory = layout.sp && tp_ != nullptr;
+  // The gradients sequence parallelism leaves partial are summed over tp: in memory by the
+  // tensor-parallel transform when the program finishes, in the nvme tier as their parts land.
+  if (layout.sp) dp_options.sequence_parallel = tp_;
   dp_options.bucket_bytes = options.bucket_bytes;
   dp_options.compression = options.compression;
   dp_options.message_dtype = options.precision.grad_dtype;

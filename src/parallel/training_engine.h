@@ -182,8 +182,6 @@ class TrainingEngine {
   std::vector<const nn::Parameter*> optimizer_parameters();
   optim::Optimizer& optimizer() { return *optimizer_; }
   // The chunks an offloaded optimizer state streams in (0: the state is in compute memory).
-  // ZeRO-3's gradient shard is in the nvme tier (parallel/offloaded_gradients.h).
-  bool gradients_in_nvme() const { return data_parallel_ != nullptr && data_parallel_->offloaded_gradients() != nullptr; }
   size_t optimizer_state_chunks() const { return offloaded_optimizer_ != nullptr ? offloaded_optimizer_->chunks() : 0; }
   // This rank's own persistent state for checkpoints (a gradient compressor's, 1-bit Adam's
   // errors); null when it has none.

@@ -76,8 +76,7 @@ PlannedRun planned_run(RunConfig c) {
   l.activations = plan::ActivationAccounting::Engine;
   l.states = plan::StateAccounting::Engine;
   l.bucket_mb = static_cast<double>(c.parallel.bucket_mb);
-  // Under sequence parallelism the step reads the gradients in memory (parallel/data_parallel.h).
-  l.gradients_to_nvme = c.memory.offload_params == "nvme" && !(l.sp && l.tp > 1);
+  l.gradients_to_nvme = c.memory.offload_params == "nvme";
   // 16-bit gradient messages; the default (f32) keeps the precision's element size.
   if (const DType messages = c.precision_options().grad_dtype; messages != DType::F32) {
     l.grad_message_bytes = static_cast<double>(dtype_size(messages));

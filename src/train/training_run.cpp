@@ -99,12 +99,9 @@ std::string describe_tiers(const RunConfig& cfg, const parallel::TrainingEngine&
                      !params ? std::string("parameters and gradients in compute memory")
                      : fmt::format("ZeRO-3's parameter shard in the nvme tier, each unit's parameters read into "
                                    "compute memory before it runs (the next unit's while it runs) and the master "
-                                   "values with the optimizer state's chunks; {}",
-                                   engine.gradients_in_nvme()
-                                       ? "its gradient shard in the nvme tier, each bucket written as its reduction "
-                                         "completes and read with the optimizer state's chunks"
-                                       : "gradients in compute memory (sequence parallelism sums some over tp before "
-                                         "the update)"));
+                                   "values with the optimizer state's chunks; its gradient shard in the nvme "
+                                   "tier, each bucket written as its reduction completes and read with the "
+                                   "optimizer state's chunks"));
 }
 
 // One line on how the step runs: the schedule, the recompute policy and what it costs.

@@ -72,6 +72,12 @@ TEST_F(OffloadParams, ParametersInTheNvmeTierGiveTheSameRun) {
       {"zero3_activations", 1, "--parallel.zero_stage 3 --memory.offload_activations nvme",
        {"model.safetensors", "optimizer.rank00000.safetensors"}},
       {"dp2_tp2_zero3", 4, "--parallel.dp 2 --parallel.tp 2 --parallel.zero_stage 3", {"model.safetensors"}},
+      // Sequence parallelism: the gradients of the parameters every tp rank holds whole summed over
+      // tp as each part lands, as the shard in memory sums them when the step's program finishes;
+      // four microbatches a step, so those parts are read back and added before the sum.
+      {"dp2_tp2_sp_zero3", 4,
+       "--parallel.dp 2 --parallel.tp 2 --parallel.sp true --parallel.zero_stage 3 --train.micro_batch_size 1",
+       {"model.safetensors"}},
   };
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.name);

@@ -100,6 +100,11 @@ const std::vector<Layout> kLayouts = {
     {"zero3_offload_params", 1, "--parallel.zero_stage 3 --memory.offload_params nvme --memory.offload_optimizer nvme"},
     {"dp2_zero3_offload_params", 2,
      "--parallel.dp 2 --parallel.zero_stage 3 --memory.offload_params nvme --memory.offload_optimizer nvme", 1, 2},
+    // Under sequence parallelism too: the gradient shard in the nvme tier, its replicated elements
+    // summed over tp as each part lands.
+    {"tp2_sp_zero3_offload_params", 2,
+     "--parallel.tp 2 --parallel.sp true --parallel.zero_stage 3 --memory.offload_params nvme "
+     "--memory.offload_optimizer nvme", 2, 1},
     // The delayed update's shadow values and gradients, beside the state; with a streamed state.
     {"one_delayed", 1, "--optim.delayed_update_after 1"},
     {"dp2_zero1_delayed", 2, "--parallel.dp 2 --parallel.zero_stage 1 --optim.delayed_update_after 1", 1, 2},
