@@ -553,7 +553,7 @@ void TrainingEngine::apply_delayed_update() {
 
 void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::optional<double> max_grad_norm,
                                          std::span<const optim::Segment> segments) {
-  if (max_grad_norm || loss_scaler_.enabled()) {
+  if (max_grad_norm || loss_scaling_) {
     // Each rank's gradient is its part of the global batch's mean: R times it is its local batch's
     // mean gradient, whose norm each rank clips by on its own (no reduced gradient exists to
     // measure). Whether any is not finite is agreed before 1-bit Adam's exchange, so every rank
@@ -568,15 +568,8 @@ void TrainingEngine::local_gradient_step(StepResult& result, float lr, std::opti
       loss_scaler_.update(false);
       return;
     }
-    if (loss_scaler_.enabled()) {
-      // Back to the true local gradient, exactly (optimizer_step says why).
-      const double inverse = 1.0 / program_loss_scale_;
-      for (const optim::Segment& s : segments) {
-        if (s.grad != nullptr) kernels::scale_inplace(s.grad, static_cast<float>(inverse), static_cast<size_t>(s.size()));
-      }
-      result.grad_norm.norm *= inverse;
-      loss_scaler_.update(true);
-    }
+    // Back to the true local gradient, exactly (LossScaling::unscale says why).
+    if (loss_scaling_) loss_scaling_->unscale(segments, nullptr, result.grad_norm);
     if (max_grad_norm) GradNormService::clip(segments, result.grad_norm, *max_grad_norm);
   }
   optimizer_->step(lr, segments);
