@@ -1,11 +1,12 @@
 #pragma once
 // Optimizer updates: the ops an optimizer (src/optim) runs on the elements a rank owns. Every
-// tensor of one call is 1-D, f32 and (Adafactor's row and column statistics aside) of one length N: a run of one parameter's master values, their
-// reduced gradients, and the optimizer's state for those elements (optim::Segment's views). An
-// optimizer computes its scalars (learning rates, trust ratios, norms over ranks) and calls these;
-// the per-element work is a backend's kernel, so a device backend supplies its update kernels here
-// and the optimizers do not change. The kernels' headers (kernels/cpu/adamw.h, sgd.h, lamb.h,
-// lars.h, adam8bit.h, one_bit_adam.h, adafactor.h) give the exact update each computes.
+// tensor of one call is 1-D, f32 and (Adafactor's row and column statistics aside) of one length
+// N: a run of one parameter's master values, their reduced gradients, and the optimizer's state
+// for those elements (optim::Segment's views). An optimizer computes its scalars (learning rates,
+// trust ratios, norms over ranks) and calls these; the per-element work is a backend's kernel, so
+// a device backend supplies its update kernels here and the optimizers do not change. The kernels'
+// headers (kernels/cpu/adamw.h, sgd.h, lamb.h, lars.h, adam8bit.h, one_bit_adam.h, adafactor.h)
+// give the exact update each computes.
 #include <cstdint>
 #include <span>
 

@@ -242,7 +242,9 @@ OpCase adafactor_entry(std::string op, std::string variant, std::vector<ArgSpec>
                        Run via_ops, Run via_kernel) {
   return OpCase{std::move(op),
                 std::move(variant),
-                Sizes{{"N", 1037}, {"R", kFactored.matrices * kFactored.rows}, {"C", kFactored.matrices * kFactored.cols}},
+                Sizes{{"N", 1037},
+                      {"R", kFactored.matrices * kFactored.rows},
+                      {"C", kFactored.matrices * kFactored.cols}},
                 std::move(args),
                 std::move(free_dims),
                 std::move(via_ops),

@@ -398,8 +398,10 @@ TEST(OpsAdafactor, RefusesRunsOutsideTheOwnedElementsOrTheTensorAndTablesOfOther
   const std::vector<ElementRun> fits{{0, 6, 4}, {4, 12, 4}};
   adafactor_sums(value, grad, fits, two_groups, 1e-30, none, none, squares);
   refused(std::vector<ElementRun>{{0, 6, 4}, {8, 12, 3}}, two_groups, squares, "run 1 (owned elements [8, 11)");
-  refused(std::vector<ElementRun>{{0, 6, 4}, {4, 13, 4}}, two_groups, squares, "run 1 (owned elements [4, 8), tensor elements [13, 17))");
-  refused(std::vector<ElementRun>{{0, -1, 2}}, two_groups, squares, "run 0 (owned elements [0, 2), tensor elements [-1, 1))");
+  refused(std::vector<ElementRun>{{0, 6, 4}, {4, 13, 4}}, two_groups, squares,
+          "run 1 (owned elements [4, 8), tensor elements [13, 17))");
+  refused(std::vector<ElementRun>{{0, -1, 2}}, two_groups, squares,
+          "run 0 (owned elements [0, 2), tensor elements [-1, 1))");
   refused(fits, two_groups, std::span<double>(squares).first(1), "weight_squares has 1 entries, expected 2");
   refused(fits, AdafactorLayout{1, 4, 4, 2, 8}, squares, "neither factored");
 }
