@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/cpu/adafactor.h"
 #include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/lamb.h"
@@ -176,6 +177,158 @@ void add_sign_decompressed(const Tensor& out, const Tensor& bits, const Tensor& 
   call.dispatch_f32([&]<class T>(Cpu<T>) {
     kernels::add_sign_decompressed(std::span<T>(out.data<T>(), static_cast<size_t>(out.numel())), bits.data<uint8_t>(),
                                    scales.data<T>(), weight);
+  });
+}
+
+namespace {
+// A layout the kernels can index: factored, groups matrices of rows × cols; else rows and cols 0.
+void check_layout(const OpCall& call, const AdafactorLayout& layout) {
+  const bool factored = layout.rows > 0 && layout.cols > 0 && layout.matrices > 0 &&
+                        layout.group_size == layout.rows * layout.cols && layout.groups == layout.matrices;
+  const bool vector = layout.rows == 0 && layout.cols == 0 && layout.matrices == 0;
+  TS_CHECK(layout.group_size > 0 && layout.groups > 0 && (factored || vector),
+           "{}: layout ({} matrices of {} × {}, {} groups of {}) is neither factored (groups matrices of rows × "
+           "cols) nor a vector's (no rows or columns)",
+           call.op(), layout.matrices, layout.rows, layout.cols, layout.groups, layout.group_size);
+}
+
+// Every run lies within the N owned elements and the tensor's elements.
+void check_runs(const OpCall& call, std::span<const ElementRun> runs, int64_t n, const AdafactorLayout& layout) {
+  const int64_t elements = layout.groups * layout.group_size;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const ElementRun& run = runs[r];
+    TS_CHECK(run.length >= 0 && run.local >= 0 && run.local + run.length <= n && run.global >= 0 &&
+                 run.global + run.length <= elements,
+             "{}: run {} (owned elements [{}, {}), tensor elements [{}, {})) lies outside the N={} owned elements "
+             "or the tensor's {}",
+             call.op(), r, run.local, run.local + run.length, run.global, run.global + run.length, n, elements);
+  }
+}
+
+void check_table(const OpCall& call, size_t entries, const char* name, int64_t expected, const char* what) {
+  TS_CHECK(static_cast<int64_t>(entries) == expected, "{}: {} has {} entries, expected {} ({})", call.op(), name,
+           entries, expected, what);
+}
+
+// R [matrices·rows] and C [matrices·cols] of a factored layout.
+void check_factors(const OpCall& call, const Tensor& row, const Tensor& col, const AdafactorLayout& layout) {
+  TS_CHECK(layout.factored(), "{}: the layout is a vector's, which has no row and column statistics", call.op());
+  call.shape(row, "row", {{"R", layout.matrices * layout.rows, "layout"}});
+  call.shape(col, "col", {{"C", layout.matrices * layout.cols, "layout"}});
+}
+}  // namespace
+
+void adafactor_sums(const Tensor& value, const Tensor& grad, std::span<const ElementRun> runs,
+                    const AdafactorLayout& layout, double eps1, std::span<double> row_sums, std::span<double> col_sums,
+                    std::span<double> weight_squares) {
+  OpCall call("ops::adafactor_sums", ProfileCategory::Optimizer);
+  call.master({{value, "value"}, {grad, "grad"}});
+  run_length(call, value, {{grad, "grad"}});
+  check_layout(call, layout);
+  check_runs(call, runs, value.numel(), layout);
+  check_table(call, weight_squares.size(), "weight_squares", layout.groups, "one per group");
+  check_table(call, row_sums.size(), "row_sums", layout.matrices * layout.rows, "matrices × rows");
+  check_table(call, col_sums.size(), "col_sums", layout.matrices * layout.cols, "matrices × cols");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    kernels::adafactor_sums(value.data<T>(), grad.data<T>(), runs.data(), runs.size(), layout, eps1, row_sums.data(),
+                            col_sums.data(), weight_squares.data());
+  });
+}
+
+void adafactor_factored_moment(const Tensor& row, const Tensor& col, std::span<const double> row_sums,
+                               std::span<const double> col_sums, const AdafactorLayout& layout, float old_weight,
+                               float new_weight, std::span<double> row_totals) {
+  OpCall call("ops::adafactor_factored_moment", ProfileCategory::Optimizer);
+  call.master({{row, "row"}, {col, "col"}});
+  check_layout(call, layout);
+  check_factors(call, row, col, layout);
+  check_table(call, row_sums.size(), "row_sums", row.numel(), "one per entry of row");
+  check_table(call, col_sums.size(), "col_sums", col.numel(), "one per entry of col");
+  check_table(call, row_totals.size(), "row_totals", layout.matrices, "one per matrix");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    kernels::adafactor_factored_moment(row.data<T>(), col.data<T>(), row_sums.data(), col_sums.data(), layout,
+                                       old_weight, new_weight, row_totals.data());
+  });
+}
+
+void adafactor_vector_moment(const Tensor& v, const Tensor& grad, float old_weight, float new_weight, float eps1) {
+  OpCall call("ops::adafactor_vector_moment", ProfileCategory::Optimizer);
+  call.master({{v, "v"}, {grad, "grad"}});
+  call.rank(v, "v", 1, "[N]");
+  call.same_shape(grad, "grad", v, "v");
+  const auto n = static_cast<size_t>(v.numel());
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    kernels::adafactor_vector_moment(v.data<T>(), grad.data<T>(), n, old_weight, new_weight, eps1);
+  });
+}
+
+void adafactor_factored_update_squares(const Tensor& grad, const Tensor& row, const Tensor& col,
+                                       std::span<const double> row_totals, std::span<const ElementRun> runs,
+                                       const AdafactorLayout& layout, std::span<double> update_squares) {
+  OpCall call("ops::adafactor_factored_update_squares", ProfileCategory::Optimizer);
+  call.master({{grad, "grad"}, {row, "row"}, {col, "col"}});
+  call.rank(grad, "grad", 1, "[N]");
+  check_layout(call, layout);
+  check_factors(call, row, col, layout);
+  check_runs(call, runs, grad.numel(), layout);
+  check_table(call, row_totals.size(), "row_totals", layout.matrices, "one per matrix");
+  check_table(call, update_squares.size(), "update_squares", layout.groups, "one per group");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    const kernels::AdafactorMoment moment{row.data<T>(), col.data<T>(), row_totals.data(), nullptr};
+    kernels::adafactor_update_squares(grad.data<T>(), moment, runs.data(), runs.size(), layout,
+                                      update_squares.data());
+  });
+}
+
+void adafactor_vector_update_squares(const Tensor& grad, const Tensor& v, std::span<const ElementRun> runs,
+                                     const AdafactorLayout& layout, std::span<double> update_squares) {
+  OpCall call("ops::adafactor_vector_update_squares", ProfileCategory::Optimizer);
+  call.master({{grad, "grad"}, {v, "v"}});
+  call.rank(grad, "grad", 1, "[N]");
+  call.same_shape(v, "v", grad, "grad");
+  check_layout(call, layout);
+  TS_CHECK(!layout.factored(), "{}: the layout is factored; its second moment is row and col", call.op());
+  check_runs(call, runs, grad.numel(), layout);
+  check_table(call, update_squares.size(), "update_squares", layout.groups, "one per group");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    const kernels::AdafactorMoment moment{nullptr, nullptr, nullptr, v.data<T>()};
+    kernels::adafactor_update_squares(grad.data<T>(), moment, runs.data(), runs.size(), layout,
+                                      update_squares.data());
+  });
+}
+
+void adafactor_factored_apply(const Tensor& value, const Tensor& grad, const Tensor& m, const Tensor& row,
+                              const Tensor& col, std::span<const double> row_totals, std::span<const ElementRun> runs,
+                              const AdafactorLayout& layout, std::span<const AdafactorGroupStep> groups, float beta1) {
+  OpCall call("ops::adafactor_factored_apply", ProfileCategory::Optimizer);
+  call.master({{value, "value"}, {grad, "grad"}, {row, "row"}, {col, "col"}}).optional_master(m, "m");
+  run_length(call, value, {{grad, "grad"}, {m, "m"}});
+  check_layout(call, layout);
+  check_factors(call, row, col, layout);
+  check_runs(call, runs, value.numel(), layout);
+  check_table(call, row_totals.size(), "row_totals", layout.matrices, "one per matrix");
+  check_table(call, groups.size(), "groups", layout.groups, "one step per group");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    const kernels::AdafactorMoment moment{row.data<T>(), col.data<T>(), row_totals.data(), nullptr};
+    kernels::adafactor_apply(value.data<T>(), grad.data<T>(), detail::data_or_null<T>(m), moment, runs.data(),
+                             runs.size(), layout, groups.data(), beta1);
+  });
+}
+
+void adafactor_vector_apply(const Tensor& value, const Tensor& grad, const Tensor& m, const Tensor& v,
+                            std::span<const ElementRun> runs, const AdafactorLayout& layout,
+                            std::span<const AdafactorGroupStep> groups, float beta1) {
+  OpCall call("ops::adafactor_vector_apply", ProfileCategory::Optimizer);
+  call.master({{value, "value"}, {grad, "grad"}, {v, "v"}}).optional_master(m, "m");
+  run_length(call, value, {{grad, "grad"}, {v, "v"}, {m, "m"}});
+  check_layout(call, layout);
+  TS_CHECK(!layout.factored(), "{}: the layout is factored; its second moment is row and col", call.op());
+  check_runs(call, runs, value.numel(), layout);
+  check_table(call, groups.size(), "groups", layout.groups, "one step per group");
+  call.dispatch_f32([&]<class T>(Cpu<T>) {
+    const kernels::AdafactorMoment moment{nullptr, nullptr, nullptr, v.data<T>()};
+    kernels::adafactor_apply(value.data<T>(), grad.data<T>(), detail::data_or_null<T>(m), moment, runs.data(),
+                             runs.size(), layout, groups.data(), beta1);
   });
 }
 

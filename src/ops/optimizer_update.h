@@ -1,14 +1,17 @@
 #pragma once
 // Optimizer updates: the ops an optimizer (src/optim) runs on the elements a rank owns. Every
-// tensor of one call is 1-D, f32 and of one length N: a run of one parameter's master values, their
-// reduced gradients, and the optimizer's state for those elements (optim::Segment's views). An
-// optimizer computes its scalars (learning rates, trust ratios, norms over ranks) and calls these;
-// the per-element work is a backend's kernel, so a device backend supplies its update kernels here
-// and the optimizers do not change. The kernels' headers (kernels/cpu/adamw.h, sgd.h, lamb.h,
-// lars.h, adam8bit.h, one_bit_adam.h) give the exact update each computes.
+// tensor of one call is 1-D, f32 and (Adafactor's row and column statistics aside) of one length
+// N: a run of one parameter's master values, their reduced gradients, and the optimizer's state
+// for those elements (optim::Segment's views). An optimizer computes its scalars (learning rates,
+// trust ratios, norms over ranks) and calls these; the per-element work is a backend's kernel, so
+// a device backend supplies its update kernels here and the optimizers do not change. The kernels'
+// headers (kernels/cpu/adamw.h, sgd.h, lamb.h, lars.h, adam8bit.h, one_bit_adam.h, adafactor.h)
+// give the exact update each computes.
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
+#include "kernels/cpu/adafactor.h"
 #include "kernels/cpu/sign_compression.h"
 
 namespace tessera::ops {
@@ -83,5 +86,40 @@ void one_bit_adam_apply(const Tensor& value, const Tensor& m, const Tensor& v, c
 void sign_compress(const Tensor& acc, const Tensor& bits, const Tensor& scales);
 // out (f32 [N]) += weight × the decompressed message (bits, scales as sign_compress wrote them).
 void add_sign_decompressed(const Tensor& out, const Tensor& bits, const Tensor& scales, float weight);
+
+// Adafactor's passes (kernels/cpu/adafactor.h) over one tensor's owned run of N elements: `runs`
+// place them in the whole tensor (padding left out) and `layout` says how its statistics are kept.
+// The statistics are per-tensor tables of doubles that the optimizer sums over the ranks holding
+// the tensor's parts (as LAMB's SquareSums), so they pass as host spans; the tensors are master
+// f32 as above: grad, value, v and m [N], R row [matrices·rows], C col [matrices·cols].
+using kernels::AdafactorGroupStep;
+using kernels::AdafactorLayout;
+using kernels::ElementRun;
+// Adds Σ w² per group to weight_squares [groups] and, when factored, the row and column sums of
+// g² + eps1 to row_sums [matrices·rows] and col_sums [matrices·cols] (empty when not).
+void adafactor_sums(const Tensor& value, const Tensor& grad, std::span<const ElementRun> runs,
+                    const AdafactorLayout& layout, double eps1, std::span<double> row_sums, std::span<double> col_sums,
+                    std::span<double> weight_squares);
+// R and C advanced from the (reduced) sums with weights old (β2) and new (1 − β2); row_totals
+// [matrices] receives ΣR of each matrix.
+void adafactor_factored_moment(const Tensor& row, const Tensor& col, std::span<const double> row_sums,
+                               std::span<const double> col_sums, const AdafactorLayout& layout, float old_weight,
+                               float new_weight, std::span<double> row_totals);
+// v advanced from g² + eps1 over all N elements.
+void adafactor_vector_moment(const Tensor& v, const Tensor& grad, float old_weight, float new_weight, float eps1);
+// Adds Σ U² per group to update_squares [groups]: U from R, C and ΣR, or from v.
+void adafactor_factored_update_squares(const Tensor& grad, const Tensor& row, const Tensor& col,
+                                       std::span<const double> row_totals, std::span<const ElementRun> runs,
+                                       const AdafactorLayout& layout, std::span<double> update_squares);
+void adafactor_vector_update_squares(const Tensor& grad, const Tensor& v, std::span<const ElementRun> runs,
+                                     const AdafactorLayout& layout, std::span<double> update_squares);
+// Updates the runs' elements with their groups' steps (groups [groups]); `m` undefined: no first
+// moment.
+void adafactor_factored_apply(const Tensor& value, const Tensor& grad, const Tensor& m, const Tensor& row,
+                              const Tensor& col, std::span<const double> row_totals, std::span<const ElementRun> runs,
+                              const AdafactorLayout& layout, std::span<const AdafactorGroupStep> groups, float beta1);
+void adafactor_vector_apply(const Tensor& value, const Tensor& grad, const Tensor& m, const Tensor& v,
+                            std::span<const ElementRun> runs, const AdafactorLayout& layout,
+                            std::span<const AdafactorGroupStep> groups, float beta1);
 
 }  // namespace tessera::ops

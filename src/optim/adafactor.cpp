@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/optimizer_update.h"
+
 namespace tessera::optim {
 
 Adafactor::Factors Adafactor::factors_of(const nn::Parameter& p) {
@@ -45,6 +47,30 @@ std::vector<int64_t> update_slots(const nn::ParameterStore& store) {
   return slots;
 }
 
+ops::AdafactorLayout layout_of(const Adafactor::Factors& f) {
+  return {f.matrices, f.rows, f.cols, f.groups, f.group_size};
+}
+
+// Where a segment's elements lie in the whole tensor: runs of them consecutive there, padding
+// elements left out (they add to no statistic and stay zero).
+std::vector<ops::ElementRun> element_runs(const Segment& s) {
+  const nn::ShardSpec& spec = s.param->spec;
+  std::vector<ops::ElementRun> runs;
+  for (int64_t i = 0; i < s.size(); ++i) {
+    const int64_t element = spec.global_index(s.begin + i);
+    if (spec.is_padding(element)) continue;
+    if (!runs.empty()) {
+      ops::ElementRun& last = runs.back();
+      if (last.local + last.length == i && last.global + last.length == element) {
+        ++last.length;
+        continue;
+      }
+    }
+    runs.push_back({i, element, 1});
+  }
+  return runs;
+}
+
 }  // namespace
 
 Adafactor::Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, const nn::ParameterStore& store,
@@ -66,6 +92,7 @@ Adafactor::Adafactor(MemoryAccountant& memory, const OptimizerConfig& config, co
     row_at_.push_back(row_at_.back() + f.matrices * f.rows);
     col_at_.push_back(col_at_.back() + f.matrices * f.cols);
     v_at_.push_back(v_at_.back() + (f.factored() ? 0 : s.size()));
+    runs_.push_back(element_runs(s));
   }
   row_ = Tensor::zeros({row_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
   col_ = Tensor::zeros({col_at_.back()}, DType::F32, MemoryTag::Optimizer, memory);
@@ -80,89 +107,52 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
   const double beta2 = 1.0 - std::pow(double(step_), -double(config_.decay_rate));
   const auto new_weight = static_cast<float>(1.0 - beta2), old_weight = static_cast<float>(beta2);
 
-  // Row and column sums of G² + ε1 (or nothing, for an unfactored tensor) and Σ W².
-  // Rows and columns are the whole tensor's: a tensor-parallel block's element goes to its global
-  // row and column, so that the sums over the group add each row's terms from every block that holds
-  // part of it (and a ZeRO shard's, from every shard). Padding rows add nothing.
+  // Row and column sums of G² + ε1 (or nothing, for an unfactored tensor) and Σ W², over the
+  // whole tensor: each rank adds its runs' terms, and the sums are reduced over the ranks holding
+  // the tensor's other blocks and shards.
   sums_.clear();
-  for (const Segment& s : segments) {
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
-    const nn::ShardSpec& spec = s.param->spec;
-    std::span<double> sums = sums_.of(*s.param);
-    const int64_t rows = f.matrices * f.rows, w_at = f.state_floats();
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const int64_t element = spec.global_index(s.begin + i);
-      if (spec.is_padding(element)) continue;
-      sums[static_cast<size_t>(w_at + f.group_of(element))] += double(s.value[i]) * double(s.value[i]);
-      if (f.factored()) {
-        const double square = double(s.grad[i]) * double(s.grad[i]) + kEps1;
-        sums[static_cast<size_t>(element / f.cols)] += square;
-        sums[static_cast<size_t>(rows + f.group_of(element) * f.cols + element % f.cols)] += square;
-      }
-    }
+    const std::span<double> sums = sums_.of(*s.param);
+    const auto rows = static_cast<size_t>(f.matrices * f.rows), cols = static_cast<size_t>(f.matrices * f.cols);
+    ops::adafactor_sums(s.values(), s.grads(), runs_[k], layout_of(f), kEps1, sums.first(rows),
+                        sums.subspan(rows, cols), sums.subspan(rows + cols));
   }
   sums_.reduce(reduction_, segments);
 
-  // The second moment: R and C of the whole matrix (the same on every holder), or V per element.
-  float* row = row_.data<float>();
-  float* col = col_.data<float>();
-  float* v = v_.data<float>();
-  // ΣR of each segment's matrices, in their order.
-  std::vector<std::vector<double>> row_total(segments.size());
+  // The second moment: R and C of the whole matrix (the same on every holder) and ΣR of each of a
+  // segment's matrices, or V per element.
+  std::vector<std::vector<double>> row_totals(segments.size());
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
     if (f.factored()) {
-      std::span<const double> sums = sums_.of(*s.param);
-      float* r = row + row_at_[k];
-      float* c = col + col_at_[k];
-      const int64_t rows = f.matrices * f.rows;
-      row_total[k].assign(static_cast<size_t>(f.matrices), 0.0);
-      for (int64_t i = 0; i < rows; ++i) {
-        r[i] = old_weight * r[i] + new_weight * static_cast<float>(sums[size_t(i)]);
-        row_total[k][static_cast<size_t>(i / f.rows)] += r[i];
-      }
-      for (int64_t j = 0; j < f.matrices * f.cols; ++j) {
-        c[j] = old_weight * c[j] + new_weight * static_cast<float>(sums[size_t(rows + j)]);
-      }
+      const std::span<const double> sums = sums_.of(*s.param);
+      const auto rows = static_cast<size_t>(f.matrices * f.rows), cols = static_cast<size_t>(f.matrices * f.cols);
+      row_totals[k].resize(static_cast<size_t>(f.matrices));
+      ops::adafactor_factored_moment(row_of(k), col_of(k), sums.first(rows), sums.subspan(rows, cols), layout_of(f),
+                                     old_weight, new_weight, row_totals[k]);
     } else {
-      float* vs = v + v_at_[k];
-      for (int64_t i = 0; i < s.size(); ++i) {
-        const float square = s.grad[i] * s.grad[i] + static_cast<float>(kEps1);
-        vs[i] = old_weight * vs[i] + new_weight * square;
-      }
+      ops::adafactor_vector_moment(v_of(k), s.grads(), old_weight, new_weight, static_cast<float>(kEps1));
     }
   }
-  // U = G / √V̂, the same expression in both passes below (padding elements take none).
-  auto unclipped = [&](size_t k, const Segment& s, const Factors& f, int64_t i) {
-    double second;
-    if (f.factored()) {
-      const int64_t element = s.param->spec.global_index(s.begin + i);
-      const int64_t matrix = f.group_of(element);
-      second = double(row[row_at_[k] + element / f.cols]) * double(col[col_at_[k] + matrix * f.cols + element % f.cols]) /
-               row_total[k][static_cast<size_t>(matrix)];
-    } else {
-      second = double(v[v_at_[k] + i]);
-    }
-    return double(s.grad[i]) / std::sqrt(second);
-  };
 
+  // Σ U² per group, U = G / √V̂.
   updates_.clear();
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
     const Factors f = factors_of(*s.param);
-    std::span<double> squares = updates_.of(*s.param);
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const int64_t element = s.param->spec.global_index(s.begin + i);
-      if (s.param->spec.is_padding(element)) continue;
-      const double u = unclipped(k, s, f, i);
-      squares[static_cast<size_t>(f.group_of(element))] += u * u;
+    if (f.factored()) {
+      ops::adafactor_factored_update_squares(s.grads(), row_of(k), col_of(k), row_totals[k], runs_[k], layout_of(f),
+                                             updates_.of(*s.param));
+    } else {
+      ops::adafactor_vector_update_squares(s.grads(), v_of(k), runs_[k], layout_of(f), updates_.of(*s.param));
     }
   }
   updates_.reduce(reduction_, segments);
 
-  float* m = config_.first_moment ? m_.data<float>() : nullptr;
-  const auto b1 = static_cast<double>(config_.beta1);
+  // Each group's clip, rate and decay from its RMS(U) and RMS(W), then the update.
   int64_t at = 0;
   for (size_t k = 0; k < segments.size(); ++k) {
     const Segment& s = segments[k];
@@ -171,33 +161,29 @@ void Adafactor::step(float lr, std::span<const Segment> segments) {
     const std::span<const double> update_squares = updates_.of(*s.param);
     const std::span<const double> weight_squares = sums_.of(*s.param).subspan(static_cast<size_t>(f.state_floats()));
     const double weight_decay = is_weight(*s.param) ? double(config_.weight_decay) : 0.0;
-    // The clip, rate and decay of the group the last element belonged to: a segment holds part of
-    // one group or a run of a stack's.
-    int64_t group = -1;
-    double clip = 1, alpha = lr, decay = 1;
-    for (int64_t i = 0; i < s.size(); ++i) {
-      const int64_t element = s.param->spec.global_index(s.begin + i);
-      if (s.param->spec.is_padding(element)) continue;  // stays zero
-      if (const int64_t now = f.group_of(element); now != group) {
-        group = now;
-        const double update_rms = std::sqrt(update_squares[static_cast<size_t>(group)] / numel);
-        clip = std::max(1.0, update_rms / double(config_.clip_threshold));
-        alpha = lr;
-        if (config_.relative_step) {
-          alpha *= std::max(kEps2, std::sqrt(weight_squares[static_cast<size_t>(group)] / numel));
-        }
-        decay = 1.0 - alpha * weight_decay;
-      }
-      double u = unclipped(k, s, f, i) / clip;
-      if (m != nullptr) {
-        m[at + i] = static_cast<float>(b1 * double(m[at + i]) + (1.0 - b1) * u);
-        u = m[at + i];
-      }
-      s.value[i] = static_cast<float>(decay * double(s.value[i]) - alpha * u);
+    std::vector<ops::AdafactorGroupStep> groups(static_cast<size_t>(f.groups));
+    for (size_t group = 0; group < groups.size(); ++group) {
+      const double update_rms = std::sqrt(update_squares[group] / numel);
+      const double clip = std::max(1.0, update_rms / double(config_.clip_threshold));
+      double alpha = lr;
+      if (config_.relative_step) alpha *= std::max(kEps2, std::sqrt(weight_squares[group] / numel));
+      const double decay = 1.0 - alpha * weight_decay;
+      groups[group] = {clip, alpha, decay};
+    }
+    const Tensor m = config_.first_moment ? m_.slice(0, at, at + s.size()) : Tensor();
+    if (f.factored()) {
+      ops::adafactor_factored_apply(s.values(), s.grads(), m, row_of(k), col_of(k), row_totals[k], runs_[k],
+                                    layout_of(f), groups, config_.beta1);
+    } else {
+      ops::adafactor_vector_apply(s.values(), s.grads(), m, v_of(k), runs_[k], layout_of(f), groups, config_.beta1);
     }
     at += s.size();
   }
 }
+
+Tensor Adafactor::row_of(size_t k) const { return row_.slice(0, row_at_[k], row_at_[k + 1]); }
+Tensor Adafactor::col_of(size_t k) const { return col_.slice(0, col_at_[k], col_at_[k + 1]); }
+Tensor Adafactor::v_of(size_t k) const { return v_.slice(0, v_at_[k], v_at_[k + 1]); }
 
 StateDict Adafactor::state_dict() {
   StateDict out{step_, {{"row", row_, row_at_}, {"col", col_, col_at_}, {"v", v_, v_at_}}};

@@ -18,6 +18,12 @@
 // holding part of a matrix keeps the matrix's whole R and C, the same on every holder.
 // State per owned segment: rows + columns floats per factored matrix, one per element otherwise;
 // one per element more with first_moment (optim::state_bytes_per_parameter, optim/make_optimizer.h).
+//
+// The per-element passes are ops (ops/optimizer_update.h: ops::adafactor_sums, the moments, the
+// update's squares and its application); this class keeps their bookkeeping: where each owned
+// element lies in the whole tensor (runs, found once from the segments' ShardSpec), the β2
+// schedule, each group's clip, rate and decay, the reductions and the state's layout.
+#include "ops/optimizer_update.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
 #include "optim/tensor_statistics.h"
@@ -66,7 +72,13 @@ class Adafactor final : public Optimizer {
   TensorSums updates_;  // per parameter: Σ U² per matrix (one for an unfactored tensor)
   Tensor row_, col_, v_, m_;
   std::vector<int64_t> row_at_, col_at_, v_at_;  // each segment's first element in row_, col_, v_ (+ the end)
+  std::vector<std::vector<ops::ElementRun>> runs_;  // each segment's owned elements in the whole tensor
   int64_t step_ = 0;
+
+  // Segment k's part of R, C and V.
+  Tensor row_of(size_t k) const;
+  Tensor col_of(size_t k) const;
+  Tensor v_of(size_t k) const;
 };
 
 }  // namespace tessera::optim

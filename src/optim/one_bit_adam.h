@@ -15,7 +15,7 @@
 //               p ← p − lr (m / (1 − β1^t)) / (sqrt(v / (1 − β2^T)) + eps) − lr wd p (matrices),
 //             with T = optim.freeze_step.
 //
-// C is the sign of each element and one scale per 512 elements (kernels/cpu/sign_compression.h).
+// C is the sign of each element and one scale per 512 elements (ops::sign_compress).
 // Bytes this rank sends per compressed step: the all-to-all of the other ranks' chunks and the
 // all-gather, each about (R − 1)/R of n/8 bytes of signs and n/128 bytes of scales, so ~4.9 % of a
 // dense f32 all-reduce's 2 (R − 1)/R · 4n, whatever R (one_bit_adam_wire_bytes; the communicator's

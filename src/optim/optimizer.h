@@ -2,8 +2,8 @@
 // The optimizer interface. An optimizer updates the elements this rank owns — the master copy —
 // given as segments: runs of one parameter's elements with their values and reduced gradients.
 // It updates them through the ops layer (ops/optimizer_update.h) on the segments' tensor views and
-// its state's, never through a kernel, so a device backend brings its own update kernels
-// (Adafactor, whose passes index elements by their global coordinates, still loops here).
+// its state's, never calling a backend itself, so a device backend brings its updates to the ops
+// and no optimizer changes (Adafactor's too: runs place its elements in the whole tensor).
 // Who owns which elements is decided outside (a plain run owns everything, ZeRO a shard of the
 // flat buffer, tensor parallelism a block of each matrix); the optimizer only sees segments, so
 // the same AdamW serves every layout, and per-parameter rules (weight decay on matrices only) read

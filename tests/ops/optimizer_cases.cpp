@@ -1,11 +1,20 @@
 // The optimizer updates under test (ops/optimizer_update.h), one entry each: 1-D f32 runs of
 // master values, gradients and state whose length no vector width divides, and each op's
 // optional momentum buffer given and left out. Second moments are drawn positive, as they are.
+// Adafactor's passes run over a factored stack and a vector tensor whose owned elements lie in
+// runs with gaps between them.
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <set>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cpu/adafactor.h"
 #include "kernels/cpu/adam8bit.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/lamb.h"
@@ -138,6 +147,110 @@ Run adam8bit_via_kernel(Largest which) {
   };
 }
 
+// Adafactor's passes place the N owned elements in a whole tensor by runs that skip some of it, as
+// a tensor-parallel block's rows do: a factored stack of 2 matrices 31 × 23 owned 17 columns of a
+// row at a time, and a vector tensor of 3 groups of 499 owned 100 elements of 140 at a time (the
+// last runs short). The statistics tables (host doubles) start from values of their own, so that
+// a pass that overwrote instead of adding would show, and come back folded into the result.
+constexpr AdafactorLayout kFactored{2, 31, 23, 2, 31 * 23};
+constexpr AdafactorLayout kVector{0, 0, 0, 3, 499};
+constexpr float kOldWeight = 0.75f, kNewWeight = 0.25f, kAdafactorBeta1 = 0.9f;
+constexpr double kEps1 = 1e-30;
+
+std::vector<ElementRun> strided_runs(int64_t n, int64_t run, int64_t stride, int64_t first) {
+  std::vector<ElementRun> runs;
+  for (int64_t local = 0, global = first; local < n; local += run, global += stride) {
+    runs.push_back({local, global, std::min(run, n - local)});
+  }
+  return runs;
+}
+std::vector<ElementRun> runs_of(const Args& a, const AdafactorLayout& layout) {
+  return layout.factored() ? strided_runs(a.n("N"), 17, 23, 3) : strided_runs(a.n("N"), 100, 140, 7);
+}
+
+// `entries` positive doubles, different in each table (`seed`).
+std::vector<double> table(int64_t entries, double seed) {
+  std::vector<double> t(static_cast<size_t>(entries));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = seed + 0.37 * double(i % 11) + 1e-3 * double(i);
+  return t;
+}
+std::vector<AdafactorGroupStep> group_steps(const AdafactorLayout& layout) {
+  std::vector<AdafactorGroupStep> steps;
+  for (int64_t g = 0; g < layout.groups; ++g) steps.push_back({1.0 + 0.5 * double(g), 1e-2 / double(g + 1), 0.999});
+  return steps;
+}
+
+// The bits of the tables, folded (FNV-1a) into the double the tests compare bitwise.
+double digest(std::initializer_list<std::span<const double>> tables) {
+  uint64_t h = 1469598103934665603ull;
+  for (std::span<const double> t : tables) {
+    for (const double d : t) {
+      const auto bits = std::bit_cast<uint64_t>(d);
+      for (int b = 0; b < 64; b += 8) h = (h ^ ((bits >> b) & 0xffu)) * 1099511628211ull;
+    }
+  }
+  return std::bit_cast<double>(h);
+}
+
+struct SumTables {
+  std::vector<double> rows, cols, weights;
+  explicit SumTables(const AdafactorLayout& layout)
+      : rows(table(layout.matrices * layout.rows, 1.0)),
+        cols(table(layout.matrices * layout.cols, 2.0)),
+        weights(table(layout.groups, 3.0)) {}
+  double folded() const { return digest({rows, cols, weights}); }
+};
+
+Run adafactor_sums_via_ops(AdafactorLayout layout) {
+  return [layout](const Args& a) {
+    SumTables t(layout);
+    adafactor_sums(a["value"], a["grad"], runs_of(a, layout), layout, kEps1, t.rows, t.cols, t.weights);
+    return t.folded();
+  };
+}
+Run adafactor_sums_via_kernel(AdafactorLayout layout) {
+  return [layout](const Args& a) {
+    SumTables t(layout);
+    const std::vector<ElementRun> runs = runs_of(a, layout);
+    kernels::adafactor_sums(a.f("value"), a.f("grad"), runs.data(), runs.size(), layout, kEps1, t.rows.data(),
+                            t.cols.data(), t.weights.data());
+    return t.folded();
+  };
+}
+
+// ΣR of each matrix: R's own sums, so that V̂ is near G²'s scale (zeros where a refusal test
+// binds a row the op will refuse).
+std::vector<double> row_totals(const Args& a) {
+  std::vector<double> totals(static_cast<size_t>(kFactored.matrices), 0.0);
+  const Tensor& row = a["row"];
+  if (!row.defined() || row.dtype() != DType::F32 || row.numel() < kFactored.matrices * kFactored.rows) return totals;
+  for (int64_t i = 0; i < kFactored.matrices * kFactored.rows; ++i) {
+    totals[static_cast<size_t>(i / kFactored.rows)] += double(row.data<float>()[i]);
+  }
+  return totals;
+}
+
+kernels::AdafactorMoment factored_moment(const Args& a, const std::vector<double>& totals) {
+  return {a.f("row"), a.f("col"), totals.data(), nullptr};
+}
+kernels::AdafactorMoment vector_moment(const Args& a) { return {nullptr, nullptr, nullptr, a.f("v")}; }
+
+ArgSpec factor_arg(std::string name, std::string letter) {
+  return ArgSpec{std::move(name), {std::move(letter)}, Fill::Normal, false, "", 2.0, 0.5};
+}
+OpCase adafactor_entry(std::string op, std::string variant, std::vector<ArgSpec> args, std::set<std::string> free_dims,
+                       Run via_ops, Run via_kernel) {
+  return OpCase{std::move(op),
+                std::move(variant),
+                Sizes{{"N", 1037},
+                      {"R", kFactored.matrices * kFactored.rows},
+                      {"C", kFactored.matrices * kFactored.cols}},
+                std::move(args),
+                std::move(free_dims),
+                std::move(via_ops),
+                std::move(via_kernel)};
+}
+
 }  // namespace
 
 std::vector<OpCase> optimizer_cases() {
@@ -227,6 +340,96 @@ std::vector<OpCase> optimizer_cases() {
                       kernels::add_sign_decompressed(std::span<float>(a.f("out"), length(a)), a["bits"].data<uint8_t>(),
                                                      a.f("scales"), kMessageWeight);
                     })),
+      read_only(adafactor_entry("adafactor_sums", "factored", {run_arg("value"), run_arg("grad")}, {},
+                                adafactor_sums_via_ops(kFactored), adafactor_sums_via_kernel(kFactored))),
+      read_only(adafactor_entry("adafactor_sums", "vector", {run_arg("value"), run_arg("grad")}, {},
+                                adafactor_sums_via_ops(kVector), adafactor_sums_via_kernel(kVector))),
+      // The row totals come back as the result.
+      adafactor_entry(
+          "adafactor_factored_moment", "", {factor_arg("row", "R"), factor_arg("col", "C")}, {},
+          [](const Args& a) {
+            const std::vector<double> rows = table(kFactored.matrices * kFactored.rows, 1.0),
+                                      cols = table(kFactored.matrices * kFactored.cols, 2.0);
+            std::vector<double> totals(static_cast<size_t>(kFactored.matrices));
+            adafactor_factored_moment(a["row"], a["col"], rows, cols, kFactored, kOldWeight, kNewWeight, totals);
+            return digest({totals});
+          },
+          [](const Args& a) {
+            const std::vector<double> rows = table(kFactored.matrices * kFactored.rows, 1.0),
+                                      cols = table(kFactored.matrices * kFactored.cols, 2.0);
+            std::vector<double> totals(static_cast<size_t>(kFactored.matrices));
+            kernels::adafactor_factored_moment(a.f("row"), a.f("col"), rows.data(), cols.data(), kFactored,
+                                               kOldWeight, kNewWeight, totals.data());
+            return digest({totals});
+          }),
+      adafactor_entry(
+          "adafactor_vector_moment", "", {second_moment(), run_arg("grad")}, {},
+          returning_nothing([](const Args& a) {
+            adafactor_vector_moment(a["v"], a["grad"], kOldWeight, kNewWeight, static_cast<float>(kEps1));
+          }),
+          returning_nothing([](const Args& a) {
+            kernels::adafactor_vector_moment(a.f("v"), a.f("grad"), length(a), kOldWeight, kNewWeight,
+                                             static_cast<float>(kEps1));
+          })),
+      // The runs, not another tensor, bound the owned elements a factored pass reads: N is free.
+      read_only(adafactor_entry(
+          "adafactor_factored_update_squares", "", {run_arg("grad"), factor_arg("row", "R"), factor_arg("col", "C")},
+          {"N"},
+          [](const Args& a) {
+            std::vector<double> squares = table(kFactored.groups, 4.0);
+            adafactor_factored_update_squares(a["grad"], a["row"], a["col"], row_totals(a), runs_of(a, kFactored),
+                                              kFactored, squares);
+            return digest({squares});
+          },
+          [](const Args& a) {
+            std::vector<double> squares = table(kFactored.groups, 4.0);
+            const std::vector<double> totals = row_totals(a);
+            const std::vector<ElementRun> runs = runs_of(a, kFactored);
+            kernels::adafactor_update_squares(a.f("grad"), factored_moment(a, totals), runs.data(), runs.size(),
+                                              kFactored, squares.data());
+            return digest({squares});
+          })),
+      read_only(adafactor_entry(
+          "adafactor_vector_update_squares", "", {run_arg("grad"), second_moment()}, {},
+          [](const Args& a) {
+            std::vector<double> squares = table(kVector.groups, 4.0);
+            adafactor_vector_update_squares(a["grad"], a["v"], runs_of(a, kVector), kVector, squares);
+            return digest({squares});
+          },
+          [](const Args& a) {
+            std::vector<double> squares = table(kVector.groups, 4.0);
+            const std::vector<ElementRun> runs = runs_of(a, kVector);
+            kernels::adafactor_update_squares(a.f("grad"), vector_moment(a), runs.data(), runs.size(), kVector,
+                                              squares.data());
+            return digest({squares});
+          })),
+      adafactor_entry(
+          "adafactor_factored_apply", "",
+          {run_arg("value"), run_arg("grad"), optional_run_arg("m"), factor_arg("row", "R"), factor_arg("col", "C")},
+          {}, returning_nothing([](const Args& a) {
+            adafactor_factored_apply(a["value"], a["grad"], a["m"], a["row"], a["col"], row_totals(a),
+                                     runs_of(a, kFactored), kFactored, group_steps(kFactored), kAdafactorBeta1);
+          }),
+          returning_nothing([](const Args& a) {
+            const std::vector<double> totals = row_totals(a);
+            const std::vector<ElementRun> runs = runs_of(a, kFactored);
+            const std::vector<AdafactorGroupStep> steps = group_steps(kFactored);
+            kernels::adafactor_apply(a.f("value"), a.f("grad"), a.f("m"), factored_moment(a, totals), runs.data(),
+                                     runs.size(), kFactored, steps.data(), kAdafactorBeta1);
+          })),
+      adafactor_entry(
+          "adafactor_vector_apply", "",
+          {run_arg("value"), run_arg("grad"), optional_run_arg("m"), second_moment()}, {},
+          returning_nothing([](const Args& a) {
+            adafactor_vector_apply(a["value"], a["grad"], a["m"], a["v"], runs_of(a, kVector), kVector,
+                                   group_steps(kVector), kAdafactorBeta1);
+          }),
+          returning_nothing([](const Args& a) {
+            const std::vector<ElementRun> runs = runs_of(a, kVector);
+            const std::vector<AdafactorGroupStep> steps = group_steps(kVector);
+            kernels::adafactor_apply(a.f("value"), a.f("grad"), a.f("m"), vector_moment(a), runs.data(), runs.size(),
+                                     kVector, steps.data(), kAdafactorBeta1);
+          })),
   };
 }
 

@@ -375,6 +375,37 @@ TEST_P(OptimizerOpTest, RefusesEachRequiredArgumentMissing) { expect_missing_arg
 
 INSTANTIATE_TEST_SUITE_P(Ops, OptimizerOpTest, ::testing::ValuesIn(optimizer_cases()), case_name);
 
+// Adafactor's runs place owned elements in the whole tensor: a run past the owned elements or
+// past the tensor, a table of the wrong size and a layout the kernels cannot index are refused.
+TEST(OpsAdafactor, RefusesRunsOutsideTheOwnedElementsOrTheTensorAndTablesOfOtherSizes) {
+  MemoryAccountant accountant;
+  const Tensor value = Tensor::zeros({10}, DType::F32, MemoryTag::Workspace, accountant);
+  const Tensor grad = Tensor::zeros({10}, DType::F32, MemoryTag::Workspace, accountant);
+  const AdafactorLayout two_groups{0, 0, 0, 2, 8};  // a tensor of 16 elements
+  std::vector<double> squares(2), none;
+  auto refused = [&](std::span<const ElementRun> runs, const AdafactorLayout& layout, std::span<double> weights,
+                     const std::string& text) {
+    try {
+      adafactor_sums(value, grad, runs, layout, 1e-30, none, none, weights);
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("ops::adafactor_sums: ", 0), 0u) << message;
+      EXPECT_NE(message.find(text), std::string::npos) << "expected '" << text << "' in: " << message;
+      return;
+    }
+    ADD_FAILURE() << "ops::adafactor_sums accepted " << text;
+  };
+  const std::vector<ElementRun> fits{{0, 6, 4}, {4, 12, 4}};
+  adafactor_sums(value, grad, fits, two_groups, 1e-30, none, none, squares);
+  refused(std::vector<ElementRun>{{0, 6, 4}, {8, 12, 3}}, two_groups, squares, "run 1 (owned elements [8, 11)");
+  refused(std::vector<ElementRun>{{0, 6, 4}, {4, 13, 4}}, two_groups, squares,
+          "run 1 (owned elements [4, 8), tensor elements [13, 17))");
+  refused(std::vector<ElementRun>{{0, -1, 2}}, two_groups, squares,
+          "run 0 (owned elements [0, 2), tensor elements [-1, 1))");
+  refused(fits, two_groups, std::span<double>(squares).first(1), "weight_squares has 1 entries, expected 2");
+  refused(fits, AdafactorLayout{1, 4, 4, 2, 8}, squares, "neither factored");
+}
+
 TEST(OpsLinear, BackwardGivesTheBitsOfItsTwoHalves) {
   for (const OpCase& c : op_cases()) {
     if (c.op != "linear_backward") continue;
