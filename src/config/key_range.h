@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <string_view>
 
 #include "core/check.h"
@@ -26,6 +27,10 @@ struct Range {
 inline constexpr double kSteps = 1099511627776.0;
 inline constexpr double kFinite = std::numeric_limits<double>::max();
 inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+
+// A float key's value as the config writes it back: the shortest decimal that reads back as the same
+// float, so 1e-3f is written 0.001 rather than 0.0010000000474974513.
+inline double shortest_decimal(float f) { return std::stod(fmt::format("{}", f)); }
 
 // Whether `value` lies in `range`; nan never does.
 template <class T>

@@ -29,9 +29,6 @@ void set_activation(ModelConfig& m, const std::string& name) { m.activation = pa
 
 bool has_experts(const ModelConfig& m) { return m.moe_experts > 0; }
 
-// The shortest decimal that reads back as the same float.
-double shortest(float f) { return std::stod(fmt::format("{}", f)); }
-
 }  // namespace
 
 std::span<const ModelKey> model_keys() {
@@ -144,7 +141,7 @@ std::span<const ModelKey> model_keys() {
 ModelValue model_key_value(const ModelKey& key, const ModelConfig& m) {
   return std::visit(Overloaded{
                         [&](int ModelConfig::*member) { return ModelValue{int64_t{m.*member}}; },
-                        [&](float ModelConfig::*member) { return ModelValue{shortest(m.*member)}; },
+                        [&](float ModelConfig::*member) { return ModelValue{shortest_decimal(m.*member)}; },
                         [&](bool ModelConfig::*member) { return ModelValue{m.*member}; },
                         [&](ModelWord word) { return ModelValue{word.name(m)}; },
                     },

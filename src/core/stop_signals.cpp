@@ -60,6 +60,11 @@ StopSignals::StopSignals(Options options) : options_(options) {
 StopSignals::~StopSignals() {
   quit_.store(true);
   thread_.join();
+  // SIGUSR1 only ever asks a run to stop (mpirun's forwarding of a stop, Slurm's warning before the
+  // time limit); one that comes now, or is still pending, is too late to stop anything, and its
+  // default action would turn a finished run into a failed job. Ignored before the unblock, so a
+  // pending one is discarded too.
+  std::signal(SIGUSR1, SIG_IGN);
   const sigset_t set = stop_set();
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }

@@ -37,8 +37,9 @@ class StopSignals {
   // construct it before anything starts a thread (OpenMP's pool, MPI). At most one at a time.
   explicit StopSignals(Options options);
   StopSignals() : StopSignals(Options{}) {}
-  // Stops the receiving thread and unblocks the signals in the calling thread: a signal after
-  // this ends the process as if none had been received.
+  // Stops the receiving thread and unblocks the signals in the calling thread: SIGINT or SIGTERM
+  // after this ends the process as if none had been received; SIGUSR1, a stop request and nothing
+  // else, is ignored from then on (the run it would stop is over).
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

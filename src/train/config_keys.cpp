@@ -23,10 +23,6 @@ const T& value_of(const RunConfig& config, Accessor<T> field) {
   return field(const_cast<RunConfig&>(config));
 }
 
-// The shortest decimal that reads back as the same float, so 1e-3f is written 0.001 rather than
-// 0.0010000000474974513.
-double shortest(float f) { return std::stod(fmt::format("{}", f)); }
-
 // A number when the whole text is one, else the word.
 std::optional<double> number_in(const std::string& text) {
   try {
@@ -151,7 +147,7 @@ toml::table resolved_table(const RunConfig& config) {
     const std::string_view name = key.name();
     std::visit(Overloaded{
                    [&](Accessor<uint64_t> f) { section.insert(name, static_cast<int64_t>(value_of(config, f))); },
-                   [&](Accessor<float> f) { section.insert(name, shortest(value_of(config, f))); },
+                   [&](Accessor<float> f) { section.insert(name, config::shortest_decimal(value_of(config, f))); },
                    [&](Accessor<std::vector<int64_t>> f) {
                      toml::array values;
                      for (int64_t v : value_of(config, f)) values.push_back(v);

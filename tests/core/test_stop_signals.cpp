@@ -90,4 +90,17 @@ TEST(StopSignals, AfterItIsGoneASignalEndsTheProcessAsUsual) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
+// mpirun forwards a stop to ranks that may already have finished: a late SIGUSR1 must not turn a
+// finished run into a failed job.
+TEST(StopSignals, AfterItIsGoneAStopRequestByUsr1IsIgnored) {
+  const int status = in_child([] {
+    { StopSignals stop(kQuick); }
+    ::kill(::getpid(), SIGUSR1);
+    std::this_thread::sleep_for(200ms);
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace

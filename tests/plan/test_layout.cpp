@@ -123,7 +123,8 @@ TEST(PlanLayout, RecomputePolicyKeysAreChecked) {
 TEST(PlanLayout, BadSyntaxNamesTheKey) {
   EXPECT_TRUE(contains(error_of([] { parse_layout("tpp=2"); }), "unknown key 'tpp'; did you mean 'tp'?"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("tp=two"); }), "'tp=two' needs a whole number"));
-  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=some"); }), "must be none, selective or full"));
+  EXPECT_TRUE(contains(error_of([] { parse_layout("recompute=some"); }),
+                       "must be one of none, selective, full, every_k, optimal, dtr, checkmate"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("precision=fp16"); }), "must be bf16"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("sp"); }), "is not key=value"));
   EXPECT_TRUE(contains(error_of([] { parse_layout("activations=pytorch"); }), "must be engine"));
