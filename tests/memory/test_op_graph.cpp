@@ -144,3 +144,61 @@ TEST(OpGraph, TheTraceChangesNoResult) {
     EXPECT_EQ(std::memcmp(off.data(), on.data(), off.size() * sizeof(float)), 0);
   }
 }
+
+// Checkmate over the op graph against Rotor over the same blocks as a chain, with the same measured
+// costs. Rotor's schedule, mapped into the op graph, costs no more and peaks no higher there, at
+// every budget from Rotor's least to none's peak; CBC starts from it, so Checkmate is never costlier
+// (solved here at Rotor's least: CBC's search is the slow part).
+TEST(OpGraph, CheckmateOnTheOpGraphIsNeverCostlierThanRotorOnTheChain) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    const ModelConfig c = small_config(arch);
+    MemoryAccountant mem;
+    nn::GPT model(c, mem, 1);
+    const exec::OpGraphRecording r = exec::record_op_graph(model, mem, 1, 2, kB, kT, 2);
+    const memory::remat::OpGraph& g = r.graph;
+    const int64_t rotor_least = memory::minimum_budget(g.chain);
+    const int64_t none_peak = memory::simulate(g.chain, memory::none_schedule(2)).peak_bytes;
+    const double pinned = g.pinned_cost * g.sources;
+    int recomputing = 0;
+    for (double f : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      const auto budget = rotor_least + static_cast<int64_t>(f * static_cast<double>(none_peak - rotor_least));
+      const memory::ChainSchedule chain = memory::optimal_schedule(g.chain, budget);
+      const auto rotor = memory::simulate(g.chain, chain);
+      ASSERT_LE(rotor.peak_bytes, budget);
+      recomputing += rotor.recomputed_forwards > 0;
+      const memory::remat::Schedule start = memory::remat::op_graph_schedule(g, chain);
+      const auto mapped = memory::remat::simulate_schedule(g.graph, start);
+      EXPECT_LE(mapped.peak_bytes, rotor.peak_bytes) << "budget " << budget;
+      EXPECT_LE(mapped.cost - pinned, rotor.time * (1 + 1e-9)) << "budget " << budget;
+      if (f > 0 || arch != Architecture::Gpt2) continue;
+      memory::remat::SolveOptions options{.time_limit_s = 10};
+      options.start = start;
+      const memory::remat::Solution s = memory::remat::solve_milp(g.graph, budget, options);
+      ASSERT_TRUE(s.has_schedule()) << "budget " << budget;
+      EXPECT_LE(s.peak_bytes, budget);
+      EXPECT_LE(s.cost - pinned, rotor.time * (1 + 1e-9)) << "budget " << budget;
+    }
+    EXPECT_GT(recomputing, 0) << "Rotor recomputes at none of the budgets";
+  }
+}
+
+// Below Rotor's least budget (one block: Rotor can only keep it whole), Checkmate recomputes parts of
+// the block: its least budget is lower, and halfway between the two it finds a schedule.
+TEST(OpGraph, CheckmateOnTheOpGraphMeetsBudgetsBelowRotorsLeast) {
+  for (Architecture arch : {Architecture::Gpt2, Architecture::Llama}) {
+    const ModelConfig c = small_config(arch);
+    MemoryAccountant mem;
+    nn::GPT model(c, mem, 1);
+    const exec::OpGraphRecording r = exec::record_op_graph(model, mem, 1, 1, kB, kT, 1);
+    const memory::remat::OpGraph& g = r.graph;
+    const int64_t rotor_least = memory::minimum_budget(g.chain);
+    const memory::remat::SolveOptions options{.time_limit_s = 5};
+    const memory::remat::MinimumBudget least = memory::remat::minimum_budget(g.graph, options);
+    EXPECT_LT(least.bytes, rotor_least);
+    const int64_t budget = (least.bytes + rotor_least) / 2;
+    const memory::remat::Solution s = memory::remat::solve_milp(g.graph, budget, options);
+    ASSERT_TRUE(s.has_schedule()) << "budget " << budget << ", Rotor's least " << rotor_least;
+    EXPECT_LE(s.peak_bytes, budget);
+    EXPECT_GT(s.cost - g.pinned_cost * g.sources, g.op_cost) << "it recomputes";
+  }
+}

@@ -32,6 +32,80 @@ bool contains(const std::vector<const Storage*>& v, const Storage* s) { return s
 
 }  // namespace
 
+Schedule op_graph_schedule(const OpGraph& op_graph, const ChainSchedule& schedule) {
+  const Graph& g = op_graph.graph;
+  const int N = g.size(), n = static_cast<int>(op_graph.units.size());
+  simulate(op_graph.chain, schedule);  // throws on a schedule chain.h does not run
+  Schedule s;
+  s.R.assign(static_cast<size_t>(N), std::vector<std::uint8_t>(static_cast<size_t>(N), 0));
+  s.S = s.R;
+  std::vector<std::uint8_t> resident(static_cast<size_t>(N), 0);
+  int next_stage = 0;  // the first node whose stage is not open yet
+  const auto open_stage = [&](int t) {
+    for (int v = 0; v < t; ++v) s.S[static_cast<size_t>(t)][static_cast<size_t>(v)] = resident[static_cast<size_t>(v)];
+    next_stage = t + 1;
+  };
+  // Nodes of no unit's ops before node t (the sources) get stages of their own.
+  const auto sources_before = [&](int t) {
+    for (int v = next_stage; v < t; ++v) {
+      open_stage(v);
+      s.R[static_cast<size_t>(v)][static_cast<size_t>(v)] = 1;
+      resident[static_cast<size_t>(v)] = 1;
+    }
+  };
+  int below = n;  // the lowest unit whose backward is done
+  const auto compute = [&](int t, int v) {
+    if (s.S[static_cast<size_t>(t)][static_cast<size_t>(v)] == 0) s.R[static_cast<size_t>(t)][static_cast<size_t>(v)] = 1;
+    resident[static_cast<size_t>(v)] = 1;
+  };
+  // What survives a unit forward: its saved nodes with Keep::All, its input unless Keep::Nothing,
+  // its output while the unit above still needs it.
+  const auto after_forward = [&](int i, Keep keep) {
+    const OpGraphUnit& u = op_graph.units[static_cast<size_t>(i)];
+    for (int v = u.forward_first; v <= u.forward_last; ++v) {
+      const bool saved = std::binary_search(u.saved.begin(), u.saved.end(), v);
+      if (v == u.output ? i + 1 < n && i + 1 >= below : !saved || keep != Keep::All) resident[static_cast<size_t>(v)] = 0;
+    }
+    if (keep == Keep::Nothing) resident[static_cast<size_t>(u.input)] = 0;
+  };
+  for (const ChainOp& op : schedule.forward) {
+    const OpGraphUnit& u = op_graph.units[static_cast<size_t>(op.unit)];
+    for (int v = u.forward_first; v <= u.forward_last; ++v) {
+      sources_before(v);
+      open_stage(v);
+      compute(v, v);
+    }
+    after_forward(op.unit, op.keep);
+  }
+  std::vector<ChainOp> pending;
+  for (const ChainOp& op : schedule.backward) {
+    if (op.is_forward()) {
+      pending.push_back(op);
+      continue;
+    }
+    const OpGraphUnit& u = op_graph.units[static_cast<size_t>(op.unit)];
+    const int t = u.backward_first;
+    sources_before(t);
+    open_stage(t);
+    for (const ChainOp& f : pending) {
+      const OpGraphUnit& fu = op_graph.units[static_cast<size_t>(f.unit)];
+      for (int v = fu.forward_first; v <= fu.forward_last; ++v) compute(t, v);
+      after_forward(f.unit, f.keep);
+    }
+    pending.clear();
+    compute(t, t);
+    for (int v = t + 1; v <= u.backward_last; ++v) {
+      open_stage(v);
+      compute(v, v);
+    }
+    for (int v : u.saved) resident[static_cast<size_t>(v)] = 0;
+    resident[static_cast<size_t>(u.input)] = 0;
+    below = op.unit;
+  }
+  sources_before(N);
+  return prune_schedule(g, s);
+}
+
 std::string short_op_name(const char* name) {
   const std::string_view n(name);
   const size_t colon = n.rfind("::");
@@ -156,6 +230,15 @@ OpGraph op_training_graph(const OpTrace& trace, std::span<const TracedUnit> unit
       }
       c.forward_extra_bytes = std::max(c.forward_extra_bytes, transient);
     }
+    OpGraphUnit nodes;
+    nodes.input = input;
+    nodes.output = output;
+    nodes.forward_first = first;
+    nodes.forward_last = last;
+    nodes.backward_first = u.backward_begin < u.backward_end ? out.node_of_op[static_cast<size_t>(u.backward_begin)] : 0;
+    nodes.backward_last = u.backward_begin < u.backward_end ? out.node_of_op[static_cast<size_t>(u.backward_end - 1)] : -1;
+    nodes.saved.assign(read.begin(), read.end());
+    out.units.push_back(std::move(nodes));
     for (int op = u.forward_begin; op < u.forward_end; ++op) c.forward_time += cost_of(op);
     for (int op = u.backward_begin; op < u.backward_end; ++op) c.backward_time += cost_of(op);
     out.chain.push_back(c);

@@ -41,8 +41,17 @@ struct TracedUnit {
   std::vector<const Storage*> saved;
 };
 
+// A unit's nodes in the graph.
+struct OpGraphUnit {
+  int input = 0, output = 0;                 // the nodes of its input and of its output
+  int forward_first = 0, forward_last = -1;  // its forward's op nodes, in order
+  int backward_first = 0, backward_last = -1;
+  std::vector<int> saved;  // the forward nodes its backward reads, ascending (its input not among them)
+};
+
 struct OpGraph {
   Graph graph;
+  std::vector<OpGraphUnit> units;
   std::vector<int> node_of_op;  // the trace's op i is node node_of_op[i]
   int sources = 0;
   double pinned_cost = 0;  // each source node's cost
@@ -59,6 +68,16 @@ struct OpGraph {
 // measures seconds). Throws tessera::Error when the units' op ranges do not cover the trace in that order,
 // or when a backward's reads and the unit's saved tensors disagree.
 OpGraph op_training_graph(const OpTrace& trace, std::span<const TracedUnit> units, std::span<const double> op_costs = {});
+
+// A chain schedule of the units (memory/chain.h) as a schedule of the op graph, pruned
+// (prune_schedule): each unit forward computes its op nodes and keeps what the chain keeps (all its
+// saved nodes, its input, or neither), each backward its op nodes, in the stages of those nodes.
+// Every op runs at most as often as the chain schedule runs its unit, so the cost is at most the
+// chain's time (plus the sources' pinned costs); the peak is the op graph's own measure, at most the
+// chain's where the chain's forward_extra_bytes cover what its forward holds at once. CBC starts
+// from it (SolveOptions::start), so Checkmate over the op graph finds nothing costlier than Rotor at
+// a budget Rotor's schedule meets here.
+Schedule op_graph_schedule(const OpGraph& graph, const ChainSchedule& schedule);
 
 // The op's name without its namespace ("layernorm_forward" for "ops::layernorm_forward").
 std::string short_op_name(const char* name);
