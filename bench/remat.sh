@@ -99,7 +99,7 @@ fi
 OPS="$(dirname "$TESSERA")/../../bench/remat_ops"
 if [[ -x $OPS ]]; then
   "$OPS" --blocks "${OPS_BLOCKS:-2}" --batch "${OPS_BATCH:-4}" --seq "${OPS_SEQ:-256}" \
-    --time-limit "${OPS_TIME_LIMIT:-60}"
+    --time-limit "${OPS_TIME_LIMIT:-20}"
 else
   echo "no $OPS: the op-graph lines need the benchmarks built (cmake --build build/release --target remat_ops)"
 fi
