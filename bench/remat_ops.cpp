@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,16 +99,26 @@ int main(int argc, char** argv) {
     for (double f : fractions) {
       budgets.push_back(rotor_least + static_cast<int64_t>(f * static_cast<double>(none_peak - rotor_least)));
     }
+    // Budgets ascend, so a schedule found at one fits every later one: CBC starts from the cheaper of
+    // it and Rotor's schedule mapped into the op graph.
+    std::optional<memory::remat::Schedule> found;
+    double found_cost = 0;
     for (int64_t budget : budgets) {
       std::string rotor = "none";
       memory::remat::SolveOptions solve = options;
+      solve.start = found;
       if (budget >= rotor_least) {
         const memory::ChainSchedule chain = memory::optimal_schedule(g.chain, budget);
         const auto sim = memory::simulate(g.chain, chain);
         rotor = fmt::format("{:.4f}", std::max(0.0, sim.time / g.op_cost - 1));
-        solve.start = memory::remat::op_graph_schedule(g, chain);  // CBC starts from Rotor's schedule
+        const memory::remat::Schedule mapped = memory::remat::op_graph_schedule(g, chain);
+        if (!found || memory::remat::simulate_schedule(g.graph, mapped).cost < found_cost) solve.start = mapped;
       }
       const memory::remat::Solution s = memory::remat::solve_milp(g.graph, budget, solve);
+      if (s.has_schedule() && (!found || s.cost < found_cost)) {
+        found = s.schedule;
+        found_cost = s.cost;
+      }
       // Sums of hundreds of milliseconds leave a rounding residue around 1e-12: print it as 0.
       const double x = (s.cost - pinned) / g.op_cost - 1;
       const std::string extra = s.has_schedule() ? fmt::format("{:.4f}", std::abs(x) < 5e-5 ? 0.0 : x) : "none";
