@@ -26,8 +26,14 @@
 # recomputation's peak to none's: the extra compute of each (FLOP-model step time over none's,
 # less 1), and the solver's status and time.
 #
+# Then Checkmate over the graph of operations of two GPT-2 and two Llama blocks of the 124M shape
+# (B 4, T 256), recorded by running them (bench/remat_ops; OPS_BLOCKS, OPS_BATCH, OPS_SEQ,
+# OPS_TIME_LIMIT change the shape and CBC's limit), against Rotor over the same blocks as a chain
+# with the same measured op times, from below Rotor's least budget to none's peak.
+#
 # Prints, per budget and per encoding,
 #   RESULT remat method=checkmate budget_mb=<b> extra_compute=<x> rotor=<y> status=<s> solve_seconds=<t> source=simulator
+#   RESULT remat method=checkmate graph=ops arch=<a> blocks=<n> budget_mb=<b> extra_compute=<x> rotor=<y|none> status=<s> solve_seconds=<t>
 #   RESULT remat method=dtr budget_mb=<b> extra_compute=<x> rotor=<y> checkmate=<z> source=simulator
 #   RESULT encoding name=<e> activation_ratio=<r> val_loss_delta=<d> step_ratio=<s> stash_ratio=<x>
 set -euo pipefail
@@ -88,6 +94,14 @@ for budget in budgets:
 PY
 else
   echo "no $PREDICT: the Checkmate and DTR lines need the benchmarks built (cmake --build build/release --target recompute_bench)"
+fi
+
+OPS="$(dirname "$TESSERA")/../../bench/remat_ops"
+if [[ -x $OPS ]]; then
+  "$OPS" --blocks "${OPS_BLOCKS:-2}" --batch "${OPS_BATCH:-4}" --seq "${OPS_SEQ:-256}" \
+    --time-limit "${OPS_TIME_LIMIT:-20}"
+else
+  echo "no $OPS: the op-graph lines need the benchmarks built (cmake --build build/release --target remat_ops)"
 fi
 
 run() {  # encoding round

@@ -61,6 +61,7 @@ std::string leading_shape(const Tensor& t) {
 }  // namespace
 
 void OpCall::operand(const Tensor& t, const char* name) {
+  if (trace_ != nullptr) trace_->argument(t);
   TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
   TS_CHECK(t.is_contiguous(),
            "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
@@ -98,6 +99,7 @@ OpCall& OpCall::optional_accumulator(const Tensor& t, const char* name) {
 }
 
 void OpCall::accumulator(const Tensor& t, const char* name) {
+  if (trace_ != nullptr) trace_->argument(t);
   TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
   TS_CHECK(t.is_contiguous(),
            "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
@@ -111,6 +113,7 @@ void OpCall::accumulator(const Tensor& t, const char* name) {
 }
 
 OpCall& OpCall::indices(const Tensor& t, const char* name) {
+  if (trace_ != nullptr) trace_->argument(t);
   TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
   TS_CHECK(t.dtype() == DType::I32, "{}: {} must hold i32 indices, got dtype {}", op_, name, dtype_name(t.dtype()));
   TS_CHECK(t.is_contiguous(),

@@ -4,11 +4,15 @@
 // expected [OC=4, IC=5] (OC from y; IC from x)" and names the tensors involved. The checks
 // allocate nothing and format nothing unless they fail: an op costs a few comparisons. An OpCall
 // also times the op, from its construction to the op's return, into the step's profiler
-// (core/profiler.h) under the op's category; with profiling off that is one null test.
+// (core/profiler.h) under the op's category; with profiling off that is one null test. And it hands
+// its tensor arguments and its kernel's run to the thread's op trace (core/op_trace.h) when one is
+// installed; without one, that is one null test per argument.
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <utility>
 
+#include "core/op_trace.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
 #include "ops/dispatch.h"
@@ -31,7 +35,9 @@ struct Dim {
 
 class OpCall {
  public:
-  OpCall(const char* op, ProfileCategory category) : timer_(op, category), op_(op) {}
+  OpCall(const char* op, ProfileCategory category) : timer_(op, category), op_(op), trace_(current_op_trace()) {
+    if (trace_ != nullptr) trace_->begin(op);
+  }
 
   const char* op() const { return op_; }
 
@@ -78,6 +84,7 @@ class OpCall {
   // Runs f on the backend for the operands' (device, dtype); see ops/dispatch.h.
   template <class F>
   decltype(auto) dispatch(F&& f) const {
+    const KernelTrace traced(trace_);
     return ops::dispatch(op_, device_, dtype_, std::forward<F>(f));
   }
   // Runs f on the backend for the operands' device, in f32 alone (the master() ops).
@@ -91,8 +98,26 @@ class OpCall {
   void accumulator(const Tensor& t, const char* name);
   void master_operand(const Tensor& t, const char* name);
 
+  // The kernel's run in the op trace: begun here, ended when the kernel returns (not when it throws).
+  class KernelTrace {
+   public:
+    explicit KernelTrace(OpTrace* trace) : trace_(trace), exceptions_(std::uncaught_exceptions()) {
+      if (trace_ != nullptr) trace_->kernel_begin();
+    }
+    ~KernelTrace() noexcept(false) {
+      if (trace_ != nullptr && std::uncaught_exceptions() == exceptions_) trace_->kernel_end();
+    }
+    KernelTrace(const KernelTrace&) = delete;
+    KernelTrace& operator=(const KernelTrace&) = delete;
+
+   private:
+    OpTrace* trace_;
+    int exceptions_;
+  };
+
   ProfileScope timer_;
   const char* op_;
+  OpTrace* trace_;  // the thread's op trace, null when none
   const char* first_ = nullptr;  // the operand that set dtype_ and device_
   DType dtype_ = DType::F32;
   Device device_ = Device::CPU;
