@@ -138,8 +138,8 @@ Layout parse_layout(std::string_view text, Layout l) {
     } else if (key == "recompute") {
       const std::optional<config::RecomputePolicy> policy = config::find_recompute_policy(value);
       if (policy) l.recompute = *policy;
-      else TS_FAIL("layout: 'recompute={}' must be one of {} (every_k with recompute_every=K; the budgeted ones "
-                   "with activation_budget_mb=X)", value, config::recompute_policy_names());
+      else TS_FAIL("layout: 'recompute={}' must be one of {}: every_k (with recompute_every=K), optimal, dtr and "
+                   "checkmate (with activation_budget_mb=X)", value, config::recompute_policy_names());
     } else if (key == "recompute_every") {
       l.recompute_every = parse_small(key, value);
     } else if (key == "activation_budget_mb") {
