@@ -114,14 +114,7 @@ void OpCall::accumulator(const Tensor& t, const char* name) {
 
 OpCall& OpCall::indices(const Tensor& t, const char* name) {
   if (trace_ != nullptr) trace_->argument(t);
-  TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
-  TS_CHECK(t.dtype() == DType::I32, "{}: {} must hold i32 indices, got dtype {}", op_, name, dtype_name(t.dtype()));
-  TS_CHECK(t.is_contiguous(),
-           "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
-           t.shape_string(), shape_to_string(t.strides()));
-  TS_CHECK(first_ == nullptr || t.device() == device_,
-           "{}: {} is on {} but {} is on {}; the operands of one call share a device", op_, name,
-           device_name(t.device()), first_, device_name(device_));
+  non_float_operand(t, name, DType::I32, "i32 indices");
   return *this;
 }
 
@@ -136,15 +129,19 @@ OpCall& OpCall::optional_master(const Tensor& t, const char* name) {
 }
 
 OpCall& OpCall::bytes(const Tensor& t, const char* name) {
+  non_float_operand(t, name, DType::U8, "u8 bytes");
+  return *this;
+}
+
+void OpCall::non_float_operand(const Tensor& t, const char* name, DType dtype, const char* holds) {
   TS_CHECK(t.defined(), "{}: {} is undefined, and the op needs it", op_, name);
-  TS_CHECK(t.dtype() == DType::U8, "{}: {} must hold u8 bytes, got dtype {}", op_, name, dtype_name(t.dtype()));
+  TS_CHECK(t.dtype() == dtype, "{}: {} must hold {}, got dtype {}", op_, name, holds, dtype_name(t.dtype()));
   TS_CHECK(t.is_contiguous(),
            "{}: {} must be contiguous, got a strided view of shape {} (strides {}); call contiguous()", op_, name,
            t.shape_string(), shape_to_string(t.strides()));
   TS_CHECK(first_ == nullptr || t.device() == device_,
            "{}: {} is on {} but {} is on {}; the operands of one call share a device", op_, name,
            device_name(t.device()), first_, device_name(device_));
-  return *this;
 }
 
 void OpCall::master_operand(const Tensor& t, const char* name) {

@@ -97,6 +97,9 @@ class OpCall {
   void operand(const Tensor& t, const char* name);
   void accumulator(const Tensor& t, const char* name);
   void master_operand(const Tensor& t, const char* name);
+  // Integer or byte operands (indices, packed codes): defined, of `dtype`, contiguous, on the
+  // operands' device; `holds` says what they hold in the message ("i32 indices").
+  void non_float_operand(const Tensor& t, const char* name, DType dtype, const char* holds);
 
   // The kernel's run in the op trace: begun here, ended when the kernel returns (not when it throws).
   class KernelTrace {

@@ -311,40 +311,18 @@ void RunConfig::validate() const {
 }
 
 config::FeatureSettings RunConfig::feature_settings() const {
-  config::FeatureSettings s;
-  s.tp = parallel.tp;
-  s.sp = parallel.sp;
-  s.ep = parallel.ep;
-  s.pp = parallel.pp;
-  s.zero_stage = parallel.zero_stage;
-  s.schedule = parallel.schedule;
-  s.compression = parallel.compression;
-  s.grad_dtype = parallel.grad_dtype;
-  s.compute = precision.compute;
-  s.recompute = memory.recompute;
-  s.optimizer = optim.kind;
-  s.moe_experts = model.moe_experts;
-  s.offload_activations = memory.offload_activations;
-  s.offload_optimizer = memory.offload_optimizer;
-  s.offload_params = memory.offload_params;
-  s.activation_encoding = memory.activation_encoding;
-  s.delayed_update_after = optim.delayed_update_after;
-  return s;
+  return {.tp = parallel.tp, .sp = parallel.sp, .ep = parallel.ep, .pp = parallel.pp, .zero_stage = parallel.zero_stage,
+          .schedule = parallel.schedule, .compression = parallel.compression, .grad_dtype = parallel.grad_dtype,
+          .compute = precision.compute, .recompute = memory.recompute, .optimizer = optim.kind,
+          .offload_activations = memory.offload_activations, .offload_optimizer = memory.offload_optimizer,
+          .offload_params = memory.offload_params, .activation_encoding = memory.activation_encoding,
+          .delayed_update_after = optim.delayed_update_after, .moe_experts = model.moe_experts};
 }
 
 config::ParallelLayout RunConfig::layout() const {
-  config::ParallelLayout l;
-  l.dp = parallel.dp;
-  l.tp = parallel.tp;
-  l.sp = parallel.sp;
-  l.ep = parallel.ep;
-  l.pp = parallel.pp;
-  l.zero_stage = parallel.zero_stage;
-  l.schedule = parallel.schedule;
-  l.virtual_stages = parallel.virtual_stages;
-  l.micro_batch = train.micro_batch_size;
-  l.global_batch = train.batch_size;
-  return l;
+  return {.dp = parallel.dp, .tp = parallel.tp, .pp = parallel.pp, .virtual_stages = parallel.virtual_stages,
+          .sp = parallel.sp, .ep = parallel.ep, .zero_stage = parallel.zero_stage, .schedule = parallel.schedule,
+          .micro_batch = train.micro_batch_size, .global_batch = train.batch_size};
 }
 
 namespace {
