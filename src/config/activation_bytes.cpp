@@ -8,6 +8,11 @@ namespace tessera::config {
 
 int64_t recomputable_values_per_token(const ModelConfig& model, int tp) { return 2 * int64_t{model.n_embd} + model.ffn() / tp; }
 
+double rebuild_flops(const ModelConfig& model, int layer, int64_t B, int64_t T, int tp) {
+  const int64_t values = model.is_moe_layer(layer) ? int64_t{model.n_embd} : recomputable_values_per_token(model, tp);
+  return kRebuildFlopsPerValue * static_cast<double>(values) * static_cast<double>(B * T);
+}
+
 int64_t selective_forward_values_per_token(const ModelConfig& model, int tp) { return model.ffn() / tp; }
 
 std::vector<UnitActivationBytes> unit_activation_bytes(const ModelConfig& c, int64_t B, int64_t T, int tp, bool sp,

@@ -50,6 +50,13 @@ int64_t saved_activation_bytes(const ModelConfig& model, int64_t B, int64_t T, i
 // elementwise pass to rebuild, the two norm outputs and the MLP activation, 2C + F/tp values per
 // token (the tiled attention keeps no T×T scores, so these are the big cheap part here).
 int64_t recomputable_values_per_token(const ModelConfig& model, int tp = 1);
+// The FLOP model's price of rebuilding what selective recomputation dropped from block `layer` (the
+// values above, C for an MoE block), for a microbatch [B, T]: kRebuildFlopsPerValue a value. The
+// rebuild is elementwise and bound by memory, so a value costs far more than its few arithmetic
+// operations next to a matrix product's; 80 fits the measured cost of selective recomputation on
+// GPT-2 124M (docs/benchmarks.md: +0.6 % a step, B 4, T 256: 83 FLOP-model units a rebuilt value).
+inline constexpr double kRebuildFlopsPerValue = 80;
+double rebuild_flops(const ModelConfig& model, int layer, int64_t B, int64_t T, int tp = 1);
 // Of those, what a selective forward still holds while it runs: the MLP activation, F/tp per token,
 // until the down projection has read it.
 int64_t selective_forward_values_per_token(const ModelConfig& model, int tp = 1);

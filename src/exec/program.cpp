@@ -183,9 +183,13 @@ void lower_instruction(const pipeline::Schedule& schedule, const pipeline::Instr
   auto chain_op = [&](const memory::ChainOp& op, Phase forward_phase, Phase backward_phase) {
     const int unit = first + op.unit;
     if (unit >= stage.last) return;  // the boundary that closes a headless stage's chain (exec::stage_chain)
-    Action* a = unit_action(op.is_forward() ? forward_phase : backward_phase, unit, op.keep);
+    // A selective keep is a forward keeping all that drops what is cheap to rebuild (the action's
+    // selective flag): the model's units know that much and no more.
+    const bool selective_keep = op.is_forward() && op.keep == memory::Keep::Selective;
+    Action* a = unit_action(op.is_forward() ? forward_phase : backward_phase, unit,
+                            selective_keep ? memory::Keep::All : op.keep);
     // Selective recomputation drops parts of blocks; the head, the chain's last unit, keeps all.
-    a->selective = stage.selective && op.is_forward() && unit + 1 < units;
+    a->selective = (stage.selective || selective_keep) && op.is_forward() && unit + 1 < units;
     a->offload = a->phase == Phase::Forward && a->keep == memory::Keep::All &&
                  std::binary_search(stage.offloaded.begin(), stage.offloaded.end(), unit);
   };

@@ -58,7 +58,9 @@ struct Action {
   int unit = 0;
   int chunk = 0;
   int microbatch = 0;
-  memory::Keep keep = memory::Keep::All;  // forward phases: what stays after the unit ran
+  // Forward phases: what stays after the unit ran (never Selective: a chain's selective keep
+  // lowers to All with `selective`).
+  memory::Keep keep = memory::Keep::All;
   bool selective = false;                 // forward phases of a block: drop what is cheap to rebuild
   // A training forward keeping All: what the unit saved goes to the nvme tier until its backward
   // (exec/activation_offload.h).

@@ -32,6 +32,8 @@ UnitTimes nominal_unit_times(const config::ModelConfig& c, int B, int T) {
   for (int l = 0; l < c.n_layer; ++l) t.forward.push_back(block);
   t.forward.push_back(2 * N * C * V);
   for (double f : t.forward) t.backward.push_back(2 * f);
+  t.rebuild.assign(t.forward.size(), 0.0);
+  for (int l = 0; l < c.n_layer; ++l) t.rebuild[static_cast<size_t>(l) + 1] = config::rebuild_flops(c, l, B, T);
   return t;
 }
 
@@ -53,11 +55,14 @@ UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, Memory
       x = out.y;
     }
   }
+  const UnitTimes nominal = nominal_unit_times(model.config(), B, T);
   UnitTimes t;
-  for (auto& r : runs) {
+  for (size_t u = 0; u < runs.size(); ++u) {
+    std::vector<double>& r = runs[u];
     std::sort(r.begin(), r.end());
     t.forward.push_back(r[r.size() / 2]);
     t.backward.push_back(2 * r[r.size() / 2]);
+    t.rebuild.push_back(t.forward.back() * nominal.rebuild[u] / nominal.forward[u]);
   }
   return t;
 }
@@ -69,7 +74,8 @@ std::vector<memory::ChainUnit> stage_chain(const config::ModelConfig& model, con
   std::vector<int> units;
   for (int u = stage.chain_first(); u < stage.last; ++u) units.push_back(u);
   // A stage without the head sends its last block's output on.
-  return memory::chain_of_units(bytes, units, selective, times.forward, times.backward, stage.last < model.n_layer + 2);
+  return memory::chain_of_units(bytes, units, selective, times.forward, times.backward, times.rebuild,
+                                stage.last < model.n_layer + 2);
 }
 
 namespace {
@@ -185,6 +191,7 @@ memory::remat::ChainCheckmate plan_checkmate(const config::ModelConfig& model, c
   for (memory::ChainUnit& u : chain) {
     u.forward_time /= longest;
     u.backward_time /= longest;
+    u.rebuild_time /= longest;
   }
   memory::remat::ChainCheckmate plan = memory::remat::checkmate_chain_schedule(
       chain, budget, {.time_limit_s = options.solver_seconds, .cache_dir = options.solver_cache_dir});

@@ -64,13 +64,15 @@ struct JointPlanChoice {
 struct UnitTimes {
   std::vector<double> forward;
   std::vector<double> backward;
+  std::vector<double> rebuild;  // what a block's backward takes to rebuild what a selective forward dropped
 };
-// Times from FLOPs alone (2 per multiply-add of every matmul of the unit; backward twice that):
-// used when nothing was measured, and by tests.
+// Times from FLOPs alone (2 per multiply-add of every matmul of the unit; backward twice that; the
+// rebuild config::rebuild_flops): used when nothing was measured, and by tests.
 UnitTimes nominal_unit_times(const config::ModelConfig& config, int B, int T);
 // Each unit's forward timed on a microbatch of zeros [B, T] (the median of a few runs after a
 // warm-up), with the weights `params` gives; backward taken as twice the forward (its matmuls'
-// FLOPs; every schedule runs each backward once, so it does not change which schedule is best).
+// FLOPs; every schedule runs each backward once, so it does not change which schedule is best), the
+// rebuild as the FLOP model's share of the measured forward.
 UnitTimes measure_unit_times(nn::GPT& model, nn::ParameterAccess& params, MemoryAccountant& memory, int B, int T);
 
 // The recompute chain of `stage` for microbatches [B, T] on a rank of `tp` tensor-parallel ranks,

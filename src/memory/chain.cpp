@@ -14,6 +14,7 @@ std::string_view keep_name(Keep keep) {
     case Keep::All: return "all";
     case Keep::Input: return "input";
     case Keep::Nothing: return "nothing";
+    case Keep::Selective: return "selective";
   }
   TS_FAIL("unknown keep value {}", static_cast<int>(keep));
 }
@@ -29,14 +30,18 @@ void check_chain(std::span<const ChainUnit> units) {
   for (int i = 0; i < n; ++i) {
     const ChainUnit& u = units[i];
     TS_CHECK(u.input_bytes >= 0 && u.own_bytes >= 0 && u.output_bytes >= 0 && u.backward_extra_bytes >= 0 &&
-                 u.forward_extra_bytes >= 0,
-             "chain unit {} has a negative size (input {}, own {}, output {}, backward extra {} bytes); "
-             "sizes count bytes and must be >= 0",
-             i, u.input_bytes, u.own_bytes, u.output_bytes, u.backward_extra_bytes);
-    TS_CHECK(std::isfinite(u.forward_time) && std::isfinite(u.backward_time) && u.forward_time >= 0 &&
-                 u.backward_time >= 0,
-             "chain unit {} has forward time {} and backward time {}; times must be finite and >= 0", i,
-             u.forward_time, u.backward_time);
+                 u.forward_extra_bytes >= 0 && u.rebuild_bytes >= 0 && u.selective_forward_extra_bytes >= 0,
+             "chain unit {} has a negative size (input {}, own {}, output {}, backward extra {}, rebuild {}, "
+             "selective forward extra {} bytes); sizes count bytes and must be >= 0",
+             i, u.input_bytes, u.own_bytes, u.output_bytes, u.backward_extra_bytes, u.rebuild_bytes,
+             u.selective_forward_extra_bytes);
+    TS_CHECK(u.rebuildable_bytes >= 0 && u.rebuildable_bytes <= u.own_bytes,
+             "chain unit {} can rebuild {} bytes of the {} it keeps; the rebuildable part is part of what it keeps",
+             i, u.rebuildable_bytes, u.own_bytes);
+    TS_CHECK(std::isfinite(u.forward_time) && std::isfinite(u.backward_time) && std::isfinite(u.rebuild_time) &&
+                 u.forward_time >= 0 && u.backward_time >= 0 && u.rebuild_time >= 0,
+             "chain unit {} has forward time {}, backward time {} and rebuild time {}; times must be finite and >= 0",
+             i, u.forward_time, u.backward_time, u.rebuild_time);
     if (i + 1 < n) {
       TS_CHECK(u.output_bytes == units[i + 1].input_bytes,
                "chain unit {} outputs {} bytes but unit {} reads {} bytes: both are the tensor x_{}, so "
@@ -53,7 +58,7 @@ class Simulator {
  public:
   explicit Simulator(std::span<const ChainUnit> units)
       : units_(units), n_(static_cast<int>(units.size())), present_(units.size(), false), kept_(units.size(), false),
-        b_(n_) {
+        selective_(units.size(), false), b_(n_) {
     present_[0] = true;
     live_ = units_[0].input_bytes;
   }
@@ -74,14 +79,21 @@ class Simulator {
         return fmt::format("its output x_{} is still stored: recomputing a stored tensor wastes memory and time", i + 1);
       }
       const ChainUnit& u = units_[i];
-      step.peak_bytes = live_ + u.own_bytes + u.output_bytes + u.forward_extra_bytes;
+      const bool selective = op.keep == Keep::Selective;
+      if (selective && u.rebuildable_bytes == 0) {
+        return fmt::format("unit {} has nothing to rebuild, so it has no selective forward", i);
+      }
+      const int64_t kept = u.own_bytes - (selective ? u.rebuildable_bytes : 0);
+      step.peak_bytes = live_ + kept + u.output_bytes + u.forward_extra_bytes +
+                        (selective ? u.selective_forward_extra_bytes : 0);
       if (i + 1 < b_ && i + 1 < n_) {
         present_[i + 1] = true;
         live_ += units_[i + 1].input_bytes;
       }
-      if (op.keep == Keep::All) {
+      if (op.keep == Keep::All || selective) {
         kept_[i] = true;
-        live_ += u.own_bytes;
+        selective_[i] = selective;
+        live_ += kept;
       } else if (op.keep == Keep::Nothing) {
         present_[i] = false;
         live_ -= u.input_bytes;
@@ -94,10 +106,12 @@ class Simulator {
       }
       if (!kept_[i]) return fmt::format("unit {}'s activations are not kept: run forward({}, keep=all) first", i, i);
       const ChainUnit& u = units_[i];
-      step.peak_bytes = live_ + u.backward_extra_bytes;
+      step.rebuild = selective_[i];
+      step.peak_bytes = live_ + u.backward_extra_bytes + (step.rebuild ? u.rebuild_bytes : 0);
       kept_[i] = false;
+      selective_[i] = false;
       present_[i] = false;
-      live_ -= u.own_bytes + u.input_bytes;
+      live_ -= u.own_bytes - (step.rebuild ? u.rebuildable_bytes : 0) + u.input_bytes;
       b_ = i;
     }
     step.live_after = live_;
@@ -109,6 +123,7 @@ class Simulator {
   int n_;
   std::vector<bool> present_;  // x_i stored
   std::vector<bool> kept_;     // unit i's activations kept
+  std::vector<bool> selective_;  // ... by a Selective forward: less the rebuildable part
   int b_;
   int64_t live_ = 0;
 };
@@ -170,7 +185,7 @@ ChainSimulation simulate(std::span<const ChainUnit> units, const ChainSchedule& 
     const ChainStep& s = steps[k];
     const ChainUnit& u = units[s.op.unit];
     r.peak_bytes = std::max(r.peak_bytes, s.peak_bytes);
-    r.time += s.op.is_forward() ? u.forward_time : u.backward_time;
+    r.time += s.op.is_forward() ? u.forward_time : u.backward_time + (s.rebuild ? u.rebuild_time : 0);
     r.recomputed_forwards += s.recompute ? 1 : 0;
     if (k + 1 == schedule.forward.size()) r.after_forward_bytes = s.live_after;
   }

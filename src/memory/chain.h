@@ -9,6 +9,12 @@
 //   Keep::All      the unit's activations stay (its input x_i with them): its backward can run;
 //   Keep::Input    only x_i stays: the unit must be recomputed before its backward;
 //   Keep::Nothing  only the output stays: x_i is gone and can only come back from an earlier input.
+// and, for a unit with something cheap to rebuild (rebuildable_bytes > 0: a block's norm outputs and
+// MLP activation, which selective recomputation drops), a fourth, finer choice:
+//   Keep::Selective  the activations but the rebuildable part stay (its input with them); the
+//                  backward rebuilds that part first, at rebuild_time, holding rebuild_bytes more.
+// Keep::Selective on every block is the selective policy; mixing it with the others per unit is what
+// Checkmate's graph of a unit's kept and rebuildable parts finds (memory/remat/chain_checkmate.h).
 // A schedule is a forward phase (every unit once, in order, the loss unit keeping everything) and
 // a backward phase: the backwards from n-1 down to 0 with recomputing forwards between them.
 //
@@ -25,12 +31,15 @@
 //    (e.g. a tensor a selective policy drops as soon as the next op has read it).
 //    Afterwards x_{i+1} is present if i + 1 < b (a gradient already flows below b, so an output
 //    there is dropped at once); All keeps the activations, Input drops them but keeps x_i,
-//    Nothing drops both.
+//    Nothing drops both. Selective needs rebuildable_bytes_i > 0; it keeps own_bytes_i −
+//    rebuildable_bytes_i, and its forward's peak counts that instead of own_bytes_i, plus
+//    selective_forward_extra_bytes_i (what it holds until the ops reading a dropped tensor ran).
 //  - Backward(i) needs i == b - 1 and unit i's activations kept. Its peak is live +
-//    backward_extra_bytes_i (what the backward allocates and frees, e.g. activations a selective
-//    policy recomputes inside the unit). Afterwards the activations and x_i are gone and b = i.
+//    backward_extra_bytes_i (what the backward allocates and frees), plus rebuild_bytes_i when a
+//    Selective forward kept them. Afterwards the activations and x_i are gone and b = i.
 //  - The schedule is complete when b == 0. Its time is the forward_time of every Forward
-//    (recomputations included) plus every backward_time.
+//    (recomputations included) plus every backward_time, plus rebuild_time_i for every backward
+//    of activations a Selective forward kept.
 // Gradients are not counted: they are the same for every schedule, so the caller adds them.
 #include <cstdint>
 #include <span>
@@ -48,10 +57,16 @@ struct ChainUnit {
   int64_t forward_extra_bytes = 0;   // held during its forward only, on top of what it keeps and its output
   double forward_time = 0;
   double backward_time = 0;
+  // Keep::Selective's part (all 0 for a unit without one): of own_bytes, what it drops; what its
+  // backward holds while rebuilding that; what its forward holds the while; the rebuild's time.
+  int64_t rebuildable_bytes = 0;
+  int64_t rebuild_bytes = 0;
+  int64_t selective_forward_extra_bytes = 0;
+  double rebuild_time = 0;
 };
 
-enum class Keep : std::uint8_t { All, Input, Nothing };
-std::string_view keep_name(Keep keep);  // "all", "input", "nothing"
+enum class Keep : std::uint8_t { All, Input, Nothing, Selective };
+std::string_view keep_name(Keep keep);  // "all", "input", "nothing", "selective"
 
 struct ChainOp {
   enum class Kind : std::uint8_t { Forward, Backward };
@@ -88,6 +103,7 @@ void check_chain(std::span<const ChainUnit> units);
 struct ChainStep {
   ChainOp op;
   bool recompute = false;  // a Forward of the backward phase
+  bool rebuild = false;    // a Backward that first rebuilds what a Selective forward dropped
   int64_t peak_bytes = 0;
   int64_t live_after = 0;
 };

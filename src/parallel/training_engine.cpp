@@ -97,7 +97,7 @@ dist::Communicator* mesh_group(const dist::Mesh* mesh, config::MeshDim dim) {
 // rank 0's everywhere.
 exec::UnitTimes agreed(dist::Communicator* group, exec::UnitTimes times) {
   if (group == nullptr || group->size() == 1) return times;
-  for (std::vector<double>* v : {&times.forward, &times.backward}) {
+  for (std::vector<double>* v : {&times.forward, &times.backward, &times.rebuild}) {
     if (group->rank() != 0) std::fill(v->begin(), v->end(), 0.0);
     *v = sum_over_ranks(group, *v);
   }

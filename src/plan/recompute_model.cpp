@@ -116,7 +116,12 @@ std::vector<memory::ChainUnit> engine_chain(const ModelConfig& m, const Layout& 
   forward.back() = 2.0 * static_cast<double>(l.micro_batch) * m.seq_len * m.n_embd * m.vocab_size / l.tp;
   std::vector<double> backward(forward.size());
   for (size_t u = 0; u < forward.size(); ++u) backward[u] = 2 * forward[u];
-  return memory::chain_of_units(bytes, units, l.recompute == config::RecomputePolicy::Selective, forward, backward, !holds_head);
+  std::vector<double> rebuild(forward.size(), 0.0);
+  for (int layer = 0; layer < m.n_layer; ++layer) {
+    rebuild[static_cast<size_t>(layer) + 1] = config::rebuild_flops(m, layer, l.micro_batch, m.seq_len);
+  }
+  return memory::chain_of_units(bytes, units, l.recompute == config::RecomputePolicy::Selective, forward, backward,
+                                rebuild, !holds_head);
 }
 
 }  // namespace

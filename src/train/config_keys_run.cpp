@@ -180,8 +180,9 @@ std::vector<ConfigKey> execution_keys() {
             "recompute cost per byte and staleness, rematerialize on demand; on a transformer's chain it "
             "recomputes as much as `\"optimal\"` or one block forward more, and thrashes near its least "
             "budget; it is there to show what planning buys; see docs/rematerialization.md and "
-            "docs/benchmarks.md); `\"checkmate\"` (Checkmate's mixed-integer program over the chain's graph "
-            "within the same budget, solved with COIN-OR CBC under `memory.solver_seconds`, started from "
+            "docs/benchmarks.md); `\"checkmate\"` (Checkmate's mixed-integer program over the chain's graph, "
+            "each block split into the part selective recomputation rebuilds and the rest, so that it may keep "
+            "some blocks selectively where Rotor reruns whole ones, within the same budget, solved with COIN-OR CBC under `memory.solver_seconds`, started from "
             "Rotor's schedule, cached in the run folder so a resumed run does not solve again, falling back "
             "to `\"optimal\"` and saying so when the solver finds nothing in time; see "
             "docs/rematerialization.md). Every policy gives bitwise the same losses and gradients"},

@@ -106,8 +106,11 @@ std::string describe_tiers(const RunConfig& cfg, const parallel::TrainingEngine&
 
 // One line on how the step runs: the schedule, the recompute policy and what it costs.
 std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& engine) {
-  int recomputed = 0;
-  for (const exec::Action& a : engine.program().actions) recomputed += a.phase == exec::Phase::Recompute;
+  int recomputed = 0, selective = 0;
+  for (const exec::Action& a : engine.program().actions) {
+    recomputed += a.phase == exec::Phase::Recompute;
+    selective += a.selective;
+  }
   std::string text = fmt::format("execution: schedule {}{} ({} microbatches per step), recompute {}",
                                  config::schedule_name(cfg.parallel.schedule),
                                  cfg.parallel.schedule == config::ScheduleKind::PipeDream2BW ? fmt::format(" with weight_version {}",
@@ -131,6 +134,11 @@ std::string describe_plan(const RunConfig& cfg, const parallel::TrainingEngine& 
   }
   text += describe_checkmate(engine.stages());
   text += fmt::format(": {} unit forwards recomputed per step", recomputed);
+  // Checkmate chooses block by block what selective recomputation applies to all.
+  if (selective > 0 && cfg.memory.recompute != RecomputePolicy::Selective) {
+    text += fmt::format(", {} keeping all but the norm outputs and MLP activation, which their backward rebuilds",
+                        selective);
+  }
   if (cfg.parallel.pp > 1) {
     text += fmt::format("\npipeline: pp {} × {} chunk{} per rank; stages (stage s on rank s mod pp): {}{}", cfg.parallel.pp,
                         cfg.parallel.virtual_stages, cfg.parallel.virtual_stages == 1 ? "" : "s",

@@ -329,6 +329,57 @@ TEST(ProgramMemory, OneStageWalkEqualsTheChainFormula) {
   }
 }
 
+// Checkmate's graph holds each block's rebuildable part (its norm outputs and MLP activation) as a node
+// of its own, so between Rotor's least budget and none's peak it keeps some blocks selectively, where
+// Rotor reruns whole blocks: the program carries those forwards as keeping all with `selective`, its
+// walk equals the chain's prediction, and the schedule costs less than Rotor's at the same budget.
+TEST(ProgramMemory, CheckmateKeepsBlocksSelectivelyWhereRotorRecomputesThem) {
+  // Blocks wide against the vocabulary, so that they, not the head's logits, make the peak.
+  config::ModelConfig model = tessera::testing::gpt2_odd_config();
+  model.n_layer = 6;
+  model.n_embd = 48;
+  const int units = model.n_layer + 2, B = 2, T = 16;
+  const exec::UnitTimes times = exec::nominal_unit_times(model, B, T);
+  exec::StagePlan none_plan = exec::even_stages(units, 1);
+  exec::plan_recompute(none_plan, model, B, T, {}, times);
+  const int64_t none_peak = exec::predict_activations(none_plan, model, B, T, 1).peak;
+  exec::StagePlan full_plan = exec::even_stages(units, 1);
+  exec::plan_recompute(full_plan, model, B, T, {.policy = config::RecomputePolicy::Full}, times);
+  const int64_t full_peak = exec::predict_activations(full_plan, model, B, T, 1).peak;
+  const std::vector<memory::ChainUnit> chain = exec::stage_chain(model, none_plan.stages.front(), B, T, false, times);
+  int selective_plans = 0;
+  for (int k = 1; k <= 3; ++k) {
+    const int64_t budget = full_peak + (none_peak - full_peak) * k / 4;
+    SCOPED_TRACE(fmt::format("budget {} between full's {} and none's {}", budget, full_peak, none_peak));
+    exec::StagePlan plan = exec::even_stages(units, 1);
+    exec::plan_recompute(plan, model, B, T,
+                         {.policy = config::RecomputePolicy::Checkmate, .budget_bytes = budget, .solver_seconds = 30},
+                         times);
+    ASSERT_TRUE(plan.stages.front().checkmate.has_value());
+    const exec::Program program = exec::lower_training(pipeline::make_schedule(one_rank(config::ScheduleKind::OneFOneB, 1)), 0, plan);
+    int selective_forwards = 0;
+    for (const exec::Action& a : program.actions) {
+      EXPECT_NE(a.keep, memory::Keep::Selective) << "a selective keep lowers to keeping all, selectively";
+      selective_forwards += a.selective;
+      if (a.selective) EXPECT_TRUE(exec::is_forward(a.phase) && a.keep == memory::Keep::All);
+    }
+    const int64_t predicted = exec::predict_activations(plan, model, B, T, 1).peak;
+    EXPECT_EQ(exec::predict_program_memory(program, model, B, T).peak, predicted);
+    EXPECT_LE(predicted, budget);
+    exec::StagePlan rotor = exec::even_stages(units, 1);
+    exec::plan_recompute(rotor, model, B, T, {.policy = config::RecomputePolicy::Optimal, .budget_bytes = budget}, times);
+    const double checkmate_time = memory::simulate(chain, plan.stages.front().recompute).time;
+    const double rotor_time = memory::simulate(chain, rotor.stages.front().recompute).time;
+    EXPECT_LE(checkmate_time, rotor_time * (1 + 1e-9));
+    std::printf("budget %lld: checkmate %.4f rotor %.4f selective %d\n", (long long)budget, checkmate_time, rotor_time, selective_forwards);
+    if (selective_forwards > 0) {
+      ++selective_plans;
+      EXPECT_LT(checkmate_time, rotor_time);
+    }
+  }
+  EXPECT_GE(selective_plans, 2);
+}
+
 // The planner with this engine's accounting (plan::ActivationAccounting::Engine) predicts what the
 // runtime's program walk predicts, which the allocator measures (pipeline and tensor-parallel
 // parity tests): one stage exactly, for every policy, tp, sp, dtype and schedule; pipeline stages

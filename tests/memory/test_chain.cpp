@@ -134,6 +134,42 @@ TEST(ChainSimulate, ForwardExtraCountsDuringTheForwardOnly) {
   EXPECT_EQ(simulate(units, none_schedule(4)).peak_bytes, 67);
 }
 
+// A selective keep: unit 1 rebuilds 4 of its 6 kept bytes (holding 5 while it does, in 0.5), and
+// its forward holds 1 byte of them until the op reading it ran. Forward: 17; 17 + 2 + 5 + 1 = 25,
+// leaving 24; 24 + 8 + 2 = 34; 34 + 7 = 41. Backwards: 41 + 5 = 46 -> 32; 32 + 1 = 33 -> 19; unit
+// 1's rebuild 19 + 5 = 24 -> 19 - 2 - 3 = 14; 14 + 2 = 16 -> 0. Time 7 + 10 + 0.5.
+TEST(ChainSimulate, SelectiveKeepsLessAndRebuildsInTheBackward) {
+  auto units = hand_chain();
+  units[1].rebuildable_bytes = 4;
+  units[1].rebuild_bytes = 5;
+  units[1].selective_forward_extra_bytes = 1;
+  units[1].rebuild_time = 0.5;
+  EXPECT_EQ(simulate(units, none_schedule(4)).peak_bytes, 50) << "offering a selective keep changes nothing else";
+  ChainSchedule s = none_schedule(4);
+  s.forward[1].keep = Keep::Selective;
+  const auto steps = simulate_steps(units, s);
+  EXPECT_EQ(peaks(steps), (std::vector<int64_t>{17, 25, 34, 41, 46, 33, 24, 16}));
+  EXPECT_EQ(steps[1].live_after, 24);
+  EXPECT_EQ(steps.back().live_after, 0);
+  for (size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k].rebuild, k == 6) << "step " << k;
+  const ChainSimulation r = simulate(units, s);
+  EXPECT_EQ(r.peak_bytes, 46);
+  EXPECT_DOUBLE_EQ(r.time, 17.5);
+  EXPECT_EQ(describe(s.forward[1]), "forward(1, keep=selective)");
+  // A recomputation may keep selectively too: full recomputation with unit 1 rebuilt.
+  ChainSchedule full = full_schedule(4);
+  for (ChainOp& op : full.backward) {
+    if (op.is_forward() && op.unit == 1) op.keep = Keep::Selective;
+  }
+  EXPECT_DOUBLE_EQ(simulate(units, full).time, simulate(units, full_schedule(4)).time + 0.5);
+  // Unit 0 has nothing to rebuild.
+  ChainSchedule bad = none_schedule(4);
+  bad.forward[0].keep = Keep::Selective;
+  EXPECT_NE(refusal(units, bad).find("unit 0 has nothing to rebuild"), std::string::npos) << refusal(units, bad);
+  units[1].rebuildable_bytes = 7;
+  EXPECT_NE(refusal(units, s).find("can rebuild 7 bytes of the 6"), std::string::npos) << refusal(units, s);
+}
+
 TEST(ChainSimulate, SingleUnit) {
   const std::vector<ChainUnit> units{
       {.input_bytes = 4, .own_bytes = 6, .output_bytes = 0, .backward_extra_bytes = 3, .forward_time = 1, .backward_time = 2}};

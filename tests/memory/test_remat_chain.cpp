@@ -46,6 +46,28 @@ std::vector<ChainUnit> chain_of(int n, uint64_t seed, bool with_extras) {
   return units;
 }
 
+// Gives every unit but the loss a rebuildable part, as a transformer block's norm outputs and MLP
+// activation are: half of what it keeps, rebuilt in an eighth of its forward time.
+std::vector<ChainUnit> with_rebuildable_parts(std::vector<ChainUnit> units) {
+  for (size_t i = 0; i + 1 < units.size(); ++i) {
+    ChainUnit& u = units[i];
+    u.rebuildable_bytes = u.own_bytes / 2;
+    u.rebuild_bytes = u.rebuildable_bytes;
+    u.selective_forward_extra_bytes = u.rebuildable_bytes / 3;
+    u.rebuild_time = u.rebuildable_bytes > 0 ? u.forward_time / 8 : 0.0;
+  }
+  return units;
+}
+
+bool keeps_selectively(const ChainSchedule& s) {
+  for (const std::vector<ChainOp>* phase : {&s.forward, &s.backward}) {
+    for (const ChainOp& op : *phase) {
+      if (op.is_forward() && op.keep == Keep::Selective) return true;
+    }
+  }
+  return false;
+}
+
 int64_t none_peak(std::span<const ChainUnit> units) {
   return simulate(units, none_schedule(static_cast<int>(units.size()))).peak_bytes;
 }
@@ -110,6 +132,87 @@ TEST(RematChain, SolvedSchedulesFitAndAreNoSlowerThanRotor) {
   }
   RecordProperty("strictly_faster", strictly_faster);
   EXPECT_EQ(solved, 60);
+}
+
+// Selective keeps map into the graph as its rebuildable nodes dropped after the forward and rebuilt in the
+// backward's stage, and back: the same time, the chain's constraints met. A selective recomputation right
+// before its own backward would drop and rebuild in one stage, which the graph does once: it reads back as
+// keeping all, and costs the rebuild less.
+TEST(RematChain, SelectiveKeepsRoundTrip) {
+  int checked = 0;
+  for (int n = 2; n <= 6; ++n) {
+    for (uint64_t seed = 0; seed < 4; ++seed) {
+      const auto units = with_rebuildable_parts(chain_of(n, 300 * n + seed, seed % 2 == 1));
+      const ChainGraph chain = chain_training_graph(units);
+      const auto constraints = chain_constraints(chain);
+      const auto selective_forward_phase = [&](ChainSchedule s) {
+        for (ChainOp& op : s.forward) {
+          if (op.keep == Keep::All && units[op.unit].rebuildable_bytes > 0) op.keep = Keep::Selective;
+        }
+        return s;
+      };
+      const int64_t least = memory::minimum_budget(units), most = none_peak(units);
+      std::vector<ChainSchedule> schedules = {selective_forward_phase(none_schedule(n))};
+      for (int64_t budget : {least, (least + most) / 2}) {
+        schedules.push_back(selective_forward_phase(optimal_schedule(units, budget)));
+      }
+      for (const ChainSchedule& s : schedules) {
+        if (!keeps_selectively(s)) continue;
+        SCOPED_TRACE(fmt::format("n={} seed={} schedule with {} backward ops", n, seed, s.backward.size()));
+        const ChainSimulation sim = simulate(units, s);
+        const Schedule cm = checkmate_schedule(chain, units, s);
+        EXPECT_DOUBLE_EQ(simulate_schedule(chain.graph, cm).cost, sim.time);
+        EXPECT_TRUE(meets(cm, constraints));
+        const std::optional<ChainSchedule> back = chain_schedule(chain, cm);
+        ASSERT_TRUE(back.has_value());
+        EXPECT_EQ(*back, s);
+        ++checked;
+      }
+      ChainSchedule full = full_schedule(n);
+      bool changed = false;
+      for (ChainOp& op : full.backward) {
+        if (op.is_forward() && units[op.unit].rebuildable_bytes > 0) {
+          op.keep = Keep::Selective;
+          changed = true;
+        }
+      }
+      if (!changed) continue;
+      const Schedule cm = checkmate_schedule(chain, units, full);
+      EXPECT_TRUE(meets(cm, constraints));
+      EXPECT_LT(simulate_schedule(chain.graph, cm).cost, simulate(units, full).time);
+      EXPECT_EQ(chain_schedule(chain, cm), std::optional<ChainSchedule>(full_schedule(n)));
+    }
+  }
+  EXPECT_GT(checked, 30);
+}
+
+// With rebuildable parts the graph is finer than Rotor's chain: between Rotor's least budget and none's
+// peak, Checkmate's schedules run on the chain within the budget, never cost more than Rotor's, and where
+// rebuilding a unit's cheap part is worth its memory they keep units selectively and cost less.
+TEST(RematChain, RebuildingPartsOfUnitsBeatsRotor) {
+  int solved = 0, strictly_faster = 0, selective = 0;
+  for (int n = 3; n <= 5; ++n) {
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      const auto units = with_rebuildable_parts(chain_of(n, 11 * n + seed, seed != 0));
+      const int64_t least = memory::minimum_budget(units), most = none_peak(units);
+      for (int64_t budget : {least, least + (most - least) / 3, least + 2 * (most - least) / 3}) {
+        SCOPED_TRACE(fmt::format("n={} seed={} budget={}", n, seed, budget));
+        const ChainCheckmate plan = checkmate_chain_schedule(units, budget, {.time_limit_s = 30});
+        ASSERT_TRUE(plan.found);
+        const ChainSimulation sim = simulate(units, plan.schedule);
+        EXPECT_LE(sim.peak_bytes, budget);
+        const double rotor = simulate(units, optimal_schedule(units, budget)).time;
+        EXPECT_LE(sim.time, rotor + 1e-9);
+        strictly_faster += sim.time < rotor - 1e-9;
+        selective += keeps_selectively(plan.schedule);
+        ++solved;
+      }
+    }
+  }
+  RecordProperty("strictly_faster", strictly_faster);
+  EXPECT_EQ(solved, 27);
+  EXPECT_GT(strictly_faster, 5);
+  EXPECT_GE(selective, strictly_faster) << "what beats Rotor is keeping units selectively";
 }
 
 // A second call with the same chain and budget reads the solution from the cache; a damaged cache file costs a

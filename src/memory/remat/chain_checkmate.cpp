@@ -20,7 +20,7 @@ ChainGraph chain_training_graph(std::span<const ChainUnit> units) {
   const int n = static_cast<int>(units.size());
   ChainGraph c;
   const auto none = std::vector<int>(static_cast<size_t>(n), -1);
-  c.input = c.forward_extra = c.activations = c.backward_extra = c.backward = none;
+  c.input = c.forward_extra = c.activations = c.rebuildable = c.backward_extra = c.backward = none;
   Graph& g = c.graph;
   const auto add = [&g](std::string name, double cost, int64_t bytes, std::vector<int> inputs) {
     g.nodes.push_back({std::move(name), cost, bytes, std::move(inputs)});
@@ -34,14 +34,23 @@ ChainGraph chain_training_graph(std::span<const ChainUnit> units) {
       c.forward_extra[i] = add(fmt::format("e{}", i), 0.0, u.forward_extra_bytes, {c.input[i]});
       reads.push_back(c.forward_extra[i]);
     }
-    c.activations[i] = add(fmt::format("a{}", i), u.forward_time, u.own_bytes, reads);
+    // The rebuildable part costs its rebuild; the rest of the forward costs what is left, so that a
+    // unit forward (both) costs forward_time and a backward's rebuild (r alone) rebuild_time.
+    const bool rebuilds = u.rebuildable_bytes > 0;
+    const double rebuild_cost = rebuilds ? std::min(u.rebuild_time, u.forward_time) : 0.0;
+    c.activations[i] = add(fmt::format("a{}", i), u.forward_time - rebuild_cost, u.own_bytes - u.rebuildable_bytes, reads);
+    if (rebuilds) {
+      c.rebuildable[i] = add(fmt::format("r{}", i), rebuild_cost, u.rebuildable_bytes, {c.input[i], c.activations[i]});
+    }
     if (i + 1 < n) {
       reads.push_back(c.activations[i]);
+      if (rebuilds) reads.push_back(c.rebuildable[i]);
       c.input[i + 1] = add(fmt::format("x{}", i + 1), 0.0, u.output_bytes, reads);
     }
   }
   for (int i = n - 1; i >= 0; --i) {
     std::vector<int> reads = {c.activations[i], c.input[i]};
+    if (c.rebuildable[i] >= 0) reads.push_back(c.rebuildable[i]);
     if (i + 1 < n) reads.push_back(c.backward[i + 1]);
     if (units[i].backward_extra_bytes > 0) {
       c.backward_extra[i] = add(fmt::format("h{}", i), 0.0, units[i].backward_extra_bytes, reads);
@@ -55,8 +64,9 @@ ChainGraph chain_training_graph(std::span<const ChainUnit> units) {
 Graph chain_graph(std::span<const ChainUnit> units, double input_cost) {
   TS_CHECK(std::isfinite(input_cost) && input_cost >= 0, "the chain input's cost must be finite and not negative");
   for (size_t i = 0; i < units.size(); ++i) {
-    TS_CHECK(units[i].forward_extra_bytes == 0 && units[i].backward_extra_bytes == 0,
-             "unit {} has forward or backward extra bytes; chain_training_graph gives them nodes of their own", i);
+    TS_CHECK(units[i].forward_extra_bytes == 0 && units[i].backward_extra_bytes == 0 && units[i].rebuildable_bytes == 0,
+             "unit {} has forward or backward extra bytes or a rebuildable part; chain_training_graph gives them nodes "
+             "of their own", i);
   }
   Graph g = chain_training_graph(units).graph;
   g.nodes[0].cost = input_cost;
@@ -80,13 +90,21 @@ std::vector<ScheduleConstraint> chain_constraints(const ChainGraph& chain) {
     }
   }
   for (int i = 0; i < n; ++i) {
-    const int a = chain.activations[i], x = chain.input[i], start = chain.backward_start(i);
+    const int a = chain.activations[i], r = chain.rebuildable[i], x = chain.input[i], start = chain.backward_start(i);
     const int out_node = i + 1 < n ? chain.input[i + 1] : -1;
     for (int t = 0; t < N; ++t) {
       if (out_node >= 0 && t > out_node) out.push_back({{{M::R, t, out_node, 1}, {M::R, t, a, -1}}, 0, 0});
       if (t > a) out.push_back({{{M::S, t, a, 1}, {M::S, t, x, -1}}, -1e30, 0});
-      const int kept_from = out_node >= 0 ? out_node : a;
+      const int kept_from = out_node >= 0 ? out_node : std::max(a, r);
       if (t > kept_from && t < start && t + 1 < N) out.push_back({{{M::S, t + 1, a, 1}, {M::S, t, a, -1}}, 0, 1e30});
+      if (r >= 0 && t > r) {
+        // A unit forward makes the rebuildable part with the rest; alone it runs only where the unit's
+        // backward rebuilds it. It is kept only with the rest, and once kept past the forward, until then.
+        const bool rebuild_stage = t == start || t == chain.backward[i];
+        out.push_back({{{M::R, t, r, 1}, {M::R, t, a, -1}}, 0, rebuild_stage ? 1e30 : 0});
+        out.push_back({{{M::S, t, r, 1}, {M::S, t, a, -1}}, -1e30, 0});
+        if (t > kept_from && t < start && t + 1 < N) out.push_back({{{M::S, t + 1, r, 1}, {M::S, t, r, -1}}, 0, 1e30});
+      }
       if (t >= x && t < start && t + 1 < N) {
         ScheduleConstraint held{{{M::S, t + 1, x, 1}, {M::R, t, x, -1}, {M::S, t, x, -1}, {M::R, t, a, 1}}, 0, 1e30};
         if (out_node >= 0) held.terms.push_back({M::R, t, out_node, 1});
@@ -104,6 +122,7 @@ std::vector<int> forward_nodes(const ChainGraph& chain, int unit) {
   std::vector<int> nodes;
   if (chain.forward_extra[unit] >= 0) nodes.push_back(chain.forward_extra[unit]);
   nodes.push_back(chain.activations[unit]);
+  if (chain.rebuildable[unit] >= 0) nodes.push_back(chain.rebuildable[unit]);
   if (unit + 1 < static_cast<int>(chain.input.size())) nodes.push_back(chain.input[unit + 1]);
   return nodes;
 }
@@ -123,10 +142,13 @@ Schedule checkmate_schedule(const ChainGraph& chain, std::span<const ChainUnit> 
     for (int v = 0; v < t; ++v) s.S[t][v] = resident[v];
   };
   int below = n;  // chain.h's b: the lowest unit whose backward is done
+  std::vector<bool> rebuild(static_cast<size_t>(n), false);  // kept by a Selective forward: rebuilt in its backward
   // What survives a unit forward, by chain.h's rules.
   const auto after_forward = [&](int i, Keep keep) {
     if (chain.forward_extra[i] >= 0) resident[chain.forward_extra[i]] = 0;
-    if (keep != Keep::All) resident[chain.activations[i]] = 0;
+    if (keep != Keep::All && keep != Keep::Selective) resident[chain.activations[i]] = 0;
+    if (keep != Keep::All && chain.rebuildable[i] >= 0) resident[chain.rebuildable[i]] = 0;
+    rebuild[i] = keep == Keep::Selective;
     if (keep == Keep::Nothing) resident[chain.input[i]] = 0;
     if (i + 1 < n && i + 1 >= below) resident[chain.input[i + 1]] = 0;
   };
@@ -156,13 +178,18 @@ Schedule checkmate_schedule(const ChainGraph& chain, std::span<const ChainUnit> 
       after_forward(f.unit, f.keep);
     }
     pending.clear();
+    if (rebuild[i]) {
+      s.R[t][chain.rebuildable[i]] = 1;
+      resident[chain.rebuildable[i]] = 1;
+    }
     if (chain.backward_extra[i] >= 0) {
       s.R[t][t] = 1;
       resident[t] = 1;
       open_stage(chain.backward[i]);
     }
     s.R[chain.backward[i]][chain.backward[i]] = 1;
-    for (int v : {chain.activations[i], chain.input[i], chain.backward_extra[i], i + 1 < n ? chain.backward[i + 1] : -1}) {
+    for (int v : {chain.activations[i], chain.rebuildable[i], chain.input[i], chain.backward_extra[i],
+                  i + 1 < n ? chain.backward[i + 1] : -1}) {
       if (v >= 0) resident[v] = 0;
     }
     resident[chain.backward[i]] = 1;
@@ -192,13 +219,16 @@ std::optional<ChainSchedule> chain_schedule(const ChainGraph& chain, const Sched
       const int i = unit_of_activations[k];
       if (i < 0) continue;
       // A forward of the forward phase spans the stages of its nodes: what it keeps is what the stage of its
-      // output hands on. In a backward stage all its nodes run in the one stage.
-      const int end = !backward_started && i + 1 < n ? chain.input[i + 1] : t;
+      // last node hands on. In a backward stage all its nodes run in the one stage.
+      const int r = chain.rebuildable[i];
+      const int end = backward_started ? t : i + 1 < n ? chain.input[i + 1] : std::max(k, r);
       const int start = chain.backward_start(i);
       const bool read_in_stage = end == t && (schedule.R[t][start] || schedule.R[t][chain.backward[i]]);
       Keep keep = Keep::Nothing;
-      if (read_in_stage || kept(end, chain.activations[i])) {
+      if (read_in_stage) {
         keep = Keep::All;
+      } else if (kept(end, chain.activations[i])) {
+        keep = r >= 0 && !kept(end, r) ? Keep::Selective : Keep::All;
       } else if (kept(end, chain.input[i])) {
         keep = Keep::Input;
       }

@@ -37,6 +37,13 @@ Schedule op_graph_schedule(const OpGraph& op_graph, const ChainSchedule& schedul
   const int N = g.size(), n = static_cast<int>(op_graph.units.size());
   simulate(op_graph.chain, schedule);  // throws on a schedule chain.h does not run
   Schedule s;
+  // The op graph's chain (OpGraph::chain) has no rebuildable part: each op is a node of its own.
+  for (const std::vector<ChainOp>* phase : {&schedule.forward, &schedule.backward}) {
+    for (const ChainOp& op : *phase) {
+      TS_CHECK(!op.is_forward() || op.keep != Keep::Selective,
+               "an op graph's chain schedule keeps no unit selectively: {}", describe(op));
+    }
+  }
   s.R.assign(static_cast<size_t>(N), std::vector<std::uint8_t>(static_cast<size_t>(N), 0));
   s.S = s.R;
   std::vector<std::uint8_t> resident(static_cast<size_t>(N), 0);
