@@ -28,7 +28,8 @@ class Dtr {
  public:
   Dtr(std::span<const ChainUnit> units, int64_t budget)
       : u_(units), n_(static_cast<int>(units.size())), budget_(budget), b_(n_), x_(units.size() + 1, State::Gone),
-        a_(units.size(), State::Gone), x_holder_(units.size(), -1), a_producer_(units.size(), -1),
+        a_(units.size(), State::Gone), r_(units.size(), State::Gone), x_holder_(units.size(), -1),
+        a_producer_(units.size(), -1),
         x_used_(units.size(), 0.0), a_used_(units.size(), 0.0) {
     x_[0] = State::Resident;
     live_ = u_[0].input_bytes;
@@ -70,6 +71,7 @@ class Dtr {
     x_holder_[i] = a_producer_[i] = op;
     x_used_[i] = a_used_[i] = clock_;
     a_[i] = State::Resident;
+    r_[i] = u.rebuildable_bytes > 0 ? State::Resident : State::Gone;
     live_ += u.own_bytes;
     if (i + 1 < b_ && i + 1 < n_) {
       x_[i + 1] = State::Resident;
@@ -79,7 +81,8 @@ class Dtr {
     clock_ += u.forward_time;
   }
 
-  // Backward(i), rematerializing A_i (and x_i first, from the nearest resident input) when evicted.
+  // Backward(i), rematerializing A_i (and x_i first, from the nearest resident input) when evicted, or
+  // only R_i (the backward's rebuild) when that alone was.
   void backward(int i) {
     if (a_[i] != State::Resident) {
       int k = i;
@@ -88,21 +91,38 @@ class Dtr {
       if (!ok_) return;
     }
     const ChainUnit& u = u_[i];
-    if (!make_room(u.backward_extra_bytes, {i, i},
-                   fmt::format("backward({}) (extra {} bytes)", i, u.backward_extra_bytes))) {
+    const bool rebuild = r_[i] == State::Evicted;
+    const int64_t need = u.backward_extra_bytes + (rebuild ? u.rebuild_bytes : 0);
+    if (!make_room(need, {i, i},
+                   fmt::format("backward({}) (extra {} bytes{})", i, u.backward_extra_bytes,
+                               rebuild ? fmt::format(", rebuilding {}", u.rebuild_bytes) : std::string()))) {
       return;
     }
     ops_.push_back(ChainOp::backward(i));
-    live_ -= u.own_bytes + u.input_bytes;
-    a_[i] = x_[i] = State::Gone;
+    live_ -= resident_activation_bytes(i) + u.input_bytes;
+    a_[i] = r_[i] = x_[i] = State::Gone;
     b_ = i;
-    clock_ += u.backward_time;
+    clock_ += u.backward_time + (rebuild ? u.rebuild_time : 0);
+  }
+
+  // What A_i and R_i hold now.
+  int64_t resident_activation_bytes(int i) const {
+    return u_[i].own_bytes - (r_[i] == State::Evicted ? u_[i].rebuildable_bytes : 0);
   }
 
   void evict_a(int i) {
     ops_[a_producer_[i]].keep = Keep::Input;
+    live_ -= resident_activation_bytes(i);
     a_[i] = State::Evicted;
-    live_ -= u_[i].own_bytes;
+    if (r_[i] != State::Gone) r_[i] = State::Evicted;
+    ++evictions_;
+  }
+
+  // R_i alone: its forward kept all but the rebuildable part, which the backward rebuilds.
+  void evict_r(int i) {
+    ops_[a_producer_[i]].keep = Keep::Selective;
+    r_[i] = State::Evicted;
+    live_ -= u_[i].rebuildable_bytes;
     ++evictions_;
   }
 
@@ -153,24 +173,30 @@ class Dtr {
   // Evicts by smallest h until `need` more bytes fit; false (and the failure) when they cannot.
   bool make_room(int64_t need, Locks locks, const std::string& what) {
     while (live_ + need > budget_) {
+      enum class Kind : std::uint8_t { A, R, X };
       double best_h = kInf;
       int64_t best_m = -1;
-      bool best_a = false;
+      Kind best_kind = Kind::A;
       int best_i = -1;
-      auto consider = [&](bool a, int i, int64_t m, double used) {
+      // c: the neighbourhood's forwards; R_i's alone is its rebuild, from A_i, which is resident.
+      auto consider = [&](Kind kind, int i, int64_t m, double used) {
         if (m <= 0) return;  // frees nothing
         const double s = clock_ - used;
-        const double h = s > 0 ? neighbourhood_cost(a, i) / (static_cast<double>(m) * s) : kInf;
+        const double c = kind == Kind::R ? u_[i].rebuild_time : neighbourhood_cost(kind == Kind::A, i);
+        const double h = s > 0 ? c / (static_cast<double>(m) * s) : kInf;
         if (best_i < 0 || h < best_h || (h == best_h && m > best_m)) {
-          best_h = h, best_m = m, best_a = a, best_i = i;
+          best_h = h, best_m = m, best_kind = kind, best_i = i;
         }
       };
       for (int i = 0; i < n_; ++i) {
-        if (a_[i] == State::Resident && i != locks.a) consider(true, i, u_[i].own_bytes, a_used_[i]);
+        if (a_[i] != State::Resident || i == locks.a) continue;
+        consider(Kind::A, i, resident_activation_bytes(i), a_used_[i]);
+        // The loss unit's forward keeps all: its backward comes next.
+        if (r_[i] == State::Resident && i + 1 < n_) consider(Kind::R, i, u_[i].rebuildable_bytes, a_used_[i]);
       }
       for (int i = 1; i < n_; ++i) {
         if (x_[i] == State::Resident && a_[i] != State::Resident && i != locks.x && x_holder_[i] >= 0) {
-          consider(false, i, u_[i].input_bytes, x_used_[i]);
+          consider(Kind::X, i, u_[i].input_bytes, x_used_[i]);
         }
       }
       if (best_i < 0) {
@@ -179,7 +205,11 @@ class Dtr {
                                need, live_, budget_);
         return false;
       }
-      if (best_a) evict_a(best_i); else evict_x(best_i);
+      switch (best_kind) {
+        case Kind::A: evict_a(best_i); break;
+        case Kind::R: evict_r(best_i); break;
+        case Kind::X: evict_x(best_i); break;
+      }
     }
     held_peak_ = std::max(held_peak_, live_ + need);
     return true;
@@ -189,7 +219,7 @@ class Dtr {
   int n_;
   int64_t budget_;
   int b_;  // the lowest unit whose backward is done
-  std::vector<State> x_, a_;
+  std::vector<State> x_, a_, r_;  // r_: R_i, the rebuildable part of A_i (Gone for a unit without one)
   std::vector<int> x_holder_;    // the op whose keep decides whether x_i survives: the last forward(i)
   std::vector<int> a_producer_;  // the last forward(i), which produced A_i
   std::vector<double> x_used_, a_used_;  // the clock when each was last produced or read

@@ -20,12 +20,15 @@
 // them here with the clock of chain.h's times (s is measured on it) and emit the ops DTR ran as a
 // ChainSchedule the interpreter executes bitwise like any other.
 //
-// Why evictions become keep choices. The tensors are x_i (unit i's input, x_{i+1} its output) and
-// A_i (what Keep::All keeps besides x_i); Forward(i) produces A_i and x_{i+1}, and A_i is read by
-// Backward(i) only. So evicting A_i at any moment before its backward is the same as having run its
-// last Forward(i) with Keep::Input: nobody read A_i in between. Likewise x_i (once A_i is gone) is
-// read only by a Forward(i) or Backward(i), so evicting it turns its last Forward(i) from Input into
-// Nothing. Each eviction is such a retroactive fix-up of one recorded op; it only drops tensors
+// Why evictions become keep choices. The tensors are x_i (unit i's input, x_{i+1} its output), A_i
+// (what Keep::All keeps besides x_i) and, for a unit with a rebuildable part, R_i, that part of A_i
+// (chain.h's Keep::Selective); Forward(i) produces A_i and x_{i+1}, and A_i is read by Backward(i)
+// only. So evicting A_i at any moment before its backward is the same as having run its last
+// Forward(i) with Keep::Input: nobody read A_i in between. Evicting R_i alone makes that forward
+// Keep::Selective, and its backward rebuilds R_i (c is the rebuild's time, which makes R_i the first
+// thing DTR evicts on a transformer: cheap to bring back and large). Likewise x_i (once A_i is gone)
+// is read only by a Forward(i) or Backward(i), so evicting it turns its last Forward(i) from Input
+// into Nothing. Each eviction is such a retroactive fix-up of one recorded op; it only drops tensors
 // earlier, so the emitted schedule's simulated peak (simulate()) is at most what DTR held, and its
 // time is exactly DTR's compute. x_0 is pinned: nothing can recompute it.
 //
@@ -38,7 +41,10 @@
 // Why DTR can beat optimal.h. An eviction may drop an input an earlier forward kept, so DTR's
 // schedules can leave Rotor's persistent class (optimal.h): on chains whose inputs differ in size
 // it is then, rarely, faster than the optimal persistent schedule, never faster than an exhaustive
-// search over all schedules (the tests hold both). On a transformer's chain it is slower.
+// search over all schedules (the tests hold both). On a transformer's chain of whole units it is
+// slower; with the blocks' rebuildable parts, which Rotor's dynamic program does not choose among,
+// it keeps blocks selectively and is mostly faster than Rotor, and is held to Checkmate, which plans
+// over the same parts (docs/rematerialization.md).
 //
 // DTR can thrash. Below some budget an op cannot fit even with everything evictable evicted, and
 // near it DTR recomputes far more than a planned schedule (optimal.h) would: it sees only the
@@ -59,7 +65,7 @@ struct DtrRun {
   ChainSchedule schedule;    // the ops DTR ran, with keeps fixed up by its evictions (complete when fits)
   int64_t held_peak = 0;     // the most DTR held at any op (>= the schedule's simulated peak)
   double time = 0;           // forwards (rematerializations included) plus backwards
-  int evictions = 0;         // tensors evicted, A_i and x_i alike
+  int evictions = 0;         // tensors evicted, A_i, R_i and x_i alike
   int rematerialized_forwards = 0;  // forwards of the backward phase
 };
 

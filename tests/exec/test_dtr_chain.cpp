@@ -12,8 +12,20 @@
 #include "memory/dtr.h"
 #include "memory/optimal.h"
 #include "memory/recompute_policy.h"
+#include "memory/remat/chain_checkmate.h"
 
 using namespace tessera;
+
+namespace {
+
+// The unit without its rebuildable part: keeping it selectively is no choice.
+memory::ChainUnit whole(memory::ChainUnit u) {
+  u.rebuildable_bytes = u.rebuild_bytes = u.selective_forward_extra_bytes = 0;
+  u.rebuild_time = 0;
+  return u;
+}
+
+}  // namespace
 
 // At eight budgets spread from the optimal solver's least to none's peak, DTR's schedule fits (or,
 // below DTR's own least budget, is refused), is valid, recomputes no less than the optimal schedule,
@@ -23,8 +35,11 @@ TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
   const config::ModelConfig model = config::gpt2_124m();
   const int B = 4, T = 256;
   const exec::StagePlan plan = exec::even_stages(model.n_layer + 2, 1);
-  const std::vector<memory::ChainUnit> chain =
+  // Whole units, as Rotor's dynamic program sees them: without the rebuildable parts DTR would evict
+  // first (below), so that the comparison is of the two on the same choices.
+  std::vector<memory::ChainUnit> chain =
       exec::stage_chain(model, plan.stages.front(), B, T, false, exec::nominal_unit_times(model, B, T));
+  for (memory::ChainUnit& u : chain) u = whole(u);
   const int n = static_cast<int>(chain.size());
   const memory::ChainSimulation none = memory::simulate(chain, memory::none_schedule(n));
   const int64_t rotor_least = memory::minimum_budget(chain);
@@ -83,4 +98,42 @@ TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
   EXPECT_GT(scanned, 300);
   EXPECT_LE(worst, 1.5 + 1e-9);
   EXPECT_LE(over, 8);
+}
+
+// With each block's rebuildable part (its norm outputs and MLP activation) a tensor of its own, DTR
+// evicts those first (cheap to rebuild, large), keeping blocks selectively where Rotor's whole-unit
+// schedule reruns them: at budgets between full recomputation's peak and none's, on a 4-block GPT-2
+// of the 124M width (B 4, T 256), its extra compute stays within 1.3 times Checkmate's, which plans
+// over the same parts (memory/remat/chain_checkmate.h), and its peak within the budget.
+TEST(DtrChain, EvictsRebuildablePartsFirstAndStaysNearCheckmate) {
+  config::ModelConfig model = config::gpt2_124m();
+  model.n_layer = 4;
+  const int B = 4, T = 256;
+  const exec::StagePlan plan = exec::even_stages(model.n_layer + 2, 1);
+  const std::vector<memory::ChainUnit> chain =
+      exec::stage_chain(model, plan.stages.front(), B, T, false, exec::nominal_unit_times(model, B, T));
+  const int n = static_cast<int>(chain.size());
+  const memory::ChainSimulation none = memory::simulate(chain, memory::none_schedule(n));
+  const int64_t full = memory::simulate(chain, memory::full_schedule(n)).peak_bytes;
+  int selective = 0;
+  for (int k = 1; k <= 3; ++k) {
+    const int64_t budget = full + (none.peak_bytes - full) * k / 4;
+    const memory::DtrRun r = memory::dtr_run(chain, budget);
+    ASSERT_TRUE(r.fits) << r.failure;
+    const memory::ChainSimulation sim = memory::simulate(chain, r.schedule);
+    EXPECT_LE(sim.peak_bytes, budget);
+    const memory::remat::ChainCheckmate checkmate = memory::remat::checkmate_chain_schedule(chain, budget, {.time_limit_s = 60});
+    ASSERT_TRUE(checkmate.found);
+    const double dtr = sim.time - none.time;
+    const double optimal = memory::simulate(chain, checkmate.schedule).time - none.time;
+    const double rotor = memory::simulate(chain, memory::optimal_schedule(chain, budget)).time - none.time;
+    bool keeps_selectively = false;
+    for (const memory::ChainOp& op : r.schedule.forward) keeps_selectively |= op.keep == memory::Keep::Selective;
+    selective += keeps_selectively;
+    std::printf("  budget %7.1f MiB: extra compute Checkmate %.4g, DTR %.4g (ratio %.3f), Rotor %.4g; DTR %s\n",
+                budget / 1048576.0, optimal, dtr, optimal > 0 ? dtr / optimal : 0.0, rotor,
+                keeps_selectively ? "keeps blocks selectively" : "keeps no block selectively");
+    EXPECT_LE(dtr, 1.3 * optimal + 1e-9 * none.time) << "budget " << budget;
+  }
+  EXPECT_GE(selective, 2);
 }
