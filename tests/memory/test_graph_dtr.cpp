@@ -113,8 +113,8 @@ TEST(GraphDtr, ValidWithinBudgetAndNeverBelowTheOptimumOnRandomGraphs) {
 // one and recomputes it (cost 1) when node 5 reads it.
 TEST(GraphDtr, EvictsTheCheapTensorAndRecomputesItWhenRead) {
   Graph g;
-  g.nodes = {{"x", 100, 1, {}},        {"cheap", 1, 10, {0}}, {"dear", 10, 10, {0}},
-             {"third", 1, 10, {0}},    {"four", 1, 1, {0, 3}}, {"five", 1, 1, {0, 1, 2}}};
+  g.nodes = {{"x", 100, 1, {}},      {"cheap", 1, 10, {0}},  {"dear", 10, 10, {0}},
+             {"third", 1, 10, {0}}, {"four", 1, 1, {0, 3}}, {"five", 1, 1, {0, 1, 2}}};
   const auto all = graph_dtr_schedule(g, 32);
   ASSERT_TRUE(all.has_value());
   EXPECT_EQ(all->evictions, 0);
