@@ -29,11 +29,14 @@
 # Then Checkmate over the graph of operations of two GPT-2 and two Llama blocks of the 124M shape
 # (B 4, T 256), recorded by running them (bench/remat_ops; OPS_BLOCKS, OPS_BATCH, OPS_SEQ,
 # OPS_TIME_LIMIT change the shape and CBC's limit), against Rotor over the same blocks as a chain
-# with the same measured op times, from below Rotor's least budget to none's peak.
+# with the same measured op times, from below Rotor's least budget to none's peak; and DTR over the
+# same graph at each budget (memory/remat/graph_dtr.h), whose schedule CBC starts from where it is
+# the cheapest at hand (below Rotor's least budget, the only one).
 #
 # Prints, per budget and per encoding,
 #   RESULT remat method=checkmate budget_mb=<b> extra_compute=<x> rotor=<y> status=<s> solve_seconds=<t> source=simulator
 #   RESULT remat method=checkmate graph=ops arch=<a> blocks=<n> budget_mb=<b> extra_compute=<x> rotor=<y|none> status=<s> solve_seconds=<t>
+#   RESULT remat method=dtr graph=ops arch=<a> blocks=<n> budget_mb=<b> extra_compute=<x|none> checkmate=<y|none>
 #   RESULT remat method=dtr budget_mb=<b> extra_compute=<x> rotor=<y> checkmate=<z> source=simulator
 #   RESULT encoding name=<e> activation_ratio=<r> val_loss_delta=<d> step_ratio=<s> stash_ratio=<x>
 set -euo pipefail

@@ -2,9 +2,14 @@
 // them (exec/op_graph_recording.h), against Rotor (memory/optimal.h) over the same blocks as a
 // chain of units with the same measured op times: at budgets from below Rotor's least to none's
 // peak, each one's extra compute (schedule time over the time of running every op once, less 1).
-// Prints one line per budget:
+// DTR (memory/remat/graph_dtr.h) runs over the same graph at each budget; CBC starts from the cheapest
+// schedule at hand that fits: one found at a lower budget, Rotor's mapped into the op graph, or DTR's, which is
+// the only one below Rotor's least budget before CBC has found any.
+// Prints two lines per budget:
 //   RESULT remat method=checkmate graph=ops arch=<a> blocks=<n> budget_mb=<b> extra_compute=<x> rotor=<y|none>
 //          status=<s> solve_seconds=<t>
+//   RESULT remat method=dtr graph=ops arch=<a> blocks=<n> budget_mb=<b> extra_compute=<x|none> checkmate=<y|none>
+// (DTR's extra compute, then Checkmate's at the same budget; none where a method found no schedule).
 // budget_mb in MiB (2^20 bytes) of the graph's values: activations, gradients counted 0 (op_graph.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,6 +25,7 @@
 #include "memory/chain.h"
 #include "memory/optimal.h"
 #include "memory/recompute_policy.h"
+#include "memory/remat/graph_dtr.h"
 #include "memory/remat/milp.h"
 #include "nn/gpt.h"
 
@@ -99,32 +105,45 @@ int main(int argc, char** argv) {
     for (double f : fractions) {
       budgets.push_back(rotor_least + static_cast<int64_t>(f * static_cast<double>(none_peak - rotor_least)));
     }
-    // Budgets ascend, so a schedule found at one fits every later one: CBC starts from the cheaper of
-    // it and Rotor's schedule mapped into the op graph.
+    // Budgets ascend, so a schedule found at one fits every later one: CBC starts from the cheapest of it,
+    // Rotor's schedule mapped into the op graph and DTR's.
     std::optional<memory::remat::Schedule> found;
     double found_cost = 0;
+    // Sums of hundreds of milliseconds leave a rounding residue around 1e-12: print it as 0.
+    const auto extra_compute = [&](double cost) {
+      const double x = (cost - pinned) / g.op_cost - 1;
+      return fmt::format("{:.4f}", std::abs(x) < 5e-5 ? 0.0 : x);
+    };
     for (int64_t budget : budgets) {
       std::string rotor = "none";
       memory::remat::SolveOptions solve = options;
       solve.start = found;
+      double start_cost = found_cost;
       if (budget >= rotor_least) {
         const memory::ChainSchedule chain = memory::optimal_schedule(g.chain, budget);
         const auto sim = memory::simulate(g.chain, chain);
         rotor = fmt::format("{:.4f}", std::max(0.0, sim.time / g.op_cost - 1));
         const memory::remat::Schedule mapped = memory::remat::op_graph_schedule(g, chain);
-        if (!found || memory::remat::simulate_schedule(g.graph, mapped).cost < found_cost) solve.start = mapped;
+        const auto mapped_sim = memory::remat::simulate_schedule(g.graph, mapped);
+        if (mapped_sim.peak_bytes <= budget && (!solve.start || mapped_sim.cost < start_cost)) {
+          solve.start = mapped;
+          start_cost = mapped_sim.cost;
+        }
       }
+      const auto dtr = memory::remat::graph_dtr_schedule(g.graph, budget);
+      if (dtr && (!solve.start || dtr->cost < start_cost)) solve.start = dtr->schedule;
       const memory::remat::Solution s = memory::remat::solve_milp(g.graph, budget, solve);
       if (s.has_schedule() && (!found || s.cost < found_cost)) {
         found = s.schedule;
         found_cost = s.cost;
       }
-      // Sums of hundreds of milliseconds leave a rounding residue around 1e-12: print it as 0.
-      const double x = (s.cost - pinned) / g.op_cost - 1;
-      const std::string extra = s.has_schedule() ? fmt::format("{:.4f}", std::abs(x) < 5e-5 ? 0.0 : x) : "none";
+      const std::string checkmate = s.has_schedule() ? extra_compute(s.cost) : "none";
       fmt::print("RESULT remat method=checkmate graph=ops arch={} blocks={} budget_mb={:.2f} extra_compute={} rotor={} "
                  "status={} solve_seconds={:.1f}\n",
-                 name, blocks, mib(budget), extra, rotor, memory::remat::solve_status_name(s.status), s.solve_seconds);
+                 name, blocks, mib(budget), checkmate, rotor, memory::remat::solve_status_name(s.status),
+                 s.solve_seconds);
+      fmt::print("RESULT remat method=dtr graph=ops arch={} blocks={} budget_mb={:.2f} extra_compute={} checkmate={}\n",
+                 name, blocks, mib(budget), dtr ? extra_compute(dtr->cost) : "none", checkmate);
     }
   }
   return 0;

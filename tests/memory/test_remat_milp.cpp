@@ -13,34 +13,14 @@
 #include "memory/remat/exhaustive.h"
 #include "memory/remat/graph.h"
 #include "memory/remat/milp.h"
+#include "remat_test_graphs.h"
 
 using namespace tessera;
 using namespace tessera::memory;
 using namespace tessera::memory::remat;
 
-namespace {
-
-// Node k reads each earlier node with probability 0.35, and its predecessor more often, so the graphs mix
-// chains, diamonds and long skip edges. Sizes and costs are small integers (some zero) so equal costs compare
-// exactly.
-Graph random_graph(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> bytes(0, 9);
-  std::uniform_int_distribution<int> cost(0, 9);
-  std::bernoulli_distribution edge(0.35), chain_edge(0.8);
-  Graph g;
-  for (int k = 0; k < n; ++k) {
-    GraphNode node{fmt::format("n{}", k), static_cast<double>(cost(rng)), bytes(rng), {}};
-    for (int j = 0; j < k; ++j) {
-      if (j == k - 1 ? chain_edge(rng) : edge(rng))
-        node.inputs.push_back(j);
-    }
-    g.nodes.push_back(std::move(node));
-  }
-  return g;
-}
-
-}  // namespace
+using test_graphs::random_chain;
+using test_graphs::random_graph;
 
 // For random graphs of 4..12 nodes: the exhaustive search's least peak is the MILP's minimum budget, below it
 // both refuse, and at the least peak, the keep-everything peak and budgets between them the MILP's schedule
@@ -130,25 +110,6 @@ TEST(RematMilp, LpRoundingGivesFeasibleSchedules) {
   const auto below = round_lp_relaxation(g, least - 1);
   EXPECT_FALSE(below.has_schedule());
 }
-
-namespace {
-
-std::vector<ChainUnit> random_chain(int n, std::mt19937_64& rng) {
-  std::uniform_int_distribution<int64_t> in(1, 9), own(0, 9);
-  std::uniform_int_distribution<int> tf(1, 9), tb(1, 9);
-  std::vector<ChainUnit> units(n);
-  for (int i = 0; i < n; ++i)
-    units[i].input_bytes = in(rng);
-  for (int i = 0; i < n; ++i) {
-    units[i].own_bytes = own(rng);
-    units[i].output_bytes = i + 1 < n ? units[i + 1].input_bytes : 0;
-    units[i].forward_time = tf(rng);
-    units[i].backward_time = tb(rng);
-  }
-  return units;
-}
-
-}  // namespace
 
 // On a chain's training graph (graph.h's chain_graph), a Rotor schedule is a Checkmate schedule with the same
 // time and a peak no higher, so at every budget Rotor meets the MILP is no slower; x0's cost is above every
