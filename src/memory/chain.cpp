@@ -187,6 +187,7 @@ ChainSimulation simulate(std::span<const ChainUnit> units, const ChainSchedule& 
     r.peak_bytes = std::max(r.peak_bytes, s.peak_bytes);
     r.time += s.op.is_forward() ? u.forward_time : u.backward_time + (s.rebuild ? u.rebuild_time : 0);
     r.recomputed_forwards += s.recompute ? 1 : 0;
+    r.rebuilds += s.rebuild ? 1 : 0;
     if (k + 1 == schedule.forward.size()) r.after_forward_bytes = s.live_after;
   }
   return r;

@@ -113,6 +113,7 @@ struct ChainSimulation {
   int64_t after_forward_bytes = 0;  // live at the end of the forward phase
   double time = 0;
   int recomputed_forwards = 0;
+  int rebuilds = 0;  // backwards that first rebuilt what a Selective forward dropped
 };
 
 // Both throw tessera::Error naming the phase, position and op when the schedule breaks a rule

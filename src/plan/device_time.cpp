@@ -85,6 +85,11 @@ LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const Cluste
   }
 
   LayerTime t;
+  for (const Stream& stream : ops.streams) {
+    if (stream.kind == StreamKind::Norm || stream.kind == StreamKind::Activation) {
+      t.rebuild += stream_seconds(c, stream, false);
+    }
+  }
   t.forward = dense_f + core_f + streams_f;
   t.backward = dense_b + core_b + streams_b;
   // Two tensor-parallel exchanges each way (after attention and after the MLP, and their
@@ -101,11 +106,7 @@ LayerTime layer_time(const config::ModelConfig& m, const Layout& l, const Cluste
   } else if (selective_rebuild(l) == SelectiveRebuild::AttentionCore) {
     t.recompute = core_f;
   } else if (selective_rebuild(l) == SelectiveRebuild::NormsAndActivation) {
-    for (const Stream& stream : ops.streams) {
-      if (stream.kind == StreamKind::Norm || stream.kind == StreamKind::Activation) {
-        t.recompute += stream_seconds(c, stream, false);
-      }
-    }
+    t.recompute = t.rebuild;
   }
   return t;
 }

@@ -45,6 +45,9 @@ struct LayerTime {
   // every_k and optimal the schedule decides which layers rerun, so this is 0 and the stage adds
   // recomputed_layer_forwards (recompute_model.h) x forward.
   double recompute = 0;
+  // What a layer kept selectively reruns in its backward: its norms' and activation's forward
+  // passes (selective recomputation's rebuild; a chain schedule's Keep::Selective).
+  double rebuild = 0;
   double forward_tp = 0;
   double backward_tp = 0;
   double recompute_tp = 0;

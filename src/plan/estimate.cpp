@@ -119,7 +119,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
       // every_k and optimal rerun the layer forwards their schedule says; an optimal schedule can
       // differ between stages, whose budgets leave different room beside the embedding and head.
       const double rerun = recomputed_layer_forwards(m, l, stage);
-      st.backward += rerun * layer.forward;
+      st.backward += rerun * layer.forward + rebuilt_layers(m, l, stage) * layer.rebuild;
       st.backward_tp += rerun * layer.forward_tp;
     }
     stages_compute += st.forward + st.backward;

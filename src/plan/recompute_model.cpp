@@ -37,13 +37,20 @@ int layers_per_chunk(const ModelConfig& m, const Layout& l) {
   return static_cast<int>(m.n_layer / chunks);
 }
 
-// The policy whose schedule the chain gets. The cost model does not run Checkmate's MILP for every
-// layout it weighs: on the chain of units the interpreter runs, Checkmate's schedules cost what
-// Rotor's do at every budget Rotor meets (tests/memory/test_remat_chain.cpp), so its time and peak
-// are predicted by Rotor's schedule. `tessera plan --config` solves the run's own program instead
-// (train/planned_run.cpp).
-config::RecomputePolicy scheduled_policy(config::RecomputePolicy policy) {
-  return policy == config::RecomputePolicy::Checkmate ? config::RecomputePolicy::Optimal : policy;
+// The schedule the chain gets. The cost model does not run Checkmate's MILP for every layout it
+// weighs: it takes the cheaper of Rotor's schedule and DTR's, both schedules Checkmate's program
+// holds, so an upper bound on its cost that DTR's selective keeps bring close (on GPT-2 124M within
+// 1.44 times its extra compute, docs/benchmarks.md). `tessera plan --config` solves the run's own
+// program instead (train/planned_run.cpp).
+memory::ChainSchedule planned_schedule(config::RecomputePolicy policy, std::span<const memory::ChainUnit> chain,
+                                       int every_k, int64_t budget) {
+  if (policy != config::RecomputePolicy::Checkmate) return memory::plan_recompute(policy, chain, every_k, budget);
+  memory::ChainSchedule rotor = memory::plan_recompute(config::RecomputePolicy::Optimal, chain, every_k, budget);
+  memory::DtrRun dtr = memory::dtr_run(chain, budget);
+  if (dtr.fits && memory::simulate(chain, dtr.schedule).time < memory::simulate(chain, rotor).time) {
+    return std::move(dtr.schedule);
+  }
+  return rotor;
 }
 
 // To the nearest byte, so that the minimum named in MiB (rounded up to 1/100) reads back as at
@@ -186,7 +193,7 @@ ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage)
              layers_per_chunk(m, l), mib_rounded_up(least));
     r.budget_bytes = budget_bytes(l) - whole_bytes(stage_edge_bytes(m, l, stage));
   }
-  r.schedule = memory::plan_recompute(scheduled_policy(l.recompute), r.chain, r.every_k, r.budget_bytes);
+  r.schedule = planned_schedule(l.recompute, r.chain, r.every_k, r.budget_bytes);
   r.simulation = memory::simulate(r.chain, r.schedule);
   return r;
 }
@@ -195,6 +202,11 @@ double recomputed_layer_forwards(const ModelConfig& m, const Layout& l, int stag
   if (l.recompute == config::RecomputePolicy::Full) return static_cast<double>(m.n_layer / l.pp);
   if (!recompute_uses_chain(l.recompute)) return 0;
   return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.recomputed_forwards;
+}
+
+double rebuilt_layers(const ModelConfig& m, const Layout& l, int stage) {
+  if (!recompute_uses_chain(l.recompute)) return 0;
+  return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.rebuilds;
 }
 
 double model_recomputed_layer_forwards(const ModelConfig& m, const Layout& l) {

@@ -91,6 +91,9 @@ double minimum_activation_budget_mb(const config::ModelConfig& m, const Layout& 
 // schedule reruns for every_k and optimal, 0 for none and selective (selective reruns part of each
 // layer, which the layer's own costs count).
 double recomputed_layer_forwards(const config::ModelConfig& m, const Layout& l, int stage);
+// The layers kept selectively whose backward rebuilds their norms' and activation's outputs, per
+// microbatch on a rank of `stage` (a chain schedule's Keep::Selective; 0 for policies without one).
+double rebuilt_layers(const config::ModelConfig& m, const Layout& l, int stage);
 // Summed over all pp stages: the layer forwards the whole model reruns per sequence (L for full).
 double model_recomputed_layer_forwards(const config::ModelConfig& m, const Layout& l);
 

@@ -296,3 +296,38 @@ TEST(PlanRecompute, SelectiveRerunsWhatItsAccountingDrops) {
   fused_engine.flash_attention = true;
   EXPECT_DOUBLE_EQ(layer_time(m, fused_engine, c, place(fused_engine, c)).recompute, rebuild);
 }
+
+// With this engine's accounting each block's chain unit offers its rebuildable part, and the cost
+// model predicts Checkmate, whose MILP it does not solve, by the cheaper of Rotor's schedule and
+// DTR's (which keeps blocks selectively): at budgets between full's peak and none's, never costlier
+// than Rotor's, cheaper where DTR's selective keeps pay, and the step's time counts each keep's
+// rebuild (the layer's norm and activation passes) instead of a whole rerun forward.
+TEST(PlanRecompute, CheckmateIsPredictedByTheCheaperOfRotorsAndDtrsSchedules) {
+  const config::ModelConfig m = small_gpt(8);
+  const auto engine = [](const std::string& text) { return parse_layout(text + ",activations=engine"); };
+  const double none_peak = activations(m, engine("gb=8,recompute=none"), 0);
+  const double full_peak = activations(m, engine("gb=8,recompute=full"), 0);
+  int cheaper = 0;
+  for (double share : {0.25, 0.5, 0.75}) {
+    Layout checkmate = engine("gb=8,recompute=checkmate"), optimal = engine("gb=8,recompute=optimal"),
+           dtr = engine("gb=8,recompute=dtr");
+    checkmate.activation_budget_mb = optimal.activation_budget_mb = dtr.activation_budget_mb =
+        std::floor((full_peak + share * (none_peak - full_peak)) / kMiB);
+    const ChunkRecompute c = chunk_recompute(m, checkmate, 0), o = chunk_recompute(m, optimal, 0);
+    const double dtr_time = dtr.activation_budget_mb >= minimum_activation_budget_mb(m, dtr)
+                                ? chunk_recompute(m, dtr, 0).simulation.time
+                                : o.simulation.time;
+    EXPECT_DOUBLE_EQ(c.simulation.time, std::min(o.simulation.time, dtr_time)) << share;
+    EXPECT_LE(activations(m, checkmate, 0), checkmate.activation_budget_mb * kMiB) << share;
+    const double checkmate_step = estimate(m, checkmate, test_util::a100()).time.step;
+    const double optimal_step = estimate(m, optimal, test_util::a100()).time.step;
+    EXPECT_LE(checkmate_step, optimal_step * (1 + 1e-12)) << share;
+    if (c.simulation.time < o.simulation.time) {
+      ++cheaper;
+      EXPECT_GT(rebuilt_layers(m, checkmate, 0), 0) << share;
+      EXPECT_LT(recomputed_layer_forwards(m, checkmate, 0), recomputed_layer_forwards(m, optimal, 0)) << share;
+      EXPECT_LT(checkmate_step, optimal_step) << share;
+    }
+  }
+  EXPECT_GE(cheaper, 2);
+}
