@@ -118,9 +118,9 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
     if (recompute_uses_chain(l.recompute)) {
       // every_k and optimal rerun the layer forwards their schedule says; an optimal schedule can
       // differ between stages, whose budgets leave different room beside the embedding and head.
-      const double rerun = recomputed_layer_forwards(m, l, stage);
-      st.backward += rerun * layer.forward + rebuilt_layers(m, l, stage) * layer.rebuild;
-      st.backward_tp += rerun * layer.forward_tp;
+      const StageRecomputation rerun = stage_recomputation(m, l, stage);
+      st.backward += rerun.layer_forwards * layer.forward + rerun.rebuilt_layers * layer.rebuild;
+      st.backward_tp += rerun.layer_forwards * layer.forward_tp;
     }
     stages_compute += st.forward + st.backward;
     double total = st.forward + st.backward + st.forward_tp + st.backward_tp;

@@ -198,15 +198,20 @@ ChunkRecompute chunk_recompute(const ModelConfig& m, const Layout& l, int stage)
   return r;
 }
 
+StageRecomputation stage_recomputation(const ModelConfig& m, const Layout& l, int stage) {
+  if (l.recompute == config::RecomputePolicy::Full) return {.layer_forwards = static_cast<double>(m.n_layer / l.pp)};
+  if (!recompute_uses_chain(l.recompute)) return {};
+  const memory::ChainSimulation sim = chunk_recompute(m, l, stage).simulation;
+  const double chunks = l.virtual_stages;
+  return {.layer_forwards = chunks * sim.recomputed_forwards, .rebuilt_layers = chunks * sim.rebuilds};
+}
+
 double recomputed_layer_forwards(const ModelConfig& m, const Layout& l, int stage) {
-  if (l.recompute == config::RecomputePolicy::Full) return static_cast<double>(m.n_layer / l.pp);
-  if (!recompute_uses_chain(l.recompute)) return 0;
-  return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.recomputed_forwards;
+  return stage_recomputation(m, l, stage).layer_forwards;
 }
 
 double rebuilt_layers(const ModelConfig& m, const Layout& l, int stage) {
-  if (!recompute_uses_chain(l.recompute)) return 0;
-  return static_cast<double>(l.virtual_stages) * chunk_recompute(m, l, stage).simulation.rebuilds;
+  return stage_recomputation(m, l, stage).rebuilt_layers;
 }
 
 double model_recomputed_layer_forwards(const ModelConfig& m, const Layout& l) {

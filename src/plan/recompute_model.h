@@ -94,6 +94,13 @@ double recomputed_layer_forwards(const config::ModelConfig& m, const Layout& l, 
 // The layers kept selectively whose backward rebuilds their norms' and activation's outputs, per
 // microbatch on a rank of `stage` (a chain schedule's Keep::Selective; 0 for policies without one).
 double rebuilt_layers(const config::ModelConfig& m, const Layout& l, int stage);
+// Both of the above from one schedule (the stage's time needs both; a checkmate schedule costs a
+// Rotor and a DTR run).
+struct StageRecomputation {
+  double layer_forwards = 0;
+  double rebuilt_layers = 0;
+};
+StageRecomputation stage_recomputation(const config::ModelConfig& m, const Layout& l, int stage);
 // Summed over all pp stages: the layer forwards the whole model reruns per sequence (L for full).
 double model_recomputed_layer_forwards(const config::ModelConfig& m, const Layout& l);
 
