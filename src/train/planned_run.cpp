@@ -133,8 +133,10 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
     // and an encoding shrinks what waits for a backward.
     // ZB-H1 keeps what each weight half reads from its input half until it runs, which the
     // program's walk follows and the cost model's count of microbatches in flight does not.
+    // Checkmate's schedule is the one solved above; the cost model's chain has a stand-in for it
+    // (the cheaper of Rotor's and DTR's), whose peak may differ.
     if (recompute.offload != exec::ActivationOffloadMode::None || encoding != exec::ActivationEncoding::None ||
-        l.schedule == config::ScheduleKind::ZeroBubbleH1) {
+        l.schedule == config::ScheduleKind::ZeroBubbleH1 || recompute.policy == config::RecomputePolicy::Checkmate) {
       tags.activations = static_cast<double>(activations.peak);
     }
     out.nvme.push_back(static_cast<double>(activations.nvme_peak));

@@ -78,6 +78,11 @@ const std::vector<Layout> kLayouts = {
      "--precision.compute fp16", 1, 2},
     // Adafactor: each matrix's R and C (an expert's its own), the biases' and norms' second moment.
     {"one_adafactor", 1, "--optim.name adafactor"},
+    // Checkmate keeping some blocks selectively: the activations are its solved schedule's, not the
+    // cost model's stand-in (the cheaper of Rotor's and DTR's), which peaks lower on this chain.
+    {"one_checkmate", 1,
+     "--model.n_layer 4 --model.n_embd 128 --model.n_head 4 --model.seq_len 64 --model.vocab_size 4096 "
+     "--train.micro_batch_size 4 --memory.recompute checkmate --memory.activation_budget_mb 9"},
     // Under tensor parallelism: a split matrix's R and C summed over tp, the whole matrix's on each rank.
     {"tp2_adafactor", 2, "--parallel.tp 2 --optim.name adafactor", 2, 1},
     {"moe_dp2_ep2_adafactor", 2,
