@@ -4,6 +4,9 @@
 //   under |x| descending, index ascending. Both must pick the same indices; the bench checks it.
 // - PowerSGD's products at rank 4 on one MLP matrix of GPT-2 124M (3072 x 768;
 //   kernels/cpu/low_rank.h) against the loops that updated P and Q in memory.
+// - 1-bit compression and its decompression (kernels/cpu/sign_compression.h, what 1-bit Adam runs over
+//   the whole momentum every step) against the element-at-a-time loops they replaced. Both must
+//   give the same bits, scales and errors; the bench checks it.
 //   build/release/bench/compressor_bench [elements] [ratio] [repetitions]
 #include <algorithm>
 #include <chrono>
@@ -13,9 +16,11 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/low_rank.h"
+#include "kernels/cpu/sign_compression.h"
 #include "kernels/cpu/top_k_select.h"
 
 namespace {
@@ -74,6 +79,62 @@ void products_by_kernels(std::vector<float>& m, std::vector<float>& error, const
   tessera::kernels::low_rank_reconstruct(m.data(), error.data(), rows, cols, p.data(), q.data(), rank, 2.0f);
 }
 
+// The loops 1-bit compression ran before it was written to vectorize: a bit set and an error
+// updated per element, the block's magnitude summed in order.
+void sign_compress_by_element(std::span<float> acc, uint8_t* bits, float* scales) {
+  using tessera::kernels::kSignBlock;
+  const size_t n = acc.size();
+  std::fill(bits, bits + tessera::kernels::sign_bits_bytes(n), uint8_t{0});
+  for (size_t blk = 0; blk < tessera::kernels::sign_blocks(n); ++blk) {
+    const size_t lo = blk * kSignBlock, hi = std::min(n, lo + kSignBlock);
+    double magnitude = 0;
+    for (size_t i = lo; i < hi; ++i) magnitude += std::fabs(acc[i]);
+    const float scale = static_cast<float>(magnitude / static_cast<double>(hi - lo));
+    scales[blk] = scale;
+    for (size_t i = lo; i < hi; ++i) {
+      const bool positive = acc[i] >= 0;
+      if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      acc[i] -= positive ? scale : -scale;
+    }
+  }
+}
+
+void add_sign_decompressed_by_element(std::span<float> out, const uint8_t* bits, const float* scales, float weight) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float scale = weight * scales[i / tessera::kernels::kSignBlock];
+    out[i] += (bits[i / 8] >> (i % 8) & 1u) ? scale : -scale;
+  }
+}
+
+// Times both ways of compressing and decompressing x (n elements, not a multiple of a block, so
+// the last block ends inside a byte) and says whether they agree bit for bit.
+bool sign_compression(const std::vector<float>& x, int reps) {
+  namespace k = tessera::kernels;
+  const size_t n = x.size() - 3;
+  std::vector<float> acc_old, acc_new, out_old(n, 0.5f), out_new(n, 0.5f);
+  std::vector<uint8_t> bits_old(k::sign_bits_bytes(n)), bits_new(bits_old.size());
+  std::vector<float> scales_old(k::sign_blocks(n)), scales_new(scales_old.size());
+  const double t_old = median_seconds([&] {
+    acc_old.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+    sign_compress_by_element(acc_old, bits_old.data(), scales_old.data());
+  }, reps);
+  const double t_new = median_seconds([&] {
+    acc_new.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+    k::sign_compress(acc_new, bits_new.data(), scales_new.data());
+  }, reps);
+  // As often each, so that both outputs hold the same sums.
+  const double t_add_old =
+      median_seconds([&] { add_sign_decompressed_by_element(out_old, bits_old.data(), scales_old.data(), 0.5f); }, reps);
+  const double t_add_new =
+      median_seconds([&] { k::add_sign_decompressed(out_new, bits_new.data(), scales_new.data(), 0.5f); }, reps);
+  const bool same = acc_old == acc_new && bits_old == bits_new && scales_old == scales_new && out_old == out_new;
+  std::printf("1-bit compression of %zu: kernel %.2f ms, by element %.2f ms; decompression %.2f ms, by element %.2f ms\n",
+              n, t_new * 1e3, t_old * 1e3, t_add_new * 1e3, t_add_old * 1e3);
+  std::printf("RESULT sign_compression elements=%zu speedup=%.2f decompress_speedup=%.2f same=%d\n", n, t_old / t_new,
+              t_add_old / t_add_new, same ? 1 : 0);
+  return same;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,5 +169,6 @@ int main(int argc, char** argv) {
               t_memory * 1e3);
   std::printf("RESULT powersgd_products rows=%lld cols=%lld rank=%lld speedup=%.2f\n", static_cast<long long>(rows),
               static_cast<long long>(cols), static_cast<long long>(rank), t_memory / t_kernels);
-  return radix == comparison ? 0 : 1;
+  const bool signs_agree = sign_compression(x, reps);
+  return radix == comparison && signs_agree ? 0 : 1;
 }
