@@ -248,38 +248,37 @@ void GradientReducer::complete_low_precision(InFlight& f) {
   const nn::ParamRange part = layout_.part(b.range, rank_);
   const auto mine = static_cast<size_t>(part.size());
   const size_t members = static_cast<size_t>(comm_->size());
-  // Every member's chunk, in rank order, summed in f32: the same order on every rank, so a value
-  // replicated by the all-gather below is the same everywhere.
-  std::vector<float> sum(mine, 0.0f), chunk(mine);
+  const bool is_bf16 = message_dtype_ == DType::BF16;
+  // Every member's chunk, in rank order, summed in f32 from zero: the same order on every rank, so a
+  // value replicated by the all-gather below is the same everywhere. The sum lands in this rank's
+  // part of the bucket, whose own values the all-to-all already carried, in one pass a chunk.
+  float* my_part = f.data + (part.begin - b.range.begin);
+  std::fill(my_part, my_part + mine, 0.0f);
   for (size_t r = 0; r < members; ++r) {
     const char* from = static_cast<const char*>(f.received.raw()) + r * mine * dtype_size(message_dtype_);
-    if (message_dtype_ == DType::BF16) {
-      kernels::widen<bf16>(chunk.data(), reinterpret_cast<const bf16*>(from), mine);
+    if (is_bf16) {
+      kernels::add_widened<bf16>(my_part, reinterpret_cast<const bf16*>(from), mine);
     } else {
-      kernels::widen<f16>(chunk.data(), reinterpret_cast<const f16*>(from), mine);
+      kernels::add_widened<f16>(my_part, reinterpret_cast<const f16*>(from), mine);
     }
-    for (size_t i = 0; i < mine; ++i) sum[i] += chunk[i];
   }
-  float* my_part = f.data + (part.begin - b.range.begin);
-  if (stage_ >= 1) {
-    // Sharded: this rank keeps its part's f32 sums; the rest of the bucket is not read.
-    std::copy(sum.begin(), sum.end(), my_part);
-  } else {
-    // Every rank needs the whole sum: this rank's part, rounded once, gathered from every member.
+  if (stage_ == 0) {
+    // Every rank needs the whole sum: this rank's part, rounded once (into the chunks just summed),
+    // gathered from every member.
     const auto size = static_cast<size_t>(b.range.size());
-    Tensor part_sum = Tensor::empty({static_cast<int64_t>(mine)}, message_dtype_, MemoryTag::Comm, memory_);
-    if (message_dtype_ == DType::BF16) {
-      kernels::narrow<bf16>(part_sum.data<bf16>(), sum.data(), mine);
+    if (is_bf16) {
+      kernels::narrow<bf16>(f.received.data<bf16>(), my_part, mine);
     } else {
-      kernels::narrow<f16>(part_sum.data<f16>(), sum.data(), mine);
+      kernels::narrow<f16>(f.received.data<f16>(), my_part, mine);
     }
-    comm_->all_gather(part_sum.raw(), f.sent.raw(), layout_.counts(b.range), message_dtype_)->wait();
-    if (message_dtype_ == DType::BF16) {
+    comm_->all_gather(f.received.raw(), f.sent.raw(), layout_.counts(b.range), message_dtype_)->wait();
+    if (is_bf16) {
       kernels::widen<bf16>(f.data, f.sent.data<bf16>(), size);
     } else {
       kernels::widen<f16>(f.data, f.sent.data<f16>(), size);
     }
   }
+  // Sharded (stages 1-3): this rank keeps its part's f32 sums; the rest of the bucket is not read.
   f.sent = Tensor();
   f.received = Tensor();
 }

@@ -64,14 +64,22 @@ double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const
   const bool one_bit_adam = l.optimizer == optim::OptimizerKind::OneBitAdam;
   if ((l.compression == CompressionMethod::None && !one_bit_adam) || dp.size <= 1 || elements <= 0) return 0;
   const double n = dp.size;
-  // Reading the gradient and its error, writing both back.
-  double seconds = stream_seconds(c, 16 * elements);
+  double seconds = 0;
   if (one_bit_adam) {
     // The steady state after its warm-up: the momentum's signs and a scale per 512 elements, sent
     // to their chunks' ranks (an all-to-all, a reduce-scatter's volume) and all-gathered back.
     const double message = std::ceil(elements / 8) + 4 * std::ceil(elements / 512);
     seconds += reduce_scatter_seconds(dp, message) + all_gather_seconds(dp, message);
-  } else if (l.compression == CompressionMethod::TopK) {
+    // Its passes over memory beside Adam's own (optim/one_bit_adam.cpp), bytes an element: the
+    // momentum added to the worker's error (12) and compressed in place (8); the members' chunks
+    // added into this rank's server error (8 in all) and that compressed (8/n); the momentum zeroed
+    // and the gathered average added into it (4 + 8).
+    seconds += stream_seconds(c, (40 + 8 / n) * elements);
+    return seconds;
+  }
+  // Reading the gradient and its error, writing both back.
+  seconds += stream_seconds(c, 16 * elements);
+  if (l.compression == CompressionMethod::TopK) {
     const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
     seconds += 2 * all_gather_seconds(dp, n * k * 4);
   } else if (l.compression == CompressionMethod::Qsgd) {

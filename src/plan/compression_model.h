@@ -8,7 +8,8 @@
 //   powersgd  all-reduces of P (Σ rows·r), Q (Σ cols·r) and the elements of no compressed matrix
 // and with optimizer=onebit_adam (which reduces its own momentum; its steady state after the
 // warm-up) an all-to-all and an all-gather of ⌈Ψ/8⌉ bytes of signs and a scale per 512 elements
-// plus a pass over the gradient and its error feedback in memory (PowerSGD also its products).
+// and its passes over the momentum, its errors and the messages (40 + 8/n bytes an element);
+// the others a pass over the gradient and its error feedback in memory (PowerSGD also its products).
 // A compressed reduction is synchronous: nothing of it hides behind backward.
 #include <string>
 #include <string_view>

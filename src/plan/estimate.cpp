@@ -152,8 +152,8 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   auto hidden = [&](double comm, double compute) { return l.overlap ? std::max(0.0, comm - compute) : comm; };
   // ZeRO-2 and -3 move weights and gradients layer by layer as compute reaches them: one
   // collective per layer, each paying the ring latency.
-  auto per_layer = [&](double (*collective)(const Group&, double)) {
-    return layers_per_stage * collective(groups.dp, grad_bytes / layers_per_stage);
+  auto per_layer = [&](double (*collective)(const Group&, double), double bytes) {
+    return layers_per_stage * collective(groups.dp, bytes / layers_per_stage);
   };
   double per_microbatch_exposed = 0;  // ZeRO-2/3 traffic of every microbatch left on the critical path
   double dp_exposed = 0;
@@ -166,6 +166,17 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
   // of the rounded bucket, then an all-gather of the sums) moves what a ring all-reduce of the
   // 16-bit gradient does.
   const double message_bytes = (l.grad_message_bytes > 0 ? l.grad_message_bytes : e) * rank_params;
+  // And 16-bit messages cost the cores passes that f32 ones do not (parallel/gradient_reducer.cpp),
+  // bytes a gradient element over a group of n: each bucket rounded before its all-to-all (6); the
+  // members' chunks summed from zero where this rank's part lies (4/n, then 10); under stage 0 that
+  // part rounded for the all-gather (6/n) and the gathered sums widened back (6). Every stage runs
+  // them once a reduction, with the wait for it.
+  const bool messages_16_bit = l.grad_message_bytes > 0 && l.grad_message_bytes < 4 && !compressing && l.dp > 1;
+  auto conversion_seconds = [&](double elements) {
+    if (!messages_16_bit) return 0.0;
+    const double n = l.dp;
+    return stream_seconds(c, (16 + 4 / n + (l.zero_stage == 0 ? 6 + 6 / n : 0)) * elements);
+  };
   // This engine's dense reduction between nodes: the network carries it while the cores run
   // backward, since each bucket is posted as backward completes it (parallel/gradient_reducer.h).
   // All of it can pass behind backward but the last bucket, which backward's last action (the
@@ -183,14 +194,17 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
         } else {
           dp_exposed = hidden(all_reduce_seconds(groups.dp, message_bytes), st.backward);
         }
+        dp_exposed += conversion_seconds(rank_params);
         break;
       case 1:
         dp_exposed = (compressing ? compressed : hidden(reduce_scatter_seconds(groups.dp, message_bytes), st.backward)) +
-                     all_gather_seconds(groups.dp, grad_bytes);
+                     all_gather_seconds(groups.dp, grad_bytes) + conversion_seconds(rank_params);
         break;
       case 2:
         // Without the whole gradient kept, every microbatch's gradients are reduce-scattered.
-        per_microbatch_exposed = compressing ? compressed : hidden(per_layer(reduce_scatter_seconds), st.backward);
+        per_microbatch_exposed = compressing ? compressed
+                                             : hidden(per_layer(reduce_scatter_seconds, message_bytes), st.backward) +
+                                                   conversion_seconds(rank_params);
         dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
         break;
       default:
@@ -198,16 +212,20 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
           // Under a pipeline each unit stays gathered across the microbatches: the weights are
           // all-gathered once a step, and the gradients reduce-scattered every microbatch as under
           // ZeRO-2.
-          per_microbatch_exposed = compressing ? compressed : hidden(per_layer(reduce_scatter_seconds), st.backward);
+          per_microbatch_exposed = compressing ? compressed
+                                               : hidden(per_layer(reduce_scatter_seconds, message_bytes), st.backward) +
+                                                     conversion_seconds(rank_params);
           dp_exposed = all_gather_seconds(groups.dp, grad_bytes);
           break;
         }
         // Stage 3 gathers the weights for forward and again for backward, and reduce-scatters the
         // gradients, every microbatch (1.5x the traffic of plain data parallelism).
         per_microbatch_exposed =
-            hidden(per_layer(all_gather_seconds), st.forward) +
-            (compressing ? hidden(per_layer(all_gather_seconds), st.backward) + compressed
-                         : hidden(per_layer(all_gather_seconds) + per_layer(reduce_scatter_seconds), st.backward));
+            hidden(per_layer(all_gather_seconds, grad_bytes), st.forward) +
+            (compressing ? hidden(per_layer(all_gather_seconds, grad_bytes), st.backward) + compressed
+                         : hidden(per_layer(all_gather_seconds, grad_bytes) + per_layer(reduce_scatter_seconds, message_bytes),
+                                  st.backward) +
+                               conversion_seconds(rank_params));
     }
   }
   if (l.pp > 1 && m.tied_embeddings) {

@@ -4,12 +4,15 @@
 // relative norm errors: 1e-2 for bf16 and 2e-3 for f16, a few times one rounding of each output.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "harness.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/element.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/softmax.h"
 
@@ -103,6 +106,22 @@ TYPED_TEST(HalfKernel, NaiveAttentionMatchesFloat) {
   attention_backward_naive(dqkv.data(), dout.data(), qkv.data(), values(att16).data(), B, Tn, C, H, Hkv);
   attention_backward_naive(dqkv16.data(), in<Half>(dout).data(), in<Half>(qkv).data(), att16.data(), B, Tn, C, H, Hkv);
   EXPECT_LE(error(dqkv16, dqkv), kTolerance<Half>);
+}
+
+// The sum of 16-bit messages (parallel/gradient_reducer.cpp): exactly the float sum of the widened
+// values, in order, above the size where it runs on threads and below it, from a -0 start too.
+TYPED_TEST(HalfKernel, AddWidenedIsTheSumOfTheWidenedValues) {
+  using Half = TypeParam;
+  for (const size_t n : {size_t{37}, size_t{1} << 17}) {
+    const std::vector<float> x = rounded_normal<Half>(n, "add_widened:x" + std::to_string(n));
+    const std::vector<Half> message = in<Half>(x);
+    std::vector<float> sum(n, -0.0f), want(n, -0.0f);
+    for (int times = 0; times < 2; ++times) {
+      add_widened<Half>(sum.data(), message.data(), n);
+      for (size_t i = 0; i < n; ++i) want[i] += x[i];
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(sum[i]), std::bit_cast<uint32_t>(want[i])) << i;
+  }
 }
 
 }  // namespace

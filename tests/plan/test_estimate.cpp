@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "plan/collectives.h"
+#include "plan/device_time.h"
 #include "plan/engine_memory.h"
 #include "plan/estimate.h"
 #include "plan/planner.h"
@@ -232,9 +233,17 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
   const Layout other = parse_layout("dp=2,mb=2,gb=4,precision=fp32");
   EXPECT_NEAR(estimate(m, other, c).time.dp_comm, whole, 1e-9);
 
-  // bf16 gradient messages: half the bytes of the f32 ones.
+  // bf16 gradient messages: half the bytes of the f32 ones, and the cores' passes that round the
+  // buckets, sum the members' chunks and widen the gathered sums (22 + 10/n bytes an element).
   Layout halves = l;
   halves.grad_message_bytes = 2;
   EXPECT_NEAR(estimate(m, halves, c).time.dp_comm,
-              all_reduce_seconds(groups.dp, 2 * params) - e.microbatch.backward, 1e-9);
+              all_reduce_seconds(groups.dp, 2 * params) - e.microbatch.backward + stream_seconds(c, 27 * params), 1e-9);
+  // Sharded, no all-gather of the sums: their rounding and widening drop out (16 + 4/n).
+  Layout sharded = halves, sharded_f32 = l;
+  sharded.zero_stage = sharded_f32.zero_stage = 1;
+  EXPECT_NEAR(estimate(m, sharded, c).time.dp_comm - estimate(m, sharded_f32, c).time.dp_comm,
+              reduce_scatter_seconds(groups.dp, 2 * params) - reduce_scatter_seconds(groups.dp, 4 * params) +
+                  stream_seconds(c, 18 * params),
+              1e-9);
 }

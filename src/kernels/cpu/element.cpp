@@ -38,4 +38,12 @@ void narrow<f16>(f16* out, const float* in, size_t n) {
   convert_f32_to_f16(out, in, n);
 }
 
+template <class T>
+void add_widened(float* out, const T* in, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > (1u << 16))
+  for (size_t i = 0; i < n; ++i) out[i] += to_float(in[i]);
+}
+template void add_widened<bf16>(float*, const bf16*, size_t);
+template void add_widened<f16>(float*, const f16*, size_t);
+
 }  // namespace tessera::kernels

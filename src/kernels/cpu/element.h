@@ -61,6 +61,10 @@ template <class T>
 void widen(compute_t<T>* out, const T* in, size_t n);
 template <class T>
 void narrow(T* out, const compute_t<T>* in, size_t n);
+// out[i] += in[i] widened, for 16-bit T: a sum of 16-bit messages in one pass, without a widened
+// copy of each.
+template <class T>
+void add_widened(float* out, const T* in, size_t n);
 
 // At least n elements of `buffer`, which only grows: a kernel that widens 16-bit tensors on every
 // call keeps one per thread instead of allocating, zeroing and faulting in a fresh one each time.
