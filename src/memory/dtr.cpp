@@ -175,7 +175,8 @@ class Dtr {
   // rebuild of x_i runs, so evicting x_i adds no compute (the neighbourhood's sum would charge it
   // forward(i-1), already owed by A_{i-1}, and A_i's own forward). With x_{i-1} evicted as well the
   // rebuild reruns a chain of forwards, each keeping its activations long before their backward
-  // needs them; there the neighbourhood's cost stands (without it DTR thrashes: docs/rematerialization.md).
+  // needs them; there the neighbourhood's cost stands (free there too, DTR thrashes:
+  // docs/rematerialization.md).
   double input_cost(int i) const {
     if (a_[i - 1] == State::Evicted && x_[i - 1] == State::Resident) return 0;
     return neighbourhood_cost(false, i);
