@@ -170,6 +170,18 @@ class Dtr {
     return cost;
   }
 
+  // x_i's c. Forward(i-1) produced x_i together with A_{i-1}: once A_{i-1} is evicted, the forward
+  // that brings it back brings x_i too, and when x_{i-1} is resident that one forward is all the
+  // rebuild of x_i runs, so evicting x_i adds no compute (the neighbourhood's sum would charge it
+  // forward(i-1), already owed by A_{i-1}, and A_i's own forward). With x_{i-1} evicted as well the
+  // rebuild reruns a chain of forwards, each keeping its activations long before their backward
+  // needs them; there the neighbourhood's cost stands (free there too, DTR thrashes:
+  // docs/rematerialization.md).
+  double input_cost(int i) const {
+    if (a_[i - 1] == State::Evicted && x_[i - 1] == State::Resident) return 0;
+    return neighbourhood_cost(false, i);
+  }
+
   // Evicts by smallest h until `need` more bytes fit; false (and the failure) when they cannot.
   bool make_room(int64_t need, Locks locks, const std::string& what) {
     while (live_ + need > budget_) {
@@ -182,7 +194,9 @@ class Dtr {
       auto consider = [&](Kind kind, int i, int64_t m, double used) {
         if (m <= 0) return;  // frees nothing
         const double s = clock_ - used;
-        const double c = kind == Kind::R ? u_[i].rebuild_time : neighbourhood_cost(kind == Kind::A, i);
+        const double c = kind == Kind::R   ? u_[i].rebuild_time
+                         : kind == Kind::X ? input_cost(i)
+                                           : neighbourhood_cost(true, i);
         const double h = s > 0 ? c / (static_cast<double>(m) * s) : kInf;
         if (best_i < 0 || h < best_h || (h == best_h && m > best_m)) {
           best_h = h, best_m = m, best_kind = kind, best_i = i;

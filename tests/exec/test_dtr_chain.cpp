@@ -73,9 +73,10 @@ TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
   }
   EXPECT_GT(compared, 0);
   // A fine scan, since the greedy choices are not monotone in the budget and the spread above can
-  // miss the worst budgets. There the 1.3 bar is NOT met everywhere: at 8 of 400 budgets DTR reruns
-  // one block forward more than optimal (4 for 3 at 211-217 MiB, which is every_k's peak, and at
-  // 641-643 MiB; 3 for 2 at 689 MiB), ratios 1.33 and 1.5. What is asserted is what was measured.
+  // miss the worst budgets. There the 1.3 bar is NOT met everywhere: at 3 of 400 budgets (211-214
+  // MiB, every_k's peak) DTR reruns 4 block forwards where optimal reruns 3, ratio 1.33. Before
+  // inputs whose producer's rerun brings them back were free to evict (dtr.h), it missed at 8 (also
+  // at 215-217, 641-643 MiB, and 3 for 2 at 689 MiB, ratio 1.5). What is asserted is what was measured.
   double worst = 0;
   int64_t worst_budget = 0;
   int over = 0, scanned = 0;
@@ -96,8 +97,8 @@ TEST(DtrChain, Gpt2SmallExtraComputeAgainstOptimal) {
   std::printf("  scan of %d budgets: worst ratio %.3f at %.1f MiB; above 1.3 at %d\n", scanned, worst,
               worst_budget / 1048576.0, over);
   EXPECT_GT(scanned, 300);
-  EXPECT_LE(worst, 1.5 + 1e-9);
-  EXPECT_LE(over, 8);
+  EXPECT_LE(worst, 4.0 / 3 + 1e-9);
+  EXPECT_LE(over, 3);
 }
 
 // With each block's rebuildable part (its norm outputs and MLP activation) a tensor of its own, DTR

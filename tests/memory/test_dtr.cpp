@@ -164,3 +164,30 @@ TEST(Dtr, ThrashesNearItsLeastBudget) {
   EXPECT_GT(r.time, best);
   EXPECT_GT(r.evictions, 0);
 }
+
+// An input whose producer's activations are already evicted costs nothing to evict when the
+// producer's input is resident: the forward that brings those activations back brings the input
+// too. Four units (inputs of 1 byte, activations of 9, the loss unit's 10): the loss forward needs
+// 19 bytes freed within a budget of 22; A_0 and A_1 free 18, and the last byte comes from x_1 (1
+// byte, no extra forward) rather than A_2 (9 bytes, one forward more), so DTR reruns forwards 0 and
+// 1 only, as the optimal schedule does. Charging x_1 its neighbourhood's two forwards, as DTR did
+// before, evicted A_2 and reran three.
+TEST(Dtr, EvictsAnInputItsProducersRerunBringsBackForFree) {
+  std::vector<ChainUnit> units(4);
+  for (int i = 0; i < 4; ++i) {
+    units[i].input_bytes = 1;
+    units[i].own_bytes = i < 3 ? 9 : 10;
+    units[i].output_bytes = i < 3 ? 1 : 0;
+    units[i].forward_time = 1;
+    units[i].backward_time = 2;
+  }
+  const int64_t budget = 22;
+  const DtrRun r = dtr_run(units, budget);
+  ASSERT_TRUE(r.fits) << r.failure;
+  const ChainSimulation sim = simulate(units, r.schedule);
+  EXPECT_LE(sim.peak_bytes, budget);
+  EXPECT_EQ(r.rematerialized_forwards, 2);
+  EXPECT_EQ(r.schedule.forward[1].keep, Keep::Nothing) << "x_1 evicted, its forward's keep fixed up";
+  EXPECT_EQ(r.schedule.forward[2].keep, Keep::All) << "A_2 kept";
+  EXPECT_DOUBLE_EQ(sim.time, simulate(units, optimal_schedule(units, budget, 1)).time);
+}
