@@ -179,7 +179,7 @@ std::vector<ConfigKey> execution_keys() {
             "Rematerialization's run-time rule within the same budget: evict the tensor with the least "
             "recompute cost per byte and staleness, rematerialize on demand; on a transformer's chain it "
             "evicts the blocks' norm outputs and MLP activation first, to be rebuilt in their backward; at five "
-            "budgets on GPT-2 124M it recomputes 1.0 to 1.44 times what `\"checkmate\"` does; it thrashes near "
+            "budgets on GPT-2 124M it recomputes 1.000 to 1.002 times what `\"checkmate\"` does; it thrashes near "
             "its least budget; it is there to show what planning buys; see docs/rematerialization.md and "
             "docs/benchmarks.md); `\"checkmate\"` (Checkmate's mixed-integer program over the chain's graph, "
             "each block split into the part selective recomputation rebuilds and the rest, so that it may keep "
