@@ -7,6 +7,8 @@
 // OpenBLAS runs a generic core) and, after the steps, the rate of the matmul the run's precision
 // uses at the model's main product (the MLP's first linear: B*T x 4C x C), best of 5.
 //
+// The float products run on the library `tessera train` would choose (precision.f32_gemm; --f32-gemm).
+//
 //   train_bench --layers 4 --embd 256 --heads 4 --seq 128 --batch 8 --vocab 256 --steps 10
 #include <fmt/format.h>
 #include <omp.h>
@@ -14,16 +16,19 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "config/precision.h"
+#include "core/check.h"
 #include "core/rng.h"
 #include "kernels/cpu/blas_library.h"
 #include "kernels/cpu/matmul.h"
 #include "nn/gpt.h"
 #include "parallel/training_engine.h"
+#include "train/float_gemm_choice.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -104,6 +109,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "OpenMP and OpenBLAS threads")->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "AdamW learning rate");
   app.add_option("--precision", precision, "compute dtype: fp32, bf16 or fp16 (precision.compute)");
+  std::string f32_gemm = "auto";
+  app.add_option("--f32-gemm", f32_gemm, "the float matmuls' library: auto, onednn or openblas (precision.f32_gemm)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -112,16 +119,24 @@ int main(int argc, char** argv) {
     openblas_set_num_threads(threads);
 
     const int B = batch, T = model.seq_len, V = model.vocab_size;
-    // The start line's GEMM libraries, as `tessera train` prints them.
     const auto mixed_dtype = tessera::config::parse_precision(precision, "--precision");
     const bool mixed = mixed_dtype != tessera::DType::F32;
+    const std::optional<tessera::config::FloatGemmSetting> f32_setting =
+        tessera::config::find_float_gemm_setting(f32_gemm);
+    TS_CHECK(f32_setting.has_value(), "--f32-gemm {} is not known; use auto, onednn or openblas", f32_gemm);
+    tessera::MemoryAccountant memory;
+    tessera::nn::GPT gpt(model, memory, 1234);
+    // The float products' library as `tessera train` chooses it, then its start line's GEMM libraries.
+    const tessera::train::FloatGemmChoice f32_choice =
+        tessera::train::choose_float_gemm(*f32_setting, tessera::train::model_gemm_problems(gpt, int64_t{B} * T),
+                                          nullptr);
     fmt::print("gemm: {}\n", tessera::kernels::gemm_libraries(mixed ? tessera::kernels::half_gemm_description() : ""));
+    fmt::print("f32 matmuls by {}: {}\n", tessera::kernels::float_gemm_library_name(f32_choice.library),
+               f32_choice.reason);
     if (const auto warning = tessera::kernels::generic_openblas_core_warning(
             tessera::kernels::openblas_core(), tessera::kernels::detect_cpu_vector_features())) {
       fmt::print("{}\n", *warning);
     }
-    tessera::MemoryAccountant memory;
-    tessera::nn::GPT gpt(model, memory, 1234);
     // The step the trainer runs: one microbatch through the interpreter, then clipping and AdamW.
     tessera::parallel::EngineOptions options;
     options.optimizer = {};  // AdamW: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1

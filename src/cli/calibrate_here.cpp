@@ -87,9 +87,10 @@ double gemm_flops(int n) { return 2.0 * (2.0 * n) * (2.0 * n) * n; }
 
 // The three products of a linear layer y[M, N] = x[M, K] w[N, K]^T with M = N = 2n, K = n, as the
 // engine calls them (kernels/cpu/linear.cpp): the forward (w transposed), the input gradient and
-// the weight gradient (x transposed, accumulating); their mean rate. Each call takes the next of
-// several sets of operands, so that they come from memory as a step's do, not from a warm cache.
-double gemm_rate(int n) {
+// the weight gradient (x transposed, accumulating); their mean rate, by the float GEMM library set
+// now. Each call takes the next of several sets of operands, so that they come from memory as a
+// step's do, not from a warm cache.
+double library_gemm_rate(int n) {
   constexpr size_t kSets = 8;
   const int M = 2 * n, N = 2 * n, K = n;
   using kernels::Transpose;
@@ -118,6 +119,19 @@ double gemm_rate(int n) {
     kernels::matmul(o.dw.data(), o.dy.data(), o.x.data(), none, N, K, M, Transpose::Yes, Transpose::No, true);
   });
   return 3 * gemm_flops(n) / (forward + input + weight);
+}
+
+// The better of the two float GEMM libraries' rates: a run takes the faster for its model
+// (precision.f32_gemm, kernels/cpu/gemm_choice.h), so the planner predicts with it.
+double gemm_rate(int n) {
+  const kernels::FloatGemmLibrary before = kernels::float_gemm_library();
+  double best = 0;
+  for (kernels::FloatGemmLibrary library : {kernels::FloatGemmLibrary::OneDnn, kernels::FloatGemmLibrary::OpenBlas}) {
+    kernels::use_float_gemm_library(library);
+    best = std::max(best, library_gemm_rate(n));
+  }
+  kernels::use_float_gemm_library(before);
+  return best;
 }
 
 double bf16_gemm_rate(int n) {
@@ -372,7 +386,8 @@ void calibrate_here(const std::string& out, const std::string& name, const std::
     omp_set_num_threads(t);
     Measured m;
     m.threads = t;
-    fmt::print("  {} thread{}: a linear layer's sgemms [2n x n x 2n], GFLOP/s at n =", t, t == 1 ? "" : "s");
+    fmt::print("  {} thread{}: a linear layer's sgemms [2n x n x 2n] by the faster of oneDNN and OpenBLAS, GFLOP/s "
+               "at n =", t, t == 1 ? "" : "s");
     for (int n : kGemmSizes) {
       m.gemm_rates.push_back(gemm_rate(n));
       per_core_peak = std::max(per_core_peak, m.gemm_rates.back() / t);

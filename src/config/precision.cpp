@@ -37,4 +37,20 @@ std::string PrecisionOptions::describe() const {
   return text;
 }
 
+std::string_view float_gemm_setting_name(FloatGemmSetting setting) {
+  switch (setting) {
+    case FloatGemmSetting::OneDnn: return "onednn";
+    case FloatGemmSetting::OpenBlas: return "openblas";
+    case FloatGemmSetting::Auto: break;
+  }
+  return "auto";
+}
+
+std::optional<FloatGemmSetting> find_float_gemm_setting(std::string_view name) {
+  for (FloatGemmSetting s : {FloatGemmSetting::Auto, FloatGemmSetting::OneDnn, FloatGemmSetting::OpenBlas}) {
+    if (float_gemm_setting_name(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tessera::config

@@ -7,6 +7,7 @@
 // reduction in a 16-bit dtype, summed in f32. Names live with the config so that what reads
 // configs need not link the runtime.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,12 @@ DType parse_precision(std::string_view name, std::string_view key);
 // the backward and the gradients divided by it before the step; a step whose gradients are not
 // finite on any rank is skipped by every rank and the scale multiplied by backoff_factor; after
 // growth_interval finite steps in a row it is multiplied by growth_factor.
+// precision.f32_gemm: which library runs the float products: "auto" (the faster of the two on the
+// model's products, measured; train/float_gemm_choice.h), "onednn" or "openblas".
+enum class FloatGemmSetting : uint8_t { Auto, OneDnn, OpenBlas };
+std::string_view float_gemm_setting_name(FloatGemmSetting setting);
+std::optional<FloatGemmSetting> find_float_gemm_setting(std::string_view name);
+
 struct LossScaling {
   bool enabled = false;  // precision.compute = "fp16"
   bool dynamic = true;   // precision.loss_scale = "dynamic"; false: a fixed scale

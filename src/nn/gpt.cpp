@@ -50,6 +50,18 @@ GPT::GPT(const config::ModelConfig& config, MemoryAccountant& memory, uint64_t s
   params_.initialize(seed);
 }
 
+std::vector<Shape> GPT::linear_weight_shapes() const {
+  std::vector<Shape> shapes;
+  for (const Parameter& p : params_.all()) {
+    if (p.role == ParameterRole::Weight && p.part == ParameterPart::Dense && p.shape.size() == 2 &&
+        &p != &head_.weight()) {
+      shapes.push_back(p.shape);
+    }
+  }
+  shapes.push_back(head_.weight().shape);  // the token embedding's block when tied
+  return shapes;
+}
+
 GPT::UnitOutput GPT::head_forward(StepContext& step, HeadCtx& ctx, const Tensor& x, const Microbatch& mb) {
   const int64_t B = mb.targets.size(0), T = mb.targets.size(1);  // x [B, Ts, C] may hold a part of each sequence
   UnitOutput out;

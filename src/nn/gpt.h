@@ -128,6 +128,10 @@ class GPT {
 
   ParameterStore& parameters() { return params_; }
   const ParameterStore& parameters() const { return params_; }
+  // [out, in] of every weight that multiplies all of a microbatch's rows, this rank's blocks: the
+  // blocks' linear layers and the head, once per use. An MoE layer's experts are not listed: each
+  // multiplies only the rows routed to it.
+  std::vector<Shape> linear_weight_shapes() const;
   const config::ModelConfig& config() const { return config_; }
 
   // The activation bytes each unit keeps are a function of the shapes alone:

@@ -29,6 +29,14 @@ void set_recompute(RunConfig& c, std::string_view name) {
   c.memory.recompute = *policy;
 }
 
+std::string_view f32_gemm_of(const RunConfig& c) { return config::float_gemm_setting_name(c.precision.f32_gemm); }
+void set_f32_gemm(RunConfig& c, std::string_view name) {
+  const std::optional<config::FloatGemmSetting> setting = config::find_float_gemm_setting(name);
+  TS_CHECK(setting.has_value(), "config: precision.f32_gemm = '{}' is not known; use \"auto\", \"onednn\" or "
+           "\"openblas\"", name);
+  c.precision.f32_gemm = *setting;
+}
+
 }  // namespace
 
 std::vector<ConfigKey> execution_keys() {
@@ -146,6 +154,13 @@ std::vector<ConfigKey> execution_keys() {
             "losses; `docs/moe.md`). The 16-bit matmul is oneDNN's bf16 GEMM where the CPU has bf16 dot "
             "products (`avx512_bf16`), else the inputs widened to f32 (same results, fp32 speed); the start "
             "line says which runs"},
+    {.key = "precision.f32_gemm",
+     .field = KindName{f32_gemm_of, set_f32_gemm},
+     .doc = "the library of the float matmuls: `\"auto\"` (oneDNN's or OpenBLAS's sgemm, whichever runs the "
+            "model's products faster with the run's threads, measured at start-up and stored per machine and "
+            "model shape beside the matmul peak, `float-gemm.json`; every rank takes the same; the start line "
+            "says which and why), `\"onednn\"` or `\"openblas\"`. The matmul peak MFU divides by is that of "
+            "the library chosen"},
     {.key = "precision.loss_scale",
      .field = WordOrNumber{in_precision<&PrecisionSection::loss_scale>},
      .doc = "fp16 only: `\"dynamic\"` (start at `precision.init_scale`, halve and skip the step on every rank "

@@ -2,37 +2,24 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "core/atomic_file.h"
 #include "core/check.h"
 #include "core/host.h"
+#include "kernels/cpu/blas_library.h"
 #include "kernels/cpu/matmul.h"
+#include "train/machine_cache.h"
 
 namespace fs = std::filesystem;
 
 namespace tessera::train {
 
 namespace {
-
-fs::path cache_file() {
-  if (const char* dir = std::getenv("TESSERA_CACHE_DIR"); dir != nullptr && *dir != 0) return fs::path(dir) / "peak-flops.json";
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != 0) {
-    return fs::path(xdg) / "tessera" / "peak-flops.json";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != 0) {
-    return fs::path(home) / ".cache" / "tessera" / "peak-flops.json";
-  }
-  return {};
-}
 
 // The best rate of square sgemms of two sizes, repeated for about `seconds`.
 double measure(double seconds) {
@@ -58,22 +45,16 @@ constexpr double kQuietShare = 0.1;
 
 MatmulPeak matmul_peak(double configured_gflops, int threads) {
   if (configured_gflops > 0) return {configured_gflops * 1e9, "log.peak_gflops"};
-  // The GEMM library is in the key: a peak stored before it changed is not this build's.
-  const std::string key = fmt::format("{} | {} threads | {}", host::cpu_model(), threads, kernels::float_gemm_name());
-  const fs::path file = cache_file();
-  nlohmann::json cache = nlohmann::json::object();
-  std::error_code ec;
-  if (!file.empty() && fs::exists(file, ec)) {
-    std::ifstream in(file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    cache = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (!cache.is_object()) cache = nlohmann::json::object();  // a damaged cache is measured again
-    const auto it = cache.find(key);
-    if (it != cache.end() && it->is_object() && it->contains("gflops") && (*it)["gflops"].is_number() &&
-        (*it)["gflops"].get<double>() > 0) {
-      return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
-    }
+  // The GEMM library is in the key (and OpenBLAS's core, which OPENBLAS_CORETYPE changes): a peak
+  // stored for another is not this run's.
+  const bool openblas = kernels::float_gemm_library() == kernels::FloatGemmLibrary::OpenBlas;
+  const std::string key = fmt::format("{} | {} threads | {}{}", host::cpu_model(), threads, kernels::float_gemm_name(),
+                                      openblas ? fmt::format(" (core {})", kernels::openblas_core()) : std::string());
+  const fs::path file = machine_cache_path("peak-flops.json");
+  const nlohmann::json cache = read_machine_cache(file);
+  if (const auto it = cache.find(key); it != cache.end() && it->is_object() && it->contains("gflops") &&
+                                       (*it)["gflops"].is_number() && (*it)["gflops"].get<double>() > 0) {
+    return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
   }
   // Stored only when nothing else ran: other processes' share of the cores while it measured (a
   // training job started a moment ago does not show in the load average yet), and the load
@@ -87,15 +68,10 @@ MatmulPeak matmul_peak(double configured_gflops, int threads) {
     return {flops, fmt::format("measured now, on a busy machine (other processes took {:.0f}% of the cores, load "
                                "average {:.1f}): not stored", 100 * others, load)};
   }
-  cache[key] = {{"gflops", flops / 1e9}, {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
-  if (!file.empty()) {
-    try {
-      fs::create_directories(file.parent_path());
-      write_file_atomically(file, cache.dump(2) + "\n");
-      return {flops, fmt::format("calibrated now, stored in {}", file.string())};
-    } catch (const std::exception&) {
-      // A read-only home: this run uses its own measurement; the next one measures again.
-    }
+  const nlohmann::json entry = {{"gflops", flops / 1e9},
+                                {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
+  if (store_in_machine_cache(file, key, entry)) {
+    return {flops, fmt::format("calibrated now, stored in {}", file.string())};
   }
   return {flops, "calibrated now (could not store it)"};
 }

@@ -102,6 +102,7 @@ struct PrecisionSection {
   int64_t growth_interval = 2000;       // fp16, dynamic: finite steps in a row before the scale grows
   double growth_factor = 2.0;           // fp16, dynamic: the scale's growth
   double backoff_factor = 0.5;          // fp16, dynamic: the scale's cut after a non-finite gradient
+  config::FloatGemmSetting f32_gemm = config::FloatGemmSetting::Auto;  // the float products' library
 };
 
 struct MemorySection {

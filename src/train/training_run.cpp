@@ -177,6 +177,7 @@ TrainingRun::TrainingRun(RunStart& run_start, StopSignals* stop_signals)
       // With ZeRO-3's shard in the nvme tier the whole values are never made: each parameter's
       // initial values go there as the shard is written, so a model larger than RAM starts.
       model(cfg.model, memory, cfg.train.seed, &expert_plan, cfg.memory.offload_params == "nvme"),
+      float_gemm(choose_float_gemm(cfg.precision.f32_gemm, model_gemm_problems(model, int64_t{micro} * T), world)),
       offload(offload_folder(cfg, world)),
       engine_settings(engine_options(cfg)),
       disk(plan_offload(engine_settings, offload)),
@@ -340,6 +341,7 @@ void TrainingRun::print_execution() {
   }
   fmt::print("gemm: {}\n", kernels::gemm_libraries(cfg.precision_options().mixed() ? kernels::half_gemm_description()
                                                                                : std::string()));
+  fmt::print("f32 matmuls by {}: {}\n", kernels::float_gemm_library_name(float_gemm.library), float_gemm.reason);
   if (const auto warning =
           kernels::generic_openblas_core_warning(kernels::openblas_core(), kernels::detect_cpu_vector_features())) {
     fmt::print("{}\n", *warning);

@@ -35,6 +35,7 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/training_engine.h"
 #include "train/checkpoint.h"
+#include "train/float_gemm_choice.h"
 #include "train/memory_check.h"
 #include "train/offload_folder.h"
 #include "train/peak_flops.h"
@@ -145,6 +146,9 @@ class TrainingRun {
   const parallel::TensorParallelPlan tensor_plan;
   const parallel::ExpertParallelPlan expert_plan;
   nn::GPT model;
+  // The float products' library, chosen (by measurement on the model's products unless
+  // precision.f32_gemm names one) before the engine, whose planning may time the model, exists.
+  const FloatGemmChoice float_gemm;
   // The nvme tier: this rank's scratch folder, removed when the run ends.
   std::optional<OffloadFolder> offload;
   parallel::EngineOptions engine_settings;

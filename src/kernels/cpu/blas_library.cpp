@@ -48,8 +48,9 @@ std::optional<std::string> generic_openblas_core_warning(std::string_view core, 
   const char* fit = cpu.avx512 ? "SkylakeX" : "Haswell";
   return fmt::format("warning: OpenBLAS runs its generic \"{}\" kernels on this CPU, which has {}: its matrix "
                      "products run several times slower than they could. Set OPENBLAS_CORETYPE={} in the "
-                     "environment (tessera's f32 products run on oneDNN and are not affected; its f64 ones and a "
-                     "PyTorch or NumPy peer's f32 ones on this machine are)",
+                     "environment (tessera measures both libraries and runs its f32 products on the faster, oneDNN "
+                     "against a generic OpenBLAS; its f64 ones and a PyTorch or NumPy peer's f32 ones on this "
+                     "machine are slowed)",
                      core, cpu.avx512 ? "AVX-512" : "AVX2", fit);
 }
 

@@ -3,9 +3,10 @@
 // deserves. Debian's OpenBLAS picks its kernels by CPU model at load time, and on a CPU it does not
 // know (a Xeon with AMX, measured: docs/benchmarks.md) it falls back to its generic "Prescott"
 // kernels at a sixth of the speed its Haswell or SkylakeX kernels reach; OPENBLAS_CORETYPE tells
-// it which to use. tessera's f32 products run on oneDNN (kernels/cpu/matmul.cpp), its f64 ones
-// (references in tests) on OpenBLAS; a PyTorch or NumPy peer on the same machine runs its f32
-// products on this OpenBLAS, so the start line says so whichever library tessera uses.
+// it which to use. tessera's f32 products run on whichever of oneDNN and this OpenBLAS measured
+// faster (kernels/cpu/gemm_choice.h), its f64 ones (references in tests) on OpenBLAS; a PyTorch or
+// NumPy peer on the same machine runs its f32 products on this OpenBLAS, so the start line says so
+// whichever library tessera uses.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,7 +34,7 @@ bool openblas_core_is_generic(std::string_view core);
 // generic or the CPU has neither.
 std::optional<std::string> generic_openblas_core_warning(std::string_view core, CpuVectorFeatures cpu);
 
-// "f32 by onednn-sgemm; 16-bit by <half>; f64 by OpenBLAS 0.3.21 ... (core Haswell)": the start
+// "f32 by openblas-sgemm; 16-bit by <half>; f64 by OpenBLAS 0.3.21 ... (core Haswell)": the start
 // line's GEMM libraries. `half`: the 16-bit path's description, empty when the run has none.
 std::string gemm_libraries(const std::string& half);
 

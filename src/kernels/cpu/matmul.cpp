@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -18,23 +19,32 @@ namespace tessera::kernels {
 namespace {
 CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::Yes ? CblasTrans : CblasNoTrans; }
 
-// Single-precision products go to oneDNN's sgemm rather than OpenBLAS's: on an AMD EPYC of the
-// first Zen generation, one thread of OpenBLAS 0.3.21 ran every product with 256 or fewer output
-// columns at 8-10 GFLOP/s until the process had once made a wider one (33-35 after), and the
-// blocks below are never wider, so a one-thread rank stayed slow; oneDNN ran the same products at
-// 35-37. A rank with one thread trained the default model 2.2 times faster with it, two threads in
-// one process at the same speed (docs/benchmarks.md, "One thread's GEMM", bench/gemm_backends).
-// Inside an active OpenMP region either runs on the calling thread alone, which keeps the bits
-// independent of the thread count.
-void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float* a, int lda,
-               const float* b, int ldb, float beta, float* c, int ldc) {
+// The library of the single-precision products. Which is faster depends on the CPU, the thread
+// count and the shapes: on an AMD EPYC of the first Zen generation one thread of OpenBLAS 0.3.21
+// ran every product with 256 or fewer output columns at 8-10 GFLOP/s until the process had once
+// made a wider one, where oneDNN ran them at 35-37 (docs/benchmarks.md, "One thread's GEMM"); on a
+// Xeon with AVX-512, OpenBLAS told its SkylakeX core reached 310 GFLOP/s against oneDNN's 240. So
+// the run measures both on its model's products at start-up (kernels/cpu/gemm_choice.h) and sets
+// the faster here once, before its first step: process-wide, as the BLAS's own thread count is,
+// because the products are made deep inside every op and the blocks below run on OpenMP's workers.
+// oneDNN until someone chooses. Inside an active OpenMP region either library runs on the calling
+// thread alone, which keeps the bits independent of the thread count.
+std::atomic<FloatGemmLibrary> chosen_float_gemm{FloatGemmLibrary::OneDnn};
+
+void blas_gemm(FloatGemmLibrary library, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+               const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (library == FloatGemmLibrary::OpenBlas) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   const dnnl_status_t status = dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', M, N, K, alpha,
                                           a, lda, b, ldb, beta, c, ldc);
   TS_CHECK(status == dnnl_success, "sgemm of {} x {} x {} (lda {}, ldb {}, ldc {}) failed in oneDNN with status {}", M,
            N, K, lda, ldb, ldc, static_cast<int>(status));
 }
-void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, double alpha, const double* a, int lda,
-               const double* b, int ldb, double beta, double* c, int ldc) {
+// Doubles (the tests' references) always go to OpenBLAS: oneDNN has no dgemm.
+void blas_gemm(FloatGemmLibrary, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, double alpha,
+               const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -100,7 +110,7 @@ int gemm_blocks(int size) {
 }
 
 template <class T>
-void blocked_gemm(Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b, int ldb, T beta,
+void blocked_gemm(FloatGemmLibrary library, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b, int ldb, T beta,
                   T* c) {
   const bool by_rows = M >= N;
   const int size = by_rows ? M : N;
@@ -114,12 +124,12 @@ void blocked_gemm(Transpose ta, Transpose tb, int M, int N, int K, const T* a, i
     if (by_rows) {
       // Rows [begin, end) of C and of op(a): a is [M, K] (row offset) or [K, M] (column offset).
       const T* a_block = ta == Transpose::No ? a + static_cast<size_t>(begin) * lda : a + begin;
-      blas_gemm(to_cblas(ta), to_cblas(tb), end - begin, N, K, T(1), a_block, lda, b, ldb, beta,
+      blas_gemm(library, to_cblas(ta), to_cblas(tb), end - begin, N, K, T(1), a_block, lda, b, ldb, beta,
                 c + static_cast<size_t>(begin) * N, N);
     } else {
       // Columns [begin, end) of C and of op(b): b is [K, N] (column offset) or [N, K] (row offset).
       const T* b_block = tb == Transpose::No ? b + begin : b + static_cast<size_t>(begin) * ldb;
-      blas_gemm(to_cblas(ta), to_cblas(tb), M, end - begin, K, T(1), a, lda, b_block, ldb, beta, c + begin, N);
+      blas_gemm(library, to_cblas(ta), to_cblas(tb), M, end - begin, K, T(1), a, lda, b_block, ldb, beta, c + begin, N);
     }
   }
 }
@@ -129,13 +139,14 @@ template <class T>
 void gemm(Transpose ta, Transpose tb, int M, int N, int K, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
           T* c, int ldc) {
   if (M == 0 || N == 0) return;
-  blas_gemm(to_cblas(ta), to_cblas(tb), M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  blas_gemm(chosen_float_gemm.load(std::memory_order_relaxed), to_cblas(ta), to_cblas(tb), M, N, K, alpha, a, lda, b,
+            ldb, beta, c, ldc);
 }
 
 namespace {
 template <class T>
-void float_matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
-                  bool accumulate) {
+void float_matmul(FloatGemmLibrary library, T* out, const T* a, const T* b, const T* bias, int M, int N, int K,
+                  Transpose ta, Transpose tb, bool accumulate) {
   TS_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
   TS_CHECK(out != nullptr && (K == 0 || (a != nullptr && b != nullptr)), "matmul: null operand for M={} N={} K={}", M,
@@ -175,7 +186,7 @@ void float_matmul(T* out, const T* a, const T* b, const T* bias, int M, int N, i
   // Row-major leading dimensions are the stored row lengths: [M,K] or [K,M] for a, [K,N] or [N,K] for b.
   const int lda = ta == Transpose::No ? K : M;
   const int ldb = tb == Transpose::No ? N : K;
-  blocked_gemm<T>(ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
+  blocked_gemm<T>(library, ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
 }
 
 // The engine of the 16-bit products on this thread: oneDNN's primitives are cached per shape, and
@@ -237,7 +248,8 @@ void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, 
   float* wide_b = scratch_of(scratch.b, b_size);
   widen<T>(wide_a, a, a_size);
   widen<T>(wide_b, b, b_size);
-  float_matmul<float>(c, wide_a, wide_b, nullptr, M, N, K, ta, tb, accumulate);
+  float_matmul<float>(chosen_float_gemm.load(std::memory_order_relaxed), c, wide_a, wide_b, nullptr, M, N, K, ta, tb,
+                      accumulate);
   if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
 }
 }  // namespace
@@ -253,13 +265,24 @@ void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K
     half_matmul<T, Out>(out, a, b, bias, M, N, K, ta, tb, accumulate);
   } else {
     static_assert(std::is_same_v<T, Out>, "a float or double product is stored in its own type");
-    float_matmul<T>(out, a, b, bias, M, N, K, ta, tb, accumulate);
+    float_matmul<T>(chosen_float_gemm.load(std::memory_order_relaxed), out, a, b, bias, M, N, K, ta, tb, accumulate);
   }
 }
 
 std::string half_gemm_description() { return half_gemm_engine().describe(); }
 
-std::string_view float_gemm_name() { return "onednn-sgemm"; }
+std::string_view float_gemm_library_name(FloatGemmLibrary library) {
+  return library == FloatGemmLibrary::OpenBlas ? "openblas-sgemm" : "onednn-sgemm";
+}
+
+void use_float_gemm_library(FloatGemmLibrary library) { chosen_float_gemm.store(library); }
+FloatGemmLibrary float_gemm_library() { return chosen_float_gemm.load(); }
+std::string_view float_gemm_name() { return float_gemm_library_name(float_gemm_library()); }
+
+void float_matmul_by(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
+                     Transpose ta, Transpose tb) {
+  float_matmul<float>(library, out, a, b, nullptr, M, N, K, ta, tb, false);
+}
 
 template void gemm<float>(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float,
                           float*, int);

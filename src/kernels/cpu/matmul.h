@@ -1,9 +1,11 @@
 #pragma once
-// General matrix multiply, row-major: float by oneDNN's sgemm, double by OpenBLAS's dgemm; one-row
+// General matrix multiply, row-major: float by oneDNN's or OpenBLAS's sgemm (the faster on this
+// machine, chosen by measurement: kernels/cpu/gemm_choice.h), double by OpenBLAS's dgemm; one-row
 // products as matrix-vector loops.
 // 16-bit operands (bf16, f16) are multiplied with f32 sums: by oneDNN's bf16 GEMM where the CPU
 // has bf16 dot products, else widened to f32 and multiplied as floats (kernels/cpu/gemm_bf16.h).
 // Shapes: M, N, K as in out[M,N] = op(a)[M,K] · op(b)[K,N].
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,9 +26,23 @@ template <class T, class Out = T>
 void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K, Transpose ta, Transpose tb,
             bool accumulate);
 
-// Which library runs the float GEMM ("onednn-sgemm"): a speed measured once and stored (the MFU
-// peak, train/peak_flops.h) belongs to it, and is measured again when it changes.
-std::string_view float_gemm_name();
+// The libraries that can run the float GEMM.
+enum class FloatGemmLibrary : uint8_t { OneDnn, OpenBlas };
+// "onednn-sgemm", "openblas-sgemm".
+std::string_view float_gemm_library_name(FloatGemmLibrary library);
+
+// Which library runs this process's float GEMMs: oneDNN until a run chooses (at start-up, before
+// any product; kernels/cpu/gemm_choice.h). Process-wide, as the BLAS's thread count is. A speed
+// measured once and stored (the MFU peak, train/peak_flops.h) belongs to the library: its name is
+// in the stored key.
+void use_float_gemm_library(FloatGemmLibrary library);
+FloatGemmLibrary float_gemm_library();
+std::string_view float_gemm_name();  // of float_gemm_library()
+
+// One float product out[M,N] = op(a)·op(b) exactly as matmul makes it (the same blocks), by the
+// given library rather than the chosen one: what the choice measures.
+void float_matmul_by(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
+                     Transpose ta, Transpose tb);
 
 // Which 16-bit GEMM runs on this thread: "onednn-bf16 (<oneDNN's implementation>)" or
 // "widen-to-f32" (kernels/cpu/gemm_bf16.h).

@@ -1,0 +1,45 @@
+#pragma once
+// Which library makes this machine's float products faster, measured on the products a model's
+// step makes. Neither wins everywhere (kernels/cpu/matmul.cpp says where each lost), and a CPU's
+// model says little: the thread count, the shapes and the core OpenBLAS picked all move the
+// answer. So a run times both, alternating so that both see the same machine, and keeps the one
+// whose step would spend less time in its products.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+
+namespace tessera::kernels {
+
+// out[M,N] = op(a)[M,K] · op(b)[K,N], made `count` times a step.
+struct GemmProblem {
+  int64_t M = 0, N = 0, K = 0;
+  Transpose ta = Transpose::No, tb = Transpose::No;
+  double count = 1;
+};
+
+// Adds the three products of a linear layer with weight [out, in] over `tokens` rows (kernels/cpu/
+// linear.cpp): forward y = x·Wᵀ (tokens x out x in), input gradient dx = dy·W (tokens x in x out)
+// and weight gradient dW = dyᵀ·x (out x in x tokens). A shape already listed counts once more.
+void add_linear_layer(std::vector<GemmProblem>& problems, int64_t out, int64_t in, int64_t tokens);
+
+// The problems' time per step with each library (the sum over problems of count × the best of
+// `rounds` timings). A dimension above kMeasuredSizeLimit is measured at that size and its time
+// scaled up by the FLOPs: both libraries run such sizes at their steady rate, and the largest
+// product of a GPT-2 step (the head's, 1024 x 50257 x 768) would otherwise cost a second and
+// 600 MiB of scratch at start-up.
+struct FloatGemmTimes {
+  double onednn_seconds = 0;
+  double openblas_seconds = 0;
+  int shapes = 0;  // problems timed
+};
+inline constexpr int64_t kMeasuredSizeLimit = 4096;
+FloatGemmTimes time_float_gemm_libraries(const std::vector<GemmProblem>& problems, int rounds = 2);
+
+// OpenBLAS only when its time is at most (1 - kFloatGemmMargin) of oneDNN's, else oneDNN: two
+// libraries within noise of each other must not swap between runs of one machine, which would
+// change the bits a resumed run computes.
+inline constexpr double kFloatGemmMargin = 0.03;
+FloatGemmLibrary faster_float_gemm(const FloatGemmTimes& times);
+
+}  // namespace tessera::kernels
