@@ -9,7 +9,10 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <omp.h>
 
 #include <fmt/format.h>
 
@@ -97,6 +100,65 @@ void measure_shared_latency(dist::Communicator& world, const std::string& out) {
   }
 }
 
+// While both ranks compute, as in a step whose gradient buckets cross the link behind backward:
+// each rank posts an all-reduce of kBusyBytes and makes products on this thread until it
+// completes. Against the same products alone this gives the link's rate while the cores compute,
+// and how much slower the products run while the link carries traffic: where the transport's work
+// (TCP's copies and checksums, a shaped queue) runs on the computing cores, both suffer. Each rank
+// computes with `threads` threads, the share of the cores a training rank of this node has. Adds
+// "busy_bytes", "busy_all_reduce_seconds" (the median) and "compute_slowdown" (the median
+// product's time over the best alone, the ranks' mean) to `result`.
+void measure_busy_link(dist::Communicator& world, int threads, nlohmann::json& result) {
+  constexpr size_t kBusyBytes = size_t{16} << 20;
+  constexpr int kSize = 384, kProductsAlone = 20, kRounds = 5;
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> a(kSize * kSize, 0.5f), b(a.size(), 0.25f), c(a.size());
+  auto product = [&] {
+    kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), kSize, kSize, kSize,
+                    kernels::Transpose::No, kernels::Transpose::No, false);
+  };
+  world.barrier()->wait();
+  product();
+  double alone = std::numeric_limits<double>::max();
+  for (int r = 0; r < kRounds; ++r) {
+    const auto t0 = Clock::now();
+    for (int k = 0; k < kProductsAlone; ++k) product();
+    alone = std::min(alone, elapsed(t0) / kProductsAlone);
+  }
+  std::vector<float> buffer(kBusyBytes / sizeof(float), 1.0f);
+  std::vector<double> reduce_seconds, product_seconds;
+  for (int r = 0; r < kRounds; ++r) {
+    world.barrier()->wait();
+    const auto t0 = Clock::now();
+    dist::WorkPtr work = world.all_reduce(buffer.data(), buffer.size(), DType::F32, dist::ReduceOp::Sum);
+    int products = 0;
+    while (!work->is_completed()) {
+      product();
+      ++products;
+    }
+    const double seconds = elapsed(t0);
+    work->wait();
+    reduce_seconds.push_back(seconds);
+    if (products > 0) product_seconds.push_back(seconds / products);
+  }
+  omp_set_num_threads(saved_threads);
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  // A rank whose products never ran beside the transfer (it finished first) saw no slowdown.
+  std::array<float, 2> figures = {static_cast<float>(median(reduce_seconds)),
+                                  static_cast<float>(std::max(1.0, product_seconds.empty()
+                                                                       ? 1.0
+                                                                       : median(product_seconds) / alone))};
+  world.all_reduce(figures.data(), figures.size(), DType::F32, dist::ReduceOp::Sum)->wait();
+  result["busy_bytes"] = static_cast<double>(kBusyBytes);
+  result["busy_all_reduce_seconds"] = static_cast<double>(figures[0]) / world.size();
+  result["compute_slowdown"] = static_cast<double>(figures[1]) / world.size();
+}
+
 }  // namespace
 
 void measure_links(const std::string& out, bool busy) {
@@ -144,7 +206,12 @@ void measure_links(const std::string& out, bool busy) {
     result["one_way_seconds"].push_back(best);
     result["all_reduce_seconds"].push_back(reduce);
   }
-  result["same_machine"] = same_machine(*world);
+  const bool shared = same_machine(*world);
+  result["same_machine"] = shared;
+  // A training rank of a node that is a share of one machine has that share of its cores.
+  const int threads = shared ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world->size())
+                             : omp_get_max_threads();
+  measure_busy_link(*world, threads, result);
   world->barrier()->wait();
   if (rank != 0) return;
   // Across machines rank 0's files may not be the launcher's: "-" hands the result back through

@@ -168,6 +168,17 @@ void calibrate_nodes(const std::string& out, const std::string& hosts, const std
   // The cost model multiplies every link's bandwidth by efficiency.link; the measured figure is
   // what the link achieved already, so it is stored undone by that factor.
   c.inter_node = {bandwidth / c.efficiency.link, latency};
+  if (links.contains("busy_all_reduce_seconds")) {
+    // The same ring model fitted to the all-reduce that crossed while both nodes computed.
+    const double busy_bytes = links.value("busy_bytes", 0.0), busy_seconds = links["busy_all_reduce_seconds"];
+    const double busy = std::min(bandwidth, busy_bytes / std::max(busy_seconds - 2 * latency, 1e-9));
+    const double slowdown = std::clamp(links.value("compute_slowdown", 1.0), 1.0, 100.0);
+    c.inter_node.busy_bandwidth = busy / c.efficiency.link;
+    c.inter_node.compute_slowdown = slowdown;
+    fmt::print("while both nodes compute: the link carries {:.4g} Gbit/s ({:.0f} MiB all-reduced in {:.3f} s), and "
+               "their products take {:.2f} times as long as alone\n",
+               8 * busy / 1e9, busy_bytes / (1 << 20), busy_seconds, slowdown);
+  }
   c.devices_per_node = slots;
   c.max_nodes = static_cast<int64_t>(parsed.size());
   const bool shared = links.value("same_machine", false);

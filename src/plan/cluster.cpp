@@ -92,6 +92,8 @@ LinkSpec read_link(config::TableReader r) {
   LinkSpec link;
   link.bandwidth = r.require<double>("bandwidth_gbps") * kGB;
   link.latency = r.require<double>("latency_us") * kMicro;
+  link.busy_bandwidth = r.get<double>("busy_bandwidth_gbps", 0.0) * kGB;
+  link.compute_slowdown = r.get<double>("compute_slowdown", 1.0);
   r.finish();
   return link;
 }
@@ -127,6 +129,10 @@ void ClusterSpec::validate() const {
   for (const LinkSpec* l : {&intra_node, &inter_node}) {
     TS_CHECK(l->bandwidth > 0 && l->latency >= 0,
              "config: cluster '{}': link bandwidth_gbps must be positive and latency_us non-negative", name);
+    TS_CHECK(l->busy_bandwidth >= 0 && l->busy_bandwidth <= l->bandwidth,
+             "config: cluster '{}': a link's busy_bandwidth_gbps must be in [0, bandwidth_gbps] (0: as idle)", name);
+    TS_CHECK(l->compute_slowdown >= 1 && l->compute_slowdown <= 100,
+             "config: cluster '{}': a link's compute_slowdown must be in [1, 100] (1: none)", name);
   }
   auto fraction = [&](const char* key, double v) {
     TS_CHECK(v > 0 && v <= 1, "config: cluster '{}': cluster.efficiency.{} = {} must be a fraction in (0, 1]", name, key, v);
@@ -306,7 +312,10 @@ ClusterSpec load_cluster(const std::string& name_or_path, const std::vector<std:
 
 std::string cluster_toml(const ClusterSpec& c) {
   auto link = [](const LinkSpec& l) {
-    return fmt::format("bandwidth_gbps = {}\nlatency_us = {}\n", l.bandwidth / kGB, l.latency / kMicro);
+    std::string text = fmt::format("bandwidth_gbps = {}\nlatency_us = {}\n", l.bandwidth / kGB, l.latency / kMicro);
+    if (l.busy_bandwidth > 0) text += fmt::format("busy_bandwidth_gbps = {}\n", l.busy_bandwidth / kGB);
+    if (l.compute_slowdown != 1) text += fmt::format("compute_slowdown = {}\n", l.compute_slowdown);
+    return text;
   };
   std::string out = fmt::format("[cluster]\nname = \"{}\"\ndescription = \"{}\"\ndevices_per_node = {}\nnodes = {}\n\n",
                                 c.name, c.description, c.devices_per_node, c.max_nodes);

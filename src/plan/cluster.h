@@ -28,6 +28,12 @@ struct DeviceSpec {
 struct LinkSpec {
   double bandwidth = 0;  // bytes/s per device in one direction
   double latency = 0;    // seconds per message hop
+  // While the nodes compute: the bandwidth the link carries (0: `bandwidth`) and how much longer
+  // the nodes' compute takes while it carries traffic (1: no longer). Where the transport's work
+  // (TCP's copies, checksums, a shaped queue) runs on the cores that compute, a transfer hidden
+  // behind backward slows both; `plan --calibrate-here --hosts` measures them (docs/planner.md).
+  double busy_bandwidth = 0;
+  double compute_slowdown = 1;
 };
 
 // An efficiency that depends on the size of the work, measured on the device: points (FLOPs of

@@ -40,6 +40,11 @@ Group group_on(const ClusterSpec& c, int size, int64_t stride) {
   const double network = static_cast<double>(members_per_node) * c.inter_node.bandwidth;
   g.link = {std::min(network, c.intra_node.bandwidth) * eff, c.inter_node.latency};
   g.crosses_nodes = true;
+  if (c.inter_node.busy_bandwidth > 0) {
+    g.busy_bandwidth =
+        std::min(static_cast<double>(members_per_node) * c.inter_node.busy_bandwidth, c.intra_node.bandwidth) * eff;
+  }
+  g.compute_slowdown = c.inter_node.compute_slowdown;
   return g;
 }
 

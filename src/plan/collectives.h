@@ -19,6 +19,10 @@ struct Group {
   int size = 1;
   Link link;
   bool crosses_nodes = false;  // its members are on several nodes: it runs over the network
+  // Over the network while the members compute (LinkSpec's busy figures): the bandwidth (0: as
+  // link's) and the compute's slowdown meanwhile.
+  double busy_bandwidth = 0;
+  double compute_slowdown = 1;
 };
 
 // Ring algorithms over n members, S the full buffer in bytes, alpha latency, beta = 1/bandwidth:

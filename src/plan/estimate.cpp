@@ -69,6 +69,27 @@ StageTime edge_time(const ModelConfig& m, const Layout& l, const ClusterSpec& c,
   return t;
 }
 
+// What this engine's gradient reduction between nodes adds to a step (its buckets are posted as
+// backward completes them): the part of the reduction backward does not hide, never less than the
+// last bucket (`tail`), which backward's end completes. Where the link was measured busy
+// (Group::busy_bandwidth, compute_slowdown), the bytes cross at the busy bandwidth while backward
+// runs, backward runs slower while they do, and what is left after it crosses at the idle
+// bandwidth; the slowdown is part of what the reduction adds.
+double engine_reduction_exposed(const Group& dp, double bytes, double backward, double tail) {
+  const double idle = all_reduce_seconds(dp, bytes);
+  if (dp.busy_bandwidth <= 0 && dp.compute_slowdown == 1) return std::max(idle - backward, tail);
+  Group busy = dp;
+  if (dp.busy_bandwidth > 0) busy.link.bandwidth = dp.busy_bandwidth;
+  const double during = all_reduce_seconds(busy, bytes);  // the whole reduction at the busy rate
+  const double slowed = backward * dp.compute_slowdown;   // backward with the transfers beside it
+  if (during <= slowed) {
+    // All of it crosses during backward, which runs at 1/slowdown of its speed while it does.
+    return during * (1 - 1 / dp.compute_slowdown) + tail;
+  }
+  const double left = (1 - slowed / during) * idle;  // the share that crosses after backward
+  return (slowed - backward) + std::max(left, tail);
+}
+
 }  // namespace
 
 RankMemory estimate_memory(const ModelConfig& m, const Layout& l, const PipelineModel& pipeline) {
@@ -190,7 +211,7 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
           dp_exposed = compressed;
         } else if (engine_between_nodes) {
           const double tail = all_reduce_seconds(groups.dp, message_bytes * engine_last_bucket_elements(m, l) / rank_params);
-          dp_exposed = std::max(all_reduce_seconds(groups.dp, message_bytes) - st.backward, tail);
+          dp_exposed = engine_reduction_exposed(groups.dp, message_bytes, st.backward, tail);
         } else {
           dp_exposed = hidden(all_reduce_seconds(groups.dp, message_bytes), st.backward);
         }

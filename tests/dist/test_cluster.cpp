@@ -415,9 +415,17 @@ TEST_F(Cluster, CalibrateHereMeasuresTheLinkBetweenNodes) {
   EXPECT_EQ(after.host.processes.front(), before.host.processes.front());
   EXPECT_DOUBLE_EQ(after.device.peak_flops_fp32, before.device.peak_flops_fp32 / 2);
   EXPECT_DOUBLE_EQ(after.device.memory_bytes, before.device.memory_bytes / 2);
+  // The link while both nodes compute: no faster than idle, and the compute beside it no
+  // quicker (both nodes' transfers run on this machine's two cores).
+  EXPECT_NE(r.output.find("while both nodes compute"), std::string::npos) << r.output;
+  EXPECT_GT(after.inter_node.busy_bandwidth, 0);
+  EXPECT_LE(after.inter_node.busy_bandwidth, after.inter_node.bandwidth);
+  EXPECT_GE(after.inter_node.compute_slowdown, 1.0);
+  EXPECT_LT(after.inter_node.compute_slowdown, 100.0);
   // The planner now places a dp 2 group of one rank per node on the measured link.
   const tessera::plan::Group dp = tessera::plan::group_on(after, 2, 1);
   EXPECT_DOUBLE_EQ(dp.link.bandwidth, after.inter_node.bandwidth * after.efficiency.link);
+  EXPECT_DOUBLE_EQ(dp.busy_bandwidth, after.inter_node.busy_bandwidth * after.efficiency.link);
 }
 
 // Without a node's cluster file there is nothing to add the link to: named before anything runs.

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/toml_reader.h"
 #include "plan/collectives.h"
 #include "plan/device_time.h"
 #include "plan/engine_memory.h"
@@ -246,4 +247,64 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
               reduce_scatter_seconds(groups.dp, 2 * params) - reduce_scatter_seconds(groups.dp, 4 * params) +
                   stream_seconds(c, 18 * params),
               1e-9);
+}
+
+// The same reduction over a link measured busy (`plan --calibrate-here --hosts`): while backward
+// runs the buckets cross at the busy bandwidth and backward takes compute_slowdown times longer;
+// what is left after it crosses at the idle bandwidth. Without the busy figures nothing changes.
+TEST(PlanEstimate, ABusyLinkSlowsTheReductionBehindBackwardAndBackwardItself) {
+  ClusterSpec c = load_cluster("cpu-2core", test_util::config_dirs());
+  c.devices_per_node = 1;
+  c.max_nodes = 2;
+  c.inter_node.bandwidth = 0.125e9;  // 1 Gbit/s
+  config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
+  m.seq_len = 256;
+  const Layout l = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
+  const Estimate idle = estimate(m, l, c);
+  const double params = m.parameter_count();
+  const double backward = idle.microbatch.backward;
+  const double whole = all_reduce_seconds(place(l, c).dp, 4 * params);
+  const double tail = all_reduce_seconds(place(l, c).dp, 4 * engine_last_bucket_elements(m, l));
+
+  ClusterSpec busy = c;
+  busy.inter_node.busy_bandwidth = 0.08e9;
+  busy.inter_node.compute_slowdown = 1.25;
+  const Placement groups = place(l, busy);
+  EXPECT_DOUBLE_EQ(groups.dp.busy_bandwidth, 0.08e9 * busy.efficiency.link);
+  EXPECT_DOUBLE_EQ(groups.dp.compute_slowdown, 1.25);
+  Group at_busy_rate = groups.dp;
+  at_busy_rate.link.bandwidth = groups.dp.busy_bandwidth;
+  const double during = all_reduce_seconds(at_busy_rate, 4 * params);
+  const double slowed = 1.25 * backward;
+  ASSERT_GT(during, slowed) << "1 Gbit/s: the reduction outlasts even the slowed backward";
+  const Estimate e = estimate(m, l, busy);
+  EXPECT_NEAR(e.time.dp_comm, (slowed - backward) + std::max((1 - slowed / during) * whole, tail), 1e-9);
+  EXPECT_GT(e.time.dp_comm, idle.time.dp_comm);
+  EXPECT_NEAR(e.time.step - idle.time.step, e.time.dp_comm - idle.time.dp_comm, 1e-9);
+
+  // A link fast enough that all of it crosses during backward: backward's slowdown while it does,
+  // and the last bucket.
+  ClusterSpec fast = busy;
+  fast.inter_node.bandwidth = 100e9;
+  fast.inter_node.busy_bandwidth = 50e9;
+  Group fast_busy = place(l, fast).dp;
+  fast_busy.link.bandwidth = fast_busy.busy_bandwidth;
+  const double fast_during = all_reduce_seconds(fast_busy, 4 * params);
+  ASSERT_LT(fast_during, slowed);
+  EXPECT_NEAR(estimate(m, l, fast).time.dp_comm,
+              fast_during * (1 - 1 / 1.25) + all_reduce_seconds(place(l, fast).dp, 4 * engine_last_bucket_elements(m, l)),
+              1e-9);
+
+  // The cluster file carries both, and refuses what cannot be.
+  toml::table table = toml::parse(cluster_toml(busy));
+  const ClusterSpec read_back = read_cluster_config(config::TableReader(*table["cluster"].as_table(), "cluster"));
+  EXPECT_DOUBLE_EQ(read_back.inter_node.busy_bandwidth, busy.inter_node.busy_bandwidth);
+  EXPECT_DOUBLE_EQ(read_back.inter_node.compute_slowdown, 1.25);
+  EXPECT_EQ(cluster_toml(c).find("busy_bandwidth_gbps"), std::string::npos) << "absent where not measured";
+  ClusterSpec wrong = busy;
+  wrong.inter_node.busy_bandwidth = 2 * wrong.inter_node.bandwidth;
+  EXPECT_NE(test_util::error_of([&] { wrong.validate(); }).find("busy_bandwidth_gbps"), std::string::npos);
+  wrong = busy;
+  wrong.inter_node.compute_slowdown = 0.5;
+  EXPECT_NE(test_util::error_of([&] { wrong.validate(); }).find("compute_slowdown"), std::string::npos);
 }
