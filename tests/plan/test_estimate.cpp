@@ -196,17 +196,31 @@ TEST(PlanCompression, CompressedReductionsFollowTheirVolumes) {
             std::string::npos);
 }
 
+namespace {
+
+// Two one-device nodes of the 2-core CPU joined by 1 Gbit/s, and a 124M model on 256 tokens.
+ClusterSpec two_nodes_at_one_gbit() {
+  ClusterSpec c = load_cluster("cpu-2core", test_util::config_dirs());
+  c.devices_per_node = 1;
+  c.max_nodes = 2;
+  c.inter_node.bandwidth = 0.125e9;
+  return c;
+}
+config::ModelConfig gpt2_124m_at_256() {
+  config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
+  m.seq_len = 256;
+  return m;
+}
+
+}  // namespace
+
 // This engine's dense reduction between nodes (states=engine, one rank per node): the network
 // carries it while backward computes, so all but the last bucket (the embedding's, completed by
 // backward's last action) passes behind backward; within a node, or for another engine's layout,
 // it stays whole after backward. 16-bit gradient messages halve the bytes.
 TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucket) {
-  ClusterSpec c = load_cluster("cpu-2core", test_util::config_dirs());
-  c.devices_per_node = 1;
-  c.max_nodes = 2;
-  c.inter_node.bandwidth = 0.125e9;  // 1 Gbit/s
-  config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
-  m.seq_len = 256;
+  const ClusterSpec c = two_nodes_at_one_gbit();
+  const config::ModelConfig m = gpt2_124m_at_256();
   const Layout l = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
   const Estimate e = estimate(m, l, c);
   const Placement groups = place(l, c);
@@ -253,12 +267,8 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
 // runs the buckets cross at the busy bandwidth and backward takes compute_slowdown times longer;
 // what is left after it crosses at the idle bandwidth. Without the busy figures nothing changes.
 TEST(PlanEstimate, ABusyLinkSlowsTheReductionBehindBackwardAndBackwardItself) {
-  ClusterSpec c = load_cluster("cpu-2core", test_util::config_dirs());
-  c.devices_per_node = 1;
-  c.max_nodes = 2;
-  c.inter_node.bandwidth = 0.125e9;  // 1 Gbit/s
-  config::ModelConfig m = load_model("gpt2-124m", test_util::config_dirs());
-  m.seq_len = 256;
+  const ClusterSpec c = two_nodes_at_one_gbit();
+  const config::ModelConfig m = gpt2_124m_at_256();
   const Layout l = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
   const Estimate idle = estimate(m, l, c);
   const double params = m.parameter_count();
