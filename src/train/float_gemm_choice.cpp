@@ -42,10 +42,10 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   FloatGemmChoice choice;
   if (setting != config::FloatGemmSetting::Auto || problems.empty()) {
     choice.library = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
-                                                           : kernels::FloatGemmLibrary::OneDnn;
-    choice.reason = setting != config::FloatGemmSetting::Auto ? fmt::format("precision.f32_gemm = \"{}\"",
-                                                                    config::float_gemm_setting_name(setting))
-                                                      : std::string("the model makes no float product");
+                                                                   : kernels::FloatGemmLibrary::OneDnn;
+    choice.reason = setting != config::FloatGemmSetting::Auto
+                        ? fmt::format("precision.f32_gemm = \"{}\"", config::float_gemm_setting_name(setting))
+                        : std::string("the model makes no float product");
     kernels::use_float_gemm_library(choice.library);
     return choice;
   }
@@ -81,8 +81,8 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   const kernels::FloatGemmTimes agreed{sums[0], sums[1], times.shapes};
   choice.library = kernels::faster_float_gemm(agreed);
   const double ranks = world != nullptr ? world->size() : 1;
-  choice.reason = fmt::format("the faster on this model's {} products with {} thread{}: {:.3f} s a microbatch "
-                              "against {:.3f} s by {}{}, {}",
+  choice.reason = fmt::format("the faster on this model's {} product shapes with {} thread{}: {:.3f} s a "
+                              "microbatch against {:.3f} s by {}{}, {}",
                               times.shapes, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
                               (choice.library == kernels::FloatGemmLibrary::OneDnn ? sums[0] : sums[1]) / ranks,
                               (choice.library == kernels::FloatGemmLibrary::OneDnn ? sums[1] : sums[0]) / ranks,

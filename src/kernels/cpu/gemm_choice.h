@@ -31,7 +31,7 @@ void add_linear_layer(std::vector<GemmProblem>& problems, int64_t out, int64_t i
 struct FloatGemmTimes {
   double onednn_seconds = 0;
   double openblas_seconds = 0;
-  int shapes = 0;  // problems timed
+  int shapes = 0;  // problems timed (distinct shapes; each counts as often as a step makes it)
 };
 inline constexpr int64_t kMeasuredSizeLimit = 4096;
 FloatGemmTimes time_float_gemm_libraries(const std::vector<GemmProblem>& problems, int rounds = 2);
