@@ -41,12 +41,12 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
                                   dist::Communicator* world) {
   FloatGemmChoice choice;
   if (setting != config::FloatGemmSetting::Auto || problems.empty()) {
-    choice.library = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
+    choice.chosen = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
                                                                    : kernels::FloatGemmLibrary::OneDnn;
     choice.reason = setting != config::FloatGemmSetting::Auto
                         ? fmt::format("precision.f32_gemm = \"{}\"", config::float_gemm_setting_name(setting))
                         : std::string("the model makes no float product");
-    kernels::use_float_gemm_library(choice.library);
+    kernels::use_float_gemm_library(choice.chosen);
     return choice;
   }
   const std::string products = describe_problems(problems);
@@ -57,10 +57,10 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   const nlohmann::json cache = read_machine_cache(file);
   kernels::FloatGemmTimes times;
   std::string where = "measured now";
-  if (const auto it = cache.find(key); it != cache.end() && it->is_object() && (*it).value("onednn_seconds", 0.0) > 0 &&
-                                       (*it).value("openblas_seconds", 0.0) > 0) {
-    times.onednn_seconds = (*it)["onednn_seconds"].get<double>();
-    times.openblas_seconds = (*it)["openblas_seconds"].get<double>();
+  if (const auto it = cache.find(key); it != cache.end() && it->is_object() && it->value("onednn_seconds", 0.0) > 0 &&
+                                       it->value("openblas_seconds", 0.0) > 0) {
+    times.onednn_seconds = it->value("onednn_seconds", 0.0);
+    times.openblas_seconds = it->value("openblas_seconds", 0.0);
     times.shapes = static_cast<int>(problems.size());
     where = fmt::format("measured once and stored in {}", file.string());
   } else {
@@ -79,19 +79,19 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   std::array<float, 2> sums{static_cast<float>(times.onednn_seconds), static_cast<float>(times.openblas_seconds)};
   if (world != nullptr && world->size() > 1) world->all_reduce(std::span<float>(sums), dist::ReduceOp::Sum)->wait();
   const kernels::FloatGemmTimes agreed{sums[0], sums[1], times.shapes};
-  choice.library = kernels::faster_float_gemm(agreed);
+  choice.chosen = kernels::faster_float_gemm(agreed);
   const double ranks = world != nullptr ? world->size() : 1;
   choice.reason = fmt::format("the faster on this model's {} product shapes with {} thread{}: {:.3f} s a "
                               "microbatch against {:.3f} s by {}{}, {}",
                               times.shapes, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
-                              (choice.library == kernels::FloatGemmLibrary::OneDnn ? sums[0] : sums[1]) / ranks,
-                              (choice.library == kernels::FloatGemmLibrary::OneDnn ? sums[1] : sums[0]) / ranks,
-                              kernels::float_gemm_library_name(choice.library == kernels::FloatGemmLibrary::OneDnn
+                              (choice.chosen == kernels::FloatGemmLibrary::OneDnn ? sums[0] : sums[1]) / ranks,
+                              (choice.chosen == kernels::FloatGemmLibrary::OneDnn ? sums[1] : sums[0]) / ranks,
+                              kernels::float_gemm_library_name(choice.chosen == kernels::FloatGemmLibrary::OneDnn
                                                                    ? kernels::FloatGemmLibrary::OpenBlas
                                                                    : kernels::FloatGemmLibrary::OneDnn),
                               ranks > 1 ? ", the mean of the ranks" : "",
                               where);
-  kernels::use_float_gemm_library(choice.library);
+  kernels::use_float_gemm_library(choice.chosen);
   return choice;
 }
 

@@ -21,7 +21,7 @@ namespace tessera::train {
 std::vector<kernels::GemmProblem> model_gemm_problems(const nn::GPT& model, int64_t tokens);
 
 struct FloatGemmChoice {
-  kernels::FloatGemmLibrary library = kernels::FloatGemmLibrary::OneDnn;
+  kernels::FloatGemmLibrary chosen = kernels::FloatGemmLibrary::OneDnn;
   std::string reason;  // for the start line: "precision.f32_gemm", or the times it was chosen by
 };
 

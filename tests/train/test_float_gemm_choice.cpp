@@ -88,7 +88,7 @@ TEST_F(FloatGemmChoice, ALibraryTheConfigNamesIsTakenWithoutMeasuring) {
   for (auto [setting, library] : {std::pair{config::FloatGemmSetting::OpenBlas, kernels::FloatGemmLibrary::OpenBlas},
                                   std::pair{config::FloatGemmSetting::OneDnn, kernels::FloatGemmLibrary::OneDnn}}) {
     const train::FloatGemmChoice choice = train::choose_float_gemm(setting, problems, nullptr);
-    EXPECT_EQ(choice.library, library);
+    EXPECT_EQ(choice.chosen, library);
     EXPECT_EQ(kernels::float_gemm_library(), library);
     EXPECT_NE(choice.reason.find("precision.f32_gemm"), std::string::npos) << choice.reason;
   }
@@ -100,7 +100,7 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   kernels::add_linear_layer(problems, 128, 64, 64);
   const train::FloatGemmChoice first = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
   EXPECT_NE(first.reason.find("measured now and stored"), std::string::npos) << first.reason;
-  EXPECT_EQ(kernels::float_gemm_library(), first.library);
+  EXPECT_EQ(kernels::float_gemm_library(), first.chosen);
   nlohmann::json stored = cache();
   ASSERT_EQ(stored.size(), 1u) << stored.dump();
   const std::string key = stored.begin().key();
@@ -112,7 +112,7 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   stored[key]["openblas_seconds"] = 1.0;
   write(stored);
   train::FloatGemmChoice again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
-  EXPECT_EQ(again.library, kernels::FloatGemmLibrary::OpenBlas);
+  EXPECT_EQ(again.chosen, kernels::FloatGemmLibrary::OpenBlas);
   EXPECT_EQ(kernels::float_gemm_library(), kernels::FloatGemmLibrary::OpenBlas);
   EXPECT_NE(again.reason.find("stored in"), std::string::npos) << again.reason;
   EXPECT_NE(again.reason.find("1.000 s a microbatch against 2.000 s by onednn-sgemm"), std::string::npos)
@@ -120,7 +120,7 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   stored[key]["openblas_seconds"] = 1.99;
   write(stored);
   again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
-  EXPECT_EQ(again.library, kernels::FloatGemmLibrary::OneDnn) << again.reason;
+  EXPECT_EQ(again.chosen, kernels::FloatGemmLibrary::OneDnn) << again.reason;
 
   // Another model shape is measured and stored beside it.
   std::vector<kernels::GemmProblem> other;

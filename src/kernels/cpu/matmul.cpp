@@ -110,8 +110,8 @@ int gemm_blocks(int size) {
 }
 
 template <class T>
-void blocked_gemm(FloatGemmLibrary library, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b, int ldb, T beta,
-                  T* c) {
+void blocked_gemm(FloatGemmLibrary library, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda,
+                  const T* b, int ldb, T beta, T* c) {
   const bool by_rows = M >= N;
   const int size = by_rows ? M : N;
   const int blocks = gemm_blocks(size);
@@ -129,7 +129,8 @@ void blocked_gemm(FloatGemmLibrary library, Transpose ta, Transpose tb, int M, i
     } else {
       // Columns [begin, end) of C and of op(b): b is [K, N] (column offset) or [N, K] (row offset).
       const T* b_block = tb == Transpose::No ? b + begin : b + static_cast<size_t>(begin) * ldb;
-      blas_gemm(library, to_cblas(ta), to_cblas(tb), M, end - begin, K, T(1), a, lda, b_block, ldb, beta, c + begin, N);
+      blas_gemm(library, to_cblas(ta), to_cblas(tb), M, end - begin, K, T(1), a, lda, b_block, ldb, beta, c + begin,
+                N);
     }
   }
 }
@@ -139,8 +140,7 @@ template <class T>
 void gemm(Transpose ta, Transpose tb, int M, int N, int K, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
           T* c, int ldc) {
   if (M == 0 || N == 0) return;
-  blas_gemm(chosen_float_gemm.load(std::memory_order_relaxed), to_cblas(ta), to_cblas(tb), M, N, K, alpha, a, lda, b,
-            ldb, beta, c, ldc);
+  blas_gemm(float_gemm_library(), to_cblas(ta), to_cblas(tb), M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 namespace {
@@ -248,8 +248,7 @@ void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, 
   float* wide_b = scratch_of(scratch.b, b_size);
   widen<T>(wide_a, a, a_size);
   widen<T>(wide_b, b, b_size);
-  float_matmul<float>(chosen_float_gemm.load(std::memory_order_relaxed), c, wide_a, wide_b, nullptr, M, N, K, ta, tb,
-                      accumulate);
+  float_matmul<float>(float_gemm_library(), c, wide_a, wide_b, nullptr, M, N, K, ta, tb, accumulate);
   if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
 }
 }  // namespace
@@ -265,7 +264,7 @@ void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K
     half_matmul<T, Out>(out, a, b, bias, M, N, K, ta, tb, accumulate);
   } else {
     static_assert(std::is_same_v<T, Out>, "a float or double product is stored in its own type");
-    float_matmul<T>(chosen_float_gemm.load(std::memory_order_relaxed), out, a, b, bias, M, N, K, ta, tb, accumulate);
+    float_matmul<T>(float_gemm_library(), out, a, b, bias, M, N, K, ta, tb, accumulate);
   }
 }
 
@@ -276,7 +275,7 @@ std::string_view float_gemm_library_name(FloatGemmLibrary library) {
 }
 
 void use_float_gemm_library(FloatGemmLibrary library) { chosen_float_gemm.store(library); }
-FloatGemmLibrary float_gemm_library() { return chosen_float_gemm.load(); }
+FloatGemmLibrary float_gemm_library() { return chosen_float_gemm.load(std::memory_order_relaxed); }
 std::string_view float_gemm_name() { return float_gemm_library_name(float_gemm_library()); }
 
 void float_matmul_by(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
