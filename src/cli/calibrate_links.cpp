@@ -104,13 +104,15 @@ void measure_shared_latency(dist::Communicator& world, const std::string& out) {
 // each rank posts an all-reduce of kBusyBytes and makes products on this thread until it
 // completes. Against the same products alone this gives the link's rate while the cores compute,
 // and how much slower the products run while the link carries traffic: where the transport's work
-// (TCP's copies and checksums, a shaped queue) runs on the computing cores, both suffer. Each rank
+// (TCP's copies and checksums, a shaped queue) runs on the computing cores, both suffer. Rounds
+// alone and beside a transfer alternate, each as long as the transfer, and the medians are
+// compared, so that a machine whose speed drifts (a shared host) moves both alike. Each rank
 // computes with `threads` threads, the share of the cores a training rank of this node has. Adds
 // "busy_bytes", "busy_all_reduce_seconds" (the median) and "compute_slowdown" (the median
-// product's time over the best alone, the ranks' mean) to `result`.
+// product's time beside a transfer over the median alone, the ranks' mean) to `result`.
 void measure_busy_link(dist::Communicator& world, int threads, nlohmann::json& result) {
   constexpr size_t kBusyBytes = size_t{16} << 20;
-  constexpr int kSize = 384, kProductsAlone = 20, kRounds = 5;
+  constexpr int kSize = 384, kRounds = 7;
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
   std::vector<float> a(kSize * kSize, 0.5f), b(a.size(), 0.25f), c(a.size());
@@ -118,21 +120,23 @@ void measure_busy_link(dist::Communicator& world, int threads, nlohmann::json& r
     kernels::matmul(c.data(), a.data(), b.data(), static_cast<const float*>(nullptr), kSize, kSize, kSize,
                     kernels::Transpose::No, kernels::Transpose::No, false);
   };
-  world.barrier()->wait();
   product();
-  double alone = std::numeric_limits<double>::max();
-  for (int r = 0; r < kRounds; ++r) {
-    const auto t0 = Clock::now();
-    for (int k = 0; k < kProductsAlone; ++k) product();
-    alone = std::min(alone, elapsed(t0) / kProductsAlone);
-  }
   std::vector<float> buffer(kBusyBytes / sizeof(float), 1.0f);
-  std::vector<double> reduce_seconds, product_seconds;
+  std::vector<double> reduce_seconds, alone_seconds, beside_seconds;
+  double round_seconds = 0.2;  // the first round alone; then as long as the last transfer
   for (int r = 0; r < kRounds; ++r) {
     world.barrier()->wait();
-    const auto t0 = Clock::now();
-    dist::WorkPtr work = world.all_reduce(buffer.data(), buffer.size(), DType::F32, dist::ReduceOp::Sum);
+    auto t0 = Clock::now();
     int products = 0;
+    do {
+      product();
+      ++products;
+    } while (elapsed(t0) < round_seconds);
+    alone_seconds.push_back(elapsed(t0) / products);
+    world.barrier()->wait();
+    t0 = Clock::now();
+    dist::WorkPtr work = world.all_reduce(buffer.data(), buffer.size(), DType::F32, dist::ReduceOp::Sum);
+    products = 0;
     while (!work->is_completed()) {
       product();
       ++products;
@@ -140,7 +144,8 @@ void measure_busy_link(dist::Communicator& world, int threads, nlohmann::json& r
     const double seconds = elapsed(t0);
     work->wait();
     reduce_seconds.push_back(seconds);
-    if (products > 0) product_seconds.push_back(seconds / products);
+    round_seconds = seconds;
+    if (products > 0) beside_seconds.push_back(seconds / products);
   }
   omp_set_num_threads(saved_threads);
   auto median = [](std::vector<double> v) {
@@ -149,10 +154,8 @@ void measure_busy_link(dist::Communicator& world, int threads, nlohmann::json& r
     return v[v.size() / 2];
   };
   // A rank whose products never ran beside the transfer (it finished first) saw no slowdown.
-  std::array<float, 2> figures = {static_cast<float>(median(reduce_seconds)),
-                                  static_cast<float>(std::max(1.0, product_seconds.empty()
-                                                                       ? 1.0
-                                                                       : median(product_seconds) / alone))};
+  const double slowdown = beside_seconds.empty() ? 1.0 : std::max(1.0, median(beside_seconds) / median(alone_seconds));
+  std::array<float, 2> figures = {static_cast<float>(median(reduce_seconds)), static_cast<float>(slowdown)};
   world.all_reduce(figures.data(), figures.size(), DType::F32, dist::ReduceOp::Sum)->wait();
   result["busy_bytes"] = static_cast<double>(kBusyBytes);
   result["busy_all_reduce_seconds"] = static_cast<double>(figures[0]) / world.size();

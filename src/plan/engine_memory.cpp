@@ -157,6 +157,15 @@ double engine_last_bucket_elements(const ModelConfig& m, const Layout& l) {
   return buckets.empty() ? 0.0 : buckets.back().elements;
 }
 
+int engine_units_before_first_bucket(const ModelConfig& m, const Layout& l) {
+  TS_CHECK(l.pp == 1, "plan: the first gradient bucket is computed for one stage (got pp={})", l.pp);
+  const double bucket_elements = std::floor(static_cast<double>(static_cast<int64_t>(l.bucket_mb * kMiB)) / kF32);
+  const Units u = engine_units(m, l);
+  const std::vector<Bucket> buckets = plan_buckets(u, std::max(1.0, bucket_elements));
+  const int units = static_cast<int>(u.owned.size());
+  return buckets.empty() ? units : units - buckets.front().complete_unit;
+}
+
 double engine_largest_bucket_elements(const ModelConfig& m, const Layout& l) {
   TS_CHECK(l.pp == 1, "plan: the largest gradient bucket is computed for one stage (got pp={})", l.pp);
   const double bucket_elements = std::floor(static_cast<double>(static_cast<int64_t>(l.bucket_mb * kMiB)) / kF32);

@@ -43,6 +43,10 @@ double engine_optimizer_elements(const config::ModelConfig& m, const Layout& l, 
 // The elements of the gradient bucket the runtime reduces last in a step of one stage (pp = 1): the
 // one that backward's last action (the embedding's) completes, posted when backward ends.
 double engine_last_bucket_elements(const config::ModelConfig& m, const Layout& l);
+// How many units run their backward before the first gradient bucket of a step of one stage (pp = 1)
+// is complete, counted from the last unit down, the one completing it included: the runtime posts
+// no reduction before then. All of them where the whole gradient is one bucket.
+int engine_units_before_first_bucket(const config::ModelConfig& m, const Layout& l);
 // The largest gradient bucket, in elements (one pipeline stage).
 double engine_largest_bucket_elements(const config::ModelConfig& m, const Layout& l);
 

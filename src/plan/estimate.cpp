@@ -69,25 +69,41 @@ StageTime edge_time(const ModelConfig& m, const Layout& l, const ClusterSpec& c,
   return t;
 }
 
-// What this engine's gradient reduction between nodes adds to a step (its buckets are posted as
-// backward completes them): the part of the reduction backward does not hide, never less than the
-// last bucket (`tail`), which backward's end completes. Where the link was measured busy
-// (Group::busy_bandwidth, compute_slowdown), the bytes cross at the busy bandwidth while backward
-// runs, backward runs slower while they do, and what is left after it crosses at the idle
+// What this engine's gradient reduction between nodes adds to a step. Its buckets are posted as
+// backward completes them, so the link carries them only during `window`, the part of backward
+// after the first bucket is complete (the head's backward and the last blocks' come first); what
+// it adds is the part of the reduction that window does not hide, never less than the last bucket
+// (`tail`), which backward's end completes. Where the link was measured busy
+// (Group::busy_bandwidth, compute_slowdown), the bytes cross at the busy bandwidth during the
+// window, which runs slower while they do, and what is left after it crosses at the idle
 // bandwidth; the slowdown is part of what the reduction adds.
-double engine_reduction_exposed(const Group& dp, double bytes, double backward, double tail) {
+double engine_reduction_exposed(const Group& dp, double bytes, double window, double tail) {
   const double idle = all_reduce_seconds(dp, bytes);
-  if (dp.busy_bandwidth <= 0 && dp.compute_slowdown == 1) return std::max(idle - backward, tail);
+  if (dp.busy_bandwidth <= 0 && dp.compute_slowdown == 1) return std::max(idle - window, tail);
   Group busy = dp;
   if (dp.busy_bandwidth > 0) busy.link.bandwidth = dp.busy_bandwidth;
   const double during = all_reduce_seconds(busy, bytes);  // the whole reduction at the busy rate
-  const double slowed = backward * dp.compute_slowdown;   // backward with the transfers beside it
+  const double slowed = window * dp.compute_slowdown;     // the window with the transfers beside it
   if (during <= slowed) {
-    // All of it crosses during backward, which runs at 1/slowdown of its speed while it does.
+    // All of it crosses during the window, which runs at 1/slowdown of its speed while it does.
     return during * (1 - 1 / dp.compute_slowdown) + tail;
   }
   const double left = (1 - slowed / during) * idle;  // the share that crosses after backward
-  return (slowed - backward) + std::max(left, tail);
+  return (slowed - window) + std::max(left, tail);
+}
+
+// The part of one stage's backward (pp = 1) during which its gradient buckets are posted: after
+// the head's backward and the blocks' that the first bucket waits for; none where the whole
+// gradient is one bucket. The blocks' share is backward less the two ends, evenly per block.
+double backward_after_first_bucket(const ModelConfig& m, const Layout& l, const ClusterSpec& c,
+                                   const Placement& groups, double backward) {
+  const int units = m.n_layer + 2;  // the embedding, the blocks, the head (engine_memory.h)
+  const int before = engine_units_before_first_bucket(m, l);
+  if (before >= units) return 0;
+  const StageTime head = edge_time(m, l, c, groups, false, true), embedding = edge_time(m, l, c, groups, true, false);
+  const double head_backward = head.backward + head.backward_tp;
+  const double per_block = std::max(0.0, backward - head_backward - embedding.backward - embedding.backward_tp) / m.n_layer;
+  return std::max(0.0, backward - head_backward - (before - 1) * per_block);
 }
 
 }  // namespace
@@ -211,7 +227,8 @@ Estimate estimate(const ModelConfig& m, const Layout& l, const ClusterSpec& clus
           dp_exposed = compressed;
         } else if (engine_between_nodes) {
           const double tail = all_reduce_seconds(groups.dp, message_bytes * engine_last_bucket_elements(m, l) / rank_params);
-          dp_exposed = engine_reduction_exposed(groups.dp, message_bytes, st.backward, tail);
+          const double window = backward_after_first_bucket(m, l, c, groups, st.backward);
+          dp_exposed = engine_reduction_exposed(groups.dp, message_bytes, window, tail);
         } else {
           dp_exposed = hidden(all_reduce_seconds(groups.dp, message_bytes), st.backward);
         }

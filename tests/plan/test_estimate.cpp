@@ -215,9 +215,10 @@ config::ModelConfig gpt2_124m_at_256() {
 }  // namespace
 
 // This engine's dense reduction between nodes (states=engine, one rank per node): the network
-// carries it while backward computes, so all but the last bucket (the embedding's, completed by
-// backward's last action) passes behind backward; within a node, or for another engine's layout,
-// it stays whole after backward. 16-bit gradient messages halve the bytes.
+// carries it while backward computes, from when the first bucket is complete (after the head's
+// backward and the last block's) to backward's end; all but the last bucket (the embedding's,
+// completed by backward's last action) can pass in that window; within a node, or for another
+// engine's layout, it stays whole after backward. 16-bit gradient messages halve the bytes.
 TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucket) {
   const ClusterSpec c = two_nodes_at_one_gbit();
   const config::ModelConfig m = gpt2_124m_at_256();
@@ -231,8 +232,10 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
   // The embedding's bucket: the token and position tables.
   EXPECT_DOUBLE_EQ(engine_last_bucket_elements(m, l), (50257.0 + 256.0) * 768.0);
   EXPECT_GT(whole - e.microbatch.backward, tail) << "1 Gbit/s: the reduction outlasts backward";
-  EXPECT_NEAR(e.time.dp_comm, whole - e.microbatch.backward, 1e-9);
-  EXPECT_LT(e.time.dp_comm, whole);
+  // What backward hides is the window after the first bucket: most of backward, not all.
+  const double window = whole - e.time.dp_comm;
+  EXPECT_GT(window, 0.5 * e.microbatch.backward);
+  EXPECT_LT(window, e.microbatch.backward);
 
   // A slow backward hides everything but the last bucket.
   ClusterSpec fast_link = c;
@@ -253,7 +256,7 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
   Layout halves = l;
   halves.grad_message_bytes = 2;
   EXPECT_NEAR(estimate(m, halves, c).time.dp_comm,
-              all_reduce_seconds(groups.dp, 2 * params) - e.microbatch.backward + stream_seconds(c, 27 * params), 1e-9);
+              all_reduce_seconds(groups.dp, 2 * params) - window + stream_seconds(c, 27 * params), 1e-9);
   // Sharded, no all-gather of the sums: their rounding and widening drop out (16 + 4/n).
   Layout sharded = halves, sharded_f32 = l;
   sharded.zero_stage = sharded_f32.zero_stage = 1;
@@ -263,8 +266,42 @@ TEST(PlanEstimate, EngineReductionBetweenNodesHidesBehindBackwardButTheLastBucke
               1e-9);
 }
 
+// The window of backward the buckets can cross in opens when the first bucket is complete. Buckets
+// fill from the last unit down: the final norm and block 11 (7.08 M f32, 28 MB) close a 25 MB one,
+// so the head's and one block's backward come first; a 50 MB bucket waits for block 10 too; one
+// bucket waits for the whole backward and hides nothing.
+TEST(PlanEstimate, EngineReductionBetweenNodesWaitsForTheFirstBucket) {
+  const ClusterSpec c = two_nodes_at_one_gbit();
+  const config::ModelConfig m = gpt2_124m_at_256();
+  const Layout at_25 = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
+  const Layout at_50 = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=50");
+  const Layout one = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=100000");
+  EXPECT_EQ(engine_units_before_first_bucket(m, at_25), 2);
+  EXPECT_EQ(engine_units_before_first_bucket(m, at_50), 3);
+  EXPECT_EQ(engine_units_before_first_bucket(m, one), m.n_layer + 2);
+  const double whole = all_reduce_seconds(place(at_25, c).dp, 4 * m.parameter_count());
+  const Estimate e25 = estimate(m, at_25, c), e50 = estimate(m, at_50, c), e1 = estimate(m, one, c);
+  EXPECT_NEAR(e1.time.dp_comm, whole, 1e-9) << "one bucket: the reduction starts when backward ends";
+  const double backward = e25.microbatch.backward;
+  const double window_25 = whole - e25.time.dp_comm, window_50 = whole - e50.time.dp_comm;
+  const double block = window_25 - window_50;  // one block's backward
+  const double head = backward - window_25 - block;
+  EXPECT_GT(block, 0);
+  // The head's backward (two products of 768 x 50257 per token) against a block's (two of each
+  // of its 7.08 M weights, and attention): about 5x.
+  EXPECT_GT(head / block, 3);
+  EXPECT_LT(head / block, 7);
+  EXPECT_LT(head + m.n_layer * block, backward) << "the embedding's backward is the rest";
+  // Over a busy link one bucket still crosses whole, at the idle rate, after backward.
+  ClusterSpec busy = c;
+  busy.inter_node.busy_bandwidth = 0.08e9;
+  busy.inter_node.compute_slowdown = 1.25;
+  EXPECT_NEAR(estimate(m, one, busy).time.dp_comm, whole, 1e-9);
+}
+
 // The same reduction over a link measured busy (`plan --calibrate-here --hosts`): while backward
-// runs the buckets cross at the busy bandwidth and backward takes compute_slowdown times longer;
+// runs after the first bucket the buckets cross at the busy bandwidth and that part takes
+// compute_slowdown times longer;
 // what is left after it crosses at the idle bandwidth. Without the busy figures nothing changes.
 TEST(PlanEstimate, ABusyLinkSlowsTheReductionBehindBackwardAndBackwardItself) {
   const ClusterSpec c = two_nodes_at_one_gbit();
@@ -272,8 +309,8 @@ TEST(PlanEstimate, ABusyLinkSlowsTheReductionBehindBackwardAndBackwardItself) {
   const Layout l = parse_layout("dp=2,mb=2,gb=4,precision=fp32,states=engine,bucket_mb=25");
   const Estimate idle = estimate(m, l, c);
   const double params = m.parameter_count();
-  const double backward = idle.microbatch.backward;
   const double whole = all_reduce_seconds(place(l, c).dp, 4 * params);
+  const double window = whole - idle.time.dp_comm;  // the part of backward after the first bucket
   const double tail = all_reduce_seconds(place(l, c).dp, 4 * engine_last_bucket_elements(m, l));
 
   ClusterSpec busy = c;
@@ -285,10 +322,10 @@ TEST(PlanEstimate, ABusyLinkSlowsTheReductionBehindBackwardAndBackwardItself) {
   Group at_busy_rate = groups.dp;
   at_busy_rate.link.bandwidth = groups.dp.busy_bandwidth;
   const double during = all_reduce_seconds(at_busy_rate, 4 * params);
-  const double slowed = 1.25 * backward;
+  const double slowed = 1.25 * window;
   ASSERT_GT(during, slowed) << "1 Gbit/s: the reduction outlasts even the slowed backward";
   const Estimate e = estimate(m, l, busy);
-  EXPECT_NEAR(e.time.dp_comm, (slowed - backward) + std::max((1 - slowed / during) * whole, tail), 1e-9);
+  EXPECT_NEAR(e.time.dp_comm, (slowed - window) + std::max((1 - slowed / during) * whole, tail), 1e-9);
   EXPECT_GT(e.time.dp_comm, idle.time.dp_comm);
   EXPECT_NEAR(e.time.step - idle.time.step, e.time.dp_comm - idle.time.dp_comm, 1e-9);
 
