@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
         tessera::train::choose_float_gemm(*f32_setting, tessera::train::model_gemm_problems(gpt, int64_t{B} * T),
                                           nullptr);
     fmt::print("gemm: {}\n", tessera::kernels::gemm_libraries(mixed ? tessera::kernels::half_gemm_description() : ""));
-    fmt::print("f32 matmuls by {}: {}\n", tessera::kernels::float_gemm_library_name(f32_choice.chosen),
+    fmt::print("f32 matmuls by {}: {}\n", tessera::kernels::float_gemm_name(f32_choice.chosen),
                f32_choice.reason);
     if (const auto warning = tessera::kernels::generic_openblas_core_warning(
             tessera::kernels::openblas_core(), tessera::kernels::detect_cpu_vector_features())) {

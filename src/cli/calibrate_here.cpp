@@ -29,6 +29,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/gemm_choice.h"
 #include "kernels/cpu/grad_norm.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
@@ -121,16 +122,16 @@ double library_gemm_rate(int n) {
   return 3 * gemm_flops(n) / (forward + input + weight);
 }
 
-// The better of the two float GEMM libraries' rates: a run takes the faster for its model
+// The best of the float GEMM candidates' rates: a run takes the fastest for its model
 // (precision.f32_gemm, kernels/cpu/gemm_choice.h), so the planner predicts with it.
 double gemm_rate(int n) {
-  const kernels::FloatGemmLibrary before = kernels::float_gemm_library();
+  const kernels::FloatGemm before = kernels::float_gemm();
   double best = 0;
-  for (kernels::FloatGemmLibrary library : {kernels::FloatGemmLibrary::OneDnn, kernels::FloatGemmLibrary::OpenBlas}) {
-    kernels::use_float_gemm_library(library);
+  for (kernels::FloatGemm gemm : kernels::kFloatGemmCandidates) {
+    kernels::use_float_gemm(gemm);
     best = std::max(best, library_gemm_rate(n));
   }
-  kernels::use_float_gemm_library(before);
+  kernels::use_float_gemm(before);
   return best;
 }
 

@@ -24,8 +24,9 @@ DType parse_precision(std::string_view name, std::string_view key);
 // the backward and the gradients divided by it before the step; a step whose gradients are not
 // finite on any rank is skipped by every rank and the scale multiplied by backoff_factor; after
 // growth_interval finite steps in a row it is multiplied by growth_factor.
-// precision.f32_gemm: which library runs the float products: "auto" (the faster of the two on the
-// model's products, measured; train/float_gemm_choice.h), "onednn" or "openblas".
+// precision.f32_gemm: which library runs the float products: "auto" (the fastest of the two, in
+// narrow or wide blocks, on the model's products, measured; train/float_gemm_choice.h), "onednn" or
+// "openblas" (in narrow blocks).
 enum class FloatGemmSetting : uint8_t { Auto, OneDnn, OpenBlas };
 std::string_view float_gemm_setting_name(FloatGemmSetting setting);
 std::optional<FloatGemmSetting> find_float_gemm_setting(std::string_view name);

@@ -156,11 +156,11 @@ std::vector<ConfigKey> execution_keys() {
             "line says which runs"},
     {.key = "precision.f32_gemm",
      .field = KindName{f32_gemm_of, set_f32_gemm},
-     .doc = "the library of the float matmuls: `\"auto\"` (oneDNN's or OpenBLAS's sgemm, whichever runs the "
-            "model's products faster with the run's threads, measured at start-up and stored per machine and "
-            "model shape beside the matmul peak, `float-gemm.json`; every rank takes the same; the start line "
-            "says which and why), `\"onednn\"` or `\"openblas\"`. The matmul peak MFU divides by is that of "
-            "the library chosen"},
+     .doc = "the library of the float matmuls: `\"auto\"` (oneDNN's or OpenBLAS's sgemm, each with the "
+            "products cut into blocks of 256 or 1024 rows, whichever runs the model's products fastest with the "
+            "run's threads, measured at start-up and stored per machine and model shape beside the matmul peak, "
+            "`float-gemm.json`; every rank takes the same; the start line says which and why), `\"onednn\"` or "
+            "`\"openblas\"` (blocks of 256). The matmul peak MFU divides by is that of the GEMM chosen"},
     {.key = "precision.loss_scale",
      .field = WordOrNumber{in_precision<&PrecisionSection::loss_scale>},
      .doc = "fp16 only: `\"dynamic\"` (start at `precision.init_scale`, halve and skip the step on every rank "

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <ctime>
+#include <optional>
+#include <span>
 
 #include <xxhash.h>
 
@@ -41,12 +44,12 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
                                   dist::Communicator* world) {
   FloatGemmChoice choice;
   if (setting != config::FloatGemmSetting::Auto || problems.empty()) {
-    choice.chosen = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
-                                                                   : kernels::FloatGemmLibrary::OneDnn;
+    choice.chosen.library = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
+                                                                          : kernels::FloatGemmLibrary::OneDnn;
     choice.reason = setting != config::FloatGemmSetting::Auto
                         ? fmt::format("precision.f32_gemm = \"{}\"", config::float_gemm_setting_name(setting))
                         : std::string("the model makes no float product");
-    kernels::use_float_gemm_library(choice.chosen);
+    kernels::use_float_gemm(choice.chosen);
     return choice;
   }
   const std::string products = describe_problems(problems);
@@ -55,18 +58,33 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
                                       static_cast<uint64_t>(XXH3_64bits(products.data(), products.size())));
   const std::filesystem::path file = machine_cache_path("float-gemm.json");
   const nlohmann::json cache = read_machine_cache(file);
+  // An entry holds every candidate's seconds by name; one without all of them (an older kind, a
+  // damaged one) is measured again.
+  auto stored_times = [&]() -> std::optional<kernels::FloatGemmTimes> {
+    const auto it = cache.find(key);
+    if (it == cache.end() || !it->is_object() || !it->contains("seconds") || !(*it)["seconds"].is_object()) {
+      return std::nullopt;
+    }
+    kernels::FloatGemmTimes times;
+    times.shapes = static_cast<int>(problems.size());
+    for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
+      times.seconds[i] = (*it)["seconds"].value(kernels::float_gemm_name(kernels::kFloatGemmCandidates[i]), 0.0);
+      if (!(times.seconds[i] > 0)) return std::nullopt;
+    }
+    return times;
+  };
   kernels::FloatGemmTimes times;
   std::string where = "measured now";
-  if (const auto it = cache.find(key); it != cache.end() && it->is_object() && it->value("onednn_seconds", 0.0) > 0 &&
-                                       it->value("openblas_seconds", 0.0) > 0) {
-    times.onednn_seconds = it->value("onednn_seconds", 0.0);
-    times.openblas_seconds = it->value("openblas_seconds", 0.0);
-    times.shapes = static_cast<int>(problems.size());
+  if (const std::optional<kernels::FloatGemmTimes> stored = stored_times()) {
+    times = *stored;
     where = fmt::format("measured once and stored in {}", file.string());
   } else {
-    times = kernels::time_float_gemm_libraries(problems);
-    const nlohmann::json entry = {{"onednn_seconds", times.onednn_seconds},
-                                  {"openblas_seconds", times.openblas_seconds},
+    times = kernels::time_float_gemms(problems);
+    nlohmann::json seconds = nlohmann::json::object();
+    for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
+      seconds[kernels::float_gemm_name(kernels::kFloatGemmCandidates[i])] = times.seconds[i];
+    }
+    const nlohmann::json entry = {{"seconds", seconds},
                                   {"products", products},
                                   {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
     // Every rank of a machine measured the same thing; one write is enough, and the file is
@@ -76,22 +94,27 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
     }
   }
   // Seconds in f32 (the communicators' widest float) lose nothing a choice with a 3 % margin reads.
-  std::array<float, 2> sums{static_cast<float>(times.onednn_seconds), static_cast<float>(times.openblas_seconds)};
+  std::array<float, kernels::kFloatGemmCandidates.size()> sums;
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = static_cast<float>(times.seconds[i]);
   if (world != nullptr && world->size() > 1) world->all_reduce(std::span<float>(sums), dist::ReduceOp::Sum)->wait();
-  const kernels::FloatGemmTimes agreed{sums[0], sums[1], times.shapes};
-  choice.chosen = kernels::faster_float_gemm(agreed);
   const double ranks = world != nullptr ? world->size() : 1;
-  choice.reason = fmt::format("the faster on this model's {} product shapes with {} thread{}: {:.3f} s a "
-                              "microbatch against {:.3f} s by {}{}, {}",
+  kernels::FloatGemmTimes agreed;
+  for (size_t i = 0; i < sums.size(); ++i) agreed.seconds[i] = sums[i] / ranks;
+  choice.chosen = kernels::fastest_float_gemm(agreed);
+  std::string others;
+  for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
+    if (kernels::kFloatGemmCandidates[i] == choice.chosen) continue;
+    others += fmt::format("{}{:.3f} s by {}", others.empty() ? "" : ", ", agreed.seconds[i],
+                          kernels::float_gemm_name(kernels::kFloatGemmCandidates[i]));
+  }
+  const size_t chosen_at = static_cast<size_t>(
+      std::find(kernels::kFloatGemmCandidates.begin(), kernels::kFloatGemmCandidates.end(), choice.chosen) -
+      kernels::kFloatGemmCandidates.begin());
+  choice.reason = fmt::format("the fastest on this model's {} product shapes with {} thread{}: {:.3f} s a "
+                              "microbatch against {}{}, {}",
                               times.shapes, omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s",
-                              (choice.chosen == kernels::FloatGemmLibrary::OneDnn ? sums[0] : sums[1]) / ranks,
-                              (choice.chosen == kernels::FloatGemmLibrary::OneDnn ? sums[1] : sums[0]) / ranks,
-                              kernels::float_gemm_library_name(choice.chosen == kernels::FloatGemmLibrary::OneDnn
-                                                                   ? kernels::FloatGemmLibrary::OpenBlas
-                                                                   : kernels::FloatGemmLibrary::OneDnn),
-                              ranks > 1 ? ", the mean of the ranks" : "",
-                              where);
-  kernels::use_float_gemm_library(choice.chosen);
+                              agreed.seconds[chosen_at], others, ranks > 1 ? ", the mean of the ranks" : "", where);
+  kernels::use_float_gemm(choice.chosen);
   return choice;
 }
 

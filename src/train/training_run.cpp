@@ -341,7 +341,7 @@ void TrainingRun::print_execution() {
   }
   fmt::print("gemm: {}\n", kernels::gemm_libraries(cfg.precision_options().mixed() ? kernels::half_gemm_description()
                                                                                : std::string()));
-  fmt::print("f32 matmuls by {}: {}\n", kernels::float_gemm_library_name(float_gemm.chosen), float_gemm.reason);
+  fmt::print("f32 matmuls by {}: {}\n", kernels::float_gemm_name(float_gemm.chosen), float_gemm.reason);
   if (const auto warning =
           kernels::generic_openblas_core_warning(kernels::openblas_core(), kernels::detect_cpu_vector_features())) {
     fmt::print("{}\n", *warning);

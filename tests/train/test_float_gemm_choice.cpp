@@ -30,7 +30,7 @@ class FloatGemmChoice : public ::testing::Test {
     ::setenv("TESSERA_CACHE_DIR", dir_.c_str(), 1);
   }
   void TearDown() override {
-    kernels::use_float_gemm_library(before_);
+    kernels::use_float_gemm(before_);
     ::unsetenv("TESSERA_CACHE_DIR");
     fs::remove_all(dir_);
   }
@@ -38,7 +38,7 @@ class FloatGemmChoice : public ::testing::Test {
   void write(const nlohmann::json& json) const { std::ofstream(dir_ / "float-gemm.json") << json.dump(); }
 
   fs::path dir_;
-  kernels::FloatGemmLibrary before_ = kernels::float_gemm_library();
+  kernels::FloatGemm before_ = kernels::float_gemm();
 };
 
 config::ModelConfig small_model(bool tied) {
@@ -88,8 +88,9 @@ TEST_F(FloatGemmChoice, ALibraryTheConfigNamesIsTakenWithoutMeasuring) {
   for (auto [setting, library] : {std::pair{config::FloatGemmSetting::OpenBlas, kernels::FloatGemmLibrary::OpenBlas},
                                   std::pair{config::FloatGemmSetting::OneDnn, kernels::FloatGemmLibrary::OneDnn}}) {
     const train::FloatGemmChoice choice = train::choose_float_gemm(setting, problems, nullptr);
-    EXPECT_EQ(choice.chosen, library);
-    EXPECT_EQ(kernels::float_gemm_library(), library);
+    EXPECT_EQ(choice.chosen.library, library);
+    EXPECT_EQ(choice.chosen.block, kernels::kNarrowGemmBlock);
+    EXPECT_EQ(kernels::float_gemm(), choice.chosen);
     EXPECT_NE(choice.reason.find("precision.f32_gemm"), std::string::npos) << choice.reason;
   }
   EXPECT_FALSE(fs::exists(dir_ / "float-gemm.json"));
@@ -100,27 +101,45 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   kernels::add_linear_layer(problems, 128, 64, 64);
   const train::FloatGemmChoice first = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
   EXPECT_NE(first.reason.find("measured now and stored"), std::string::npos) << first.reason;
-  EXPECT_EQ(kernels::float_gemm_library(), first.chosen);
+  EXPECT_EQ(kernels::float_gemm(), first.chosen);
   nlohmann::json stored = cache();
   ASSERT_EQ(stored.size(), 1u) << stored.dump();
   const std::string key = stored.begin().key();
-  ASSERT_GT(stored[key]["onednn_seconds"].get<double>(), 0);
-  ASSERT_GT(stored[key]["openblas_seconds"].get<double>(), 0);
+  for (kernels::FloatGemm gemm : kernels::kFloatGemmCandidates) {
+    ASSERT_GT(stored[key]["seconds"][kernels::float_gemm_name(gemm)].get<double>(), 0) << stored.dump();
+  }
 
   // The stored times decide from now on, whichever way they point, with the margin for a near tie.
-  stored[key]["onednn_seconds"] = 2.0;
-  stored[key]["openblas_seconds"] = 1.0;
-  write(stored);
+  auto store = [&](double narrow_onednn, double narrow_openblas, double wide_onednn, double wide_openblas) {
+    stored[key]["seconds"] = {{"onednn-sgemm", narrow_onednn},
+                              {"openblas-sgemm", narrow_openblas},
+                              {"onednn-sgemm/1024", wide_onednn},
+                              {"openblas-sgemm/1024", wide_openblas}};
+    write(stored);
+  };
+  store(2.0, 1.0, 3.0, 3.0);
   train::FloatGemmChoice again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
-  EXPECT_EQ(again.chosen, kernels::FloatGemmLibrary::OpenBlas);
-  EXPECT_EQ(kernels::float_gemm_library(), kernels::FloatGemmLibrary::OpenBlas);
+  EXPECT_EQ(again.chosen, (kernels::FloatGemm{kernels::FloatGemmLibrary::OpenBlas, kernels::kNarrowGemmBlock}));
+  EXPECT_EQ(kernels::float_gemm(), again.chosen);
   EXPECT_NE(again.reason.find("stored in"), std::string::npos) << again.reason;
-  EXPECT_NE(again.reason.find("1.000 s a microbatch against 2.000 s by onednn-sgemm"), std::string::npos)
+  EXPECT_NE(again.reason.find("1.000 s a microbatch against 2.000 s by onednn-sgemm, 3.000 s by onednn-sgemm/1024"),
+            std::string::npos)
       << again.reason;
-  stored[key]["openblas_seconds"] = 1.99;
+  store(2.0, 1.99, 2.5, 2.5);
+  again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
+  EXPECT_EQ(again.chosen, kernels::FloatGemm{}) << again.reason;
+  store(2.0, 1.5, 1.0, 1.2);
+  again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
+  EXPECT_EQ(again.chosen, (kernels::FloatGemm{kernels::FloatGemmLibrary::OneDnn, kernels::kWideGemmBlock}))
+      << again.reason;
+  EXPECT_EQ(kernels::float_gemm_name(), "onednn-sgemm/1024");
+
+  // An entry of an older kind (one time per library) is measured again.
+  stored[key] = {{"onednn_seconds", 1.0}, {"openblas_seconds", 2.0}};
   write(stored);
   again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
-  EXPECT_EQ(again.chosen, kernels::FloatGemmLibrary::OneDnn) << again.reason;
+  EXPECT_NE(again.reason.find("measured now"), std::string::npos) << again.reason;
+  EXPECT_TRUE(cache()[key].contains("seconds"));
 
   // Another model shape is measured and stored beside it.
   std::vector<kernels::GemmProblem> other;

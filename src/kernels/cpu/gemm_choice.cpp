@@ -30,16 +30,16 @@ void add_linear_layer(std::vector<GemmProblem>& problems, int64_t out, int64_t i
 
 namespace {
 
-double seconds_of(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
-                  Transpose ta, Transpose tb) {
+double seconds_of(FloatGemm gemm, float* out, const float* a, const float* b, int M, int N, int K, Transpose ta,
+                  Transpose tb) {
   const auto start = std::chrono::steady_clock::now();
-  float_matmul_by(library, out, a, b, M, N, K, ta, tb);
+  float_matmul_by(gemm, out, a, b, M, N, K, ta, tb);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
-FloatGemmTimes time_float_gemm_libraries(const std::vector<GemmProblem>& problems, int rounds) {
+FloatGemmTimes time_float_gemms(const std::vector<GemmProblem>& problems, int rounds) {
   TS_CHECK(rounds >= 1, "timing the float GEMM needs at least one round, not {}", rounds);
   FloatGemmTimes times;
   size_t largest = 0;
@@ -60,27 +60,27 @@ FloatGemmTimes time_float_gemm_libraries(const std::vector<GemmProblem>& problem
     const int n = static_cast<int>(std::min(p.N, kMeasuredSizeLimit));
     const int k = static_cast<int>(std::min(p.K, kMeasuredSizeLimit));
     const double scale = static_cast<double>(p.M) * p.N * p.K / (static_cast<double>(m) * n * k);
-    double onednn = std::numeric_limits<double>::infinity(), openblas = onednn;
-    // Alternating, and each library's first run of a shape not its only one: whatever the machine
-    // does meanwhile falls on both.
-    auto time_by = [&](FloatGemmLibrary library) {
-      return seconds_of(library, c.data(), a.data(), b.data(), m, n, k, p.ta, p.tb);
-    };
+    std::array<double, kFloatGemmCandidates.size()> best;
+    best.fill(std::numeric_limits<double>::infinity());
+    // Alternating, and each candidate's first run of a shape not its only one: whatever the
+    // machine does meanwhile falls on all.
     for (int round = 0; round < rounds; ++round) {
-      onednn = std::min(onednn, time_by(FloatGemmLibrary::OneDnn));
-      openblas = std::min(openblas, time_by(FloatGemmLibrary::OpenBlas));
+      for (size_t i = 0; i < kFloatGemmCandidates.size(); ++i) {
+        best[i] = std::min(best[i], seconds_of(kFloatGemmCandidates[i], c.data(), a.data(), b.data(), m, n, k, p.ta, p.tb));
+      }
     }
-    times.onednn_seconds += p.count * scale * onednn;
-    times.openblas_seconds += p.count * scale * openblas;
+    for (size_t i = 0; i < kFloatGemmCandidates.size(); ++i) times.seconds[i] += p.count * scale * best[i];
     ++times.shapes;
   }
   return times;
 }
 
-FloatGemmLibrary faster_float_gemm(const FloatGemmTimes& times) {
-  return times.openblas_seconds > 0 && times.openblas_seconds <= (1 - kFloatGemmMargin) * times.onednn_seconds
-             ? FloatGemmLibrary::OpenBlas
-             : FloatGemmLibrary::OneDnn;
+FloatGemm fastest_float_gemm(const FloatGemmTimes& times) {
+  size_t kept = 0;
+  for (size_t i = 1; i < kFloatGemmCandidates.size(); ++i) {
+    if (times.seconds[i] > 0 && times.seconds[i] <= (1 - kFloatGemmMargin) * times.seconds[kept]) kept = i;
+  }
+  return kFloatGemmCandidates[kept];
 }
 
 }  // namespace tessera::kernels

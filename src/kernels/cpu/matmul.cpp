@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/parallel.h"
@@ -28,8 +30,10 @@ CBLAS_TRANSPOSE to_cblas(Transpose t) { return t == Transpose::Yes ? CblasTrans 
 // the faster here once, before its first step: process-wide, as the BLAS's own thread count is,
 // because the products are made deep inside every op and the blocks below run on OpenMP's workers.
 // oneDNN until someone chooses. Inside an active OpenMP region either library runs on the calling
-// thread alone, which keeps the bits independent of the thread count.
-std::atomic<FloatGemmLibrary> chosen_float_gemm{FloatGemmLibrary::OneDnn};
+// thread alone, which keeps the bits independent of the thread count. The blocks' width is chosen
+// with it (kNarrowGemmBlock until then).
+std::atomic<FloatGemmLibrary> chosen_float_library{FloatGemmLibrary::OneDnn};
+std::atomic<int> chosen_float_block{kNarrowGemmBlock};
 
 void blas_gemm(FloatGemmLibrary library, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
@@ -97,24 +101,27 @@ void matvec_columns(T* out, const T* a, const T* b, int N, int K, bool accumulat
 // run other micro-kernels than the inner ones, which round differently: the bits of C depended on
 // the number of threads (seen with OpenBLAS 0.3.21's Haswell kernels at 300 x 70 x 64, on 2 and 3
 // threads against 1). So the split is tessera's: C cut into blocks along its longer side, the cut
-// a function of the shape alone, each block one BLAS call. Inside an active OpenMP region the BLAS
-// runs single-threaded, so each block is computed the same way whatever the thread count. Blocks
-// of about 256 rows (or columns) keep the cost of repacking the other operand per block small;
-// their count is rounded up to an even number so two threads get equal shares.
-constexpr int kGemmBlock = 256;
-
-int gemm_blocks(int size) {
-  int blocks = (size + kGemmBlock - 1) / kGemmBlock;
+// a function of the shape and the chosen block width alone, each block one BLAS call. Inside an
+// active OpenMP region the BLAS runs single-threaded, so each block is computed the same way
+// whatever the thread count. Each block repacks the other operand, so wider blocks pack less: on a
+// Zen 3 EPYC's two cores the GPT-2 124M step took 6.96 s with oneDNN in blocks of 1024 against
+// 7.77 s with OpenBLAS in blocks of 256, the faster library in those (docs/benchmarks.md). Narrow
+// blocks leave more of them for many threads; so the width is measured with the library
+// (kernels/cpu/gemm_choice.h). Their count is rounded up to an even number so two threads get
+// equal shares.
+int gemm_blocks(int size, int width) {
+  int blocks = (size + width - 1) / width;
   if (size >= 2 * 16 && blocks % 2 == 1) ++blocks;
   return std::max(1, std::min(blocks, size / 16));
 }
 
 template <class T>
-void blocked_gemm(FloatGemmLibrary library, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda,
-                  const T* b, int ldb, T beta, T* c) {
+void blocked_gemm(FloatGemm gemm, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b,
+                  int ldb, T beta, T* c) {
+  const FloatGemmLibrary library = gemm.library;
   const bool by_rows = M >= N;
   const int size = by_rows ? M : N;
-  const int blocks = gemm_blocks(size);
+  const int blocks = gemm_blocks(size, gemm.block);
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < blocks; ++i) {
     // Block edges on multiples of 16, the micro-kernels' widths.
@@ -145,7 +152,7 @@ void gemm(Transpose ta, Transpose tb, int M, int N, int K, T alpha, const T* a, 
 
 namespace {
 template <class T>
-void float_matmul(FloatGemmLibrary library, T* out, const T* a, const T* b, const T* bias, int M, int N, int K,
+void float_matmul(FloatGemm gemm, T* out, const T* a, const T* b, const T* bias, int M, int N, int K,
                   Transpose ta, Transpose tb, bool accumulate) {
   TS_CHECK(M >= 0 && N >= 0 && K >= 0, "matmul: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
@@ -186,7 +193,7 @@ void float_matmul(FloatGemmLibrary library, T* out, const T* a, const T* b, cons
   // Row-major leading dimensions are the stored row lengths: [M,K] or [K,M] for a, [K,N] or [N,K] for b.
   const int lda = ta == Transpose::No ? K : M;
   const int ldb = tb == Transpose::No ? N : K;
-  blocked_gemm<T>(library, ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
+  blocked_gemm<T>(gemm, ta, tb, M, N, K, a, std::max(1, lda), b, std::max(1, ldb), accumulate ? T(1) : T(0), out);
 }
 
 // The engine of the 16-bit products on this thread: oneDNN's primitives are cached per shape, and
@@ -248,7 +255,7 @@ void half_matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, 
   float* wide_b = scratch_of(scratch.b, b_size);
   widen<T>(wide_a, a, a_size);
   widen<T>(wide_b, b, b_size);
-  float_matmul<float>(float_gemm_library(), c, wide_a, wide_b, nullptr, M, N, K, ta, tb, accumulate);
+  float_matmul<float>(float_gemm(), c, wide_a, wide_b, nullptr, M, N, K, ta, tb, accumulate);
   if constexpr (!std::is_same_v<Out, float>) narrow<T>(out, c, mn);
 }
 }  // namespace
@@ -264,7 +271,7 @@ void matmul(Out* out, const T* a, const T* b, const T* bias, int M, int N, int K
     half_matmul<T, Out>(out, a, b, bias, M, N, K, ta, tb, accumulate);
   } else {
     static_assert(std::is_same_v<T, Out>, "a float or double product is stored in its own type");
-    float_matmul<T>(float_gemm_library(), out, a, b, bias, M, N, K, ta, tb, accumulate);
+    float_matmul<T>(float_gemm(), out, a, b, bias, M, N, K, ta, tb, accumulate);
   }
 }
 
@@ -274,13 +281,25 @@ std::string_view float_gemm_library_name(FloatGemmLibrary library) {
   return library == FloatGemmLibrary::OpenBlas ? "openblas-sgemm" : "onednn-sgemm";
 }
 
-void use_float_gemm_library(FloatGemmLibrary library) { chosen_float_gemm.store(library); }
-FloatGemmLibrary float_gemm_library() { return chosen_float_gemm.load(std::memory_order_relaxed); }
-std::string_view float_gemm_name() { return float_gemm_library_name(float_gemm_library()); }
+std::string float_gemm_name(FloatGemm gemm) {
+  const std::string_view library = float_gemm_library_name(gemm.library);
+  return gemm.block == kNarrowGemmBlock ? std::string(library) : fmt::format("{}/{}", library, gemm.block);
+}
 
-void float_matmul_by(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
-                     Transpose ta, Transpose tb) {
-  float_matmul<float>(library, out, a, b, nullptr, M, N, K, ta, tb, false);
+void use_float_gemm(FloatGemm gemm) {
+  TS_CHECK(gemm.block >= 16, "a float GEMM block of {} rows is narrower than the micro-kernels' 16", gemm.block);
+  chosen_float_library.store(gemm.library);
+  chosen_float_block.store(gemm.block);
+}
+FloatGemm float_gemm() {
+  return {chosen_float_library.load(std::memory_order_relaxed), chosen_float_block.load(std::memory_order_relaxed)};
+}
+FloatGemmLibrary float_gemm_library() { return chosen_float_library.load(std::memory_order_relaxed); }
+std::string float_gemm_name() { return float_gemm_name(float_gemm()); }
+
+void float_matmul_by(FloatGemm gemm, float* out, const float* a, const float* b, int M, int N, int K, Transpose ta,
+                     Transpose tb) {
+  float_matmul<float>(gemm, out, a, b, nullptr, M, N, K, ta, tb, false);
 }
 
 template void gemm<float>(Transpose, Transpose, int, int, int, float, const float*, int, const float*, int, float,

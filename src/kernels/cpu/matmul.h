@@ -31,18 +31,33 @@ enum class FloatGemmLibrary : uint8_t { OneDnn, OpenBlas };
 // "onednn-sgemm", "openblas-sgemm".
 std::string_view float_gemm_library_name(FloatGemmLibrary library);
 
-// Which library runs this process's float GEMMs: oneDNN until a run chooses (at start-up, before
-// any product; kernels/cpu/gemm_choice.h). Process-wide, as the BLAS's thread count is. A speed
-// measured once and stored (the MFU peak, train/peak_flops.h) belongs to the library: its name is
-// in the stored key.
-void use_float_gemm_library(FloatGemmLibrary library);
-FloatGemmLibrary float_gemm_library();
-std::string_view float_gemm_name();  // of float_gemm_library()
+// How a process makes its float products: by which library, and cut into blocks of about `block`
+// rows (or columns) of the result along its longer side, one library call each (matmul.cpp says
+// why tessera cuts them). Wider blocks repack the other operand fewer times; narrower ones leave
+// more blocks for many threads to share. The bits follow both, never the thread count.
+inline constexpr int kNarrowGemmBlock = 256;
+inline constexpr int kWideGemmBlock = 1024;
+struct FloatGemm {
+  FloatGemmLibrary library = FloatGemmLibrary::OneDnn;
+  int block = kNarrowGemmBlock;
+  bool operator==(const FloatGemm&) const = default;
+};
+// "onednn-sgemm", or with blocks other than the narrow ones "onednn-sgemm/1024".
+std::string float_gemm_name(FloatGemm gemm);
 
-// One float product out[M,N] = op(a)·op(b) exactly as matmul makes it (the same blocks), by the
-// given library rather than the chosen one: what the choice measures.
-void float_matmul_by(FloatGemmLibrary library, float* out, const float* a, const float* b, int M, int N, int K,
-                     Transpose ta, Transpose tb);
+// Which float GEMM this process runs: oneDNN's in narrow blocks until a run chooses (at start-up,
+// before any product; kernels/cpu/gemm_choice.h). Process-wide, as the BLAS's thread count is. A
+// speed measured once and stored (the MFU peak, train/peak_flops.h) belongs to it: its name is in
+// the stored key.
+void use_float_gemm(FloatGemm gemm);
+FloatGemm float_gemm();
+FloatGemmLibrary float_gemm_library();  // float_gemm().library
+std::string float_gemm_name();          // of float_gemm()
+
+// One float product out[M,N] = op(a)·op(b) exactly as matmul makes it under `gemm` (the same
+// blocks, the same library), rather than under the chosen one: what the choice measures.
+void float_matmul_by(FloatGemm gemm, float* out, const float* a, const float* b, int M, int N, int K, Transpose ta,
+                     Transpose tb);
 
 // Which 16-bit GEMM runs on this thread: "onednn-bf16 (<oneDNN's implementation>)" or
 // "widen-to-f32" (kernels/cpu/gemm_bf16.h).
