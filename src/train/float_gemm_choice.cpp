@@ -44,7 +44,7 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
                                   dist::Communicator* world) {
   FloatGemmChoice choice;
   if (setting != config::FloatGemmSetting::Auto || problems.empty()) {
-    choice.chosen.library = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
+    choice.chosen.provider = setting == config::FloatGemmSetting::OpenBlas ? kernels::FloatGemmLibrary::OpenBlas
                                                                           : kernels::FloatGemmLibrary::OneDnn;
     choice.reason = setting != config::FloatGemmSetting::Auto
                         ? fmt::format("precision.f32_gemm = \"{}\"", config::float_gemm_setting_name(setting))

@@ -108,7 +108,7 @@ TEST(GemmChoice, TheChosenGemmRunsMatmulAndNamesItself) {
   for (FloatGemm gemm : kFloatGemmCandidates) {
     use_float_gemm(gemm);
     EXPECT_EQ(float_gemm(), gemm);
-    EXPECT_EQ(float_gemm_library(), gemm.library);
+    EXPECT_EQ(float_gemm_library(), gemm.provider);
     EXPECT_EQ(float_gemm_name(), float_gemm_name(gemm));
     std::vector<float> out(static_cast<size_t>(M) * N), by(out.size());
     matmul(out.data(), a.data(), b.data(), static_cast<const float*>(nullptr), M, N, K, Transpose::No, Transpose::No,

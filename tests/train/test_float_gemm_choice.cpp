@@ -88,7 +88,7 @@ TEST_F(FloatGemmChoice, ALibraryTheConfigNamesIsTakenWithoutMeasuring) {
   for (auto [setting, library] : {std::pair{config::FloatGemmSetting::OpenBlas, kernels::FloatGemmLibrary::OpenBlas},
                                   std::pair{config::FloatGemmSetting::OneDnn, kernels::FloatGemmLibrary::OneDnn}}) {
     const train::FloatGemmChoice choice = train::choose_float_gemm(setting, problems, nullptr);
-    EXPECT_EQ(choice.chosen.library, library);
+    EXPECT_EQ(choice.chosen.provider, library);
     EXPECT_EQ(choice.chosen.block, kernels::kNarrowGemmBlock);
     EXPECT_EQ(kernels::float_gemm(), choice.chosen);
     EXPECT_NE(choice.reason.find("precision.f32_gemm"), std::string::npos) << choice.reason;

@@ -118,7 +118,7 @@ int gemm_blocks(int size, int width) {
 template <class T>
 void blocked_gemm(FloatGemm gemm, Transpose ta, Transpose tb, int M, int N, int K, const T* a, int lda, const T* b,
                   int ldb, T beta, T* c) {
-  const FloatGemmLibrary library = gemm.library;
+  const FloatGemmLibrary library = gemm.provider;
   const bool by_rows = M >= N;
   const int size = by_rows ? M : N;
   const int blocks = gemm_blocks(size, gemm.block);
@@ -282,13 +282,13 @@ std::string_view float_gemm_library_name(FloatGemmLibrary library) {
 }
 
 std::string float_gemm_name(FloatGemm gemm) {
-  const std::string_view library = float_gemm_library_name(gemm.library);
+  const std::string_view library = float_gemm_library_name(gemm.provider);
   return gemm.block == kNarrowGemmBlock ? std::string(library) : fmt::format("{}/{}", library, gemm.block);
 }
 
 void use_float_gemm(FloatGemm gemm) {
   TS_CHECK(gemm.block >= 16, "a float GEMM block of {} rows is narrower than the micro-kernels' 16", gemm.block);
-  chosen_float_library.store(gemm.library);
+  chosen_float_library.store(gemm.provider);
   chosen_float_block.store(gemm.block);
 }
 FloatGemm float_gemm() {

@@ -38,7 +38,7 @@ std::string_view float_gemm_library_name(FloatGemmLibrary library);
 inline constexpr int kNarrowGemmBlock = 256;
 inline constexpr int kWideGemmBlock = 1024;
 struct FloatGemm {
-  FloatGemmLibrary library = FloatGemmLibrary::OneDnn;
+  FloatGemmLibrary provider = FloatGemmLibrary::OneDnn;  // the library whose sgemm runs the blocks
   int block = kNarrowGemmBlock;
   bool operator==(const FloatGemm&) const = default;
 };
@@ -51,7 +51,7 @@ std::string float_gemm_name(FloatGemm gemm);
 // the stored key.
 void use_float_gemm(FloatGemm gemm);
 FloatGemm float_gemm();
-FloatGemmLibrary float_gemm_library();  // float_gemm().library
+FloatGemmLibrary float_gemm_library();  // float_gemm().provider
 std::string float_gemm_name();          // of float_gemm()
 
 // One float product out[M,N] = op(a)·op(b) exactly as matmul makes it under `gemm` (the same
