@@ -75,23 +75,12 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   };
   kernels::FloatGemmTimes times;
   std::string where = "measured now";
-  if (const std::optional<kernels::FloatGemmTimes> stored = stored_times()) {
+  const std::optional<kernels::FloatGemmTimes> stored = stored_times();
+  if (stored) {
     times = *stored;
     where = fmt::format("measured once and stored in {}", file.string());
   } else {
     times = kernels::time_float_gemms(problems);
-    nlohmann::json seconds = nlohmann::json::object();
-    for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
-      seconds[kernels::float_gemm_name(kernels::kFloatGemmCandidates[i])] = times.seconds[i];
-    }
-    const nlohmann::json entry = {{"seconds", seconds},
-                                  {"products", products},
-                                  {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
-    // Every rank of a machine measured the same thing; one write is enough, and the file is
-    // replaced atomically whichever lands last.
-    if ((world == nullptr || world->rank() == 0) && store_in_machine_cache(file, key, entry)) {
-      where = fmt::format("measured now and stored in {}", file.string());
-    }
   }
   // Seconds in f32 (the communicators' widest float) lose nothing a choice with a 3 % margin reads.
   std::array<float, kernels::kFloatGemmCandidates.size()> sums;
@@ -100,6 +89,22 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
   const double ranks = world != nullptr ? world->size() : 1;
   kernels::FloatGemmTimes agreed;
   for (size_t i = 0; i < sums.size(); ++i) agreed.seconds[i] = sums[i] / ranks;
+  if (!stored) {
+    // What is stored is what the ranks agreed on, not one rank's own times: a later run (a resume)
+    // reads it back and must choose what this one chose.
+    nlohmann::json seconds = nlohmann::json::object();
+    for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
+      seconds[kernels::float_gemm_name(kernels::kFloatGemmCandidates[i])] = agreed.seconds[i];
+    }
+    const nlohmann::json entry = {{"seconds", seconds},
+                                  {"products", products},
+                                  {"measured_unix_time", static_cast<int64_t>(std::time(nullptr))}};
+    // Every rank of a machine holds the same figures; one write is enough, and the file is
+    // replaced atomically whichever lands last.
+    if ((world == nullptr || world->rank() == 0) && store_in_machine_cache(file, key, entry)) {
+      where = fmt::format("measured now and stored in {}", file.string());
+    }
+  }
   choice.chosen = kernels::fastest_float_gemm(agreed);
   std::string others;
   for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
