@@ -66,7 +66,8 @@ constexpr KernelKey kKernelKeys[] = {{"norm_ns", &KernelCosts::norm},
                                      {"activation_backward_ns", &KernelCosts::activation_backward},
                                      {"residual_ns", &KernelCosts::residual},
                                      {"cross_entropy_ns", &KernelCosts::cross_entropy},
-                                     {"optimizer_ns", &KernelCosts::optimizer}};
+                                     {"optimizer_ns", &KernelCosts::optimizer},
+                                     {"top_k_ns", &KernelCosts::top_k}};
 
 KernelCosts read_kernels(config::TableReader& r) {
   KernelCosts k;

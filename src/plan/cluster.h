@@ -57,6 +57,10 @@ struct KernelCosts {
   double residual = 0;                             // per value of a residual add, forward or backward
   double cross_entropy = 0;  // per logit: the loss and its gradient, which the engine computes together
   double optimizer = 0;      // per parameter of a step: gradient norm, clipping, AdamW, zeroing the gradient
+  // Per gradient element of top-k compression's own work (parallel/compression/top_k.cpp): adding it
+  // to the error feedback, the radix selection's three passes, and the reduced gradient rebuilt from
+  // the gathered entries. Serial code, many times a stream of its bytes.
+  double top_k = 0;
   bool operator==(const KernelCosts&) const = default;
 };
 

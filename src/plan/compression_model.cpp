@@ -78,11 +78,16 @@ double compressed_reduction_seconds(const Layout& l, const ClusterSpec& c, const
     return seconds;
   }
   // Reading the gradient and its error, writing both back.
-  seconds += stream_seconds(c, 16 * elements);
+  const double stream = stream_seconds(c, 16 * elements);
   if (l.compression == CompressionMethod::TopK) {
+    // Where the cluster measured this engine's selection: its passes cost more than their bytes.
+    seconds += std::max(stream, c.efficiency.kernels.top_k * elements);
     const double k = std::max(1.0, std::ceil(l.compression_ratio * elements));
     seconds += 2 * all_gather_seconds(dp, n * k * 4);
-  } else if (l.compression == CompressionMethod::Qsgd) {
+    return seconds;
+  }
+  seconds += stream;
+  if (l.compression == CompressionMethod::Qsgd) {
     seconds += all_gather_seconds(dp, n * elements) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));
   } else if (l.compression == CompressionMethod::OneBit) {
     seconds += all_gather_seconds(dp, n * std::ceil(elements / 8)) + all_gather_seconds(dp, n * 4 * std::ceil(elements / 512));

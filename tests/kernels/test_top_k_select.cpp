@@ -76,5 +76,25 @@ TEST(TopKSelect, RefusesACountOutsideTheValues) {
   EXPECT_ANY_THROW(top_k_magnitude_indices(x, 3));
 }
 
+// The compressor's local work: the gradient joins the error feedback, the k largest leave it (their
+// values sent, zeros left), and the reduced gradient is the sum of every rank's entries.
+TEST(TopKSelect, TakingWithFeedbackLeavesTheRestAndScatterSumsTheEntries) {
+  std::vector<float> residual = {0.5f, -1.0f, 0.0f, 2.0f, 0.25f};
+  const std::vector<float> grad = {0.5f, -3.0f, 0.1f, -1.0f, 0.0f};
+  const SparseEntries sent = take_top_k_with_feedback(residual, grad, 2);
+  // residual + grad = (1, -4, 0.1, 1, 0.25): -4 first, then the tie of 1 and 1 to the lower index.
+  EXPECT_EQ(sent.index, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(sent.values, (std::vector<float>{1.0f, -4.0f}));
+  EXPECT_EQ(residual, (std::vector<float>{0.0f, 0.0f, 0.1f, 1.0f, 0.25f}));
+  EXPECT_ANY_THROW(take_top_k_with_feedback(residual, std::vector<float>(4), 1));
+
+  std::vector<float> reduced = {9, 9, 9, 9, 9};
+  const std::vector<int32_t> index = {0, 1, 1, 3};  // two ranks' entries: both sent index 1
+  const std::vector<float> values = {1.0f, -4.0f, 2.0f, 0.5f};
+  scatter_entries(reduced, index, values);
+  EXPECT_EQ(reduced, (std::vector<float>{1.0f, -2.0f, 0.0f, 0.5f, 0.0f}));
+  EXPECT_ANY_THROW(scatter_entries(reduced, index, std::vector<float>(3)));
+}
+
 }  // namespace
 }  // namespace tessera::kernels

@@ -191,6 +191,18 @@ TEST(PlanCompression, CompressedReductionsFollowTheirVolumes) {
   EXPECT_EQ(to_string(parse_layout("compression=topk,compression_ratio=0.05")).find("compression=topk,compression_ratio=0.05") !=
                 std::string::npos,
             true);
+  // Where the cluster measured the engine's top-k work per element, it replaces the stream model
+  // when slower: every element of the rank's gradient goes through it once.
+  ClusterSpec measured = c;
+  measured.efficiency.kernels.top_k = 5e-9;
+  const TimeBreakdown timed = estimate(m, parse_layout("compression=topk,compression_ratio=0.001", base), measured,
+                                       closed_form_pipeline()).time;
+  EXPECT_GT(timed.dp_comm, sparse.dp_comm);
+  EXPECT_LE(timed.dp_comm - sparse.dp_comm, 5e-9 * static_cast<double>(m.parameter_count()) * 1.0001);
+  measured.efficiency.kernels.top_k = 1e-15;  // faster than its bytes: the stream model stays
+  EXPECT_DOUBLE_EQ(estimate(m, parse_layout("compression=topk,compression_ratio=0.001", base), measured,
+                            closed_form_pipeline()).time.dp_comm,
+                   sparse.dp_comm);
   EXPECT_NE(test_util::error_of([] { parse_layout("compression=gzip"); }).find("must be none, topk"), std::string::npos);
   EXPECT_NE(test_util::error_of([] { parse_layout("compression_ratio=2"); }).find("needs a fraction in (0, 1]"),
             std::string::npos);

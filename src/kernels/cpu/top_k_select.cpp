@@ -1,5 +1,6 @@
 #include "kernels/cpu/top_k_select.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstring>
@@ -62,6 +63,27 @@ std::vector<int32_t> top_k_magnitude_indices(std::span<const float> values, int6
     if (key > kth || (key == kth && ties-- > 0)) index.push_back(static_cast<int32_t>(i));
   }
   return index;
+}
+
+SparseEntries take_top_k_with_feedback(std::span<float> residual, std::span<const float> grad, int64_t k) {
+  TS_CHECK(residual.size() == grad.size(), "top-k: an error feedback of {} elements for a gradient of {}",
+           residual.size(), grad.size());
+  for (size_t i = 0; i < grad.size(); ++i) residual[i] += grad[i];
+  SparseEntries sent;
+  sent.index = top_k_magnitude_indices(residual, k);
+  sent.values.resize(sent.index.size());
+  for (size_t j = 0; j < sent.index.size(); ++j) {
+    const auto i = static_cast<size_t>(sent.index[j]);
+    sent.values[j] = residual[i];
+    residual[i] = 0;
+  }
+  return sent;
+}
+
+void scatter_entries(std::span<float> grad, std::span<const int32_t> index, std::span<const float> values) {
+  TS_CHECK(index.size() == values.size(), "top-k: {} indices for {} values", index.size(), values.size());
+  std::fill(grad.begin(), grad.end(), 0.0f);
+  for (size_t j = 0; j < index.size(); ++j) grad[static_cast<size_t>(index[j])] += values[j];
 }
 
 }  // namespace tessera::kernels

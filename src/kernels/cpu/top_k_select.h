@@ -17,4 +17,16 @@ namespace tessera::kernels {
 // The indices of the k largest |values[i]| (ties to the lower index), ascending. 0 < k <= size.
 std::vector<int32_t> top_k_magnitude_indices(std::span<const float> values, int64_t k);
 
+// Top-k compression's work on one rank, either side of its exchange: the gradient added into the
+// error feedback `residual` and its k largest entries taken out of it (zeroed there: what stays is
+// fed back next step), in index order; then the reduced gradient rebuilt from every rank's entries.
+// The compressor runs these, and the planner's calibration times them (plan::KernelCosts::top_k).
+struct SparseEntries {
+  std::vector<int32_t> index;
+  std::vector<float> values;
+};
+SparseEntries take_top_k_with_feedback(std::span<float> residual, std::span<const float> grad, int64_t k);
+// grad = the sum of the entries (index, value), zero elsewhere.
+void scatter_entries(std::span<float> grad, std::span<const int32_t> index, std::span<const float> values);
+
 }  // namespace tessera::kernels

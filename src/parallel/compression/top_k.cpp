@@ -30,24 +30,17 @@ class TopK final : public GradientCompressor {
     Tensor& residual = residuals_.at(static_cast<size_t>(bucket));
     TS_CHECK(residual.numel() == static_cast<int64_t>(grad.size()), "topk: bucket {} has {} elements, not {}", bucket,
              residual.numel(), grad.size());
-    float* acc = residual.data<float>();
     const auto n = static_cast<int64_t>(grad.size());
-    for (int64_t i = 0; i < n; ++i) acc[i] += grad[static_cast<size_t>(i)];
     // The k largest magnitudes, ties to the lower index so every rerun picks the same, in index order.
-    const int64_t k = top_k_count(n, ratio_now());
-    const std::vector<int32_t> index = kernels::top_k_magnitude_indices({acc, static_cast<size_t>(n)}, k);
-    std::vector<float> values(static_cast<size_t>(k));
-    for (int64_t j = 0; j < k; ++j) {
-      values[static_cast<size_t>(j)] = acc[index[static_cast<size_t>(j)]];
-      acc[index[static_cast<size_t>(j)]] = 0;  // sent: what stays is the error fed back next step
-    }
+    const kernels::SparseEntries sent = kernels::take_top_k_with_feedback(
+        {residual.data<float>(), static_cast<size_t>(n)}, grad, top_k_count(n, ratio_now()));
+    const auto k = static_cast<int64_t>(sent.index.size());
     const auto R = static_cast<size_t>(comm.size());
     std::vector<float> all_values(R * static_cast<size_t>(k));
     std::vector<int32_t> all_index(R * static_cast<size_t>(k));
-    gather_equal(comm, values.data(), all_values.data(), static_cast<size_t>(k), DType::F32);
-    gather_equal(comm, index.data(), all_index.data(), static_cast<size_t>(k), DType::I32);
-    std::fill(grad.begin(), grad.end(), 0.0f);
-    for (size_t j = 0; j < all_values.size(); ++j) grad[static_cast<size_t>(all_index[j])] += all_values[j];
+    gather_equal(comm, sent.values.data(), all_values.data(), static_cast<size_t>(k), DType::F32);
+    gather_equal(comm, sent.index.data(), all_index.data(), static_cast<size_t>(k), DType::I32);
+    kernels::scatter_entries(grad, all_index, all_values);
   }
 
   uint64_t wire_bytes(int bucket, int ranks, int rank) const override {
