@@ -8,14 +8,17 @@
 #
 #   bench/delayed_update.sh
 #   ROUNDS=2 STEPS=300 bench/delayed_update.sh
+#   EXTRAPOLATE=1 bench/delayed_update.sh     # the delayed run on extrapolated weights
 #
 # Environment: TESSERA (default build/release/src/cli/tessera), DATA (default data/kjv, prepared if
 # missing), OUT (run folders, default build/bench/delayed_update), STEPS (default: the config's
-# 600), ROUNDS (default 1; the losses are the first round's, the speedup the median over rounds).
+# 600), ROUNDS (default 1; the losses are the first round's, the speedup the median over rounds),
+# EXTRAPOLATE (default 0; 1: optim.delayed_update_extrapolate = true on the delayed run).
 #
 # Prints
 #   RESULT delayed_update val_loss_delta=<(delayed - sync) / sync> speedup=<sync ÷ delayed median step> \
-#          sync_step_seconds=<s> delayed_step_seconds=<s> update_wait_seconds=<median wait>
+#          sync_step_seconds=<s> delayed_step_seconds=<s> update_wait_seconds=<median wait> \
+#          extrapolated=<0|1>
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +29,9 @@ STEPS="${STEPS:-600}"
 ROUNDS="${ROUNDS:-1}"
 PYTHON=/usr/bin/python3
 START=$((STEPS / 10))
+EXTRAPOLATE="${EXTRAPOLATE:-0}"
+DELAYED=(--optim.delayed_update_after "$START")
+if [[ $EXTRAPOLATE == 1 ]]; then DELAYED+=(--optim.delayed_update_extrapolate true); fi
 
 if [[ ! -x $TESSERA ]]; then
   echo "no tessera binary at $TESSERA: build it first (cmake --preset release -G Ninja && cmake --build --preset release)" >&2
@@ -51,16 +57,16 @@ run() {  # name round extra...
 for ((round = 1; round <= ROUNDS; ++round)); do
   if (( round % 2 )); then
     run sync "$round"
-    run delayed "$round" --optim.delayed_update_after "$START"
+    run delayed "$round" "${DELAYED[@]}"
   else
-    run delayed "$round" --optim.delayed_update_after "$START"
+    run delayed "$round" "${DELAYED[@]}"
     run sync "$round"
   fi
 done
 
-$PYTHON - "$OUT" "$ROUNDS" "$START" <<'PY'
+$PYTHON - "$OUT" "$ROUNDS" "$START" "$EXTRAPOLATE" <<'PY'
 import json, statistics, sys
-out, rounds, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rounds, start, extrapolated = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def lines(name, r):
     return [json.loads(l) for l in open(f"{out}/{name}-{r}/metrics.jsonl")]
 def median_step(name, r):
@@ -75,5 +81,6 @@ base, val = final_val("sync", 1), final_val("delayed", 1)
 for r in range(1, rounds + 1):
     print(f"round {r}: median step sync {median_step('sync', r):.4f} s, delayed {median_step('delayed', r):.4f} s")
 print(f"RESULT delayed_update val_loss_delta={(val - base) / base:.4f} speedup={sync / late:.3f} "
-      f"sync_step_seconds={sync:.4f} delayed_step_seconds={late:.4f} update_wait_seconds={wait:.4f}")
+      f"sync_step_seconds={sync:.4f} delayed_step_seconds={late:.4f} update_wait_seconds={wait:.4f} "
+      f"extrapolated={extrapolated}")
 PY

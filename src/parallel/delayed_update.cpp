@@ -10,9 +10,12 @@
 
 namespace tessera::parallel {
 
-DelayedUpdate::DelayedUpdate(int64_t owned_elements, MemoryAccountant& memory)
+DelayedUpdate::DelayedUpdate(int64_t owned_elements, bool extrapolate, MemoryAccountant& memory)
     : values_(Tensor::empty({std::max<int64_t>(owned_elements, 1)}, DType::F32, MemoryTag::Optimizer, memory)),
       grads_(Tensor::empty({std::max<int64_t>(owned_elements, 1)}, DType::F32, MemoryTag::Optimizer, memory)),
+      previous_(extrapolate ? Tensor::empty({std::max<int64_t>(owned_elements, 1)}, DType::F32, MemoryTag::Optimizer,
+                                            memory)
+                            : Tensor()),
       worker_([this] { work(); }) {}
 
 DelayedUpdate::~DelayedUpdate() {
@@ -68,7 +71,10 @@ void DelayedUpdate::start(optim::Optimizer& optimizer, float lr, std::span<const
   shadow_current_ = true;
   {
     std::lock_guard lock(mutex_);
-    job_ = [&optimizer, lr, shadow = std::move(shadow)] { optimizer.step(lr, shadow); };
+    job_ = [this, &optimizer, lr, shadow = std::move(shadow)] {
+      if (previous_.defined()) ops::copy(previous_, values_);
+      optimizer.step(lr, shadow);
+    };
     running_ = true;
     error_ = nullptr;
   }
@@ -76,9 +82,18 @@ void DelayedUpdate::start(optim::Optimizer& optimizer, float lr, std::span<const
   wake_.notify_all();
 }
 
-bool DelayedUpdate::apply(std::span<const optim::Segment> segments) {
+bool DelayedUpdate::apply(std::span<const optim::Segment> segments, Weights weights) {
+  TS_CHECK(weights == Weights::Updated || previous_.defined(),
+           "the delayed update was built without extrapolation: it cannot write extrapolated weights");
   last_wait_seconds_ = 0;
-  if (!pending_) return false;
+  if (!pending_) {
+    // Nothing running, but a guess may still stand in the master values (the step that computed on
+    // it was skipped, an overflow, and started no update): the updated values replace it.
+    if (weights == Weights::Extrapolated || !guess_in_master_) return false;
+    copy_updated_values(segments);
+    guess_in_master_ = false;
+    return true;
+  }
   const auto before = std::chrono::steady_clock::now();
   std::exception_ptr error;
   {
@@ -92,12 +107,29 @@ bool DelayedUpdate::apply(std::span<const optim::Segment> segments) {
     shadow_current_ = false;  // the update stopped part way: its values are no one's
     std::rethrow_exception(error);
   }
+  copy_updated_values(segments);
+  guess_in_master_ = weights == Weights::Extrapolated;
+  if (guess_in_master_) {
+    int64_t at = 0;
+    for (const optim::Segment& s : segments) {
+      // The update's change, w_t - w_{t-1}, made in place of the values it started from (no longer
+      // needed: the next update starts from w_t), then added to w_t.
+      const Tensor change = previous_.slice(0, at, at + s.size());
+      ops::scale(change, change, -1.0f);
+      ops::add_inplace(change, values_.slice(0, at, at + s.size()));
+      ops::add_inplace(s.values(), change);
+      at += s.size();
+    }
+  }
+  return true;
+}
+
+void DelayedUpdate::copy_updated_values(std::span<const optim::Segment> segments) const {
   int64_t at = 0;
   for (const optim::Segment& s : segments) {
     ops::copy(s.values(), values_.slice(0, at, at + s.size()));
     at += s.size();
   }
-  return true;
 }
 
 }  // namespace tessera::parallel

@@ -320,7 +320,8 @@ TrainingEngine::TrainingEngine(nn::GPT& model, MemoryAccountant& memory, const d
              "step sums per-tensor statistics over ranks, which an update on its own thread cannot do beside the next "
              "step's collectives; delay adamw or sgd there",
              optim::optimizer_name(options.optimizer.kind));
-    delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()), memory);
+    delayed_update_ = std::make_unique<DelayedUpdate>(optim::total_elements(ownership_.master_segments()),
+                                                      options.delayed_update_extrapolate, memory);
   }
   evaluation_ = exec::lower_evaluation(stages_, pp_ ? pp_->rank() : 0, size_of(pp_));
 }
@@ -500,8 +501,13 @@ std::vector<TrainingEngine::StepResult> TrainingEngine::train_batches(
 void TrainingEngine::optimizer_step(StepResult& result, float lr, std::optional<double> max_grad_norm) {
   const std::vector<optim::Segment> segments = ownership_.master_segments();
   // The previous step's delayed update is done with by now (this step's backward read the weights
-  // before it); its values go in before this step's update starts from them.
-  if (delayed_update_ && delayed_update_->apply(segments)) after_update_applied();
+  // before it); its values go in before this step's update starts from them, extrapolated where
+  // the next step computes on a guess of the weights after its own update.
+  if (delayed_update_ && delayed_update_->apply(segments, options_.delayed_update_extrapolate
+                                                              ? DelayedUpdate::Weights::Extrapolated
+                                                              : DelayedUpdate::Weights::Updated)) {
+    after_update_applied();
+  }
   // The gradients are complete here: the chain's finish reduced them over the data-parallel groups
   // and summed them over tp (sequence parallelism) and between the stages holding the tied
   // embedding.

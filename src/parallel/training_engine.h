@@ -84,6 +84,9 @@ struct EngineOptions {
   // on, each step's update runs while the next step's forward and backward read the weights from
   // before it; the steps before it are exact. 0: never.
   int64_t delayed_update_after = 0;
+  // Those steps compute on the weights extrapolated by the last update's change instead
+  // (DelayedUpdate::Weights::Extrapolated): one more copy of the owned values.
+  bool delayed_update_extrapolate = false;
 };
 
 class TrainingEngine {

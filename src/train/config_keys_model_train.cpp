@@ -245,6 +245,12 @@ std::vector<ConfigKey> training_keys() {
             "step stale); steps before it are exact, and evaluations, samples and checkpoints apply a running "
             "update first. adamw and sgd under any layout, the optimizers with per-tensor statistics without "
             "ZeRO, tensor or expert sharding; not onebit_adam or 2bw. 0: off"},
+    {.key = "optim.delayed_update_extrapolate",
+     .field = in_optim<&OptimSection::delayed_update_extrapolate>,
+     .doc = "with optim.delayed_update_after: the overlapped step computes on the weights extrapolated by the "
+            "last update's change, w_t + (w_t - w_{t-1}), instead of the stale w_t (SpecTrain's weight "
+            "prediction), which takes back most of a one-step-stale Adam's loss; one more copy of the owned "
+            "values. Evaluations, samples and checkpoints see the updated weights"},
   };
 }
 

@@ -209,8 +209,12 @@ PredictedMemory predict_memory(const RunConfig& c, const PlannedRun& run) {
       const double state = plan::compressor_state_bytes(m, l, rank, domain, c.compression_options().warmup_steps);
       tags.optimizer += (c.precision_options().loss_scaling.enabled ? 2.0 : 1.0) * state;
     }
-    // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long.
-    if (c.optim.delayed_update_after > 0) tags.optimizer += 2.0 * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
+    // A delayed update's shadow values and gradients (parallel/delayed_update.h), all step long, and
+    // with extrapolation the values its update started from.
+    if (c.optim.delayed_update_after > 0) {
+      const double copies = c.optim.delayed_update_extrapolate ? 3.0 : 2.0;
+      tags.optimizer += copies * sizeof(float) * plan::engine_optimizer_elements(m, l, rank);
+    }
     const bool receives_gradients = rank < l.pp - 1 || l.virtual_stages > 1;
     std::vector<exec::UnitWorkspace> workspace(unit_bytes.size());
     for (size_t u = 0; u < unit_bytes.size(); ++u) {

@@ -234,6 +234,10 @@ void check_sharded_updates(const RunConfig& c) {
   const std::string sharding = c.parallel.zero_stage >= 1 ? fmt::format("ZeRO stage {}", c.parallel.zero_stage)
                                : c.parallel.tp > 1        ? "tensor parallelism"
                                                           : "expert parallelism";
+  TS_CHECK(!c.optim.delayed_update_extrapolate || c.optim.delayed_update_after > 0,
+           "config: optim.delayed_update_extrapolate = true extrapolates the weights of a delayed update, and "
+           "optim.delayed_update_after is 0 (no update is delayed): set optim.delayed_update_after to the step the "
+           "delay starts from, or drop optim.delayed_update_extrapolate");
   // The same rule of three for an update on its own thread: the main thread's collectives run
   // beside it, so it must not sum statistics over ranks.
   TS_CHECK(c.optim.delayed_update_after == 0 || optim::updates_elementwise(c.optim.kind) || !sharded,

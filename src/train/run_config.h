@@ -57,6 +57,9 @@ struct OptimSection : optim::OptimizerConfig {
   // ZeRO-Offload's delayed parameter update from this step on: each step's update runs while the
   // next step computes on the weights before it (parallel/delayed_update.h). 0: off.
   int64_t delayed_update_after = 0;
+  // Those steps compute on the weights extrapolated by the last update's change (SpecTrain), not on
+  // the stale ones.
+  bool delayed_update_extrapolate = false;
 };
 
 struct ParallelSection {

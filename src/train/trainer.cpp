@@ -27,6 +27,7 @@ parallel::EngineOptions engine_options(const RunConfig& cfg) {
   o.recompute.solver_cache_dir = std::filesystem::path(cfg.train.out_dir) / "remat-cache";
   o.activation_encoding = exec::parse_activation_encoding(cfg.memory.activation_encoding);
   o.delayed_update_after = cfg.optim.delayed_update_after;
+  o.delayed_update_extrapolate = cfg.optim.delayed_update_extrapolate;
   if (cfg.memory.offload_optimizer == "nvme") {
     o.offload_optimizer_chunk_bytes = static_cast<int64_t>(static_cast<double>(cfg.memory.offload_chunk_mb) * 1048576.0);
   }

@@ -348,9 +348,12 @@ void TrainingRun::print_execution() {
   }
   const std::string delayed =
       cfg.optim.delayed_update_after > 0
-          ? fmt::format("; from step {} each update runs while the next step computes on the weights before it "
-                        "(delayed by one step, 2 copies of the owned values and gradients beside it)",
-                        cfg.optim.delayed_update_after + 1)
+          ? fmt::format("; from step {} each update runs while the next step computes on {} (delayed by one step, "
+                        "{} copies of the owned values and gradients beside it)",
+                        cfg.optim.delayed_update_after + 1,
+                        cfg.optim.delayed_update_extrapolate ? "the weights extrapolated by the last update's change"
+                                                             : "the weights before it",
+                        cfg.optim.delayed_update_extrapolate ? 3 : 2)
           : std::string();
   fmt::print("optimizer: {}, {} of state on this process{}\n", engine.optimizer().name(),
              mib(static_cast<double>(optim::state_bytes(cfg.optim, engine.ownership().master_segments()))), delayed);

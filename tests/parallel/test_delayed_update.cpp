@@ -1,7 +1,8 @@
 // The delayed update's mechanics with an optimizer whose step is known: the master values do not
 // move until apply(), the update reads the gradients as they were at start() (the next step's
 // backward may overwrite them), it runs on another thread while the caller goes on, and an error
-// in it reaches the caller.
+// in it reaches the caller. With extrapolation, apply() can write the guess w_t + (w_t - w_{t-1})
+// while the updates go on from w_t.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -54,7 +55,7 @@ struct Master {
 
 TEST(DelayedUpdate, TheValuesMoveAtApplyByTheGradientsOfStart) {
   MemoryAccountant memory;
-  DelayedUpdate update(5, memory);
+  DelayedUpdate update(5, /*extrapolate=*/false, memory);
   EXPECT_EQ(memory.stats().live_of(MemoryTag::Optimizer), 2 * 5 * sizeof(float));
   Master m;
   SlowDescent optimizer;
@@ -82,7 +83,7 @@ TEST(DelayedUpdate, TheValuesMoveAtApplyByTheGradientsOfStart) {
 
 TEST(DelayedUpdate, ValuesWrittenFromOutsideAreTakenAfterForgetValues) {
   MemoryAccountant memory;
-  DelayedUpdate update(5, memory);
+  DelayedUpdate update(5, /*extrapolate=*/false, memory);
   Master m;
   SlowDescent optimizer;
   update.start(optimizer, 0.1f, m.segments());
@@ -97,7 +98,7 @@ TEST(DelayedUpdate, ValuesWrittenFromOutsideAreTakenAfterForgetValues) {
 
 TEST(DelayedUpdate, AnErrorInTheUpdateReachesTheCallerAndLeavesTheValues) {
   MemoryAccountant memory;
-  DelayedUpdate update(5, memory);
+  DelayedUpdate update(5, /*extrapolate=*/false, memory);
   Master m;
   SlowDescent optimizer;
   optimizer.fail = true;
@@ -113,6 +114,44 @@ TEST(DelayedUpdate, AnErrorInTheUpdateReachesTheCallerAndLeavesTheValues) {
   optimizer.released = true;
 }
 
+TEST(DelayedUpdate, ExtrapolatedWeightsAddTheLastChangeOnceMoreAndTheUpdatesGoOnFromTheTrueOnes) {
+  MemoryAccountant memory;
+  DelayedUpdate update(5, /*extrapolate=*/true, memory);
+  EXPECT_EQ(memory.stats().live_of(MemoryTag::Optimizer), 3 * 5 * sizeof(float));
+  Master m;
+  SlowDescent optimizer;
+  const auto extrapolated = DelayedUpdate::Weights::Extrapolated;
+  // w = (1, 2, 3, 4, 5) - 0.5 (10, 20, ...) = (-4, -8, ...): a change of (-5, -10, ...), added again.
+  update.start(optimizer, 0.5f, m.segments());
+  EXPECT_TRUE(update.apply(m.segments(), extrapolated));
+  EXPECT_EQ(m.values, (std::vector<float>{-9, -18, -27, -36, -45}));
+  // The next update steps from the true (-4, -8, ...), not from the guess the step computed on.
+  m.grads = {1, 1, 1, 1, 1};
+  update.start(optimizer, 1.0f, m.segments());
+  EXPECT_TRUE(update.apply(m.segments()));
+  EXPECT_EQ(m.values, (std::vector<float>{-5, -9, -13, -17, -21}));
+  // Applied plain (before a checkpoint), then the values forgotten: the next start copies the master
+  // values, and its extrapolation adds the change from them.
+  update.forget_values();
+  update.start(optimizer, 2.0f, m.segments());
+  EXPECT_TRUE(update.apply(m.segments(), extrapolated));
+  EXPECT_EQ(m.values, (std::vector<float>{-9, -13, -17, -21, -25}));
+
+  // A guess left standing (the step that computed on it was skipped and started nothing): applying
+  // the updated values with nothing pending puts the true ones back, as a checkpoint needs.
+  EXPECT_FALSE(update.apply(m.segments(), extrapolated));
+  EXPECT_EQ(m.values, (std::vector<float>{-9, -13, -17, -21, -25}));
+  EXPECT_TRUE(update.apply(m.segments()));
+  EXPECT_EQ(m.values, (std::vector<float>{-7, -11, -15, -19, -23}));
+  EXPECT_FALSE(update.apply(m.segments()));
+
+  // Without extrapolation there is no earlier value to extrapolate from.
+  DelayedUpdate plain(5, /*extrapolate=*/false, memory);
+  plain.start(optimizer, 1.0f, m.segments());
+  EXPECT_THROW(plain.apply(m.segments(), extrapolated), Error);
+  EXPECT_TRUE(plain.apply(m.segments()));
+}
+
 TEST(DelayedUpdate, EndingWithAnUpdateRunningWaitsForIt) {
   MemoryAccountant memory;
   Master m;
@@ -120,7 +159,7 @@ TEST(DelayedUpdate, EndingWithAnUpdateRunningWaitsForIt) {
   optimizer.released = false;
   std::thread release;
   {
-    DelayedUpdate update(5, memory);
+    DelayedUpdate update(5, /*extrapolate=*/false, memory);
     update.start(optimizer, 1.0f, m.segments());
     release = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

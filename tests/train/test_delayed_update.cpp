@@ -106,6 +106,39 @@ TEST_F(DelayedUpdateRuns, ExactBeforeItsStartThenOneStepStaleAlikeUnderEveryLayo
   }
 }
 
+// optim.delayed_update_extrapolate: the first delayed step computes on stale weights as before
+// (no update's change is known yet), and from the next, on the weights extrapolated by the last
+// update's change: the same losses as the stale run through step kStart + 2, then different ones,
+// alike in one process and under ZeRO-2 (the extrapolation is elementwise on each rank's shard).
+TEST_F(DelayedUpdateRuns, ExtrapolatedWeightsFromTheSecondDelayedStepAlikeUnderZero) {
+  const std::string delayed = fmt::format(" --optim.delayed_update_after {}", kStart);
+  const std::string extrapolated = delayed + " --optim.delayed_update_extrapolate true";
+  const fs::path stale = g_root / "extrapolation_stale", one = g_root / "extrapolation_one",
+                 zero = g_root / "extrapolation_zero2";
+  CliResult a = run_tessera(train_args(stale, delayed));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  CliResult b = run_tessera(train_args(one, extrapolated));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("computes on the weights extrapolated by the last update's change"), std::string::npos)
+      << b.output;
+  CliResult c = run_tessera("launch -n 2 -- " + train_args(zero, "--parallel.dp 2 --parallel.zero_stage 2" + extrapolated));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  const std::vector<double> want = train_losses_of((stale / "metrics.jsonl").string());
+  const std::vector<double> got = train_losses_of((one / "metrics.jsonl").string());
+  const std::vector<double> sharded = train_losses_of((zero / "metrics.jsonl").string());
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  ASSERT_EQ(sharded.size(), 8u);
+  for (int i = 0; i <= kStart + 1; ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+  EXPECT_GT(std::abs(got[kStart + 2] - want[kStart + 2]), 1e-4 * want[kStart + 2]);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(sharded[i], got[i], 1e-5 * got[i]) << "step " << i + 1;
+
+  // Without a delayed update there is nothing to extrapolate: refused at start.
+  CliResult refused = run_tessera(train_args(g_root / "extrapolation_refused", "--optim.delayed_update_extrapolate true"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("optim.delayed_update_after is 0"), std::string::npos) << refused.output;
+}
+
 // A checkpoint holds the newest weights (the update running is applied before it is written), and
 // a run resumed from it follows the uninterrupted one bit for bit.
 TEST_F(DelayedUpdateRuns, AResumedRunFollowsTheUninterruptedOneBitwise) {
