@@ -115,6 +115,9 @@ const std::vector<Layout> kLayouts = {
     {"dp2_zero1_delayed", 2, "--parallel.dp 2 --parallel.zero_stage 1 --optim.delayed_update_after 1", 1, 2},
     {"one_offloaded_state_delayed", 1,
      "--memory.offload_optimizer nvme --memory.offload_chunk_mb 0.05 --optim.delayed_update_after 1"},
+    // With extrapolation, the values each update started from too.
+    {"dp2_zero2_delayed_extrapolated", 2,
+     "--parallel.dp 2 --parallel.zero_stage 2 --optim.delayed_update_after 1 --optim.delayed_update_extrapolate true", 1, 2},
     // A compressor's error feedback (and PowerSGD's Q, sized for its ramp), with fp16 twice: the
     // copy a skipped step puts back.
     {"dp2_topk", 2, "--parallel.dp 2 --parallel.compression topk", 1, 2},
