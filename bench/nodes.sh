@@ -121,12 +121,13 @@ read -r -a METHODS <<< "${METHODS:-dense bf16 topk powersgd onebit_adam}"
 [[ ${METHODS[0]} == dense ]] || { echo "METHODS must start with dense (the run the others are compared with)" >&2; exit 2; }
 
 # The run of method $1 into folder $2, as train and plan --config both take it. Every run is
-# profiled (steps 2-4), so that the profiler's small cost is the same for all.
+# profiled (steps 2-4), so that the profiler's small cost is the same for all. No checkpoint is
+# written: the 124M model's final one is 1.5 GB per run, and the bench only reads the metrics.
 run_args() {
   # shellcheck disable=SC2086
   echo --config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.out_dir "$OUT/$2" --train.overwrite true \
     --train.steps "$STEPS" $MODEL_ARGS --parallel.bucket_mb "$BUCKET_MB" \
-    --parallel.dp 2 --checkpoint.every 0 --train.eval_every 0 --train.eval_batches 1 --train.sample_tokens 0 --log.progress plain \
+    --parallel.dp 2 --checkpoint.every 0 --checkpoint.at_end false --train.eval_every 0 --train.eval_batches 1 --train.sample_tokens 0 --log.progress plain \
     --log.profile true ${ARGS[$1]}
 }
 
