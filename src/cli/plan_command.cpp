@@ -281,7 +281,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_flag("--calibrate-here", args->calibrate_here,
                 "measure this machine (GEMM and attention efficiency by size, memory bandwidth, kernel overhead, the "
                 "latency and bandwidth between two processes, the disk of --offload-dir) and write it as a cluster "
-                "TOML to --out (about a minute)");
+                "TOML to --out (a few minutes)");
   cmd->add_option("--out", args->out, "with --calibrate-here: the cluster TOML to write")->capture_default_str();
   cmd->add_option("--name", args->name, "with --calibrate-here: the cluster's name")->capture_default_str();
   cmd->add_option("--offload-dir", args->offload_dir,
