@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 #include <fstream>
 #include <limits>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -128,12 +129,17 @@ double library_gemm_rate(int n) {
 
 // The best of the float GEMM candidates' rates: a run takes the fastest for its model
 // (precision.f32_gemm, kernels/cpu/gemm_choice.h), so the planner predicts with it.
-double gemm_rate(int n) {
+struct GemmRate {
+  double rate = 0;
+  kernels::FloatGemm gemm;
+};
+// The fastest of `candidates` at size n.
+GemmRate gemm_rate(int n, std::span<const kernels::FloatGemm> candidates) {
   const kernels::FloatGemm before = kernels::float_gemm();
-  double best = 0;
-  for (kernels::FloatGemm gemm : kernels::kFloatGemmCandidates) {
+  GemmRate best;
+  for (kernels::FloatGemm gemm : candidates) {
     kernels::use_float_gemm(gemm);
-    best = std::max(best, library_gemm_rate(n));
+    if (const double rate = library_gemm_rate(n); rate > best.rate) best = {rate, gemm};
   }
   kernels::use_float_gemm(before);
   return best;
@@ -411,10 +417,16 @@ void calibrate_here(const std::string& out, const std::string& name, const std::
     // Passes over all sizes, each size's best kept: a machine shared with other work runs slow for
     // seconds at a time, longer than one size's repetitions last, and a slow spell would otherwise
     // set the rate of whichever sizes it fell on.
-    m.gemm_rates.assign(std::size(kGemmSizes), 0.0);
-    for (int pass = 0; pass < kGemmPasses; ++pass) {
-      for (size_t i = 0; i < std::size(kGemmSizes); ++i) m.gemm_rates[i] = std::max(m.gemm_rates[i], gemm_rate(kGemmSizes[i]));
+    // The passes after the first time only the candidate the first found fastest at each size.
+    std::vector<GemmRate> rates;
+    for (int n : kGemmSizes) rates.push_back(gemm_rate(n, kernels::kFloatGemmCandidates));
+    for (int pass = 1; pass < kGemmPasses; ++pass) {
+      for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
+        rates[i].rate = std::max(rates[i].rate, gemm_rate(kGemmSizes[i], std::span(&rates[i].gemm, 1)).rate);
+      }
     }
+    m.gemm_rates.clear();
+    for (const GemmRate& r : rates) m.gemm_rates.push_back(r.rate);
     for (size_t i = 0; i < std::size(kGemmSizes); ++i) {
       per_core_peak = std::max(per_core_peak, m.gemm_rates[i] / t);
       fmt::print(" {}: {:.1f}", kGemmSizes[i], m.gemm_rates[i] / 1e9);
