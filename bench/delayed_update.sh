@@ -9,16 +9,18 @@
 #   bench/delayed_update.sh
 #   ROUNDS=2 STEPS=300 bench/delayed_update.sh
 #   EXTRAPOLATE=1 bench/delayed_update.sh     # the delayed run on extrapolated weights
+#   LR=1e-3 bench/delayed_update.sh           # both runs at another peak rate (min_lr a tenth of it)
 #
 # Environment: TESSERA (default build/release/src/cli/tessera), DATA (default data/kjv, prepared if
 # missing), OUT (run folders, default build/bench/delayed_update), STEPS (default: the config's
 # 600), ROUNDS (default 1; the losses are the first round's, the speedup the median over rounds),
-# EXTRAPOLATE (default 0; 1: optim.delayed_update_extrapolate = true on the delayed run).
+# EXTRAPOLATE (default 0; 1: optim.delayed_update_extrapolate = true on the delayed run), LR
+# (default: the config's 2e-3; optim.lr of both runs, optim.min_lr a tenth of it).
 #
 # Prints
 #   RESULT delayed_update val_loss_delta=<(delayed - sync) / sync> speedup=<sync ÷ delayed median step> \
 #          sync_step_seconds=<s> delayed_step_seconds=<s> update_wait_seconds=<median wait> \
-#          extrapolated=<0|1>
+#          extrapolated=<0|1> lr=<peak rate>
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +32,8 @@ ROUNDS="${ROUNDS:-1}"
 PYTHON=/usr/bin/python3
 START=$((STEPS / 10))
 EXTRAPOLATE="${EXTRAPOLATE:-0}"
+LR="${LR:-2e-3}"
+RATE=(--optim.lr "$LR" --optim.min_lr "$($PYTHON -c "import sys; print(float(sys.argv[1]) / 10)" "$LR")")
 DELAYED=(--optim.delayed_update_after "$START")
 if [[ $EXTRAPOLATE == 1 ]]; then DELAYED+=(--optim.delayed_update_extrapolate true); fi
 
@@ -51,7 +55,7 @@ run() {  # name round extra...
   local dir="$OUT/$name-$round"
   "$TESSERA" train --config "$ROOT/configs/default.toml" --data.dir "$DATA" --train.out_dir "$dir" \
     --train.overwrite true --train.sample_tokens 0 --log.progress plain --train.steps "$STEPS" \
-    --train.eval_every "$STEPS" --checkpoint.every 0 "$@" >"$dir.log" 2>&1 || { tail -5 "$dir.log"; exit 1; }
+    --train.eval_every "$STEPS" --checkpoint.every 0 "${RATE[@]}" "$@" >"$dir.log" 2>&1 || { tail -5 "$dir.log"; exit 1; }
   grep -E 'val loss' "$dir.log" | tail -n 1
 }
 for ((round = 1; round <= ROUNDS; ++round)); do
@@ -64,9 +68,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   fi
 done
 
-$PYTHON - "$OUT" "$ROUNDS" "$START" "$EXTRAPOLATE" <<'PY'
+$PYTHON - "$OUT" "$ROUNDS" "$START" "$EXTRAPOLATE" "$LR" <<'PY'
 import json, statistics, sys
-out, rounds, start, extrapolated = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+out, rounds, start, extrapolated, lr = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def lines(name, r):
     return [json.loads(l) for l in open(f"{out}/{name}-{r}/metrics.jsonl")]
 def median_step(name, r):
@@ -82,5 +86,5 @@ for r in range(1, rounds + 1):
     print(f"round {r}: median step sync {median_step('sync', r):.4f} s, delayed {median_step('delayed', r):.4f} s")
 print(f"RESULT delayed_update val_loss_delta={(val - base) / base:.4f} speedup={sync / late:.3f} "
       f"sync_step_seconds={sync:.4f} delayed_step_seconds={late:.4f} update_wait_seconds={wait:.4f} "
-      f"extrapolated={extrapolated}")
+      f"extrapolated={extrapolated} lr={lr}")
 PY
