@@ -67,8 +67,11 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
     }
     kernels::FloatGemmTimes times;
     times.shapes = static_cast<int>(problems.size());
+    const nlohmann::json& seconds = (*it)["seconds"];
     for (size_t i = 0; i < kernels::kFloatGemmCandidates.size(); ++i) {
-      times.seconds[i] = (*it)["seconds"].value(kernels::float_gemm_name(kernels::kFloatGemmCandidates[i]), 0.0);
+      const auto value = seconds.find(kernels::float_gemm_name(kernels::kFloatGemmCandidates[i]));
+      if (value == seconds.end() || !value->is_number()) return std::nullopt;
+      times.seconds[i] = value->get<double>();
       if (!(times.seconds[i] > 0)) return std::nullopt;
     }
     return times;

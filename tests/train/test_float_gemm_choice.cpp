@@ -147,6 +147,19 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   train::choose_float_gemm(config::FloatGemmSetting::Auto, other, nullptr);
   EXPECT_EQ(cache().size(), 2u);
 
+  // A damaged entry, a time that is no number, is measured again (and replaced), never an error.
+  stored = cache();
+  stored[key]["seconds"]["openblas-sgemm"] = "fast";
+  write(stored);
+  again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
+  EXPECT_NE(again.reason.find("measured now"), std::string::npos) << again.reason;
+  EXPECT_TRUE(cache()[key]["seconds"]["openblas-sgemm"].is_number()) << cache().dump();
+  stored = cache();
+  stored[key]["seconds"]["onednn-sgemm"] = nullptr;
+  write(stored);
+  again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
+  EXPECT_NE(again.reason.find("measured now"), std::string::npos) << again.reason;
+
   // A damaged file is measured again, never an error.
   std::ofstream(dir_ / "float-gemm.json") << "{ not json";
   const train::FloatGemmChoice remeasured = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
