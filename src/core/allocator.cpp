@@ -57,8 +57,9 @@ void* MemoryAccountant::allocate(size_t bytes, MemoryTag tag) {
     auto it = cache_.lower_bound(rounded);
     const size_t slack = rounded >= kPageAlignedFrom ? rounded / kSlackFraction : 0;
     if (it != cache_.end() && it->first <= rounded + slack) {
-      ptr = it->second;
+      ptr = it->second.ptr;
       if (it->first != rounded) capacity_.emplace(ptr, it->first);
+      cached_bytes_ -= it->first;
       cache_.erase(it);
     }
     size_t t = static_cast<size_t>(tag);
@@ -86,12 +87,13 @@ void MemoryAccountant::deallocate(void* ptr, size_t bytes, MemoryTag tag) {
   stats_.live[t] -= bytes;
   stats_.live_total -= bytes;
   const auto larger = capacity_.find(ptr);
-  if (larger == capacity_.end()) {
-    cache_.emplace(round_up(bytes), ptr);
-  } else {
-    cache_.emplace(larger->second, ptr);
+  size_t size = round_up(bytes);
+  if (larger != capacity_.end()) {
+    size = larger->second;
     capacity_.erase(larger);
   }
+  cache_.emplace(size, CachedBlock{ptr, generation_});
+  cached_bytes_ += size;
 }
 
 MemoryStats MemoryAccountant::stats() const {
@@ -112,8 +114,31 @@ void MemoryAccountant::set_budget(size_t bytes) {
 
 void MemoryAccountant::release_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [size, ptr] : cache_) std::free(ptr);
+  for (auto& [size, block] : cache_) std::free(block.ptr);
   cache_.clear();
+  cached_bytes_ = 0;
+}
+
+size_t MemoryAccountant::trim_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t freed = 0;
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    if (it->second.since < generation_) {
+      std::free(it->second.ptr);
+      freed += it->first;
+      it = cache_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  cached_bytes_ -= freed;
+  ++generation_;
+  return freed;
+}
+
+size_t MemoryAccountant::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_bytes_;
 }
 
 }  // namespace tessera

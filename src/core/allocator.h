@@ -54,12 +54,24 @@ class MemoryAccountant {
   void set_budget(size_t bytes);
   size_t budget() const { return budget_; }
   void release_cache();  // returns cached blocks to the system
+  // Returns to the system the cached blocks nobody took since the previous call, and their bytes.
+  // Called once a step: a step asks for the same sizes every step, so a block a whole step left
+  // in the cache serves no size the run still asks for (an encoded activation's block from when
+  // its values were denser), and without this the cache only grows.
+  size_t trim_cache();
+  size_t cached_bytes() const;  // held in the cache, not counted as live
 
  private:
   mutable std::mutex mutex_;
   size_t budget_;
   MemoryStats stats_;
-  std::multimap<size_t, void*> cache_;  // rounded size -> free block
+  struct CachedBlock {
+    void* ptr = nullptr;
+    uint64_t since = 0;  // the trim_cache generation in which it was freed
+  };
+  std::multimap<size_t, CachedBlock> cache_;  // rounded size -> free block
+  size_t cached_bytes_ = 0;
+  uint64_t generation_ = 0;
   std::map<void*, size_t> capacity_;     // live blocks larger than their request -> their size
 };
 

@@ -212,6 +212,7 @@ TrainingRun::Steps TrainingRun::next_batches(int64_t count) {
 }
 
 TrainingRun::EngineCall TrainingRun::call_engine(const Steps& steps, Profiler* profiling) {
+  memory.trim_cache();
   memory.reset_peaks();
   if (engine.nvme() != nullptr) engine.nvme()->reset_peak();
   // What this rank sends over its data-parallel group: the gradient reduction's traffic, which

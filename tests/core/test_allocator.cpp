@@ -73,3 +73,36 @@ TEST(Allocator, LargeBlocksServeSlightlySmallerRequests) {
   acc.deallocate(d, big / 2, MemoryTag::Activations);
   EXPECT_EQ(acc.stats().live_total, 0u);
 }
+
+TEST(Allocator, TrimmingFreesOnlyWhatAWholeStepLeftInTheCache) {
+  MemoryAccountant acc;
+  const size_t big = size_t{1} << 20;
+  // A block from when an encoded activation was larger, and one every step takes.
+  void* stale = acc.allocate(2 * big, MemoryTag::Activations);
+  void* reused = acc.allocate(big, MemoryTag::Activations);
+  acc.deallocate(stale, 2 * big, MemoryTag::Activations);
+  acc.deallocate(reused, big, MemoryTag::Activations);
+  EXPECT_EQ(acc.cached_bytes(), 3 * big);
+  // The first trim ends the step in which both were freed: neither has sat a whole step unused.
+  EXPECT_EQ(acc.trim_cache(), 0u);
+  // A step takes only the smaller size, and gives it back.
+  void* again = acc.allocate(big, MemoryTag::Activations);
+  EXPECT_EQ(again, reused);
+  EXPECT_EQ(acc.cached_bytes(), 2 * big);
+  acc.deallocate(again, big, MemoryTag::Activations);
+  // The larger block sat through that step: it goes back to the system, the other stays.
+  EXPECT_EQ(acc.trim_cache(), 2 * big);
+  EXPECT_EQ(acc.cached_bytes(), big);
+  EXPECT_EQ(acc.allocate(big, MemoryTag::Activations), reused);
+  acc.deallocate(reused, big, MemoryTag::Activations);
+  // A block taken with slack returns under its own size, and counts as taken.
+  EXPECT_EQ(acc.trim_cache(), 0u);
+  void* slack = acc.allocate(big - big / 16, MemoryTag::Activations);
+  EXPECT_EQ(slack, reused);
+  acc.deallocate(slack, big - big / 16, MemoryTag::Activations);
+  EXPECT_EQ(acc.cached_bytes(), big);
+  EXPECT_EQ(acc.trim_cache(), 0u);
+  EXPECT_EQ(acc.trim_cache(), big);
+  EXPECT_EQ(acc.cached_bytes(), 0u);
+  EXPECT_EQ(acc.stats().live_total, 0u);
+}
