@@ -4,7 +4,9 @@
 // as one line and an exit code (cli/errors.h), never as an abort.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,13 +209,18 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   globals.debug = take_debug_flag(args);
-  const Outcome outcome = run_command(app, args, argv[0], globals);
-  std::fflush(stdout);  // what the command printed comes before the error that ended it
+  Outcome outcome = run_command(app, args, argv[0], globals);
+  // What the command printed comes before the error that ended it. Standard output is buffered, so
+  // a full disk or a closed pipe may only show here: a command whose output was lost has failed.
+  if ((std::fflush(stdout) != 0 || std::ferror(stdout) != 0) && outcome.code == 0) {
+    outcome = {kExitError, fmt::format("error: could not write the output: {}", std::strerror(errno))};
+  }
   // Under `tessera launch` a rank other than 0 leaves its message to the launcher, which says each
   // different one once; and every rank exits 0, since mpirun would turn a rank's own code (even
   // 3, a stop with a checkpoint) into an aborted job and a screen of its text.
   const std::optional<tessera::dist::JobStatus> job = tessera::dist::JobStatus::of_this_process();
-  if (!outcome.message.empty() && (!job || job->rank() == 0)) fmt::print(stderr, "{}\n", outcome.message);
+  // Not fmt::print, which throws where stderr cannot be written either (both on a full disk).
+  if (!outcome.message.empty() && (!job || job->rank() == 0)) std::fprintf(stderr, "%s\n", outcome.message.c_str());
   if (!job) return outcome.code;
   job->record_outcome(outcome.code, outcome.message);
   return 0;

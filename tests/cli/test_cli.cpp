@@ -356,3 +356,17 @@ TEST_F(Cli, ConfigKeysPrintsTheReadmeTableAndTheFuzzDictionary) {
   EXPECT_TRUE(contains(r.output, "\n\"[train]\"\n")) << r.output;
   EXPECT_TRUE(contains(r.output, "\n\"steps\"\n")) << r.output;
 }
+
+// Output that could not be written (a full disk: /dev/full) fails the command, even when the
+// buffer only reaches the file as the program ends.
+TEST_F(Cli, OutputThatCouldNotBeWrittenFailsTheCommand) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const CliResult ok = run_tessera("simulate --schedule 1f1b --stages 2 --microbatches 4 > /dev/null");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const CliResult full = run_tessera("simulate --schedule 1f1b --stages 2 --microbatches 4 > /dev/full");
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  // Where the message can go, it says what happened.
+  const CliResult said = run_tessera("simulate --schedule 1f1b --stages 2 --microbatches 4 2>&1 > /dev/full | cat");
+  EXPECT_NE(said.output.find("error: could not write the output: No space left on device"), std::string::npos)
+      << said.output;
+}
