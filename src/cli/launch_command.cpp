@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,11 +46,12 @@ namespace {
 // runs in a process group of its own, out of reach of the terminal's Ctrl-C, and the launcher
 // hands a stop request to a training job as SIGUSR1, which its ranks take as a stop
 // (core/stop_signals.h) — once every rank has said it takes them, since before that SIGUSR1 would
-// end a rank. Any other command's job gets the signal itself, and mpirun ends it.
+// end a rank. Any other command's job gets the signal itself, and mpirun ends it. SIGHUP (the
+// terminal closed) is a stop request like the others.
 sigset_t launcher_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGTSTP, SIGCONT}) sigaddset(&set, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGTSTP, SIGCONT}) sigaddset(&set, s);
   return set;
 }
 
@@ -96,10 +98,16 @@ int run_and_wait(const std::vector<std::string>& command, const std::vector<std:
   const sigset_t set = launcher_signals();
   sigset_t before;
   pthread_sigmask(SIG_BLOCK, &set, &before);
+  const pid_t launcher = ::getpid();
   const pid_t child = ::fork();
   TS_CHECK(child >= 0, "launch: cannot start a process: {}", std::strerror(errno));
   if (child == 0) {
     ::setpgid(0, 0);
+    // A launcher that dies without handing anything on (SIGKILL, a crash) takes the job with it:
+    // mpirun, told by SIGTERM, ends its ranks. Without this they would train on as orphans, holding
+    // the run folder's lock against the requeued job.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) ::_exit(kExitError);  // it died before the line above
     // A Ctrl-C that reached the launcher's group before the line above is pending here too, blocked:
     // unblocked, it would end the child before mpirun starts. The launcher has it as well and hands
     // it on as a stop, so the child's copy is dropped (ignoring a pending signal discards it), and

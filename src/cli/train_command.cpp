@@ -141,9 +141,9 @@ void add_train_command(CLI::App& app, const Globals& globals) {
       "Resume: --checkpoint.resume latest (or auto, or a checkpoint folder).\n"
       "Data parallel + ZeRO: tessera launch -n 4 -- train --config FILE --parallel.dp 4 --parallel.zero_stage 2\n"
       "Exit codes: 0 finished, 1 error, 2 bad command line, 3 stopped early with a checkpoint (train.exit_after,\n"
-      "train.max_minutes, SIGINT, SIGTERM).");
+      "train.max_minutes, SIGINT, SIGTERM, SIGHUP, SIGUSR1).");
   cmd->callback([cmd, config_path, &globals]() {
-    // First, before anything starts a thread: SIGINT and SIGTERM stop at the next step boundary
+    // First, before anything starts a thread: the stop signals end the run at the next step boundary
     // with a checkpoint instead of losing the work since the last one. Rank 0 says what a signal did.
     StopSignals stop(StopSignals::Options{.announce = dist::launcher_rank() <= 0});
     if (const auto job = dist::JobStatus::of_this_process()) job->mark(dist::JobStatus::Mark::TakesStopRequests);

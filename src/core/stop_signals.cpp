@@ -20,6 +20,7 @@ sigset_t stop_set() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   sigaddset(&set, SIGUSR1);
   return set;
 }
@@ -33,6 +34,7 @@ std::string signal_name(int signal_number) {
   switch (signal_number) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     default: return "SIGUSR1";
   }
 }

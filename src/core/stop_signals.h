@@ -1,6 +1,8 @@
 #pragma once
-// SIGINT, SIGTERM and SIGUSR1 as requests to stop at the next safe point (a step boundary, where a
-// checkpoint can be written), received without a signal handler. SIGUSR1 is what mpirun hands on
+// SIGINT, SIGTERM, SIGHUP and SIGUSR1 as requests to stop at the next safe point (a step boundary,
+// where a checkpoint can be written), received without a signal handler. SIGHUP is a closed
+// terminal or a lost login session: its default action would end the run and lose every step
+// since the last checkpoint. SIGUSR1 is what mpirun hands on
 // to every rank without aborting the job (cli/launch_command.cpp), and what Slurm's
 // `--signal=USR1@<seconds>` sends before a job's time runs out.
 //
@@ -37,7 +39,7 @@ class StopSignals {
   // construct it before anything starts a thread (OpenMP's pool, MPI). At most one at a time.
   explicit StopSignals(Options options);
   StopSignals() : StopSignals(Options{}) {}
-  // Stops the receiving thread and unblocks the signals in the calling thread: SIGINT or SIGTERM
+  // Stops the receiving thread and unblocks the signals in the calling thread: SIGINT, SIGTERM or SIGHUP
   // after this ends the process as if none had been received; SIGUSR1, a stop request and nothing
   // else, is ignored from then on (the run it would stop is over).
   ~StopSignals();

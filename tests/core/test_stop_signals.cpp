@@ -47,6 +47,17 @@ TEST(StopSignals, TheFirstSignalIsTheRequestAndTheProcessGoesOn) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// A closed terminal (SIGHUP) is a stop request like the others, not the end of the run.
+TEST(StopSignals, AHangupIsAStopRequest) {
+  const int status = in_child([] {
+    StopSignals stop(kQuick);
+    ::kill(::getpid(), SIGHUP);
+    return wait_requested(stop, SIGHUP) ? 0 : 2;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(StopSignals, SignalsBeforeOrEarlyInASaveDoNotEndTheProcess) {
   const int status = in_child([] {
     StopSignals stop(kQuick);

@@ -1,4 +1,4 @@
-// Fifty stops by SIGINT and SIGTERM at random moments of a training run — start-up, forward,
+// Fifty stops by SIGINT, SIGTERM and SIGHUP at random moments of a training run — start-up, forward,
 // backward, the optimizer step, the gradient reduction, a checkpoint being written — in one
 // process and under `tessera launch -n 2`, sometimes delivered twice as a terminal's or a
 // scheduler's group signal is. Every stop must end with exit code 3 and a checkpoint equal, file
@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -91,7 +93,8 @@ class SignalStops : public ::testing::Test {
       ASSERT_LT(attempt, 3 * l.stops) << "most runs finished before their signal or ended before they started";
       const fs::path run = g_root / fmt::format("{}_{}", l.name, attempt);
       const fs::path log = g_root / fmt::format("{}_{}.log", l.name, attempt);
-      const int signal_number = attempt % 2 == 0 ? SIGINT : SIGTERM;
+      constexpr std::array<int, 3> kStopSignals{SIGINT, SIGTERM, SIGHUP};
+      const int signal_number = kStopSignals[static_cast<size_t>(attempt) % kStopSignals.size()];
       const bool twice = random() % 2 == 0;
       const double at = std::uniform_real_distribution<double>(0.0, 0.9)(random) * lifetime;
       const pid_t pid = spawn_tessera(train_args(l, run, "--checkpoint.keep 2"), log.string());
@@ -178,6 +181,40 @@ TEST_F(SignalStops, UnderLaunchWithDataParallelZero1) {
                           {"model.safetensors", "optimizer.rank00000.safetensors", "optimizer.rank00001.safetensors"},
                           20},
                          2);
+}
+
+// A launcher killed outright (SIGKILL hands nothing on) takes its job with it: mpirun is told to
+// end the ranks, rather than leaving them to train on as orphans that hold the run folder's lock.
+TEST_F(SignalStops, AKilledLauncherLeavesNoRankRunning) {
+  const fs::path run = g_root / "killed_launcher";
+  const fs::path log = g_root / "killed_launcher.log";
+  const Layout l{"killed_launcher", "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
+  const pid_t pid = spawn_tessera(train_args(l, run, "--train.steps 100000 --checkpoint.every 0"), log.string());
+  // Until the ranks train: a metrics line of their first step.
+  const auto started = std::chrono::steady_clock::now();
+  while (train_losses_of((run / "metrics.jsonl").string()).empty()) {
+    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << read_file(log.string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);
+  wait_for(pid);
+  // Every process whose command line names the run folder: mpirun and the ranks.
+  auto job_processes = [&] {
+    int found = 0;
+    for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline = read_file((e.path() / "cmdline").string());
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find(run.string()) != std::string::npos) ++found;
+    }
+    return found;
+  };
+  const auto killed = std::chrono::steady_clock::now();
+  while (job_processes() > 0 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(job_processes(), 0) << "the job's processes outlived their launcher by 20 s\n" << read_file(log.string());
 }
 
 }  // namespace
