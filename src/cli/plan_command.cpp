@@ -7,6 +7,7 @@
 
 #include "cli/calibrate_here.h"
 #include "cli/commands.h"
+#include "cli/errors.h"
 #include "train/planned_run.h"
 #include "cli/run_overrides.h"
 #include "core/check.h"
@@ -310,6 +311,19 @@ void add_plan_command(CLI::App& app) {
     // Words of no option are the run's overrides, which only --config takes: without it, the
     // usual "has no option ...; did you mean" for a misspelt option.
     if (args->config.empty() && !cmd->remaining().empty()) throw CLI::ExtrasError(cmd->remaining());
+    // A run's layout, batch and precision are its config's keys: the search's options would be
+    // ignored there, and a prediction of something other than what was asked is worse than none.
+    if (!args->config.empty()) {
+      for (const char* search_only : {"--model", "--devices", "--global-batch", "--layout", "--top", "--precision",
+                                      "--flash", "--activations", "--overlap", "--published", "--calibrate"}) {
+        if (cmd->count(search_only) == 0) continue;
+        throw UsageError(fmt::format(
+            "plan: {} goes with the layout search (--model, --devices, --global-batch) or --layout, not with --config: "
+            "the run's model, layout, batch and precision are its config's keys; override them as train takes them "
+            "(e.g. --parallel.tp 2 --train.batch_size 32 --precision.compute bf16)",
+            search_only));
+      }
+    }
     args->options = option_names(*cmd);
     run_plan(*args, cmd->remaining());
   });

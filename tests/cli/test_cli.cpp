@@ -370,3 +370,16 @@ TEST_F(Cli, OutputThatCouldNotBeWrittenFailsTheCommand) {
   EXPECT_NE(said.output.find("error: could not write the output: No space left on device"), std::string::npos)
       << said.output;
 }
+
+// `plan --config` predicts the run its config describes: an option of the layout search beside it
+// would be ignored, so it is refused, naming the option, before the config is read.
+TEST_F(Cli, PlanWithAConfigRefusesTheSearchsOptions) {
+  for (const std::string option : {"--layout tp=2,pp=1,dp=1,mb=1", "--devices 64", "--global-batch 9", "--top 3",
+                                   "--precision fp32", "--overlap", "--model gpt3-175b"}) {
+    const std::string args = "plan --config run.toml --cluster cpu-2core " + option;
+    const CliResult r = run_tessera(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    const std::string name = option.substr(0, option.find(' '));
+    EXPECT_TRUE(contains(r.output, "error: plan: " + name + " goes with the layout search")) << args << "\n" << r.output;
+  }
+}
