@@ -190,8 +190,17 @@ void TableReader::finish() const {
     if (!hint.empty()) {
       TS_FAIL("config: unknown key '{}'; did you mean '{}'?", dotted(k), dotted(hint));
     }
+    // A reader may have asked for a key twice; each is named once, in the order first asked.
+    std::vector<std::string> names;
+    for (const auto& c : known_) {
+      if (std::find(names.begin(), names.end(), c) == names.end()) names.push_back(c);
+    }
     std::string all;
-    for (const auto& c : known_) all += (all.empty() ? "" : ", ") + c;
+    for (const auto& c : names) all += (all.empty() ? "" : ", ") + c;
+    if (path_.empty() && node.is_table()) TS_FAIL("config: unknown section [{}]; the sections are: {}", k, all);
+    if (path_.empty()) {
+      TS_FAIL("config: key '{}' stands outside any section; every key belongs to one of: {}", k, all);
+    }
     TS_FAIL("config: unknown key '{}'; known keys of [{}] are: {}", dotted(k), path_, all);
   }
 }

@@ -76,6 +76,13 @@ TEST(RunConfig, TheActivationIsSavedResolvedAndComparedWithOlderConfigs) {
 TEST(RunConfig, ErrorsNameTheKeyAndTheFix) {
   EXPECT_NE(error_of("[train]\nstep = 3\n").find("unknown key 'train.step'; did you mean 'train.steps'?"), std::string::npos);
   EXPECT_NE(error_of("[trian]\nsteps = 3\n").find("unknown key 'trian'; did you mean 'train'?"), std::string::npos);
+  // Nothing close: every section named once.
+  std::string unknown = error_of("[bogus]\nx = 1\n");
+  EXPECT_NE(unknown.find("unknown section [bogus]; the sections are: model, data, train,"), std::string::npos) << unknown;
+  EXPECT_EQ(unknown.find("model, model"), std::string::npos) << unknown;
+  unknown = error_of("verbosity = 3\n[train]\nsteps = 3\n");
+  EXPECT_NE(unknown.find("key 'verbosity' stands outside any section; every key belongs to one of: model,"),
+            std::string::npos) << unknown;
   EXPECT_NE(error_of("[train]\nsteps = \"ten\"\n").find("'train.steps' must be an integer"), std::string::npos);
   std::string e = error_of("[train]\nbatch_size = 10\nmicro_batch_size = 4\n");
   EXPECT_NE(e.find("train.batch_size (10) must be a multiple of train.micro_batch_size × parallel.dp"), std::string::npos) << e;
