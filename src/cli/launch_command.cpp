@@ -334,6 +334,23 @@ void add_launch_command(CLI::App& app) {
       const std::vector<dist::RankOutcome> outcomes = status->outcomes();
       for (const std::string& line : dist::messages_to_repeat(outcomes)) fmt::print(stderr, "{}\n", line);
       if (mpirun_code == 0) code = dist::job_exit_code(outcomes);
+      // A rank killed outright (SIGKILL, the kernel's out-of-memory killer) says nothing, and
+      // mpirun ends the others at once: a stop they announced on its SIGTERM never saved.
+      std::vector<int> silent;
+      for (int r = 0; r < opts->request.ranks; ++r) {
+        if (std::none_of(outcomes.begin(), outcomes.end(), [&](const dist::RankOutcome& o) { return o.rank == r; })) {
+          silent.push_back(r);
+        }
+      }
+      if (mpirun_code != 0 && !silent.empty()) {
+        fmt::print(stderr,
+                   "tessera launch: the job ended with code {} before rank{} {} said how {} ended: a rank was killed "
+                   "(mpirun names it above) and mpirun ended the rest, so no checkpoint a stop announced was "
+                   "written{}\n",
+                   mpirun_code, silent.size() == 1 ? "" : "s", dist::describe_ranks(silent),
+                   silent.size() == 1 ? "it" : "they",
+                   training ? "; --checkpoint.resume latest continues from the last complete one" : "");
+      }
     }
     if (code != 0) throw CLI::RuntimeError(code);
   });

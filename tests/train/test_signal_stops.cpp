@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "cli_runner.h"
 
@@ -183,6 +184,50 @@ TEST_F(SignalStops, UnderLaunchWithDataParallelZero1) {
                          2);
 }
 
+// The processes whose command line names `run` (mpirun and the ranks), by pid; with `ranks_only`,
+// the ranks alone.
+std::vector<pid_t> processes_of(const fs::path& run, bool ranks_only) {
+  std::vector<pid_t> found;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file((e.path() / "cmdline").string());
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(run.string()) == std::string::npos) continue;
+    if (ranks_only && (cmdline.find("mpirun") != std::string::npos || cmdline.find(" launch ") != std::string::npos)) {
+      continue;
+    }
+    found.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
+}
+
+// Waits for the first metrics line of a launched run: its ranks train.
+void wait_for_training(const fs::path& run, const fs::path& log) {
+  const auto started = std::chrono::steady_clock::now();
+  while (train_losses_of((run / "metrics.jsonl").string()).empty()) {
+    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << read_file(log.string());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// A rank killed outright says nothing and mpirun ends the others: the launcher says so, and that
+// the stop the others announced on mpirun's SIGTERM saved nothing.
+TEST_F(SignalStops, AKilledRankIsSaidToHaveEndedTheJobWithoutACheckpoint) {
+  const fs::path run = g_root / "killed_rank";
+  const fs::path log = g_root / "killed_rank.log";
+  const Layout l{"killed_rank", "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
+  const pid_t pid = spawn_tessera(train_args(l, run, "--train.steps 100000 --checkpoint.every 0"), log.string());
+  wait_for_training(run, log);
+  const std::vector<pid_t> ranks = processes_of(run, true);
+  ASSERT_EQ(ranks.size(), 2u) << read_file(log.string());
+  ::kill(ranks.back(), SIGKILL);
+  const Exit exit = wait_for(pid);
+  EXPECT_TRUE(exit.exited && exit.code != 0 && exit.code != 3) << exit.how << "\n" << read_file(log.string());
+  EXPECT_NE(read_file(log.string()).find("said how they ended: a rank was killed (mpirun names it above)"), std::string::npos)
+      << read_file(log.string());
+}
+
 // A launcher killed outright (SIGKILL hands nothing on) takes its job with it: mpirun is told to
 // end the ranks, rather than leaving them to train on as orphans that hold the run folder's lock.
 TEST_F(SignalStops, AKilledLauncherLeavesNoRankRunning) {
@@ -190,31 +235,15 @@ TEST_F(SignalStops, AKilledLauncherLeavesNoRankRunning) {
   const fs::path log = g_root / "killed_launcher.log";
   const Layout l{"killed_launcher", "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
   const pid_t pid = spawn_tessera(train_args(l, run, "--train.steps 100000 --checkpoint.every 0"), log.string());
-  // Until the ranks train: a metrics line of their first step.
-  const auto started = std::chrono::steady_clock::now();
-  while (train_losses_of((run / "metrics.jsonl").string()).empty()) {
-    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << read_file(log.string());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  wait_for_training(run, log);
   ::kill(pid, SIGKILL);
   wait_for(pid);
-  // Every process whose command line names the run folder: mpirun and the ranks.
-  auto job_processes = [&] {
-    int found = 0;
-    for (const fs::directory_entry& e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string cmdline = read_file((e.path() / "cmdline").string());
-      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-      if (cmdline.find(run.string()) != std::string::npos) ++found;
-    }
-    return found;
-  };
   const auto killed = std::chrono::steady_clock::now();
-  while (job_processes() > 0 && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
+  while (!processes_of(run, false).empty() && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(job_processes(), 0) << "the job's processes outlived their launcher by 20 s\n" << read_file(log.string());
+  EXPECT_TRUE(processes_of(run, false).empty()) << "the job's processes outlived their launcher by 20 s\n"
+                                                << read_file(log.string());
 }
 
 }  // namespace
