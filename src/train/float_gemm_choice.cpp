@@ -72,7 +72,9 @@ FloatGemmChoice choose_float_gemm(config::FloatGemmSetting setting, const std::v
       const auto value = seconds.find(kernels::float_gemm_name(kernels::kFloatGemmCandidates[i]));
       if (value == seconds.end() || !value->is_number()) return std::nullopt;
       times.seconds[i] = value->get<double>();
-      if (!(times.seconds[i] > 0)) return std::nullopt;
+      // Nothing a microbatch's products take (an edited or damaged file): measured again.
+      constexpr double kMostSeconds = 1e5;
+      if (!(times.seconds[i] > 0 && times.seconds[i] <= kMostSeconds)) return std::nullopt;
     }
     return times;
   };

@@ -52,8 +52,12 @@ MatmulPeak matmul_peak(double configured_gflops, int threads) {
                                       openblas ? fmt::format(" (core {})", kernels::openblas_core()) : std::string());
   const fs::path file = machine_cache_path("peak-flops.json");
   const nlohmann::json cache = read_machine_cache(file);
+  // A figure no CPU process reaches (an edited or damaged file) is measured again rather than
+  // turned into an MFU of 0 % or of millions.
+  constexpr double kLeastGflops = 0.01, kMostGflops = 1e6;
   if (const auto it = cache.find(key); it != cache.end() && it->is_object() && it->contains("gflops") &&
-                                       (*it)["gflops"].is_number() && (*it)["gflops"].get<double>() > 0) {
+                                       (*it)["gflops"].is_number() && (*it)["gflops"].get<double>() >= kLeastGflops &&
+                                       (*it)["gflops"].get<double>() <= kMostGflops) {
     return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
   }
   // Stored only when nothing else ran: other processes' share of the cores while it measured (a

@@ -155,6 +155,12 @@ TEST_F(FloatGemmChoice, AutoMeasuresOnceAndTakesTheStoredTimesAfterwards) {
   EXPECT_NE(again.reason.find("measured now"), std::string::npos) << again.reason;
   EXPECT_TRUE(cache()[key]["seconds"]["openblas-sgemm"].is_number()) << cache().dump();
   stored = cache();
+  stored[key]["seconds"]["onednn-sgemm/1024"] = 1e308;
+  write(stored);
+  again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);
+  EXPECT_NE(again.reason.find("measured now"), std::string::npos) << again.reason;
+  EXPECT_EQ(again.reason.find("inf s"), std::string::npos) << again.reason;
+  stored = cache();
   stored[key]["seconds"]["onednn-sgemm"] = nullptr;
   write(stored);
   again = train::choose_float_gemm(config::FloatGemmSetting::Auto, problems, nullptr);

@@ -59,6 +59,17 @@ TEST_F(PeakFlops, AFigureStoredForThisMachineThreadsAndGemmIsUsed) {
   EXPECT_NE(peak.source.find("calibrated once"), std::string::npos) << peak.source;
 }
 
+// A stored figure no process reaches (an edited or damaged file) is measured again, not believed.
+TEST_F(PeakFlops, AnImpossibleStoredFigureIsMeasuredAgain) {
+  for (const double gflops : {1e-300, 0.0, -5.0, 1e300}) {
+    store(fmt::format("{} | 1 threads | {}", host::cpu_model(), kernels::float_gemm_name()), gflops);
+    const train::MatmulPeak peak = train::matmul_peak(0, 1);
+    EXPECT_GT(peak.flops, 1e7) << gflops;
+    EXPECT_LT(peak.flops, 1e15) << gflops;
+    EXPECT_EQ(peak.source.find("calibrated once"), std::string::npos) << gflops << ": " << peak.source;
+  }
+}
+
 TEST_F(PeakFlops, AFigureStoredBeforeTheGemmLibraryChangedIsMeasuredAgain) {
   // The key of a build whose float GEMM was another library's (it named none).
   store(fmt::format("{} | 1 threads", host::cpu_model()), 7.0);
