@@ -59,8 +59,8 @@ TokenLoader::TokenLoader(std::shared_ptr<const TokenFile> file, LoaderOptions op
   TS_CHECK(options_.seq_len >= 1, "seq_len must be at least 1, got {}", options_.seq_len);
   TS_CHECK(options_.global_batch >= 1, "the global batch must hold at least 1 sequence, got {}", options_.global_batch);
   TS_CHECK(file_->size() >= options_.seq_len + 1,
-           "token file {} has {} tokens, fewer than seq_len + 1 = {} needed for one training sequence; "
-           "use a larger corpus or a shorter seq_len",
+           "token file {} has {} tokens, fewer than seq_len + 1 = {} that one sequence and its next-token "
+           "targets need; use a larger corpus or a shorter seq_len",
            file_->path().string(), file_->size(), options_.seq_len + 1);
   windows_ = (file_->size() - 1) / options_.seq_len;
   state_.seed = options_.seed;

@@ -107,6 +107,11 @@ std::vector<int32_t> encode_corpus(const Tokenizer& tokenizer, const Corpus& cor
   return tokens;
 }
 
+namespace {
+// Fewer validation tokens than this (one sequence of GPT-2's context and its targets) are said.
+constexpr size_t kSmallValidationTokens = 1024;
+}  // namespace
+
 TrainValSplit split_train_val(std::span<const int32_t> tokens, double val_fraction) {
   TS_CHECK(val_fraction >= 0.0 && val_fraction <= 0.5, "val fraction {} must be in [0, 0.5]", val_fraction);
   const auto n = static_cast<int64_t>(tokens.size());
@@ -192,6 +197,11 @@ DatasetInfo prepare_dataset(const PrepareOptions& options, const ProgressLog& lo
                   split.val_pieces));
   if (options.val_fraction > 0 && split.val.empty()) {
     log("  warning: the corpus is too small for any validation tokens at this fraction");
+  } else if (!split.val.empty() && split.val.size() <= kSmallValidationTokens) {
+    // Every run evaluates at its end, on whole sequences of seq_len + 1 tokens.
+    log(fmt::format("  warning: {} validation tokens hold no sequence of model.seq_len {} or more: a run of a "
+                    "longer context is refused; a larger --val-fraction (or corpus) gives it some",
+                    split.val.size(), split.val.size()));
   }
 
   std::error_code ec;

@@ -57,6 +57,13 @@ data::Dataset open_checked_dataset(RunConfig& cfg) {
     data::check_model_vocab(cfg.model.vocab_size, dataset.info.vocab_size, cfg.data.dir);
   }
   cfg.validate();
+  // Every run evaluates at its end, whatever train.eval_every says; refused here, before the run
+  // folder is made, rather than when the first evaluation comes.
+  TS_CHECK(dataset.val->size() >= cfg.model.seq_len + 1,
+           "the validation split {} has {} tokens, fewer than the model.seq_len + 1 = {} of one evaluation sequence "
+           "(a run evaluates at its end); prepare the data with a larger --val-fraction or corpus, or shorten "
+           "model.seq_len",
+           dataset.val->path().string(), dataset.val->size(), cfg.model.seq_len + 1);
   return dataset;
 }
 

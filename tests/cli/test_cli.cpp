@@ -383,3 +383,23 @@ TEST_F(Cli, PlanWithAConfigRefusesTheSearchsOptions) {
     EXPECT_TRUE(contains(r.output, "error: plan: " + name + " goes with the layout search")) << args << "\n" << r.output;
   }
 }
+
+// A validation split too small for one sequence of the run's context: `data prepare` warns, and the
+// run is refused naming that split before it makes its folder (every run evaluates at its end).
+TEST_F(Cli, AValidationSplitTooSmallForOneSequenceIsSaidAtPrepareAndRefusedAtStart) {
+  const fs::path small = g_root / "small_val";
+  CliResult r = run_tessera("data prepare --input " + (g_root / "corpus.txt").string() + " --out " + small.string() +
+                            " --vocab-size 300 --val-fraction 0.002");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "validation tokens hold no sequence of model.seq_len")) << r.output;
+  const fs::path run = g_root / "small_val_run";
+  const std::string args = "train --data.dir " + small.string() + " --train.out_dir " + run.string() +
+                           " --model.n_layer 1 --model.n_head 2 --model.n_embd 16 --model.seq_len 64"
+                           " --train.batch_size 2 --train.micro_batch_size 2 --train.steps 1 --train.eval_every 0";
+  r = run_tessera(args);
+  expect_clean_failure(r, args);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: the validation split " + (small / "val.bin").string())) << r.output;
+  EXPECT_TRUE(contains(r.output, "fewer than the model.seq_len + 1 = 65 of one evaluation sequence")) << r.output;
+  EXPECT_FALSE(fs::exists(run)) << "the run folder was made before the refusal";
+}
