@@ -5,8 +5,8 @@
 // the budget. Freed blocks are cached by size and reused, because a training step allocates the
 // same sizes every step and fresh pages cost a page fault each; a block of 64 KiB or more also
 // serves a smaller request that it exceeds by at most an eighth of the request (an encoded
-// activation's size follows its values). The
-// accounting counts the bytes asked for by live tensors, never the cache.
+// activation's size follows its values); a block a whole step left unused goes back to the system
+// (trim_cache). The accounting counts the bytes asked for by live tensors, never the cache.
 //
 // There is no global allocator: a MemoryAccountant is a value owned by whoever runs the model and
 // passed to what allocates.
