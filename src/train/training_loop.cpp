@@ -1,11 +1,13 @@
 // The step loop of a run and its end (train/training_run.h).
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 
 #include "core/atomic_file.h"
 #include "core/host.h"
+#include "dist/job_status.h"
 #include "io/loss_chart.h"
 #include "parallel/rank_sum.h"
 #include "train/sampler.h"
@@ -335,9 +337,14 @@ void TrainingRun::note_skipped_or_scaled(const parallel::TrainingEngine::StepRes
 
 std::string TrainingRun::stop_reason(const StepSums& sums) const {
   if (sums.global[sums.flags] > 0) {
-    return sums.signal_number != 0
-               ? fmt::format("stopped by signal {} ({})", sums.signal_number, ::strsignal(sums.signal_number))
-               : std::string("stopped by a signal on another rank");
+    if (sums.signal_number == 0) return "stopped by a signal on another rank";
+    // Under `tessera launch` the signal a user sent reached the launcher, which hands every stop on
+    // as SIGUSR1 (mpirun would abort the job on the others): say so, or the user reads of a signal
+    // nobody sent.
+    const bool handed_on = sums.signal_number == SIGUSR1 && dist::JobStatus::of_this_process().has_value();
+    return fmt::format("stopped by signal {} ({}){}", sums.signal_number, ::strsignal(sums.signal_number),
+                       handed_on ? ", the stop tessera launch hands on for a Ctrl-C, SIGTERM or SIGHUP it received"
+                                 : "");
   }
   if (sums.global[sums.flags + 1] > 0) return fmt::format("train.max_minutes = {} reached", cfg.train.max_minutes);
   if (cfg.train.exit_after > 0 && step - result.first_step == cfg.train.exit_after) {
