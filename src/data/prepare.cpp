@@ -20,6 +20,8 @@ constexpr size_t kEncodeChunk = size_t{1} << 18;
 // One validation piece per this many validation tokens (at most kMaxValPieces).
 constexpr int64_t kValPieceTokens = 4096;
 constexpr int64_t kMaxValPieces = 32;
+// Fewer validation tokens than this (one sequence of GPT-2's context and its targets) are said.
+constexpr size_t kSmallValidationTokens = 1024;
 
 class Stopwatch {
  public:
@@ -106,11 +108,6 @@ std::vector<int32_t> encode_corpus(const Tokenizer& tokenizer, const Corpus& cor
   }
   return tokens;
 }
-
-namespace {
-// Fewer validation tokens than this (one sequence of GPT-2's context and its targets) are said.
-constexpr size_t kSmallValidationTokens = 1024;
-}  // namespace
 
 TrainValSplit split_train_val(std::span<const int32_t> tokens, double val_fraction) {
   TS_CHECK(val_fraction >= 0.0 && val_fraction <= 0.5, "val fraction {} must be in [0, 0.5]", val_fraction);

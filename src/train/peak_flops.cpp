@@ -56,9 +56,11 @@ MatmulPeak matmul_peak(double configured_gflops, int threads) {
   // turned into an MFU of 0 % or of millions.
   constexpr double kLeastGflops = 0.01, kMostGflops = 1e6;
   if (const auto it = cache.find(key); it != cache.end() && it->is_object() && it->contains("gflops") &&
-                                       (*it)["gflops"].is_number() && (*it)["gflops"].get<double>() >= kLeastGflops &&
-                                       (*it)["gflops"].get<double>() <= kMostGflops) {
-    return {(*it)["gflops"].get<double>() * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
+                                       (*it)["gflops"].is_number()) {
+    const double gflops = (*it)["gflops"].get<double>();
+    if (gflops >= kLeastGflops && gflops <= kMostGflops) {
+      return {gflops * 1e9, fmt::format("calibrated once, stored in {}", file.string())};
+    }
   }
   // Stored only when nothing else ran: other processes' share of the cores while it measured (a
   // training job started a moment ago does not show in the load average yet), and the load

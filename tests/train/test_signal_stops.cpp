@@ -202,11 +202,20 @@ std::vector<pid_t> processes_of(const fs::path& run, bool ranks_only) {
   return found;
 }
 
-// Waits for the first metrics line of a launched run: its ranks train.
-void wait_for_training(const fs::path& run, const fs::path& log) {
+// A long data-parallel run under `tessera launch -n 2`, its folder and log named `name`, started
+// and waited for until its ranks train (the first metrics line).
+struct LaunchedRun {
+  fs::path run, log;
+  pid_t launcher = 0;
+};
+void start_launched_run(const std::string& name, LaunchedRun& out) {
+  out.run = g_root / name;
+  out.log = g_root / (name + ".log");
+  const Layout l{name, "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
+  out.launcher = spawn_tessera(train_args(l, out.run, "--train.steps 100000 --checkpoint.every 0"), out.log.string());
   const auto started = std::chrono::steady_clock::now();
-  while (train_losses_of((run / "metrics.jsonl").string()).empty()) {
-    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << read_file(log.string());
+  while (train_losses_of((out.run / "metrics.jsonl").string()).empty()) {
+    ASSERT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << read_file(out.log.string());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
@@ -214,11 +223,11 @@ void wait_for_training(const fs::path& run, const fs::path& log) {
 // A rank killed outright says nothing and mpirun ends the others: the launcher says so, and that
 // the stop the others announced on mpirun's SIGTERM saved nothing.
 TEST_F(SignalStops, AKilledRankIsSaidToHaveEndedTheJobWithoutACheckpoint) {
-  const fs::path run = g_root / "killed_rank";
-  const fs::path log = g_root / "killed_rank.log";
-  const Layout l{"killed_rank", "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
-  const pid_t pid = spawn_tessera(train_args(l, run, "--train.steps 100000 --checkpoint.every 0"), log.string());
-  wait_for_training(run, log);
+  LaunchedRun job;
+  ASSERT_NO_FATAL_FAILURE(start_launched_run("killed_rank", job));
+  const fs::path& run = job.run;
+  const fs::path& log = job.log;
+  const pid_t pid = job.launcher;
   const std::vector<pid_t> ranks = processes_of(run, true);
   ASSERT_EQ(ranks.size(), 2u) << read_file(log.string());
   ::kill(ranks.back(), SIGKILL);
@@ -231,11 +240,11 @@ TEST_F(SignalStops, AKilledRankIsSaidToHaveEndedTheJobWithoutACheckpoint) {
 // A launcher killed outright (SIGKILL hands nothing on) takes its job with it: mpirun is told to
 // end the ranks, rather than leaving them to train on as orphans that hold the run folder's lock.
 TEST_F(SignalStops, AKilledLauncherLeavesNoRankRunning) {
-  const fs::path run = g_root / "killed_launcher";
-  const fs::path log = g_root / "killed_launcher.log";
-  const Layout l{"killed_launcher", "launch -n 2 -- ", "--parallel.dp 2", {}, 0};
-  const pid_t pid = spawn_tessera(train_args(l, run, "--train.steps 100000 --checkpoint.every 0"), log.string());
-  wait_for_training(run, log);
+  LaunchedRun job;
+  ASSERT_NO_FATAL_FAILURE(start_launched_run("killed_launcher", job));
+  const fs::path& run = job.run;
+  const fs::path& log = job.log;
+  const pid_t pid = job.launcher;
   ::kill(pid, SIGKILL);
   wait_for(pid);
   const auto killed = std::chrono::steady_clock::now();
