@@ -318,7 +318,8 @@ void add_plan_command(CLI::App& app) {
                                       "--flash", "--activations", "--overlap", "--published", "--calibrate"}) {
         if (cmd->count(search_only) == 0) continue;
         throw UsageError(fmt::format(
-            "plan: {} goes with the layout search (--model, --devices, --global-batch) or --layout, not with --config: "
+            "plan: {} goes with the layout search (--model, --devices, --global-batch, --layout, --top, --precision), "
+            "not with --config: "
             "the run's model, layout, batch and precision are its config's keys; override them as train takes them "
             "(e.g. --parallel.tp 2 --train.batch_size 32 --precision.compute bf16)",
             search_only));
